@@ -1,0 +1,5 @@
+"""``python -m hwdash``."""
+
+from hwdash.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Command-line subcommands. Each module has ``add_parser(subparsers)`` and ``run(args) -> int``."""

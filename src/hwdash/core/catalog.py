@@ -1,0 +1,356 @@
+"""The hardware and model catalog: pydantic schemas and the loader.
+
+The catalog is data, never code: ``catalog/*.toml`` in the repository (shipped inside the wheel as
+``hwdash/catalog``) holds accelerators, flavors and models, each number with a ``source``. User files in
+``$XDG_CONFIG_HOME/hwdash/catalog/``, ``HWDASH_CATALOG`` or ``--catalog DIR`` add entries or override
+them by id.
+
+A TOML file may hold any of three arrays of tables: ``[[accelerator]]``, ``[[flavor]]`` and ``[[model]]``.
+A broken file raises :class:`CatalogError`, whose message names the file, the entry and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hwdash.core.units import GB, MIB
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Accelerator(_Strict):
+    """One kind of accelerator (a GPU model, a TPU chip, an Apple SoC, or a plain CPU)."""
+
+    id: str = Field(min_length=1)
+    """Catalog id, lowercase, e.g. ``a100-80gb``."""
+    name: str
+    """Display name, e.g. ``NVIDIA A100 80GB``."""
+    vendor: Literal["nvidia", "google", "apple", "cpu"]
+    """Who makes it; decides which runtime (CUDA, XLA, MPS, none) runs the plan."""
+    kind: Literal["gpu", "tpu", "unified", "cpu"]
+    """``gpu``: discrete CUDA GPU; ``tpu``: Google TPU; ``unified``: Apple SoC sharing RAM; ``cpu``."""
+    memory_gb: float = Field(ge=0)
+    """Memory per device as the datasheet names it (decimal GB as marketed; 0 for a CPU)."""
+    nvml_total_mib: int | None = Field(default=None, gt=0)
+    """Total memory NVML reports for this GPU, in MiB (a "16 GB" T4 shows 15360). Usable VRAM."""
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    """Peak memory bandwidth in GB/s."""
+    bf16_tflops: float | None = Field(default=None, gt=0)
+    """Dense bf16 tensor TFLOPS (GeForce: the FP32-accumulate rate PyTorch gets). None without bf16."""
+    fp16_tflops: float | None = Field(default=None, gt=0)
+    """Dense fp16 tensor TFLOPS with FP32 accumulate (the rate a T4 runs mixed precision at)."""
+    fp32_tflops: float | None = Field(default=None, gt=0)
+    """Non-tensor fp32 TFLOPS."""
+    bf16: bool
+    """Whether the hardware runs bf16 natively (Turing T4 does not: its plans run in fp16)."""
+    power_w: float | None = Field(default=None, gt=0)
+    """Board power (TDP/TGP) in watts."""
+    default_mfu: float = Field(default=0.35, gt=0, le=1)
+    """Model FLOPs utilisation assumed for time estimates on this accelerator (the user can override)."""
+    usable_memory_fraction: float = Field(default=1.0, gt=0, le=1)
+    """Share of ``memory_gb`` a training process can use (Apple unified memory: about 0.75)."""
+    nvml_names: tuple[str, ...] = ()
+    """Names NVML reports for this GPU (``nvmlDeviceGetName``), to match live GPUs to the catalog."""
+    source: str = Field(min_length=1)
+    """Where every number above comes from (datasheet, public page), with confidence notes."""
+    notes: str = ""
+    """Anything a reader should know (seed values that differ, unverified figures)."""
+
+    @property
+    def usable_bytes(self) -> int:
+        """Memory a process can allocate on one device, in bytes.
+
+        NVML's reported total when known; else the decimal-GB datasheet figure (which lands within a
+        few percent of what NVML reports: a 24 GB A10G reports 23028 MiB = 24.1e9 bytes).
+        """
+        if self.nvml_total_mib is not None:
+            return self.nvml_total_mib * MIB
+        return int(self.memory_gb * GB * self.usable_memory_fraction)
+
+    def matmul_tflops(self) -> tuple[float | None, str]:
+        """The dense half-precision tensor rate training runs at, and the dtype it runs in."""
+        if self.bf16 and self.bf16_tflops is not None:
+            return self.bf16_tflops, "bf16"
+        if self.fp16_tflops is not None:
+            return self.fp16_tflops, "fp16"
+        return self.fp32_tflops, "fp32"
+
+
+class Flavor(_Strict):
+    """A machine you can rent or own: a number of accelerators plus CPU and RAM, and a price."""
+
+    id: str = Field(min_length=1)
+    """Catalog id; for Hugging Face Jobs the flavor name itself (``a10g-large``)."""
+    name: str
+    """Display name."""
+    provider: Literal["hf-jobs", "hf-tpu", "local"]
+    """``hf-jobs``: Hugging Face Jobs; ``hf-tpu``: the seeds' TPU flavors; ``local``: your own machine."""
+    accelerator: str | None = None
+    """Accelerator id; None for a CPU-only flavor."""
+    gpu_count: int = Field(default=0, ge=0)
+    """Number of accelerators (0 for CPU-only)."""
+    vcpu: int | None = Field(default=None, gt=0)
+    """Virtual CPUs."""
+    ram_gb: float | None = Field(default=None, gt=0)
+    """Host RAM in GB (decimal, as the provider lists it)."""
+    price_per_hour: float | None = Field(default=None, ge=0)
+    """US dollars per hour; None for a local machine (no hourly price)."""
+    price_date: str | None = None
+    """Date of the price table the price comes from (YYYY-MM-DD)."""
+    price_source: str | None = None
+    """Where the price comes from."""
+    source: str = Field(min_length=1)
+    """Where the flavor's hardware description comes from."""
+    notes: str = ""
+    """Seed values that differ from the current figures, caveats."""
+
+    @model_validator(mode="after")
+    def _gpu_count_matches_accelerator(self) -> Flavor:
+        if self.accelerator is None and self.gpu_count:
+            raise ValueError("gpu_count is set but accelerator is missing")
+        if self.accelerator is not None and self.gpu_count == 0:
+            raise ValueError("accelerator is set but gpu_count is 0")
+        if self.price_per_hour is not None and not self.price_date:
+            raise ValueError("price_per_hour needs price_date (prices change)")
+        return self
+
+
+class ModelSpec(_Strict):
+    """A transformer's architecture: what the estimator needs to count parameters and activations."""
+
+    id: str = Field(min_length=1)
+    """Catalog id, lowercase (``qwen2.5-7b``)."""
+    name: str
+    """Display name."""
+    hf_id: str = ""
+    """Hugging Face repository id, if any."""
+    layers: int = Field(gt=0)
+    """Number of transformer blocks (``num_hidden_layers``)."""
+    hidden_size: int = Field(gt=0)
+    """Model width (``hidden_size``)."""
+    heads: int = Field(gt=0)
+    """Attention heads (``num_attention_heads``)."""
+    kv_heads: int = Field(gt=0)
+    """Key/value heads (``num_key_value_heads``); equal to ``heads`` without GQA."""
+    head_dim: int = Field(gt=0)
+    """Per-head dimension (``head_dim``, else hidden_size / heads)."""
+    intermediate_size: int = Field(gt=0)
+    """MLP width (per expert for MoE)."""
+    vocab_size: int = Field(gt=0)
+    """Vocabulary size."""
+    tied_embeddings: bool = False
+    """Whether the LM head shares the input embedding matrix."""
+    mlp: Literal["gated", "standard"] = "gated"
+    """``gated``: SwiGLU/GeGLU with three matrices; ``standard``: two matrices (Phi-2, GPT-2)."""
+    attention_bias: bool = False
+    """Whether q/k/v projections have biases (Qwen2)."""
+    experts: int = Field(default=1, gt=0)
+    """MoE experts per layer (1 for a dense model). All experts are held in memory."""
+    experts_per_token: int = Field(default=1, gt=0)
+    """Experts each token is routed to (top-k)."""
+    max_context: int = Field(gt=0)
+    """Longest context the model was trained for (``max_position_embeddings``)."""
+    params: int | None = Field(default=None, gt=0)
+    """Published total parameter count, if known; otherwise counted from the architecture."""
+    source: str = Field(min_length=1)
+    """Where the architecture comes from (the model's config.json, paper)."""
+    notes: str = ""
+    """Caveats."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
+        if self.experts_per_token > self.experts:
+            raise ValueError("experts_per_token is larger than experts")
+        return self
+
+
+CatalogKind = Literal["accelerator", "flavor", "model"]
+_SCHEMAS: dict[str, type[_Strict]] = {
+    "accelerator": Accelerator,
+    "flavor": Flavor,
+    "model": ModelSpec,
+}
+
+
+class CatalogError(Exception):
+    """A catalog file cannot be used. The message names the file, the entry and the field."""
+
+    def __init__(
+        self, path: Path | str, message: str, *, entry: str | None = None, field: str | None = None
+    ) -> None:
+        self.path = str(path)
+        self.entry = entry
+        self.field = field
+        self.reason = message
+        where = self.path
+        if entry is not None:
+            where += f": {entry}"
+        if field is not None:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Everything the planner knows about hardware and models, keyed by id."""
+
+    accelerators: dict[str, Accelerator] = field(default_factory=dict)
+    flavors: dict[str, Flavor] = field(default_factory=dict)
+    models: dict[str, ModelSpec] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+    """The files this catalog was read from, in order (later files override earlier ones)."""
+
+    def accelerator_for(self, flavor: Flavor) -> Accelerator | None:
+        """The accelerator a flavor carries, or None for CPU-only."""
+        return None if flavor.accelerator is None else self.accelerators[flavor.accelerator]
+
+    def find_model(self, name: str) -> ModelSpec | None:
+        """Look a model up by id, display name or Hugging Face id, ignoring case."""
+        key = name.strip().lower()
+        if key in self.models:
+            return self.models[key]
+        for model in self.models.values():
+            if key in (model.name.lower(), model.hf_id.lower()):
+                return model
+        return None
+
+    def match_nvml_name(self, nvml_name: str) -> Accelerator | None:
+        """The accelerator whose ``nvml_names`` contains what NVML reported, if any."""
+        for acc in self.accelerators.values():
+            if nvml_name in acc.nvml_names:
+                return acc
+        return None
+
+
+def packaged_catalog_dir() -> Path:
+    """The built-in catalog: the copy inside the wheel, else the repository's ``catalog/`` (editable)."""
+    here = Path(__file__).resolve().parent.parent  # .../hwdash
+    inside_wheel = here / "catalog"
+    if inside_wheel.is_dir():
+        return inside_wheel
+    repository = here.parent.parent / "catalog"  # src/hwdash -> repo root
+    if repository.is_dir():
+        return repository
+    raise CatalogError(here, "the built-in catalog is missing (reinstall hwdash)")
+
+
+def user_catalog_dirs(explicit: Sequence[str | Path] = ()) -> list[Path]:
+    """User catalog folders in override order: XDG config, then ``HWDASH_CATALOG``, then ``--catalog``."""
+    dirs: list[Path] = []
+    config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    xdg = Path(config_home) / "hwdash" / "catalog"
+    if xdg.is_dir():
+        dirs.append(xdg)
+    env = os.environ.get("HWDASH_CATALOG")
+    if env:
+        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+    dirs.extend(Path(p) for p in explicit)
+    return dirs
+
+
+def _catalog_files(directory: Path) -> list[Path]:
+    if directory.is_file():
+        return [directory]
+    if not directory.is_dir():
+        raise CatalogError(directory, "no such catalog folder or file")
+    return sorted(directory.glob("*.toml"))
+
+
+def _entry_label(kind: str, index: int, raw: Any) -> str:
+    ident = raw.get("id") if isinstance(raw, dict) else None
+    return f"{kind} '{ident}'" if isinstance(ident, str) else f"{kind} #{index + 1}"
+
+
+def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
+    """Read and validate one TOML file. Raises :class:`CatalogError` naming file, entry and field."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogError(path, f"not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(path, f"cannot be read: {exc}") from None
+    out: dict[str, list[_Strict]] = {kind: [] for kind in _SCHEMAS}
+    for key, value in data.items():
+        if key not in _SCHEMAS:
+            raise CatalogError(
+                path,
+                f"unknown table '{key}' (expected [[accelerator]], [[flavor]] or [[model]])",
+            )
+        if not isinstance(value, list):
+            raise CatalogError(path, f"'{key}' must be an array of tables: write [[{key}]]")
+        seen: set[str] = set()
+        for index, raw in enumerate(value):
+            label = _entry_label(key, index, raw)
+            try:
+                entry = _SCHEMAS[key].model_validate(raw)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                loc = ".".join(str(part) for part in first["loc"]) or None
+                message = first["msg"]
+                if first["type"] == "extra_forbidden":
+                    message = "unknown field"
+                raise CatalogError(path, message, entry=label, field=loc) from None
+            ident = entry.id  # type: ignore[attr-defined]
+            if ident in seen:
+                raise CatalogError(path, "duplicate id in the same file", entry=label, field="id")
+            seen.add(ident)
+            out[key].append(entry)
+    return out
+
+
+def load_catalog(extra_dirs: Sequence[str | Path] = (), *, include_user: bool = True) -> Catalog:
+    """Load the built-in catalog, then user folders that add or override entries by id.
+
+    ``extra_dirs`` are ``--catalog`` folders (or single files), applied last.
+    """
+    dirs: list[Path] = [packaged_catalog_dir()]
+    dirs.extend(user_catalog_dirs(extra_dirs) if include_user else [Path(p) for p in extra_dirs])
+    return load_catalog_from(dirs)
+
+
+def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
+    """Load exactly these folders (or files), later ones overriding earlier ones by id."""
+    tables: dict[str, dict[str, Any]] = {kind: {} for kind in _SCHEMAS}
+    origin: dict[tuple[str, str], Path] = {}
+    files: list[str] = []
+    for directory in dirs:
+        for path in _catalog_files(Path(directory)):
+            files.append(str(path))
+            for kind, entries in parse_catalog_file(path).items():
+                for entry in entries:
+                    ident = entry.id  # type: ignore[attr-defined]
+                    tables[kind][ident] = entry
+                    origin[(kind, ident)] = path
+    catalog = Catalog(
+        accelerators=tables["accelerator"],
+        flavors=tables["flavor"],
+        models=tables["model"],
+        files=tuple(files),
+    )
+    for ident, flavor in catalog.flavors.items():
+        if flavor.accelerator is not None and flavor.accelerator not in catalog.accelerators:
+            raise CatalogError(
+                origin[("flavor", ident)],
+                f"unknown accelerator '{flavor.accelerator}'",
+                entry=f"flavor '{ident}'",
+                field="accelerator",
+            )
+    return catalog

@@ -1,0 +1,154 @@
+"""A plan: what the user wants to run. The estimator turns a plan into bytes, hours and dollars.
+
+The plan holds inputs only, validated; results live in :mod:`hwdash.core.estimator` and
+:mod:`hwdash.core.fit`. Every field has a docstring because the CLI's ``--help``, the TUI form and the
+saved-plans file are all built from the same model.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Method(str, Enum):
+    """How the model is run or trained."""
+
+    INFERENCE = "inference"
+    FULL = "full"
+    LORA = "lora"
+    QLORA = "qlora"
+    LORA_8BIT = "lora-8bit"
+    DORA = "dora"
+    PPO = "ppo"
+    GRPO = "grpo"
+
+
+#: Methods that may train the policy of an RL plan (``--rl-method``).
+RL_TRAINABLE_METHODS = (Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.DORA)
+
+
+class Precision(str, Enum):
+    """Storage layout of weights, gradients and optimizer states.
+
+    On a GPU without bf16 (Turing T4), every layout that names bf16 runs in fp16 instead: the bytes are
+    the same and the plan carries a warning.
+    """
+
+    FP32 = "fp32"
+    """Everything fp32, no autocast: 4 bytes weight + 4 gradient (+ optimizer states)."""
+    AMP = "amp"
+    """fp32 weights, gradients and optimizer states; bf16/fp16 autocast for the matmuls (HF Trainer
+    ``bf16=True`` on a model loaded in fp32): activations are mostly half precision."""
+    BF16 = "bf16"
+    """Weights, gradients and optimizer states all bf16 (how TRL and torchtune load models today)."""
+    MIXED = "mixed"
+    """bf16 weights and gradients plus an fp32 master copy and fp32 Adam states: DeepSpeed, Megatron,
+    and the ZeRO paper's 16 bytes per parameter."""
+
+
+class Optimizer(str, Enum):
+    """Optimizer whose states are counted."""
+
+    ADAMW = "adamw"
+    ADAMW_8BIT = "adamw-8bit"
+    SGD = "sgd"
+    ADAFACTOR = "adafactor"
+
+
+class Attention(str, Enum):
+    """Attention implementation: decides whether the s^2 score matrix is stored."""
+
+    FLASH = "flash"
+    SDPA = "sdpa"
+    EAGER = "eager"
+
+
+class Offload(str, Enum):
+    """DeepSpeed ZeRO CPU offload."""
+
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    """Optimizer states (and the fp32 master copy) live in host RAM (ZeRO-Offload)."""
+    PARAMS = "params"
+    """Optimizer states and parameters live in host RAM (ZeRO-Infinity to CPU; needs ZeRO-3)."""
+
+
+class Plan(BaseModel):
+    """Inputs of one estimate. Defaults are what a user gets when they pass nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+    model: str = Field(min_length=1)
+    """Catalog id (``qwen2.5-7b``), a path to a Hugging Face ``config.json`` or a model folder, or a
+    bare parameter count (``7B``)."""
+    method: Method = Method.LORA
+    """How the model is run or trained."""
+    precision: Precision = Precision.BF16
+    """Storage layout (see :class:`Precision`)."""
+    batch: int = Field(default=1, ge=1, le=65536)
+    """Micro-batch per GPU (sequences per forward pass)."""
+    seq: int = Field(default=2048, ge=1, le=10_000_000)
+    """Sequence length in tokens (for inference: prompt plus generated tokens)."""
+    grad_ckpt: bool = False
+    """Gradient (activation) checkpointing: keep only each layer's input, recompute the rest."""
+    attention: Attention = Attention.SDPA
+    """Attention implementation."""
+    optimizer: Optimizer = Optimizer.ADAMW
+    """Optimizer."""
+    lora_r: int = Field(default=16, ge=1, le=65536)
+    """LoRA/DoRA rank."""
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    """Module names LoRA adapts (``q_proj``, ``v_proj``, ...) or ``all-linear``."""
+    zero: int = Field(default=0, ge=0, le=3)
+    """DeepSpeed ZeRO stage 0-3."""
+    offload: Offload = Offload.NONE
+    """ZeRO CPU offload."""
+    gpus: int = Field(default=1, ge=1, le=100_000)
+    """Data-parallel GPUs the plan's own breakdown assumes (flavors are re-evaluated at their count)."""
+    examples: int | None = Field(default=None, ge=1)
+    """Training examples (with ``epochs`` and ``seq`` they give the token count)."""
+    epochs: float = Field(default=1.0, gt=0)
+    """Passes over the examples."""
+    tokens: int | None = Field(default=None, ge=1)
+    """Total training tokens (instead of examples x epochs x seq). For inference: tokens to generate."""
+    mfu: float | None = Field(default=None, gt=0, le=1)
+    """Model FLOPs utilisation to assume; None takes each accelerator's catalog value."""
+    flavors: tuple[str, ...] = ()
+    """Restrict the flavor table to these ids (empty: every flavor)."""
+    rl_method: Method = Method.FULL
+    """PPO/GRPO: how the policy (and PPO's value model) are trained: full, lora, qlora, lora-8bit, dora."""
+    rl_reference: bool = True
+    """PPO/GRPO: keep a frozen reference model for the KL penalty (GRPO may drop it: beta=0)."""
+    rl_reward_model: bool = True
+    """PPO: a frozen reward model (GRPO usually scores with functions: off by default there)."""
+    vllm_memory_utilization: float = Field(default=0.3, ge=0, lt=1)
+    """PPO/GRPO: share of each GPU a colocated vLLM engine reserves (``gpu_memory_utilization``);
+    0 generates with the policy itself."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Plan:
+        if self.offload is Offload.PARAMS and self.zero != 3:
+            raise ValueError("offload=params needs ZeRO stage 3")
+        if self.offload is Offload.OPTIMIZER and self.zero == 0:
+            raise ValueError("offload=optimizer needs ZeRO stage 1, 2 or 3")
+        if self.method in (Method.PPO, Method.GRPO) and self.rl_method not in RL_TRAINABLE_METHODS:
+            raise ValueError(f"rl_method must be one of {[m.value for m in RL_TRAINABLE_METHODS]}")
+        if self.method is Method.INFERENCE and self.zero:
+            raise ValueError("ZeRO applies to training; inference plans use zero=0")
+        return self
+
+    @property
+    def is_training(self) -> bool:
+        """Whether the plan trains (everything but inference)."""
+        return self.method is not Method.INFERENCE
+
+    @property
+    def is_rl(self) -> bool:
+        """Whether the plan is an RL plan (PPO or GRPO)."""
+        return self.method in (Method.PPO, Method.GRPO)
+
+    def default_name(self, model_name: str) -> str:
+        """A name for saving: model and method, e.g. ``Qwen2.5-7B lora``."""
+        return f"{model_name} {self.method.value}"

@@ -1,0 +1,163 @@
+"""Results of an estimate: memory per GPU, fit per flavor, and the report that ties them together.
+
+Plain frozen dataclasses with integer bytes; :meth:`PlanReport.to_json` gives the ``--json`` shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hwdash.core.catalog import Accelerator, Flavor, ModelSpec
+from hwdash.core.plan import Plan
+
+MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on one GPU, by component."""
+
+    weights: int = 0
+    """Model weights (every model of an RL plan; quantized where the method quantizes)."""
+    gradients: int = 0
+    """Gradients of the trainable parameters alive at the peak."""
+    optimizer: int = 0
+    """Optimizer states, plus the fp32 master copy where the layout keeps one."""
+    activations: int = 0
+    """Activations saved for backward, the logits and the loss, and the largest transient."""
+    kv_cache: int = 0
+    """KV cache (inference, RL generation) including a colocated vLLM engine's reservation."""
+    overhead: int = 0
+    """CUDA context, kernels and allocator fragmentation."""
+
+    @property
+    def total(self) -> int:
+        """Sum of every component."""
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.kv_cache
+            + self.overhead
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        """Components and total as integer bytes (the ``memory`` object of ``--json``)."""
+        out = {name: int(getattr(self, name)) for name in MEMORY_COMPONENTS}
+        out["total"] = self.total
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What one plan needs on each GPU at a given GPU count."""
+
+    per_gpu: MemoryBreakdown
+    """Peak bytes per GPU."""
+    gpus: int
+    """The data-parallel GPU count this estimate assumes."""
+    host_bytes: int = 0
+    """Host RAM that CPU offload needs (the whole machine, not per GPU)."""
+    total_params: int = 0
+    """Parameters of the model (all experts)."""
+    trainable_params: int = 0
+    """Parameters that receive gradients (adapters only for LoRA-style methods)."""
+    compute_dtype: str = "bf16"
+    """The half-precision dtype the matmuls run in (``fp16`` on a GPU without bf16)."""
+    details: tuple[tuple[str, int], ...] = ()
+    """Named sub-parts for display, e.g. ``("reference model weights", n)``."""
+    warnings: tuple[str, ...] = ()
+    """Things the user should know about this estimate."""
+
+
+class FitVerdict(str, Enum):
+    """Whether a plan fits one flavor."""
+
+    FITS = "fits"
+    TIGHT = "tight"
+    NO = "no"
+
+
+#: Headroom under which a fit is only ``tight``: 10% of usable memory.
+TIGHT_HEADROOM_FRACTION = 0.10
+
+
+@dataclass(frozen=True)
+class FlavorFit:
+    """The plan evaluated on one flavor at that flavor's GPU count."""
+
+    flavor: Flavor
+    accelerator: Accelerator | None
+    verdict: FitVerdict
+    need_bytes: int
+    """Peak bytes per GPU at this flavor's GPU count."""
+    usable_bytes: int
+    """Usable memory per GPU (what NVML reports)."""
+    reason: str = ""
+    """Why it does not fit, or a caveat (CPU-only, TPU, unified memory)."""
+    hours: float | None = None
+    """Estimated wall-clock hours (training) or None when the data size is unknown."""
+    cost: float | None = None
+    """Dollars for those hours, None without a price or hours."""
+    tokens_per_second: float | None = None
+    """Training throughput (tokens/s) or, for inference, decode tokens/s per sequence."""
+
+    @property
+    def headroom_bytes(self) -> int:
+        """Usable minus needed bytes per GPU (negative when it does not fit)."""
+        return self.usable_bytes - self.need_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of the ``flavors`` list of ``--json``."""
+        return {
+            "id": self.flavor.id,
+            "fit": self.verdict.value,
+            "headroom_bytes": self.headroom_bytes,
+            "need_bytes": self.need_bytes,
+            "usable_bytes": self.usable_bytes,
+            "gpu_count": self.flavor.gpu_count,
+            "price_per_hour": self.flavor.price_per_hour,
+            "hours": self.hours,
+            "cost": self.cost,
+            "tokens_per_second": self.tokens_per_second,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """Everything ``hwdash plan`` shows: the plan, the model, memory, fits and the recommendation."""
+
+    plan: Plan
+    model: ModelSpec
+    estimate: MemoryEstimate
+    flavors: tuple[FlavorFit, ...]
+    recommended: str | None = None
+    """Cheapest flavor that fits (by total cost when the data size is known, else by $/hour)."""
+    fastest: str | None = None
+    """Fastest flavor that fits."""
+    tokens: int | None = None
+    """Training tokens the time estimate uses."""
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` object of ``hwdash plan``."""
+        plan = self.plan.model_dump(mode="json")
+        plan["model_id"] = self.model.id
+        plan["model_name"] = self.model.name
+        plan["total_params"] = self.estimate.total_params
+        plan["trainable_params"] = self.estimate.trainable_params
+        plan["tokens"] = self.tokens
+        plan["compute_dtype"] = self.estimate.compute_dtype
+        return {
+            "plan": plan,
+            "memory": self.estimate.per_gpu.as_dict(),
+            "host_memory": self.estimate.host_bytes,
+            "flavors": [fit.to_json() for fit in self.flavors],
+            "recommended": self.recommended,
+            "fastest": self.fastest,
+            "warnings": list(self.warnings),
+        }

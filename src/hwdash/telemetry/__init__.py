@@ -1,0 +1,1 @@
+"""Telemetry: NVML and psutil samplers, the fake pynvml, history. Never imports Textual."""
