@@ -1,17 +1,209 @@
-"""``hwdash catalog``: placeholder until its issue lands."""
+"""``hwdash catalog list|validate``: show the hardware and model catalog, or check catalog files.
+
+``list`` prints one kind of entry (flavors by default) as a table, or as JSON with every field (plus
+``usable_bytes`` for accelerators and ``counted_params`` for models). ``validate`` loads the built-in
+catalog, the user catalog folders and the given files or folders, and prints one line of counts; a
+broken file raises :class:`~hwdash.core.catalog.CatalogError`, which ``hwdash.cli.main`` prints as one
+line with exit status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec, load_catalog
+from hwdash.core.model_params import count_parameters
+from hwdash.core.units import GIB, format_count
+from hwdash.errors import UsageError
+
+KINDS = ("flavors", "accelerators", "models")
+
+
+def _add_catalog_flag(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS keeps a top-level `hwdash --catalog DIR catalog list` value when the flag is not
+    # repeated after the subcommand (argparse copies every subcommand default over the parent's).
+    parser.add_argument(
+        "--catalog",
+        dest="catalog",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="extra catalog folder or file; adds or overrides entries by id (repeatable)",
+    )
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register the subcommand."""
-    subparsers.add_parser("catalog", help="(not built yet)")
+    """Register ``hwdash catalog`` and its ``list`` and ``validate`` actions."""
+    parser = subparsers.add_parser(
+        "catalog",
+        help="list or validate the hardware and model catalog",
+        description=(
+            "Show the catalog of accelerators, flavors (machines with a price) and models, or "
+            "check catalog files. User files in $XDG_CONFIG_HOME/hwdash/catalog/, in HWDASH_CATALOG "
+            "folders or given with --catalog add entries or override them by id."
+        ),
+    )
+    _add_catalog_flag(parser)
+    actions = parser.add_subparsers(dest="catalog_action", metavar="ACTION")
+
+    list_parser = actions.add_parser(
+        "list", help="print catalog entries (flavors unless --kind says otherwise)"
+    )
+    list_parser.add_argument(
+        "--kind", choices=KINDS, default="flavors", help="which entries to list (default: flavors)"
+    )
+    list_parser.add_argument(
+        "--json", action="store_true", help="print a JSON list of objects with every field"
+    )
+    _add_catalog_flag(list_parser)
+
+    validate_parser = actions.add_parser(
+        "validate",
+        help="check the built-in catalog, the user catalog and the given files or folders",
+    )
+    validate_parser.add_argument(
+        "paths", nargs="*", metavar="PATH", help="catalog folder or .toml file to check as well"
+    )
+    _add_catalog_flag(validate_parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the subcommand."""
-    print("not built yet")
-    return 1
+    """Run ``hwdash catalog``; ``hwdash catalog`` alone lists flavors."""
+    extra = list(getattr(args, "catalog", None) or [])
+    if getattr(args, "catalog_action", None) == "validate":
+        return _validate(extra, list(args.paths))
+    kind = getattr(args, "kind", "flavors")
+    catalog = load_catalog(extra)
+    if getattr(args, "json", False):
+        json.dump(catalog_as_json(catalog, kind), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    _print_table(catalog, kind)
+    return 0
+
+
+def _validate(extra: list[str], paths: list[str]) -> int:
+    for path in paths:
+        folder = Path(path)
+        if folder.is_dir() and not any(folder.glob("*.toml")):
+            raise UsageError(f"no .toml files in {path}", flag="validate")
+    catalog = load_catalog([*extra, *paths])
+    print(
+        f"catalog OK: {len(catalog.files)} files, {len(catalog.accelerators)} accelerators, "
+        f"{len(catalog.flavors)} flavors, {len(catalog.models)} models"
+    )
+    return 0
+
+
+def catalog_as_json(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
+    """Every entry of one kind as plain JSON objects (bytes as integers)."""
+    if kind == "accelerators":
+        return [
+            {**acc.model_dump(mode="json"), "usable_bytes": acc.usable_bytes}
+            for acc in catalog.accelerators.values()
+        ]
+    if kind == "models":
+        return [
+            {**model.model_dump(mode="json"), "counted_params": count_parameters(model)}
+            for model in catalog.models.values()
+        ]
+    if kind == "flavors":
+        return [flavor.model_dump(mode="json") for flavor in catalog.flavors.values()]
+    raise UsageError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})", flag="--kind")
+
+
+def _number(value: float | None, fmt: str = "{:g}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _flavor_row(catalog: Catalog, flavor: Flavor) -> list[str]:
+    acc = catalog.accelerator_for(flavor)
+    hardware = "CPU only" if acc is None else f"{flavor.gpu_count}x {acc.id}"
+    memory = "-" if acc is None else f"{acc.usable_bytes / GIB:.1f}"
+    price = "-" if flavor.price_per_hour is None else f"${flavor.price_per_hour:.2f}"
+    return [
+        flavor.id,
+        flavor.provider,
+        hardware,
+        memory,
+        _number(flavor.vcpu),
+        _number(flavor.ram_gb),
+        price,
+        flavor.price_date or "-",
+    ]
+
+
+def _accelerator_row(acc: Accelerator) -> list[str]:
+    rate, dtype = acc.matmul_tflops()
+    return [
+        acc.id,
+        acc.kind,
+        _number(acc.memory_gb),
+        f"{acc.usable_bytes / GIB:.1f}" if acc.kind != "cpu" else "-",
+        _number(acc.memory_bandwidth_gbps),
+        "-" if rate is None else f"{rate:g} {dtype}",
+        _number(acc.fp32_tflops),
+        _number(acc.power_w),
+        f"{acc.default_mfu:.2f}",
+        acc.name,
+    ]
+
+
+def _model_row(model: ModelSpec) -> list[str]:
+    params = (
+        format_count(model.params) if model.params else f"~{format_count(count_parameters(model))}"
+    )
+    experts = "-" if model.experts == 1 else f"{model.experts} (top {model.experts_per_token})"
+    return [
+        model.id,
+        params,
+        str(model.layers),
+        str(model.hidden_size),
+        f"{model.heads}/{model.kv_heads}",
+        str(model.vocab_size),
+        str(model.max_context),
+        experts,
+    ]
+
+
+def _print_table(catalog: Catalog, kind: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if kind == "flavors":
+        headers = [
+            "id",
+            "provider",
+            "hardware",
+            "GiB/GPU",
+            "vCPU",
+            "RAM GB",
+            "$/hour",
+            "price date",
+        ]
+        rows = [_flavor_row(catalog, flavor) for flavor in catalog.flavors.values()]
+        caption = "GiB/GPU: memory a process can use (NVML total where known). Local: no price."
+    elif kind == "accelerators":
+        headers = ["id", "kind", "GB", "usable GiB", "GB/s", "TFLOPS", "FP32", "W", "MFU", "name"]
+        rows = [_accelerator_row(acc) for acc in catalog.accelerators.values()]
+        caption = (
+            "TFLOPS: dense tensor rate training runs at (GeForce: FP32 accumulate). MFU: a guess."
+        )
+    elif kind == "models":
+        headers = ["id", "params", "layers", "hidden", "heads/kv", "vocab", "context", "experts"]
+        rows = [_model_row(model) for model in catalog.models.values()]
+        caption = "params: published count; ~ marks a count from the architecture."
+    else:
+        raise UsageError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})", flag="--kind")
+    table = Table(title=f"hwdash catalog: {kind} ({len(rows)})", caption=caption)
+    for header in headers:
+        text = header in ("id", "provider", "hardware", "kind", "name", "price date")
+        table.add_column(header, no_wrap=True, justify="left" if text else "right")
+    for row in rows:
+        table.add_row(*row)
+    # A terminal gets its own width; a pipe or file gets room for every column instead of 80.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -32,10 +32,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: Catalog ids hold no capital letters, so that lookups can ignore case (``Catalog.find_model``).
+ID_PATTERN = r"^[^A-Z]+$"
+
+
+class _FieldProblem(ValueError):
+    """A cross-field check failed; ``field`` is the field the message is about."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class Accelerator(_Strict):
     """One kind of accelerator (a GPU model, a TPU chip, an Apple SoC, or a plain CPU)."""
 
-    id: str = Field(min_length=1)
+    id: str = Field(pattern=ID_PATTERN)
     """Catalog id, lowercase, e.g. ``a100-80gb``."""
     name: str
     """Display name, e.g. ``NVIDIA A100 80GB``."""
@@ -93,8 +105,8 @@ class Accelerator(_Strict):
 class Flavor(_Strict):
     """A machine you can rent or own: a number of accelerators plus CPU and RAM, and a price."""
 
-    id: str = Field(min_length=1)
-    """Catalog id; for Hugging Face Jobs the flavor name itself (``a10g-large``)."""
+    id: str = Field(pattern=ID_PATTERN)
+    """Catalog id, lowercase; for Hugging Face Jobs the flavor name itself (``a10g-large``)."""
     name: str
     """Display name."""
     provider: Literal["hf-jobs", "hf-tpu", "local"]
@@ -121,18 +133,18 @@ class Flavor(_Strict):
     @model_validator(mode="after")
     def _gpu_count_matches_accelerator(self) -> Flavor:
         if self.accelerator is None and self.gpu_count:
-            raise ValueError("gpu_count is set but accelerator is missing")
+            raise _FieldProblem("accelerator", "gpu_count is set but accelerator is missing")
         if self.accelerator is not None and self.gpu_count == 0:
-            raise ValueError("accelerator is set but gpu_count is 0")
+            raise _FieldProblem("gpu_count", "accelerator is set but gpu_count is 0")
         if self.price_per_hour is not None and not self.price_date:
-            raise ValueError("price_per_hour needs price_date (prices change)")
+            raise _FieldProblem("price_date", "price_per_hour needs price_date (prices change)")
         return self
 
 
 class ModelSpec(_Strict):
     """A transformer's architecture: what the estimator needs to count parameters and activations."""
 
-    id: str = Field(min_length=1)
+    id: str = Field(pattern=ID_PATTERN)
     """Catalog id, lowercase (``qwen2.5-7b``)."""
     name: str
     """Display name."""
@@ -174,11 +186,14 @@ class ModelSpec(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
         if self.heads % self.kv_heads:
-            raise ValueError(
-                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            raise _FieldProblem(
+                "kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
             )
         if self.experts_per_token > self.experts:
-            raise ValueError("experts_per_token is larger than experts")
+            raise _FieldProblem(
+                "experts_per_token",
+                f"experts_per_token ({self.experts_per_token}) is larger than experts ({self.experts})",
+            )
         return self
 
 
@@ -279,6 +294,24 @@ def _entry_label(kind: str, index: int, raw: Any) -> str:
     return f"{kind} '{ident}'" if isinstance(ident, str) else f"{kind} #{index + 1}"
 
 
+def _validation_error(path: Path, label: str, exc: ValidationError) -> CatalogError:
+    """Turn pydantic's first error into a one-line message naming the file, entry and field."""
+    first = exc.errors()[0]
+    field_name = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"]
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, _FieldProblem):
+        return CatalogError(path, str(cause), entry=label, field=cause.field)
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif first["type"] == "string_pattern_mismatch" and field_name == "id":
+        message = "ids are lowercase (lookups ignore case)"
+    if field_name is not None and "input" in first and first["type"] != "missing":
+        shown = repr(first["input"])
+        message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
+    return CatalogError(path, message, entry=label, field=field_name)
+
+
 def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
     """Read and validate one TOML file. Raises :class:`CatalogError` naming file, entry and field."""
     try:
@@ -302,12 +335,7 @@ def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
             try:
                 entry = _SCHEMAS[key].model_validate(raw)
             except ValidationError as exc:
-                first = exc.errors()[0]
-                loc = ".".join(str(part) for part in first["loc"]) or None
-                message = first["msg"]
-                if first["type"] == "extra_forbidden":
-                    message = "unknown field"
-                raise CatalogError(path, message, entry=label, field=loc) from None
+                raise _validation_error(path, label, exc) from None
             ident = entry.id  # type: ignore[attr-defined]
             if ident in seen:
                 raise CatalogError(path, "duplicate id in the same file", entry=label, field="id")
@@ -332,11 +360,23 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
     origin: dict[tuple[str, str], Path] = {}
     files: list[str] = []
     for directory in dirs:
+        # Within one folder the same id twice is a mistake (which file wins would depend on
+        # file names); a later folder overriding an earlier one is the point of user catalogs.
+        in_this_folder: dict[tuple[str, str], Path] = {}
         for path in _catalog_files(Path(directory)):
             files.append(str(path))
             for kind, entries in parse_catalog_file(path).items():
                 for entry in entries:
                     ident = entry.id  # type: ignore[attr-defined]
+                    other = in_this_folder.get((kind, ident))
+                    if other is not None:
+                        raise CatalogError(
+                            path,
+                            f"duplicate id: {other.name} in the same folder defines it too",
+                            entry=f"{kind} '{ident}'",
+                            field="id",
+                        )
+                    in_this_folder[(kind, ident)] = path
                     tables[kind][ident] = entry
                     origin[(kind, ident)] = path
     catalog = Catalog(
