@@ -124,6 +124,8 @@ class Snapshot:
     """How long the round took."""
     errors: tuple[str, ...] = field(default_factory=tuple)
     """Round-level problems (a call that timed out, a GPU that vanished)."""
+    stale: bool = False
+    """True when NVML did not answer in time: ``gpus`` are the last good values, ``errors`` says why."""
 
 
 class Sampler(Protocol):

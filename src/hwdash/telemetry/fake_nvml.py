@@ -1,0 +1,658 @@
+"""A stand-in for the ``pynvml`` module, driven by a TOML scenario, so the real sampler runs without a GPU.
+
+:func:`make_fake_pynvml` returns a :class:`FakeNvml` whose ``module`` attribute is a plain module object
+exposing the NVML functions, constants and error classes that :mod:`hwdash.telemetry.nvml_sampler`
+uses. The error classes are the *real* ones from the installed nvidia-ml-py (``NVMLError_NotSupported``,
+``NVMLError_GpuIsLost``, ``NVMLLibraryMismatchError``...), so the sampler's ``except`` clauses are tested
+against what the bindings really raise. Tests may delete functions from ``module`` to imitate older
+bindings that lack them.
+
+Scenario files (``scenarios/*.toml`` in this package) look like this; every series is either one number
+or a list of ``[seconds, value]`` points, linear in between, the last value holding::
+
+    description = "what this box shows"
+    driver_version = "550.54.15"
+    failure = "old-driver"        # optional: no-library | driver-not-loaded | library-mismatch | old-driver
+    time_step_s = 5               # optional: scenario time advances 5 s per sampling round (deterministic)
+
+    [[gpus]]
+    name = "NVIDIA A100-SXM4-80GB"
+    memory_total_mib = 81920
+    memory_reserved_mib = 512
+    used_mib = [[0, 1024], [60, 75000]]
+    utilization = [[0, 0], [10, 97]]
+    unsupported = ["power"]       # these calls raise NVML's NotSupported
+    lost_after_s = 120            # from then on calls for this GPU raise GpuIsLost
+    hang_after_s = 30             # from then on calls for this GPU block until released
+
+    [[gpus.processes]]
+    pid = 4242
+    name = "python"
+    user = "alice"
+    cmdline = "python train.py"
+    used_mib = [[0, 512], [60, 74000]]   # leave out: NVML does not know (usedGpuMemory None)
+    visible = false                      # the host cannot see this PID (another container)
+
+    [[gpus.mig]]
+    name = "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+    memory_total_mib = 40192
+    used_mib = 12000
+
+Scenario time: by default the seconds since the fake was created (real time, for ``--demo``). With
+``time_step_s`` each call to ``nvmlDeviceGetCount`` (once per sampling round) advances it by that step, so
+a command-line run is deterministic. Tests pass their own ``clock`` (:class:`ManualClock`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+import types
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hwdash.core.units import MIB
+from hwdash.errors import UsageError
+from hwdash.telemetry.host_sampler import INVISIBLE, HostProcessInfo, ProcessTable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+"""Where the packaged scenarios live (shipped in the wheel: hatchling includes files under src/hwdash)."""
+
+Series = float | list[tuple[float, float]]
+"""One number, or ``[seconds, value]`` points interpolated linearly, the last value holding."""
+
+FailureMode = Literal["no-library", "driver-not-loaded", "library-mismatch", "old-driver"]
+UnsupportedField = Literal[
+    "name",
+    "uuid",
+    "memory",
+    "utilization",
+    "temperature",
+    "power",
+    "power_limit",
+    "clocks",
+    "processes",
+    "process_name",
+    "mig",
+]
+
+
+class ScenarioError(UsageError):
+    """A scenario file that is missing or broken. The message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_series(value: Series | None) -> Series | None:
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("a series needs at least one [seconds, value] point")
+        times = [point[0] for point in value]
+        if times != sorted(times):
+            raise ValueError("series points must be in time order")
+    return value
+
+
+class ScenarioProcess(_Strict):
+    """A process using a fake GPU."""
+
+    pid: int = Field(gt=0)
+    """Process id NVML reports."""
+    name: str = "python"
+    """Short process name (``nvmlSystemGetProcessName`` and the host's view)."""
+    user: str | None = None
+    """User running it, as the host would report it."""
+    cmdline: str | None = None
+    """Full command line as the host would report it; defaults to ``name``."""
+    kind: Literal["compute", "graphics"] = "compute"
+    """Which NVML process list it appears in."""
+    used_mib: Series | None = None
+    """GPU memory the process uses; leave out to imitate NVML not knowing (``usedGpuMemory`` None)."""
+    cpu_percent: float | None = None
+    """Host CPU percent of the process."""
+    rss_mib: float | None = None
+    """Host resident memory of the process."""
+    visible: bool = True
+    """False: the host cannot see this PID (it lives in another container or PID namespace)."""
+    start_s: float = 0.0
+    """Scenario second the process appears."""
+    end_s: float | None = None
+    """Scenario second the process exits (None: never)."""
+
+    @field_validator("used_mib")
+    @classmethod
+    def _series_in_order(cls, value: Series | None) -> Series | None:
+        return _check_series(value)
+
+
+class ScenarioMig(_Strict):
+    """A MIG instance under a fake GPU."""
+
+    name: str
+    """Name NVML reports for the MIG device."""
+    uuid: str | None = None
+    """UUID (``MIG-...``); generated when left out."""
+    memory_total_mib: float = Field(gt=0)
+    """Memory of the instance."""
+    used_mib: Series = 0.0
+    """Memory in use."""
+
+    @field_validator("used_mib")
+    @classmethod
+    def _series_in_order(cls, value: Series | None) -> Series | None:
+        return _check_series(value)
+
+
+class ScenarioGpu(_Strict):
+    """One fake GPU."""
+
+    name: str
+    """Name NVML reports, e.g. ``NVIDIA A100-SXM4-80GB``."""
+    uuid: str | None = None
+    """UUID; generated from the index when left out."""
+    memory_total_mib: float = Field(gt=0)
+    """Total memory NVML reports."""
+    memory_reserved_mib: float = Field(default=0.0, ge=0)
+    """Memory the driver reserves (memory info v2)."""
+    used_mib: Series = 0.0
+    """Memory in use by processes, excluding reserved."""
+    utilization: Series = 0.0
+    """Percent of time a kernel ran."""
+    memory_utilization: Series = 0.0
+    """Percent of time the memory bus was busy."""
+    temperature_c: Series = 40.0
+    """GPU temperature."""
+    power_w: Series = 60.0
+    """Power draw in watts."""
+    power_limit_w: float = Field(default=300.0, gt=0)
+    """Enforced power limit in watts."""
+    sm_clock_mhz: Series = 1410.0
+    """SM clock."""
+    memory_clock_mhz: Series = 1593.0
+    """Memory clock."""
+    unsupported: list[UnsupportedField] = []
+    """Fields whose calls raise NVML's NotSupported."""
+    lost_after_s: float | None = Field(default=None, ge=0)
+    """From this scenario second on, every call for this GPU raises GpuIsLost."""
+    hang_after_s: float | None = Field(default=None, ge=0)
+    """From this scenario second on, every call for this GPU blocks until the fake is released."""
+    processes: list[ScenarioProcess] = []
+    """Processes using this GPU."""
+    mig: list[ScenarioMig] = []
+    """MIG instances; a non-empty list turns MIG mode on."""
+
+    @field_validator(
+        "used_mib",
+        "utilization",
+        "memory_utilization",
+        "temperature_c",
+        "power_w",
+        "sm_clock_mhz",
+        "memory_clock_mhz",
+    )
+    @classmethod
+    def _series_in_order(cls, value: Series) -> Series:
+        checked = _check_series(value)
+        assert checked is not None
+        return checked
+
+
+class Scenario(_Strict):
+    """A whole fake machine."""
+
+    description: str = ""
+    """What the scenario shows."""
+    driver_version: str = "550.54.15"
+    """What ``nvmlSystemGetDriverVersion`` returns."""
+    failure: FailureMode | None = None
+    """A machine-wide failure: no NVML library, driver not loaded, driver/library mismatch, or an old
+    driver without memory info v2 and v3 process calls."""
+    time_step_s: float | None = Field(default=None, gt=0)
+    """If set, scenario time advances by this step per sampling round instead of following the clock."""
+    gpus: list[ScenarioGpu] = []
+    """The GPUs, in NVML index order."""
+
+
+def scenario_names() -> list[str]:
+    """Names of the packaged scenarios (file names without ``.toml``)."""
+    return sorted(path.stem for path in SCENARIO_DIR.glob("*.toml"))
+
+
+def scenario_path(name_or_path: str | Path) -> Path:
+    """Resolve a scenario: an existing file path, or the name of a packaged scenario (``h100x8``)."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.is_file():
+        return path
+    if "/" not in text and os.sep not in text:
+        packaged = SCENARIO_DIR / (text if text.endswith(".toml") else f"{text}.toml")
+        if packaged.is_file():
+            return packaged
+        if path.suffix == "":
+            raise ScenarioError(
+                f"no fake NVML scenario named {text!r}; packaged scenarios: "
+                + ", ".join(scenario_names())
+            )
+    raise ScenarioError(f"fake NVML scenario file {text!r} does not exist")
+
+
+def _describe_validation_error(path: Path, error: ValidationError) -> str:
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{path}: {location}: {first['msg']}{suffix}"
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Read and validate a scenario by path or packaged name. Raises :class:`ScenarioError`."""
+    path = scenario_path(name_or_path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScenarioError(f"cannot read fake NVML scenario {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(_describe_validation_error(path, exc)) from exc
+
+
+def series_value(series: Series, at_s: float) -> float:
+    """Value of a series at scenario second ``at_s`` (linear between points, ends held)."""
+    if not isinstance(series, list):
+        return float(series)
+    if at_s <= series[0][0]:
+        return float(series[0][1])
+    for (t0, v0), (t1, v1) in itertools.pairwise(series):
+        if at_s <= t1:
+            if t1 == t0:
+                return float(v1)
+            return float(v0 + (v1 - v0) * (at_s - t0) / (t1 - t0))
+    return float(series[-1][1])
+
+
+class ManualClock:
+    """A scenario clock that only moves when told to (for tests)."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.now_s = start_s
+
+    def advance(self, seconds: float) -> None:
+        """Move scenario time forward."""
+        self.now_s += seconds
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@dataclass(frozen=True)
+class FakeDeviceHandle:
+    """What ``nvmlDeviceGetHandleByIndex`` returns from the fake."""
+
+    gpu_index: int
+    mig_index: int | None = None
+
+
+class ScenarioProcessTable:
+    """Answers host look-ups for the scenario's PIDs from the scenario; other PIDs go to ``fallback``.
+
+    So a demo shows users and command lines, and ``visible = false`` imitates another container,
+    whatever PIDs happen to exist on the machine running the demo.
+    """
+
+    def __init__(self, scenario: Scenario, fallback: ProcessTable | None = None) -> None:
+        self._fallback = fallback
+        self._known: dict[int, ScenarioProcess] = {
+            process.pid: process for gpu in scenario.gpus for process in gpu.processes
+        }
+
+    def lookup(self, pids: set[int]) -> dict[int, HostProcessInfo]:
+        result: dict[int, HostProcessInfo] = {}
+        unknown = set()
+        for pid in pids:
+            process = self._known.get(pid)
+            if process is None:
+                unknown.add(pid)
+            elif not process.visible:
+                result[pid] = INVISIBLE
+            else:
+                result[pid] = HostProcessInfo(
+                    visible=True,
+                    name=process.name,
+                    user=process.user,
+                    cmdline=process.cmdline or process.name,
+                    cpu_percent=process.cpu_percent,
+                    rss_bytes=None if process.rss_mib is None else _mib(process.rss_mib),
+                )
+        if unknown:
+            if self._fallback is not None:
+                result.update(self._fallback.lookup(unknown))
+            else:
+                result.update({pid: INVISIBLE for pid in unknown})
+        return result
+
+
+def _real_pynvml() -> Any:
+    import pynvml  # the error classes and constants come from the real bindings
+
+    return pynvml
+
+
+def _mib(value: float) -> int:
+    return round(value * MIB)
+
+
+class FakeNvml:
+    """The state behind a fake ``pynvml`` module: the scenario, its clock, call counts, hangs."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] | None = None) -> None:
+        self.scenario = scenario
+        self.calls: Counter[str] = Counter()
+        """How many times each NVML function was called (tests check static fields are read once)."""
+        self._real = _real_pynvml()
+        self._initialized = False
+        self._hang_release = threading.Event()
+        self._step_time = 0.0
+        started = time.monotonic()
+        if clock is not None:
+            self._clock = clock
+        elif scenario.time_step_s is not None:
+            self._clock = lambda: self._step_time
+        else:
+            self._clock = lambda: time.monotonic() - started
+        self.module = self._build_module()
+
+    # -- control -------------------------------------------------------------------------------
+    def now(self) -> float:
+        """Current scenario second."""
+        return self._clock()
+
+    def process_table(self, fallback: ProcessTable | None = None) -> ScenarioProcessTable:
+        """A host view of the scenario's PIDs (user, command line, visibility) for the host sampler."""
+        return ScenarioProcessTable(self.scenario, fallback)
+
+    def release_hangs(self) -> None:
+        """Let calls blocked by ``hang_after_s`` return (they then raise NVML's Timeout)."""
+        self._hang_release.set()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _error(self, code_name: str) -> Exception:
+        cls: type[Exception] = getattr(self._real, code_name)
+        return cls()
+
+    def _require_init(self) -> None:
+        if not self._initialized:
+            raise self._error("NVMLError_Uninitialized")
+
+    def _gpu(self, handle: FakeDeviceHandle, field: UnsupportedField | None = None) -> ScenarioGpu:
+        self._require_init()
+        if not isinstance(handle, FakeDeviceHandle) or not (
+            0 <= handle.gpu_index < len(self.scenario.gpus)
+        ):
+            raise self._error("NVMLError_InvalidArgument")
+        gpu = self.scenario.gpus[handle.gpu_index]
+        now = self.now()
+        if gpu.lost_after_s is not None and now >= gpu.lost_after_s:
+            raise self._error("NVMLError_GpuIsLost")
+        if gpu.hang_after_s is not None and now >= gpu.hang_after_s:
+            self._hang_release.wait()
+            raise self._error("NVMLError_Timeout")
+        if field is not None and field in gpu.unsupported:
+            raise self._error("NVMLError_NotSupported")
+        return gpu
+
+    def _mig(self, handle: FakeDeviceHandle) -> ScenarioMig:
+        gpu = self._gpu(handle)
+        assert handle.mig_index is not None
+        return gpu.mig[handle.mig_index]
+
+    def _old_driver(self) -> bool:
+        return self.scenario.failure == "old-driver"
+
+    # -- NVML functions ------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        failure = self.scenario.failure
+        if failure == "no-library":
+            raise self._error("NVMLError_LibraryNotFound")
+        if failure == "driver-not-loaded":
+            raise self._error("NVMLError_DriverNotLoaded")
+        if failure == "library-mismatch":
+            raise self._error("NVMLError_LibRmVersionMismatch")
+        self._initialized = True
+
+    def nvmlShutdown(self) -> None:
+        self._require_init()
+        self._initialized = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._require_init()
+        return self.scenario.driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._require_init()
+        if self.scenario.time_step_s is not None:
+            self._step_time += self.scenario.time_step_s
+        return len(self.scenario.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeDeviceHandle:
+        handle = FakeDeviceHandle(index)
+        self._gpu(handle)
+        return handle
+
+    def nvmlDeviceGetName(self, handle: FakeDeviceHandle) -> str:
+        if handle.mig_index is not None:
+            return self._mig(handle).name
+        return self._gpu(handle, "name").name
+
+    def nvmlDeviceGetUUID(self, handle: FakeDeviceHandle) -> str:
+        if handle.mig_index is not None:
+            mig = self._mig(handle)
+            return mig.uuid or f"MIG-fake-{handle.gpu_index:04d}-{handle.mig_index:04d}"
+        gpu = self._gpu(handle, "uuid")
+        return gpu.uuid or f"GPU-fake-0000-0000-0000-{handle.gpu_index:012d}"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeDeviceHandle, version: int | None = None) -> Any:
+        if version is not None and self._old_driver():
+            raise self._error("NVMLError_FunctionNotFound")
+        now = self.now()
+        if handle.mig_index is not None:
+            mig = self._mig(handle)
+            total, reserved, used = mig.memory_total_mib, 0.0, series_value(mig.used_mib, now)
+        else:
+            gpu = self._gpu(handle, "memory")
+            total = gpu.memory_total_mib
+            reserved = gpu.memory_reserved_mib
+            used = series_value(gpu.used_mib, now)
+        used = min(max(used, 0.0), total - reserved)
+        free = total - reserved - used
+        if version is None:
+            # v1 semantics: "used" includes what the driver reserves.
+            return types.SimpleNamespace(
+                total=_mib(total), free=_mib(free), used=_mib(used + reserved)
+            )
+        return types.SimpleNamespace(
+            version=version,
+            total=_mib(total),
+            reserved=_mib(reserved),
+            free=_mib(free),
+            used=_mib(used),
+        )
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeDeviceHandle) -> Any:
+        gpu = self._gpu(handle, "utilization")
+        now = self.now()
+        return types.SimpleNamespace(
+            gpu=round(series_value(gpu.utilization, now)),
+            memory=round(series_value(gpu.memory_utilization, now)),
+        )
+
+    def nvmlDeviceGetTemperature(self, handle: FakeDeviceHandle, sensor: int) -> int:
+        gpu = self._gpu(handle, "temperature")
+        if sensor != self._real.NVML_TEMPERATURE_GPU:
+            raise self._error("NVMLError_InvalidArgument")
+        return round(series_value(gpu.temperature_c, self.now()))
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeDeviceHandle) -> int:
+        gpu = self._gpu(handle, "power")
+        return round(series_value(gpu.power_w, self.now()) * 1000)  # milliwatts
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeDeviceHandle) -> int:
+        gpu = self._gpu(handle, "power_limit")
+        return round(gpu.power_limit_w * 1000)  # milliwatts
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeDeviceHandle, clock_type: int) -> int:
+        gpu = self._gpu(handle, "clocks")
+        if clock_type == self._real.NVML_CLOCK_SM:
+            return round(series_value(gpu.sm_clock_mhz, self.now()))
+        if clock_type == self._real.NVML_CLOCK_MEM:
+            return round(series_value(gpu.memory_clock_mhz, self.now()))
+        raise self._error("NVMLError_InvalidArgument")
+
+    def _processes(self, handle: FakeDeviceHandle, kind: str) -> list[Any]:
+        gpu = self._gpu(handle, "processes")
+        now = self.now()
+        result = []
+        for process in gpu.processes:
+            if process.kind != kind or now < process.start_s:
+                continue
+            if process.end_s is not None and now >= process.end_s:
+                continue
+            used = None if process.used_mib is None else _mib(series_value(process.used_mib, now))
+            result.append(
+                types.SimpleNamespace(
+                    pid=process.pid,
+                    usedGpuMemory=used,
+                    gpuInstanceId=0xFFFFFFFF,
+                    computeInstanceId=0xFFFFFFFF,
+                )
+            )
+        return result
+
+    def _processes_v3(self, handle: FakeDeviceHandle, kind: str) -> list[Any]:
+        if self._old_driver():
+            raise self._error("NVMLError_FunctionNotFound")
+        return self._processes(handle, kind)
+
+    def _processes_unversioned(self, handle: FakeDeviceHandle, kind: str) -> list[Any]:
+        # The real bindings call the v3 function and turn FunctionNotFound into this plain Exception.
+        try:
+            return self._processes_v3(handle, kind)
+        except self._real.NVMLError_FunctionNotFound:
+            raise self._real.NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML lib "
+                "version (fake NVML, old-driver scenario)"
+            ) from None
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        self._require_init()
+        for index, gpu in enumerate(self.scenario.gpus):
+            for process in gpu.processes:
+                if process.pid == pid:
+                    self._gpu(FakeDeviceHandle(index), "process_name")
+                    return process.name
+        raise self._error("NVMLError_NotFound")
+
+    def nvmlDeviceGetMigMode(self, handle: FakeDeviceHandle) -> list[int]:
+        gpu = self._gpu(handle, "mig")
+        mode = self._real.NVML_DEVICE_MIG_ENABLE if gpu.mig else self._real.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeDeviceHandle) -> int:
+        gpu = self._gpu(handle, "mig")
+        return max(7, len(gpu.mig)) if gpu.mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(
+        self, handle: FakeDeviceHandle, index: int
+    ) -> FakeDeviceHandle:
+        gpu = self._gpu(handle, "mig")
+        if not 0 <= index < len(gpu.mig):
+            raise self._error("NVMLError_NotFound")
+        return FakeDeviceHandle(handle.gpu_index, index)
+
+    # -- the module ----------------------------------------------------------------------------
+    def _build_module(self) -> types.ModuleType:
+        module = types.ModuleType("pynvml", "fake pynvml driven by a hwdash scenario")
+        for name in dir(self._real):
+            if name.startswith(("NVMLError", "NVML_ERROR_")) or name == "NVMLLibraryMismatchError":
+                setattr(module, name, getattr(self._real, name))
+        for name in (
+            "NVML_TEMPERATURE_GPU",
+            "NVML_CLOCK_SM",
+            "NVML_CLOCK_MEM",
+            "NVML_DEVICE_MIG_ENABLE",
+            "NVML_DEVICE_MIG_DISABLE",
+            "nvmlMemory_v2",
+        ):
+            setattr(module, name, getattr(self._real, name))
+
+        functions: dict[str, Callable[..., Any]] = {
+            "nvmlInit": self.nvmlInit,
+            "nvmlShutdown": self.nvmlShutdown,
+            "nvmlSystemGetDriverVersion": self.nvmlSystemGetDriverVersion,
+            "nvmlDeviceGetCount": self.nvmlDeviceGetCount,
+            "nvmlDeviceGetHandleByIndex": self.nvmlDeviceGetHandleByIndex,
+            "nvmlDeviceGetName": self.nvmlDeviceGetName,
+            "nvmlDeviceGetUUID": self.nvmlDeviceGetUUID,
+            "nvmlDeviceGetMemoryInfo": self.nvmlDeviceGetMemoryInfo,
+            "nvmlDeviceGetUtilizationRates": self.nvmlDeviceGetUtilizationRates,
+            "nvmlDeviceGetTemperature": self.nvmlDeviceGetTemperature,
+            "nvmlDeviceGetPowerUsage": self.nvmlDeviceGetPowerUsage,
+            "nvmlDeviceGetEnforcedPowerLimit": self.nvmlDeviceGetEnforcedPowerLimit,
+            "nvmlDeviceGetClockInfo": self.nvmlDeviceGetClockInfo,
+            "nvmlSystemGetProcessName": self.nvmlSystemGetProcessName,
+            "nvmlDeviceGetMigMode": self.nvmlDeviceGetMigMode,
+            "nvmlDeviceGetMaxMigDeviceCount": self.nvmlDeviceGetMaxMigDeviceCount,
+            "nvmlDeviceGetMigDeviceHandleByIndex": self.nvmlDeviceGetMigDeviceHandleByIndex,
+        }
+        for kind, label in (("compute", "Compute"), ("graphics", "Graphics")):
+            base = f"nvmlDeviceGet{label}RunningProcesses"
+            functions[base] = _bind_kind(self._processes_unversioned, kind)
+            functions[f"{base}_v3"] = _bind_kind(self._processes_v3, kind)
+            functions[f"{base}_v2"] = _bind_kind(self._processes, kind)
+
+        for name, function in functions.items():
+            setattr(module, name, self._counted(name, function))
+        return module
+
+    def _counted(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return function(*args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+
+def _bind_kind(
+    function: Callable[[FakeDeviceHandle, str], list[Any]], kind: str
+) -> Callable[[FakeDeviceHandle], list[Any]]:
+    def call(handle: FakeDeviceHandle) -> list[Any]:
+        return function(handle, kind)
+
+    return call
+
+
+def make_fake_pynvml(
+    scenario: Scenario | str | Path, clock: Callable[[], float] | None = None
+) -> FakeNvml:
+    """Build a fake NVML from a scenario (object, packaged name or path); use ``.module`` as pynvml."""
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
+    return FakeNvml(scenario, clock)

@@ -1,0 +1,130 @@
+"""The host sampler (psutil): CPU, load, RAM, swap, and what the host knows about each GPU process.
+
+CPU percentages use psutil's non-blocking form (``interval=None``), which measures since the previous
+call: the sampler primes the counters when it is built, so the first real sample already means
+something, and it never sleeps. Per-process CPU works the same way, which is why ``psutil.Process``
+objects are kept between rounds (a new PID reads ``None`` for CPU on its first round).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import psutil
+
+from hwdash.telemetry.types import HostSample
+
+
+@dataclass(frozen=True)
+class HostProcessInfo:
+    """What the host knows about one PID."""
+
+    visible: bool
+    """False when the host cannot see the PID (it runs in another container or PID namespace)."""
+    name: str | None = None
+    user: str | None = None
+    cmdline: str | None = None
+    cpu_percent: float | None = None
+    """Percent of one core since the previous round; None on the first round of a PID."""
+    rss_bytes: int | None = None
+
+
+INVISIBLE = HostProcessInfo(visible=False)
+T = TypeVar("T")
+
+
+class ProcessTable(Protocol):
+    """Looks up GPU PIDs on the host."""
+
+    def lookup(self, pids: set[int]) -> dict[int, HostProcessInfo]:
+        """Information for each PID; PIDs the host cannot see map to ``visible=False``."""
+        ...
+
+
+class PsutilProcessTable:
+    """The real host view of PIDs, through psutil."""
+
+    def __init__(self) -> None:
+        self._processes: dict[int, psutil.Process] = {}
+
+    def _read(self, pid: int) -> HostProcessInfo:
+        process = self._processes.get(pid)
+        first_round = False
+        if process is None or not process.is_running():  # is_running also catches PID reuse
+            try:
+                process = psutil.Process(pid)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                self._processes.pop(pid, None)
+                return INVISIBLE
+            except psutil.AccessDenied:
+                return HostProcessInfo(visible=True)
+            self._processes[pid] = process
+            first_round = True
+        try:
+            with process.oneshot():
+                name = _quietly(process.name)
+                user = _quietly(process.username)
+                arguments = _quietly(process.cmdline)
+                memory = _quietly(process.memory_info)
+                cpu = _quietly(lambda: process.cpu_percent(interval=None))
+        except psutil.NoSuchProcess:
+            self._processes.pop(pid, None)
+            return INVISIBLE
+        return HostProcessInfo(
+            visible=True,
+            name=name,
+            user=user,
+            cmdline=" ".join(arguments) if arguments else None,
+            cpu_percent=None if first_round or cpu is None else float(cpu),
+            rss_bytes=None if memory is None else int(memory.rss),
+        )
+
+    def lookup(self, pids: set[int]) -> dict[int, HostProcessInfo]:
+        for gone in set(self._processes) - pids:
+            del self._processes[gone]
+        return {pid: self._read(pid) for pid in pids}
+
+
+def _quietly(read: Callable[[], T]) -> T | None:
+    """Call a psutil getter; AccessDenied gives None (NoSuchProcess propagates)."""
+    try:
+        return read()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+class HostSampler:
+    """CPU, load, memory and swap of this machine, plus a process table for GPU PIDs."""
+
+    def __init__(self, process_table: ProcessTable | None = None) -> None:
+        self.process_table: ProcessTable = process_table or PsutilProcessTable()
+        psutil.cpu_percent(interval=None)  # prime: the next call measures from here
+        psutil.cpu_percent(interval=None, percpu=True)
+
+    def sample(self) -> HostSample:
+        """One reading; never blocks."""
+        overall = psutil.cpu_percent(interval=None)
+        per_core = psutil.cpu_percent(interval=None, percpu=True)
+        try:
+            load: tuple[float, float, float] | None = os.getloadavg()
+        except (OSError, AttributeError):  # Windows without psutil's emulation
+            load = None
+        memory = psutil.virtual_memory()
+        swap = psutil.swap_memory()
+        return HostSample(
+            cpu_percent=float(overall),
+            per_cpu_percent=tuple(float(value) for value in per_core),
+            load_average=load,
+            ram_total_bytes=int(memory.total),
+            ram_used_bytes=int(memory.total - memory.available),
+            ram_available_bytes=int(memory.available),
+            swap_total_bytes=int(swap.total),
+            swap_used_bytes=int(swap.used),
+        )
+
+    def processes(self, pids: set[int]) -> dict[int, HostProcessInfo]:
+        """Host information for GPU PIDs."""
+        return self.process_table.lookup(pids)
