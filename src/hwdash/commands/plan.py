@@ -1,17 +1,409 @@
-"""``hwdash plan``: placeholder until its issue lands."""
+"""``hwdash plan``: will this run fit, on which flavor, how long and for how much.
+
+Builds a :class:`~hwdash.core.plan.Plan` from the flags, evaluates it on the catalog's flavors with
+:func:`~hwdash.core.fit.evaluate_plan`, and prints a breakdown and a flavor table (or ``--json``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
+
+from pydantic import ValidationError
+
+from hwdash.core.plan import (
+    RL_TRAINABLE_METHODS,
+    Attention,
+    Method,
+    Offload,
+    Optimizer,
+    Plan,
+    Precision,
+)
+from hwdash.errors import UsageError
+
+#: Plan field -> the flag that sets it, to name the flag in error messages.
+FIELD_FLAGS = {
+    "model": "--model",
+    "method": "--method",
+    "precision": "--precision",
+    "batch": "--batch",
+    "seq": "--seq",
+    "grad_ckpt": "--grad-ckpt",
+    "attention": "--attn",
+    "optimizer": "--optimizer",
+    "lora_r": "--lora-r",
+    "lora_targets": "--lora-targets",
+    "zero": "--zero",
+    "offload": "--offload",
+    "gpus": "--gpus",
+    "examples": "--examples",
+    "epochs": "--epochs",
+    "tokens": "--tokens",
+    "mfu": "--mfu",
+    "flavors": "--flavor",
+    "rl_method": "--rl-method",
+    "rl_reference": "--no-reference",
+    "rl_reward_model": "--reward-model/--no-reward-model",
+    "vllm_memory_utilization": "--vllm-util",
+}
+
+
+def _precision_help() -> str:
+    lines = ["storage layout of weights, gradients and optimizer states (default bf16):"]
+    for precision in Precision:
+        doc = " ".join((getattr(precision, "__doc__", None) or "").split())
+        lines.append(f"{precision.value}: {doc}")
+    return " | ".join(lines)
+
+
+def _count(text: str) -> int:
+    from hwdash.core.units import parse_count
+
+    try:
+        return parse_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register the subcommand."""
-    subparsers.add_parser("plan", help="(not built yet)")
+    """Register the subcommand and its flags."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="estimate GPU memory, time and cost of a training or inference run",
+        description=(
+            "Estimate peak GPU memory per device (weights, gradients, optimizer states, activations, "
+            "KV cache, overhead) for a plan, and whether it fits each flavor of the catalog, with "
+            "hours and dollars. Example: hwdash plan --model qwen2.5-7b --method lora --batch 4 "
+            "--seq 2048 --grad-ckpt"
+        ),
+    )
+    what = parser.add_argument_group("model and method")
+    what.add_argument(
+        "--model",
+        help="catalog id, Hugging Face id, config.json path or model folder, or a count (7B)",
+    )
+    what.add_argument("--params", help="a bare parameter count (7B, 500M) instead of --model")
+    what.add_argument(
+        "--method",
+        choices=[m.value for m in Method],
+        default=Method.LORA.value,
+        help="inference, full fine-tune, lora, qlora (NF4), lora-8bit, dora, ppo or grpo (default lora)",
+    )
+    what.add_argument(
+        "--precision",
+        choices=[p.value for p in Precision],
+        default=Precision.BF16.value,
+        help=_precision_help(),
+    )
+    what.add_argument(
+        "--optimizer",
+        choices=[o.value for o in Optimizer],
+        default=Optimizer.ADAMW.value,
+        help="default adamw",
+    )
+    what.add_argument(
+        "--lora-r", type=int, default=16, metavar="R", help="LoRA/DoRA rank (default 16)"
+    )
+    what.add_argument(
+        "--lora-targets",
+        default="all-linear",
+        metavar="NAMES",
+        help="comma-separated module names (q_proj,v_proj,...) or all-linear (default)",
+    )
+    shape = parser.add_argument_group("batch and memory savers")
+    shape.add_argument("--batch", type=int, default=1, help="micro-batch per GPU (default 1)")
+    shape.add_argument(
+        "--seq", type=int, default=2048, help="sequence length in tokens (default 2048)"
+    )
+    shape.add_argument(
+        "--grad-ckpt", action="store_true", help="gradient checkpointing (recompute activations)"
+    )
+    shape.add_argument(
+        "--attn",
+        choices=[a.value for a in Attention],
+        default=Attention.SDPA.value,
+        help="attention implementation: flash and sdpa keep no s^2 scores, eager does (default sdpa)",
+    )
+    shape.add_argument("--zero", type=int, default=0, help="DeepSpeed ZeRO stage 0-3 (default 0)")
+    shape.add_argument(
+        "--offload",
+        choices=[o.value for o in Offload],
+        default=Offload.NONE.value,
+        help="ZeRO CPU offload",
+    )
+    shape.add_argument(
+        "--gpus", type=int, default=1, help="data-parallel GPUs for the breakdown (default 1)"
+    )
+    rl = parser.add_argument_group("RL (ppo, grpo)")
+    rl.add_argument(
+        "--rl-method",
+        choices=[m.value for m in RL_TRAINABLE_METHODS],
+        default=Method.FULL.value,
+        help="how the policy (and PPO's value model) train (default full)",
+    )
+    rl.add_argument(
+        "--no-reference", action="store_true", help="no frozen reference model (KL beta=0)"
+    )
+    reward = rl.add_mutually_exclusive_group()
+    reward.add_argument(
+        "--reward-model",
+        dest="reward_model",
+        action="store_const",
+        const=True,
+        default=None,
+        help="count a frozen reward model (default for ppo)",
+    )
+    reward.add_argument(
+        "--no-reward-model",
+        dest="reward_model",
+        action="store_const",
+        const=False,
+        help="no reward model (default for grpo: reward functions)",
+    )
+    rl.add_argument(
+        "--vllm-util",
+        type=float,
+        default=0.3,
+        metavar="F",
+        help="vLLM gpu_memory_utilization share (0: the policy generates; default 0.3)",
+    )
+    data = parser.add_argument_group("data size, time and flavors")
+    data.add_argument(
+        "--examples",
+        type=_count,
+        help="training examples (with --epochs and --seq give the tokens)",
+    )
+    data.add_argument(
+        "--epochs", type=float, default=1.0, help="passes over the examples (default 1)"
+    )
+    data.add_argument(
+        "--tokens", type=_count, help="total training tokens (or tokens to generate for inference)"
+    )
+    data.add_argument(
+        "--mfu", type=float, help="model FLOPs utilisation (default: the catalog's per GPU)"
+    )
+    data.add_argument(
+        "--flavor",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only these flavors (repeatable or comma-separated)",
+    )
+    out = parser.add_argument_group("catalog and output")
+    out.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra catalog folder or file (repeatable)",
+    )
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument(
+        "--save",
+        metavar="NAME",
+        help="save the plan under NAME in the plans file (dashboard compare)",
+    )
+
+
+def _split(values: list[str]) -> tuple[str, ...]:
+    items: list[str] = []
+    for value in values:
+        items.extend(part.strip() for part in value.split(",") if part.strip())
+    return tuple(dict.fromkeys(items))
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """Build and validate the plan; a bad value raises :class:`UsageError` naming its flag."""
+    if args.model and args.params:
+        raise UsageError("give --model or --params, not both", flag="--params")
+    model = args.model or args.params
+    if not model:
+        raise UsageError(
+            "which model? give a catalog id, a config.json path, or --params 7B", flag="--model"
+        )
+    if args.params:
+        from hwdash.core.units import parse_count
+
+        try:
+            parse_count(args.params)
+        except ValueError as exc:
+            raise UsageError(str(exc), flag="--params") from None
+    fields: dict[str, Any] = {
+        "model": model,
+        "method": args.method,
+        "precision": args.precision,
+        "batch": args.batch,
+        "seq": args.seq,
+        "grad_ckpt": args.grad_ckpt,
+        "attention": args.attn,
+        "optimizer": args.optimizer,
+        "lora_r": args.lora_r,
+        "lora_targets": _split([args.lora_targets]) or ("all-linear",),
+        "zero": args.zero,
+        "offload": args.offload,
+        "gpus": args.gpus,
+        "examples": args.examples,
+        "epochs": args.epochs,
+        "tokens": args.tokens,
+        "mfu": args.mfu,
+        "flavors": _split(args.flavor),
+        "rl_method": args.rl_method,
+        "rl_reference": not args.no_reference,
+        "vllm_memory_utilization": args.vllm_util,
+    }
+    if args.reward_model is not None:
+        fields["rl_reward_model"] = args.reward_model
+    try:
+        return Plan(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first["loc"]
+        field = str(loc[0]) if loc else ""
+        flag = FIELD_FLAGS.get(field)
+        if flag is None:
+            # model-level checks (offload needs ZeRO, ...) carry no field: name the flags from the text.
+            message = str(first["msg"]).removeprefix("Value error, ")
+            flag = _flag_from_message(message)
+            raise UsageError(message, flag=flag) from None
+        value = first.get("input")
+        raise UsageError(f"{value!r} is not allowed: {first['msg']}", flag=flag) from None
+
+
+def _flag_from_message(message: str) -> str | None:
+    lowered = message.lower()
+    if "offload" in lowered:
+        return "--offload"
+    if "zero" in lowered:
+        return "--zero"
+    if "rl_method" in lowered:
+        return "--rl-method"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
-    print("not built yet")
-    return 1
+    from hwdash.core.catalog import load_catalog
+    from hwdash.core.estimator import architecture, resolve_lora_targets
+    from hwdash.core.fit import evaluate_plan
+    from hwdash.core.models import resolve_model
+
+    plan = plan_from_args(args)
+    catalog = load_catalog(args.catalog)
+    model = resolve_model(plan.model, catalog)
+    _check_method_fits_model(plan, model, architecture, resolve_lora_targets)
+    report = evaluate_plan(plan, catalog, model)
+    saved_as = None
+    if args.save:
+        from hwdash.core.plan_store import PlanStore, PlanSummary
+
+        saved = PlanStore().save(args.save, plan, summary=PlanSummary.from_report(report))
+        saved_as = saved.name
+    if args.json:
+        document = report.to_json()
+        if saved_as is not None:
+            document["saved_as"] = saved_as
+        json.dump(document, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    render_report(report, saved_as=saved_as)
+    return 0
+
+
+def _check_method_fits_model(
+    plan: Plan, model: Any, architecture: Any, resolve_targets: Any
+) -> None:
+    """Reject what the model cannot do: LoRA on modules it lacks, a rank wider than a matrix."""
+    method = plan.rl_method if plan.is_rl else plan.method
+    from hwdash.core.estimator import LORA_STYLE_METHODS
+
+    if method not in LORA_STYLE_METHODS:
+        return
+    arch = architecture(model)
+    try:
+        targets = resolve_targets(arch, plan.lora_targets)
+    except ValueError as exc:
+        raise UsageError(str(exc), flag="--lora-targets") from None
+    narrowest = min(min(t.in_features, t.out_features) for t in targets)
+    if plan.lora_r > narrowest:
+        raise UsageError(
+            f"rank {plan.lora_r} is wider than {model.name}'s narrowest adapted matrix ({narrowest})",
+            flag="--lora-r",
+        )
+
+
+_VERDICT_STYLE = {"fits": "green", "tight": "yellow", "no": "red"}
+
+
+def render_report(report: Any, *, saved_as: str | None = None, console: Any = None) -> None:
+    """Print the breakdown, warnings and the flavor table with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hwdash.core.results import MEMORY_COMPONENTS
+    from hwdash.core.units import GIB, format_count, format_hours, format_money
+
+    console = console or Console()
+    plan, estimate = report.plan, report.estimate
+    memory = estimate.per_gpu.as_dict()
+    total = memory["total"]
+    title = (
+        f"{report.model.name}: {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
+        f"{plan.seq}, {format_count(estimate.total_params)} params "
+        f"({format_count(estimate.trainable_params)} trainable), {estimate.gpus} GPU"
+        f"{'s' if estimate.gpus != 1 else ''}, {estimate.compute_dtype}"
+    )
+    breakdown = Table(title=title, title_justify="left")
+    breakdown.add_column("component")
+    breakdown.add_column("GiB per GPU", justify="right")
+    breakdown.add_column("share", justify="right")
+    for name in MEMORY_COMPONENTS:
+        value = memory[name]
+        share = value / total if total else 0.0
+        breakdown.add_row(name.replace("_", " "), f"{value / GIB:.2f}", f"{share:.0%}")
+    breakdown.add_row("[bold]total[/bold]", f"[bold]{total / GIB:.2f}[/bold]", "100%")
+    console.print(breakdown)
+    if estimate.host_bytes:
+        console.print(f"host RAM for offload: {estimate.host_bytes / GIB:.1f} GiB")
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    table = Table(title="flavors, cheapest first", title_justify="left")
+    for column, justify in (
+        ("flavor", "left"),
+        ("fit", "left"),
+        ("headroom GiB", "right"),
+        ("GPUs", "right"),
+        ("$/h", "right"),
+        ("hours", "right"),
+        ("cost", "right"),
+        ("note", "left"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for fit in report.flavors:
+        verdict = fit.verdict.value
+        name = fit.flavor.id
+        if name == report.recommended:
+            name = f"[bold]{name}[/bold] (cheapest)"
+        if name == report.fastest or fit.flavor.id == report.fastest:
+            name = f"{name} (fastest)"
+        headroom = "-" if fit.usable_bytes == 0 else f"{fit.headroom_bytes / GIB:+.1f}"
+        price = fit.flavor.price_per_hour
+        table.add_row(
+            name,
+            f"[{_VERDICT_STYLE[verdict]}]{verdict}[/{_VERDICT_STYLE[verdict]}]",
+            headroom,
+            str(fit.flavor.gpu_count),
+            "-" if price is None else f"{price:.2f}",
+            format_hours(fit.hours),
+            format_money(fit.cost),
+            fit.reason,
+        )
+    console.print(table)
+    if report.recommended:
+        console.print(f"recommended: [bold]{report.recommended}[/bold] (cheapest that fits)")
+    else:
+        console.print("recommended: none (no flavor fits)")
+    if saved_as:
+        console.print(f"saved as '{saved_as}'")

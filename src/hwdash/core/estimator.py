@@ -1,0 +1,893 @@
+"""GPU memory per device for a plan: weights, gradients, optimizer states, activations, KV cache, overhead.
+
+Pure and cheap (the TUI reruns it on every keystroke): no I/O, no globals that change, only arithmetic
+over the model's architecture. Every formula names its source next to it; where a constant is a guess,
+the comment says so.
+
+Main sources:
+
+* ZeRO: Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+  arXiv:1910.02054, Figure 1 and section 5: model states of ``(2 + 2 + K) * Psi`` bytes with K = 12
+  for mixed-precision Adam, sharded over ``Nd`` data-parallel GPUs stage by stage.
+* ZeRO-Offload: Ren et al. 2021, arXiv:2101.06840, section 4: fp32 master weights and Adam states
+  (and the gradients they are updated from) live in host memory; the GPU keeps the 16-bit parameters.
+* Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+  Models", arXiv:2205.05198, section 4.1 (``s*b*h*(34 + 5*a*s/h)`` bytes per layer in 16-bit, and
+  ``2*s*b*h`` per layer with full recomputation). We recount the same saved tensors for today's
+  Hugging Face decoder layers (RMSNorm with an fp32 upcast, SwiGLU MLP, GQA, no dropout); see
+  :func:`layer_activation_bytes`.
+* QLoRA: Dettmers et al. 2023, arXiv:2305.14314, section 3 (NF4 and double quantization:
+  0.127 bits per parameter of quantization constants).
+* LLM.int8(): Dettmers et al. 2022, arXiv:2208.07339 (int8 weights with one scale per output row).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hwdash.core.catalog import Accelerator, ModelSpec
+from hwdash.core.plan import Attention, Method, Offload, Optimizer, Plan, Precision
+from hwdash.core.results import MemoryBreakdown, MemoryEstimate
+from hwdash.core.units import MIB
+
+# --------------------------------------------------------------------------------------------------
+# Constants. The guesses are marked as such; issue 5 calibrates them against measured runs.
+# --------------------------------------------------------------------------------------------------
+
+#: CUDA context plus cuBLAS/cuDNN workspaces and loaded kernels, per GPU. A guess: PyTorch forum
+#: threads and the CUDA "lazy loading" notes put the context at roughly 300-500 MiB depending on GPU,
+#: driver and CUDA version (https://pytorch.org/docs/stable/notes/cuda.html#memory-management,
+#: https://docs.nvidia.com/cuda/cuda-c-programming-guide/#lazy-loading). We take the high end.
+CUDA_CONTEXT_BYTES = 500 * MIB
+
+#: Allocator fragmentation and cached-but-unused blocks, as a fraction of everything else. A guess
+#: (PyTorch's caching allocator rounds and caches blocks; ``memory_reserved`` typically exceeds
+#: ``memory_allocated`` by a few to ~10 percent in training loops); issue 5 calibrates it.
+ALLOCATOR_FRAGMENTATION = 0.08
+
+#: NF4 storage: 4 bits per weight (QLoRA paper, section 3).
+NF4_BYTES_PER_PARAM = 0.5
+#: Double-quantized NF4 constants: 8-bit absmax per 64 weights plus one fp32 constant per 256 blocks,
+#: 8/64 + 32/(64*256) = 0.127 bits per parameter (QLoRA paper, section 3 "Double Quantization").
+NF4_CONSTANT_BYTES_PER_PARAM = 0.127 / 8
+#: LLM.int8(): one byte per weight; the per-row fp32 scale is counted per matrix (arXiv:2208.07339).
+INT8_BYTES_PER_PARAM = 1
+INT8_ROW_SCALE_BYTES = 4
+
+#: bitsandbytes 8-bit Adam keeps both states in 8 bits (1 byte each per parameter); its block-wise
+#: quantization constants (one fp32 per 2048 values) are small enough to ignore. Dettmers et al. 2021,
+#: "8-bit Optimizers via Block-wise Quantization", arXiv:2110.02861.
+ADAM_8BIT_STATE_BYTES = 2
+
+#: Adafactor (Shazeer & Stern 2018, arXiv:1804.04235) keeps a factored second moment: a row and a
+#: column vector per matrix ((rows + cols) values instead of rows * cols) and no first moment in the
+#: default Hugging Face configuration (beta1=None). For matrices 1000+ wide that is under 0.2% of a
+#: full state; vectors (norms, biases) keep full states. We approximate the whole thing as 1% of one
+#: full state per parameter: a deliberate, documented overestimate, small either way.
+ADAFACTOR_STATE_FRACTION = 0.01
+
+#: DeepSpeed ZeRO-3 prefetches the next block while the current one runs, and keeps up to
+#: ``stage3_max_live_parameters`` (default 1e9) gathered; Hugging Face's "auto" sets
+#: ``stage3_prefetch_bucket_size`` to 0.9 * hidden^2. We count the largest module (a block or the
+#: embedding/LM head) plus one block prefetched, capped at the live-parameter default.
+#: https://www.deepspeed.ai/docs/config-json/#parameter-offloading (stage3_max_live_parameters,
+#: stage3_prefetch_bucket_size) and transformers' DeepSpeed integration docs.
+ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
+
+#: Bytes per logit at the loss's peak. transformers' ``ForCausalLMLoss`` upcasts the logits to fp32
+#: before cross-entropy (``logits = logits.float()`` in ``transformers/loss/loss_utils.py``);
+#: log-softmax saves its fp32 output for backward. In forward the 16-bit logits, the fp32 copy and
+#: the fp32 log-softmax output coexist (e + 4 + 4 bytes); at the start of backward the saved output,
+#: the fp32 gradient out of NLL and the fp32 gradient log-softmax produces coexist (12 bytes), while
+#: the 16-bit logits are gone (the Trainer drops the model outputs before ``backward``).
+LOSS_FP32_BYTES_PER_LOGIT = 12
+
+#: Modules ``all-linear`` adapts: every linear layer inside the transformer blocks (PEFT excludes
+#: the LM head), per https://huggingface.co/docs/peft/developer_guides/lora ("all-linear").
+ALL_LINEAR = "all-linear"
+#: Common alternative names of the same projections (Mixtral's w1/w2/w3, Phi's dense).
+MODULE_ALIASES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj", "dense": "o_proj"}
+
+LORA_STYLE_METHODS = (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT)
+QUANTIZED_METHODS = (Method.QLORA, Method.LORA_8BIT)
+
+
+# --------------------------------------------------------------------------------------------------
+# Architecture: the linear layers of one block, the embeddings, the norms.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinearShape:
+    """One linear projection of a transformer block (``copies`` > 1 for MoE experts)."""
+
+    name: str
+    in_features: int
+    out_features: int
+    copies: int = 1
+    bias: bool = False
+
+    @property
+    def params(self) -> int:
+        """Parameters of every copy together."""
+        return self.copies * (
+            self.in_features * self.out_features + (self.out_features if self.bias else 0)
+        )
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Parameter layout of a decoder-only transformer, derived from a :class:`ModelSpec`."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    experts: int
+    experts_per_token: int
+    gated_mlp: bool
+    linears: tuple[LinearShape, ...]
+    """The linear layers of one block."""
+    norm_params_per_layer: int
+    router_params_per_layer: int
+    embedding_params: int
+    lm_head_params: int
+    """0 when tied to the embedding."""
+    final_norm_params: int
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (heads x head_dim)."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of each of the key and value projections."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Parameters in one block's linear layers (what NF4/int8 quantize)."""
+        return sum(linear.params for linear in self.linears)
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of one transformer block."""
+        return (
+            self.linear_params_per_layer + self.norm_params_per_layer + self.router_params_per_layer
+        )
+
+    @property
+    def quantizable_params(self) -> int:
+        """Parameters bitsandbytes quantizes: every linear layer inside the blocks."""
+        return self.layers * self.linear_params_per_layer
+
+    @property
+    def total_params(self) -> int:
+        """Every parameter, all experts included."""
+        return (
+            self.layers * self.block_params
+            + self.embedding_params
+            + self.lm_head_params
+            + self.final_norm_params
+        )
+
+    @property
+    def unquantized_params(self) -> int:
+        """Embeddings, LM head, norms, routers: left in 16 bits by bitsandbytes."""
+        return self.total_params - self.quantizable_params
+
+    @property
+    def largest_linear(self) -> LinearShape:
+        """The single largest weight matrix of a block (one expert's, for MoE)."""
+        return max(self.linears, key=lambda linear: linear.in_features * linear.out_features)
+
+    @property
+    def matmul_params_per_token(self) -> int:
+        """Parameters one token multiplies through (MoE: only its routed experts; embedding lookup
+        excluded, LM head included even when tied). The N of 2N FLOPs per token (Kaplan et al. 2020)."""
+        per_layer = 0
+        for linear in self.linears:
+            single = linear.params // linear.copies
+            per_layer += single * (self.experts_per_token if linear.copies > 1 else 1)
+        return self.layers * (per_layer + self.router_params_per_layer) + self.vocab * self.hidden
+
+
+def architecture(model: ModelSpec) -> Architecture:
+    """The parameter layout of ``model``: Llama-style blocks (q, k, v, o + gated or plain MLP).
+
+    Counts follow the Hugging Face implementations (``modeling_llama.py``, ``modeling_qwen2.py``,
+    ``modeling_mixtral.py``, ``modeling_phi.py``): q/k/v biases when ``attention_bias``; a gated MLP
+    has gate, up and down projections, a plain one fc1 and fc2 with biases; MoE repeats the MLP per
+    expert and adds a router of hidden x experts; RMSNorm has ``hidden`` weights (LayerNorm twice that).
+    """
+    hidden, head_dim = model.hidden_size, model.head_dim
+    q_dim, kv_dim = model.heads * head_dim, model.kv_heads * head_dim
+    bias = model.attention_bias
+    gated = model.mlp == "gated"
+    experts = model.experts
+    linears: list[LinearShape] = [
+        LinearShape("q_proj", hidden, q_dim, bias=bias),
+        LinearShape("k_proj", hidden, kv_dim, bias=bias),
+        LinearShape("v_proj", hidden, kv_dim, bias=bias),
+        LinearShape("o_proj", q_dim, hidden, bias=not gated),
+    ]
+    inter = model.intermediate_size
+    if gated:
+        linears += [
+            LinearShape("gate_proj", hidden, inter, copies=experts),
+            LinearShape("up_proj", hidden, inter, copies=experts),
+            LinearShape("down_proj", inter, hidden, copies=experts),
+        ]
+    else:
+        linears += [
+            LinearShape("fc1", hidden, inter, copies=experts, bias=True),
+            LinearShape("fc2", inter, hidden, copies=experts, bias=True),
+        ]
+    norm = hidden if gated else 2 * hidden  # RMSNorm weight vs LayerNorm weight + bias
+    embedding = model.vocab_size * hidden
+    return Architecture(
+        layers=model.layers,
+        hidden=hidden,
+        heads=model.heads,
+        kv_heads=model.kv_heads,
+        head_dim=head_dim,
+        intermediate=inter,
+        vocab=model.vocab_size,
+        experts=experts,
+        experts_per_token=model.experts_per_token,
+        gated_mlp=gated,
+        linears=tuple(linears),
+        norm_params_per_layer=2 * norm,
+        router_params_per_layer=hidden * experts if experts > 1 else 0,
+        embedding_params=embedding,
+        lm_head_params=0 if model.tied_embeddings else embedding,
+        final_norm_params=norm,
+    )
+
+
+def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[LinearShape, ...]:
+    """The block's linear layers LoRA adapts. ``all-linear`` means all of them.
+
+    Raises ``ValueError`` naming a module the model does not have.
+    """
+    by_name = {linear.name: linear for linear in arch.linears}
+    if any(target == ALL_LINEAR for target in targets):
+        return arch.linears
+    chosen: dict[str, LinearShape] = {}
+    for target in targets:
+        name = MODULE_ALIASES.get(target, target)
+        if name not in by_name:
+            known = ", ".join([*by_name, ALL_LINEAR])
+            raise ValueError(f"the model has no module '{target}' (it has {known})")
+        chosen[name] = by_name[name]
+    return tuple(chosen.values())
+
+
+def lora_adapter_params(
+    arch: Architecture, targets: tuple[LinearShape, ...], rank: int, *, dora: bool = False
+) -> int:
+    """Adapter parameters: A (r x in) and B (out x r) per targeted matrix per layer, per expert.
+
+    LoRA: Hu et al. 2021, arXiv:2106.09685, section 4. DoRA adds a magnitude vector of ``out``
+    values per adapted matrix (Liu et al. 2024, arXiv:2402.09353, section 4.1).
+    """
+    per_layer = 0
+    for linear in targets:
+        per_copy = rank * (linear.in_features + linear.out_features)
+        if dora:
+            per_copy += linear.out_features
+        per_layer += per_copy * linear.copies
+    return arch.layers * per_layer
+
+
+# --------------------------------------------------------------------------------------------------
+# Storage layouts and model states (ZeRO).
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Bytes per parameter of each model-state part, and of activations, for a storage layout."""
+
+    weight_bytes: int
+    gradient_bytes: int
+    master_bytes: int
+    """fp32 master copy kept by the optimizer (0 when the weights themselves are fp32)."""
+    state_bytes: int
+    """Bytes of one optimizer state value (e.g. Adam's momentum)."""
+    activation_bytes: int
+    """Bytes per activation element (2 under autocast or bf16, 4 in plain fp32)."""
+
+
+#: The layouts of :class:`Precision`, exactly as its docstrings state.
+LAYOUTS: dict[Precision, Layout] = {
+    Precision.FP32: Layout(
+        weight_bytes=4, gradient_bytes=4, master_bytes=0, state_bytes=4, activation_bytes=4
+    ),
+    Precision.AMP: Layout(
+        weight_bytes=4, gradient_bytes=4, master_bytes=0, state_bytes=4, activation_bytes=2
+    ),
+    Precision.BF16: Layout(
+        weight_bytes=2, gradient_bytes=2, master_bytes=0, state_bytes=2, activation_bytes=2
+    ),
+    Precision.MIXED: Layout(
+        weight_bytes=2, gradient_bytes=2, master_bytes=4, state_bytes=4, activation_bytes=2
+    ),
+}
+
+#: LoRA adapters are created in fp32 by PEFT even on a 16-bit base (``autocast_adapter_dtype=True``,
+#: the default since PEFT 0.12): 4 bytes weight and gradient, fp32 Adam states, no master copy.
+ADAPTER_LAYOUT = LAYOUTS[Precision.FP32]
+
+
+def optimizer_state_bytes_per_param(optimizer: Optimizer, layout: Layout) -> float:
+    """Optimizer state bytes per trainable parameter, excluding the master copy.
+
+    * adamw: two states (momentum, variance) in the layout's state dtype (Loshchilov & Hutter 2019).
+    * adamw-8bit: both states in 8 bits (bitsandbytes; arXiv:2110.02861).
+    * sgd: none. We model plain SGD as Hugging Face's ``optim="sgd"`` creates it (torch's default
+      ``momentum=0``, which keeps no state); SGD with momentum would add one state.
+    * adafactor: a factored second moment, see :data:`ADAFACTOR_STATE_FRACTION`.
+    """
+    if optimizer is Optimizer.ADAMW:
+        return 2 * layout.state_bytes
+    if optimizer is Optimizer.ADAMW_8BIT:
+        return ADAM_8BIT_STATE_BYTES
+    if optimizer is Optimizer.SGD:
+        return 0
+    return ADAFACTOR_STATE_FRACTION * layout.state_bytes
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Model-state bytes on one GPU (ZeRO paper's "model states")."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    """Optimizer states plus the master copy."""
+
+    @property
+    def total(self) -> float:
+        """All three together."""
+        return self.weights + self.gradients + self.optimizer
+
+
+def model_state_bytes(
+    params: int,
+    trainable: int,
+    layout: Layout,
+    optimizer: Optimizer,
+    zero: int,
+    data_parallel: int,
+) -> ModelStates:
+    """Weights, gradients and optimizer states per GPU under ZeRO stage ``zero`` over ``data_parallel``.
+
+    ZeRO paper, Figure 1: with Psi parameters and K bytes of optimizer state per parameter,
+    stage 0 keeps ``(2 + 2 + K) Psi`` on every GPU; stage 1 (P_os) shards the K part over Nd;
+    stage 2 (P_os+g) also the gradients; stage 3 (P_os+g+p) also the parameters. K here is the
+    master copy plus the optimizer states of :func:`optimizer_state_bytes_per_param` (12 for
+    mixed-precision Adam). ``params`` includes frozen parameters (weights only); ``trainable`` are
+    the ones with gradients and optimizer states.
+    """
+    k_bytes = layout.master_bytes + optimizer_state_bytes_per_param(optimizer, layout)
+    weights = float(params * layout.weight_bytes)
+    gradients = float(trainable * layout.gradient_bytes)
+    states = trainable * k_bytes
+    dp = max(1, data_parallel)
+    if zero >= 1:
+        states /= dp
+    if zero >= 2:
+        gradients /= dp
+    if zero >= 3:
+        weights /= dp
+    return ModelStates(weights=weights, gradients=gradients, optimizer=states)
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations.
+# --------------------------------------------------------------------------------------------------
+
+
+def _score_bytes_per_element(attention: Attention, element_bytes: int, gqa: bool) -> int:
+    """Bytes stored per attention-score element (b x heads x s x s) for backward.
+
+    * flash / SDPA's flash or memory-efficient kernels: none, they recompute the scores in backward
+      and keep only a log-sum-exp per row (Dao et al. 2022, arXiv:2205.14135). Korthikanti's
+      ``5as/h`` term disappears.
+    * SDPA in fp32 on a GQA model: we assume PyTorch's math fallback (the fused kernels want 16-bit
+      inputs or matching head counts), which saves the probabilities in the compute dtype.
+    * eager: transformers computes ``softmax(..., dtype=torch.float32)`` and casts back, so the fp32
+      softmax output (saved by softmax) and the 16-bit probabilities (saved by the matmul with V)
+      are both kept. Korthikanti counts 2 + 1 (dropout mask) + 2 (dropout output) bytes; modern LLMs
+      train without attention dropout, so there is no mask and no separate dropout output.
+    """
+    if attention is Attention.EAGER:
+        return 4 + (element_bytes if element_bytes != 4 else 0)
+    if attention is Attention.SDPA and element_bytes == 4 and gqa:
+        return element_bytes
+    return 0
+
+
+def layer_activation_bytes(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    element_bytes: int,
+    attention: Attention,
+    *,
+    lora_targets: tuple[LinearShape, ...] = (),
+    lora_rank: int = 0,
+    dora: bool = False,
+) -> int:
+    """Bytes one decoder layer saves for backward, without recomputation.
+
+    Korthikanti et al. 2022 (section 4.1) count ``34 s b h + 5 a s^2 b`` bytes for a GPT layer in
+    16-bit with dropout. We count the same way, tensor by tensor, for a Hugging Face Llama-style layer
+    (``e`` = bytes per element, ``t`` = b * s tokens):
+
+    * two RMSNorms, each saving its fp32 upcast input (4 t h; transformers' ``LlamaRMSNorm`` computes
+      in fp32) and its 16-bit output (e t h), which is also the next projection's saved input;
+    * Q (e t q_dim), K and V (e t kv_dim each for flash, which handles GQA natively; eager and SDPA
+      receive K/V expanded to all heads by ``repeat_kv``, so e t q_dim each);
+    * the attention output, saved by o_proj (e t q_dim), plus flash's fp32 log-sum-exp (4 b a s);
+    * the scores where the kernel keeps them (:func:`_score_bytes_per_element`);
+    * gated MLP (SwiGLU): gate and up outputs, SiLU(gate) and the product fed to down_proj, 4 e t i;
+      a plain MLP (fc1, GELU, fc2) saves the fc1 output and the GELU output, 2 e t i (Korthikanti's
+      8 s b h + 8 s b h for i = 4h). No dropout masks (Korthikanti's 2 s b h of masks are dropped);
+    * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
+      expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
+      router logits (4 t experts);
+    * LoRA: per adapted matrix, a copy of its input in the compute dtype (PEFT casts the input to the
+      fp32 adapter dtype and autocast casts it back; that copy is what lora_A saves) and lora_A's
+      output (e t r) saved by lora_B. DoRA additionally keeps the base output and the LoRA output of
+      each adapted matrix for the magnitude scaling (2 e t out); this DoRA term is a guess from
+      reading PEFT's ``DoraLinearLayer``, not a measurement.
+    """
+    tokens = batch * seq
+    e = element_bytes
+    h = arch.hidden
+    gqa = arch.kv_heads != arch.heads
+    kv_saved = arch.kv_dim if attention is Attention.FLASH else arch.q_dim
+    norms = 2 * (4 * tokens * h + e * tokens * h)
+    attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved) + e * tokens * arch.q_dim
+    attention_bytes += 4 * batch * arch.heads * seq  # log-sum-exp (flash) or row statistics
+    scores = _score_bytes_per_element(attention, e, gqa) * batch * arch.heads * seq * seq
+    mlp_factor = 4 if arch.gated_mlp else 2
+    mlp = mlp_factor * e * tokens * arch.intermediate
+    if arch.experts > 1:
+        k = arch.experts_per_token
+        mlp = k * (mlp + 2 * e * tokens * h) + 4 * tokens * arch.experts
+    adapters = 0
+    for linear in lora_targets:
+        copies = arch.experts_per_token if linear.copies > 1 else 1
+        per_copy = e * tokens * linear.in_features + e * tokens * lora_rank
+        if dora:
+            per_copy += 2 * e * tokens * linear.out_features
+        adapters += copies * per_copy
+    return norms + attention_bytes + scores + mlp + adapters
+
+
+def logits_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
+    """Logits and the loss at their peak: ``b * s * vocab * max(e + 8, 12)`` bytes.
+
+    See :data:`LOSS_FP32_BYTES_PER_LOGIT`. For large vocabularies (Qwen's 152k, Gemma's 262k) this is
+    often the peak of a short training step. Recent transformers shift the labels instead of slicing
+    the logits, so no extra shifted copy is counted.
+    """
+    per_logit = max(element_bytes + 8, LOSS_FP32_BYTES_PER_LOGIT)
+    return batch * seq * arch.vocab * per_logit
+
+
+def training_activation_bytes(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    element_bytes: int,
+    attention: Attention,
+    grad_ckpt: bool,
+    *,
+    lora_targets: tuple[LinearShape, ...] = (),
+    lora_rank: int = 0,
+    dora: bool = False,
+) -> int:
+    """Activations of all layers at the start of backward (logits excluded).
+
+    Without recomputation every layer's :func:`layer_activation_bytes`. With full recomputation
+    (gradient checkpointing) Korthikanti's ``2 s b h`` per layer: each layer's 16-bit input, plus one
+    layer's full activations while it is recomputed during backward.
+    """
+    one_layer = layer_activation_bytes(
+        arch,
+        batch,
+        seq,
+        element_bytes,
+        attention,
+        lora_targets=lora_targets,
+        lora_rank=lora_rank,
+        dora=dora,
+    )
+    if not grad_ckpt:
+        return arch.layers * one_layer
+    return arch.layers * element_bytes * batch * seq * arch.hidden + one_layer
+
+
+def inference_activation_bytes(
+    arch: Architecture, batch: int, seq: int, element_bytes: int, attention: Attention
+) -> int:
+    """Prefill transients: one layer at a time (no grad, nothing saved), plus last-token logits.
+
+    Without autograd only the layer being computed holds intermediates: the fp32 norm upcast, Q/K/V,
+    the scores for eager attention, and the MLP's gate, up and activated tensors together. Logits:
+    transformers' ``generate`` computes them for the last position only (``logits_to_keep=1``), in
+    16 bits plus an fp32 copy for sampling; a plain forward over the whole prompt would hold
+    ``b * s * vocab`` logits instead.
+    """
+    tokens = batch * seq
+    e = element_bytes
+    norm = 4 * tokens * arch.hidden + e * tokens * arch.hidden
+    qkv = e * tokens * (arch.q_dim + 2 * arch.kv_dim)
+    scores = (4 + e) * batch * arch.heads * seq * seq if attention is Attention.EAGER else 0
+    mlp = (3 if arch.gated_mlp else 2) * e * tokens * arch.intermediate
+    if arch.experts > 1:
+        mlp *= arch.experts_per_token
+    layer = max(norm + qkv + scores, norm + mlp)
+    return layer + batch * arch.vocab * (e + 4)
+
+
+def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
+    """Key and value cache: ``2 * layers * kv_heads * head_dim * seq * batch * bytes``.
+
+    GQA-aware: only the ``kv_heads`` key/value heads are cached (Ainslie et al. 2023,
+    arXiv:2305.13245); see also Hugging Face's KV-cache docs.
+    """
+    return 2 * arch.layers * arch.kv_dim * seq * batch * element_bytes
+
+
+# --------------------------------------------------------------------------------------------------
+# The estimate.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Accumulator:
+    """Bytes collected while estimating one plan (floats until the end)."""
+
+    weights: float = 0.0
+    gradients: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0
+    kv_cache: float = 0.0
+    host: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.details: list[tuple[str, int]] = []
+        self.warnings: list[str] = []
+
+    def note(self, label: str, value: float) -> None:
+        """Record a named sub-part for display."""
+        self.details.append((label, round(value)))
+
+
+def _zero3_live_bytes(arch: Architecture, weight_bytes: float) -> float:
+    """Parameters ZeRO-3 gathers in full during forward/backward (see ZERO3_MAX_LIVE_PARAMETERS)."""
+    largest = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
+    live = min(largest + arch.block_params, ZERO3_MAX_LIVE_PARAMETERS, arch.total_params)
+    return live * weight_bytes
+
+
+def _frozen_weights_on_gpu(
+    arch: Architecture,
+    total_bytes: float,
+    zero: int,
+    dp: int,
+    offload: Offload,
+    per_param_bytes: float,
+) -> tuple[float, float]:
+    """GPU and host bytes of weights that ZeRO-3 may shard or offload: (gpu, host)."""
+    if zero < 3:
+        return total_bytes, 0.0
+    live = min(total_bytes, _zero3_live_bytes(arch, per_param_bytes))
+    if offload is Offload.PARAMS:
+        return live, total_bytes
+    if dp <= 1:
+        return total_bytes, 0.0
+    return min(total_bytes, total_bytes / dp + live), 0.0
+
+
+def _base_weight_bytes(arch: Architecture, method: Method, layout: Layout) -> tuple[float, float]:
+    """Bytes of the frozen base for a LoRA-style method, and the bytes per parameter ZeRO-3 gathers.
+
+    * lora/dora: the layout's weight dtype (bf16 for ``bf16``/``mixed``; fp32 for ``fp32``/``amp``,
+      since ``amp`` means the model is loaded in fp32 and autocast does the matmuls).
+    * qlora: NF4 plus double-quantized constants for every linear layer inside the blocks; the rest
+      (embeddings, LM head, norms) is upcast to fp32 by PEFT's ``prepare_model_for_kbit_training``,
+      which casts every non-quantized 16-bit parameter to fp32.
+    * lora-8bit: LLM.int8() weights with a per-row fp32 scale; the rest upcast to fp32 as above.
+    """
+    if method is Method.QLORA:
+        quantized = arch.quantizable_params * (NF4_BYTES_PER_PARAM + NF4_CONSTANT_BYTES_PER_PARAM)
+        total = quantized + 4 * arch.unquantized_params
+        return total, total / arch.total_params
+    if method is Method.LORA_8BIT:
+        rows = arch.layers * sum(linear.out_features * linear.copies for linear in arch.linears)
+        quantized = arch.quantizable_params * INT8_BYTES_PER_PARAM + rows * INT8_ROW_SCALE_BYTES
+        total = quantized + 4 * arch.unquantized_params
+        return total, total / arch.total_params
+    return float(arch.total_params * layout.weight_bytes), float(layout.weight_bytes)
+
+
+def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
+    """The layout, adjusted where DeepSpeed overrides it."""
+    layout = LAYOUTS[plan.precision]
+    if plan.zero > 0 and plan.precision is Precision.BF16 and plan.method is Method.FULL:
+        acc.warnings.append(
+            "DeepSpeed ZeRO keeps an fp32 master copy and fp32 optimizer states even for a bf16 model: "
+            "counted as --precision mixed"
+        )
+        return LAYOUTS[Precision.MIXED]
+    return layout
+
+
+def _train_one_model(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+    *,
+    with_logits: bool,
+) -> int:
+    """Add the model states and activations of one trained model; return its trainable params."""
+    zero, offload = plan.zero, plan.offload
+    element_bytes = layout.activation_bytes
+    targets: tuple[LinearShape, ...] = ()
+    if method is Method.FULL:
+        trainable = arch.total_params
+        states = model_state_bytes(arch.total_params, trainable, layout, plan.optimizer, zero, dp)
+        weights_full = float(arch.total_params * layout.weight_bytes)
+        gpu_weights, host_weights = _frozen_weights_on_gpu(
+            arch, weights_full, zero, dp, offload, layout.weight_bytes
+        )
+        acc.weights += gpu_weights
+        acc.host += host_weights
+        acc.note(f"{label} weights", gpu_weights)
+        state_layout = layout
+    else:
+        targets = resolve_lora_targets(arch, plan.lora_targets)
+        dora = method is Method.DORA
+        trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
+        base_bytes, per_param = _base_weight_bytes(arch, method, layout)
+        gpu_base, host_base = _frozen_weights_on_gpu(arch, base_bytes, zero, dp, offload, per_param)
+        # DeepSpeed casts the whole module to bf16 and keeps an fp32 master copy of what trains;
+        # without DeepSpeed PEFT keeps fp32 adapters. Both come to 16 bytes per adapter parameter
+        # with Adam.
+        state_layout = LAYOUTS[Precision.MIXED] if zero > 0 else ADAPTER_LAYOUT
+        states = model_state_bytes(trainable, trainable, state_layout, plan.optimizer, zero, dp)
+        acc.weights += gpu_base + states.weights
+        acc.host += host_base
+        acc.note(f"{label} frozen base ({method.value})", gpu_base)
+        acc.note(f"{label} adapters", states.weights)
+        if method in QUANTIZED_METHODS:
+            # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
+            largest = arch.largest_linear
+            acc.activations += 2 * largest.in_features * largest.out_features
+        if dora:
+            # PEFT's DoRA forms W + scale * B @ A per adapted matrix to take its column norm (in the
+            # adapter's fp32): two full-size fp32 matrices for the largest one. A guess, see above.
+            largest_target = max(targets, key=lambda lin: lin.in_features * lin.out_features)
+            acc.activations += 2 * 4 * largest_target.in_features * largest_target.out_features
+    gradients, optimizer = states.gradients, states.optimizer
+    if offload is not Offload.NONE:
+        # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on
+        # the host; all shards of one machine add up to the full size there. We keep the 16-bit
+        # gradient partition on the GPU too (DeepSpeed streams it out bucket by bucket), which
+        # errs on the safe side.
+        k_bytes = state_layout.master_bytes + optimizer_state_bytes_per_param(
+            plan.optimizer, state_layout
+        )
+        acc.host += trainable * (k_bytes + state_layout.gradient_bytes)
+        optimizer = 0.0
+    acc.gradients += gradients
+    acc.optimizer += optimizer
+    acc.note(f"{label} gradients", gradients)
+    acc.note(f"{label} optimizer states", optimizer)
+    activations = training_activation_bytes(
+        arch,
+        plan.batch,
+        plan.seq,
+        element_bytes,
+        plan.attention,
+        plan.grad_ckpt,
+        lora_targets=targets,
+        lora_rank=plan.lora_r if targets else 0,
+        dora=method is Method.DORA,
+    )
+    acc.activations += activations
+    acc.note(f"{label} activations", activations)
+    if with_logits:
+        logits = logits_bytes(arch, plan.batch, plan.seq, element_bytes)
+        acc.activations += logits
+        acc.note(f"{label} logits and loss", logits)
+    return trainable
+
+
+def _frozen_copy(
+    plan: Plan, arch: Architecture, layout: Layout, dp: int, acc: _Accumulator, label: str
+) -> None:
+    """A frozen model (reference, reward) in the layout's weight dtype, sharded under ZeRO-3."""
+    full = float(arch.total_params * layout.weight_bytes)
+    gpu, host = _frozen_weights_on_gpu(arch, full, plan.zero, dp, plan.offload, layout.weight_bytes)
+    acc.weights += gpu
+    acc.host += host
+    acc.note(label, gpu)
+
+
+def _generation_engine(
+    plan: Plan,
+    arch: Architecture,
+    accelerator: Accelerator | None,
+    acc: _Accumulator,
+) -> None:
+    """RL rollouts: a colocated vLLM engine's reservation, or the policy's own KV cache."""
+    kv = kv_cache_bytes(arch, plan.batch, plan.seq, 2)
+    if plan.vllm_memory_utilization == 0:
+        acc.kv_cache += kv
+        acc.note("generation KV cache (policy generates)", kv)
+        return
+    # vLLM holds its own copy of the weights in 16 bits plus a KV cache; at the least one batch.
+    engine_minimum = arch.total_params * 2 + kv
+    if accelerator is None:
+        acc.kv_cache += engine_minimum
+        acc.note("vLLM engine (weights + KV cache minimum)", engine_minimum)
+        acc.warnings.append(
+            "no GPU given: the vLLM engine is counted at its minimum (bf16 weights + KV cache for "
+            "batch x seq), not its gpu_memory_utilization share"
+        )
+        return
+    share = plan.vllm_memory_utilization * accelerator.usable_bytes
+    acc.kv_cache += share
+    acc.note(f"vLLM engine ({plan.vllm_memory_utilization:.0%} of the GPU)", share)
+    if share < engine_minimum:
+        acc.warnings.append(
+            f"vLLM's {plan.vllm_memory_utilization:.0%} share ({share / 2**30:.1f} GiB) is smaller than "
+            f"its weights plus one batch of KV cache ({engine_minimum / 2**30:.1f} GiB): raise "
+            "--vllm-util or generate with the policy (--vllm-util 0)"
+        )
+
+
+def _rl_counts_reward_model(plan: Plan) -> bool:
+    """PPO: the flag as given (default on). GRPO: only when asked for explicitly.
+
+    GRPO in TRL usually scores with reward functions; ``Plan.rl_reward_model`` defaults to True for
+    PPO's sake, so for GRPO we count a reward model only when the user set the field.
+    """
+    if plan.method is Method.PPO:
+        return plan.rl_reward_model
+    return plan.rl_reward_model and "rl_reward_model" in plan.model_fields_set
+
+
+def _compute_dtype(plan: Plan, accelerator: Accelerator | None, acc: _Accumulator) -> str:
+    if plan.precision is Precision.FP32:
+        return "fp32"
+    if accelerator is not None and accelerator.kind == "gpu" and not accelerator.bf16:
+        acc.warnings.append(
+            f"{accelerator.name} has no bf16: the plan runs in fp16 (same bytes); "
+            + (
+                "pure 16-bit weights and optimizer states in fp16 are numerically risky: prefer "
+                "--precision mixed or amp"
+                if plan.precision is Precision.BF16
+                else "use loss scaling (fp16=True)"
+            )
+        )
+        return "fp16"
+    return "bf16"
+
+
+def estimate_memory(
+    plan: Plan,
+    model: ModelSpec,
+    *,
+    gpus: int | None = None,
+    accelerator: Accelerator | None = None,
+) -> MemoryEstimate:
+    """Peak bytes per GPU for ``plan`` on ``gpus`` data-parallel GPUs (default ``plan.gpus``).
+
+    ``accelerator`` decides the compute dtype (fp16 on a GPU without bf16) and the size of a vLLM
+    engine's share for RL plans; without it the estimate is hardware-neutral.
+    """
+    dp = plan.gpus if gpus is None else max(1, gpus)
+    arch = architecture(model)
+    acc = _Accumulator()
+    compute_dtype = _compute_dtype(plan, accelerator, acc)
+    layout = _effective_layout(plan, acc)
+    if plan.seq > model.max_context:
+        acc.warnings.append(
+            f"--seq {plan.seq} is longer than {model.name}'s context ({model.max_context} tokens)"
+        )
+    if plan.zero and dp == 1:
+        acc.warnings.append(
+            f"ZeRO stage {plan.zero} shards over data-parallel GPUs: with 1 GPU it saves nothing"
+            + (
+                " (offload still moves state to host RAM)"
+                if plan.offload is not Offload.NONE
+                else ""
+            )
+        )
+    if plan.attention is Attention.FLASH and layout.activation_bytes == 4:
+        acc.warnings.append(
+            "flash attention needs fp16/bf16 inputs; with --precision fp32 it falls back to SDPA"
+        )
+
+    trainable = 0
+    if plan.method is Method.INFERENCE:
+        element_bytes = layout.activation_bytes
+        weights = float(arch.total_params * layout.weight_bytes) / dp
+        kv = kv_cache_bytes(arch, plan.batch, plan.seq, element_bytes) / dp
+        activations = inference_activation_bytes(
+            arch, plan.batch, plan.seq, element_bytes, plan.attention
+        )
+        acc.weights += weights
+        acc.kv_cache += kv
+        acc.activations += activations
+        acc.note("weights", weights)
+        acc.note("KV cache", kv)
+        acc.note("prefill activations (one layer) + last-token logits", activations)
+        if dp > 1:
+            acc.warnings.append(
+                f"inference on {dp} GPUs assumes the weights and KV cache are split evenly "
+                "(tensor parallel, as vLLM does)"
+            )
+    elif plan.is_rl:
+        train_method = plan.rl_method
+        lora_style = train_method in LORA_STYLE_METHODS
+        trainable = _train_one_model(
+            plan, arch, train_method, layout, dp, acc, "policy", with_logits=True
+        )
+        if plan.method is Method.PPO:
+            # The value model: the same backbone with a scalar head, trained the same way; no logits.
+            trainable += _train_one_model(
+                plan, arch, train_method, layout, dp, acc, "value model", with_logits=False
+            )
+        if plan.rl_reference:
+            if lora_style:
+                acc.note("reference = policy with adapters disabled (PEFT)", 0)
+            else:
+                _frozen_copy(plan, arch, layout, dp, acc, "reference model weights")
+        if _rl_counts_reward_model(plan):
+            _frozen_copy(plan, arch, layout, dp, acc, "reward model weights")
+        _generation_engine(plan, arch, accelerator, acc)
+    else:
+        trainable = _train_one_model(
+            plan, arch, plan.method, layout, dp, acc, "model", with_logits=True
+        )
+
+    rest = acc.weights + acc.gradients + acc.optimizer + acc.activations + acc.kv_cache
+    overhead = CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * rest
+    acc.note("CUDA context (guess)", CUDA_CONTEXT_BYTES)
+    acc.note("allocator fragmentation (guess)", ALLOCATOR_FRAGMENTATION * rest)
+    breakdown = MemoryBreakdown(
+        weights=math.ceil(acc.weights),
+        gradients=math.ceil(acc.gradients),
+        optimizer=math.ceil(acc.optimizer),
+        activations=math.ceil(acc.activations),
+        kv_cache=math.ceil(acc.kv_cache),
+        overhead=math.ceil(overhead),
+    )
+    return MemoryEstimate(
+        per_gpu=breakdown,
+        gpus=dp,
+        host_bytes=math.ceil(acc.host),
+        total_params=arch.total_params,
+        trainable_params=trainable,
+        compute_dtype=compute_dtype,
+        details=tuple(acc.details),
+        warnings=tuple(acc.warnings),
+    )

@@ -1,0 +1,297 @@
+"""Fit, time, cost and recommendation: a plan evaluated on every flavor of the catalog.
+
+For each flavor the memory estimate is redone at that flavor's GPU count and accelerator (a 4-GPU
+flavor shards ZeRO state 4 ways), compared with usable memory per GPU, and timed from FLOPs.
+
+Time sources:
+
+* Training FLOPs per token: ``6 N`` for full training (Kaplan et al. 2020, arXiv:2001.08361 section
+  2.1; Hoffmann et al. 2022 "Chinchilla", arXiv:2203.15556): 2N forward, 4N backward (gradients with
+  respect to activations and to weights). LoRA-style methods skip the frozen weights' gradients:
+  2N forward + 2N backward = 4N (adapter weight gradients are negligible). Gradient checkpointing
+  recomputes the forward: +2N. N counts parameters a token multiplies through (MoE: routed experts
+  only, embedding lookups excluded). Attention-score FLOPs are left out, as in 6N.
+* Time = FLOPs / (dense 16-bit tensor rate x GPUs x MFU); MFU from the catalog (per accelerator) or
+  ``--mfu``. On a GPU without bf16 the fp16 rate is used.
+* Inference decode is bound by memory bandwidth: each generated token reads every weight once plus
+  the sequence's KV cache (a per-sequence rate; a batch of b shares the weight reads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec
+from hwdash.core.estimator import (
+    LAYOUTS,
+    QUANTIZED_METHODS,
+    architecture,
+    estimate_memory,
+    kv_cache_bytes,
+)
+from hwdash.core.models import resolve_model
+from hwdash.core.plan import Method, Offload, Plan
+from hwdash.core.results import (
+    TIGHT_HEADROOM_FRACTION,
+    FitVerdict,
+    FlavorFit,
+    MemoryEstimate,
+    PlanReport,
+)
+from hwdash.core.units import GB
+from hwdash.errors import UsageError
+
+CPU_ONLY_REASON = (
+    "CPU only: no GPU memory; training on CPU is not estimated (expect orders of magnitude slower)"
+)
+TPU_REASON = (
+    "TPU: needs XLA/JAX (or torch_xla) code; the estimate assumes the same memory layout per chip"
+)
+UNIFIED_REASON = "Apple unified memory via MPS: no CUDA, no DeepSpeed, no vLLM; expect it slower"
+
+
+def training_tokens(plan: Plan) -> int | None:
+    """Tokens the plan trains on (or, for inference, generates): ``--tokens`` or examples x epochs x seq."""
+    if plan.tokens is not None:
+        return plan.tokens
+    if plan.examples is not None and plan.is_training:
+        return round(plan.examples * plan.epochs * plan.seq)
+    return None
+
+
+def _train_flops_factor(method: Method, grad_ckpt: bool) -> int:
+    """Multiple of N FLOPs per token: 6 for full, 4 for LoRA-style, +2 with recomputation."""
+    factor = 6 if method is Method.FULL else 4
+    return factor + (2 if grad_ckpt else 0)
+
+
+def flops_per_token(plan: Plan, model: ModelSpec) -> float:
+    """FLOPs to train on (or, for RL, roll out and train on) one token.
+
+    RL: the policy's generation (a forward, 2N; generation is bandwidth-bound in practice, so the
+    time from FLOPs is a lower bound), the frozen reference and reward forwards (2N each), and the
+    training of the policy and, for PPO, the value model.
+    """
+    n = architecture(model).matmul_params_per_token
+    if plan.method is Method.INFERENCE:
+        return 2.0 * n
+    if not plan.is_rl:
+        return float(_train_flops_factor(plan.method, plan.grad_ckpt) * n)
+    train = _train_flops_factor(plan.rl_method, plan.grad_ckpt)
+    factor = 2 + train  # generation + policy training
+    if plan.method is Method.PPO:
+        factor += train  # value model
+    if plan.rl_reference:
+        factor += 2  # a frozen copy, or the policy with its adapters disabled: a forward either way
+    if plan.method is Method.PPO and plan.rl_reward_model:
+        factor += 2
+    return float(factor * n)
+
+
+@dataclass(frozen=True)
+class _Timing:
+    hours: float | None
+    tokens_per_second: float | None
+
+
+def _matmul_rate(accelerator: Accelerator) -> float | None:
+    tflops, _dtype = accelerator.matmul_tflops()
+    return None if tflops is None else tflops * 1e12
+
+
+def _time_on(
+    plan: Plan, model: ModelSpec, accelerator: Accelerator, gpus: int, tokens: int | None
+) -> _Timing:
+    if plan.method is Method.INFERENCE:
+        if accelerator.memory_bandwidth_gbps is None:
+            return _Timing(None, None)
+        bandwidth = accelerator.memory_bandwidth_gbps * GB * gpus  # tensor parallel: ideal scaling
+        arch = architecture(model)
+        layout = LAYOUTS[plan.precision]
+        weight_bytes = arch.total_params * layout.weight_bytes
+        kv_one = kv_cache_bytes(arch, 1, plan.seq, layout.activation_bytes)
+        # A batch reads the weights once per step and each sequence's own KV cache.
+        step_seconds = (weight_bytes + plan.batch * kv_one) / bandwidth
+        per_sequence = 1.0 / step_seconds
+        hours = None if tokens is None else tokens / (per_sequence * plan.batch) / 3600
+        return _Timing(hours, per_sequence)
+    rate = _matmul_rate(accelerator)
+    if rate is None:
+        return _Timing(None, None)
+    mfu = plan.mfu if plan.mfu is not None else accelerator.default_mfu
+    tokens_per_second = rate * gpus * mfu / flops_per_token(plan, model)
+    hours = None if tokens is None else tokens / tokens_per_second / 3600
+    return _Timing(hours, tokens_per_second)
+
+
+def _verdict(need: int, usable: int) -> FitVerdict:
+    headroom = usable - need
+    if headroom < 0:
+        return FitVerdict.NO
+    if headroom < TIGHT_HEADROOM_FRACTION * usable:
+        return FitVerdict.TIGHT
+    return FitVerdict.FITS
+
+
+def _unsupported_on(plan: Plan, accelerator: Accelerator) -> str | None:
+    """Why a plan cannot run on this kind of hardware at all, or None."""
+    method = plan.rl_method if plan.is_rl else plan.method
+    if accelerator.kind == "unified":
+        if method in QUANTIZED_METHODS:
+            return "bitsandbytes 4/8-bit quantization needs CUDA: not on Apple MPS"
+        if plan.zero or plan.offload is not Offload.NONE:
+            return "DeepSpeed ZeRO needs CUDA: not on Apple MPS"
+        if plan.is_rl and plan.vllm_memory_utilization > 0:
+            return "vLLM colocation needs CUDA: not on Apple MPS (use --vllm-util 0)"
+    if accelerator.kind == "tpu" and (method in QUANTIZED_METHODS or plan.zero):
+        return "bitsandbytes and DeepSpeed need CUDA: not on TPU"
+    return None
+
+
+def evaluate_flavor(
+    plan: Plan,
+    model: ModelSpec,
+    flavor: Flavor,
+    accelerator: Accelerator | None,
+    tokens: int | None,
+) -> tuple[FlavorFit, MemoryEstimate]:
+    """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count."""
+    if accelerator is None or accelerator.kind == "cpu" or flavor.gpu_count == 0:
+        estimate = estimate_memory(plan, model, gpus=1)
+        fit = FlavorFit(
+            flavor=flavor,
+            accelerator=accelerator,
+            verdict=FitVerdict.NO,
+            need_bytes=estimate.per_gpu.total,
+            usable_bytes=0,
+            reason=CPU_ONLY_REASON,
+        )
+        return fit, estimate
+    gpus = flavor.gpu_count
+    estimate = estimate_memory(plan, model, gpus=gpus, accelerator=accelerator)
+    need = estimate.per_gpu.total
+    usable = accelerator.usable_bytes
+    verdict = _verdict(need, usable)
+    reasons: list[str] = []
+    if verdict is FitVerdict.NO:
+        reasons.append(f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB")
+    unsupported = _unsupported_on(plan, accelerator)
+    if unsupported is not None:
+        verdict = FitVerdict.NO
+        reasons.append(unsupported)
+    if flavor.ram_gb is not None and estimate.host_bytes > flavor.ram_gb * GB:
+        verdict = FitVerdict.NO
+        reasons.append(
+            f"offload needs {estimate.host_bytes / GB:.0f} GB host RAM, the flavor has {flavor.ram_gb:g} GB"
+        )
+    if accelerator.kind == "tpu":
+        reasons.append(TPU_REASON)
+    elif accelerator.kind == "unified":
+        reasons.append(UNIFIED_REASON)
+    timing = _time_on(plan, model, accelerator, gpus, tokens)
+    cost = None
+    if timing.hours is not None and flavor.price_per_hour is not None:
+        cost = timing.hours * flavor.price_per_hour
+    fit = FlavorFit(
+        flavor=flavor,
+        accelerator=accelerator,
+        verdict=verdict,
+        need_bytes=need,
+        usable_bytes=usable,
+        reason="; ".join(reasons),
+        hours=timing.hours,
+        cost=cost,
+        tokens_per_second=timing.tokens_per_second,
+    )
+    return fit, estimate
+
+
+def _sort_key(fit: FlavorFit) -> tuple[int, float, str]:
+    """Cheapest first: priced flavors by total cost (or $/hour when hours are unknown), then the
+    unpriced (local) ones by id."""
+    price = fit.flavor.price_per_hour
+    if price is None:
+        return (1, 0.0, fit.flavor.id)
+    return (0, fit.cost if fit.cost is not None else price, fit.flavor.id)
+
+
+def _recommendable(fit: FlavorFit) -> bool:
+    """Fits, and runs the usual CUDA stack (TPUs need other code; CPU never)."""
+    return (
+        fit.verdict is FitVerdict.FITS
+        and fit.accelerator is not None
+        and fit.accelerator.kind in ("gpu", "unified")
+    )
+
+
+def recommend(fits: list[FlavorFit]) -> tuple[str | None, str | None]:
+    """The cheapest and the fastest flavor that fits (``fits`` verdict, not ``tight``).
+
+    Cheapest: among priced flavors by total cost when hours are known, else by $/hour. Local
+    flavors have no price; one is recommended only when no priced flavor fits (the fastest of
+    them), since "cheapest" means nothing without a price. Fastest: fewest hours, else the highest
+    tokens/s.
+    """
+    candidates = [fit for fit in fits if _recommendable(fit)]
+    if not candidates:
+        return None, None
+
+    def speed(fit: FlavorFit) -> float:
+        return fit.tokens_per_second or 0.0
+
+    priced = [fit for fit in candidates if fit.flavor.price_per_hour is not None]
+    if priced:
+        cheapest = min(priced, key=lambda fit: (_sort_key(fit), -speed(fit))).flavor.id
+    else:
+        cheapest = max(candidates, key=speed).flavor.id
+    fastest = max(candidates, key=lambda fit: (speed(fit), -_sort_key(fit)[1])).flavor.id
+    return cheapest, fastest
+
+
+def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) -> PlanReport:
+    """The full report: the plan's own breakdown at ``plan.gpus``, and every (or the chosen) flavor."""
+    if model is None:
+        model = resolve_model(plan.model, catalog)
+    if plan.flavors:
+        unknown = [ident for ident in plan.flavors if ident not in catalog.flavors]
+        if unknown:
+            known = ", ".join(sorted(catalog.flavors)[:12])
+            raise UsageError(
+                f"unknown flavor {', '.join(repr(u) for u in unknown)} (known: {known}, ...; "
+                "see `hwdash catalog list --kind flavors`)",
+                flag="--flavor",
+            )
+        flavors = [catalog.flavors[ident] for ident in plan.flavors]
+    else:
+        flavors = list(catalog.flavors.values())
+    estimate = estimate_memory(plan, model, gpus=plan.gpus)
+    tokens = training_tokens(plan)
+    fits = [
+        evaluate_flavor(plan, model, flavor, catalog.accelerator_for(flavor), tokens)[0]
+        for flavor in flavors
+    ]
+    fits.sort(key=_sort_key)
+    recommended, fastest = recommend(fits)
+    warnings = list(estimate.warnings)
+    if plan.is_rl:
+        warnings.append(
+            "RL time counts FLOPs only; generation is memory-bandwidth bound, so hours are a lower bound"
+        )
+    if tokens is None and plan.is_training:
+        warnings.append(
+            "no --examples/--tokens: hours and cost are not estimated; flavors sorted by $/hour"
+        )
+    if not any(fit.verdict is not FitVerdict.NO for fit in fits) and fits:
+        warnings.append(
+            "no flavor fits: try --grad-ckpt, a smaller --batch/--seq, LoRA/QLoRA or ZeRO"
+        )
+    return PlanReport(
+        plan=plan,
+        model=model,
+        estimate=estimate,
+        flavors=tuple(fits),
+        recommended=recommended,
+        fastest=fastest,
+        tokens=tokens,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )

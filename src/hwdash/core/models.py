@@ -1,0 +1,290 @@
+"""Turn what the user typed after ``--model`` into a :class:`ModelSpec`.
+
+Three forms, tried in order:
+
+1. a catalog id, display name or Hugging Face id (``qwen2.5-7b``, ``Qwen/Qwen2.5-7B``);
+2. a path to a Hugging Face ``config.json`` or to a folder holding one, read with :mod:`json` only
+   (no transformers, no network);
+3. a bare parameter count (``7B``, ``500M``), which gets a synthetic dense Llama-style architecture.
+
+Anything else is a :class:`UsageError` naming ``--model`` and suggesting close catalog matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from hwdash.core.catalog import Catalog, ModelSpec
+from hwdash.core.estimator import architecture
+from hwdash.core.units import parse_count
+from hwdash.errors import UsageError
+
+FLAG = "--model"
+
+#: ``model_type`` values whose config we understand, and the MLP kind each uses.
+#: Sources: the ``configuration_*.py`` / ``modeling_*.py`` files of transformers for each type.
+SUPPORTED_MODEL_TYPES: dict[str, str] = {
+    "llama": "gated",
+    "mistral": "gated",
+    "mixtral": "gated",
+    "qwen2": "gated",
+    "qwen3": "gated",
+    "qwen2_moe": "gated",
+    "qwen3_moe": "gated",
+    "gemma": "gated",
+    "gemma2": "gated",
+    "gemma3": "gated",
+    "gemma3_text": "gated",
+    "phi": "standard",
+    "phi3": "gated",
+}
+
+#: transformers' per-type default for ``tie_word_embeddings`` when a config leaves it out
+#: (``PretrainedConfig`` defaults to True; Llama, Mistral, Mixtral, Qwen2/3 and Phi override it to
+#: False in their config classes, Gemma keeps True).
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+
+#: Qwen2 hard-codes biases on q/k/v (``modeling_qwen2.py``); Phi-2 has biases on every projection.
+_BIAS_BY_DEFAULT = {"qwen2", "qwen2_moe", "phi"}
+
+#: Synthetic models (bare parameter counts). Llama-1/2 shapes: 7B is 32 layers x 4096 wide, 13B 40 x
+#: 5120, 70B 80 x 8192 (Touvron et al. 2023, arXiv:2302.13971 Table 2 and arXiv:2307.09288), so
+#: layers ~ hidden / 128; head_dim 128 (64 below 1024 wide); SwiGLU MLP of ~8/3 hidden; vocabulary
+#: 32000; untied embeddings; GQA with 8 KV heads from 30B up, as Llama-2-70B.
+SYNTHETIC_VOCAB = 32_000
+SYNTHETIC_CONTEXT = 4096
+SYNTHETIC_GQA_FROM = 30_000_000_000
+SYNTHETIC_MIN_PARAMS = 1_000_000
+
+
+def resolve_model(ref: str, catalog: Catalog) -> ModelSpec:
+    """The model ``ref`` names: catalog entry, ``config.json`` (or its folder), or parameter count."""
+    text = ref.strip()
+    if not text:
+        raise UsageError(
+            "give a catalog model id, a config.json path or a parameter count", flag=FLAG
+        )
+    found = catalog.find_model(text)
+    if found is not None:
+        return found
+    path = Path(text).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise UsageError(f"folder '{text}' has no config.json", flag=FLAG)
+        return model_from_config_file(config)
+    if path.is_file():
+        return model_from_config_file(path)
+    try:
+        count = parse_count(text)
+    except ValueError:
+        count = None
+    if count is not None:
+        return synthetic_model(count)
+    if text.endswith(".json"):
+        raise UsageError(f"no such file: '{text}'", flag=FLAG)
+    raise UsageError(_unknown_model_message(text, catalog), flag=FLAG)
+
+
+def _unknown_model_message(text: str, catalog: Catalog) -> str:
+    names: dict[str, str] = {}
+    for model in catalog.models.values():
+        for alias in (model.id, model.name, model.hf_id):
+            if alias:
+                names[alias.lower()] = model.id
+    close = difflib.get_close_matches(text.lower(), list(names), n=5, cutoff=0.5)
+    ids = list(dict.fromkeys(names[name] for name in close))
+    hint = f"; did you mean {', '.join(ids)}?" if ids else ""
+    return (
+        f"unknown model '{text}' (not a catalog id, not a config.json path, not a count like 7B)"
+        f"{hint} See `hwdash catalog list --kind models`."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# config.json
+# --------------------------------------------------------------------------------------------------
+
+
+def model_from_config_file(path: Path) -> ModelSpec:
+    """Read a Hugging Face ``config.json`` with :mod:`json` and build a :class:`ModelSpec`."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read '{path}': {exc}", flag=FLAG) from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"'{path}' is not valid JSON: {exc}", flag=FLAG) from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"'{path}' is not a config.json object", flag=FLAG)
+    folder = path.parent.name if path.name == "config.json" else path.stem
+    return model_from_config(raw, name=folder or "model", source=str(path))
+
+
+def _get_int(config: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise UsageError(f"{where} has no '{key}' (needed to size the model)", flag=FLAG)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{where}: '{key}' must be a positive integer, got {value!r}", flag=FLAG)
+    return value
+
+
+def model_from_config(config: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a parsed ``config.json``.
+
+    Multimodal configs (Gemma 3) keep the language model under ``text_config``; its fields win. The
+    vision tower is not counted (a text-only plan does not load it with ``AutoModelForCausalLM``).
+    Missing ``head_dim`` is ``hidden_size / num_attention_heads``; missing ``num_key_value_heads``
+    means no GQA.
+    """
+    outer_type = str(config.get("model_type", ""))
+    text = config.get("text_config")
+    fields = dict(config)
+    if isinstance(text, dict):
+        fields.update(text)
+    model_type = str(fields.get("model_type") or outer_type)
+    if model_type not in SUPPORTED_MODEL_TYPES and outer_type in SUPPORTED_MODEL_TYPES:
+        model_type = outer_type
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        supported = ", ".join(sorted(SUPPORTED_MODEL_TYPES))
+        raise UsageError(
+            f"{source}: model_type '{model_type or '?'}' is not supported (supported: {supported})",
+            flag=FLAG,
+        )
+    layers = _get_int(fields, "num_hidden_layers", source)
+    hidden = _get_int(fields, "hidden_size", source)
+    heads = _get_int(fields, "num_attention_heads", source)
+    kv_heads = _get_int(fields, "num_key_value_heads", source, default=heads)
+    head_dim = fields.get("head_dim") or hidden // heads
+    head_dim = _get_int({"head_dim": head_dim}, "head_dim", source)
+    experts = fields.get("num_local_experts") or fields.get("num_experts") or 1
+    experts = _get_int({"experts": experts}, "experts", source)
+    intermediate_key = "intermediate_size"
+    if experts > 1 and fields.get("moe_intermediate_size"):
+        # Qwen MoE: each expert is moe_intermediate_size wide; the shared expert is not counted.
+        intermediate_key = "moe_intermediate_size"
+    intermediate = _get_int(fields, intermediate_key, source)
+    vocab = _get_int(fields, "vocab_size", source)
+    max_context = _get_int(fields, "max_position_embeddings", source, default=SYNTHETIC_CONTEXT)
+    tied = fields.get("tie_word_embeddings")
+    if tied is None:
+        tied = config.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
+    bias = fields.get("attention_bias", model_type in _BIAS_BY_DEFAULT)
+    experts_per_token = int(fields.get("num_experts_per_tok") or 1) if experts > 1 else 1
+    hf_id = str(fields.get("_name_or_path") or "")
+    try:
+        return ModelSpec(
+            id=name.lower(),
+            name=name,
+            hf_id=hf_id,
+            layers=layers,
+            hidden_size=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=intermediate,
+            vocab_size=vocab,
+            tied_embeddings=bool(tied),
+            mlp="gated" if SUPPORTED_MODEL_TYPES[model_type] == "gated" else "standard",
+            attention_bias=bool(bias),
+            experts=experts,
+            experts_per_token=experts_per_token,
+            max_context=max_context,
+            source=f"config.json: {source}",
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"{source}: {first['msg']}", flag=FLAG) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Bare parameter counts
+# --------------------------------------------------------------------------------------------------
+
+
+def _synthetic_spec(
+    params_label: str, gqa: bool, layers: int, hidden: int, intermediate: int, vocab: int
+) -> ModelSpec:
+    head_dim = 128 if hidden >= 1024 else 64
+    heads = max(1, hidden // head_dim)
+    kv_heads = 8 if gqa and heads % 8 == 0 else heads
+    return ModelSpec(
+        id=f"synthetic-{params_label.lower()}",
+        name=f"synthetic {params_label}",
+        layers=layers,
+        hidden_size=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        tied_embeddings=False,
+        mlp="gated",
+        max_context=SYNTHETIC_CONTEXT,
+        source="synthetic Llama-style shape for a bare parameter count (hwdash.core.models)",
+        notes="layers ~ hidden/128, SwiGLU MLP, 32000 vocabulary, as Llama-1/2",
+    )
+
+
+def _label(count: int) -> str:
+    for div, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M")):
+        if count >= div:
+            return f"{count / div:g}{suffix}"
+    return str(count)
+
+
+def synthetic_model(count: int) -> ModelSpec:
+    """A dense Llama-style model with about ``count`` parameters (within ~1%).
+
+    Width from the Llama aspect ratio: with ``layers = hidden / 128`` and blocks of ~12 hidden^2
+    parameters (4 h^2 attention + 3 * h * 8h/3 SwiGLU), the blocks hold ~``12 h^3 / 128``; we solve
+    for ``hidden`` with the embeddings included and round it to the head size. Then the layer count
+    is fitted to the budget, and the MLP width absorbs what remains (in steps of 64). Below ~100M the
+    32000-word vocabulary would dominate, so it is shrunk to keep embeddings at most a quarter of the
+    budget.
+    """
+    if count < SYNTHETIC_MIN_PARAMS:
+        raise UsageError(
+            f"{count} parameters is too small to size (give at least 1M, or a catalog model)",
+            flag=FLAG,
+        )
+    label = _label(count)
+    gqa = count >= SYNTHETIC_GQA_FROM
+
+    def blocks_for(hidden: float, vocab_size: int) -> float:
+        return 12 * hidden**3 / 128 + 2 * vocab_size * hidden - count
+
+    # First guess without embeddings (blocks take ~3/4 of the budget) to size the vocabulary.
+    first_guess = (0.75 * count * 128 / 12) ** (1 / 3)
+    vocab = min(SYNTHETIC_VOCAB, max(256, int(count // (8 * first_guess))))
+    low, high = 64.0, 65536.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if blocks_for(mid, vocab) > 0:
+            high = mid
+        else:
+            low = mid
+    # Round to the head size; with GQA keep the head count a multiple of the 8 KV heads.
+    step = 1024 if gqa else (128 if low >= 1024 else 64)
+    hidden = max(64, round(low / step) * step)
+    probe = _synthetic_spec(label, gqa, 1, hidden, _round64(8 * hidden / 3), vocab)
+    arch = architecture(probe)
+    fixed = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
+    per_layer = arch.block_params
+    layers = max(1, round((count - fixed) / per_layer))
+    # Adjust the MLP width so the total lands on the budget: each 1 of intermediate adds 3*h per layer.
+    mlp_part = 3 * hidden * _round64(8 * hidden / 3)
+    attention_part = per_layer - mlp_part
+    wanted_mlp = (count - fixed) / layers - attention_part
+    intermediate = max(64, _round64(wanted_mlp / (3 * hidden)))
+    return _synthetic_spec(label, gqa, layers, hidden, intermediate, vocab)
+
+
+def _round64(value: float) -> int:
+    return max(64, math.floor(value / 64 + 0.5) * 64)
