@@ -1,17 +1,360 @@
-"""``hwdash monitor``: placeholder until its issue lands."""
+"""``hwdash monitor``: GPU memory, processes and host load on the command line, with alerts.
+
+* ``--once``: one readable snapshot (GPUs, processes, host); with ``--json`` one JSON object.
+* otherwise it streams: one line per GPU per ``--interval`` (``--count N`` to stop), or JSON lines with
+  ``--json`` (suitable for ``| tee run.log``). Alert actions fire in this mode: each event is appended to
+  the alert log (``$XDG_STATE_HOME/hwdash/alerts.jsonl``) and ``--on-alert CMD`` runs for raised and lost
+  alerts (see :mod:`hwdash.telemetry.alert_actions` for its environment).
+* ``--alert-threshold`` takes a percent (``90``) or a fraction (``0.9``): values up to 1 are fractions,
+  values above 1 and up to 100 are percents.
+* Without an NVIDIA driver it prints the host and one line saying so, and exits 0.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+from hwdash.core.alerts import (
+    DEFAULT_HYSTERESIS,
+    DEFAULT_THRESHOLD,
+    AlertEngine,
+    AlertEvent,
+    AlertRule,
+)
+from hwdash.core.units import format_bytes
+from hwdash.errors import UsageError
+from hwdash.telemetry.alert_actions import (
+    AlertActions,
+    AlertCommand,
+    AlertLog,
+    default_alert_log_path,
+    mark_alert_states,
+)
+from hwdash.telemetry.snapshot_json import snapshot_to_dict
+from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
+from hwdash.telemetry.types import GpuSample, GpuState, HostSample, Snapshot
+
+HOST_CPU_SETTLE_S = 0.25
+"""With ``--once``, how long to wait after priming psutil so the CPU percent covers a real interval."""
 
 
 def add_parser(subparsers: Any) -> None:
     """Register the subcommand."""
-    subparsers.add_parser("monitor", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "monitor",
+        help="live GPU memory, processes and host load, with alerts",
+        description=(
+            "Watch GPU memory pressure (1 - free/total), utilization, processes and the host. "
+            "Streams one line per GPU per interval until Ctrl-C or --count."
+        ),
+    )
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    parser.add_argument("--json", action="store_true", help="JSON (one object, or JSON lines)")
+    parser.add_argument(
+        "--interval", default="1", metavar="S", help="seconds between samples (default 1)"
+    )
+    parser.add_argument(
+        "--count", default=None, metavar="N", help="stop after N samples (default: until Ctrl-C)"
+    )
+    parser.add_argument(
+        "--alert-threshold",
+        default=None,
+        metavar="P",
+        help="memory pressure that raises an alert: percent (90) or fraction (0.9); default 90",
+    )
+    parser.add_argument(
+        "--alert-hysteresis",
+        default=None,
+        metavar="P",
+        help="points below the threshold at which an alert clears: percent (5) or fraction (0.05)",
+    )
+    parser.add_argument(
+        "--on-alert",
+        default=None,
+        metavar="CMD",
+        help=(
+            "shell command run for each raised or lost alert, with HWDASH_GPU, HWDASH_PRESSURE, "
+            "HWDASH_USED_BYTES, HWDASH_TOTAL_BYTES, HWDASH_MESSAGE in its environment"
+        ),
+    )
+    parser.add_argument(
+        "--alert-log",
+        default=None,
+        metavar="PATH",
+        help="where alert events are appended as JSON lines (default "
+        "$XDG_STATE_HOME/hwdash/alerts.jsonl)",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--fake-nvml",
+        default=None,
+        metavar="PATH",
+        help="use a fake NVML scenario (file or packaged name) instead of the driver; "
+        "also HWDASH_FAKE_NVML",
+    )
+    source.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"use the packaged {DEMO_SCENARIO} scenario (memory climbs past 90%% in ~60 s)",
+    )
+
+
+# -- argument checks ------------------------------------------------------------------------------
+
+
+def parse_interval(text: str) -> float:
+    """Seconds between samples, > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a number of seconds", flag="--interval") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise UsageError(f"must be a positive number of seconds, got {text}", flag="--interval")
+    return value
+
+
+def parse_count(text: str | None) -> int | None:
+    """Number of samples, >= 1, or None for no limit."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a whole number", flag="--count") from None
+    if value < 1:
+        raise UsageError(f"must be at least 1, got {value}", flag="--count")
+    return value
+
+
+def parse_fraction(
+    text: str | None, default: float, flag: str, *, allow_zero: bool = False
+) -> float:
+    """A percent (above 1, up to 100) or a fraction (up to 1), returned as a fraction."""
+    if text is None:
+        return default
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise UsageError(f"{text!r} is not a percent (90) or fraction (0.9)", flag=flag) from None
+    if value != value or value < 0 or (value == 0 and not allow_zero) or value > 100:
+        lowest = "0" if allow_zero else "above 0"
+        raise UsageError(
+            f"must be {lowest} and at most 100 (percent) or 1 (fraction), got {text}", flag=flag
+        )
+    return value / 100 if value > 1 else value
+
+
+def build_rule(args: argparse.Namespace) -> AlertRule:
+    """The alert rule from the flags."""
+    threshold = parse_fraction(args.alert_threshold, DEFAULT_THRESHOLD, "--alert-threshold")
+    hysteresis = parse_fraction(
+        args.alert_hysteresis, DEFAULT_HYSTERESIS, "--alert-hysteresis", allow_zero=True
+    )
+    if hysteresis >= threshold:
+        raise UsageError(
+            f"hysteresis ({hysteresis:.0%}) must be smaller than the threshold ({threshold:.0%})",
+            flag="--alert-hysteresis",
+        )
+    return AlertRule(threshold=threshold, hysteresis=hysteresis)
+
+
+# -- text output ----------------------------------------------------------------------------------
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def _memory(gpu: GpuSample) -> str:
+    if gpu.total_bytes is None or gpu.free_bytes is None:
+        return "mem n/a"
+    taken = gpu.total_bytes - gpu.free_bytes
+    pressure = gpu.pressure or 0.0
+    return f"mem {taken / 2**30:5.1f}/{format_bytes(gpu.total_bytes, unit='GiB')} {pressure:6.1%}"
+
+
+def gpu_line(gpu: GpuSample, clock: str) -> str:
+    """One streaming line for one GPU."""
+    head = f"{clock} gpu{gpu.index} {gpu.name or 'unknown GPU'}"
+    if gpu.state in (GpuState.LOST, GpuState.ERROR):
+        reason = "; ".join(f"{name}: {why}" for name, why in gpu.errors) or gpu.state.value
+        return f"{head} {gpu.state.value.upper()} ({reason})"
+    temperature = "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C"
+    power = "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f}W"
+    processes = len(gpu.processes)
+    line = (
+        f"{head} {_memory(gpu)} util {_percent(gpu.utilization_gpu)} {temperature} {power} "
+        f"procs {processes}"
+    )
+    return f"{line} ALERT" if gpu.state == GpuState.ALERT else line
+
+
+def host_line(host: HostSample | None, clock: str) -> str:
+    """One streaming line for the host."""
+    if host is None:
+        return f"{clock} host n/a"
+    ram = "n/a"
+    if host.ram_used_bytes is not None and host.ram_total_bytes is not None:
+        ram = f"{host.ram_used_bytes / 2**30:.1f}/{format_bytes(host.ram_total_bytes, unit='GiB')}"
+    load = "n/a" if host.load_average is None else f"{host.load_average[0]:.2f}"
+    return f"{clock} host cpu {_percent(host.cpu_percent)} ram {ram} load {load}"
+
+
+def _clock_text(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+
+
+def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
+    """The ``--once`` view: GPU table, process table, host summary (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, soft_wrap=False)
+    if not snapshot.nvml.available:
+        console.print(snapshot.nvml.error or "NVML is not available")
+    else:
+        driver = snapshot.nvml.driver_version or "unknown"
+        console.print(f"NVIDIA driver {driver}, {len(snapshot.gpus)} GPU(s)")
+        gpus = Table(show_edge=False, pad_edge=False)
+        for title in ("GPU", "name", "memory in use", "pressure", "util", "temp", "power", "state"):
+            gpus.add_column(title, justify="left" if title in ("name", "state") else "right")
+        for gpu in snapshot.gpus:
+            memory = "n/a"
+            if gpu.total_bytes is not None and gpu.free_bytes is not None:
+                taken = gpu.total_bytes - gpu.free_bytes
+                memory = f"{taken / 2**30:.1f} / {format_bytes(gpu.total_bytes, unit='GiB')}"
+                if gpu.reserved_bytes:
+                    memory += f" ({format_bytes(gpu.reserved_bytes)} reserved)"
+            pressure = "n/a" if gpu.pressure is None else f"{gpu.pressure:.1%}"
+            temperature = "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f} C"
+            power = "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f} W"
+            if gpu.power_w is not None and gpu.power_limit_w is not None:
+                power += f" / {gpu.power_limit_w:.0f}"
+            state = gpu.state.value
+            if gpu.state in (GpuState.LOST, GpuState.ERROR) and gpu.errors:
+                state += ": " + gpu.errors[0][1]
+            gpus.add_row(
+                str(gpu.index),
+                gpu.name or "unknown",
+                memory,
+                pressure,
+                _percent(gpu.utilization_gpu),
+                temperature,
+                power,
+                state,
+            )
+            for mig in gpu.mig:
+                mig_memory = "n/a"
+                if mig.total_bytes is not None and mig.used_bytes is not None:
+                    mig_memory = f"{mig.used_bytes / 2**30:.1f} / {format_bytes(mig.total_bytes, unit='GiB')}"
+                gpus.add_row(f"{gpu.index}.{mig.index}", f"  {mig.name or 'MIG'}", mig_memory)
+        console.print(gpus)
+        processes = [process for gpu in snapshot.gpus for process in gpu.processes]
+        if processes:
+            table = Table(show_edge=False, pad_edge=False)
+            for title in ("GPU", "PID", "user", "GPU memory", "CPU", "RSS", "command"):
+                table.add_column(title, justify="left" if title in ("user", "command") else "right")
+            for process in processes:
+                used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
+                command = process.cmdline or process.name or ""
+                if not process.visible:
+                    command = f"{command} (PID not visible on this host)".strip()
+                table.add_row(
+                    str(process.gpu_index),
+                    str(process.pid),
+                    process.user or "n/a",
+                    used,
+                    _percent(process.cpu_percent),
+                    "n/a" if process.rss_bytes is None else format_bytes(process.rss_bytes),
+                    command,
+                )
+            console.print(table)
+        for gpu in snapshot.gpus:
+            unsupported = [name for name, why in gpu.errors if why == "not supported"]
+            if unsupported and gpu.state in (GpuState.OK, GpuState.ALERT):
+                console.print(
+                    f"GPU {gpu.index}: not supported by the driver: {', '.join(unsupported)}"
+                )
+    for message in snapshot.errors:
+        console.print(f"warning: {message}")
+    for alert in alerts:
+        console.print(f"ALERT: {alert.message}")
+    console.print(host_line(snapshot.host, "").strip())
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def _emit_json(payload: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(payload) + "\n")
+    sys.stdout.flush()
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
-    print("not built yet")
-    return 1
+    interval = parse_interval(args.interval)
+    count = parse_count(args.count)
+    rule = build_rule(args)
+    scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
+    sampler = make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2)))
+    engine = AlertEngine(rule)
+    if args.once:
+        try:
+            time.sleep(HOST_CPU_SETTLE_S)
+            snapshot = sampler.sample()
+        finally:
+            sampler.close()
+        engine.update(snapshot)
+        snapshot = mark_alert_states(snapshot, engine)
+        if args.json:
+            _emit_json(snapshot_to_dict(snapshot, engine.active))
+        else:
+            print_readable(snapshot, engine.active)
+        return 0
+
+    log_path = Path(args.alert_log) if args.alert_log else default_alert_log_path()
+    command = AlertCommand(args.on_alert) if args.on_alert else None
+    actions = AlertActions(AlertLog(log_path), command)
+    said_no_driver = False
+    rounds = 0
+    next_at = time.monotonic()
+    try:
+        while True:
+            snapshot = sampler.sample()
+            events = engine.update(snapshot)
+            snapshot = mark_alert_states(snapshot, engine)
+            actions.handle(events)
+            if args.json:
+                _emit_json(snapshot_to_dict(snapshot, engine.active, events))
+            else:
+                clock = _clock_text(snapshot.timestamp)
+                lines: list[str] = []
+                if not snapshot.nvml.available and not said_no_driver:
+                    lines.append(snapshot.nvml.error or "NVML is not available")
+                    said_no_driver = True
+                lines.extend(gpu_line(gpu, clock) for gpu in snapshot.gpus)
+                if not snapshot.gpus:
+                    lines.append(host_line(snapshot.host, clock))
+                lines.extend(f"{clock} warning: {message}" for message in snapshot.errors)
+                lines.extend(f"{clock} ALERT {event.kind}: {event.message}" for event in events)
+                sys.stdout.write("\n".join(lines) + "\n")
+                sys.stdout.flush()
+            rounds += 1
+            if count is not None and rounds >= count:
+                break
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_at = time.monotonic()  # fell behind: do not try to catch up in a burst
+    finally:
+        sampler.close()
+        actions.close()
+    return 0

@@ -1,0 +1,196 @@
+"""What happens when an alert fires: a JSON line in the alert log and the user's ``--on-alert`` command.
+
+Both are I/O, so they live here and not in :mod:`hwdash.core.alerts`. Neither ever ends the monitor or
+blocks sampling: a log that cannot be written and a command that fails are logged and forgotten.
+
+The command runs as ``sh -c CMD`` with the alert in its environment, never in the command text, so a
+GPU or process name can never inject shell code::
+
+    HWDASH_EVENT        raised | lost
+    HWDASH_GPU          GPU index, e.g. 0
+    HWDASH_GPU_NAME     e.g. NVIDIA A100-SXM4-80GB
+    HWDASH_PRESSURE     memory pressure 0..1 with 4 decimals, e.g. 0.9312 (empty when unknown)
+    HWDASH_USED_BYTES   total - free (used plus reserved), bytes (empty when unknown)
+    HWDASH_TOTAL_BYTES  total memory, bytes (empty when unknown)
+    HWDASH_MESSAGE      one readable line
+
+Commands run in the background (``subprocess.Popen``); their output goes to hwdash's stderr so it never
+mixes with ``--json`` lines on stdout. :meth:`AlertActions.close` gives running commands a few seconds to
+finish on exit, then leaves them running on their own (a slow webhook still gets delivered).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from hwdash.core.alerts import AlertEngine, AlertEvent
+from hwdash.telemetry.types import GpuState, Snapshot
+
+log = logging.getLogger(__name__)
+
+#: Event kinds that run the user's command (a clearing is logged but does not page anyone).
+COMMAND_EVENT_KINDS = frozenset({"raised", "lost"})
+
+
+def default_alert_log_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/hwdash/alerts.jsonl``, by default ``~/.local/state/hwdash/alerts.jsonl``."""
+    env = os.environ if environ is None else environ
+    state_home = env.get("XDG_STATE_HOME", "").strip()
+    base = Path(state_home) if state_home else Path.home() / ".local" / "state"
+    return base / "hwdash" / "alerts.jsonl"
+
+
+class AlertLog:
+    """Appends each alert event as one JSON line."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_alert_log_path()
+
+    def append(self, event: AlertEvent) -> bool:
+        """Write one line; False (and a logged warning) when the file cannot be written."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(event.to_dict(), sort_keys=True) + "\n")
+        except OSError as exc:
+            log.warning("cannot write alert log %s: %s", self.path, exc)
+            return False
+        return True
+
+
+def alert_environment(event: AlertEvent, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment an ``--on-alert`` command gets: the caller's plus the ``HWDASH_*`` variables."""
+    env = dict(os.environ if base is None else base)
+
+    def text(value: int | None) -> str:
+        return "" if value is None else str(value)
+
+    env.update(
+        {
+            "HWDASH_EVENT": event.kind,
+            "HWDASH_GPU": str(event.gpu_index),
+            "HWDASH_GPU_NAME": event.gpu_name or "",
+            "HWDASH_PRESSURE": "" if event.pressure is None else f"{event.pressure:.4f}",
+            "HWDASH_USED_BYTES": text(event.used_bytes),
+            "HWDASH_TOTAL_BYTES": text(event.total_bytes),
+            "HWDASH_MESSAGE": event.message,
+        }
+    )
+    return env
+
+
+def _stderr_target() -> int:
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # stderr replaced (tests, pythonw)
+        return subprocess.DEVNULL
+
+
+class AlertCommand:
+    """Runs the user's command for each event, in the background, through ``sh -c``."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self._running: list[subprocess.Popen[bytes]] = []
+        self.started = 0
+        """How many commands were started (for the monitor's summary and tests)."""
+        self.failed = 0
+        """How many could not start or exited non-zero."""
+
+    def run(self, event: AlertEvent) -> None:
+        """Start the command for one event; never waits for it."""
+        self.reap()
+        try:
+            process = subprocess.Popen(
+                ["sh", "-c", self.command],  # the command text is the user's; the data is in env
+                env=alert_environment(event),
+                stdin=subprocess.DEVNULL,
+                stdout=_stderr_target(),
+                stderr=_stderr_target(),
+                start_new_session=True,  # Ctrl-C in the terminal does not kill a half-sent alert
+            )
+        except OSError as exc:
+            self.failed += 1
+            log.warning("cannot start alert command %r: %s", self.command, exc)
+            return
+        self.started += 1
+        self._running.append(process)
+
+    def reap(self) -> None:
+        """Forget finished commands, logging the ones that failed."""
+        still_running = []
+        for process in self._running:
+            status = process.poll()
+            if status is None:
+                still_running.append(process)
+            elif status != 0:
+                self.failed += 1
+                log.warning("alert command %r exited with status %s", self.command, status)
+        self._running = still_running
+
+    @property
+    def running(self) -> int:
+        """Commands still running."""
+        self.reap()
+        return len(self._running)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Wait up to ``timeout_s`` in all for running commands, then leave the rest running."""
+        deadline = time.monotonic() + timeout_s
+        for process in self._running:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                process.wait(remaining)
+            except subprocess.TimeoutExpired:
+                break
+        self.reap()
+        if self._running:
+            log.warning(
+                "%d alert command(s) still running after %.0f s; leaving them to finish",
+                len(self._running),
+                timeout_s,
+            )
+
+
+class AlertActions:
+    """The alert log and the optional command, fed with each round's events."""
+
+    def __init__(self, log_file: AlertLog | None, command: AlertCommand | None) -> None:
+        self.log_file = log_file
+        self.command = command
+
+    def handle(self, events: Iterable[AlertEvent]) -> None:
+        """Log every event; run the command for raised and lost ones."""
+        for event in events:
+            if self.log_file is not None:
+                self.log_file.append(event)
+            if self.command is not None and event.kind in COMMAND_EVENT_KINDS:
+                self.command.run(event)
+        if self.command is not None:
+            self.command.reap()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Give running commands up to ``timeout_s`` to finish."""
+        if self.command is not None:
+            self.command.close(timeout_s)
+
+
+def mark_alert_states(snapshot: Snapshot, engine: AlertEngine) -> Snapshot:
+    """The snapshot with ``state=alert`` on GPUs that have an active pressure alert."""
+    gpus = tuple(
+        dataclasses.replace(gpu, state=GpuState.ALERT)
+        if gpu.state == GpuState.OK and engine.is_active(gpu.index)
+        else gpu
+        for gpu in snapshot.gpus
+    )
+    return dataclasses.replace(snapshot, gpus=gpus)

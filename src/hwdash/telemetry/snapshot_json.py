@@ -1,0 +1,105 @@
+"""The JSON form of a snapshot (``hwdash monitor --json``): bytes as integers, unknown values as null.
+
+Top-level keys: ``timestamp``, ``nvml`` (``available``, ``driver_version``, ``error``), ``gpus``, ``host``,
+``alerts`` (active alerts), ``events`` (alert events of this round), ``stale`` and ``errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from hwdash.core.alerts import AlertEvent
+from hwdash.telemetry.types import GpuSample, HostSample, MigSample, ProcessSample, Snapshot
+
+
+def process_to_dict(process: ProcessSample) -> dict[str, Any]:
+    """One GPU process."""
+    return {
+        "pid": process.pid,
+        "kind": process.kind,
+        "used_bytes": process.used_bytes,
+        "visible": process.visible,
+        "name": process.name,
+        "user": process.user,
+        "cmdline": process.cmdline,
+        "cpu_percent": process.cpu_percent,
+        "rss_bytes": process.rss_bytes,
+    }
+
+
+def mig_to_dict(mig: MigSample) -> dict[str, Any]:
+    """One MIG instance."""
+    return {
+        "index": mig.index,
+        "name": mig.name,
+        "uuid": mig.uuid,
+        "memory_total_bytes": mig.total_bytes,
+        "memory_used_bytes": mig.used_bytes,
+        "memory_free_bytes": mig.free_bytes,
+    }
+
+
+def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
+    """One GPU."""
+    pressure = gpu.pressure
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "uuid": gpu.uuid,
+        "state": gpu.state.value,
+        "memory_total_bytes": gpu.total_bytes,
+        "memory_reserved_bytes": gpu.reserved_bytes,
+        "memory_used_bytes": gpu.used_bytes,
+        "memory_free_bytes": gpu.free_bytes,
+        "pressure": None if pressure is None else round(pressure, 6),
+        "utilization_gpu": gpu.utilization_gpu,
+        "utilization_memory": gpu.utilization_memory,
+        "temperature_c": gpu.temperature_c,
+        "power_w": gpu.power_w,
+        "power_limit_w": gpu.power_limit_w,
+        "sm_clock_mhz": gpu.sm_clock_mhz,
+        "memory_clock_mhz": gpu.memory_clock_mhz,
+        "processes": [process_to_dict(process) for process in gpu.processes],
+        "mig": [mig_to_dict(mig) for mig in gpu.mig],
+        "errors": {name: reason for name, reason in gpu.errors},
+    }
+
+
+def host_to_dict(host: HostSample | None) -> dict[str, Any] | None:
+    """The host, or None when it was not sampled."""
+    if host is None:
+        return None
+    return {
+        "cpu_percent": host.cpu_percent,
+        "per_cpu_percent": list(host.per_cpu_percent),
+        "load_average": None if host.load_average is None else list(host.load_average),
+        "ram_total_bytes": host.ram_total_bytes,
+        "ram_used_bytes": host.ram_used_bytes,
+        "ram_available_bytes": host.ram_available_bytes,
+        "swap_total_bytes": host.swap_total_bytes,
+        "swap_used_bytes": host.swap_used_bytes,
+    }
+
+
+def snapshot_to_dict(
+    snapshot: Snapshot,
+    active_alerts: Iterable[AlertEvent] = (),
+    events: Iterable[AlertEvent] = (),
+) -> dict[str, Any]:
+    """The whole snapshot as one JSON-ready object."""
+    return {
+        "timestamp": snapshot.timestamp,
+        "nvml": {
+            "available": snapshot.nvml.available,
+            "driver_version": snapshot.nvml.driver_version,
+            "error": snapshot.nvml.error,
+        },
+        "gpus": [gpu_to_dict(gpu) for gpu in snapshot.gpus],
+        "host": host_to_dict(snapshot.host),
+        "alerts": [event.to_dict() for event in active_alerts],
+        "events": [event.to_dict() for event in events],
+        "stale": snapshot.stale,
+        "errors": list(snapshot.errors),
+        "sample_seconds": round(snapshot.sample_seconds, 6),
+    }
