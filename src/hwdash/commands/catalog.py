@@ -32,7 +32,10 @@ def _add_catalog_flag(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=argparse.SUPPRESS,
         metavar="DIR",
-        help="extra catalog folder or file; adds or overrides entries by id (repeatable)",
+        help=(
+            "extra catalog folder or file; adds or overrides entries by id (repeatable; "
+            "given after the subcommand it replaces any --catalog given before it)"
+        ),
     )
 
 
