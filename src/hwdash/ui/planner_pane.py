@@ -1,0 +1,682 @@
+"""The planner pane: a form for a :class:`Plan` on the left, its estimate on the right.
+
+Every change in the form recomputes the estimate at once (``evaluate_plan`` is a pure function that
+takes a few milliseconds). A field whose value cannot be used is marked (``-invalid``) with the reason
+under it; the form is never cleared and the last good estimate stays on screen, dimmed, until the form
+is valid again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.events import DescendantFocus, Resize
+from textual.message import Message
+from textual.suggester import SuggestFromList
+from textual.widget import Widget
+from textual.widgets import Checkbox, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
+
+from hwdash.core.catalog import Catalog, CatalogError
+from hwdash.core.fit import evaluate_plan
+from hwdash.core.models import resolve_model
+from hwdash.core.plan import Attention, Method, Offload, Optimizer, Plan, Precision
+from hwdash.core.plan_store import PlanStore, PlanStoreError, PlanSummary, SavedPlan
+from hwdash.core.results import FitVerdict, PlanReport
+from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
+from hwdash.errors import UsageError
+from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
+from hwdash.ui.widgets.planner_dialogs import NameDialog
+from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
+
+#: Form fields in display order: (Plan field, label).
+FORM_FIELDS: tuple[tuple[str, str], ...] = (
+    ("model", "model"),
+    ("method", "method"),
+    ("precision", "precision"),
+    ("batch", "micro-batch"),
+    ("seq", "seq length"),
+    ("grad_ckpt", "grad ckpt"),
+    ("attention", "attention"),
+    ("optimizer", "optimizer"),
+    ("lora_r", "LoRA rank"),
+    ("zero", "ZeRO stage"),
+    ("offload", "offload"),
+    ("gpus", "GPUs"),
+    ("examples", "examples"),
+    ("epochs", "epochs"),
+    ("mfu", "MFU"),
+)
+_FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
+_INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus")
+
+#: Width from which results use two columns (breakdown beside the flavor table).
+WIDE_BREAKPOINT = 150
+#: How many model matches the search list shows.
+MODEL_MATCHES = 8
+
+
+def _field_for_message(message: str) -> str | None:
+    """The form field a plan-level error is about, if its message names one (``offload``, ``zero``)."""
+    lowered = message.lower()
+    for name in ("offload", "zero", "method", "rl_method"):
+        if name in lowered:
+            return name if name in _FIELD_NAMES else None
+    return None
+
+
+def _control_id(field: str) -> str:
+    return f"plan-{field.replace('_', '-')}"
+
+
+class PlannerPane(Widget):
+    """The plan form and its live estimate: memory breakdown, warnings and the flavor table."""
+
+    DEFAULT_CSS = """
+    PlannerPane {
+        layout: horizontal;
+        height: 1fr;
+    }
+    PlannerPane #plan-form {
+        width: 36;
+        height: 1fr;
+        border-right: vkey $foreground 20%;
+        padding: 0 1 0 0;
+    }
+    PlannerPane.-wide #plan-form {
+        width: 44;
+    }
+    PlannerPane .plan-field {
+        height: auto;
+    }
+    PlannerPane .plan-field > Horizontal {
+        height: auto;
+    }
+    PlannerPane .plan-field Label {
+        width: 12;
+        color: $text-muted;
+    }
+    PlannerPane .plan-field Input, PlannerPane .plan-field Select {
+        width: 1fr;
+    }
+    PlannerPane .plan-field.-invalid Label {
+        color: $error;
+        text-style: bold;
+    }
+    PlannerPane .plan-field Input.-invalid {
+        background: $error 25%;
+    }
+    PlannerPane .plan-error {
+        display: none;
+        color: $error;
+        padding-left: 12;
+        height: auto;
+    }
+    PlannerPane .plan-field.-invalid .plan-error {
+        display: block;
+    }
+    PlannerPane #plan-model-matches {
+        display: none;
+        height: auto;
+        max-height: 8;
+        margin-left: 12;
+        border: none;
+    }
+    PlannerPane #plan-model-matches.-open {
+        display: block;
+    }
+    PlannerPane #plan-results {
+        width: 1fr;
+        height: 1fr;
+        padding: 0 0 0 1;
+    }
+    PlannerPane.-wide #plan-results {
+        layout: horizontal;
+        overflow-y: hidden;
+    }
+    PlannerPane #plan-summary {
+        height: auto;
+    }
+    PlannerPane.-wide #plan-summary {
+        width: 64;
+        height: 1fr;
+        padding-right: 1;
+    }
+    PlannerPane #plan-flavors {
+        height: auto;
+    }
+    PlannerPane.-wide #plan-flavors {
+        width: 1fr;
+        height: 1fr;
+    }
+    PlannerPane.-wide FlavorTable {
+        height: 1fr;
+        max-height: 100%;
+    }
+    PlannerPane #plan-headline {
+        height: auto;
+        margin-bottom: 1;
+    }
+    PlannerPane #plan-problem {
+        display: none;
+        color: $error;
+        height: auto;
+    }
+    PlannerPane.-stale #plan-problem {
+        display: block;
+    }
+    PlannerPane #plan-warnings {
+        height: auto;
+        color: $warning;
+        margin-top: 1;
+    }
+    PlannerPane #plan-flavor-controls {
+        height: 1;
+        margin-top: 1;
+    }
+    PlannerPane #plan-flavor-controls Checkbox {
+        margin-right: 2;
+    }
+    PlannerPane #plan-provider {
+        width: 24;
+    }
+    PlannerPane.-stale FlavorTable, PlannerPane.-stale #plan-headline {
+        opacity: 60%;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "save_current", "Save plan"),
+        Binding("ctrl+s", "save_current", "Save plan", show=False),
+        Binding("1", "sort('cost')", "Sort cost", show=False),
+        Binding("2", "sort('time')", "Sort time", show=False),
+        Binding("3", "sort('memory')", "Sort memory", show=False),
+        Binding("f", "toggle_fits_only", "Fits only", show=False),
+        Binding("v", "next_provider", "Provider", show=False),
+    ]
+
+    class PlanChanged(Message):
+        """The estimate was recomputed; ``report`` is None while the form is invalid."""
+
+        def __init__(self, report: PlanReport | None) -> None:
+            super().__init__()
+            self.report = report
+            """The new estimate, or None when the form has errors."""
+
+    class PlanSaved(Message):
+        """A plan was saved to the store from this pane."""
+
+        def __init__(self, saved: SavedPlan) -> None:
+            super().__init__()
+            self.saved = saved
+            """The stored entry (its name may carry a ``(2)`` suffix)."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        store: PlanStore,
+        *,
+        initial: Plan | None = None,
+        id: str | None = "planner",
+    ) -> None:
+        super().__init__(id=id)
+        self.catalog = catalog
+        self.store = store
+        self._base = initial if initial is not None else self._default_plan(catalog)
+        self.report: PlanReport | None = None
+        """The last good estimate (kept while the form is invalid)."""
+        self.errors: dict[str, str] = {}
+        """Field name -> reason, for every field the current form cannot use (``""``: the whole form)."""
+        self._recompute_pending = False
+
+    @staticmethod
+    def _default_plan(catalog: Catalog) -> Plan:
+        preferred = ("qwen2.5-7b", "llama-3.1-8b")
+        model = next((m for m in preferred if m in catalog.models), None)
+        if model is None:
+            model = next(iter(sorted(catalog.models)), "7B")
+        return Plan(model=model)
+
+    # -- layout ---------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        plan = self._base
+        with VerticalScroll(id="plan-form"):
+            for name, label in FORM_FIELDS:
+                with Vertical(classes="plan-field", id=f"plan-row-{name.replace('_', '-')}"):
+                    with Horizontal():
+                        yield Label(label)
+                        yield self._make_control(name, plan)
+                    if name == "model":
+                        yield OptionList(id="plan-model-matches")
+                    yield Static(
+                        "", classes="plan-error", id=f"plan-error-{name.replace('_', '-')}"
+                    )
+        with VerticalScroll(id="plan-results"):
+            with Vertical(id="plan-summary"):
+                yield Static("", id="plan-problem")
+                yield Static("", id="plan-headline")
+                yield MemoryBreakdownView(id="plan-breakdown")
+                yield Static("", id="plan-warnings")
+            with Vertical(id="plan-flavors"):
+                with Horizontal(id="plan-flavor-controls"):
+                    yield Checkbox("fits only", id="plan-fits-only", compact=True)
+                    yield Select(
+                        [(label, key) for key, label in PROVIDER_LABELS.items()],
+                        value="all",
+                        allow_blank=False,
+                        compact=True,
+                        id="plan-provider",
+                    )
+                yield FlavorTable(id="plan-flavor-table")
+
+    def _make_control(self, name: str, plan: Plan) -> Widget:
+        cid = _control_id(name)
+        if name == "model":
+            suggestions = sorted(self.catalog.models)
+            return Input(
+                plan.model,
+                placeholder="catalog id, config.json or 7B",
+                suggester=SuggestFromList(suggestions, case_sensitive=False),
+                compact=True,
+                id=cid,
+            )
+        if name in ("method", "precision", "attention", "optimizer", "offload"):
+            enum_type: Any = {
+                "method": Method,
+                "precision": Precision,
+                "attention": Attention,
+                "optimizer": Optimizer,
+                "offload": Offload,
+            }[name]
+            return Select(
+                [(member.value, member) for member in enum_type],
+                value=getattr(plan, name),
+                allow_blank=False,
+                compact=True,
+                id=cid,
+            )
+        if name == "zero":
+            return Select(
+                [(f"{stage}", stage) for stage in range(4)],
+                value=plan.zero,
+                allow_blank=False,
+                compact=True,
+                id=cid,
+            )
+        if name == "grad_ckpt":
+            return Checkbox("recompute", plan.grad_ckpt, compact=True, id=cid)
+        if name in _INTEGER_FIELDS:
+            return Input(str(getattr(plan, name)), type="integer", compact=True, id=cid)
+        if name == "examples":
+            return Input(
+                "" if plan.examples is None else str(plan.examples),
+                placeholder="e.g. 50k (blank: no time)",
+                compact=True,
+                id=cid,
+            )
+        if name == "epochs":
+            return Input(f"{plan.epochs:g}", type="number", compact=True, id=cid)
+        if name == "mfu":
+            return Input(
+                "" if plan.mfu is None else f"{plan.mfu:g}",
+                type="number",
+                placeholder="catalog default",
+                compact=True,
+                id=cid,
+            )
+        raise AssertionError(f"no control for {name}")
+
+    def on_mount(self) -> None:
+        self._recompute()
+
+    def on_resize(self, event: Resize) -> None:
+        self.set_class(event.size.width >= WIDE_BREAKPOINT, "-wide")
+
+    # -- reading the form ------------------------------------------------------------------------
+
+    def read_form(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The plan fields the form holds, and the reason for every field it cannot use."""
+        values: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for name in _FIELD_NAMES:
+            control = self.query_one(f"#{_control_id(name)}")
+            if isinstance(control, (Select, Checkbox)):
+                values[name] = control.value
+            elif isinstance(control, Input):
+                try:
+                    values[name] = self._parse_text(name, control.value)
+                except ValueError as exc:
+                    errors[name] = str(exc)
+        return values, errors
+
+    @staticmethod
+    def _parse_text(name: str, text: str) -> Any:
+        text = text.strip()
+        if name == "model":
+            if not text:
+                raise ValueError("choose a model: catalog id, config.json path or a count like 7B")
+            return text
+        if name in _INTEGER_FIELDS:
+            if not text:
+                raise ValueError("required: a whole number")
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"'{text}' is not a whole number") from None
+        if name == "examples":
+            return parse_count(text) if text else None
+        if name in ("epochs", "mfu"):
+            if not text:
+                if name == "mfu":
+                    return None
+                raise ValueError("required: a number such as 1 or 0.5")
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(f"'{text}' is not a number") from None
+        raise AssertionError(name)
+
+    def _build_plan(self) -> tuple[Plan | None, dict[str, str]]:
+        values, errors = self.read_form()
+        data = self._base.model_dump()
+        data.update({k: v for k, v in values.items() if k not in errors})
+        try:
+            plan = Plan.model_validate(data)
+        except ValidationError as exc:
+            for problem in exc.errors():
+                loc = problem["loc"]
+                message = _friendly(problem)
+                field = str(loc[0]) if loc else _field_for_message(message)
+                if field not in _FIELD_NAMES:
+                    field = ""
+                errors.setdefault(field, message)
+            return None, errors
+        if errors:
+            return None, errors
+        return plan, errors
+
+    # -- recomputing -----------------------------------------------------------------------------
+
+    def request_recompute(self) -> None:
+        """Recompute once the current burst of changes has been handled."""
+        if not self._recompute_pending:
+            self._recompute_pending = True
+            self.call_later(self._recompute)
+
+    def _recompute(self) -> None:
+        self._recompute_pending = False
+        plan, errors = self._build_plan()
+        report: PlanReport | None = None
+        if plan is not None:
+            try:
+                resolve_model(plan.model, self.catalog)
+            except (UsageError, CatalogError, ValueError) as exc:
+                errors["model"] = _plain(exc, "--model")
+            else:
+                try:
+                    report = evaluate_plan(plan, self.catalog)
+                except UsageError as exc:
+                    field = (exc.flag or "").lstrip("-").replace("-", "_")
+                    errors[field if field in _FIELD_NAMES else ""] = _plain(exc, exc.flag)
+                except (CatalogError, ValueError) as exc:
+                    errors[""] = str(exc)
+        self.errors = errors
+        with self.app.batch_update():
+            self._show_errors(errors)
+            if report is not None:
+                self.report = report
+                self._show_report(report)
+            self.set_class(report is None and self.report is not None, "-stale")
+            self.query_one(MemoryBreakdownView).stale = report is None
+            self.query_one(FlavorTable).stale = report is None
+        self.post_message(self.PlanChanged(report))
+
+    def _show_errors(self, errors: dict[str, str]) -> None:
+        for name in _FIELD_NAMES:
+            suffix = name.replace("_", "-")
+            invalid = name in errors
+            self.query_one(f"#plan-row-{suffix}").set_class(invalid, "-invalid")
+            self.query_one(f"#{_control_id(name)}").set_class(invalid, "-invalid")
+            self.query_one(f"#plan-error-{suffix}", Static).update(errors.get(name, ""))
+        problem = self.query_one("#plan-problem", Static)
+        general = errors.get("")
+        if errors:
+            fields = [label for name, label in FORM_FIELDS if name in errors]
+            text = general or f"check {', '.join(fields)}"
+            problem.update(Text(f"✗ {text}; showing the last good estimate", style="bold"))
+        else:
+            problem.update("")
+
+    def _show_report(self, report: PlanReport) -> None:
+        estimate = report.estimate
+        plan = report.plan
+        headline = Text()
+        headline.append(report.model.name, style="bold")
+        headline.append(f"  {format_count(estimate.total_params)} params")
+        if estimate.trainable_params and estimate.trainable_params != estimate.total_params:
+            headline.append(f", {format_count(estimate.trainable_params)} trainable")
+        headline.append(f"\n{plan.method.value} · {plan.precision.value} · ")
+        headline.append(f"{format_bytes(estimate.per_gpu.total)} per GPU", style="bold")
+        if estimate.gpus > 1:
+            headline.append(f" × {estimate.gpus}")
+        if report.tokens:
+            headline.append(f" · {format_count(report.tokens)} tokens")
+        headline.append("\n")
+        best = next((f for f in report.flavors if f.flavor.id == report.recommended), None)
+        if best is not None:
+            headline.append("★ ", style="bold yellow")
+            headline.append(best.flavor.id, style="bold")
+            if best.hours is not None:
+                detail = f"{format_hours(best.hours)}, {format_money(best.cost)}"
+            else:
+                detail = f"{format_money(best.flavor.price_per_hour)}/h"
+            headline.append(
+                f"  {best.verdict.value}, {detail}",
+                style="green" if best.verdict is FitVerdict.FITS else "yellow",
+            )
+        else:
+            headline.append("fits no flavor in the catalog", style="bold red")
+        self.query_one("#plan-headline", Static).update(headline)
+        self.query_one(MemoryBreakdownView).estimate = estimate
+        warnings = list(dict.fromkeys((*estimate.warnings, *report.warnings)))
+        warning_view = self.query_one("#plan-warnings", Static)
+        warning_view.update("\n".join(f"⚠ {w}" for w in warnings))
+        warning_view.display = bool(warnings)
+        self.query_one(FlavorTable).show_report(report)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    @on(Input.Changed)
+    def _input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == _control_id("model"):
+            self._update_model_matches(event.value)
+        self.request_recompute()
+
+    @on(Select.Changed)
+    def _select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "plan-provider":
+            if isinstance(event.value, str):
+                self.query_one(FlavorTable).provider = event.value
+            return
+        self.request_recompute()
+
+    @on(Checkbox.Changed)
+    def _checkbox_changed(self, event: Checkbox.Changed) -> None:
+        if event.checkbox.id == "plan-fits-only":
+            self.query_one(FlavorTable).fits_only = event.value
+            return
+        self.request_recompute()
+
+    @on(Input.Submitted, "#plan-model")
+    def _model_submitted(self, event: Input.Submitted) -> None:
+        matches = self.query_one("#plan-model-matches", OptionList)
+        if matches.has_class("-open") and matches.option_count:
+            first = matches.get_option_at_index(0)
+            if first.id is not None:
+                self._choose_model(first.id)
+
+    @on(OptionList.OptionSelected, "#plan-model-matches")
+    def _model_chosen(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option_id is not None:
+            self._choose_model(event.option_id)
+
+    def on_descendant_focus(self, event: DescendantFocus) -> None:
+        if event.widget.id not in (_control_id("model"), "plan-model-matches"):
+            self.query_one("#plan-model-matches", OptionList).remove_class("-open")
+
+    def _choose_model(self, model_id: str) -> None:
+        model_input = self.query_one(f"#{_control_id('model')}", Input)
+        model_input.value = model_id
+        model_input.cursor_position = len(model_id)
+        self.query_one("#plan-model-matches", OptionList).remove_class("-open")
+        model_input.focus()
+
+    def model_matches(self, text: str) -> list[str]:
+        """Catalog model ids matching ``text`` (id, name or Hugging Face id), best first."""
+        key = text.strip().lower()
+        if not key:
+            return []
+        starts: list[str] = []
+        contains: list[str] = []
+        for model in sorted(self.catalog.models.values(), key=lambda m: m.id):
+            fields = (model.id, model.name.lower(), model.hf_id.lower())
+            if any(f.startswith(key) for f in fields):
+                starts.append(model.id)
+            elif any(key in f for f in fields):
+                contains.append(model.id)
+        return (starts + contains)[:MODEL_MATCHES]
+
+    def _update_model_matches(self, text: str) -> None:
+        matches = self.query_one("#plan-model-matches", OptionList)
+        model_input = self.query_one(f"#{_control_id('model')}", Input)
+        found = self.model_matches(text)
+        exact = text.strip().lower() in self.catalog.models
+        matches.clear_options()
+        for model_id in found:
+            name = self.catalog.models[model_id].name
+            prompt = Text(model_id)
+            prompt.append(f"  {name}", style="dim")
+            matches.add_option(Option(prompt, id=model_id))
+        matches.set_class(bool(found) and not exact and model_input.has_focus, "-open")
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def action_sort(self, sort_by: SortKey) -> None:
+        """Sort the flavor table (again: reverse)."""
+        self.query_one(FlavorTable).sort_on(sort_by)
+
+    def action_toggle_fits_only(self) -> None:
+        """Show only flavors the plan fits on, or all."""
+        checkbox = self.query_one("#plan-fits-only", Checkbox)
+        checkbox.value = not checkbox.value
+
+    def action_next_provider(self) -> None:
+        """Cycle the provider filter."""
+        select: Select[str] = self.query_one("#plan-provider", Select)
+        keys = list(PROVIDER_LABELS)
+        current = select.value if isinstance(select.value, str) else "all"
+        select.value = keys[(keys.index(current) + 1) % len(keys)]
+
+    def action_save_current(self, name: str | None = None) -> None:
+        """Save the current plan: under ``name``, or after asking (default: model and method)."""
+        report = self.report
+        if report is None or self.errors:
+            self.notify(
+                "Nothing to save: fix the marked fields first.", severity="warning", timeout=4
+            )
+            return
+        if name is not None:
+            self._save(name, report)
+            return
+
+        def describe(text: str) -> str:
+            try:
+                final = self.store.unique_name(text)
+            except PlanStoreError as exc:
+                raise ValueError(str(exc)) from None
+            if final != " ".join(text.split()):
+                return f"that name is taken: will save as '{final}'"
+            return f"saves to {self.store.path}"
+
+        def saved(result: str | None) -> None:
+            if result is not None:
+                self._save(result, report)
+
+        default = report.plan.default_name(report.model.name)
+        self.app.push_screen(
+            NameDialog("Save plan as", default, describe=describe, ok_label="Save"), saved
+        )
+
+    def save_current(self, name: str | None = None) -> None:
+        """Public alias of the ``s`` action (see :meth:`action_save_current`)."""
+        self.action_save_current(name)
+
+    def _save(self, name: str, report: PlanReport) -> None:
+        summary = PlanSummary.from_report(report)
+        try:
+            saved = self.store.save(name, report.plan, summary=summary)
+        except PlanStoreError as exc:
+            self.notify(str(exc), title="Plans file", severity="error", timeout=10)
+            if exc.backup is None:
+                return
+            # The broken file was moved aside; the store is empty now, so saving again works.
+            try:
+                saved = self.store.save(name, report.plan, summary=summary)
+            except PlanStoreError as again:
+                self.notify(str(again), title="Plans file", severity="error", timeout=10)
+                return
+        self.notify(f"Saved plan '{saved.name}'", title="Planner", timeout=4)
+        self.post_message(self.PlanSaved(saved))
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def load_plan(self, plan: Plan) -> None:
+        """Fill the form from ``plan`` (fields the form does not show are kept) and recompute."""
+        self._base = plan
+        for name in _FIELD_NAMES:
+            control = self.query_one(f"#{_control_id(name)}")
+            value = getattr(plan, name)
+            if isinstance(control, Select):
+                control.value = value
+            elif isinstance(control, Checkbox):
+                control.value = bool(value)
+            elif isinstance(control, Input):
+                if value is None:
+                    control.value = ""
+                elif isinstance(value, float):
+                    control.value = f"{value:g}"
+                else:
+                    control.value = str(value)
+        self.query_one("#plan-model-matches", OptionList).remove_class("-open")
+        self.request_recompute()
+
+
+def _friendly(problem: Any) -> str:
+    """A pydantic error as a short phrase for the field's error line."""
+    context = problem.get("ctx") or {}
+    bounds = {
+        "greater_than_equal": ("at least", "ge"),
+        "greater_than": ("more than", "gt"),
+        "less_than_equal": ("at most", "le"),
+        "less_than": ("less than", "lt"),
+    }
+    if problem["type"] in bounds:
+        words, key = bounds[problem["type"]]
+        return f"must be {words} {context.get(key)}"
+    return str(problem["msg"]).removeprefix("Value error, ")
+
+
+def _plain(exc: Exception, flag: str | None) -> str:
+    """An error message without the ``--flag:`` prefix (the field already says which one)."""
+    message = str(exc)
+    if flag and message.startswith(f"{flag}: "):
+        return message[len(flag) + 2 :]
+    return message

@@ -1,0 +1,323 @@
+"""Pilot tests of the planner pane on the real catalog: type into the form, watch the estimate follow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.widgets import Input, OptionList, Select, Static
+
+from hwdash.core.catalog import Catalog, load_catalog
+from hwdash.core.fit import evaluate_plan
+from hwdash.core.plan import Method, Offload, Plan
+from hwdash.core.plan_store import PlanStore
+from hwdash.core.results import FitVerdict, PlanReport
+from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
+from hwdash.ui.widgets.planner_dialogs import NameDialog
+from hwdash.ui.widgets.planner_flavors import FlavorTable
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog(include_user=False)
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PlanStore:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    return PlanStore()
+
+
+class PlannerApp(App[None]):
+    """The pane alone, recording what it posts."""
+
+    def __init__(self, catalog: Catalog, store: PlanStore, initial: Plan | None = None) -> None:
+        super().__init__()
+        self.catalog = catalog
+        self.store = store
+        self.initial = initial
+        self.changes: list[PlanReport | None] = []
+
+    def compose(self) -> ComposeResult:
+        yield PlannerPane(self.catalog, self.store, initial=self.initial)
+
+    def on_planner_pane_plan_changed(self, message: PlannerPane.PlanChanged) -> None:
+        self.changes.append(message.report)
+
+
+BASE = Plan(model="qwen2.5-7b", method=Method.LORA, batch=1, seq=2048, examples=10_000)
+
+
+async def replace_text(pilot, selector: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    """Click an input, delete what it holds and type ``text`` key by key."""
+    await pilot.click(selector)
+    await pilot.press("end", "ctrl+u", *list(text))
+    await pilot.pause()
+
+
+async def test_first_frame_shows_the_estimate_of_the_initial_plan(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        expected = evaluate_plan(BASE, catalog)
+        assert pane.report is not None
+        assert pane.report.estimate == expected.estimate
+        assert app.changes and app.changes[-1] is pane.report
+        assert app.query_one(MemoryBreakdownView).estimate == expected.estimate
+        table = app.query_one(FlavorTable)
+        assert table.row_count == len(expected.flavors)
+        headline = str(app.query_one("#plan-headline", Static).render())
+        assert expected.model.name in headline
+        assert expected.recommended is not None and expected.recommended in headline
+
+
+async def test_model_search_lists_matches_and_enter_picks_one(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await replace_text(pilot, "#plan-model", "llama-3.1")
+        matches = app.query_one("#plan-model-matches", OptionList)
+        assert matches.has_class("-open")
+        ids = [matches.get_option_at_index(i).id for i in range(matches.option_count)]
+        assert set(ids) == {m for m in catalog.models if m.startswith("llama-3.1")}
+        # "llama-3.1" alone is not a model: the field says so and the estimate stays.
+        pane = app.query_one(PlannerPane)
+        assert "model" in pane.errors
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not matches.has_class("-open")
+        assert app.query_one("#plan-model", Input).value == ids[0]
+        assert pane.errors == {}
+        assert pane.report is not None and pane.report.model.id == ids[0]
+
+
+async def test_changing_batch_seq_and_method_recomputes(catalog: Catalog, store: PlanStore) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.report is not None
+        before = pane.report.estimate.per_gpu
+        await replace_text(pilot, "#plan-batch", "8")
+        await replace_text(pilot, "#plan-seq", "4096")
+        assert pane.report.plan.batch == 8
+        assert pane.report.plan.seq == 4096
+        after = pane.report.estimate.per_gpu
+        assert after.activations > before.activations
+        expected = evaluate_plan(BASE.model_copy(update={"batch": 8, "seq": 4096}), catalog)
+        assert app.query_one(MemoryBreakdownView).estimate == expected.estimate
+        # Pick "full" from the method drop-down with the keyboard.
+        await pilot.click("#plan-method")
+        await pilot.pause()
+        await pilot.press("f", "u", "l", "l", "enter")
+        await pilot.pause()
+        assert pane.report.plan.method is Method.FULL
+        full = pane.report.estimate.per_gpu
+        assert full.gradients > after.gradients
+        table = app.query_one(FlavorTable)
+        shown = {fit.flavor.id: fit.verdict for fit in table.shown}
+        expected_full = evaluate_plan(pane.report.plan, catalog)
+        assert shown == {fit.flavor.id: fit.verdict for fit in expected_full.flavors}
+
+
+async def test_invalid_batch_is_marked_and_the_last_estimate_stays(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        good = pane.report
+        await replace_text(pilot, "#plan-batch", "0")
+        row = app.query_one("#plan-row-batch")
+        assert row.has_class("-invalid")
+        assert app.query_one("#plan-batch", Input).has_class("-invalid")
+        assert "at least 1" in str(app.query_one("#plan-error-batch", Static).render())
+        assert pane.report is good
+        assert pane.has_class("-stale")
+        assert app.changes[-1] is None
+        # The form was not cleared.
+        assert app.query_one("#plan-model", Input).value == "qwen2.5-7b"
+        assert good is not None
+        assert app.query_one(FlavorTable).row_count == len(good.flavors)
+        # An empty field is marked too, and fixing it brings a fresh estimate back.
+        await replace_text(pilot, "#plan-batch", "")
+        assert "required" in str(app.query_one("#plan-error-batch", Static).render())
+        await replace_text(pilot, "#plan-batch", "2")
+        assert not row.has_class("-invalid")
+        assert not pane.has_class("-stale")
+        assert pane.report is not good
+        assert pane.report is not None and pane.report.plan.batch == 2
+        assert app.changes[-1] is pane.report
+
+
+async def test_plan_level_and_model_errors_land_on_their_field(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        offload: Select[Offload] = app.query_one("#plan-offload", Select)
+        offload.value = Offload.OPTIMIZER  # with ZeRO stage 0: not allowed
+        await pilot.pause()
+        assert app.query_one("#plan-row-offload").has_class("-invalid")
+        assert "ZeRO" in str(app.query_one("#plan-error-offload", Static).render())
+        app.query_one("#plan-zero", Select).value = 2
+        await pilot.pause()
+        assert pane.errors == {}
+        assert pane.report is not None and pane.report.estimate.host_bytes > 0
+        await replace_text(pilot, "#plan-model", "no-such-model")
+        assert app.query_one("#plan-row-model").has_class("-invalid")
+        assert "no-such-model" in str(app.query_one("#plan-error-model", Static).render())
+
+
+async def test_s_saves_the_plan_under_a_name_from_a_dialog(
+    catalog: Catalog, store: PlanStore, tmp_path: Path
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        app.query_one(FlavorTable).focus()
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, NameDialog)
+        assert app.screen.query_one("#name-input", Input).value == "Qwen2.5-7B lora"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, NameDialog)
+        saved = PlanStore(tmp_path / "xdg" / "hwdash" / "plans.json").list()
+        assert [s.name for s in saved] == ["Qwen2.5-7B lora"]
+        assert saved[0].plan == BASE
+        assert saved[0].summary is not None
+        pane = app.query_one(PlannerPane)
+        assert pane.report is not None
+        assert saved[0].summary.per_gpu_total == pane.report.estimate.per_gpu.total
+        assert any("Saved plan 'Qwen2.5-7B lora'" in n.message for n in app._notifications)
+        # Same name again: the dialog warns, and the plan is saved with a suffix.
+        await pilot.press("s")
+        await pilot.pause()
+        hint = str(app.screen.query_one("#name-hint", Static).render())
+        assert "Qwen2.5-7B lora (2)" in hint
+        await pilot.press("enter")
+        await pilot.pause()
+        assert store.names() == ["Qwen2.5-7B lora", "Qwen2.5-7B lora (2)"]
+        # Escape cancels without saving.
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+        assert len(store.list()) == 2
+
+
+async def test_save_is_refused_while_the_form_is_invalid(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await replace_text(pilot, "#plan-gpus", "0")
+        app.query_one(PlannerPane).save_current("bad")
+        await pilot.pause()
+        assert store.list() == []
+        assert any("fix the marked fields" in n.message for n in app._notifications)
+
+
+async def test_sort_keys_headers_and_filters(catalog: Catalog, store: PlanStore) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await pilot.pause()
+        table = app.query_one(FlavorTable)
+        table.focus()
+
+        def fitting(rows: list) -> list:  # type: ignore[type-arg]
+            return [fit for fit in rows if fit.verdict is not FitVerdict.NO]
+
+        costs = [fit.cost for fit in fitting(table.shown) if fit.cost is not None]
+        assert costs and costs == sorted(costs)
+        assert table.shown[0].flavor.id == app.query_one(PlannerPane).report.recommended  # type: ignore[union-attr]
+        await pilot.press("2")
+        hours = [fit.hours for fit in fitting(table.shown) if fit.hours is not None]
+        assert table.sort_by == "time" and hours == sorted(hours)
+        await pilot.press("3")
+        headroom = [fit.headroom_bytes for fit in fitting(table.shown)]
+        assert table.sort_by == "memory" and headroom == sorted(headroom, reverse=True)
+        await pilot.press("3")  # again: reversed
+        headroom = [fit.headroom_bytes for fit in fitting(table.shown)]
+        assert table.descending and headroom == sorted(headroom)
+        # Click the "cost" heading.
+        x = sum(col.get_render_width(table) for col in list(table.columns.values())[:3]) + 1
+        await pilot.click(FlavorTable, offset=(x, 0))
+        await pilot.pause()
+        assert table.sort_by == "cost" and not table.descending
+        # Filters: fits only, then one provider.
+        total = len(table.shown)
+        await pilot.press("f")
+        await pilot.pause()
+        assert 0 < len(table.shown) < total
+        assert all(fit.verdict is not FitVerdict.NO for fit in table.shown)
+        await pilot.press("v")  # all -> hf-jobs
+        await pilot.pause()
+        assert table.shown and {fit.flavor.provider for fit in table.shown} == {"hf-jobs"}
+        await pilot.press("v")  # -> local
+        await pilot.pause()
+        assert {fit.flavor.provider for fit in table.shown} <= {"local"}
+        assert table.row_count == len(table.shown)
+
+
+async def test_load_plan_fills_the_form(catalog: Catalog, store: PlanStore) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    loaded = Plan(
+        model="phi-2",
+        method=Method.FULL,
+        batch=2,
+        seq=512,
+        gpus=2,
+        zero=2,
+        examples=1000,
+        epochs=3,
+        mfu=0.4,
+        grad_ckpt=True,
+        rl_reference=False,
+    )
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        pane.load_plan(loaded)
+        await pilot.pause()
+        assert app.query_one("#plan-model", Input).value == "phi-2"
+        assert app.query_one("#plan-epochs", Input).value == "3"
+        assert app.query_one("#plan-mfu", Input).value == "0.4"
+        assert pane.errors == {}
+        assert pane.report is not None and pane.report.plan == loaded
+
+
+async def test_no_overlap_at_80x24_and_two_columns_at_200x60(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    for size in ((80, 24), (200, 60)):
+        app = PlannerApp(catalog, store, BASE)
+        async with app.run_test(size=size, notifications=True) as pilot:
+            await pilot.pause()
+            form = app.query_one("#plan-form").region
+            results = app.query_one("#plan-results").region
+            assert not form.overlaps(results)
+            assert form.right <= results.x
+            assert results.right <= size[0]
+            for row in app.query(".plan-field"):
+                if row.region.height:
+                    assert form.contains_region(row.region)
+            summary = app.query_one("#plan-summary").region
+            flavors = app.query_one("#plan-flavors").region
+            assert not summary.overlaps(flavors)
+            if size == (200, 60):
+                # Wide: breakdown beside the table, the table using the full height.
+                assert summary.right <= flavors.x
+                assert flavors.height >= 50
+            else:
+                assert summary.bottom <= flavors.y
