@@ -1,19 +1,105 @@
-"""``hwdash`` with no subcommand: the Textual dashboard (issue 4). Textual is imported lazily."""
+"""``hwdash`` with no subcommand: the Textual dashboard (planner, compare, monitor).
+
+Flags: ``--demo`` (the packaged 4x A100 scenario), ``--fake-nvml PATH`` (or ``HWDASH_FAKE_NVML``),
+``--interval``, ``--alert-threshold``, ``--catalog``, ``--no-bell`` and ``--on-alert CMD``; they mean
+what they mean for ``hwdash monitor``. Textual is imported only once the flags are known to be good and
+a terminal is there to draw on.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TextIO
 
 from hwdash.cli import add_dashboard_arguments
+from hwdash.core.alerts import DEFAULT_THRESHOLD
+from hwdash.errors import UsageError
+
+NO_TERMINAL_MESSAGE = (
+    "the dashboard needs a terminal, and standard output is not one. "
+    "For scripts and pipes use `hwdash plan ...` (add --json) or `hwdash monitor --once`."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Top-level flags of the dashboard."""
     add_dashboard_arguments(parser)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--demo",
+        action="store_true",
+        help="run on a simulated 4x A100 box whose memory climbs past 90%% (no GPU needed)",
+    )
+    source.add_argument(
+        "--fake-nvml",
+        default=None,
+        metavar="PATH",
+        help="use a fake NVML scenario (file or packaged name) instead of the driver; "
+        "also HWDASH_FAKE_NVML",
+    )
+    parser.add_argument(
+        "--interval", default="1", metavar="S", help="seconds between GPU samples (default 1)"
+    )
+    parser.add_argument(
+        "--alert-threshold",
+        default=None,
+        metavar="P",
+        help="memory pressure that raises an alert: percent (90) or fraction (0.9); default 90",
+    )
+    parser.add_argument(
+        "--no-bell", action="store_true", help="do not ring the terminal bell on an alert"
+    )
+    parser.add_argument(
+        "--on-alert",
+        default=None,
+        metavar="CMD",
+        help="shell command run for each raised or lost alert (HWDASH_GPU, HWDASH_PRESSURE, "
+        "HWDASH_MESSAGE... in its environment)",
+    )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Open the dashboard."""
-    print("hwdash: the dashboard is not built yet; try `hwdash plan --help`", file=sys.stderr)
-    return 1
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    """Check the flags, build the app with :func:`hwdash.ui.app.make_app`, run it."""
+    # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
+    from hwdash.commands.monitor import parse_fraction, parse_interval
+
+    interval = parse_interval(args.interval)
+    threshold = parse_fraction(args.alert_threshold, DEFAULT_THRESHOLD, "--alert-threshold")
+    if args.on_alert is not None and not args.on_alert.strip():
+        raise UsageError("the command is empty", flag="--on-alert")
+    from hwdash.core.catalog import load_catalog
+    from hwdash.telemetry.fake_nvml import load_scenario
+    from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from
+
+    scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
+    if scenario is not None:
+        load_scenario(scenario)  # a missing or broken scenario is a usage error, before the screen
+    catalog = load_catalog(args.catalog)
+    out = sys.stdout if stdout is None else stdout
+    if not out.isatty():
+        raise UsageError(NO_TERMINAL_MESSAGE)
+
+    from hwdash.core.plan_store import PlanStore
+    from hwdash.telemetry.source import make_sampler
+
+    sampler = make_sampler(scenario)
+
+    from hwdash.ui.app import make_app
+
+    app = make_app(
+        catalog=catalog,
+        sampler=sampler,
+        interval=interval,
+        alert_threshold=threshold,
+        on_alert=args.on_alert,
+        bell=not args.no_bell,
+        plan_store=PlanStore(),
+        initial_tab="planner",
+    )
+    try:
+        app.run()
+    finally:
+        app.finish()
+        sampler.close()
+    return 0 if app.return_code in (None, 0) else int(app.return_code)

@@ -1,0 +1,347 @@
+"""The hwdash dashboard app and :func:`make_app`, the one factory that builds it.
+
+The CLI (``hwdash``, ``--demo``), the tests and the screenshot script all call :func:`make_app` with a
+catalog and a sampler; nothing here reads a driver. Samples arrive from the one sampling thread
+(:mod:`hwdash.ui.sampling`) as messages; alerts turn a GPU red, show a banner in the monitor pane and
+a status line visible from every tab, raise a notification and ring the bell.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
+
+from hwdash.core.alerts import AlertRule
+from hwdash.core.catalog import Catalog
+from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
+from hwdash.telemetry.history import History
+from hwdash.telemetry.types import Sampler
+from hwdash.ui.monitor_pane import MonitorPane
+from hwdash.ui.sampling import (
+    AlertingFrameBuilder,
+    FrameBuilder,
+    MonitorFrame,
+    SamplingThread,
+    SnapshotReady,
+    plain_frame,
+)
+from hwdash.ui.widgets.monitor_cells import TextCell
+
+TabName = Literal["planner", "compare", "monitor"]
+TAB_NAMES: tuple[TabName, ...] = ("planner", "compare", "monitor")
+
+#: Seconds running ``--on-alert`` commands get to finish when the app quits.
+ALERT_COMMAND_GRACE_SECONDS = 3.0
+
+#: Seconds without an answer from the sampler after which the monitor says a call is hung
+#: (at least this, and at least three intervals).
+STALL_AFTER_SECONDS = 5.0
+
+HELP_TEXT = """\
+[b]hwdash[/b]: will it fit, what will it cost, is it about to run out?
+
+[b]Everywhere[/b]
+  p          planner: model, method and hardware in, memory, time and cost out
+  c          compare saved plans side by side
+  m          live monitor of the GPUs and the host
+  ?          this help
+  q          quit (ctrl+q also works while typing in a field)
+  tab        move between fields and tables
+  escape     leave a form field (the keys above then work again)
+
+[b]Monitor[/b]
+  o          sort the process table by the next column
+  O          reverse the order (when the table has focus)
+             (or click a column heading)
+  bar        ▒ reserved by the driver  █ used  │ alert threshold  ┃ plan
+
+[b]Planner[/b]
+  s          save the current plan (compare lists saved plans)
+
+Press escape, q or ? to close this help."""
+
+
+def alert_status_text(frame: MonitorFrame) -> str:
+    """The line above the tabs: every GPU in alert and how full (empty when none is)."""
+    if not frame.active:
+        return ""
+    if len(frame.active) == 1:
+        return f"⚠ {frame.active[0].message}"
+    return "⚠ " + "  ·  ".join(notice.brief for notice in frame.active) + " memory"
+
+
+class HelpScreen(ModalScreen[None]):
+    """The list of keys."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("q", "dismiss", "Close", show=False),
+        Binding("question_mark", "dismiss", "Close", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-body"):
+            yield Static(HELP_TEXT, id="help-text")
+
+
+class HwdashApp(App[None]):
+    """Planner, compare and monitor tabs over one sampler."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "hwdash"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "show_tab('planner')", "Planner"),
+        Binding("c", "show_tab('compare')", "Compare"),
+        Binding("m", "show_tab('monitor')", "Monitor"),
+        Binding("o", "sort_processes", "Sort processes"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+        Binding("escape", "leave_field", "Leave field", show=False),
+    ]
+
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        sampler: Sampler | None,
+        interval: float,
+        alert_threshold: float,
+        bell: bool,
+        plan_store: Any,
+        initial_tab: TabName,
+        build_frame: FrameBuilder = plain_frame,
+        clock: Callable[[], float] = time.monotonic,
+        on_exit_callbacks: tuple[Callable[[], object], ...] = (),
+    ) -> None:
+        super().__init__()
+        self.catalog = catalog
+        """What the planner knows about hardware and models."""
+        self.sampler = sampler
+        """Where snapshots come from (None: no monitor data at all)."""
+        self.interval = interval
+        """Seconds between samples."""
+        self.alert_threshold = alert_threshold
+        """Memory pressure (0..1) above which a GPU is in alert."""
+        self.bell_on_alert = bell
+        """Ring the terminal bell when an alert is raised."""
+        self.plan_store = plan_store
+        """Saved plans (shared by the planner and compare panes)."""
+        self.initial_tab: TabName = initial_tab
+        self._exit_requested = False
+        self.frames_received = 0
+        """Frames shown so far (tests wait on it)."""
+        self.alerts_raised = 0
+        """Alert notifications raised so far."""
+        self._build_frame = build_frame
+        self._clock = clock
+        self._on_exit_callbacks = on_exit_callbacks
+        self.sampling: SamplingThread | None = None
+        """The one sampling thread, once mounted."""
+        self.alert_status = TextCell(id="alert-status")
+        """The line above the tabs that names every GPU in alert, whatever tab is shown."""
+        self.monitor = MonitorPane(threshold=alert_threshold, interval=interval)
+        """The monitor pane."""
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield self.alert_status
+        with TabbedContent(initial=self.initial_tab):
+            with TabPane("Planner", id="planner"):
+                yield self._planner_widget()
+            with TabPane("Compare", id="compare"):
+                yield self._compare_widget()
+            with TabPane("Monitor", id="monitor"):
+                yield self.monitor
+        yield Footer()
+
+    def _planner_widget(self) -> Widget:
+        try:
+            planner_pane = importlib.import_module("hwdash.ui.planner_pane")
+        except ImportError:
+            return Static(
+                "The planner pane is not available in this build.", id="planner-placeholder"
+            )
+        pane: Widget = planner_pane.PlannerPane(self.catalog, self.plan_store, id="planner-pane")
+        return pane
+
+    def _compare_widget(self) -> Widget:
+        try:
+            compare_pane = importlib.import_module("hwdash.ui.compare_pane")
+        except ImportError:
+            return Static(
+                "The compare view is not available in this build.", id="compare-placeholder"
+            )
+        pane: Widget = compare_pane.ComparePane(self.plan_store, self.catalog, id="compare-pane")
+        return pane
+
+    @property
+    def active_tab(self) -> str:
+        """Id of the tab on screen."""
+        return self.query_one(TabbedContent).active
+
+    # -- sampling -----------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        if self.sampler is not None:
+            self.sampling = SamplingThread(
+                self.sampler, self, interval=self.interval, build_frame=self._build_frame
+            )
+            self.sampling.start()
+            self.set_interval(max(1.0, self.interval), self._check_stalled)
+
+    def _check_stalled(self) -> None:
+        if self.sampling is None:
+            return
+        busy = self.sampling.busy_seconds
+        limit = max(STALL_AFTER_SECONDS, 3 * self.interval)
+        if busy >= limit:
+            self.monitor.show_stalled(busy)
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        """A frame from the sampling thread: redraw, then raise its alerts."""
+        if self._exit_requested or not self.monitor.is_mounted:
+            return
+        self.show_frame(message.frame)
+
+    def show_frame(self, frame: MonitorFrame) -> None:
+        """Show one frame everywhere it matters (the monitor pane and the alert status line)."""
+        self.frames_received += 1
+        with self.batch_update():
+            self.monitor.show_frame(frame)
+            status = self.alert_status
+            status.set_class(bool(frame.active), "-active")
+            status.show(
+                "⚠ " + "  ·  ".join(n.message for n in frame.active) if frame.active else ""
+            )
+        if frame.raised:
+            # One toast per round, however many GPUs crossed at once.
+            self.alerts_raised += len(frame.raised)
+            self.notify(
+                "\n".join(notice.message for notice in frame.raised),
+                title="GPU memory alert",
+                severity="error",
+                timeout=10,
+            )
+            if self.bell_on_alert:
+                self.bell()
+
+    # -- planner and compare ------------------------------------------------------------------
+
+    def on_planner_pane_plan_changed(self, message: Any) -> None:
+        """Draw the planner's per-GPU total on the monitor's bars."""
+        report = getattr(message, "report", None)
+        if report is None:
+            self.monitor.set_plan_expectation(None)
+            return
+        label = f"{report.model.id} {report.plan.method.value}"
+        self.monitor.set_plan_expectation(report.estimate.per_gpu.total, label)
+
+    def on_compare_pane_load_plan(self, message: Any) -> None:
+        """Load a saved plan back into the planner form."""
+        self.action_show_tab("planner")
+        planner = self.query("#planner-pane")
+        if planner:
+            planner.first().load_plan(message.plan)  # type: ignore[attr-defined]
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def action_show_tab(self, tab: str) -> None:
+        """Switch to the planner, compare or monitor tab."""
+        if tab in TAB_NAMES:
+            self.query_one(TabbedContent).active = tab
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer "sort processes" only on the monitor tab."""
+        if action == "sort_processes":
+            try:
+                return self.active_tab == "monitor"
+            except NoMatches:  # asked before the tabs exist
+                return False
+        return True
+
+    def action_sort_processes(self) -> None:
+        """Sort the process table by its next column."""
+        self.monitor.action_next_sort()
+
+    def action_leave_field(self) -> None:
+        """Escape from a form field to the tab bar, where the single-letter keys work again."""
+        self.query_one(TabbedContent).query_one(Tabs).focus()
+
+    def action_help(self) -> None:
+        """Show the list of keys."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        """Quit: stop sampling first so no frame arrives while the screen is torn down."""
+        self._exit_requested = True
+        if self.sampling is not None:
+            self.sampling.stop(timeout=0.0)
+        self.exit()
+
+    def on_unmount(self) -> None:
+        if self.sampling is not None:
+            self.sampling.stop(timeout=0.5)
+
+    def finish(self) -> None:
+        """After the app has exited: stop sampling and let alert commands finish (call once)."""
+        if self.sampling is not None:
+            self.sampling.stop(timeout=0.5)
+        for callback in self._on_exit_callbacks:
+            callback()
+
+
+def make_app(
+    *,
+    catalog: Catalog,
+    sampler: Sampler | None,
+    interval: float = 1.0,
+    alert_threshold: float = 0.9,
+    on_alert: str | None = None,
+    bell: bool = True,
+    plan_store: Any = None,
+    initial_tab: TabName = "planner",
+    clock: Callable[[], float] | None = None,
+    alert_log: Path | Literal[False] | None = None,
+) -> HwdashApp:
+    """Build the dashboard. The one factory: the CLI, ``--demo``, tests and screenshots call it.
+
+    ``sampler`` is any :class:`~hwdash.telemetry.types.Sampler` (NVML, the fake, a test's own);
+    ``on_alert`` is the user's ``--on-alert`` command; ``clock`` (monotonic seconds) times the
+    sampling thread, so tests can control it. ``alert_log`` is where alert events are appended
+    (default ``$XDG_STATE_HOME/hwdash/alerts.jsonl``; False writes none, for screenshots).
+    Call :meth:`HwdashApp.finish` after ``run()`` so running alert commands get a few seconds.
+    """
+    if interval <= 0:
+        raise ValueError("interval must be greater than zero")
+    rule = AlertRule(threshold=alert_threshold)  # raises ValueError outside (0, 1]
+    actions = AlertActions(
+        AlertLog(alert_log) if alert_log is not False else None,
+        AlertCommand(on_alert) if on_alert else None,
+    )
+    builder = AlertingFrameBuilder(rule, history=History(interval_s=interval), actions=actions)
+    return HwdashApp(
+        catalog=catalog,
+        sampler=sampler,
+        interval=interval,
+        alert_threshold=alert_threshold,
+        bell=bell,
+        plan_store=plan_store,
+        initial_tab=initial_tab,
+        build_frame=builder,
+        clock=clock or time.monotonic,
+        on_exit_callbacks=(lambda: actions.close(ALERT_COMMAND_GRACE_SECONDS),),
+    )

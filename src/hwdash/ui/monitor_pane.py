@@ -1,0 +1,279 @@
+"""The live monitor pane: one row (or card) per GPU, the host line and the process table.
+
+The pane is fed :class:`~hwdash.ui.sampling.MonitorFrame` objects by the app (which receives them from
+the sampling thread) and never reads a driver itself. Every widget in it repaints only when its text
+changes, so a steady machine costs next to nothing to draw.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+
+from hwdash.core.units import GIB, format_bytes
+from hwdash.telemetry.types import GpuSample, GpuState, HostSample, Snapshot
+from hwdash.ui.sampling import MonitorFrame, short_gpu_name
+from hwdash.ui.widgets.monitor_cells import TextCell
+from hwdash.ui.widgets.monitor_gpu import GpuCard, GpuHeading
+from hwdash.ui.widgets.monitor_processes import ProcessTable
+
+#: Wide cards need this many columns inside the pane (a 120-column terminal) ...
+WIDE_MIN_WIDTH = 116
+#: ... and room for two lines per GPU plus this many lines for the rest (host line, table, headings).
+WIDE_SPARE_LINES = 12
+
+
+def host_text(host: HostSample | None) -> str:
+    """The host line: CPU, RAM, swap and load."""
+    if host is None:
+        return "Host  n/a"
+    parts = ["Host"]
+    parts.append("CPU " + ("n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%"))
+    if host.ram_total_bytes is not None and host.ram_used_bytes is not None:
+        parts.append(f"RAM {host.ram_used_bytes / GIB:.1f}/{host.ram_total_bytes / GIB:.1f} GiB")
+    else:
+        parts.append("RAM n/a")
+    if host.swap_total_bytes:
+        parts.append(
+            f"swap {(host.swap_used_bytes or 0) / GIB:.1f}/{host.swap_total_bytes / GIB:.1f} GiB"
+        )
+    else:
+        parts.append("swap none")
+    if host.load_average is not None:
+        parts.append("load " + " ".join(f"{value:.1f}" for value in host.load_average))
+    return "  ".join(parts)
+
+
+def status_text(snapshot: Snapshot | None, interval: float) -> str:
+    """The first line of the pane: where the numbers come from and anything that went wrong."""
+    if snapshot is None:
+        return "Waiting for the first sample…"
+    nvml = snapshot.nvml
+    if snapshot.stale:
+        reason = "; ".join(snapshot.errors) or "NVML did not answer in time"
+        return f"Showing the last good values: {reason}"
+    if not nvml.available:
+        return "No GPU telemetry: the host line and the planner still work."
+    count = len(snapshot.gpus)
+    parts = [
+        f"NVIDIA driver {nvml.driver_version or 'n/a'}",
+        f"{count} GPU" + ("" if count == 1 else "s"),
+        f"every {interval:g} s",
+    ]
+    if snapshot.errors:
+        parts.append("; ".join(snapshot.errors))
+    return "  ·  ".join(parts)
+
+
+def nvml_problem_text(snapshot: Snapshot) -> str | None:
+    """No driver, no library, or no GPUs, in words; None when GPUs are listed."""
+    if not snapshot.nvml.available:
+        reason = snapshot.nvml.error or "NVML could not be loaded"
+        return f"No NVIDIA GPU can be read: {reason}. The planner and compare views still work."
+    if not snapshot.gpus:
+        return "The NVIDIA driver answered but lists no GPUs."
+    return None
+
+
+def alert_banner_text(gpus: tuple[GpuSample, ...], threshold: float) -> str | None:
+    """One line naming the GPUs in alert and how full they are; None when none is."""
+    in_alert = [gpu for gpu in gpus if gpu.state is GpuState.ALERT]
+    if not in_alert:
+        return None
+    limit = f"above the {threshold * 100:.0f}% alert threshold"
+    if len(in_alert) == 1:
+        gpu = in_alert[0]
+        name = f"GPU {gpu.index} {short_gpu_name(gpu.name)}"
+        if gpu.pressure is None or gpu.total_bytes is None or gpu.free_bytes is None:
+            return f"⚠ {name}: memory {limit}"
+        taken = gpu.total_bytes - gpu.free_bytes
+        return (
+            f"⚠ {name} is {gpu.pressure * 100:.0f}% full "
+            f"({taken / GIB:.1f} of {gpu.total_bytes / GIB:.1f} GiB), {limit}"
+        )
+    fullest = max(in_alert, key=lambda gpu: gpu.pressure or 0.0)
+    indices = ", ".join(str(gpu.index) for gpu in in_alert)
+    worst = (
+        ""
+        if fullest.pressure is None
+        else f"; GPU {fullest.index} is {fullest.pressure * 100:.0f}% full"
+    )
+    return f"⚠ GPUs {indices} are {limit}{worst}"
+
+
+def plan_text(gpus: tuple[GpuSample, ...], plan_bytes: int, label: str) -> tuple[str, bool]:
+    """The plan line and whether any GPU's live memory is over the plan's per-GPU total."""
+    head = f"┃ Plan {label}: {format_bytes(plan_bytes, unit='GiB')} per GPU expected"
+    overs = [
+        (gpu.index, gpu.used_bytes - plan_bytes)
+        for gpu in gpus
+        if gpu.state in (GpuState.OK, GpuState.ALERT)
+        and gpu.used_bytes is not None
+        and gpu.used_bytes > plan_bytes
+    ]
+    if not overs:
+        return head + "; live memory is within it", False
+    overs.sort(key=lambda item: -item[1])
+    index, over = overs[0]
+    text = f"{head}; live memory is {format_bytes(over, unit='GiB')} over the plan on GPU {index}"
+    if len(overs) > 1:
+        text += f" (and {len(overs) - 1} more GPU" + ("s)" if len(overs) > 2 else ")")
+    return text, True
+
+
+class MonitorPane(Vertical):
+    """GPU rows or cards, the host line and the process table, fed one frame at a time."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("O", "reverse_sort", "Reverse sort", show=False),
+    ]
+
+    def __init__(self, *, threshold: float, interval: float, id: str = "monitor-pane") -> None:
+        super().__init__(id=id)
+        self.threshold = threshold
+        """Alert threshold (fraction) the bars draw their tick at."""
+        self.interval = interval
+        """Sampling interval shown in the status line."""
+        self.frame: MonitorFrame | None = None
+        """The last frame shown."""
+        self.plan_bytes: int | None = None
+        """The plan's expected per-GPU total, drawn on every bar."""
+        self.plan_label = ""
+        self.wide = False
+        """Cards (two lines per GPU) instead of rows."""
+        self._cards: dict[int, GpuCard] = {}
+        self._stalled_for: float | None = None
+        self.status_cell = TextCell(status_text(None, interval), id="monitor-status")
+        self.banner_cell = TextCell(id="monitor-banner", fixed_height=False)
+        self.plan_cell = TextCell(id="plan-line")
+        self.nvml_cell = TextCell(id="nvml-message", fixed_height=False)
+        self.heading = GpuHeading(threshold, id="gpu-heading")
+        self.gpu_list = Vertical(id="gpu-list")
+        self.host_cell = TextCell(host_text(None), id="host-line")
+        self.process_table = ProcessTable(id="process-table")
+
+    def compose(self) -> ComposeResult:
+        yield self.status_cell
+        yield self.banner_cell
+        yield self.plan_cell
+        yield self.nvml_cell
+        yield self.heading
+        yield self.gpu_list
+        yield self.host_cell
+        yield self.process_table
+
+    # -- what the app calls -------------------------------------------------------------------
+
+    def show_frame(self, frame: MonitorFrame) -> None:
+        """Show one sampling round (call inside ``app.batch_update()``)."""
+        self.frame = frame
+        self._stalled_for = None
+        self._redraw()
+
+    def set_plan_expectation(self, plan_bytes: int | None, label: str = "") -> None:
+        """Draw the plan's expected per-GPU total on every bar (None removes it)."""
+        self.plan_bytes = plan_bytes
+        self.plan_label = label
+        self._redraw()
+
+    def show_stalled(self, seconds: float | None) -> None:
+        """Say that the sampler has not answered for ``seconds`` (None: it answers again)."""
+        self._stalled_for = seconds
+        self._show_status()
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    @property
+    def gpu_cards(self) -> dict[int, GpuCard]:
+        """The cards on screen, by GPU index."""
+        return dict(self._cards)
+
+    def _show_status(self) -> None:
+        snapshot = self.frame.snapshot if self.frame else None
+        text = status_text(snapshot, self.interval)
+        if self._stalled_for is not None:
+            text = (
+                f"No answer from the GPU driver for {self._stalled_for:.0f} s (a call is hung); "
+                "showing the last sample. Keys still work."
+            )
+        status = self.status_cell
+        status.show(text)
+        stale = snapshot is not None and snapshot.stale
+        status.set_class(self._stalled_for is not None or stale, "-warning")
+
+    def _redraw(self) -> None:
+        if not self.is_mounted:
+            return
+        self._show_status()
+        frame = self.frame
+        snapshot = frame.snapshot if frame else None
+        gpus = snapshot.gpus if snapshot else ()
+
+        banner = self.banner_cell
+        banner_text = alert_banner_text(gpus, self.threshold)
+        banner.set_class(banner_text is not None, "-active")
+        banner.show(banner_text or "")
+
+        plan_line = self.plan_cell
+        if self.plan_bytes is None:
+            plan_line.set_class(False, "-active")
+            plan_line.show("")
+        else:
+            text, over = plan_text(gpus, self.plan_bytes, self.plan_label)
+            plan_line.set_class(True, "-active")
+            plan_line.set_class(over, "-over")
+            plan_line.show(text)
+
+        problem = nvml_problem_text(snapshot) if snapshot else None
+        message = self.nvml_cell
+        message.set_class(problem is not None, "-active")
+        message.show(problem or "")
+        self.heading.display = bool(gpus)
+
+        self._sync_cards(gpus)
+        for gpu in gpus:
+            self._cards[gpu.index].show(
+                gpu,
+                frame.history_for(gpu.index) if frame else (),
+                wide=self.wide,
+                threshold=self.threshold,
+                plan_bytes=self.plan_bytes,
+            )
+        if snapshot is not None:
+            self.host_cell.show(host_text(snapshot.host))
+            processes = tuple(process for gpu in gpus for process in gpu.processes)
+            self.process_table.show(processes)
+
+    def _sync_cards(self, gpus: tuple[GpuSample, ...]) -> None:
+        """Mount or remove cards when the set of GPUs changes (rare: start, lost for good)."""
+        indices = [gpu.index for gpu in gpus]
+        if indices == list(self._cards):
+            return
+        for card in self._cards.values():
+            card.remove()
+        self._cards = {index: GpuCard(index) for index in indices}
+        self.gpu_list.mount_all(self._cards.values())
+        self._update_wide(self.size.width, self.size.height)
+
+    def _update_wide(self, width: int, height: int) -> None:
+        needed = 2 * len(self._cards) + WIDE_SPARE_LINES
+        wide = width >= WIDE_MIN_WIDTH and height >= needed
+        self.set_class(wide, "-wide")
+        if wide != self.wide:
+            self.wide = wide
+            self._redraw()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._update_wide(event.size.width, event.size.height)
+
+    def action_next_sort(self) -> None:
+        """Sort the process table by its next column."""
+        self.process_table.action_next_sort()
+
+    def action_reverse_sort(self) -> None:
+        """Reverse the process table's order."""
+        self.process_table.action_reverse_sort()

@@ -1,0 +1,274 @@
+"""The one long-lived sampling thread of the dashboard.
+
+A single daemon thread calls ``sampler.sample()`` every interval until it is stopped, turns each
+snapshot into a frozen :class:`MonitorFrame` (history, alert evaluation and alert actions happen here,
+off the event loop), and hands it to the app with ``post_message`` (thread-safe in Textual). The thread
+never touches a widget.
+
+A driver call that hangs blocks only this thread: the UI keeps answering keys, the app can see how
+long the call has been running (:attr:`SamplingThread.busy_seconds`) and say so, and no second thread
+is ever started to "try again" (so hung calls cannot pile up). The thread is a daemon: quitting the app
+does not wait for a call that never returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from textual.message import Message
+from textual.message_pump import MessagePump
+
+from hwdash.core.alerts import AlertEngine, AlertRule
+from hwdash.telemetry.alert_actions import AlertActions, mark_alert_states
+from hwdash.telemetry.history import History
+from hwdash.telemetry.types import GpuSample, GpuState, NvmlStatus, Sampler, Snapshot
+
+#: Name of the sampling thread (tests count live threads by this name).
+SAMPLING_THREAD_NAME = "hwdash-sampler"
+
+
+@dataclass(frozen=True)
+class AlertNotice:
+    """One GPU over the alert threshold, in the words the UI shows."""
+
+    gpu_index: int
+    """Index of the GPU (as NVML numbers it)."""
+    gpu_name: str
+    """Short display name of the GPU (``A100-SXM4-80GB``)."""
+    pressure: float | None
+    """Memory pressure ``1 - free/total`` in 0..1 when the alert was computed; None for a lost GPU."""
+    message: str
+    """What the status line says, e.g. ``GPU 2 A100-SXM4-80GB at 94% memory``."""
+    brief: str
+    """The same without the name (``GPU 2 at 94%``), for when several GPUs share the line."""
+
+
+@dataclass(frozen=True)
+class MonitorFrame:
+    """Everything the UI needs from one sampling round, frozen so it can cross threads."""
+
+    snapshot: Snapshot
+    """The sample, with GPU states already set by the alert rule."""
+    memory_history: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    """Per GPU index, memory pressure (0..1) over the recent history, oldest first."""
+    raised: tuple[AlertNotice, ...] = ()
+    """Alerts raised by this round (one per crossing): notify and ring the bell for these."""
+    active: tuple[AlertNotice, ...] = ()
+    """Every alert active after this round (the status line lists them)."""
+    round_number: int = 0
+    """1 for the first round, then counting up."""
+
+    def history_for(self, gpu_index: int) -> tuple[float, ...]:
+        """Pressure history of one GPU (empty when unknown)."""
+        for index, values in self.memory_history:
+            if index == gpu_index:
+                return values
+        return ()
+
+
+class SnapshotReady(Message):
+    """Posted by the sampling thread after each round."""
+
+    def __init__(self, frame: MonitorFrame) -> None:
+        self.frame = frame
+        super().__init__()
+
+
+#: Turns a raw snapshot into a frame. Runs on the sampling thread; it owns any state it keeps.
+FrameBuilder = Callable[[Snapshot, int], MonitorFrame]
+
+
+def plain_frame(snapshot: Snapshot, round_number: int) -> MonitorFrame:
+    """A frame with no history and no alerts (the builder used when none is given)."""
+    return MonitorFrame(snapshot=snapshot, round_number=round_number)
+
+
+def short_gpu_name(name: str | None) -> str:
+    """``NVIDIA A100-SXM4-80GB`` -> ``A100-SXM4-80GB``; unknown names read ``GPU``."""
+    if not name:
+        return "GPU"
+    for prefix in ("NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    return name
+
+
+def short_gpu_label(gpu: GpuSample) -> str:
+    """``GPU 2 A100-SXM4-80GB``: the index and the name without the vendor prefix."""
+    return f"GPU {gpu.index} {short_gpu_name(gpu.name)}"
+
+
+def alert_notice(gpu: GpuSample) -> AlertNotice:
+    """The words for one GPU in alert, from its current sample (so the status line stays live)."""
+    label = short_gpu_label(gpu)
+    if gpu.state is GpuState.LOST:
+        how = "lost"
+    elif gpu.pressure is None:
+        how = "memory alert"
+    else:
+        how = f"at {gpu.pressure * 100:.0f}%"
+    return AlertNotice(
+        gpu_index=gpu.index,
+        gpu_name=short_gpu_name(gpu.name),
+        pressure=gpu.pressure,
+        message=f"{label} {how}" + (" memory" if how.startswith("at ") else ""),
+        brief=f"GPU {gpu.index} {how}",
+    )
+
+
+#: Pressure points per GPU a frame carries (the widest sparkline is narrower than this).
+FRAME_HISTORY_POINTS = 120
+
+
+class AlertingFrameBuilder:
+    """Builds frames on the sampling thread: history rings, the alert rule, and alert actions.
+
+    It owns its state (the alert engine, the history) and is only ever called from the one sampling
+    thread, so it needs no locks. Actions run here too, off the event loop: writing the alerts log
+    and starting ``--on-alert`` commands never delays a keypress.
+    """
+
+    def __init__(
+        self,
+        rule: AlertRule,
+        *,
+        history: History,
+        actions: AlertActions | None = None,
+    ) -> None:
+        self.engine = AlertEngine(rule)
+        """The pure alert rule with its per-GPU state."""
+        self.history = history
+        """Rings of recent points per GPU (telemetry's history)."""
+        self.actions = actions
+        """The alerts log and the ``--on-alert`` command (None: no actions, e.g. screenshots)."""
+
+    def __call__(self, snapshot: Snapshot, round_number: int) -> MonitorFrame:
+        events = self.engine.update(snapshot)
+        if events and self.actions is not None:
+            self.actions.handle(events)  # logs its own failures; never raises for I/O trouble
+        snapshot = mark_alert_states(snapshot, self.engine)
+        self.history.add(snapshot)
+        by_index = {gpu.index: gpu for gpu in snapshot.gpus}
+        raised = tuple(
+            alert_notice(by_index[event.gpu_index])
+            for event in events
+            if event.kind in ("raised", "lost") and event.gpu_index in by_index
+        )
+        active = tuple(
+            alert_notice(by_index[event.gpu_index])
+            for event in self.engine.active
+            if event.gpu_index in by_index
+        )
+        return MonitorFrame(
+            snapshot=snapshot,
+            memory_history=tuple(
+                (index, tuple(self.history.pressures(index)[-FRAME_HISTORY_POINTS:]))
+                for index in self.history.gpu_indices()
+            ),
+            raised=raised,
+            active=active,
+            round_number=round_number,
+        )
+
+
+class SamplingThread:
+    """One daemon thread that samples, builds a frame and posts it, until :meth:`stop`."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        target: MessagePump,
+        *,
+        interval: float,
+        build_frame: FrameBuilder = plain_frame,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("the sampling interval must be greater than zero")
+        self._sampler = sampler
+        self._target = target
+        self._interval = interval
+        self._build_frame = build_frame
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._call_started: float | None = None
+        self.rounds = 0
+        """Rounds completed so far."""
+
+    @property
+    def interval(self) -> float:
+        """Seconds between the starts of two rounds."""
+        return self._interval
+
+    def start(self) -> None:
+        """Start the thread. Calling it again is an error: there is only ever one."""
+        if self._thread is not None:
+            raise RuntimeError("the sampling thread was already started")
+        self._thread = threading.Thread(target=self._run, name=SAMPLING_THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 0.5) -> bool:
+        """Ask the thread to stop and wait up to ``timeout`` seconds.
+
+        Returns whether it ended; a thread stuck in a hung driver call is left behind (it is a
+        daemon, so it never keeps the process alive).
+        """
+        self._stop.set()
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def busy_seconds(self) -> float:
+        """How long the ``sample()`` call in progress has been running (0 when none is)."""
+        started = self._call_started
+        return 0.0 if started is None else max(0.0, self._clock() - started)
+
+    def _sample_once(self) -> Snapshot:
+        self._call_started = self._clock()
+        try:
+            return self._sampler.sample()
+        except Exception as exc:  # a Sampler should report trouble, but a bug must not end sampling
+            return Snapshot(
+                timestamp=time.time(),
+                nvml=NvmlStatus(available=False, error=f"the sampler failed: {exc}"),
+                errors=(f"sampler raised {type(exc).__name__}: {exc}",),
+            )
+        finally:
+            self._call_started = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = self._clock()
+            snapshot = self._sample_once()
+            if self._stop.is_set():
+                break
+            self.rounds += 1
+            try:
+                frame = self._build_frame(snapshot, self.rounds)
+            except Exception as exc:  # same: keep sampling, show the problem
+                frame = MonitorFrame(
+                    snapshot=Snapshot(
+                        timestamp=snapshot.timestamp,
+                        nvml=snapshot.nvml,
+                        gpus=snapshot.gpus,
+                        host=snapshot.host,
+                        sample_seconds=snapshot.sample_seconds,
+                        errors=(*snapshot.errors, f"alert processing failed: {exc}"),
+                    ),
+                    round_number=self.rounds,
+                )
+            self._target.post_message(SnapshotReady(frame))
+            elapsed = self._clock() - started
+            self._stop.wait(max(0.0, self._interval - elapsed))
