@@ -1,0 +1,1 @@
+"""Widgets of the dashboard panes (one module per pane family)."""
