@@ -40,6 +40,9 @@ from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, Snapshot
 
+PIPED_WIDTH = 132
+"""Columns of the ``--once`` tables when stdout is not a terminal."""
+
 HOST_CPU_SETTLE_S = 0.25
 """With ``--once``, how long to wait after priming psutil so the CPU percent covers a real interval."""
 
@@ -215,22 +218,23 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=False)
+    # Piped output (no terminal) gets a fixed, roomy width instead of rich's default of 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else PIPED_WIDTH)
     if not snapshot.nvml.available:
         console.print(snapshot.nvml.error or "NVML is not available")
     else:
         driver = snapshot.nvml.driver_version or "unknown"
         console.print(f"NVIDIA driver {driver}, {len(snapshot.gpus)} GPU(s)")
         gpus = Table(show_edge=False, pad_edge=False)
-        for title in ("GPU", "name", "memory in use", "pressure", "util", "temp", "power", "state"):
-            gpus.add_column(title, justify="left" if title in ("name", "state") else "right")
+        for title in ("GPU", "name", "memory", "reserved", "pressure", "util", "temp", "power"):
+            gpus.add_column(title, justify="left" if title == "name" else "right", no_wrap=True)
+        gpus.add_column("state")
         for gpu in snapshot.gpus:
             memory = "n/a"
             if gpu.total_bytes is not None and gpu.free_bytes is not None:
                 taken = gpu.total_bytes - gpu.free_bytes
-                memory = f"{taken / 2**30:.1f} / {format_bytes(gpu.total_bytes, unit='GiB')}"
-                if gpu.reserved_bytes:
-                    memory += f" ({format_bytes(gpu.reserved_bytes)} reserved)"
+                memory = f"{taken / 2**30:.1f}/{format_bytes(gpu.total_bytes, unit='GiB')}"
+            reserved = "n/a" if gpu.reserved_bytes is None else format_bytes(gpu.reserved_bytes)
             pressure = "n/a" if gpu.pressure is None else f"{gpu.pressure:.1%}"
             temperature = "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f} C"
             power = "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f} W"
@@ -243,6 +247,7 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
                 str(gpu.index),
                 gpu.name or "unknown",
                 memory,
+                reserved,
                 pressure,
                 _percent(gpu.utilization_gpu),
                 temperature,
@@ -252,14 +257,20 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
             for mig in gpu.mig:
                 mig_memory = "n/a"
                 if mig.total_bytes is not None and mig.used_bytes is not None:
-                    mig_memory = f"{mig.used_bytes / 2**30:.1f} / {format_bytes(mig.total_bytes, unit='GiB')}"
+                    mig_memory = (
+                        f"{mig.used_bytes / 2**30:.1f}/{format_bytes(mig.total_bytes, unit='GiB')}"
+                    )
                 gpus.add_row(f"{gpu.index}.{mig.index}", f"  {mig.name or 'MIG'}", mig_memory)
         console.print(gpus)
         processes = [process for gpu in snapshot.gpus for process in gpu.processes]
         if processes:
             table = Table(show_edge=False, pad_edge=False)
             for title in ("GPU", "PID", "user", "GPU memory", "CPU", "RSS", "command"):
-                table.add_column(title, justify="left" if title in ("user", "command") else "right")
+                table.add_column(
+                    title,
+                    justify="left" if title in ("user", "command") else "right",
+                    no_wrap=title != "command",
+                )
             for process in processes:
                 used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
                 command = process.cmdline or process.name or ""

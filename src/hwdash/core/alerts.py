@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from hwdash.core.units import format_bytes
+from hwdash.core.units import GIB, format_bytes
 
 AlertKind = Literal["raised", "cleared", "lost"]
 
@@ -122,9 +122,7 @@ def _message(kind: AlertKind, gpu: GpuReading, rule: AlertRule) -> str:
     taken = _taken_bytes(gpu)
     amounts = ""
     if taken is not None and gpu.total_bytes is not None:
-        amounts = (
-            f" ({format_bytes(taken, unit='GiB')} of {format_bytes(gpu.total_bytes, unit='GiB')})"
-        )
+        amounts = f" ({taken / GIB:.1f} of {format_bytes(gpu.total_bytes, unit='GiB')})"
     if kind == "raised":
         return (
             f"{_label(gpu)} memory {pressure:.0%} full{amounts}, above the "

@@ -1,0 +1,71 @@
+"""History rings: bounded, oldest dropped, flat memory over a day of samples."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from hwdash.telemetry.history import History
+from hwdash.telemetry.types import GpuSample, HostSample, NvmlStatus, Snapshot
+
+STATUS = NvmlStatus(available=True, driver_version="550")
+
+
+def snapshot(t: float, gpus: int = 2, *, stale: bool = False) -> Snapshot:
+    return Snapshot(
+        timestamp=t,
+        nvml=STATUS,
+        gpus=tuple(
+            GpuSample(
+                index=i, name="G", uuid=None, total_bytes=1000, free_bytes=1000 - int(t) % 1000
+            )
+            for i in range(gpus)
+        ),
+        host=HostSample(cpu_percent=float(int(t) % 100), ram_used_bytes=1, ram_total_bytes=2),
+        stale=stale,
+    )
+
+
+def test_capacity_is_the_window_at_the_interval() -> None:
+    assert History(interval_s=1.0).capacity == 600
+    assert History(interval_s=0.5, window_s=60).capacity == 120
+    assert History(interval_s=7, window_s=60).capacity == 9
+    with pytest.raises(ValueError):
+        History(interval_s=0)
+
+
+def test_rings_keep_the_newest_points_in_order() -> None:
+    history = History(interval_s=1, window_s=5)
+    for t in range(12):
+        history.add(snapshot(float(t)))
+    points = history.gpu(1)
+    assert [p.timestamp for p in points] == [7, 8, 9, 10, 11]
+    assert history.pressures(0) == pytest.approx([0.007, 0.008, 0.009, 0.010, 0.011])
+    assert [p.cpu_percent for p in history.host()] == [7, 8, 9, 10, 11]
+    assert history.gpu_indices() == [0, 1]
+    assert history.gpu(5) == ()
+
+
+def test_stale_snapshots_are_not_recorded() -> None:
+    history = History(interval_s=1, window_s=10)
+    history.add(snapshot(1))
+    history.add(snapshot(2, stale=True))
+    assert [p.timestamp for p in history.gpu(0)] == [1]
+
+
+def test_memory_stays_flat_over_a_day_of_samples() -> None:
+    history = History(interval_s=1.0)  # 600 points per ring
+    tracemalloc.start()
+    try:
+        for t in range(2_000):
+            history.add(snapshot(float(t), gpus=8))
+        after_warmup, _ = tracemalloc.get_traced_memory()
+        for t in range(2_000, 86_400, 7):  # a day at 1 s, thinned to keep the test quick
+            history.add(snapshot(float(t), gpus=8))
+        after_day, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert all(len(history.gpu(i)) == 600 for i in range(8))
+    assert len(history.host()) == 600
+    assert after_day < after_warmup * 1.2

@@ -1,0 +1,45 @@
+"""hwdash.core and hwdash.telemetry never import Textual (checked in a fresh interpreter)."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+
+import hwdash.core
+import hwdash.telemetry
+
+
+def _modules(package: object) -> list[str]:
+    name = package.__name__  # type: ignore[attr-defined]
+    path = package.__path__  # type: ignore[attr-defined]
+    return [name] + [f"{name}.{info.name}" for info in pkgutil.iter_modules(path)]
+
+
+def test_core_and_telemetry_do_not_import_textual() -> None:
+    modules = _modules(hwdash.core) + _modules(hwdash.telemetry) + ["hwdash.commands.monitor"]
+    assert "hwdash.telemetry.nvml_sampler" in modules and "hwdash.core.alerts" in modules
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "leaked = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
+        "print(','.join(leaked))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_core_does_not_import_telemetry() -> None:
+    code = (
+        "import importlib, pkgutil, sys, hwdash.core\n"
+        "for info in pkgutil.iter_modules(hwdash.core.__path__):\n"
+        "    importlib.import_module('hwdash.core.' + info.name)\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('hwdash.telemetry'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
