@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import Literal, TextIO
 
 from hwdash.cli import add_dashboard_arguments
 from hwdash.core.alerts import DEFAULT_THRESHOLD
@@ -59,8 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
-    """Check the flags, build the app with :func:`hwdash.ui.app.make_app`, run it."""
+def run(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO | None = None,
+    initial_tab: Literal["planner", "compare", "monitor"] = "planner",
+) -> int:
+    """Check the flags, build the app with :func:`hwdash.ui.app.make_app`, run it.
+
+    ``initial_tab`` is the tab shown first (``hwdash compare`` passes ``"compare"``).
+    """
     # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
     from hwdash.commands.monitor import parse_fraction, parse_interval
 
@@ -95,7 +103,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         on_alert=args.on_alert,
         bell=not args.no_bell,
         plan_store=PlanStore(),
-        initial_tab="planner",
+        initial_tab=initial_tab,
     )
     try:
         app.run()

@@ -8,26 +8,27 @@ a status line visible from every tab, raise a notification and ring the bell.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen
-from textual.widget import Widget
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
 from hwdash.core.alerts import AlertRule
 from hwdash.core.catalog import Catalog
+from hwdash.core.plan_store import PlanStore
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import History
 from hwdash.telemetry.types import Sampler
+from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane
+from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.sampling import (
     AlertingFrameBuilder,
     FrameBuilder,
@@ -45,7 +46,7 @@ TAB_NAMES: tuple[TabName, ...] = ("planner", "compare", "monitor")
 ALERT_COMMAND_GRACE_SECONDS = 3.0
 
 #: Seconds without an answer from the sampler after which the monitor says a call is hung
-#: (at least this, and at least three intervals).
+#: (at least this, and at least three intervals; a guess at "clearly longer than a slow round").
 STALL_AFTER_SECONDS = 5.0
 
 HELP_TEXT = """\
@@ -119,11 +120,12 @@ class HwdashApp(App[None]):
         interval: float,
         alert_threshold: float,
         bell: bool,
-        plan_store: Any,
+        plan_store: PlanStore,
         initial_tab: TabName,
         build_frame: FrameBuilder = plain_frame,
         clock: Callable[[], float] = time.monotonic,
         on_exit_callbacks: tuple[Callable[[], object], ...] = (),
+        stall_after_s: float = STALL_AFTER_SECONDS,
     ) -> None:
         super().__init__()
         self.catalog = catalog
@@ -147,12 +149,17 @@ class HwdashApp(App[None]):
         self._build_frame = build_frame
         self._clock = clock
         self._on_exit_callbacks = on_exit_callbacks
+        self._stall_after_s = max(stall_after_s, 3 * interval)
         self.sampling: SamplingThread | None = None
         """The one sampling thread, once mounted."""
         self.alert_status = TextCell(id="alert-status")
         """The line above the tabs that names every GPU in alert, whatever tab is shown."""
         self.monitor = MonitorPane(threshold=alert_threshold, interval=interval)
         """The monitor pane."""
+        self.planner = PlannerPane(catalog, plan_store, id="planner-pane")
+        """The planner pane (the form and its estimate)."""
+        self.compare = ComparePane(plan_store, catalog, id="compare-pane")
+        """Saved plans side by side."""
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -160,32 +167,12 @@ class HwdashApp(App[None]):
         yield self.alert_status
         with TabbedContent(initial=self.initial_tab):
             with TabPane("Planner", id="planner"):
-                yield self._planner_widget()
+                yield self.planner
             with TabPane("Compare", id="compare"):
-                yield self._compare_widget()
+                yield self.compare
             with TabPane("Monitor", id="monitor"):
                 yield self.monitor
         yield Footer()
-
-    def _planner_widget(self) -> Widget:
-        try:
-            planner_pane = importlib.import_module("hwdash.ui.planner_pane")
-        except ImportError:
-            return Static(
-                "The planner pane is not available in this build.", id="planner-placeholder"
-            )
-        pane: Widget = planner_pane.PlannerPane(self.catalog, self.plan_store, id="planner-pane")
-        return pane
-
-    def _compare_widget(self) -> Widget:
-        try:
-            compare_pane = importlib.import_module("hwdash.ui.compare_pane")
-        except ImportError:
-            return Static(
-                "The compare view is not available in this build.", id="compare-placeholder"
-            )
-        pane: Widget = compare_pane.ComparePane(self.plan_store, self.catalog, id="compare-pane")
-        return pane
 
     @property
     def active_tab(self) -> str:
@@ -197,17 +184,20 @@ class HwdashApp(App[None]):
     def on_mount(self) -> None:
         if self.sampler is not None:
             self.sampling = SamplingThread(
-                self.sampler, self, interval=self.interval, build_frame=self._build_frame
+                self.sampler,
+                self,
+                interval=self.interval,
+                build_frame=self._build_frame,
+                clock=self._clock,
             )
             self.sampling.start()
-            self.set_interval(max(1.0, self.interval), self._check_stalled)
+            self.set_interval(min(1.0, max(0.1, self._stall_after_s / 2)), self._check_stalled)
 
     def _check_stalled(self) -> None:
         if self.sampling is None:
             return
         busy = self.sampling.busy_seconds
-        limit = max(STALL_AFTER_SECONDS, 3 * self.interval)
-        if busy >= limit:
+        if busy >= self._stall_after_s:
             self.monitor.show_stalled(busy)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
@@ -240,21 +230,23 @@ class HwdashApp(App[None]):
 
     # -- planner and compare ------------------------------------------------------------------
 
-    def on_planner_pane_plan_changed(self, message: Any) -> None:
+    def on_planner_pane_plan_changed(self, message: PlannerPane.PlanChanged) -> None:
         """Draw the planner's per-GPU total on the monitor's bars."""
-        report = getattr(message, "report", None)
+        report = message.report
         if report is None:
             self.monitor.set_plan_expectation(None)
             return
         label = f"{report.model.id} {report.plan.method.value}"
         self.monitor.set_plan_expectation(report.estimate.per_gpu.total, label)
 
-    def on_compare_pane_load_plan(self, message: Any) -> None:
-        """Load a saved plan back into the planner form."""
+    def on_planner_pane_plan_saved(self, message: PlannerPane.PlanSaved) -> None:
+        """A saved plan shows up in the compare view at once."""
+        self.compare.refresh_plans()
+
+    def on_compare_pane_load_plan(self, message: ComparePane.LoadPlan) -> None:
+        """Load a saved plan back into the planner form and show it."""
         self.action_show_tab("planner")
-        planner = self.query("#planner-pane")
-        if planner:
-            planner.first().load_plan(message.plan)  # type: ignore[attr-defined]
+        self.planner.load_plan(message.plan)
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -312,10 +304,11 @@ def make_app(
     alert_threshold: float = 0.9,
     on_alert: str | None = None,
     bell: bool = True,
-    plan_store: Any = None,
+    plan_store: PlanStore | None = None,
     initial_tab: TabName = "planner",
     clock: Callable[[], float] | None = None,
     alert_log: Path | Literal[False] | None = None,
+    stall_after_s: float = STALL_AFTER_SECONDS,
 ) -> HwdashApp:
     """Build the dashboard. The one factory: the CLI, ``--demo``, tests and screenshots call it.
 
@@ -339,9 +332,10 @@ def make_app(
         interval=interval,
         alert_threshold=alert_threshold,
         bell=bell,
-        plan_store=plan_store,
+        plan_store=plan_store if plan_store is not None else PlanStore(),
         initial_tab=initial_tab,
         build_frame=builder,
         clock=clock or time.monotonic,
         on_exit_callbacks=(lambda: actions.close(ALERT_COMMAND_GRACE_SECONDS),),
+        stall_after_s=stall_after_s,
     )

@@ -194,6 +194,7 @@ class SamplingThread:
         self._build_frame = build_frame
         self._clock = clock
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._call_started: float | None = None
         self.rounds = 0
@@ -218,11 +219,16 @@ class SamplingThread:
         daemon, so it never keeps the process alive).
         """
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is None or thread is threading.current_thread():
             return True
         thread.join(timeout)
         return not thread.is_alive()
+
+    def request_sample(self) -> None:
+        """Sample now instead of at the end of the current wait (a round in progress is not doubled)."""
+        self._wake.set()
 
     @property
     def alive(self) -> bool:
@@ -271,4 +277,5 @@ class SamplingThread:
                 )
             self._target.post_message(SnapshotReady(frame))
             elapsed = self._clock() - started
-            self._stop.wait(max(0.0, self._interval - elapsed))
+            self._wake.wait(max(0.0, self._interval - elapsed))
+            self._wake.clear()

@@ -1,0 +1,118 @@
+"""Build the real dashboard on a fake NVML scenario with a frozen clock and a fixed host.
+
+Everything here is the production code path (``make_app``, the NVML sampler, the fake ``pynvml``,
+the scenario process table) except the host readings: psutil reports this machine's CPU and RAM,
+which change from run to run, so :class:`FixedHost` stands in for it with constant numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from hwdash.core.catalog import Catalog, load_catalog
+from hwdash.core.plan_store import PlanStore
+from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
+from hwdash.telemetry.host_sampler import HostProcessInfo
+from hwdash.telemetry.nvml_sampler import NvmlSampler
+from hwdash.telemetry.system_sampler import SystemSampler
+from hwdash.telemetry.types import HostSample
+from hwdash.ui.app import HwdashApp, TabName, make_app
+
+GIB = 1024**3
+
+#: An interval long enough that the sampling thread never wakes by itself during a test: tests
+#: move the scenario clock and ask for each sample with ``request_sample``.
+FROZEN_INTERVAL = 3600.0
+
+_CATALOG: Catalog | None = None
+
+
+def shared_catalog() -> Catalog:
+    """The built-in catalog, loaded once per test session (it is immutable)."""
+    global _CATALOG
+    if _CATALOG is None:
+        _CATALOG = load_catalog(include_user=False)
+    return _CATALOG
+
+
+class FixedHost:
+    """A host that always reads the same (psutil's real numbers would change every run)."""
+
+    def __init__(self, process_table: Any) -> None:
+        self.process_table = process_table
+
+    def sample(self) -> HostSample:
+        return HostSample(
+            cpu_percent=37.0,
+            per_cpu_percent=(37.0,) * 8,
+            load_average=(4.2, 3.9, 3.5),
+            ram_total_bytes=512 * GIB,
+            ram_used_bytes=96 * GIB,
+            ram_available_bytes=416 * GIB,
+            swap_total_bytes=8 * GIB,
+            swap_used_bytes=0,
+        )
+
+    def processes(self, pids: set[int]) -> dict[int, HostProcessInfo]:
+        return dict(self.process_table.lookup(pids))
+
+
+def fake_sampler(scenario: str, clock: ManualClock) -> SystemSampler:
+    """The real NVML sampler on a fake scenario whose time is ``clock``."""
+    fake = make_fake_pynvml(scenario, clock)
+    host: Any = FixedHost(fake.process_table())
+    return SystemSampler(NvmlSampler(fake.module, round_timeout_s=2.0), host, fake)
+
+
+def fake_app(
+    scenario: str,
+    *,
+    data_dir: Path,
+    start_s: float = 0.0,
+    initial_tab: TabName = "monitor",
+    interval: float = FROZEN_INTERVAL,
+    **options: Any,
+) -> tuple[HwdashApp, ManualClock]:
+    """The dashboard on ``scenario`` at scenario second ``start_s``; plans and alerts under ``data_dir``."""
+    clock = ManualClock(start_s)
+    options.setdefault("alert_log", data_dir / "alerts.jsonl")
+    options.setdefault("bell", False)
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=fake_sampler(scenario, clock),
+        interval=interval,
+        plan_store=PlanStore(data_dir / "plans.json"),
+        initial_tab=initial_tab,
+        **options,
+    )
+    return app, clock
+
+
+async def wait_for_frames(pilot: Any, app: HwdashApp, count: int, timeout_s: float = 10.0) -> None:
+    """Let the event loop run until ``app`` has shown ``count`` frames (short real waits only)."""
+    deadline = time.monotonic() + timeout_s
+    while app.frames_received < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {app.frames_received} of {count} frames arrived")
+        await pilot.pause(0.01)
+    await pilot.pause()
+
+
+async def step(pilot: Any, app: HwdashApp, clock: ManualClock, seconds: float) -> None:
+    """Move scenario time by ``seconds``, take one sample and wait until it is on screen."""
+    clock.advance(seconds)
+    wanted = app.frames_received + 1
+    assert app.sampling is not None
+    app.sampling.request_sample()
+    await wait_for_frames(pilot, app, wanted)
+
+
+async def replay(
+    pilot: Any, app: HwdashApp, clock: ManualClock, *, until_s: float, step_s: float
+) -> None:
+    """Wait for the first frame, then step scenario time to ``until_s`` (history fills up)."""
+    await wait_for_frames(pilot, app, 1)
+    while clock() + step_s <= until_s + 1e-9:
+        await step(pilot, app, clock, step_s)
