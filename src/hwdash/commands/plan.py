@@ -295,20 +295,24 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(plan.model, catalog)
     _check_method_fits_model(plan, model, architecture, resolve_lora_targets)
     report = evaluate_plan(plan, catalog, model)
-    saved_as = None
-    if args.save:
+    saved_message = None
+    if args.save is not None:
         from hwdash.core.plan_store import PlanStore, PlanSummary
 
-        saved = PlanStore().save(args.save, plan, summary=PlanSummary.from_report(report))
-        saved_as = saved.name
+        store = PlanStore()
+        saved = store.save(args.save, plan, summary=PlanSummary.from_report(report))
+        saved_message = f"saved plan '{saved.name}' to {store.path}"
     if args.json:
         document = report.to_json()
-        if saved_as is not None:
-            document["saved_as"] = saved_as
+        if saved_message is not None:
+            document["saved_as"] = saved.name
+            print(saved_message, file=sys.stderr)
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    render_report(report, saved_as=saved_as)
+    render_report(report)
+    if saved_message is not None:
+        print(saved_message)
     return 0
 
 
