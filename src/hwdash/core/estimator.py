@@ -414,6 +414,70 @@ def _score_bytes_per_element(attention: Attention, element_bytes: int, gqa: bool
     return 0
 
 
+#: Linear layers that read the same input tensor (a norm's output), for counting LoRA's input copies.
+_SHARED_INPUT_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+#: Linear layers whose input only the layer itself saves (the MLP's product or activation): with a
+#: frozen, unadapted layer nobody keeps it.
+_INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD = ("down_proj", "fc2")
+
+
+def _adapter_activation_delta(
+    arch: Architecture,
+    tokens: int,
+    element_bytes: int,
+    targets: tuple[LinearShape, ...],
+    rank: int,
+    dora: bool,
+) -> int:
+    """What a LoRA-style layer saves beyond (or below) the full-training count, in bytes.
+
+    Reasoning from how autograd and PEFT work (not measured; issue 5 calibrates):
+
+    * A frozen linear needs only its weight for the input gradient, so autograd does not keep its
+      input; lora_A (trainable) keeps the input instead.
+    * Recent PEFT casts the input to the adapter's dtype (fp32) before lora_A, and autocast casts it
+      back to 16 bits for the matmul, so each adapted module keeps its own 16-bit copy. Where q, k
+      and v (or gate and up) all read the same norm output, that is one copy per adapted module
+      instead of the one tensor full training keeps. In plain fp32 there is no cast: lora_A keeps
+      the shared tensor itself.
+    * An unadapted down_proj (fc2) is frozen, so its input (the MLP product) is no longer kept;
+      an unadapted q/k/v or gate/up group likewise no longer keeps the norm output.
+    * lora_A's output (e t r) is kept by lora_B, per adapted module.
+    * DoRA also keeps the base output and the LoRA output of each adapted module for the magnitude
+      scaling (2 e t out): a guess from reading PEFT's ``DoraLinearLayer``, not a measurement.
+    * MoE experts see k/experts of the tokens each, so per token the expert terms count k times.
+    """
+    if not targets:
+        return 0
+    e = element_bytes
+    casts = element_bytes != 4
+    names = {linear.name for linear in targets}
+    by_name = {linear.name: linear for linear in arch.linears}
+    delta = 0
+
+    def tokens_through(linear: LinearShape) -> int:
+        return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+
+    for group in _SHARED_INPUT_GROUPS:
+        members = [by_name[name] for name in group if name in by_name]
+        if not members:
+            continue
+        adapted = [linear for linear in members if linear.name in names]
+        width = members[0].in_features
+        kept = (len(adapted) if casts else min(1, len(adapted))) if adapted else 0
+        delta += (kept - 1) * e * tokens_through(members[0]) * width
+    for name in _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD:
+        linear = by_name.get(name)
+        if linear is not None and name not in names:
+            delta -= e * tokens_through(linear) * linear.in_features
+    for linear in targets:
+        per_module = e * tokens_through(linear) * rank
+        if dora:
+            per_module += 2 * e * tokens_through(linear) * linear.out_features
+        delta += per_module
+    return delta
+
+
 def layer_activation_bytes(
     arch: Architecture,
     batch: int,
@@ -443,11 +507,7 @@ def layer_activation_bytes(
     * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
       expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
       router logits (4 t experts);
-    * LoRA: per adapted matrix, a copy of its input in the compute dtype (PEFT casts the input to the
-      fp32 adapter dtype and autocast casts it back; that copy is what lora_A saves) and lora_A's
-      output (e t r) saved by lora_B. DoRA additionally keeps the base output and the LoRA output of
-      each adapted matrix for the magnitude scaling (2 e t out); this DoRA term is a guess from
-      reading PEFT's ``DoraLinearLayer``, not a measurement.
+    * LoRA: see :func:`_adapter_activation_delta` (what changes when the base is frozen).
     """
     tokens = batch * seq
     e = element_bytes
@@ -463,13 +523,7 @@ def layer_activation_bytes(
     if arch.experts > 1:
         k = arch.experts_per_token
         mlp = k * (mlp + 2 * e * tokens * h) + 4 * tokens * arch.experts
-    adapters = 0
-    for linear in lora_targets:
-        copies = arch.experts_per_token if linear.copies > 1 else 1
-        per_copy = e * tokens * linear.in_features + e * tokens * lora_rank
-        if dora:
-            per_copy += 2 * e * tokens * linear.out_features
-        adapters += copies * per_copy
+    adapters = _adapter_activation_delta(arch, tokens, e, lora_targets, lora_rank, dora)
     return norms + attention_bytes + scores + mlp + adapters
 
 

@@ -206,13 +206,15 @@ def evaluate_flavor(
     return fit, estimate
 
 
-def _sort_key(fit: FlavorFit) -> tuple[int, float, str]:
+def _sort_key(fit: FlavorFit) -> tuple[int, float, int, str]:
     """Cheapest first: priced flavors by total cost (or $/hour when hours are unknown), then the
-    unpriced (local) ones by id."""
+    unpriced (local) ones by id. Equal costs (4 GPUs at 4x the price and 4x the speed) go to the
+    flavor with fewer GPUs: no multi-GPU setup for the same money."""
     price = fit.flavor.price_per_hour
     if price is None:
-        return (1, 0.0, fit.flavor.id)
-    return (0, fit.cost if fit.cost is not None else price, fit.flavor.id)
+        return (1, 0.0, fit.flavor.gpu_count, fit.flavor.id)
+    amount = fit.cost if fit.cost is not None else price
+    return (0, round(amount, 6), fit.flavor.gpu_count, fit.flavor.id)
 
 
 def _recommendable(fit: FlavorFit) -> bool:

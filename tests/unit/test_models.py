@@ -1,0 +1,182 @@
+"""Model resolution: catalog ids, Hugging Face config.json files, bare parameter counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hwdash.core.catalog import Catalog, load_catalog, load_catalog_from
+from hwdash.core.estimator import architecture
+from hwdash.core.model_params import count_parameters
+from hwdash.core.models import model_from_config, resolve_model, synthetic_model
+from hwdash.errors import UsageError
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+CONFIGS = DATA / "model_configs"
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog_from([DATA / "catalog_estimator"])
+
+
+def test_catalog_id_name_and_hf_id_resolve(catalog: Catalog) -> None:
+    assert resolve_model("fx-8b-gqa", catalog).id == "fx-8b-gqa"
+    assert resolve_model("Fixture 8B GQA", catalog).id == "fx-8b-gqa"
+    assert resolve_model("fixture/eight-b", catalog).id == "fx-8b-gqa"
+    assert resolve_model("  FX-1B ", catalog).id == "fx-1b"
+
+
+def test_real_catalog_models_resolve_by_hf_id() -> None:
+    real = load_catalog(include_user=False)
+    assert resolve_model("Qwen/Qwen2.5-7B", real).id == "qwen2.5-7b"
+
+
+def test_llama_style_config_folder(catalog: Catalog) -> None:
+    model = resolve_model(str(CONFIGS / "llama-style"), catalog)
+    assert (model.layers, model.hidden_size, model.heads, model.kv_heads) == (32, 4096, 32, 8)
+    assert model.head_dim == 128  # hidden / heads, absent from the config
+    assert model.intermediate_size == 14336
+    assert not model.tied_embeddings
+    assert model.experts == 1
+    # A Llama-3-8B config: 8.03B parameters (Meta's model card).
+    assert count_parameters(model) == pytest.approx(8.03e9, rel=0.005)
+
+
+def test_mixtral_style_config_file(catalog: Catalog) -> None:
+    model = resolve_model(str(CONFIGS / "mixtral-style" / "config.json"), catalog)
+    assert (model.experts, model.experts_per_token) == (8, 2)
+    assert model.max_context == 32768
+    # Mixtral 8x7B: 46.7B total parameters (Jiang et al. 2024, arXiv:2401.04088), ~12.9B active.
+    assert architecture(model).total_params == pytest.approx(46.7e9, rel=0.005)
+    active = architecture(model).matmul_params_per_token
+    assert active == pytest.approx(12.9e9, rel=0.03)
+
+
+def test_gemma3_multimodal_config_reads_text_config(catalog: Catalog) -> None:
+    model = resolve_model(str(CONFIGS / "gemma3-multimodal"), catalog)
+    assert model.layers == 34
+    assert model.hidden_size == 2560
+    assert model.head_dim == 256  # explicit, not hidden / heads (= 320)
+    assert model.kv_heads == 4
+    assert model.vocab_size == 262208
+    assert model.tied_embeddings  # Gemma ties by default when the config leaves it out
+    assert model.max_context == 131072
+    # Gemma-3-4B's language model: ~3.88B with the 0.4B vision tower, so ~3.9B minus it.
+    assert 3.3e9 < count_parameters(model) < 3.9e9
+
+
+def test_qwen2_config_gets_qkv_bias() -> None:
+    config = {
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": True,
+    }
+    model = model_from_config(config, name="Qwen2.5-0.5B", source="inline")
+    assert model.attention_bias
+    # Qwen2.5-0.5B: 494,032,768 parameters (Hub safetensors metadata).
+    assert count_parameters(model) == 494_032_768
+
+
+@pytest.mark.parametrize(
+    ("file", "message"),
+    [
+        ("unsupported.json", "model_type 'bert' is not supported"),
+        ("broken.json", "not valid JSON"),
+        ("missing_layers.json", "no 'num_hidden_layers'"),
+    ],
+)
+def test_bad_configs_are_usage_errors_naming_model(
+    catalog: Catalog, file: str, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message) as info:
+        resolve_model(str(CONFIGS / "bad" / file), catalog)
+    assert info.value.flag == "--model"
+    assert str(info.value).startswith("--model: ")
+
+
+def test_folder_without_config(tmp_path: Path, catalog: Catalog) -> None:
+    with pytest.raises(UsageError, match=r"has no config\.json"):
+        resolve_model(str(tmp_path), catalog)
+
+
+def test_config_that_is_not_an_object(tmp_path: Path, catalog: Catalog) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps([1, 2, 3]))
+    with pytest.raises(UsageError, match=r"not a config\.json object"):
+        resolve_model(str(path), catalog)
+
+
+def test_config_with_inconsistent_heads(tmp_path: Path, catalog: Catalog) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 1024,
+                "intermediate_size": 4096,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 5,
+                "vocab_size": 1000,
+            }
+        )
+    )
+    with pytest.raises(UsageError, match="multiple of kv_heads"):
+        resolve_model(str(path), catalog)
+
+
+@pytest.mark.parametrize("text", ["7B", "500M", "1.5b", "70B", "2M", "124000000"])
+def test_bare_counts_give_a_model_of_that_size(catalog: Catalog, text: str) -> None:
+    model = resolve_model(text, catalog)
+    wanted = {"7B": 7e9, "500M": 5e8, "1.5b": 1.5e9, "70B": 70e9, "2M": 2e6, "124000000": 1.24e8}[
+        text
+    ]
+    assert architecture(model).total_params == pytest.approx(wanted, rel=0.03)
+    assert count_parameters(model) == pytest.approx(wanted, rel=0.03)
+    assert model.mlp == "gated"
+
+
+def test_synthetic_7b_has_a_llama_shape() -> None:
+    model = synthetic_model(7_000_000_000)
+    assert model.hidden_size == 4096  # Llama-2-7B's width
+    assert 30 <= model.layers <= 34  # Llama-2-7B has 32
+    assert model.heads == 32
+
+
+def test_synthetic_large_models_use_gqa() -> None:
+    model = synthetic_model(70_000_000_000)
+    assert model.kv_heads == 8
+    assert model.heads % 8 == 0
+
+
+def test_too_small_a_count_is_rejected(catalog: Catalog) -> None:
+    with pytest.raises(UsageError, match="too small"):
+        resolve_model("1000", catalog)
+
+
+def test_unknown_model_suggests_close_matches(catalog: Catalog) -> None:
+    with pytest.raises(UsageError) as info:
+        resolve_model("fx-8b", catalog)
+    assert "did you mean" in str(info.value)
+    assert "fx-8b-gqa" in str(info.value)
+    assert info.value.flag == "--model"
+
+
+def test_unknown_model_on_the_real_catalog() -> None:
+    real = load_catalog(include_user=False)
+    with pytest.raises(UsageError, match=r"qwen2\.5-7b"):
+        resolve_model("qwen2.5-7", real)
+
+
+def test_missing_json_path(catalog: Catalog) -> None:
+    with pytest.raises(UsageError, match="no such file"):
+        resolve_model("does/not/exist/config.json", catalog)
