@@ -1,0 +1,190 @@
+"""Calibrate hwdash's memory estimator against fake-tensor traces of real training steps (issue 5).
+
+Needs the ``calibrate`` extra (torch 2.13 CPU build, transformers, peft); no GPU, no network, no
+weights. Usage, from the repository root:
+
+    python bench/calibrate.py                 # the whole grid (about 10 minutes on 2 cores)
+    python bench/calibrate.py --quick         # four cases, to check the setup
+    python bench/calibrate.py --only qwen2.5-0.5b/lora
+    python bench/calibrate.py --validate-depth  # a few cases at full depth vs extrapolation
+    python bench/calibrate.py --compare-only  # recompute hwdash/anchor columns from saved traces
+
+Writes ``bench/out/calibration.jsonl`` (every trace, git-ignored), ``bench/data/calibration.csv``
+(the committed ground truth) and the generated block of ``docs/accuracy.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from calibration.cases import CalibrationCase, calibration_grid, quick_grid  # noqa: E402
+from calibration.compare import add_estimates  # noqa: E402
+from calibration.report import update_accuracy_doc, write_csv  # noqa: E402
+
+OUT_JSONL = REPO / "bench" / "out" / "calibration.jsonl"
+DEPTH_JSONL = REPO / "bench" / "out" / "depth-validation.jsonl"
+FINDINGS_JSON = REPO / "bench" / "out" / "findings.json"
+DATA_CSV = REPO / "bench" / "data" / "calibration.csv"
+ACCURACY_DOC = REPO / "docs" / "accuracy.md"
+
+#: Cases traced at full depth by ``--validate-depth`` to check the two-depth extrapolation.
+DEPTH_VALIDATION = (
+    CalibrationCase(model="qwen2.5-0.5b"),
+    CalibrationCase(model="qwen2.5-0.5b", method="lora", grad_ckpt=True),
+    CalibrationCase(model="llama-3.2-1b", precision="amp"),
+    CalibrationCase(model="llama-3.2-1b", method="inference", batch=1, seq=4096),
+    CalibrationCase(model="gemma-2-2b", method="lora", attention="eager"),
+)
+
+
+def _catalog() -> Any:
+    from hwdash.core.catalog import load_catalog
+
+    return load_catalog(include_user=False)
+
+
+def _measure_one(case: CalibrationCase, full_depth: bool) -> dict[str, Any]:
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from calibration.tracing import measure
+
+    spec = _catalog().models[case.model]
+    try:
+        return measure(case, spec, full_depth=full_depth)
+    except Exception as exc:  # one untraceable setting must not end the grid
+        return {"case_id": case.case_id, "failed": f"{type(exc).__name__}: {exc}"}
+
+
+def run_cases(cases: list[CalibrationCase], jobs: int, full_depth: bool, out: Path) -> list[dict]:
+    """Trace every case (``jobs`` processes), appending each record to ``out`` as it finishes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done: dict[str, dict[str, Any]] = {}
+    if out.exists():
+        for line in out.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if "failed" not in record:
+                done[record["case_id"]] = record
+    todo = [c for c in cases if c.case_id not in done]
+    print(f"{len(cases)} cases, {len(cases) - len(todo)} already traced, {len(todo)} to trace")
+    started = time.perf_counter()
+    with out.open("a", encoding="utf-8") as handle, ProcessPoolExecutor(jobs) as pool:
+        futures = {pool.submit(_measure_one, case, full_depth): case for case in todo}
+        for index, future in enumerate(as_completed(futures), 1):
+            record = future.result()
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            if "failed" in record:
+                print(f"[{index}/{len(todo)}] FAILED {record['case_id']}: {record['failed']}")
+                continue
+            done[record["case_id"]] = record
+            print(
+                f"[{index}/{len(todo)}] {record['case_id']}: "
+                f"{record['peak_bytes'] / 2**30:.2f} GiB at step {record['peak_step']} "
+                f"{record['peak_phase']} ({record['trace_seconds']:.1f} s)"
+            )
+    print(f"traced in {time.perf_counter() - started:.0f} s")
+    wanted = {c.case_id for c in cases}
+    return [r for cid, r in done.items() if cid in wanted]
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """The latest successful record of each case in a JSONL file."""
+    records: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if "failed" not in record:
+            records[record["case_id"]] = record
+    return list(records.values())
+
+
+def compare_and_write(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fill in hwdash's estimate and the anchors, then write the CSV and the doc block."""
+    catalog = _catalog()
+    compared = [add_estimates(r, catalog.models[r["plan"]["model"]]) for r in records]
+    write_csv(compared, DATA_CSV)
+    print(f"wrote {DATA_CSV.relative_to(REPO)} ({len(compared)} rows)")
+    if update_accuracy_doc(compared, ACCURACY_DOC):
+        print(f"updated the generated block of {ACCURACY_DOC.relative_to(REPO)}")
+    pending = sum(1 for r in compared if r["estimate_pending"])
+    if pending:
+        first = next(r for r in compared if r["estimate_pending"])
+        print(f"{pending} rows without an hwdash estimate, e.g. {first['estimate']['error']}")
+    return compared
+
+
+def validate_depth(jobs: int) -> None:
+    """Trace the validation cases at full depth and compare with the two-depth extrapolation."""
+    cases = list(DEPTH_VALIDATION)
+    extrapolated = {r["case_id"]: r for r in run_cases(cases, jobs, False, OUT_JSONL)}
+    full = {r["case_id"]: r for r in run_cases(cases, jobs, True, DEPTH_JSONL)}
+    for case in cases:
+        a, b = extrapolated.get(case.case_id), full.get(case.case_id)
+        if a is None or b is None:
+            print(f"{case.case_id}: missing")
+            continue
+        diff = (a["peak_bytes"] - b["peak_bytes"]) / b["peak_bytes"]
+        print(
+            f"{case.case_id}: extrapolated {a['peak_bytes']} (depths {a['traced_depths']}) vs "
+            f"full depth {b['peak_bytes']} ({b['trace_seconds']:.1f} s): {diff * 100:+.3f}%"
+        )
+
+
+def run_findings(only: str) -> None:
+    """Run the probes, save them to bench/out/findings.json and print their table."""
+    warnings.filterwarnings("ignore")
+    from calibration.findings import markdown, run_probes
+
+    results = run_probes(_catalog(), only)
+    FINDINGS_JSON.parent.mkdir(parents=True, exist_ok=True)
+    FINDINGS_JSON.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    print(markdown(results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="trace four cases only")
+    parser.add_argument("--only", default="", help="trace cases whose id contains this text")
+    parser.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    parser.add_argument("--full-depth", action="store_true", help="trace every layer (slow)")
+    parser.add_argument("--validate-depth", action="store_true")
+    parser.add_argument("--compare-only", action="store_true")
+    parser.add_argument(
+        "--findings", action="store_true", help="run the probes behind docs/accuracy.md's findings"
+    )
+    parser.add_argument("--fresh", action="store_true", help="forget saved traces")
+    args = parser.parse_args(argv)
+    if args.compare_only:
+        if not OUT_JSONL.exists():
+            print(f"no saved traces in {OUT_JSONL}: run without --compare-only first")
+            return 2
+        compare_and_write(load_records(OUT_JSONL))
+        return 0
+    if args.findings:
+        run_findings(args.only)
+        return 0
+    if args.validate_depth:
+        validate_depth(args.jobs)
+        return 0
+    if args.fresh and OUT_JSONL.exists():
+        OUT_JSONL.unlink()
+    cases = quick_grid() if args.quick else calibration_grid()
+    if args.only:
+        cases = [c for c in cases if args.only in c.case_id]
+    run_cases(cases, args.jobs, args.full_depth, OUT_JSONL)
+    compare_and_write(load_records(OUT_JSONL))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

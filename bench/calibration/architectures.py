@@ -1,0 +1,86 @@
+"""Turn a catalog :class:`~hwdash.core.catalog.ModelSpec` into a Hugging Face config, at any depth.
+
+The dimensions come from ``catalog/models.toml``; this module only picks the transformers model class
+that matches the family (the catalog id's prefix) and fills in the fields the catalog does not carry
+with the family's published defaults (activation, norm epsilon: they do not change memory).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hwdash.core.catalog import ModelSpec
+
+#: Catalog id prefix -> transformers ``model_type``. Checked in order; the first match wins.
+FAMILY_BY_PREFIX: tuple[tuple[str, str], ...] = (
+    ("qwen2.5-", "qwen2"),
+    ("qwen3-", "qwen3"),
+    ("mixtral-", "mixtral"),
+    ("mistral-", "mistral"),
+    ("gemma-2-", "gemma2"),
+    ("gemma-3-", "gemma3_text"),
+    ("phi-", "phi"),
+)
+
+#: Families whose layers are not all alike: depth pairs for extrapolation must be whole periods.
+#: Gemma 2 alternates sliding and global attention (period 2); Gemma 3 uses 5 sliding : 1 global.
+LAYER_PERIOD: dict[str, int] = {"gemma2": 2, "gemma3_text": 6}
+
+
+def family_of(spec: ModelSpec) -> str:
+    """The transformers ``model_type`` used for a catalog model (``llama`` unless the id says more)."""
+    for prefix, family in FAMILY_BY_PREFIX:
+        if spec.id.startswith(prefix):
+            return family
+    if spec.experts > 1:
+        return "mixtral"
+    if spec.mlp == "standard":
+        return "phi"
+    return "llama"
+
+
+def layer_period(spec: ModelSpec) -> int:
+    """How many layers repeat as a unit (1 for uniform stacks)."""
+    return LAYER_PERIOD.get(family_of(spec), 1)
+
+
+def build_config(spec: ModelSpec, layers: int, attention: str) -> Any:
+    """A transformers config with the catalog's dimensions and ``layers`` blocks.
+
+    ``attention`` is ``sdpa`` or ``eager`` (``flash`` needs flash-attn and CUDA: not traceable here).
+    """
+    from transformers import AutoConfig
+
+    family = family_of(spec)
+    fields: dict[str, Any] = {
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": layers,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "max_position_embeddings": spec.max_context,
+    }
+    if family in ("llama", "mistral", "mixtral", "qwen3", "gemma2", "gemma3_text"):
+        fields["head_dim"] = spec.head_dim
+    if family == "llama":
+        fields["attention_bias"] = spec.attention_bias
+    if family == "qwen3":
+        fields["attention_bias"] = spec.attention_bias
+    if family == "mixtral":
+        fields["num_local_experts"] = spec.experts
+        fields["num_experts_per_tok"] = spec.experts_per_token
+    if family == "phi":
+        fields.pop("num_key_value_heads")
+        fields["partial_rotary_factor"] = 0.4
+    if family in ("gemma2", "gemma3_text"):
+        # Keep the published layer pattern (sliding/global) but the window must not exceed the context.
+        fields["sliding_window"] = min(4096, spec.max_context) if family == "gemma2" else 512
+    config = AutoConfig.for_model(family, **fields)
+    config._attn_implementation = attention
+    if family == "mixtral":
+        # The eager expert loop iterates over data-dependent expert ids, which fake tensors cannot
+        # do; grouped_mm has static shapes (tokens x top-k) and is transformers' CUDA path.
+        config._experts_implementation = "grouped_mm"
+    return config

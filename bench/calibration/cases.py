@@ -1,0 +1,160 @@
+"""The settings of one traced run, in hwdash ``Plan`` terms, and the calibration grid."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+#: Optimizer implementations a case can ask for. ``foreach`` is what ``torch.optim.AdamW()`` picks on
+#: CUDA by default (it allocates a parameter-sized temporary for sqrt(v) during the step); ``fused`` is
+#: what the Hugging Face Trainer picks by default on torch >= 2.8 (``adamw_torch_fused``).
+OPTIMIZER_IMPLS = ("foreach", "fused", "single")
+
+
+@dataclass(frozen=True)
+class CalibrationCase:
+    """One traced setting. The first ten fields map one to one onto :class:`hwdash.core.plan.Plan`."""
+
+    model: str
+    """Catalog model id (``Plan.model``)."""
+    method: str = "full"
+    """``inference``, ``full``, ``lora`` or ``dora`` (``Plan.method``)."""
+    precision: str = "bf16"
+    """``fp32``, ``amp``, ``bf16`` or ``mixed`` (``Plan.precision``)."""
+    batch: int = 2
+    """Sequences per forward pass (``Plan.batch``)."""
+    seq: int = 1024
+    """Tokens per sequence; for inference the prompt plus one decoded token (``Plan.seq``)."""
+    grad_ckpt: bool = False
+    """Activation checkpointing, non-reentrant as transformers 5 enables it (``Plan.grad_ckpt``)."""
+    attention: str = "sdpa"
+    """``sdpa`` or ``eager`` (``Plan.attention``)."""
+    optimizer: str = "adamw"
+    """``adamw``, ``sgd`` or ``adafactor`` (``Plan.optimizer``)."""
+    lora_r: int = 16
+    """LoRA/DoRA rank (``Plan.lora_r``)."""
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    """Adapted modules (``Plan.lora_targets``)."""
+    optimizer_impl: str = "foreach"
+    """How torch runs the optimizer: ``foreach``, ``fused`` or ``single`` (not a Plan field)."""
+    lora_dropout: float = 0.05
+    """LoRA dropout; TRL/PEFT recipes mostly use 0.05 (not a Plan field)."""
+
+    @property
+    def case_id(self) -> str:
+        """A stable, readable key for the case."""
+        parts = [
+            self.model,
+            self.method,
+            self.precision,
+            f"b{self.batch}",
+            f"s{self.seq}",
+            "ckpt" if self.grad_ckpt else "nockpt",
+            self.attention,
+        ]
+        if self.method != "inference":
+            parts.append(f"{self.optimizer}-{self.optimizer_impl}")
+        if self.method in ("lora", "dora"):
+            parts.append(f"r{self.lora_r}-{'+'.join(self.lora_targets)}-d{self.lora_dropout:g}")
+        return "/".join(parts)
+
+    def plan_fields(self) -> dict[str, Any]:
+        """The keyword arguments of ``hwdash.core.plan.Plan`` this case stands for."""
+        fields = asdict(self)
+        fields.pop("optimizer_impl")
+        fields.pop("lora_dropout")
+        fields["lora_targets"] = tuple(self.lora_targets)
+        return fields
+
+
+#: Models every core setting runs on (ids in ``catalog/models.toml``). Chosen to cover tied and untied
+#: embeddings, GQA ratios 1 to 8, vocabularies of 32k to 256k, attention biases, an MoE and Gemma 2's
+#: soft-capped eager attention.
+CORE_MODELS = (
+    "qwen2.5-0.5b",
+    "qwen2.5-1.5b",
+    "qwen3-0.6b",
+    "llama-3.2-1b",
+    "tinyllama-1.1b",
+    "qwen2.5-7b",
+    "llama-3.1-8b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "gemma-2-2b",
+    "phi-2",
+    "seed-200m",
+)
+
+#: Models the one-factor-at-a-time variations run on.
+SWEEP_MODELS = ("qwen2.5-0.5b", "llama-3.2-1b", "qwen2.5-7b")
+
+
+def _attention_for(model: str) -> str:
+    # Gemma 2 passes a logit soft-cap that SDPA refuses; transformers recommends eager for it.
+    return "eager" if model.startswith("gemma-2-") else "sdpa"
+
+
+def calibration_grid() -> list[CalibrationCase]:
+    """Every case of the default grid, without duplicates, in a stable order."""
+    cases: list[CalibrationCase] = []
+    for model in CORE_MODELS:
+        attention = _attention_for(model)
+        for method in ("full", "lora"):
+            for precision in ("bf16", "amp"):
+                for grad_ckpt in (False, True):
+                    cases.append(
+                        CalibrationCase(
+                            model=model,
+                            method=method,
+                            precision=precision,
+                            grad_ckpt=grad_ckpt,
+                            attention=attention,
+                        )
+                    )
+        cases.append(CalibrationCase(model=model, method="inference", seq=4096, batch=1))
+    for model in SWEEP_MODELS:
+        base = CalibrationCase(model=model)
+        lora = replace(base, method="lora")
+        variations = [
+            replace(base, precision="fp32"),
+            replace(base, precision="mixed"),
+            replace(base, seq=256),
+            replace(base, seq=4096),
+            replace(base, batch=1),
+            replace(base, batch=8),
+            replace(base, attention="eager"),
+            replace(base, precision="fp32", attention="eager"),
+            replace(base, precision="fp32", grad_ckpt=True),
+            replace(base, seq=4096, grad_ckpt=True),
+            replace(base, optimizer_impl="fused"),
+            replace(base, optimizer="sgd", optimizer_impl="foreach"),
+            replace(base, optimizer="adafactor", optimizer_impl="single"),
+            replace(lora, precision="fp32"),
+            replace(lora, seq=4096),
+            replace(lora, seq=4096, grad_ckpt=True),
+            replace(lora, batch=8),
+            replace(lora, lora_r=64),
+            replace(lora, lora_r=8, lora_targets=("q_proj", "v_proj")),
+            replace(lora, lora_dropout=0.0),
+            replace(lora, attention="eager"),
+            replace(base, method="dora"),
+            replace(base, method="dora", grad_ckpt=True),
+            replace(base, method="inference", batch=1, seq=1024),
+            replace(base, method="inference", batch=8, seq=2048),
+            replace(base, method="inference", precision="fp32", batch=1, seq=4096),
+        ]
+        cases.extend(variations)
+    unique: dict[str, CalibrationCase] = {}
+    for case in cases:
+        unique.setdefault(case.case_id, case)
+    return list(unique.values())
+
+
+def quick_grid() -> list[CalibrationCase]:
+    """A handful of cases for a smoke run (``--quick``)."""
+    return [
+        CalibrationCase(model="qwen2.5-0.5b"),
+        CalibrationCase(model="qwen2.5-0.5b", method="lora", grad_ckpt=True),
+        CalibrationCase(model="llama-3.2-1b", precision="amp"),
+        CalibrationCase(model="qwen2.5-0.5b", method="inference", batch=1, seq=2048),
+    ]

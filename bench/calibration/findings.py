@@ -1,0 +1,124 @@
+"""Probes behind the findings of ``docs/accuracy.md``: per-layer saved bytes and the peak's contents.
+
+Each probe traces one setting at two depths. The slope of what is alive at the end of the forward
+pass (per added layer, divided by batch x seq tokens) is the bytes one layer saves for backward per
+token; the inventory of the deeper trace lists which storages make the overall peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from calibration.cases import CalibrationCase
+from calibration.inventory import make_inventory, summarize
+from calibration.tracing import DepthTrace, depths_for, trace_at_depth
+from hwdash.core.catalog import ModelSpec
+
+PROBE_BASE = CalibrationCase(model="llama-3.2-1b", batch=2, seq=1024)
+
+#: (label, case) pairs. Each differs from PROBE_BASE in one or two fields.
+PROBES: tuple[tuple[str, CalibrationCase], ...] = (
+    ("full bf16 sdpa", PROBE_BASE),
+    ("full bf16 sdpa ckpt", replace(PROBE_BASE, grad_ckpt=True)),
+    ("full amp sdpa", replace(PROBE_BASE, precision="amp")),
+    ("full amp sdpa ckpt", replace(PROBE_BASE, precision="amp", grad_ckpt=True)),
+    ("full fp32 sdpa", replace(PROBE_BASE, precision="fp32")),
+    ("full fp32 sdpa ckpt", replace(PROBE_BASE, precision="fp32", grad_ckpt=True)),
+    ("full bf16 eager", replace(PROBE_BASE, attention="eager")),
+    ("full bf16 eager s2048", replace(PROBE_BASE, attention="eager", seq=2048)),
+    ("full fp32 eager", replace(PROBE_BASE, precision="fp32", attention="eager")),
+    ("lora bf16 dropout 0.05", replace(PROBE_BASE, method="lora")),
+    ("lora bf16 dropout 0", replace(PROBE_BASE, method="lora", lora_dropout=0.0)),
+    ("lora bf16 ckpt", replace(PROBE_BASE, method="lora", grad_ckpt=True)),
+    ("lora amp dropout 0", replace(PROBE_BASE, method="lora", precision="amp", lora_dropout=0.0)),
+    (
+        "lora bf16 q,v r8 dropout 0",
+        replace(
+            PROBE_BASE, method="lora", lora_r=8, lora_targets=("q_proj", "v_proj"), lora_dropout=0.0
+        ),
+    ),
+    ("dora bf16 dropout 0.05", replace(PROBE_BASE, method="dora")),
+    ("inference bf16", replace(PROBE_BASE, method="inference", batch=1, seq=4096)),
+)
+
+
+def _forward_end(trace: DepthTrace, step: int) -> dict[str, int]:
+    for phase in trace.phases:
+        if phase.step == step and phase.phase in ("forward", "prefill"):
+            components = dict(phase.end_components)
+            components["total"] = phase.end_total
+            return components
+    raise ValueError("no forward phase")
+
+
+def _is_vocab_sized(entry: dict[str, Any], vocab: int, tokens: int) -> bool:
+    numel = 1
+    for dim in entry["shape"]:
+        numel *= dim
+    return vocab in entry["shape"] and numel >= tokens * vocab // 2
+
+
+def probe(label: str, case: CalibrationCase, spec: ModelSpec) -> dict[str, Any]:
+    """Per-layer saved bytes per token and the peak's largest storages for one setting."""
+    low, high = depths_for(spec)
+    shallow = trace_at_depth(case, spec, low)
+    inventory = make_inventory()
+    deep = trace_at_depth(case, spec, high, inventory=inventory)
+    step = 0 if case.method == "inference" else 2
+    a, b = _forward_end(shallow, step), _forward_end(deep, step)
+    tokens = case.batch * (case.seq - 1 if case.method == "inference" else case.seq)
+    per_layer = {k: (b[k] - a[k]) / (high - low) for k in a}
+    saved = per_layer["activation"] + per_layer.get("temp", 0)
+    groups = summarize(inventory.peak_live, top=40)
+    vocab_groups = [g for g in groups if _is_vocab_sized(g, spec.vocab_size, tokens)]
+    peak = max(deep.phases, key=lambda p: p.total)
+    return {
+        "label": label,
+        "case_id": case.case_id,
+        "depths": [low, high],
+        "tokens": tokens,
+        "hidden_size": spec.hidden_size,
+        "saved_bytes_per_layer": saved,
+        "saved_bytes_per_layer_per_token": saved / tokens,
+        "saved_per_token_in_hidden_units": saved / tokens / spec.hidden_size,
+        "peak_step": peak.step,
+        "peak_phase": peak.phase,
+        "peak_components": peak.components,
+        "peak_inventory_phase": inventory.peak_phase,
+        "vocab_buffers_at_peak": [
+            {"op": g["op"], "dtype": g["dtype"], "count": g["count"]} for g in vocab_groups
+        ],
+        "vocab_bytes_per_token_at_peak": sum(g["bytes"] for g in vocab_groups)
+        / tokens
+        / spec.vocab_size,
+        "attention_ops": deep.attention_ops,
+        "largest_at_peak": groups[:10],
+    }
+
+
+def run_probes(catalog: Any, only: str = "") -> list[dict[str, Any]]:
+    """Every probe whose label contains ``only``."""
+    return [
+        probe(label, case, catalog.models[case.model]) for label, case in PROBES if only in label
+    ]
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """A table of the probes for the findings section."""
+    lines = [
+        "| probe | saved bytes / layer / token | in units of hidden | vocab-sized buffers at peak "
+        "(bytes / token / vocab entry) | peak at | attention ops |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        vocab = ", ".join(
+            f"{g['count']}x {g['op']} {g['dtype']}" for g in r["vocab_buffers_at_peak"]
+        )
+        lines.append(
+            f"| {r['label']} | {r['saved_bytes_per_layer_per_token']:.0f} | "
+            f"{r['saved_per_token_in_hidden_units']:.2f} h | {vocab or 'none'} "
+            f"({r['vocab_bytes_per_token_at_peak']:.1f}) | step {r['peak_step']} {r['peak_phase']} | "
+            f"{', '.join(r['attention_ops'])} |"
+        )
+    return "\n".join(lines)
