@@ -7,8 +7,13 @@ Builds a :class:`~hwdash.core.plan.Plan` from the flags, evaluates it on the cat
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
+import itertools
 import json
 import sys
+import textwrap
+from enum import Enum
 from typing import Any
 
 from pydantic import ValidationError
@@ -51,12 +56,34 @@ FIELD_FLAGS = {
 }
 
 
+def member_docs(enum_class: type[Enum]) -> dict[str, str]:
+    """The docstrings written under an Enum's members (Python keeps them only in the source).
+
+    Read with :mod:`ast` from the class source; empty when the source is not available.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(enum_class)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for current, following in itertools.pairwise(body):
+        if (
+            isinstance(current, ast.Assign)
+            and isinstance(current.targets[0], ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            member = enum_class[current.targets[0].id]
+            docs[str(member.value)] = " ".join(following.value.value.replace("``", "").split())
+    return docs
+
+
 def _precision_help() -> str:
-    lines = ["storage layout of weights, gradients and optimizer states (default bf16):"]
-    for precision in Precision:
-        doc = " ".join((getattr(precision, "__doc__", None) or "").split())
-        lines.append(f"{precision.value}: {doc}")
-    return " | ".join(lines)
+    docs = member_docs(Precision)
+    parts = [f"{p.value}: {docs.get(p.value, '')}".rstrip(": ") for p in Precision]
+    return "storage layout (default bf16). " + " | ".join(parts)
 
 
 def _count(text: str) -> int:
@@ -354,12 +381,13 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
     memory = estimate.per_gpu.as_dict()
     total = memory["total"]
     title = (
-        f"{report.model.name}: {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
+        f"[bold]{report.model.name}[/bold]: {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
         f"{plan.seq}, {format_count(estimate.total_params)} params "
         f"({format_count(estimate.trainable_params)} trainable), {estimate.gpus} GPU"
         f"{'s' if estimate.gpus != 1 else ''}, {estimate.compute_dtype}"
     )
-    breakdown = Table(title=title, title_justify="left")
+    console.print(title, highlight=False)
+    breakdown = Table()
     breakdown.add_column("component")
     breakdown.add_column("GiB per GPU", justify="right")
     breakdown.add_column("share", justify="right")
@@ -373,25 +401,23 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
         console.print(f"host RAM for offload: {estimate.host_bytes / GIB:.1f} GiB")
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-    table = Table(title="flavors, cheapest first", title_justify="left")
-    for column, justify in (
-        ("flavor", "left"),
-        ("fit", "left"),
-        ("headroom GiB", "right"),
-        ("GPUs", "right"),
-        ("$/h", "right"),
-        ("hours", "right"),
-        ("cost", "right"),
-        ("note", "left"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    console.print("flavors, cheapest first:")
+    table = Table()
+    table.add_column("flavor", no_wrap=True)
+    table.add_column("fit", no_wrap=True)
+    for column in ("headroom GiB", "GPUs", "$/h", "hours", "cost"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("note", overflow="fold", ratio=1)
     for fit in report.flavors:
         verdict = fit.verdict.value
         name = fit.flavor.id
-        if name == report.recommended:
-            name = f"[bold]{name}[/bold] (cheapest)"
-        if name == report.fastest or fit.flavor.id == report.fastest:
-            name = f"{name} (fastest)"
+        marks = []
+        if fit.flavor.id == report.recommended:
+            marks.append("cheapest")
+        if fit.flavor.id == report.fastest:
+            marks.append("fastest")
+        if marks:
+            name = f"[bold]{name}[/bold] ({', '.join(marks)})"
         headroom = "-" if fit.usable_bytes == 0 else f"{fit.headroom_bytes / GIB:+.1f}"
         price = fit.flavor.price_per_hour
         table.add_row(

@@ -207,14 +207,15 @@ def evaluate_flavor(
 
 
 def _sort_key(fit: FlavorFit) -> tuple[int, float, int, str]:
-    """Cheapest first: priced flavors by total cost (or $/hour when hours are unknown), then the
-    unpriced (local) ones by id. Equal costs (4 GPUs at 4x the price and 4x the speed) go to the
-    flavor with fewer GPUs: no multi-GPU setup for the same money."""
+    """Cheapest first: priced flavors with a total cost by that cost, then priced flavors without
+    one (hours unknown, or CPU-only) by $/hour, then the unpriced (local) ones by id. Equal costs
+    (4 GPUs at 4x the price and 4x the speed) go to the flavor with fewer GPUs."""
     price = fit.flavor.price_per_hour
     if price is None:
-        return (1, 0.0, fit.flavor.gpu_count, fit.flavor.id)
-    amount = fit.cost if fit.cost is not None else price
-    return (0, round(amount, 6), fit.flavor.gpu_count, fit.flavor.id)
+        return (2, 0.0, fit.flavor.gpu_count, fit.flavor.id)
+    if fit.cost is None:
+        return (1, price, fit.flavor.gpu_count, fit.flavor.id)
+    return (0, round(fit.cost, 6), fit.flavor.gpu_count, fit.flavor.id)
 
 
 def _recommendable(fit: FlavorFit) -> bool:
@@ -266,7 +267,12 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
         flavors = [catalog.flavors[ident] for ident in plan.flavors]
     else:
         flavors = list(catalog.flavors.values())
-    estimate = estimate_memory(plan, model, gpus=plan.gpus)
+    # The plan's own breakdown is hardware-neutral, unless --flavor names hardware: then it uses the
+    # first named flavor's accelerator (its bf16 support, a vLLM engine's share of its memory).
+    breakdown_accelerator = catalog.accelerator_for(flavors[0]) if plan.flavors else None
+    if breakdown_accelerator is not None and breakdown_accelerator.kind == "cpu":
+        breakdown_accelerator = None
+    estimate = estimate_memory(plan, model, gpus=plan.gpus, accelerator=breakdown_accelerator)
     tokens = training_tokens(plan)
     fits = [
         evaluate_flavor(plan, model, flavor, catalog.accelerator_for(flavor), tokens)[0]

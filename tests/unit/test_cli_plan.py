@@ -1,0 +1,221 @@
+"""``hwdash plan`` on good and bad input: exit codes, messages naming the flag, the JSON shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hwdash.cli import main
+from hwdash.core.plan_store import PlanStore
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+FIXTURE = str(DATA / "catalog_estimator")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No user catalog or plans file from the machine running the tests.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("HWDASH_CATALOG", raising=False)
+    monkeypatch.setenv("COLUMNS", "160")
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
+    status = main(["plan", *argv, "--json"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    document: dict = json.loads(out)  # type: ignore[type-arg]
+    return document
+
+
+def test_issue_example_prints_breakdown_and_flavors(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(
+        [
+            "plan",
+            "--model",
+            "qwen2.5-7b",
+            "--method",
+            "lora",
+            "--batch",
+            "4",
+            "--seq",
+            "2048",
+            "--grad-ckpt",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0
+    for word in (
+        "weights",
+        "activations",
+        "overhead",
+        "total",
+        "a10g-large",
+        "a100-large",
+        "cheapest",
+    ):
+        assert word in out
+
+
+def test_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(
+        capsys, "--model", "qwen2.5-7b", "--method", "lora", "--examples", "1000", "--seq", "1024"
+    )
+    assert set(document) >= {"plan", "memory", "host_memory", "flavors", "recommended", "warnings"}
+    memory = document["memory"]
+    components = ["weights", "gradients", "optimizer", "activations", "kv_cache", "overhead"]
+    assert list(memory) == [*components, "total"]
+    assert memory["total"] == sum(memory[name] for name in components)
+    assert all(isinstance(value, int) for value in memory.values())
+    assert document["plan"]["model_id"] == "qwen2.5-7b"
+    assert document["plan"]["method"] == "lora"
+    assert document["plan"]["tokens"] == 1000 * 1024
+    for entry in document["flavors"]:
+        assert entry["fit"] in ("fits", "tight", "no")
+        assert isinstance(entry["headroom_bytes"], int)
+    ids = [entry["id"] for entry in document["flavors"]]
+    assert document["recommended"] in ids
+    assert isinstance(document["warnings"], list)
+
+
+def test_flavor_restriction_repeatable_and_comma_separated(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    document = _json(
+        capsys,
+        "--catalog",
+        FIXTURE,
+        "--model",
+        "fx-1b",
+        "--flavor",
+        "small-24,big-80",
+        "--flavor",
+        "home-80",
+    )
+    assert sorted(entry["id"] for entry in document["flavors"]) == ["big-80", "home-80", "small-24"]
+
+
+def test_params_gives_a_synthetic_model(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, "--params", "7B", "--method", "qlora", "--flavor", "t4-small")
+    assert document["plan"]["total_params"] == pytest.approx(7e9, rel=0.03)
+    assert document["plan"]["model"] == "7B"
+
+
+def test_config_json_model(capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(DATA / "model_configs" / "mixtral-style" / "config.json")
+    document = _json(capsys, "--model", config, "--method", "qlora", "--flavor", "a100-large")
+    assert document["plan"]["total_params"] == pytest.approx(46.7e9, rel=0.01)
+
+
+def test_rl_flags_reach_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(
+        capsys,
+        "--model",
+        "qwen2.5-0.5b",
+        "--method",
+        "grpo",
+        "--rl-method",
+        "lora",
+        "--no-reference",
+        "--reward-model",
+        "--vllm-util",
+        "0.5",
+        "--flavor",
+        "a100-large",
+    )
+    plan = document["plan"]
+    assert plan["rl_method"] == "lora"
+    assert plan["rl_reference"] is False
+    assert plan["rl_reward_model"] is True
+    assert plan["vllm_memory_utilization"] == 0.5
+    # The breakdown uses the named flavor's GPU: half of an A100's 80 GiB for vLLM.
+    assert document["memory"]["kv_cache"] == 40 * 1024**3
+
+
+def test_t4_plan_says_fp16(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, "--model", "qwen2.5-0.5b", "--method", "full", "--flavor", "t4-small")
+    assert document["plan"]["compute_dtype"] == "fp16"
+    assert any("fp16" in warning for warning in document["warnings"])
+
+
+def test_save_stores_the_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    document = _json(
+        capsys, "--model", "qwen2.5-0.5b", "--save", "small run", "--flavor", "t4-small"
+    )
+    assert document["saved_as"] == "small run"
+    store = PlanStore(tmp_path / "data" / "hwdash" / "plans.json")
+    saved = store.get("small run")
+    assert saved is not None
+    assert saved.plan.model == "qwen2.5-0.5b"
+    assert saved.summary is not None
+    assert saved.summary.memory["total"] == document["memory"]["total"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "fragment"),
+    [
+        (["--model", "qwen2.5-7b", "--batch", "0"], "--batch", "greater than or equal to 1"),
+        (["--model", "qwen2.5-7b", "--zero", "5"], "--zero", "less than or equal to 3"),
+        (["--model", "qwen2.5-7b", "--seq", "-3"], "--seq", "greater than or equal to 1"),
+        (["--model", "qwen2.5-7b", "--mfu", "1.5"], "--mfu", "less than or equal to 1"),
+        (["--model", "qwen2.5-7b", "--vllm-util", "1"], "--vllm-util", "less than 1"),
+        (["--model", "nope-7b"], "--model", "unknown model"),
+        (["--model", "qwen2.5-7"], "--model", "did you mean"),
+        (["--params", "seven"], "--params", "is not a count"),
+        (["--model", "qwen2.5-7b", "--params", "7B"], "--params", "not both"),
+        ([], "--model", "which model"),
+        (["--model", "qwen2.5-7b", "--offload", "optimizer"], "--offload", "needs ZeRO"),
+        (["--model", "qwen2.5-7b", "--zero", "2", "--offload", "params"], "--offload", "stage 3"),
+        (["--model", "qwen2.5-7b", "--method", "inference", "--zero", "3"], "--zero", "inference"),
+        (["--model", "qwen2.5-7b", "--flavor", "a100-huge"], "--flavor", "unknown flavor"),
+        (["--model", "phi-2", "--lora-targets", "gate_proj"], "--lora-targets", "no module"),
+        (["--model", "qwen2.5-0.5b", "--method", "qlora", "--lora-r", "4096"], "--lora-r", "wider"),
+        (
+            ["--model", str(DATA / "model_configs" / "bad" / "unsupported.json")],
+            "--model",
+            "not supported",
+        ),
+    ],
+)
+def test_bad_input_exits_2_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str, fragment: str
+) -> None:
+    status = main(["plan", *argv])
+    captured = capsys.readouterr()
+    assert status == 2
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"hwdash: error: {flag}: ")
+    assert fragment in lines[0]
+    assert "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "x", "--method", "sft"],
+        ["--model", "x", "--precision", "fp8"],
+        ["--model", "x", "--attn", "xformers"],
+        ["--model", "x", "--batch", "two"],
+        ["--model", "x", "--examples", "many"],
+        ["--model", "x", "--rl-method", "inference"],
+    ],
+)
+def test_argparse_rejections_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["plan", *argv])
+    assert info.value.code == 2
+    assert "error: argument" in capsys.readouterr().err
+
+
+def test_help_documents_every_precision_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "master copy" in out  # mixed
+    assert "autocast" in out  # amp
+    assert "TRL and torchtune" in out  # bf16
+    assert "Everything fp32" in out  # fp32
