@@ -213,9 +213,7 @@ class HwdashApp(App[None]):
             self.monitor.show_frame(frame)
             status = self.alert_status
             status.set_class(bool(frame.active), "-active")
-            status.show(
-                "⚠ " + "  ·  ".join(n.message for n in frame.active) if frame.active else ""
-            )
+            status.show(alert_status_text(frame))
         if frame.raised:
             # One toast per round, however many GPUs crossed at once.
             self.alerts_raised += len(frame.raised)

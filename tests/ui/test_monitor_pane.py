@@ -1,0 +1,384 @@
+"""The monitor pane on fake GPUs: alerts, lost GPUs, no driver, plan against reality, a hung sampler."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from snapshot_apps.fake_dashboard import (
+    fake_app,
+    replay,
+    shared_catalog,
+    step,
+    wait_for_frames,
+)
+
+from hwdash.core.plan_store import PlanStore
+from hwdash.telemetry.types import (
+    GpuSample,
+    GpuState,
+    HostSample,
+    NvmlStatus,
+    ProcessSample,
+    Snapshot,
+)
+from hwdash.ui.app import make_app
+from hwdash.ui.monitor_pane import alert_banner_text, host_text, plan_text
+from hwdash.ui.sampling import SAMPLING_THREAD_NAME
+from hwdash.ui.widgets.monitor_cells import BarModel, bar_cells, sparkline
+from hwdash.ui.widgets.monitor_processes import OTHER_CONTAINER, process_cells
+
+GIB = 1024**3
+
+
+def sampling_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == SAMPLING_THREAD_NAME]
+
+
+# -- crossing 90% ---------------------------------------------------------------------------------
+
+
+async def test_crossing_90_percent_turns_the_gpu_red_everywhere(tmp_path: Path) -> None:
+    app, clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="monitor")
+    bells: list[int] = []
+    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    app.bell_on_alert = True
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        await replay(pilot, app, clock, until_s=40, step_s=10)
+        # 40 s in: every GPU is below 90%.
+        assert not app.monitor.banner_cell.has_class("-active")
+        assert not app.alert_status.has_class("-active")
+        assert not any(card.has_class("-alert") for card in app.monitor.gpu_cards.values())
+        assert len(list(app._notifications)) == 0 and not bells
+
+        await step(pilot, app, clock, 25)  # 65 s: GPU 3 (77.5 GB of 80) and the others pass 90%
+        cards = app.monitor.gpu_cards
+        assert cards[3].has_class("-alert")
+        banner = app.monitor.banner_cell
+        assert banner.has_class("-active") and banner.display
+        assert "above the 90% alert threshold" in banner.shown
+        assert "GPU 3 is 9" in banner.shown or "GPU 3 A100-SXM4-80GB is 9" in banner.shown
+        notifications = list(app._notifications)
+        assert len(notifications) == 1
+        assert notifications[0].severity == "error"
+        assert "GPU 3 A100-SXM4-80GB at 9" in notifications[0].message
+        assert bells == [1]
+
+        # The status line names the GPU and how full it is, and stays visible on the planner tab.
+        await pilot.press("p")
+        assert app.active_tab == "planner"
+        status = app.alert_status
+        assert status.has_class("-active") and status.region.height == 1
+        assert "GPU 3 at 9" in status.shown and "memory" in status.shown
+
+        # Staying above the threshold raises nothing new: one event per crossing.
+        await step(pilot, app, clock, 5)
+        assert len(list(app._notifications)) == 1 and bells == [1]
+
+    events = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    assert sorted(event["gpu_index"] for event in events) == [0, 1, 2, 3]
+    assert {event["kind"] for event in events} == {"raised"}
+
+
+async def test_alert_runs_the_on_alert_command_once_per_crossing(tmp_path: Path) -> None:
+    out = tmp_path / "paged.txt"
+    app, clock = fake_app(
+        "a100x4-training",
+        data_dir=tmp_path,
+        on_alert=f'echo "$HWDASH_GPU $HWDASH_PRESSURE" >> {out}',
+    )
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await replay(pilot, app, clock, until_s=70, step_s=10)
+        await step(pilot, app, clock, 5)
+    app.finish()  # gives running commands a few seconds
+    lines = out.read_text().splitlines()
+    assert sorted(line.split()[0] for line in lines) == ["0", "1", "2", "3"]
+    assert all(0.9 < float(line.split()[1]) <= 1 for line in lines)
+
+
+async def test_alert_clears_when_memory_falls_back(tmp_path: Path) -> None:
+    # GPU 3's rank restarts at 100 s: its memory drops to 2 GB and the alert clears.
+    app, clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=90)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        assert app.monitor.gpu_cards[3].has_class("-alert")
+        await step(pilot, app, clock, 12)
+        assert not app.monitor.gpu_cards[3].has_class("-alert")
+        assert app.monitor.gpu_cards[0].has_class("-alert")
+        assert "GPU 3" not in app.alert_status.shown
+
+
+# -- failure modes in words -----------------------------------------------------------------------
+
+
+async def test_lost_gpu_is_said_in_words_and_the_other_keeps_reporting(tmp_path: Path) -> None:
+    app, clock = fake_app("gpu-lost", data_dir=tmp_path, start_s=10)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        assert not app.monitor.gpu_cards[1].has_class("-lost")
+        await step(pilot, app, clock, 15)
+        card = app.monitor.gpu_cards[1]
+        assert card.has_class("-lost")
+        assert "lost" in card.detail_cell.shown
+        assert card.detail_cell.display  # the words show even in the compact layout
+        assert card.bar.model.message == "GPU lost"
+        assert not app.monitor.gpu_cards[0].has_class("-lost")
+        assert app.monitor.gpu_cards[0].pressure_cell.shown.endswith("%")
+        assert "GPU 1" in app.alert_status.shown and "lost" in app.alert_status.shown
+
+
+async def test_no_driver_is_said_in_words_and_the_planner_still_works(tmp_path: Path) -> None:
+    app, _clock = fake_app("no-driver", data_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        message = app.monitor.nvml_cell
+        assert message.has_class("-active") and message.display
+        assert "No NVIDIA GPU can be read" in message.shown
+        assert "planner" in message.shown
+        assert app.monitor.gpu_cards == {}
+        assert not app.monitor.heading.display
+        assert app.monitor.host_cell.shown.startswith("Host  CPU 37%")
+        await pilot.press("p")
+        assert app.planner.report is not None
+
+
+async def test_unsupported_fields_read_n_a_and_other_containers_are_marked(tmp_path: Path) -> None:
+    app, _clock = fake_app("consumer-unsupported", data_dir=tmp_path, start_s=30)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        card = app.monitor.gpu_cards[0]
+        assert card.power_cell.shown == "n/a"
+        assert card.util_cell.shown == "n/a"
+        assert card.temp_cell.shown.endswith("°C")
+        assert "n/a: " in card.detail_cell.shown and "power" in card.detail_cell.shown
+        commands = [
+            str(row[-1].text)
+            for row in (
+                app.monitor.process_table.get_row(key)
+                for key in app.monitor.process_table.row_keys_in_order
+            )
+        ]
+        assert any(command.startswith(OTHER_CONTAINER) for command in commands)
+
+
+# -- plan against reality -------------------------------------------------------------------------
+
+
+async def test_plan_total_is_drawn_and_the_overrun_is_said(tmp_path: Path) -> None:
+    app, clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        # The planner's default plan is on the bars as soon as the app starts.
+        report = app.planner.report
+        assert report is not None
+        plan_bytes = report.estimate.per_gpu.total
+        assert app.monitor.plan_bytes == plan_bytes
+        assert "within" in app.monitor.plan_cell.shown
+        assert "p" in bar_cells(app.monitor.gpu_cards[0].bar.model, 40)
+
+        app.monitor.set_plan_expectation(20 * GIB, "test plan")
+        await step(pilot, app, clock, 60)  # ~74 GiB used per GPU
+        line = app.monitor.plan_cell
+        assert line.has_class("-over")
+        assert "Plan test plan: 20.0 GiB per GPU" in line.shown
+        assert "GiB over the plan on GPU" in line.shown
+
+        app.monitor.set_plan_expectation(None)
+        await pilot.pause()
+        assert not app.monitor.plan_cell.has_class("-active")
+
+
+# -- the process table ----------------------------------------------------------------------------
+
+
+async def test_process_table_sorts_by_key_and_by_heading(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        table = app.monitor.process_table
+        assert table.row_count == 8
+        memory = [table.get_row(key)[3].sort_value for key in table.row_keys_in_order]
+        assert memory == sorted(memory, reverse=True)  # default: largest GPU memory first
+
+        await pilot.press("o")  # next column after GPU memory: CPU
+        assert table.sort_column == "cpu"
+        cpu = [table.get_row(key)[4].sort_value for key in table.row_keys_in_order]
+        assert cpu == sorted(cpu, reverse=True)
+
+        table.sort_by("pid")
+        await pilot.pause()
+        pids = [int(key.split(":")[1]) for key in table.row_keys_in_order]
+        assert pids == sorted(pids)
+
+
+async def test_clicking_a_heading_sorts_and_clicking_again_reverses(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        table = app.monitor.process_table
+        # The PID heading sits after the GPU column (3 wide plus padding): click on its label.
+        pid_x = 3 + 2 + 2
+        assert await pilot.click(table, offset=(pid_x, 0))
+        assert table.sort_column == "pid" and table.sort_reverse is False
+        assert await pilot.click(table, offset=(pid_x, 0))
+        assert table.sort_reverse is True
+        pids = [int(key.split(":")[1]) for key in table.row_keys_in_order]
+        assert pids == sorted(pids, reverse=True)
+
+
+# -- sampling never blocks input ------------------------------------------------------------------
+
+
+class BlockingSampler:
+    """A sampler whose second ``sample()`` never returns (a hung driver call)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.release = threading.Event()
+
+    def sample(self) -> Snapshot:
+        self.calls += 1
+        if self.calls > 1:
+            self.release.wait()
+        return Snapshot(
+            timestamp=0.0,
+            nvml=NvmlStatus(available=True, driver_version="550.54.15"),
+            gpus=(
+                GpuSample(
+                    index=0,
+                    name="NVIDIA A100-SXM4-80GB",
+                    uuid="GPU-0",
+                    total_bytes=80 * GIB,
+                    reserved_bytes=GIB // 2,
+                    used_bytes=10 * GIB,
+                    free_bytes=80 * GIB - GIB // 2 - 10 * GIB,
+                ),
+            ),
+            host=HostSample(cpu_percent=1.0),
+        )
+
+    def close(self) -> None:
+        self.release.set()
+
+
+async def test_a_hung_sample_leaves_keys_working_and_starts_no_second_thread(
+    tmp_path: Path,
+) -> None:
+    sampler = BlockingSampler()
+    before = len(sampling_threads())
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=sampler,
+        interval=0.02,
+        plan_store=PlanStore(tmp_path / "plans.json"),
+        initial_tab="monitor",
+        alert_log=False,
+        stall_after_s=0.2,
+    )
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for_frames(pilot, app, 1)
+            deadline = time.monotonic() + 5
+            while sampler.calls < 2 and time.monotonic() < deadline:
+                await pilot.pause(0.01)
+            assert sampler.calls == 2  # the second call is now hung
+            for key in ("p", "c", "m", "p", "m"):
+                await pilot.press(key)
+            assert app.active_tab == "monitor"
+            while "No answer from the GPU driver" not in app.monitor.status_cell.shown:
+                assert time.monotonic() < deadline, app.monitor.status_cell.shown
+                await pilot.pause(0.05)
+            assert app.monitor.status_cell.has_class("-warning")
+            assert app.frames_received == 1
+            assert sampler.calls == 2
+            assert len(sampling_threads()) == before + 1
+            # The last good values stay on screen.
+            assert app.monitor.gpu_cards[0].pressure_cell.shown == "13%"
+    finally:
+        sampler.release.set()
+
+
+# -- pure pieces ----------------------------------------------------------------------------------
+
+
+def test_bar_draws_reserved_and_used_apart_with_the_tick_and_the_plan() -> None:
+    cells = bar_cells(BarModel(total=100, reserved=10, used=40, threshold=0.9, plan=70), width=10)
+    assert cells == ("r", "u", "u", "u", "u", "f", "f", "p", "f", "t")
+    full = bar_cells(BarModel(total=100, reserved=0, used=100, threshold=0.9), width=10)
+    assert full == ("u",) * 10
+    assert bar_cells(BarModel(total=None, used=5), width=10) == ()
+
+
+def test_sparkline_scales_to_full_memory_and_right_aligns() -> None:
+    assert sparkline((0.0, 0.5, 1.0), 5) == "   ▄█"
+    assert sparkline((0.01,), 2) == " ▁"  # a little is never drawn as nothing
+    assert sparkline(tuple(i / 10 for i in range(20)), 4) == "████"
+    assert sparkline((), 3) == "   "
+
+
+def test_banner_and_host_and_plan_texts() -> None:
+    gpu = GpuSample(
+        index=2,
+        name="NVIDIA A100-SXM4-80GB",
+        uuid=None,
+        state=GpuState.ALERT,
+        total_bytes=80 * GIB,
+        free_bytes=4 * GIB,
+        used_bytes=75 * GIB,
+    )
+    assert alert_banner_text((gpu,), 0.9) == (
+        "⚠ GPU 2 A100-SXM4-80GB is 95% full (76.0 of 80.0 GiB), above the 90% alert threshold"
+    )
+    assert alert_banner_text((GpuSample(index=0, name=None, uuid=None),), 0.9) is None
+    text, over = plan_text((gpu,), 70 * GIB, "qwen lora")
+    assert over and "5.0 GiB over the plan on GPU 2" in text
+    assert host_text(None) == "Host  n/a"
+    assert host_text(HostSample(cpu_percent=3.0, ram_total_bytes=8 * GIB, ram_used_bytes=GIB)) == (
+        "Host  CPU 3%  RAM 1.0/8.0 GiB  swap none"
+    )
+
+
+def test_process_cells_mark_other_containers() -> None:
+    hidden = process_cells(
+        ProcessSample(pid=99, gpu_index=1, kind="compute", used_bytes=None, visible=False)
+    )
+    assert hidden["command"].text == OTHER_CONTAINER
+    assert hidden["user"].text == "?" and hidden["gpu_memory"].text == "n/a"
+    shown = process_cells(
+        ProcessSample(
+            pid=7,
+            gpu_index=0,
+            kind="compute",
+            used_bytes=3 * GIB,
+            user="ann",
+            cmdline="python train.py",
+            cpu_percent=99.6,
+            rss_bytes=2 * GIB,
+        )
+    )
+    assert [shown[key].text for key in ("gpu", "pid", "user", "gpu_memory", "cpu", "rss")] == [
+        "0",
+        "7",
+        "ann",
+        "3.0 GiB",
+        "100%",
+        "2.0 GiB",
+    ]
+    assert hidden["gpu_memory"] < shown["gpu_memory"]  # unknown sorts first
+
+
+@pytest.mark.parametrize("scenario", ["mig", "old-driver", "h100x8"])
+async def test_other_scenarios_render_without_errors(scenario: str, tmp_path: Path) -> None:
+    app, _clock = fake_app(scenario, data_dir=tmp_path, start_s=30)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        assert app.monitor.gpu_cards
+        await pilot.resize_terminal(200, 60)
+        await pilot.pause()
+        assert app.monitor.wide
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert not app.monitor.wide
