@@ -313,14 +313,12 @@ def _flag_from_message(message: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
     from hwdash.core.catalog import load_catalog
-    from hwdash.core.estimator import architecture, resolve_lora_targets
     from hwdash.core.fit import evaluate_plan
     from hwdash.core.models import resolve_model
 
     plan = plan_from_args(args)
     catalog = load_catalog(args.catalog)
     model = resolve_model(plan.model, catalog)
-    _check_method_fits_model(plan, model, architecture, resolve_lora_targets)
     report = evaluate_plan(plan, catalog, model)
     saved_message = None
     if args.save is not None:
@@ -331,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
         saved_message = f"saved plan '{saved.name}' to {store.path}"
     if args.json:
         document = report.to_json()
+        document["details"] = [[label, value] for label, value in report.estimate.details]
         if saved_message is not None:
             document["saved_as"] = saved.name
             print(saved_message, file=sys.stderr)
@@ -341,28 +340,6 @@ def run(args: argparse.Namespace) -> int:
     if saved_message is not None:
         print(saved_message)
     return 0
-
-
-def _check_method_fits_model(
-    plan: Plan, model: Any, architecture: Any, resolve_targets: Any
-) -> None:
-    """Reject what the model cannot do: LoRA on modules it lacks, a rank wider than a matrix."""
-    method = plan.rl_method if plan.is_rl else plan.method
-    from hwdash.core.estimator import LORA_STYLE_METHODS
-
-    if method not in LORA_STYLE_METHODS:
-        return
-    arch = architecture(model)
-    try:
-        targets = resolve_targets(arch, plan.lora_targets)
-    except ValueError as exc:
-        raise UsageError(str(exc), flag="--lora-targets") from None
-    narrowest = min(min(t.in_features, t.out_features) for t in targets)
-    if plan.lora_r > narrowest:
-        raise UsageError(
-            f"rank {plan.lora_r} is wider than {model.name}'s narrowest adapted matrix ({narrowest})",
-            flag="--lora-r",
-        )
 
 
 _VERDICT_STYLE = {"fits": "green", "tight": "yellow", "no": "red"}
@@ -397,6 +374,14 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
         breakdown.add_row(name.replace("_", " "), f"{value / GIB:.2f}", f"{share:.0%}")
     breakdown.add_row("[bold]total[/bold]", f"[bold]{total / GIB:.2f}[/bold]", "100%")
     console.print(breakdown)
+    parts = list(estimate.details)
+    if parts:
+        table_of_parts = Table(show_header=True, box=None, padding=(0, 2))
+        table_of_parts.add_column("made of", style="dim")
+        table_of_parts.add_column("GiB", justify="right", style="dim")
+        for label, value in parts:
+            table_of_parts.add_row(label, f"{value / GIB:.2f}")
+        console.print(table_of_parts)
     if estimate.host_bytes:
         console.print(f"host RAM for offload: {estimate.host_bytes / GIB:.1f} GiB")
     for warning in report.warnings:

@@ -732,12 +732,16 @@ def _train_one_model(
         if method in QUANTIZED_METHODS:
             # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
             largest = arch.largest_linear
-            acc.activations += 2 * largest.in_features * largest.out_features
+            dequantized = 2 * largest.in_features * largest.out_features
+            acc.activations += dequantized
+            acc.note(f"{label} dequantized weight (transient)", dequantized)
         if dora:
             # PEFT's DoRA forms W + scale * B @ A per adapted matrix to take its column norm (in the
             # adapter's fp32): two full-size fp32 matrices for the largest one. A guess, see above.
             largest_target = max(targets, key=lambda lin: lin.in_features * lin.out_features)
-            acc.activations += 2 * 4 * largest_target.in_features * largest_target.out_features
+            weight_norm = 2 * 4 * largest_target.in_features * largest_target.out_features
+            acc.activations += weight_norm
+            acc.note(f"{label} DoRA weight-norm transient (guess)", weight_norm)
     gradients, optimizer = states.gradients, states.optimizer
     if offload is not Offload.NONE:
         # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on

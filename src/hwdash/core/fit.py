@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec
 from hwdash.core.estimator import (
     LAYOUTS,
+    LORA_STYLE_METHODS,
     QUANTIZED_METHODS,
     architecture,
     estimate_memory,
     kv_cache_bytes,
+    resolve_lora_targets,
 )
 from hwdash.core.models import resolve_model
 from hwdash.core.plan import Method, Offload, Plan
@@ -251,10 +253,34 @@ def recommend(fits: list[FlavorFit]) -> tuple[str | None, str | None]:
     return cheapest, fastest
 
 
+def check_plan_for_model(plan: Plan, model: ModelSpec) -> None:
+    """Reject what the model cannot do, naming the flag: LoRA on modules it does not have
+    (``--lora-targets``), or a rank wider than an adapted matrix (``--lora-r``)."""
+    method = plan.rl_method if plan.is_rl else plan.method
+    if method not in LORA_STYLE_METHODS:
+        return
+    arch = architecture(model)
+    try:
+        targets = resolve_lora_targets(arch, plan.lora_targets)
+    except ValueError as exc:
+        raise UsageError(str(exc), flag="--lora-targets") from None
+    narrowest = min(min(t.in_features, t.out_features) for t in targets)
+    if plan.lora_r > narrowest:
+        raise UsageError(
+            f"rank {plan.lora_r} is wider than {model.name}'s narrowest adapted matrix ({narrowest})",
+            flag="--lora-r",
+        )
+
+
 def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) -> PlanReport:
-    """The full report: the plan's own breakdown at ``plan.gpus``, and every (or the chosen) flavor."""
+    """The full report: the plan's own breakdown at ``plan.gpus``, and every (or the chosen) flavor.
+
+    Raises :class:`UsageError` naming the flag for an unknown model or flavor, and for what the model
+    cannot do (:func:`check_plan_for_model`).
+    """
     if model is None:
         model = resolve_model(plan.model, catalog)
+    check_plan_for_model(plan, model)
     if plan.flavors:
         unknown = [ident for ident in plan.flavors if ident not in catalog.flavors]
         if unknown:
