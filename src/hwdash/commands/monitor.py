@@ -349,7 +349,8 @@ def run(args: argparse.Namespace) -> int:
                 if not snapshot.nvml.available and not said_no_driver:
                     lines.append(snapshot.nvml.error or "NVML is not available")
                     said_no_driver = True
-                lines.extend(gpu_line(gpu, clock) for gpu in snapshot.gpus)
+                stale = " (stale)" if snapshot.stale else ""
+                lines.extend(gpu_line(gpu, clock) + stale for gpu in snapshot.gpus)
                 if not snapshot.gpus:
                     lines.append(host_line(snapshot.host, clock))
                 lines.extend(f"{clock} warning: {message}" for message in snapshot.errors)
