@@ -265,6 +265,10 @@ class ComparePane(Widget):
 
     def on_show(self) -> None:
         self.refresh_plans()
+        if self.plans:
+            # Keyboard first: the column cursor is ready for enter, r and d (the table takes no
+            # letters, so the app's tab keys keep working).
+            self.table.focus()
 
     @property
     def table(self) -> DataTable[Text]:

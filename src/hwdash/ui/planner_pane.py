@@ -176,6 +176,14 @@ class PlannerPane(Widget):
         color: $warning;
         margin-top: 1;
     }
+    PlannerPane #plan-details {
+        display: none;
+        height: auto;
+        margin-top: 1;
+    }
+    PlannerPane.-wide #plan-details {
+        display: block;
+    }
     PlannerPane #plan-flavor-controls {
         height: 1;
         margin-top: 1;
@@ -264,6 +272,7 @@ class PlannerPane(Widget):
                 yield Static("", id="plan-headline")
                 yield MemoryBreakdownView(id="plan-breakdown")
                 yield Static("", id="plan-warnings")
+                yield Static("", id="plan-details")
             with Vertical(id="plan-flavors"):
                 with Horizontal(id="plan-flavor-controls"):
                     yield Checkbox("fits only", id="plan-fits-only", compact=True)
@@ -317,7 +326,7 @@ class PlannerPane(Widget):
         if name == "examples":
             return Input(
                 "" if plan.examples is None else str(plan.examples),
-                placeholder="e.g. 50k (blank: no time)",
+                placeholder="e.g. 50k",
                 compact=True,
                 id=cid,
             )
@@ -489,6 +498,12 @@ class PlannerPane(Widget):
         warning_view = self.query_one("#plan-warnings", Static)
         warning_view.update("\n".join(f"⚠ {w}" for w in warnings))
         warning_view.display = bool(warnings)
+        details = Text("where the bytes go (per GPU)\n", style="bold")
+        for label, value in estimate.details:
+            details.append(f"  {label:<44.44} {format_bytes(value):>10}\n")
+        if best is not None and best.tokens_per_second:
+            details.append(f"\n{best.flavor.id}: {best.tokens_per_second:,.0f} tokens/s")
+        self.query_one("#plan-details", Static).update(details if estimate.details else "")
         self.query_one(FlavorTable).show_report(report)
 
     # -- events ----------------------------------------------------------------------------------
