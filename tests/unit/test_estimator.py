@@ -573,3 +573,34 @@ def test_lora_never_needs_more_than_full(
     full = estimate_memory(_plan(**common, method=Method.FULL), model, gpus=4).per_gpu.total
     lora = estimate_memory(_plan(**common, method=Method.LORA), model, gpus=4).per_gpu.total
     assert lora <= full
+
+
+def test_amp_under_zero_becomes_mixed_for_lora_too() -> None:
+    model = _fixture_model("fx-1b")
+    plain = estimate_memory(Plan(model="fx-1b", precision=Precision.AMP), model)
+    zero = estimate_memory(Plan(model="fx-1b", precision=Precision.AMP, zero=2), model, gpus=2)
+    n = plain.total_params
+    adapters = plain.trainable_params
+    assert plain.per_gpu.weights == 4 * n + 4 * adapters  # fp32 base, fp32 adapters
+    assert zero.per_gpu.weights == 2 * n + 2 * adapters  # DeepSpeed casts everything to 16 bits
+    assert any("counted as --precision mixed" in w for w in zero.warnings)
+    bf16_lora = estimate_memory(Plan(model="fx-1b", zero=2), model, gpus=2)
+    assert not any("counted as --precision mixed" in w for w in bf16_lora.warnings)
+
+
+def test_flash_on_a_gpu_without_bf16_warns(fixture_catalog: Catalog) -> None:
+    model = _fixture_model("fx-1b")
+    old = fixture_catalog.accelerators["gpu-16-fp16"]
+    new = fixture_catalog.accelerators["gpu-24"]
+    plan = Plan(model="fx-1b", attention=Attention.FLASH)
+    assert any("Ampere" in w for w in estimate_memory(plan, model, accelerator=old).warnings)
+    assert not any("Ampere" in w for w in estimate_memory(plan, model, accelerator=new).warnings)
+
+
+def test_details_add_up_to_the_components() -> None:
+    model = _fixture_model("fx-1b")
+    for method in Method:
+        estimate = estimate_memory(Plan(model="fx-1b", method=method), model)
+        assert sum(value for _, value in estimate.details) == pytest.approx(
+            estimate.per_gpu.total, abs=len(estimate.details) + 6
+        ), method

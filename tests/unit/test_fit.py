@@ -273,3 +273,29 @@ def test_real_catalog_seed_flavors_get_verdicts() -> None:
     assert "XLA" in by_id["v5e-1x1"].reason
     assert by_id["t4-small"].hours is not None
     assert report.recommended is not None
+
+
+def test_sorted_by_total_cost_when_hours_are_known(catalog: Catalog) -> None:
+    report = evaluate_plan(Plan(model="fx-1b", seq=256, tokens=10**9), catalog)
+    costed = [fit.cost for fit in report.flavors if fit.cost is not None]
+    assert costed == sorted(costed)
+    order = [fit.flavor.id for fit in report.flavors]
+    # The CPU flavor has a price but no hours: after every flavor with a cost.
+    assert order.index("cpu-box") > max(
+        order.index(fit.flavor.id) for fit in report.flavors if fit.cost is not None
+    )
+    # quad-24 costs the same as small-24 (4x the speed at 4x the price): fewer GPUs first.
+    assert order.index("small-24") < order.index("quad-24")
+
+
+def test_evaluate_plan_rejects_what_the_model_cannot_do(catalog: Catalog) -> None:
+    with pytest.raises(UsageError) as info:
+        evaluate_plan(Plan(model="fx-1b", lora_targets=("fc1",)), catalog)
+    assert info.value.flag == "--lora-targets"
+    with pytest.raises(UsageError) as info:
+        evaluate_plan(
+            Plan(model="fx-1b", method=Method.PPO, rl_method=Method.DORA, lora_r=4096), catalog
+        )
+    assert info.value.flag == "--lora-r"
+    # Full training has no adapters to check.
+    evaluate_plan(Plan(model="fx-1b", method=Method.FULL, lora_targets=("fc1",)), catalog)

@@ -677,15 +677,25 @@ def _base_weight_bytes(arch: Architecture, method: Method, layout: Layout) -> tu
 
 
 def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
-    """The layout, adjusted where DeepSpeed overrides it."""
+    """The layout, adjusted where DeepSpeed overrides it.
+
+    With ZeRO and bf16/fp16 enabled, DeepSpeed casts the whole module to 16 bits and its ZeRO
+    optimizer keeps an fp32 master copy and fp32 states of what trains (DeepSpeed config docs,
+    "bf16"/"fp16" sections; ZeRO paper section 3.1). So ``amp`` (fp32 weights under autocast)
+    becomes ``mixed``, and so does ``bf16`` for full training; a LoRA-style ``bf16`` plan is
+    unchanged (its base is already 16-bit, its adapters get the master copy either way).
+    """
     layout = LAYOUTS[plan.precision]
-    if plan.zero > 0 and plan.precision is Precision.BF16 and plan.method is Method.FULL:
-        acc.warnings.append(
-            "DeepSpeed ZeRO keeps an fp32 master copy and fp32 optimizer states even for a bf16 model: "
-            "counted as --precision mixed"
-        )
-        return LAYOUTS[Precision.MIXED]
-    return layout
+    if plan.zero == 0 or plan.precision in (Precision.FP32, Precision.MIXED):
+        return layout
+    trained = plan.rl_method if plan.is_rl else plan.method
+    if plan.precision is Precision.BF16 and trained is not Method.FULL:
+        return layout
+    acc.warnings.append(
+        "DeepSpeed ZeRO casts the model to 16 bits and keeps an fp32 master copy and fp32 "
+        "optimizer states: counted as --precision mixed"
+    )
+    return LAYOUTS[Precision.MIXED]
 
 
 def _train_one_model(
@@ -878,6 +888,16 @@ def estimate_memory(
                 if plan.offload is not Offload.NONE
                 else ""
             )
+        )
+    if (
+        plan.attention is Attention.FLASH
+        and accelerator is not None
+        and accelerator.kind == "gpu"
+        and not accelerator.bf16
+    ):
+        acc.warnings.append(
+            f"FlashAttention 2 needs an Ampere or newer GPU, not {accelerator.name}: use --attn sdpa "
+            "(its memory-efficient kernel also keeps no s^2 scores, so the memory is the same)"
         )
     if plan.attention is Attention.FLASH and layout.activation_bytes == 4:
         acc.warnings.append(
