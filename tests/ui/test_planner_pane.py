@@ -321,3 +321,37 @@ async def test_no_overlap_at_80x24_and_two_columns_at_200x60(
                 assert flavors.height >= 50
             else:
                 assert summary.bottom <= flavors.y
+
+
+async def test_down_walks_into_the_matches_and_enter_picks_the_highlighted_one(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await replace_text(pilot, "#plan-model", "qwen3-")
+        matches = app.query_one("#plan-model-matches", OptionList)
+        assert matches.has_class("-open") and matches.option_count >= 2
+        second = matches.get_option_at_index(1).id
+        await pilot.press("down")
+        assert matches.has_focus
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.query_one("#plan-model", Input).value == second
+        assert app.query_one("#plan-model", Input).has_focus
+        pane = app.query_one(PlannerPane)
+        assert pane.report is not None and pane.report.model.id == second
+
+
+async def test_a_config_json_path_is_a_model(catalog: Catalog, store: PlanStore) -> None:
+    from hwdash.core.models import resolve_model
+
+    config = Path(__file__).parent.parent / "data" / "model_configs" / "llama-style" / "config.json"
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        pane = app.query_one(PlannerPane)
+        pane.query_one("#plan-model", Input).value = str(config)
+        await pilot.pause()
+        assert pane.errors == {}
+        assert pane.report is not None
+        assert pane.report.model == resolve_model(str(config), catalog)
+        assert not app.query_one("#plan-model-matches", OptionList).has_class("-open")

@@ -16,7 +16,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.events import DescendantFocus, Resize
+from textual.events import DescendantFocus, Key, Resize
 from textual.message import Message
 from textual.suggester import SuggestFromList
 from textual.widget import Widget
@@ -242,6 +242,7 @@ class PlannerPane(Widget):
         self.errors: dict[str, str] = {}
         """Field name -> reason, for every field the current form cannot use (``""``: the whole form)."""
         self._recompute_pending = False
+        self._shown_errors: dict[str, str] | None = None
 
     @staticmethod
     def _default_plan(catalog: Catalog) -> Plan:
@@ -448,6 +449,9 @@ class PlannerPane(Widget):
         self.post_message(self.PlanChanged(report))
 
     def _show_errors(self, errors: dict[str, str]) -> None:
+        if errors == self._shown_errors:
+            return
+        self._shown_errors = dict(errors)
         for name in _FIELD_NAMES:
             suffix = name.replace("_", "-")
             invalid = name in errors
@@ -542,6 +546,18 @@ class PlannerPane(Widget):
         event.stop()
         if event.option_id is not None:
             self._choose_model(event.option_id)
+
+    def on_key(self, event: Key) -> None:
+        # Down from the model field walks into its list of matches.
+        if event.key != "down":
+            return
+        model_input = self.query_one(f"#{_control_id('model')}", Input)
+        matches = self.query_one("#plan-model-matches", OptionList)
+        if model_input.has_focus and matches.has_class("-open"):
+            event.stop()
+            event.prevent_default()
+            matches.focus()
+            matches.highlighted = 0
 
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         if event.widget.id not in (_control_id("model"), "plan-model-matches"):
