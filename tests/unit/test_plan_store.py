@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,8 @@ def test_write_is_atomic_and_leaves_no_temp_files(
         store.save("b", FULL)
     monkeypatch.undo()
     assert store.path.read_text() == before
-    assert sorted(p.name for p in store.path.parent.iterdir()) == ["plans.json"]
+    leftovers = [p.name for p in store.path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
 
 
 @pytest.mark.parametrize(
@@ -195,3 +197,23 @@ def test_unreadable_file_is_not_moved(store: PlanStore) -> None:
     with pytest.raises(PlanStoreError, match="cannot be read"):
         store.list()
     assert store.path.is_dir()
+
+
+def _save_many(path: str, worker: int, count: int) -> None:
+    store = PlanStore(path)
+    for index in range(count):
+        store.save("run", LORA.model_copy(update={"batch": worker * 100 + index + 1}))
+
+
+def test_concurrent_writers_lose_no_plan(store: PlanStore) -> None:
+    workers, each = 6, 10
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        jobs = [pool.submit(_save_many, str(store.path), w, each) for w in range(workers)]
+        for job in jobs:
+            job.result()
+    plans = store.list()
+    assert len(plans) == workers * each
+    assert len({p.name for p in plans}) == workers * each
+    assert sorted(p.plan.batch for p in plans) == sorted(
+        w * 100 + i + 1 for w in range(workers) for i in range(each)
+    )

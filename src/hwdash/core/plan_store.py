@@ -30,6 +30,8 @@ import builtins
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -179,43 +181,71 @@ class PlanStore:
         Returns the stored entry (its ``name`` says which name was used).
         """
         cleaned = clean_name(name)
-        plans = self._read()
-        taken = {p.name for p in plans}
-        now = datetime.now(timezone.utc).replace(microsecond=0)
-        if overwrite and cleaned in taken:
-            saved = SavedPlan(name=cleaned, plan=plan, saved_at=now, summary=summary)
-            plans = [saved if p.name == cleaned else p for p in plans]
-        else:
-            final = _free_name(cleaned, taken)
-            if len(final) > MAX_NAME_LENGTH:
-                raise PlanStoreError(f"a plan name is at most {MAX_NAME_LENGTH} characters")
-            saved = SavedPlan(name=final, plan=plan, saved_at=now, summary=summary)
-            plans.append(saved)
-        self._write(plans)
+        with self._locked():
+            plans = self._read()
+            taken = {p.name for p in plans}
+            now = datetime.now(timezone.utc).replace(microsecond=0)
+            if overwrite and cleaned in taken:
+                saved = SavedPlan(name=cleaned, plan=plan, saved_at=now, summary=summary)
+                plans = [saved if p.name == cleaned else p for p in plans]
+            else:
+                final = _free_name(cleaned, taken)
+                if len(final) > MAX_NAME_LENGTH:
+                    raise PlanStoreError(f"a plan name is at most {MAX_NAME_LENGTH} characters")
+                saved = SavedPlan(name=final, plan=plan, saved_at=now, summary=summary)
+                plans.append(saved)
+            self._write(plans)
         return saved
 
     def rename(self, old: str, new: str) -> SavedPlan:
         """Rename a plan; the new name must be free. Returns the renamed entry."""
         old_key = " ".join(old.split())
         new_name = clean_name(new)
-        plans = self._read()
-        index = _index_of(plans, old_key)
-        if new_name != old_key and any(p.name == new_name for p in plans):
-            raise PlanStoreError(f"a plan named '{new_name}' already exists")
-        renamed = plans[index].model_copy(update={"name": new_name})
-        plans[index] = renamed
-        self._write(plans)
+        with self._locked():
+            plans = self._read()
+            index = _index_of(plans, old_key)
+            if new_name != old_key and any(p.name == new_name for p in plans):
+                raise PlanStoreError(f"a plan named '{new_name}' already exists")
+            renamed = plans[index].model_copy(update={"name": new_name})
+            plans[index] = renamed
+            self._write(plans)
         return renamed
 
     def remove(self, name: str) -> SavedPlan:
         """Delete a plan. Returns what was removed."""
-        plans = self._read()
-        index = _index_of(plans, " ".join(name.split()))
-        removed = plans.pop(index)
-        self._write(plans)
+        with self._locked():
+            plans = self._read()
+            index = _index_of(plans, " ".join(name.split()))
+            removed = plans.pop(index)
+            self._write(plans)
         return removed
 
     # -- the file --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold an exclusive lock on ``plans.json.lock`` around a read-change-write.
+
+        Two writers (the dashboard and ``hwdash plan --save`` in a script) would otherwise both read
+        the old list and the second write would drop the first one's plan. Where ``fcntl`` does not
+        exist (Windows) the lock is skipped; the atomic replace still keeps the file whole.
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not on the platforms we test
+            yield
+            return
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(lock_path, "a")  # noqa: SIM115 - held across the yield
+        except OSError as exc:
+            raise PlanStoreError(f"{lock_path}: cannot lock plans: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            yield
+        finally:
+            handle.close()  # closing releases the lock
 
     def _read(self) -> builtins.list[SavedPlan]:
         try:
