@@ -24,13 +24,15 @@ from hwdash.core.alerts import AlertRule
 from hwdash.core.catalog import Catalog
 from hwdash.core.plan_store import PlanStore
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
-from hwdash.telemetry.history import History
+from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
 from hwdash.telemetry.types import Sampler
 from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.sampling import (
+    FRAME_HISTORY_POINTS,
     AlertingFrameBuilder,
+    AlertNotice,
     FrameBuilder,
     MonitorFrame,
     SamplingThread,
@@ -41,6 +43,9 @@ from hwdash.ui.widgets.monitor_cells import TextCell
 
 TabName = Literal["planner", "compare", "monitor"]
 TAB_NAMES: tuple[TabName, ...] = ("planner", "compare", "monitor")
+
+#: Seconds an alert toast stays up (alerts raised meanwhile join it).
+ALERT_TOAST_SECONDS = 10.0
 
 #: Seconds running ``--on-alert`` commands get to finish when the app quits.
 ALERT_COMMAND_GRACE_SECONDS = 3.0
@@ -150,11 +155,12 @@ class HwdashApp(App[None]):
         self._clock = clock
         self._on_exit_callbacks = on_exit_callbacks
         self._stall_after_s = max(stall_after_s, 3 * interval)
+        self._recent_toasts: list[tuple[float, AlertNotice]] = []
         self.sampling: SamplingThread | None = None
         """The one sampling thread, once mounted."""
         self.alert_status = TextCell(id="alert-status")
         """The line above the tabs that names every GPU in alert, whatever tab is shown."""
-        self.monitor = MonitorPane(threshold=alert_threshold, interval=interval)
+        self.monitor = MonitorPane(threshold=alert_threshold)
         """The monitor pane."""
         self.planner = PlannerPane(catalog, plan_store, id="planner-pane")
         """The planner pane (the form and its estimate)."""
@@ -215,16 +221,27 @@ class HwdashApp(App[None]):
             status.set_class(bool(frame.active), "-active")
             status.show(alert_status_text(frame))
         if frame.raised:
-            # One toast per round, however many GPUs crossed at once.
-            self.alerts_raised += len(frame.raised)
-            self.notify(
-                "\n".join(notice.message for notice in frame.raised),
-                title="GPU memory alert",
-                severity="error",
-                timeout=10,
-            )
+            self._toast_alerts(frame)
             if self.bell_on_alert:
                 self.bell()
+
+    def _toast_alerts(self, frame: MonitorFrame) -> None:
+        """One toast for the alerts raised lately: GPUs of one job cross within seconds of each
+        other, and a stack of toasts would hide the screen they warn about."""
+        now = self._clock()
+        self.alerts_raised += len(frame.raised)
+        self._recent_toasts = [
+            (at, notice) for at, notice in self._recent_toasts if now - at < ALERT_TOAST_SECONDS
+        ]
+        if self._recent_toasts:
+            self.clear_notifications()
+        self._recent_toasts += [(now, notice) for notice in frame.raised]
+        self.notify(
+            "\n".join(notice.message for _at, notice in self._recent_toasts),
+            title="GPU memory alert",
+            severity="error",
+            timeout=ALERT_TOAST_SECONDS,
+        )
 
     # -- planner and compare ------------------------------------------------------------------
 
@@ -323,7 +340,10 @@ def make_app(
         AlertLog(alert_log) if alert_log is not False else None,
         AlertCommand(on_alert) if on_alert else None,
     )
-    builder = AlertingFrameBuilder(rule, history=History(interval_s=interval), actions=actions)
+    # Ten minutes of history at the interval, and never fewer points than a sparkline can show.
+    window_s = max(DEFAULT_WINDOW_S, FRAME_HISTORY_POINTS * interval)
+    history = History(interval_s=interval, window_s=window_s)
+    builder = AlertingFrameBuilder(rule, history=history, actions=actions)
     return HwdashApp(
         catalog=catalog,
         sampler=sampler,

@@ -48,7 +48,7 @@ def host_text(host: HostSample | None) -> str:
     return "  ".join(parts)
 
 
-def status_text(snapshot: Snapshot | None, interval: float) -> str:
+def status_text(snapshot: Snapshot | None) -> str:
     """The first line of the pane: where the numbers come from and anything that went wrong."""
     if snapshot is None:
         return "Waiting for the first sample…"
@@ -62,7 +62,6 @@ def status_text(snapshot: Snapshot | None, interval: float) -> str:
     parts = [
         f"NVIDIA driver {nvml.driver_version or 'n/a'}",
         f"{count} GPU" + ("" if count == 1 else "s"),
-        f"every {interval:g} s",
     ]
     if snapshot.errors:
         parts.append("; ".join(snapshot.errors))
@@ -132,12 +131,10 @@ class MonitorPane(Vertical):
         Binding("O", "reverse_sort", "Reverse sort", show=False),
     ]
 
-    def __init__(self, *, threshold: float, interval: float, id: str = "monitor-pane") -> None:
+    def __init__(self, *, threshold: float, id: str = "monitor-pane") -> None:
         super().__init__(id=id)
         self.threshold = threshold
         """Alert threshold (fraction) the bars draw their tick at."""
-        self.interval = interval
-        """Sampling interval shown in the status line."""
         self.frame: MonitorFrame | None = None
         """The last frame shown."""
         self.plan_bytes: int | None = None
@@ -147,7 +144,7 @@ class MonitorPane(Vertical):
         """Cards (two lines per GPU) instead of rows."""
         self._cards: dict[int, GpuCard] = {}
         self._stalled_for: float | None = None
-        self.status_cell = TextCell(status_text(None, interval), id="monitor-status")
+        self.status_cell = TextCell(status_text(None), id="monitor-status")
         self.banner_cell = TextCell(id="monitor-banner", fixed_height=False)
         self.plan_cell = TextCell(id="plan-line")
         self.nvml_cell = TextCell(id="nvml-message", fixed_height=False)
@@ -194,7 +191,7 @@ class MonitorPane(Vertical):
 
     def _show_status(self) -> None:
         snapshot = self.frame.snapshot if self.frame else None
-        text = status_text(snapshot, self.interval)
+        text = status_text(snapshot)
         if self._stalled_for is not None:
             text = (
                 f"No answer from the GPU driver for {self._stalled_for:.0f} s (a call is hung); "
