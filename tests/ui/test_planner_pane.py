@@ -355,3 +355,38 @@ async def test_a_config_json_path_is_a_model(catalog: Catalog, store: PlanStore)
         assert pane.report is not None
         assert pane.report.model == resolve_model(str(config), catalog)
         assert not app.query_one("#plan-model-matches", OptionList).has_class("-open")
+
+
+async def test_down_on_a_chosen_model_browses_the_whole_catalog(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.click("#plan-model")
+        await pilot.press("down")
+        matches = app.query_one("#plan-model-matches", OptionList)
+        assert matches.has_class("-open") and matches.has_focus
+        assert matches.option_count == len(catalog.models)
+        highlighted = matches.highlighted
+        assert highlighted is not None
+        assert matches.get_option_at_index(highlighted).id == BASE.model
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        chosen = app.query_one("#plan-model", Input).value
+        assert chosen != BASE.model and chosen in catalog.models
+        await pilot.press("tab")  # leaving the field closes the list
+        await pilot.pause()
+        assert not matches.has_class("-open")
+
+
+async def test_the_model_list_closes_when_focus_leaves_the_pane(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await replace_text(pilot, "#plan-model", "gemma")
+        matches = app.query_one("#plan-model-matches", OptionList)
+        assert matches.has_class("-open")
+        app.set_focus(None)
+        await pilot.pause()
+        assert not matches.has_class("-open")

@@ -16,7 +16,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.events import DescendantFocus, Key, Resize
+from textual.events import DescendantBlur, DescendantFocus, Key, Resize
 from textual.message import Message
 from textual.suggester import SuggestFromList
 from textual.widget import Widget
@@ -292,7 +292,7 @@ class PlannerPane(Widget):
             suggestions = sorted(self.catalog.models)
             return Input(
                 plan.model,
-                placeholder="catalog id, config.json or 7B",
+                placeholder="↓ lists models; or config.json, 7B",
                 suggester=SuggestFromList(suggestions, case_sensitive=False),
                 compact=True,
                 id=cid,
@@ -548,16 +548,31 @@ class PlannerPane(Widget):
             self._choose_model(event.option_id)
 
     def on_key(self, event: Key) -> None:
-        # Down from the model field walks into its list of matches.
+        # Down from the model field walks into its list: the matches, or every catalog model.
         if event.key != "down":
             return
         model_input = self.query_one(f"#{_control_id('model')}", Input)
+        if not model_input.has_focus:
+            return
         matches = self.query_one("#plan-model-matches", OptionList)
-        if model_input.has_focus and matches.has_class("-open"):
-            event.stop()
-            event.prevent_default()
-            matches.focus()
-            matches.highlighted = 0
+        if not matches.has_class("-open"):
+            self._update_model_matches(model_input.value, browse=True)
+        event.stop()
+        event.prevent_default()
+        matches.focus()
+        current = model_input.value.strip().lower()
+        ids = [matches.get_option_at_index(i).id for i in range(matches.option_count)]
+        matches.highlighted = ids.index(current) if current in ids else 0
+
+    def on_descendant_blur(self, event: DescendantBlur) -> None:
+        # Focus may leave the pane altogether (escape to the tab bar): close the list then too.
+        if event.widget.id in (_control_id("model"), "plan-model-matches"):
+            self.call_after_refresh(self._close_matches_unless_focused)
+
+    def _close_matches_unless_focused(self) -> None:
+        focused = self.app.focused
+        if focused is None or focused.id not in (_control_id("model"), "plan-model-matches"):
+            self.query_one("#plan-model-matches", OptionList).remove_class("-open")
 
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         if event.widget.id not in (_control_id("model"), "plan-model-matches"):
@@ -585,18 +600,19 @@ class PlannerPane(Widget):
                 contains.append(model.id)
         return (starts + contains)[:MODEL_MATCHES]
 
-    def _update_model_matches(self, text: str) -> None:
+    def _update_model_matches(self, text: str, *, browse: bool = False) -> None:
         matches = self.query_one("#plan-model-matches", OptionList)
         model_input = self.query_one(f"#{_control_id('model')}", Input)
-        found = self.model_matches(text)
         exact = text.strip().lower() in self.catalog.models
+        found = sorted(self.catalog.models) if browse else self.model_matches(text)
         matches.clear_options()
         for model_id in found:
             name = self.catalog.models[model_id].name
             prompt = Text(model_id)
             prompt.append(f"  {name}", style="dim")
             matches.add_option(Option(prompt, id=model_id))
-        matches.set_class(bool(found) and not exact and model_input.has_focus, "-open")
+        is_open = bool(found) and (browse or not exact) and model_input.has_focus
+        matches.set_class(is_open, "-open")
 
     # -- actions ---------------------------------------------------------------------------------
 
