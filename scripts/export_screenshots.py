@@ -1,0 +1,118 @@
+"""Write screenshots/*.svg from the real dashboard running headless on fake GPU scenarios.
+
+    .venv/bin/python scripts/export_screenshots.py [--out screenshots]
+
+Every screenshot is the app that ``hwdash`` runs, built by the same ``make_app`` factory, on a packaged
+fake NVML scenario whose clock the script steps (so the sparklines have a history and the numbers are
+the same on every run). The host line reads fixed numbers instead of this machine's, for the same
+reason. Nothing here is drawn by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The fake-GPU app builder shared with the snapshot tests (real sampler, fake pynvml, fixed host).
+sys.path.insert(0, str(ROOT / "tests" / "ui"))
+
+from snapshot_apps.fake_dashboard import fake_app, replay, shared_catalog  # noqa: E402
+
+from hwdash.core.fit import evaluate_plan  # noqa: E402
+from hwdash.core.plan import Method, Plan, Precision  # noqa: E402
+from hwdash.core.plan_store import PlanStore, PlanSummary  # noqa: E402
+from hwdash.ui.app import TabName  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One screenshot: which scenario, how far into it, which tab, what size."""
+
+    filename: str
+    scenario: str
+    until_s: float
+    tab: TabName = "monitor"
+    size: tuple[int, int] = (120, 36)
+    step_s: float = 2.0
+    saved_plans: bool = False
+
+
+SHOTS = (
+    Shot("planner.svg", "a100x4-training", until_s=0, tab="planner"),
+    Shot("compare.svg", "a100x4-training", until_s=0, tab="compare", saved_plans=True),
+    Shot("monitor.svg", "a100x4-training", until_s=40),
+    Shot("monitor-alert.svg", "a100x4-training", until_s=70),
+    Shot("monitor-8gpu.svg", "h100x8", until_s=40, step_s=3),
+    Shot("no-gpu.svg", "no-driver", until_s=0),
+    Shot("monitor-80x24.svg", "a100x4-training", until_s=70, size=(80, 24)),
+    Shot("planner-80x24.svg", "a100x4-training", until_s=70, tab="planner", size=(80, 24)),
+)
+
+#: Plans saved before the compare screenshot (model, method and the settings that differ).
+EXAMPLE_PLANS = (
+    ("qwen2.5-7b LoRA", Plan(model="qwen2.5-7b", method=Method.LORA, examples=50_000, epochs=2)),
+    (
+        "qwen2.5-7b full, ZeRO-3 x8",
+        Plan(
+            model="qwen2.5-7b",
+            method=Method.FULL,
+            precision=Precision.MIXED,
+            zero=3,
+            gpus=8,
+            grad_ckpt=True,
+            examples=50_000,
+            epochs=2,
+        ),
+    ),
+    ("qwen2.5-7b QLoRA", Plan(model="qwen2.5-7b", method=Method.QLORA, examples=50_000, epochs=2)),
+)
+
+
+#: The "saved" time shown for the example plans (frozen, so the SVG is the same on every run).
+FROZEN_SAVED_AT = "2026-11-02T09:30:00Z"
+
+
+def save_example_plans(store: PlanStore) -> None:
+    catalog = shared_catalog()
+    for name, plan in EXAMPLE_PLANS:
+        summary = PlanSummary.from_report(evaluate_plan(plan, catalog))
+        store.save(name, plan, summary=summary)
+    data = json.loads(store.path.read_text(encoding="utf-8"))
+    for entry in data["plans"]:
+        entry["saved_at"] = FROZEN_SAVED_AT
+    store.path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    assert [saved.name for saved in store.list()] == [name for name, _plan in EXAMPLE_PLANS]
+
+
+async def take(shot: Shot, out_dir: Path) -> Path:
+    with tempfile.TemporaryDirectory() as data:
+        data_dir = Path(data)
+        if shot.saved_plans:
+            save_example_plans(PlanStore(data_dir / "plans.json"))
+        app, clock = fake_app(shot.scenario, data_dir=data_dir, initial_tab=shot.tab)
+        async with app.run_test(size=shot.size, notifications=True) as pilot:
+            await replay(pilot, app, clock, until_s=shot.until_s, step_s=shot.step_s)
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            path = Path(app.save_screenshot(filename=shot.filename, path=str(out_dir)))
+        app.finish()
+    return path
+
+
+async def main(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for shot in SHOTS:
+        path = await take(shot, out_dir)
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "screenshots", help="output folder")
+    asyncio.run(main(parser.parse_args().out.resolve()))
