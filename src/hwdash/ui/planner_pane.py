@@ -125,8 +125,10 @@ class PlannerPane(Widget):
         display: none;
         height: auto;
         max-height: 8;
-        margin-left: 12;
+        margin-left: 2;
         border: none;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
     }
     PlannerPane #plan-model-matches.-open {
         display: block;
