@@ -200,3 +200,37 @@ async def test_broken_plans_file_is_reported_not_fatal(tmp_path: Path, catalog: 
         assert any("moved it to" in n.message for n in app._notifications)
         assert list(tmp_path.glob("plans.json.bak-*"))
         assert not app.query(Input)
+
+
+async def test_save_in_the_planner_compare_and_load_back_in_the_app(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    from hwdash.ui.app import make_app
+    from hwdash.ui.planner_pane import PlannerPane
+
+    store = PlanStore(tmp_path / "plans.json")
+    app = make_app(catalog=catalog, sampler=None, plan_store=store, alert_log=False)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        planner = app.query_one(PlannerPane)
+        planner.load_plan(SMALL)
+        await pilot.pause()
+        planner.query_one("#plan-batch", Input).focus()
+        await pilot.press("ctrl+s")  # works while typing in a field
+        await pilot.pause()
+        await pilot.press("end", "ctrl+u", *"first", "enter")
+        await pilot.pause()
+        assert store.names() == ["first"]
+        planner.load_plan(BIG)
+        await pilot.pause()
+        await pilot.press("escape", "c")
+        await pilot.pause()
+        compare = app.query_one(ComparePane)
+        assert app.active_tab == "compare"
+        assert compare.table.has_focus
+        assert [str(c.label) for c in compare.table.columns.values()] == ["first"]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.active_tab == "planner"
+        assert planner.report is not None and planner.report.plan == SMALL
+        assert app.query_one("#plan-model", Input).value == SMALL.model
