@@ -173,6 +173,11 @@ async def test_plan_level_and_model_errors_land_on_their_field(
         await pilot.pause()
         assert pane.errors == {}
         assert pane.report is not None and pane.report.estimate.host_bytes > 0
+        await replace_text(pilot, "#plan-lora-r", "4096")  # wider than Qwen2.5-7B's k/v projections
+        assert app.query_one("#plan-row-lora-r").has_class("-invalid")
+        assert "wider than" in str(app.query_one("#plan-error-lora-r", Static).render())
+        await replace_text(pilot, "#plan-lora-r", "16")
+        assert pane.errors == {}
         await replace_text(pilot, "#plan-model", "no-such-model")
         assert app.query_one("#plan-row-model").has_class("-invalid")
         assert "no-such-model" in str(app.query_one("#plan-error-model", Static).render())

@@ -32,12 +32,13 @@ from hwdash.core.plan_store import (
 )
 from hwdash.core.results import MEMORY_COMPONENTS
 from hwdash.core.units import format_bytes, format_hours, format_money
-from hwdash.ui.widgets.planner_breakdown import COMPONENT_LABELS
+from hwdash.ui.widgets.planner_breakdown import COMPONENT_LABELS, bar
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
 
 LOW_STYLE = "bold green"
 HIGH_STYLE = "bold red"
 DIFFERENT_STYLE = "bold yellow"
+TOTAL_BAR_STYLE = "#5fafff"
 
 
 @dataclass(frozen=True)
@@ -301,13 +302,17 @@ class ComparePane(Widget):
                 )
                 for row in ROWS
             ]
+            widths = []
             for index, saved in enumerate(self.plans):
                 longest = max([len(saved.name)] + [cells[index].cell_len for _, cells in rows])
                 width = min(max(longest, MIN_COLUMN_WIDTH), MAX_COLUMN_WIDTH)
+                widths.append(width)
                 table.add_column(Text(saved.name, style="bold"), width=width, key=f"plan-{index}")
             if self.plans:
                 for row, cells in rows:
                     table.add_row(*cells, key=row.key, label=Text(row.label, style="bold"))
+                    if row.key == "total":
+                        table.add_row(*self._total_bars(widths), key="total-bar", label="")
             problems = [
                 f"'{saved.name}': {view.problem}"
                 for saved, view in zip(self.plans, self.views, strict=True)
@@ -320,6 +325,15 @@ class ComparePane(Widget):
                 names = [p.name for p in self.plans]
                 if selected.name in names:
                     table.move_cursor(column=names.index(selected.name), animate=False)
+
+    def _total_bars(self, widths: list[int]) -> list[Text]:
+        """A bar per plan: its per-GPU total against the largest one, so sizes compare at a glance."""
+        totals = [v.summary.per_gpu_total if v.summary is not None else 0 for v in self.views]
+        largest = max(totals, default=0)
+        return [
+            Text(bar(total / largest if largest else 0.0, width), style=TOTAL_BAR_STYLE)
+            for total, width in zip(totals, widths, strict=True)
+        ]
 
     def selected_plan(self) -> SavedPlan | None:
         """The plan under the column cursor."""

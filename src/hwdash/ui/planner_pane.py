@@ -439,6 +439,8 @@ class PlannerPane(Widget):
                     errors[field if field in _FIELD_NAMES else ""] = _plain(exc, exc.flag)
                 except (CatalogError, ValueError) as exc:
                     errors[""] = str(exc)
+                except Exception as exc:  # an estimator bug must not take the dashboard down
+                    errors[""] = f"the estimator failed on this plan ({type(exc).__name__}: {exc})"
         self.errors = errors
         with self.app.batch_update():
             self._show_errors(errors)
