@@ -79,6 +79,11 @@ async def test_two_plans_side_by_side_with_differences_marked(
         )
         assert str(low.style) == LOW_STYLE
         assert str(high.style) == HIGH_STYLE
+        # Under the totals, a bar per plan: the larger plan's bar is full, the smaller one shorter.
+        bars = [cell(table, "total-bar", i).plain.rstrip() for i in (0, 1)]
+        bigger = 0 if small.estimate.per_gpu.total > big.estimate.per_gpu.total else 1
+        assert set(bars[bigger]) == {"█"}
+        assert len(bars[1 - bigger]) < len(bars[bigger])
         # Text rows: the second column differs from the first, so it is highlighted.
         assert cell(table, "model", 0).style == ""
         assert cell(table, "model", 1).style != ""
