@@ -216,23 +216,82 @@ def test_flash_drops_the_quadratic_term_and_eager_keeps_it() -> None:
     # Flash is linear in seq (up to rounding); eager grows faster than linear.
     assert layer(Attention.FLASH, 4096) == 2 * layer(Attention.FLASH, 2048)
     assert layer(Attention.EAGER, 4096) > 2 * layer(Attention.EAGER, 2048)
-    # Eager keeps fp32 softmax output (4) + bf16 probabilities (2) per score.
+    # Eager keeps fp32 softmax output (4) + bf16 probabilities (2) per score, and no log-sum-exp
+    # (4 bytes per row); fx-1b has no GQA, so K/V are the same size either way.
     extra = layer(Attention.EAGER, 2048) - layer(Attention.SDPA, 2048)
-    assert extra == 6 * arch.heads * 2048 * 2048
+    assert extra == 6 * arch.heads * 2048 * 2048 - 4 * arch.heads * 2048
 
 
 def test_sdpa_in_fp32_on_gqa_keeps_scores_but_not_without_gqa() -> None:
     gqa = architecture(_fixture_model("fx-8b-gqa"))
     dense = architecture(_fixture_model("fx-1b"))
     seq = 512
-    # GQA in fp32: the math path keeps fp32 probabilities (4 bytes per score).
+    # GQA in fp32: we assume CUDA's math path (flash wants 16-bit, memory-efficient has no GQA),
+    # which keeps fp32 probabilities (4 bytes per score).
     with_scores = layer_activation_bytes(gqa, 1, seq, 4, Attention.SDPA)
-    expanded_kv = layer_activation_bytes(gqa, 1, seq, 4, Attention.EAGER) - 4 * gqa.heads * seq**2
-    assert with_scores - expanded_kv == 4 * gqa.heads * seq * seq
-    # Without GQA (K/V need no expansion) fp32 SDPA keeps no scores: the same as flash.
+    flash = layer_activation_bytes(gqa, 1, seq, 4, Attention.FLASH)
+    assert with_scores - flash == 4 * gqa.heads * seq * seq
+    # Without GQA fp32 SDPA keeps no scores: the same as flash.
     assert layer_activation_bytes(dense, 1, seq, 4, Attention.SDPA) == layer_activation_bytes(
         dense, 1, seq, 4, Attention.FLASH
     )
+
+
+# Bytes per layer that autograd keeps for backward, traced with bench/trace_layer_activations.py
+# (torch 2.13 CPU, transformers 5.23, PEFT 0.21; saved_tensors_hooks with weak references, live
+# tensors after forward, parameters excluded, (4 layers - 2 layers) / 2). Llama layer: hidden 256,
+# 4 heads of 64, intermediate 704, batch 2 x 128 tokens; LoRA/DoRA r=8 on all-linear; bf16 LoRA
+# and amp run under autocast as the HF Trainer does.
+TINY_LLAMA_TRACED = [
+    # (precision, attention, kv_heads, method, bytes)
+    ("bf16", Attention.SDPA, 4, None, 3_020_800),
+    ("bf16", Attention.SDPA, 4, "lora", 3_390_464),
+    ("bf16", Attention.SDPA, 4, "dora", 6_175_232),
+    ("bf16", Attention.SDPA, 2, None, 2_889_728),
+    ("bf16", Attention.SDPA, 2, "lora", 3_255_296),
+    ("bf16", Attention.SDPA, 2, "dora", 5_774_848),
+    ("bf16", Attention.EAGER, 4, None, 3_803_136),
+    ("bf16", Attention.EAGER, 4, "lora", 4_041_728),
+    ("bf16", Attention.EAGER, 2, "lora", 4_037_632),
+    ("bf16", Attention.EAGER, 2, "dora", 6_557_184),
+    ("amp", Attention.SDPA, 2, None, 5_019_648),
+    ("amp", Attention.SDPA, 2, "lora", 4_729_856),
+]
+
+
+@pytest.mark.parametrize(
+    ("precision", "attention", "kv_heads", "method", "traced"), TINY_LLAMA_TRACED
+)
+def test_layer_activations_match_a_traced_llama_layer(
+    precision: str, attention: Attention, kv_heads: int, method: str | None, traced: int
+) -> None:
+    tiny = ModelSpec(
+        id="tiny",
+        name="tiny",
+        layers=2,
+        hidden_size=256,
+        heads=4,
+        kv_heads=kv_heads,
+        head_dim=64,
+        intermediate_size=704,
+        vocab_size=512,
+        max_context=4096,
+        source="traced configuration",
+    )
+    arch = architecture(tiny)
+    targets = arch.linears if method else ()
+    estimate = layer_activation_bytes(
+        arch,
+        2,
+        128,
+        2,
+        attention,
+        weight_bytes=4 if precision == "amp" else 2,
+        lora_targets=targets,
+        lora_rank=8 if method else 0,
+        dora=method == "dora",
+    )
+    assert estimate == traced
 
 
 def test_full_bf16_breakdown_by_hand() -> None:

@@ -415,13 +415,69 @@ def _score_bytes_per_element(attention: Attention, element_bytes: int, gqa: bool
 
 
 #: Linear layers that read the same input tensor (a norm's output), for counting LoRA's input copies.
-_SHARED_INPUT_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-#: Linear layers whose input only the layer itself saves (the MLP's product or activation): with a
+_SHARED_INPUT_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("fc1",))
+#: Linear layers whose input only the layer itself keeps (the MLP's product or activation): with a
 #: frozen, unadapted layer nobody keeps it.
 _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD = ("down_proj", "fc2")
 
 
-def _adapter_activation_delta(
+def _input_copies_kept(
+    arch: Architecture,
+    tokens: int,
+    element_bytes: int,
+    attention: Attention,
+    targets: tuple[LinearShape, ...],
+    autocast_from_fp32: bool,
+) -> int:
+    """The 16-bit inputs the linear layers keep, as they depend on freezing and casting.
+
+    From how autograd, autocast and PEFT work, and checked by tracing the tensors autograd keeps
+    for a small Llama layer (transformers 5, PEFT 0.21, CPU; see :func:`layer_activation_bytes`):
+
+    * full training keeps each shared input once (q, k and v read one norm output) unless autocast
+      casts an fp32 input: then every linear keeps its own 16-bit cast (``amp``: three copies for
+      q/k/v, two for gate/up);
+    * autograd keeps an op's input only when a gradient needs it, so a frozen, unadapted linear
+      keeps nothing: an unadapted q/k/v (gate/up) group drops the norm output, an unadapted
+      down_proj (fc2) the MLP product, an unadapted eager o_proj its input copy;
+    * PEFT casts an adapted module's input to the adapter's dtype (fp32) and autocast casts it back
+      for lora_A, so every adapted module keeps its own 16-bit copy (q, k and v keep three). In
+      plain fp32 there is no cast: lora_A keeps the shared tensor itself. An adapted o_proj keeps
+      a copy next to the attention kernel's output (flash and SDPA keep that output themselves).
+    """
+    e = element_bytes
+    lora = bool(targets)
+    casts = element_bytes != 4 if lora else autocast_from_fp32
+    names = {linear.name for linear in targets} if lora else {lin.name for lin in arch.linears}
+    by_name = {linear.name: linear for linear in arch.linears}
+
+    def tokens_through(linear: LinearShape) -> int:
+        return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+
+    kept_bytes = 0
+    for group in _SHARED_INPUT_GROUPS:
+        members = [by_name[name] for name in group if name in by_name]
+        if not members:
+            continue
+        adapted = [linear for linear in members if linear.name in names]
+        kept = (len(adapted) if casts else 1) if adapted else 0
+        kept_bytes += kept * e * tokens_through(members[0]) * members[0].in_features
+    o_input = e * tokens * by_name["o_proj"].in_features
+    if attention is Attention.EAGER:
+        # eager's o_proj input is its own tensor (the transposed attention output)
+        kept_bytes += o_input if "o_proj" in names else 0
+    else:
+        # flash and SDPA keep their output, which is o_proj's input (already 16-bit); PEFT's cast
+        # to the adapter dtype makes an adapted o_proj keep a copy of its own
+        kept_bytes += o_input + (o_input if lora and "o_proj" in names and casts else 0)
+    for name in _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD:
+        linear = by_name.get(name)
+        if linear is not None and name in names:
+            kept_bytes += e * tokens_through(linear) * linear.in_features
+    return kept_bytes
+
+
+def _adapter_extras(
     arch: Architecture,
     tokens: int,
     element_bytes: int,
@@ -429,53 +485,28 @@ def _adapter_activation_delta(
     rank: int,
     dora: bool,
 ) -> int:
-    """What a LoRA-style layer saves beyond (or below) the full-training count, in bytes.
+    """What adapters keep besides their inputs (see :func:`_input_copies_kept` for those).
 
-    Reasoning from how autograd and PEFT work (not measured; issue 5 calibrates):
-
-    * A frozen linear needs only its weight for the input gradient, so autograd does not keep its
-      input; lora_A (trainable) keeps the input instead.
-    * Recent PEFT casts the input to the adapter's dtype (fp32) before lora_A, and autocast casts it
-      back to 16 bits for the matmul, so each adapted module keeps its own 16-bit copy. Where q, k
-      and v (or gate and up) all read the same norm output, that is one copy per adapted module
-      instead of the one tensor full training keeps. In plain fp32 there is no cast: lora_A keeps
-      the shared tensor itself.
-    * An unadapted down_proj (fc2) is frozen, so its input (the MLP product) is no longer kept;
-      an unadapted q/k/v or gate/up group likewise no longer keeps the norm output.
-    * lora_A's output (e t r) is kept by lora_B, per adapted module.
-    * DoRA also keeps the base output and the LoRA output of each adapted module for the magnitude
-      scaling (2 e t out): a guess from reading PEFT's ``DoraLinearLayer``, not a measurement.
-    * MoE experts see k/experts of the tokens each, so per token the expert terms count k times.
+    * lora_A's output (e t r), kept by lora_B;
+    * autocast's 16-bit copies of the fp32 adapter weights (e bytes per adapter parameter);
+    * DoRA: the base output and the LoRA output of each adapted module, kept for the magnitude
+      scaling (2 e t out), plus three fp32 vectors of ``out`` (magnitude / norm scale). PEFT's
+      weight-norm path (an ``in x in`` identity through the adapter, then detached) is freed module
+      by module: a transient, not a kept activation.
     """
-    if not targets:
-        return 0
     e = element_bytes
     casts = element_bytes != 4
-    names = {linear.name for linear in targets}
-    by_name = {linear.name: linear for linear in arch.linears}
-    delta = 0
-
-    def tokens_through(linear: LinearShape) -> int:
-        return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
-
-    for group in _SHARED_INPUT_GROUPS:
-        members = [by_name[name] for name in group if name in by_name]
-        if not members:
-            continue
-        adapted = [linear for linear in members if linear.name in names]
-        width = members[0].in_features
-        kept = (len(adapted) if casts else min(1, len(adapted))) if adapted else 0
-        delta += (kept - 1) * e * tokens_through(members[0]) * width
-    for name in _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD:
-        linear = by_name.get(name)
-        if linear is not None and name not in names:
-            delta -= e * tokens_through(linear) * linear.in_features
+    extras = 0
     for linear in targets:
-        per_module = e * tokens_through(linear) * rank
+        routed = tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+        extras += e * routed * rank
+        if casts:
+            extras += e * rank * (linear.in_features + linear.out_features) * linear.copies
         if dora:
-            per_module += 2 * e * tokens_through(linear) * linear.out_features
-        delta += per_module
-    return delta
+            extras += (
+                2 * e * routed * linear.out_features + 3 * 4 * linear.out_features * linear.copies
+            )
+    return extras
 
 
 def layer_activation_bytes(
@@ -485,46 +516,63 @@ def layer_activation_bytes(
     element_bytes: int,
     attention: Attention,
     *,
+    weight_bytes: int | None = None,
     lora_targets: tuple[LinearShape, ...] = (),
     lora_rank: int = 0,
     dora: bool = False,
 ) -> int:
-    """Bytes one decoder layer saves for backward, without recomputation.
+    """Bytes one decoder layer keeps for backward, without recomputation.
 
     Korthikanti et al. 2022 (section 4.1) count ``34 s b h + 5 a s^2 b`` bytes for a GPT layer in
     16-bit with dropout. We count the same way, tensor by tensor, for a Hugging Face Llama-style layer
-    (``e`` = bytes per element, ``t`` = b * s tokens):
+    (``e`` = bytes per activation element, ``w`` = bytes per weight, ``t`` = b * s tokens). The
+    count matches, to the byte, the tensors autograd keeps for a small Llama layer traced on CPU
+    with transformers 5 and PEFT 0.21 (full, LoRA and DoRA; bf16 with sdpa and eager; amp):
 
-    * two RMSNorms, each saving its fp32 upcast input (4 t h; transformers' ``LlamaRMSNorm`` computes
-      in fp32) and its 16-bit output (e t h), which is also the next projection's saved input;
-    * Q (e t q_dim), K and V (e t kv_dim each for flash, which handles GQA natively; eager and SDPA
-      receive K/V expanded to all heads by ``repeat_kv``, so e t q_dim each);
-    * the attention output, saved by o_proj (e t q_dim), plus flash's fp32 log-sum-exp (4 b a s);
+    * two RMSNorms, each keeping its fp32 upcast input (4 t h; ``LlamaRMSNorm`` computes in fp32),
+      the fp32 reciprocal RMS (4 t) and, when its weight trains, the normalised tensor in the model's
+      dtype (w t h);
+    * the inputs the projections keep (:func:`_input_copies_kept`): the norm outputs, the attention
+      output, the MLP product;
+    * Q (e t q_dim) and K, V: flash and SDPA keep them at ``kv_heads`` (both handle GQA natively in
+      current transformers), eager keeps them expanded to all heads by ``repeat_kv`` (e t q_dim each);
+      plus the kernel's fp32 log-sum-exp (4 b a s; not for eager);
     * the scores where the kernel keeps them (:func:`_score_bytes_per_element`);
-    * gated MLP (SwiGLU): gate and up outputs, SiLU(gate) and the product fed to down_proj, 4 e t i;
-      a plain MLP (fc1, GELU, fc2) saves the fc1 output and the GELU output, 2 e t i (Korthikanti's
-      8 s b h + 8 s b h for i = 4h). No dropout masks (Korthikanti's 2 s b h of masks are dropped);
+    * gated MLP (SwiGLU): gate and up outputs and SiLU(gate), 3 e t i (+ the product, kept by
+      down_proj); a plain MLP (fc1, GELU, fc2) keeps the fc1 output (+ the GELU output, kept by fc2).
+      Korthikanti's 8 s b h + 8 s b h for i = 4h. No dropout masks (Korthikanti counts 2 s b h of
+      masks; modern LLMs train without dropout);
     * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
       expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
       router logits (4 t experts);
-    * LoRA: see :func:`_adapter_activation_delta` (what changes when the base is frozen).
+    * ``amp`` (fp32 weights under autocast): autocast's 16-bit copy of every weight matrix, kept for
+      the input gradient (2 bytes per linear parameter, frozen or not);
+    * LoRA-style methods: the adapters' own tensors (:func:`_adapter_extras`).
     """
     tokens = batch * seq
     e = element_bytes
+    w = element_bytes if weight_bytes is None else weight_bytes
+    autocast_from_fp32 = w == 4 and e == 2
     h = arch.hidden
     gqa = arch.kv_heads != arch.heads
-    kv_saved = arch.kv_dim if attention is Attention.FLASH else arch.q_dim
-    norms = 2 * (4 * tokens * h + e * tokens * h)
-    attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved) + e * tokens * arch.q_dim
-    attention_bytes += 4 * batch * arch.heads * seq  # log-sum-exp (flash) or row statistics
+    frozen = bool(lora_targets)
+    norms = 2 * (4 * tokens * h + 4 * tokens + (0 if frozen else w * tokens * h))
+    kv_saved = arch.q_dim if attention is Attention.EAGER else arch.kv_dim
+    attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
+    if attention is not Attention.EAGER:
+        attention_bytes += 4 * batch * arch.heads * seq  # the kernel's log-sum-exp per row
     scores = _score_bytes_per_element(attention, e, gqa) * batch * arch.heads * seq * seq
-    mlp_factor = 4 if arch.gated_mlp else 2
-    mlp = mlp_factor * e * tokens * arch.intermediate
+    mlp = (3 if arch.gated_mlp else 1) * e * tokens * arch.intermediate
     if arch.experts > 1:
+        # k routed copies; the expert outputs kept by the routing-weight multiply (k e t h); the
+        # router's input (e t h) and its fp32 logits (4 t experts). The gathered expert inputs are
+        # counted with the other projection inputs.
         k = arch.experts_per_token
-        mlp = k * (mlp + 2 * e * tokens * h) + 4 * tokens * arch.experts
-    adapters = _adapter_activation_delta(arch, tokens, e, lora_targets, lora_rank, dora)
-    return norms + attention_bytes + scores + mlp + adapters
+        mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
+    inputs = _input_copies_kept(arch, tokens, e, attention, lora_targets, autocast_from_fp32)
+    weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
+    adapters = _adapter_extras(arch, tokens, e, lora_targets, lora_rank, dora)
+    return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters
 
 
 def logits_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
@@ -546,6 +594,7 @@ def training_activation_bytes(
     attention: Attention,
     grad_ckpt: bool,
     *,
+    weight_bytes: int | None = None,
     lora_targets: tuple[LinearShape, ...] = (),
     lora_rank: int = 0,
     dora: bool = False,
@@ -553,22 +602,26 @@ def training_activation_bytes(
     """Activations of all layers at the start of backward (logits excluded).
 
     Without recomputation every layer's :func:`layer_activation_bytes`. With full recomputation
-    (gradient checkpointing) Korthikanti's ``2 s b h`` per layer: each layer's 16-bit input, plus one
-    layer's full activations while it is recomputed during backward.
+    (gradient checkpointing) Korthikanti's ``2 s b h`` per layer: each layer's input (in the model's
+    dtype: fp32 under ``amp``), plus one layer's full activations while it is recomputed.
+    Under ``amp``, autocast's 16-bit copy of the LM head is kept for backward as well.
     """
+    w = element_bytes if weight_bytes is None else weight_bytes
     one_layer = layer_activation_bytes(
         arch,
         batch,
         seq,
         element_bytes,
         attention,
+        weight_bytes=w,
         lora_targets=lora_targets,
         lora_rank=lora_rank,
         dora=dora,
     )
+    lm_head_copy = 2 * arch.vocab * arch.hidden if (w == 4 and element_bytes == 2) else 0
     if not grad_ckpt:
-        return arch.layers * one_layer
-    return arch.layers * element_bytes * batch * seq * arch.hidden + one_layer
+        return arch.layers * one_layer + lm_head_copy
+    return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy
 
 
 def inference_activation_bytes(
@@ -774,6 +827,7 @@ def _train_one_model(
         element_bytes,
         plan.attention,
         plan.grad_ckpt,
+        weight_bytes=layout.weight_bytes,
         lora_targets=targets,
         lora_rank=plan.lora_r if targets else 0,
         dora=method is Method.DORA,
@@ -904,6 +958,13 @@ def estimate_memory(
             "flash attention needs fp16/bf16 inputs; with --precision fp32 it falls back to SDPA"
         )
 
+    trained_method = plan.rl_method if plan.is_rl else plan.method
+    if model.experts > 1 and trained_method in LORA_STYLE_METHODS:
+        acc.warnings.append(
+            "LoRA on MoE experts is counted as one adapter per expert linear (transformers 4.x "
+            "layout); transformers 5 stores experts as fused 3D weights and PEFT then keeps merged "
+            "expert weights for backward, which this estimate does not include"
+        )
     trainable = 0
     if plan.method is Method.INFERENCE:
         element_bytes = layout.activation_bytes
