@@ -39,6 +39,9 @@ class CalibrationCase:
     """How torch runs the optimizer: ``foreach``, ``fused`` or ``single`` (not a Plan field)."""
     lora_dropout: float = 0.05
     """LoRA dropout; TRL/PEFT recipes mostly use 0.05 (not a Plan field)."""
+    sdpa_backend: str = "auto"
+    """``auto`` lets torch pick the SDPA kernel (on CPU: its flash kernel, fp32 included); ``math``
+    forces the O(s^2) math path, which is what CUDA runs for fp32 inputs (not a Plan field)."""
 
     @property
     def case_id(self) -> str:
@@ -56,6 +59,8 @@ class CalibrationCase:
             parts.append(f"{self.optimizer}-{self.optimizer_impl}")
         if self.method in ("lora", "dora"):
             parts.append(f"r{self.lora_r}-{'+'.join(self.lora_targets)}-d{self.lora_dropout:g}")
+        if self.sdpa_backend != "auto":
+            parts.append(f"sdpa-{self.sdpa_backend}")
         return "/".join(parts)
 
     def plan_fields(self) -> dict[str, Any]:
@@ -63,6 +68,7 @@ class CalibrationCase:
         fields = asdict(self)
         fields.pop("optimizer_impl")
         fields.pop("lora_dropout")
+        fields.pop("sdpa_backend")
         fields["lora_targets"] = tuple(self.lora_targets)
         return fields
 
@@ -94,13 +100,24 @@ def _attention_for(model: str) -> str:
     return "eager" if model.startswith("gemma-2-") else "sdpa"
 
 
+def _precisions_for(model: str) -> tuple[str, ...]:
+    # Mixtral's experts run through torch._grouped_mm, which on CPU takes bf16 only and which CPU
+    # autocast does not cast: fp32 weights (amp) cannot be traced here.
+    return ("bf16",) if model.startswith("mixtral-") else ("bf16", "amp")
+
+
+def _lora_dropout_for(model: str) -> float:
+    # peft adapts Mixtral's fused 3-D expert weights with lora.ParamWrapper, which refuses dropout.
+    return 0.0 if model.startswith("mixtral-") else 0.05
+
+
 def calibration_grid() -> list[CalibrationCase]:
     """Every case of the default grid, without duplicates, in a stable order."""
     cases: list[CalibrationCase] = []
     for model in CORE_MODELS:
         attention = _attention_for(model)
         for method in ("full", "lora"):
-            for precision in ("bf16", "amp"):
+            for precision in _precisions_for(model):
                 for grad_ckpt in (False, True):
                     cases.append(
                         CalibrationCase(
@@ -109,9 +126,12 @@ def calibration_grid() -> list[CalibrationCase]:
                             precision=precision,
                             grad_ckpt=grad_ckpt,
                             attention=attention,
+                            lora_dropout=_lora_dropout_for(model),
                         )
                     )
-        cases.append(CalibrationCase(model=model, method="inference", seq=4096, batch=1))
+        cases.append(
+            CalibrationCase(model=model, method="inference", seq=4096, batch=1, attention=attention)
+        )
     for model in SWEEP_MODELS:
         base = CalibrationCase(model=model)
         lora = replace(base, method="lora")
@@ -124,6 +144,8 @@ def calibration_grid() -> list[CalibrationCase]:
             replace(base, batch=8),
             replace(base, attention="eager"),
             replace(base, precision="fp32", attention="eager"),
+            replace(base, precision="fp32", sdpa_backend="math"),
+            replace(base, precision="amp", sdpa_backend="math"),
             replace(base, precision="fp32", grad_ckpt=True),
             replace(base, seq=4096, grad_ckpt=True),
             replace(base, optimizer_impl="fused"),

@@ -28,6 +28,13 @@ PROBES: tuple[tuple[str, CalibrationCase], ...] = (
     ("full bf16 eager", replace(PROBE_BASE, attention="eager")),
     ("full bf16 eager s2048", replace(PROBE_BASE, attention="eager", seq=2048)),
     ("full fp32 eager", replace(PROBE_BASE, precision="fp32", attention="eager")),
+    ("full fp32 eager s2048", replace(PROBE_BASE, precision="fp32", attention="eager", seq=2048)),
+    ("full fp32 sdpa math", replace(PROBE_BASE, precision="fp32", sdpa_backend="math")),
+    (
+        "full fp32 sdpa math s2048",
+        replace(PROBE_BASE, precision="fp32", sdpa_backend="math", seq=2048),
+    ),
+    ("full bf16 sdpa math", replace(PROBE_BASE, sdpa_backend="math")),
     ("lora bf16 dropout 0.05", replace(PROBE_BASE, method="lora")),
     ("lora bf16 dropout 0", replace(PROBE_BASE, method="lora", lora_dropout=0.0)),
     ("lora bf16 ckpt", replace(PROBE_BASE, method="lora", grad_ckpt=True)),
@@ -52,11 +59,13 @@ def _forward_end(trace: DepthTrace, step: int) -> dict[str, int]:
     raise ValueError("no forward phase")
 
 
-def _is_vocab_sized(entry: dict[str, Any], vocab: int, tokens: int) -> bool:
+def _is_logits_sized(entry: dict[str, Any], vocab: int, tokens: int) -> bool:
+    """A per-token vocabulary buffer (logits, log-probabilities, their gradients), not a weight."""
+    shape = entry["shape"]
     numel = 1
-    for dim in entry["shape"]:
+    for dim in shape:
         numel *= dim
-    return vocab in entry["shape"] and numel >= tokens * vocab // 2
+    return bool(shape) and shape[-1] == vocab and numel == tokens * vocab
 
 
 def probe(label: str, case: CalibrationCase, spec: ModelSpec) -> dict[str, Any]:
@@ -71,13 +80,18 @@ def probe(label: str, case: CalibrationCase, spec: ModelSpec) -> dict[str, Any]:
     per_layer = {k: (b[k] - a[k]) / (high - low) for k in a}
     saved = per_layer["activation"] + per_layer.get("temp", 0)
     groups = summarize(inventory.peak_live, top=40)
-    vocab_groups = [g for g in groups if _is_vocab_sized(g, spec.vocab_size, tokens)]
+    vocab_groups = [g for g in groups if _is_logits_sized(g, spec.vocab_size, tokens)]
     peak = max(deep.phases, key=lambda p: p.total)
+    forward_label = "step 0 prefill" if case.method == "inference" else f"step {step} forward"
+    forward_label = forward_label if forward_label in inventory.phase_peaks else "setup"
+    forward_groups = summarize(inventory.phase_peaks[forward_label][1], top=40)
+    forward_vocab = [g for g in forward_groups if _is_logits_sized(g, spec.vocab_size, tokens)]
     return {
         "label": label,
         "case_id": case.case_id,
         "depths": [low, high],
         "tokens": tokens,
+        "layers_traced_for_inventory": high,
         "hidden_size": spec.hidden_size,
         "saved_bytes_per_layer": saved,
         "saved_bytes_per_layer_per_token": saved / tokens,
@@ -90,6 +104,12 @@ def probe(label: str, case: CalibrationCase, spec: ModelSpec) -> dict[str, Any]:
             {"op": g["op"], "dtype": g["dtype"], "count": g["count"]} for g in vocab_groups
         ],
         "vocab_bytes_per_token_at_peak": sum(g["bytes"] for g in vocab_groups)
+        / tokens
+        / spec.vocab_size,
+        "vocab_buffers_at_forward_peak": [
+            {"op": g["op"], "dtype": g["dtype"], "count": g["count"]} for g in forward_vocab
+        ],
+        "vocab_bytes_per_token_at_forward_peak": sum(g["bytes"] for g in forward_vocab)
         / tokens
         / spec.vocab_size,
         "attention_ops": deep.attention_ops,
@@ -107,18 +127,22 @@ def run_probes(catalog: Any, only: str = "") -> list[dict[str, Any]]:
 def markdown(results: list[dict[str, Any]]) -> str:
     """A table of the probes for the findings section."""
     lines = [
-        "| probe | saved bytes / layer / token | in units of hidden | vocab-sized buffers at peak "
-        "(bytes / token / vocab entry) | peak at | attention ops |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| probe | saved bytes / layer / token | in units of hidden | logits-sized buffers at "
+        "the peak (bytes / token / vocab entry) | at the forward peak | peak at | attention ops |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        vocab = ", ".join(
+        at_peak = ", ".join(
             f"{g['count']}x {g['op']} {g['dtype']}" for g in r["vocab_buffers_at_peak"]
+        )
+        at_forward = ", ".join(
+            f"{g['count']}x {g['op']} {g['dtype']}" for g in r["vocab_buffers_at_forward_peak"]
         )
         lines.append(
             f"| {r['label']} | {r['saved_bytes_per_layer_per_token']:.0f} | "
-            f"{r['saved_per_token_in_hidden_units']:.2f} h | {vocab or 'none'} "
-            f"({r['vocab_bytes_per_token_at_peak']:.1f}) | step {r['peak_step']} {r['peak_phase']} | "
-            f"{', '.join(r['attention_ops'])} |"
+            f"{r['saved_per_token_in_hidden_units']:.2f} h | {at_peak or 'none'} "
+            f"({r['vocab_bytes_per_token_at_peak']:.1f}) | {at_forward or 'none'} "
+            f"({r['vocab_bytes_per_token_at_forward_peak']:.1f}) | "
+            f"step {r['peak_step']} {r['peak_phase']} | {', '.join(r['attention_ops'])} |"
         )
     return "\n".join(lines)

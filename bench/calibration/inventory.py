@@ -47,6 +47,8 @@ def make_inventory() -> Any:
             self.peak_live: list[LiveStorage] = []
             self.peak_phase = ""
             self.phase = "setup"
+            # Highest total and the live set at that instant, per phase label.
+            self.phase_peaks: dict[str, tuple[int, list[LiveStorage]]] = {}
 
         def _forget(self, key: int, _ref: Any) -> None:
             entry = self.live.pop(key, None)
@@ -68,6 +70,9 @@ def make_inventory() -> Any:
                 phase=self.phase,
             )
             self.total += nbytes
+            best = self.phase_peaks.get(self.phase)
+            if best is None or self.total > best[0]:
+                self.phase_peaks[self.phase] = (self.total, list(self.live.values()))
             if self.total > self.peak_total:
                 self.peak_total = self.total
                 self.peak_live = list(self.live.values())
