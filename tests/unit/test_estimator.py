@@ -663,3 +663,16 @@ def test_details_add_up_to_the_components() -> None:
         assert sum(value for _, value in estimate.details) == pytest.approx(
             estimate.per_gpu.total, abs=len(estimate.details) + 6
         ), method
+
+
+def test_dora_weight_norm_transient_is_sized_on_the_widest_input() -> None:
+    # PEFT's identity trick: in x in in the adapter dtype, plus in x out in the adapter dtype and
+    # three 16-bit in x out tensors. fx-1b's down_proj (5632 -> 2048) is the largest.
+    from hwdash.core.estimator import dora_weight_norm_transient_bytes
+
+    arch = architecture(_fixture_model("fx-1b"))
+    expected = 4 * 5632**2 + (4 + 3 * 2) * 5632 * 2048
+    assert dora_weight_norm_transient_bytes(arch.linears, 4, 2) == expected
+    model = _fixture_model("fx-1b")
+    dora = estimate_memory(Plan(model="fx-1b", method=Method.DORA, seq=64), model)
+    assert dict(dora.details)["model DoRA weight-norm transient"] == expected

@@ -299,3 +299,20 @@ def test_evaluate_plan_rejects_what_the_model_cannot_do(catalog: Catalog) -> Non
     assert info.value.flag == "--lora-r"
     # Full training has no adapters to check.
     evaluate_plan(Plan(model="fx-1b", method=Method.FULL, lora_targets=("fc1",)), catalog)
+
+
+def test_vllm_share_too_small_for_its_weights_is_a_no(catalog: Catalog) -> None:
+    # fx-8b-gqa in bf16 is ~16 GB: 10% of a 24 GB GPU cannot hold it.
+    plan = Plan(
+        model="fx-8b-gqa",
+        method=Method.GRPO,
+        rl_method=Method.QLORA,
+        vllm_memory_utilization=0.1,
+        seq=256,
+        grad_ckpt=True,
+    )
+    fit = _fit(catalog, plan, "big-80")
+    assert fit.verdict is FitVerdict.NO
+    assert "vLLM share" in fit.reason
+    roomy = _fit(catalog, plan.model_copy(update={"vllm_memory_utilization": 0.4}), "big-80")
+    assert "vLLM share" not in roomy.reason

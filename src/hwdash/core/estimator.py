@@ -575,6 +575,25 @@ def layer_activation_bytes(
     return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters
 
 
+def dora_weight_norm_transient_bytes(
+    targets: tuple[LinearShape, ...], adapter_bytes: int, element_bytes: int
+) -> int:
+    """The largest transient of DoRA's weight norm, module by module (then freed).
+
+    PEFT's ``DoraLinearLayer`` (0.21) builds ``B @ A`` by pushing an ``in x in`` identity in the
+    adapter's dtype through lora_A and lora_B (an FSDP-friendly trick), giving an ``in x out``
+    matrix in the adapter's dtype; casts it to the compute dtype, scales it and adds the base weight
+    (three 16-bit ``in x out`` tensors). Read from the PEFT source, sized for the adapted module
+    where this is largest (usually down_proj, whose ``in`` is the MLP width).
+    """
+    largest = 0
+    for linear in targets:
+        size = adapter_bytes * linear.in_features**2
+        size += (adapter_bytes + 3 * element_bytes) * linear.in_features * linear.out_features
+        largest = max(largest, size)
+    return largest
+
+
 def logits_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
     """Logits and the loss at their peak: ``b * s * vocab * max(e + 8, 12)`` bytes.
 
@@ -799,12 +818,11 @@ def _train_one_model(
             acc.activations += dequantized
             acc.note(f"{label} dequantized weight (transient)", dequantized)
         if dora:
-            # PEFT's DoRA forms W + scale * B @ A per adapted matrix to take its column norm (in the
-            # adapter's fp32): two full-size fp32 matrices for the largest one. A guess, see above.
-            largest_target = max(targets, key=lambda lin: lin.in_features * lin.out_features)
-            weight_norm = 2 * 4 * largest_target.in_features * largest_target.out_features
-            acc.activations += weight_norm
-            acc.note(f"{label} DoRA weight-norm transient (guess)", weight_norm)
+            transient = dora_weight_norm_transient_bytes(
+                targets, state_layout.weight_bytes, element_bytes
+            )
+            acc.activations += transient
+            acc.note(f"{label} DoRA weight-norm transient", transient)
     gradients, optimizer = states.gradients, states.optimizer
     if offload is not Offload.NONE:
         # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on

@@ -181,6 +181,10 @@ def evaluate_flavor(
     if unsupported is not None:
         verdict = FitVerdict.NO
         reasons.append(unsupported)
+    if any(warning.startswith("vLLM's") for warning in estimate.warnings):
+        # vLLM refuses to start when its share cannot hold the weights and some KV cache.
+        verdict = FitVerdict.NO
+        reasons.append("the vLLM share is smaller than its weights + KV cache (raise --vllm-util)")
     if flavor.ram_gb is not None and estimate.host_bytes > flavor.ram_gb * GB:
         verdict = FitVerdict.NO
         reasons.append(
