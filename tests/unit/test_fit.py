@@ -316,3 +316,16 @@ def test_vllm_share_too_small_for_its_weights_is_a_no(catalog: Catalog) -> None:
     assert "vLLM share" in fit.reason
     roomy = _fit(catalog, plan.model_copy(update={"vllm_memory_utilization": 0.4}), "big-80")
     assert "vLLM share" not in roomy.reason
+
+
+def test_only_tight_fits_are_not_recommended(catalog: Catalog) -> None:
+    usable = catalog.accelerators["gpu-24"].usable_bytes
+    for seq in range(256, 16384, 256):
+        plan = Plan(model="fx-1b", method=Method.FULL, seq=seq, flavors=("small-24",))
+        report = evaluate_plan(plan, catalog)
+        if report.flavors[0].verdict is FitVerdict.TIGHT:
+            assert 0.9 * usable < report.flavors[0].need_bytes <= usable
+            assert report.recommended is None
+            assert any("only tight fits" in w for w in report.warnings)
+            return
+    pytest.fail("no sequence length gave a tight fit")

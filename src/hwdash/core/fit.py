@@ -323,6 +323,11 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
         warnings.append(
             "no flavor fits: try --grad-ckpt, a smaller --batch/--seq, LoRA/QLoRA or ZeRO"
         )
+    elif recommended is None and any(fit.verdict is FitVerdict.TIGHT for fit in fits):
+        warnings.append(
+            "only tight fits (under 10% headroom): none recommended; a longer batch or a memory "
+            "spike may OOM there"
+        )
     return PlanReport(
         plan=plan,
         model=model,
