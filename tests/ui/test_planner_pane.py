@@ -395,3 +395,22 @@ async def test_the_model_list_closes_when_focus_leaves_the_pane(
         app.set_focus(None)
         await pilot.pause()
         assert not matches.has_class("-open")
+
+
+async def test_examples_typed_in_the_form_replace_a_loaded_token_count(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        from_cli = Plan(model="qwen2.5-0.5b", tokens=50_000_000)
+        pane.load_plan(from_cli)
+        await pilot.pause()
+        examples = app.query_one("#plan-examples", Input)
+        assert examples.value == "" and "50.0M tokens" in examples.placeholder
+        assert pane.report is not None and pane.report.tokens == 50_000_000
+        await replace_text(pilot, "#plan-examples", "1000")
+        assert pane.report.plan.tokens is None
+        assert pane.report.tokens == evaluate_plan(pane.report.plan, catalog).tokens
+        assert pane.report.tokens != 50_000_000

@@ -58,6 +58,8 @@ _INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus")
 
 #: Width from which results use two columns (breakdown beside the flavor table).
 WIDE_BREAKPOINT = 150
+#: What the empty examples field says.
+EXAMPLES_PLACEHOLDER = "e.g. 50k"
 #: How many model matches the search list shows.
 MODEL_MATCHES = 8
 
@@ -329,7 +331,7 @@ class PlannerPane(Widget):
         if name == "examples":
             return Input(
                 "" if plan.examples is None else str(plan.examples),
-                placeholder="e.g. 50k",
+                placeholder=_examples_placeholder(plan),
                 compact=True,
                 id=cid,
             )
@@ -399,6 +401,9 @@ class PlannerPane(Widget):
         values, errors = self.read_form()
         data = self._base.model_dump()
         data.update({k: v for k, v in values.items() if k not in errors})
+        if values.get("examples") is not None:
+            # A token count carried by a loaded plan (``--tokens``) yields to examples typed here.
+            data["tokens"] = None
         try:
             plan = Plan.model_validate(data)
         except ValidationError as exc:
@@ -706,8 +711,17 @@ class PlannerPane(Widget):
                     control.value = f"{value:g}"
                 else:
                     control.value = str(value)
+        examples = self.query_one(f"#{_control_id('examples')}", Input)
+        examples.placeholder = _examples_placeholder(plan)
         self.query_one("#plan-model-matches", OptionList).remove_class("-open")
         self.request_recompute()
+
+
+def _examples_placeholder(plan: Plan) -> str:
+    """The empty examples field names the plan's token count when it carries one."""
+    if plan.tokens is not None and plan.examples is None:
+        return f"{format_count(plan.tokens)} tokens (from the plan)"
+    return EXAMPLES_PLACEHOLDER
 
 
 def _friendly(problem: Any) -> str:
