@@ -219,3 +219,17 @@ def test_help_documents_every_precision_layout(capsys: pytest.CaptureFixture[str
     assert "autocast" in out  # amp
     assert "TRL and torchtune" in out  # bf16
     assert "Everything fp32" in out  # fp32
+
+
+@pytest.mark.parametrize("columns", ["80", "160"])
+def test_reasons_are_readable_at_any_width(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    status = main(["plan", "--model", "qwen2.5-7b", "--flavor", "t4-small,cpu-basic"])
+    out = capsys.readouterr().out
+    assert status == 0
+    flat = " ".join(out.split())
+    assert "CPU only: no GPU memory" in flat
+    assert "needs" in flat and "has 15.0 GiB" in flat
+    assert max(len(line) for line in out.splitlines()) <= int(columns)

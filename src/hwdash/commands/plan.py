@@ -387,12 +387,15 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     console.print("flavors, cheapest first:")
+    # The note goes in the table when the terminal is wide enough, else as numbered notes below.
+    wide = console.width >= 120
     table = Table()
     table.add_column("flavor", no_wrap=True)
     table.add_column("fit", no_wrap=True)
-    for column in ("headroom GiB", "GPUs", "$/h", "hours", "cost"):
+    for column in ("free GiB", "GPUs", "$/h", "hours", "cost"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("note", overflow="fold", ratio=1)
+    table.add_column("note", overflow="fold", ratio=1, min_width=20 if wide else 4)
+    notes: dict[str, int] = {}
     for fit in report.flavors:
         verdict = fit.verdict.value
         name = fit.flavor.id
@@ -405,6 +408,9 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
             name = f"[bold]{name}[/bold] ({', '.join(marks)})"
         headroom = "-" if fit.usable_bytes == 0 else f"{fit.headroom_bytes / GIB:+.1f}"
         price = fit.flavor.price_per_hour
+        note = fit.reason
+        if note and not wide:
+            note = f"[{notes.setdefault(fit.reason, len(notes) + 1)}]"
         table.add_row(
             name,
             f"[{_VERDICT_STYLE[verdict]}]{verdict}[/{_VERDICT_STYLE[verdict]}]",
@@ -413,9 +419,11 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
             "-" if price is None else f"{price:.2f}",
             format_hours(fit.hours),
             format_money(fit.cost),
-            fit.reason,
+            note,
         )
     console.print(table)
+    for reason, number in notes.items():
+        console.print(f"[{number}] {reason}", highlight=False, markup=False)
     if report.recommended:
         console.print(f"recommended: [bold]{report.recommended}[/bold] (cheapest that fits)")
     else:
