@@ -414,3 +414,38 @@ async def test_examples_typed_in_the_form_replace_a_loaded_token_count(
         assert pane.report.plan.tokens is None
         assert pane.report.tokens == evaluate_plan(pane.report.plan, catalog).tokens
         assert pane.report.tokens != 50_000_000
+
+
+async def test_rl_rows_appear_for_grpo_and_feed_the_plan(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 40), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        rl_row = app.query_one("#plan-row-vllm-memory-utilization")
+        assert not rl_row.display or rl_row.region.height == 0
+        app.query_one("#plan-method", Select).value = Method.GRPO
+        await pilot.pause()
+        assert pane.has_class("-rl") and rl_row.region.height > 0
+        assert pane.report is not None and pane.report.plan.method is Method.GRPO
+        with_vllm = pane.report.estimate.per_gpu.kv_cache
+        await replace_text(pilot, "#plan-vllm-memory-utilization", "0")
+        assert pane.report.plan.vllm_memory_utilization == 0
+        assert pane.report.estimate.per_gpu.kv_cache < with_vllm
+        await replace_text(pilot, "#plan-vllm-memory-utilization", "1.5")
+        assert app.query_one("#plan-row-vllm-memory-utilization").has_class("-invalid")
+        await replace_text(pilot, "#plan-vllm-memory-utilization", "0.3")
+        app.query_one("#plan-rl-method", Select).value = Method.LORA
+        await pilot.pause()
+        assert pane.report.plan.rl_method is Method.LORA
+        assert pane.errors == {}
+
+
+def test_warnings_name_form_fields_instead_of_flags() -> None:
+    from hwdash.ui.planner_pane import form_words
+
+    assert (
+        form_words("try --grad-ckpt, a smaller --batch/--seq, or --flavor X")
+        == "try grad ckpt, a smaller micro-batch/seq length, or --flavor X"
+    )

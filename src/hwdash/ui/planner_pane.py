@@ -8,6 +8,7 @@ is valid again.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -26,7 +27,15 @@ from textual.widgets.option_list import Option
 from hwdash.core.catalog import Catalog, CatalogError
 from hwdash.core.fit import evaluate_plan
 from hwdash.core.models import resolve_model
-from hwdash.core.plan import Attention, Method, Offload, Optimizer, Plan, Precision
+from hwdash.core.plan import (
+    RL_TRAINABLE_METHODS,
+    Attention,
+    Method,
+    Offload,
+    Optimizer,
+    Plan,
+    Precision,
+)
 from hwdash.core.plan_store import PlanStore, PlanStoreError, PlanSummary, SavedPlan
 from hwdash.core.results import FitVerdict, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
@@ -52,8 +61,14 @@ FORM_FIELDS: tuple[tuple[str, str], ...] = (
     ("examples", "examples"),
     ("epochs", "epochs"),
     ("mfu", "MFU"),
+    ("rl_method", "RL policy"),
+    ("rl_reference", "RL ref"),
+    ("rl_reward_model", "RL reward"),
+    ("vllm_memory_utilization", "vLLM share"),
 )
 _FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
+#: Rows shown only for PPO and GRPO plans.
+_RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
 _INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus")
 
 #: Width from which results use two columns (breakdown beside the flavor table).
@@ -113,6 +128,12 @@ class PlannerPane(Widget):
     }
     PlannerPane .plan-field Input.-invalid {
         background: $error 25%;
+    }
+    PlannerPane .plan-field.-rl-only {
+        display: none;
+    }
+    PlannerPane.-rl .plan-field.-rl-only {
+        display: block;
     }
     PlannerPane .plan-error {
         display: none;
@@ -262,7 +283,8 @@ class PlannerPane(Widget):
         plan = self._base
         with VerticalScroll(id="plan-form"):
             for name, label in FORM_FIELDS:
-                with Vertical(classes="plan-field", id=f"plan-row-{name.replace('_', '-')}"):
+                classes = "plan-field -rl-only" if name in _RL_FIELDS else "plan-field"
+                with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
                     with Horizontal():
                         yield Label(label)
                         yield self._make_control(name, plan)
@@ -326,6 +348,26 @@ class PlannerPane(Widget):
             )
         if name == "grad_ckpt":
             return Checkbox("recompute", plan.grad_ckpt, compact=True, id=cid)
+        if name == "rl_method":
+            return Select(
+                [(member.value, member) for member in RL_TRAINABLE_METHODS],
+                value=plan.rl_method,
+                allow_blank=False,
+                compact=True,
+                id=cid,
+            )
+        if name == "rl_reference":
+            return Checkbox("frozen reference", plan.rl_reference, compact=True, id=cid)
+        if name == "rl_reward_model":
+            return Checkbox("reward model", plan.rl_reward_model, compact=True, id=cid)
+        if name == "vllm_memory_utilization":
+            return Input(
+                f"{plan.vllm_memory_utilization:g}",
+                type="number",
+                placeholder="0: no vLLM engine",
+                compact=True,
+                id=cid,
+            )
         if name in _INTEGER_FIELDS:
             return Input(str(getattr(plan, name)), type="integer", compact=True, id=cid)
         if name == "examples":
@@ -386,7 +428,7 @@ class PlannerPane(Widget):
                 raise ValueError(f"'{text}' is not a whole number") from None
         if name == "examples":
             return parse_count(text) if text else None
-        if name in ("epochs", "mfu"):
+        if name in ("epochs", "mfu", "vllm_memory_utilization"):
             if not text:
                 if name == "mfu":
                     return None
@@ -429,6 +471,8 @@ class PlannerPane(Widget):
 
     def _recompute(self) -> None:
         self._recompute_pending = False
+        method = self.query_one(f"#{_control_id('method')}", Select).value
+        self.set_class(method in (Method.PPO, Method.GRPO), "-rl")
         plan, errors = self._build_plan()
         report: PlanReport | None = None
         if plan is not None:
@@ -509,7 +553,7 @@ class PlannerPane(Widget):
         self.query_one(MemoryBreakdownView).estimate = estimate
         warnings = list(dict.fromkeys((*estimate.warnings, *report.warnings)))
         warning_view = self.query_one("#plan-warnings", Static)
-        warning_view.update("\n".join(f"⚠ {w}" for w in warnings))
+        warning_view.update("\n".join(f"⚠ {form_words(w)}" for w in warnings))
         warning_view.display = bool(warnings)
         details = Text("where the bytes go (per GPU)\n", style="bold")
         for label, value in estimate.details:
@@ -715,6 +759,30 @@ class PlannerPane(Widget):
         examples.placeholder = _examples_placeholder(plan)
         self.query_one("#plan-model-matches", OptionList).remove_class("-open")
         self.request_recompute()
+
+
+#: Command-line flags the estimator's warnings mention, and the form field each one is here.
+_FLAG_WORDS = {
+    "--attn": "attention",
+    "--batch": "micro-batch",
+    "--examples": "examples",
+    "--grad-ckpt": "grad ckpt",
+    "--gpus": "GPUs",
+    "--lora-r": "LoRA rank",
+    "--mfu": "MFU",
+    "--offload": "offload",
+    "--precision": "precision",
+    "--seq": "seq length",
+    "--tokens": "tokens",
+    "--vllm-util": "vLLM share",
+    "--zero": "ZeRO stage",
+}
+_FLAG_RE = re.compile(r"--[a-z][a-z-]*")
+
+
+def form_words(text: str) -> str:
+    """The estimator's advice in the form's words: ``try --grad-ckpt`` becomes ``try grad ckpt``."""
+    return _FLAG_RE.sub(lambda match: _FLAG_WORDS.get(match.group(0), match.group(0)), text)
 
 
 def _examples_placeholder(plan: Plan) -> str:
