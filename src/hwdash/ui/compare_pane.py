@@ -22,6 +22,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from hwdash.core.catalog import Catalog
+from hwdash.core.estimator import LORA_STYLE_METHODS
 from hwdash.core.plan import Plan
 from hwdash.core.plan_store import (
     PlanStore,
@@ -81,7 +82,12 @@ def _str_text(value: float | str | None) -> str:
 
 def _setup(saved: SavedPlan, view: SummaryView) -> str:
     plan = saved.plan
-    return f"{plan.method.value} · {plan.precision.value}"
+    method = plan.method.value
+    if plan.is_rl:
+        method += f"({plan.rl_method.value})"
+    elif plan.method in LORA_STYLE_METHODS:
+        method += f" r{plan.lora_r}"
+    return f"{method} · {plan.precision.value}"
 
 
 def _shape(saved: SavedPlan, view: SummaryView) -> str:
