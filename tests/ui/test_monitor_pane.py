@@ -335,7 +335,7 @@ def test_banner_and_host_and_plan_texts() -> None:
     assert alert_banner_text((GpuSample(index=0, name=None, uuid=None),), 0.9) is None
     text, over = plan_text((gpu,), 70 * GIB, "qwen lora")
     assert over and "5.0 GiB over the plan on GPU 2" in text
-    assert host_text(None) == "Host  n/a"
+    assert host_text(None) == "Host  CPU n/a  RAM n/a"
     assert host_text(HostSample(cpu_percent=3.0, ram_total_bytes=8 * GIB, ram_used_bytes=GIB)) == (
         "Host  CPU 3%  RAM 1.0/8.0 GiB  swap none"
     )
@@ -382,3 +382,18 @@ async def test_other_scenarios_render_without_errors(scenario: str, tmp_path: Pa
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert not app.monitor.wide
+
+
+async def test_gpus_crossing_a_few_seconds_apart_share_one_toast(tmp_path: Path) -> None:
+    app, clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=44)
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        raised = app.alerts_raised
+        assert raised == 0
+        for _ in range(7):  # the four GPUs pass 90% between about 48 s and 56 s
+            await step(pilot, app, clock, 2)
+        assert app.alerts_raised - raised >= 2  # more than one round raised alerts ...
+        toasts = list(app._notifications)
+        assert len(toasts) == 1  # ... and they share one toast naming every GPU
+        for index in range(4):
+            assert f"GPU {index} A100-SXM4-80GB" in toasts[0].message

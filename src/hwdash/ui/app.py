@@ -17,7 +17,9 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
+from textual.lazy import Lazy
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
 from hwdash.core.alerts import AlertRule
@@ -175,10 +177,14 @@ class HwdashApp(App[None]):
             with TabPane("Planner", id="planner"):
                 yield self.planner
             with TabPane("Compare", id="compare"):
-                yield self.compare
+                yield self._lazy_unless_shown("compare", self.compare)
             with TabPane("Monitor", id="monitor"):
-                yield self.monitor
+                yield self._lazy_unless_shown("monitor", self.monitor)
         yield Footer()
+
+    def _lazy_unless_shown(self, tab: TabName, pane: Widget) -> Widget:
+        """Mount a hidden tab's pane after the first frame is on screen (a faster first frame)."""
+        return pane if tab == self.initial_tab else Lazy(pane)
 
     @property
     def active_tab(self) -> str:
@@ -208,7 +214,7 @@ class HwdashApp(App[None]):
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         """A frame from the sampling thread: redraw, then raise its alerts."""
-        if self._exit_requested or not self.monitor.is_mounted:
+        if self._exit_requested:
             return
         self.show_frame(message.frame)
 
@@ -256,7 +262,8 @@ class HwdashApp(App[None]):
 
     def on_planner_pane_plan_saved(self, message: PlannerPane.PlanSaved) -> None:
         """A saved plan shows up in the compare view at once."""
-        self.compare.refresh_plans()
+        if self.compare.is_mounted:
+            self.compare.refresh_plans()
 
     def on_compare_pane_load_plan(self, message: ComparePane.LoadPlan) -> None:
         """Load a saved plan back into the planner form and show it."""

@@ -12,7 +12,7 @@ from typing import ClassVar
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 
 from hwdash.core.units import GIB, format_bytes
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, Snapshot
@@ -27,25 +27,53 @@ WIDE_MIN_WIDTH = 116
 WIDE_SPARE_LINES = 12
 
 
-def host_text(host: HostSample | None) -> str:
-    """The host line: CPU, RAM, swap and load."""
+def host_parts(host: HostSample | None) -> tuple[str, str, str, str]:
+    """The host line's cells: CPU, RAM, swap and load (each changes on its own)."""
     if host is None:
-        return "Host  n/a"
-    parts = ["Host"]
-    parts.append("CPU " + ("n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%"))
+        return ("CPU n/a", "RAM n/a", "", "")
+    cpu = "CPU " + ("n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%")
     if host.ram_total_bytes is not None and host.ram_used_bytes is not None:
-        parts.append(f"RAM {host.ram_used_bytes / GIB:.1f}/{host.ram_total_bytes / GIB:.1f} GiB")
+        ram = f"RAM {host.ram_used_bytes / GIB:.1f}/{host.ram_total_bytes / GIB:.1f} GiB"
     else:
-        parts.append("RAM n/a")
+        ram = "RAM n/a"
     if host.swap_total_bytes:
-        parts.append(
-            f"swap {(host.swap_used_bytes or 0) / GIB:.1f}/{host.swap_total_bytes / GIB:.1f} GiB"
-        )
+        swap = f"swap {(host.swap_used_bytes or 0) / GIB:.1f}/{host.swap_total_bytes / GIB:.1f} GiB"
     else:
-        parts.append("swap none")
+        swap = "swap none"
+    load = ""
     if host.load_average is not None:
-        parts.append("load " + " ".join(f"{value:.1f}" for value in host.load_average))
-    return "  ".join(parts)
+        load = "load " + " ".join(f"{value:.1f}" for value in host.load_average)
+    return (cpu, ram, swap, load)
+
+
+def host_text(host: HostSample | None) -> str:
+    """The host line as one string: ``Host  CPU 12%  RAM 31.2/62.8 GiB  swap none  load 1.2 ...``."""
+    return "  ".join(part for part in ("Host", *host_parts(host)) if part)
+
+
+class HostLine(Horizontal):
+    """Host CPU, RAM, swap and load, one cell each, so a changing CPU figure repaints 8 characters."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.cells = tuple(
+            TextCell(text, classes=f"host-{name}")
+            for name, text in zip(("cpu", "ram", "swap", "load"), host_parts(None), strict=True)
+        )
+
+    def compose(self) -> ComposeResult:
+        yield TextCell("Host", classes="host-label")
+        yield from self.cells
+
+    @property
+    def shown(self) -> str:
+        """The line as text (what tests read)."""
+        return "  ".join(part for part in ("Host", *(cell.shown for cell in self.cells)) if part)
+
+    def show(self, host: HostSample | None) -> None:
+        """Display one host reading."""
+        for cell, text in zip(self.cells, host_parts(host), strict=True):
+            cell.show(text)
 
 
 def status_text(snapshot: Snapshot | None) -> str:
@@ -150,7 +178,7 @@ class MonitorPane(Vertical):
         self.nvml_cell = TextCell(id="nvml-message", fixed_height=False)
         self.heading = GpuHeading(threshold, id="gpu-heading")
         self.gpu_list = Vertical(id="gpu-list")
-        self.host_cell = TextCell(host_text(None), id="host-line")
+        self.host_cell = HostLine(id="host-line")
         self.process_table = ProcessTable(id="process-table")
 
     def compose(self) -> ComposeResult:
@@ -162,6 +190,10 @@ class MonitorPane(Vertical):
         yield self.gpu_list
         yield self.host_cell
         yield self.process_table
+
+    def on_mount(self) -> None:
+        # Frames or a plan may have arrived before the pane was mounted (it mounts lazily).
+        self._redraw()
 
     # -- what the app calls -------------------------------------------------------------------
 
@@ -241,7 +273,7 @@ class MonitorPane(Vertical):
                 plan_bytes=self.plan_bytes,
             )
         if snapshot is not None:
-            self.host_cell.show(host_text(snapshot.host))
+            self.host_cell.show(snapshot.host)
             processes = tuple(process for gpu in gpus for process in gpu.processes)
             self.process_table.show(processes)
 

@@ -67,16 +67,12 @@ def problem_text(gpu: GpuSample) -> str | None:
 
 
 def detail_text(gpu: GpuSample) -> str:
-    """The second line of a wide card: memory parts, clocks and what could not be read."""
-    parts = []
-    if gpu.used_bytes is not None:
-        parts.append(f"used {format_bytes(gpu.used_bytes, unit='GiB')}")
-    parts.append(
+    """The second line of a wide card: what rarely changes (reserved memory, clocks, processes,
+    UUID) and what could not be read; the live numbers are on the first line."""
+    parts = [
         "reserved "
         + (NOT_AVAILABLE if gpu.reserved_bytes is None else format_bytes(gpu.reserved_bytes))
-    )
-    if gpu.free_bytes is not None:
-        parts.append(f"free {format_bytes(gpu.free_bytes, unit='GiB')}")
+    ]
     if gpu.sm_clock_mhz is not None:
         parts.append(f"SM {gpu.sm_clock_mhz} MHz")
     if gpu.memory_clock_mhz is not None:
@@ -89,6 +85,8 @@ def detail_text(gpu: GpuSample) -> str:
     unread = [field for field, _why in gpu.errors]
     if unread:
         parts.append(f"n/a: {', '.join(unread)}")
+    if gpu.uuid:
+        parts.append(gpu.uuid)
     return "  ·  ".join(parts)
 
 

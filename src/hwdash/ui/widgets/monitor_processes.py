@@ -11,7 +11,9 @@ from functools import total_ordering
 
 from rich.text import Text
 from textual import events
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from hwdash.core.units import format_bytes
 from hwdash.telemetry.types import ProcessSample
@@ -131,7 +133,6 @@ class ProcessTable(DataTable[ProcessCell]):
 
     def show_cells(self, wanted: dict[str, dict[str, ProcessCell]]) -> None:
         """Bring the table in line with these rows (key ``gpu:pid``), touching only what changed."""
-        changed_order = False
         for key in list(self._rows):
             if key not in wanted:
                 self.remove_row(key)
@@ -140,16 +141,42 @@ class ProcessTable(DataTable[ProcessCell]):
             old = self._rows.get(key)
             if old is None:
                 self.add_row(*(cells[column] for column in COLUMN_KEYS), key=key)
-                changed_order = True
             else:
                 for column in COLUMN_KEYS:
                     if old[column] != cells[column]:
-                        self.update_cell(key, column, cells[column])
-                        if column == self.sort_column:
-                            changed_order = True
+                        self._set_cell(key, column, cells[column])
             self._rows[key] = cells
-        if changed_order:
+        if self.row_keys_in_order != self._sorted_keys():
             self._apply_sort()
+
+    def _sorted_keys(self) -> list[str]:
+        """Row keys in the order the current sort asks for (same rule as :meth:`_apply_sort`)."""
+        rows = self._rows
+
+        def order(key: str) -> tuple[ProcessCell, ProcessCell, ProcessCell]:
+            cells = rows[key]
+            return (cells[self.sort_column], cells["gpu"], cells["pid"])
+
+        return sorted(rows, key=order, reverse=self.sort_reverse)
+
+    def _set_cell(self, row_key: str, column_key: str, value: ProcessCell) -> None:
+        """Change one cell and repaint only that cell.
+
+        ``DataTable.update_cell`` repaints the whole table, which for a table of eight processes
+        whose memory ticks up every second is most of the bytes the dashboard sends. This does
+        what it does (textual 8.x: store the value, bump the update counter that keys the render
+        caches) but refreshes only the cell's region; if those internals ever change, it falls
+        back to ``update_cell``.
+        """
+        data = getattr(self, "_data", None)
+        if not isinstance(data, dict) or not hasattr(self, "_update_count"):
+            self.update_cell(row_key, column_key, value)
+            return
+        row = RowKey(row_key)
+        column = ColumnKey(column_key)
+        data[row][column] = value
+        self._update_count += 1
+        self.refresh_coordinate(Coordinate(self.get_row_index(row), self.get_column_index(column)))
 
     def sort_by(self, column: str, *, reverse: bool | None = None) -> None:
         """Order rows by ``column`` (a key of :data:`PROCESS_COLUMNS`)."""
