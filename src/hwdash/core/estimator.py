@@ -942,6 +942,13 @@ def estimate_memory(
 
     ``accelerator`` decides the compute dtype (fp16 on a GPU without bf16) and the size of a vLLM
     engine's share for RL plans; without it the estimate is hardware-neutral.
+
+    The components are summed: gradients are taken to coexist with the activations at the start of
+    backward. That holds with gradient accumulation over several micro-batches (gradients live
+    across them) and with DeepSpeed's persistent gradient buffers. With one micro-batch per step and
+    ``zero_grad(set_to_none=True)`` (the Trainer's default) gradients only appear as activations are
+    freed, so the real peak can be lower by up to the smaller of the two: a deliberate, conservative
+    choice (the plan has no accumulation count), which matters most for full fine-tuning.
     """
     dp = plan.gpus if gpus is None else max(1, gpus)
     arch = architecture(model)
