@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calibration.cases import CalibrationCase, calibration_grid, quick_grid  # noqa: E402
 from calibration.compare import add_estimates  # noqa: E402
-from calibration.report import update_accuracy_doc, write_csv  # noqa: E402
+from calibration.report import update_accuracy_doc, update_findings_doc, write_csv  # noqa: E402
 
 OUT_JSONL = REPO / "bench" / "out" / "calibration.jsonl"
 DEPTH_JSONL = REPO / "bench" / "out" / "depth-validation.jsonl"
@@ -148,7 +148,10 @@ def run_findings(only: str) -> None:
     results = run_probes(_catalog(), only)
     FINDINGS_JSON.parent.mkdir(parents=True, exist_ok=True)
     FINDINGS_JSON.write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print(markdown(results))
+    table = markdown(results)
+    print(table)
+    if not only and update_findings_doc(table, ACCURACY_DOC):
+        print(f"updated the findings table of {ACCURACY_DOC.relative_to(REPO)}")
 
 
 def main(argv: list[str] | None = None) -> int:

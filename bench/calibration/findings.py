@@ -35,6 +35,18 @@ PROBES: tuple[tuple[str, CalibrationCase], ...] = (
         replace(PROBE_BASE, precision="fp32", sdpa_backend="math", seq=2048),
     ),
     ("full bf16 sdpa math", replace(PROBE_BASE, sdpa_backend="math")),
+    ("full bf16 sdpa math s2048", replace(PROBE_BASE, sdpa_backend="math", seq=2048)),
+    ("full amp sdpa math", replace(PROBE_BASE, precision="amp", sdpa_backend="math")),
+    ("qwen2.5-0.5b full bf16 sdpa", replace(PROBE_BASE, model="qwen2.5-0.5b")),
+    ("qwen2.5-0.5b full bf16 sdpa ckpt", replace(PROBE_BASE, model="qwen2.5-0.5b", grad_ckpt=True)),
+    (
+        "qwen2.5-0.5b lora bf16 dropout 0",
+        replace(PROBE_BASE, model="qwen2.5-0.5b", method="lora", lora_dropout=0.0),
+    ),
+    (
+        "qwen2.5-0.5b lora bf16 dropout 0.05",
+        replace(PROBE_BASE, model="qwen2.5-0.5b", method="lora"),
+    ),
     ("lora bf16 dropout 0.05", replace(PROBE_BASE, method="lora")),
     ("lora bf16 dropout 0", replace(PROBE_BASE, method="lora", lora_dropout=0.0)),
     ("lora bf16 ckpt", replace(PROBE_BASE, method="lora", grad_ckpt=True)),
@@ -46,6 +58,7 @@ PROBES: tuple[tuple[str, CalibrationCase], ...] = (
         ),
     ),
     ("dora bf16 dropout 0.05", replace(PROBE_BASE, method="dora")),
+    ("dora bf16 dropout 0", replace(PROBE_BASE, method="dora", lora_dropout=0.0)),
     ("inference bf16", replace(PROBE_BASE, method="inference", batch=1, seq=4096)),
 )
 
@@ -127,7 +140,7 @@ def run_probes(catalog: Any, only: str = "") -> list[dict[str, Any]]:
 def markdown(results: list[dict[str, Any]]) -> str:
     """A table of the probes for the findings section."""
     lines = [
-        "| probe | saved bytes / layer / token | in units of hidden | logits-sized buffers at "
+        "| probe (llama-3.2-1b unless named; b=2, s=1024) | saved bytes / layer / token | in units of hidden | logits-sized buffers at "
         "the peak (bytes / token / vocab entry) | at the forward peak | peak at | attention ops |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
