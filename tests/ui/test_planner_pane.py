@@ -449,3 +449,17 @@ def test_warnings_name_form_fields_instead_of_flags() -> None:
         form_words("try --grad-ckpt, a smaller --batch/--seq, or --flavor X")
         == "try grad ckpt, a smaller micro-batch/seq length, or --flavor X"
     )
+
+
+async def test_enter_on_a_flavor_row_explains_it(catalog: Catalog, store: PlanStore) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        table = app.query_one(FlavorTable)
+        table.focus()
+        await pilot.press("ctrl+end", "enter")  # the last row: a flavor the plan does not fit
+        await pilot.pause()
+        last = table.shown[-1]
+        assert last.verdict is FitVerdict.NO
+        [note] = [n for n in app._notifications if n.title == last.flavor.name]
+        assert "needs" in note.message

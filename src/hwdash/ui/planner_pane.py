@@ -21,7 +21,7 @@ from textual.events import DescendantBlur, DescendantFocus, Key, Resize
 from textual.message import Message
 from textual.suggester import SuggestFromList
 from textual.widget import Widget
-from textual.widgets import Checkbox, Input, Label, OptionList, Select, Static
+from textual.widgets import Checkbox, DataTable, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from hwdash.core.catalog import Catalog, CatalogError
@@ -585,6 +585,27 @@ class PlannerPane(Widget):
             self.query_one(FlavorTable).fits_only = event.value
             return
         self.request_recompute()
+
+    @on(DataTable.RowSelected, "#plan-flavor-table")
+    def _flavor_chosen(self, event: DataTable.RowSelected) -> None:
+        """Enter on a flavor row: say what the row cannot (hardware, memory, the reason)."""
+        table = self.query_one(FlavorTable)
+        if not 0 <= event.cursor_row < len(table.shown):
+            return
+        fit = table.shown[event.cursor_row]
+        flavor = fit.flavor
+        hardware = f"{flavor.gpu_count} × {fit.accelerator.name}" if fit.accelerator else "CPU only"
+        lines = [
+            f"{hardware}; needs {format_bytes(fit.need_bytes)} of "
+            f"{format_bytes(fit.usable_bytes)} per device",
+        ]
+        if fit.tokens_per_second:
+            lines.append(f"{fit.tokens_per_second:,.0f} tokens/s")
+        if fit.reason:
+            lines.append(form_words(fit.reason))
+        if flavor.price_date:
+            lines.append(f"price as of {flavor.price_date}")
+        self.notify("\n".join(lines), title=flavor.name, timeout=8, markup=False)
 
     @on(Input.Submitted, "#plan-model")
     def _model_submitted(self, event: Input.Submitted) -> None:
