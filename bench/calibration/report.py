@@ -25,6 +25,7 @@ CSV_COLUMNS = (
     "lora_targets",
     "lora_dropout",
     "sdpa_backend",
+    "kernel_matches_cuda",
     "layers",
     "traced_depths",
     "total_params",
@@ -85,6 +86,7 @@ def csv_row(record: dict[str, Any]) -> dict[str, Any]:
         "lora_targets": "+".join(plan["lora_targets"]),
         "lora_dropout": record["lora_dropout"],
         "sdpa_backend": record.get("sdpa_backend", "auto"),
+        "kernel_matches_cuda": record.get("kernel_matches_cuda", True),
         "layers": record["layers"],
         "traced_depths": "+".join(str(d) for d in record["traced_depths"]),
         "total_params": record["total_params"],
@@ -133,7 +135,12 @@ def _error_stats(errors: list[float]) -> str:
 
 
 def error_table(records: list[dict[str, Any]]) -> str:
-    """Markdown: median |error| and worst signed error per method, for hwdash and each anchor."""
+    """Markdown: median |error| and worst signed error per method, for hwdash and each anchor.
+
+    Rows whose attention kernel differs from what CUDA would run (``kernel_matches_cuda`` false) are
+    left out.
+    """
+    records = [r for r in records if r.get("kernel_matches_cuda", True)]
     methods = sorted({r["plan"]["method"] for r in records})
     lines = [
         "| method | rule | rows | median abs. error | worst error |",
@@ -156,7 +163,7 @@ def error_table(records: list[dict[str, Any]]) -> str:
 
 def worst_rows(records: list[dict[str, Any]], count: int = 12) -> str:
     """Markdown: the rows where hwdash is furthest off."""
-    rows = [r for r in records if r.get("error") is not None]
+    rows = [r for r in records if r.get("error") is not None and r.get("kernel_matches_cuda", True)]
     rows.sort(key=lambda r: abs(r["error"]), reverse=True)
     lines = [
         "| case | measured GiB | hwdash GiB (no overhead) | error | peak at |",
@@ -227,7 +234,9 @@ def generated_block(records: list[dict[str, Any]]) -> str:
         "### Error per method",
         "",
         "Error = (estimate - traced peak) / traced peak. hwdash is scored without its `overhead`",
-        "component (CUDA context, allocator slack), which a fake-tensor trace cannot see.",
+        "component (CUDA context, allocator slack), which a fake-tensor trace cannot see. Rows whose",
+        "attention kernel differs from the one CUDA would run (`kernel_matches_cuda = False` in the",
+        f"CSV: {sum(1 for r in records if not r.get('kernel_matches_cuda', True))} rows) are left out.",
         "",
         error_table(records),
         "",
