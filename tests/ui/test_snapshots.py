@@ -60,6 +60,11 @@ def test_monitor_eight_gpus(
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+def test_monitor_uses_the_room_at_200x60(snap_compare: SnapCompare, tmp_path: Path) -> None:
+    app, run_before = _case("h100x8", tmp_path, until_s=60, step_s=2)
+    assert snap_compare(app, terminal_size=(200, 60), run_before=run_before)
+
+
 def test_monitor_lost_gpu(snap_compare: SnapCompare, tmp_path: Path) -> None:
     app, run_before = _case("gpu-lost", tmp_path, until_s=24)
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)

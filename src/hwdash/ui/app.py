@@ -277,6 +277,10 @@ class HwdashApp(App[None]):
         if tab in TAB_NAMES:
             self.query_one(TabbedContent).active = tab
 
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """The footer's keys depend on the tab (sorting is offered on the monitor only)."""
+        self.refresh_bindings()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Offer "sort processes" only on the monitor tab."""
         if action == "sort_processes":
