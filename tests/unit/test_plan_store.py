@@ -36,7 +36,10 @@ def test_default_path_follows_xdg_data_home(
     assert PlanStore().path == tmp_path / "xdg" / "hwdash" / "plans.json"
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_plans_path() == tmp_path / "home" / ".local" / "share" / "hwdash" / "plans.json"
+    fallback = tmp_path / "home" / ".local" / "share" / "hwdash" / "plans.json"
+    assert default_plans_path() == fallback
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/dir")  # invalid per the XDG spec: ignored
+    assert default_plans_path() == fallback
 
 
 def test_missing_file_is_an_empty_store(store: PlanStore) -> None:

@@ -125,9 +125,12 @@ class _PlansFile(BaseModel):
 
 
 def default_plans_path() -> Path:
-    """``$XDG_DATA_HOME/hwdash/plans.json``, or ``~/.local/share/hwdash/plans.json``."""
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "hwdash" / "plans.json"
+    """``$XDG_DATA_HOME/hwdash/plans.json``, or ``~/.local/share/hwdash/plans.json`` when the
+    variable is unset, empty or relative."""
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    # The XDG spec says a relative value is invalid and must be ignored.
+    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
+    return base / "hwdash" / "plans.json"
 
 
 def clean_name(name: str) -> str:
