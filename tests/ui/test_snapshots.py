@@ -19,6 +19,9 @@ from hwdash.ui.app import TabName
 
 SnapCompare = Callable[..., bool]
 
+#: The plan drawn on the monitor's bars in every snapshot: 60 GiB per GPU.
+PLAN_BYTES = 60 * 1024**3
+
 
 def _case(
     scenario: str,
@@ -33,6 +36,8 @@ def _case(
 
     async def run_before(pilot: Pilot[None]) -> None:
         await replay(pilot, app, clock, until_s=until_s, step_s=step_s)
+        # A fixed plan on the bars, so estimator changes do not redraw the monitor's baselines.
+        app.monitor.set_plan_expectation(PLAN_BYTES, "example")
         if keys:
             await pilot.press(*keys)
         await pilot.pause()
