@@ -397,3 +397,32 @@ async def test_gpus_crossing_a_few_seconds_apart_share_one_toast(tmp_path: Path)
         assert len(toasts) == 1  # ... and they share one toast naming every GPU
         for index in range(4):
             assert f"GPU {index} A100-SXM4-80GB" in toasts[0].message
+
+
+class BrokenSampler:
+    """A sampler with a bug: ``sample()`` raises instead of reporting trouble."""
+
+    def sample(self) -> Snapshot:
+        raise RuntimeError("boom")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_sampler_that_raises_is_shown_in_words_and_sampling_goes_on(
+    tmp_path: Path,
+) -> None:
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=BrokenSampler(),
+        interval=0.02,
+        plan_store=PlanStore(tmp_path / "plans.json"),
+        initial_tab="monitor",
+        alert_log=False,
+    )
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for_frames(pilot, app, 3)
+        assert "the sampler failed: boom" in app.monitor.nvml_cell.shown
+        assert app.sampling is not None and app.sampling.alive
+        with pytest.raises(RuntimeError, match="already started"):
+            app.sampling.start()
