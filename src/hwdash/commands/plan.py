@@ -37,6 +37,7 @@ FIELD_FLAGS = {
     "batch": "--batch",
     "seq": "--seq",
     "grad_ckpt": "--grad-ckpt",
+    "grad_accum": "--grad-accum",
     "attention": "--attn",
     "optimizer": "--optimizer",
     "lora_r": "--lora-r",
@@ -149,6 +150,14 @@ def add_parser(subparsers: Any) -> None:
         "--grad-ckpt", action="store_true", help="gradient checkpointing (recompute activations)"
     )
     shape.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
+        "during every backward (default 1)",
+    )
+    shape.add_argument(
         "--attn",
         choices=[a.value for a in Attention],
         default=Attention.SDPA.value,
@@ -229,6 +238,12 @@ def add_parser(subparsers: Any) -> None:
     )
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument(
+        "--trace",
+        action="store_true",
+        help="also run the plan's step on fake tensors (needs torch and transformers, no GPU) "
+        "and show the traced peak beside the estimate",
+    )
+    out.add_argument(
         "--save",
         metavar="NAME",
         help="save the plan under NAME in the plans file (dashboard compare)",
@@ -265,6 +280,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "batch": args.batch,
         "seq": args.seq,
         "grad_ckpt": args.grad_ckpt,
+        "grad_accum": args.grad_accum,
         "attention": args.attn,
         "optimizer": args.optimizer,
         "lora_r": args.lora_r,
@@ -319,6 +335,10 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     catalog = load_catalog(args.catalog)
     model = resolve_model(plan.model, catalog)
+    if args.trace:
+        from hwdash.commands.plan_trace import check_trace_available
+
+        check_trace_available(plan)
     report = evaluate_plan(plan, catalog, model)
     saved_message = None
     if args.save is not None:
@@ -333,12 +353,20 @@ def run(args: argparse.Namespace) -> int:
         if saved_message is not None:
             document["saved_as"] = saved.name
             print(saved_message, file=sys.stderr)
+        if args.trace:
+            from hwdash.commands.plan_trace import trace_json
+
+            document["trace"] = trace_json(plan, model)
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     render_report(report)
     if saved_message is not None:
         print(saved_message)
+    if args.trace:
+        from hwdash.commands.plan_trace import print_trace
+
+        print_trace(plan, model)
     return 0
 
 

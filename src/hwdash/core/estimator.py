@@ -343,6 +343,55 @@ def optimizer_state_bytes_per_param(optimizer: Optimizer, layout: Layout) -> flo
     return ADAFACTOR_STATE_FRACTION * layout.state_bytes
 
 
+#: Bytes per element of the largest parameter that Hugging Face's ``Adafactor.step`` holds at once:
+#: it upcasts the gradient and the parameter to fp32 and builds the update from them, one parameter
+#: at a time (``transformers/optimization.py``). Fitted, and exact, on the three ``adafactor-single``
+#: rows of ``bench/data/calibration.csv`` (qwen2.5-0.5b, llama-3.2-1b, qwen2.5-7b, full bf16): the
+#: optimizer phase holds 16.0 bytes per element of the embedding matrix above weights + gradients.
+ADAFACTOR_STEP_BYTES_PER_ELEMENT = 16
+
+
+def optimizer_step_temporary_bytes(
+    arch: Architecture,
+    method: Method,
+    trainable: int,
+    layout: Layout,
+    optimizer: Optimizer,
+    zero: int,
+    data_parallel: int,
+) -> float:
+    """Temporaries the optimizer step allocates on top of the states (freed when it returns).
+
+    * adamw: we assume PyTorch's ``foreach`` implementation, the default of ``torch.optim.AdamW``
+      on CUDA and of the Trainer's ``adamw_torch``: ``_foreach_sqrt`` of the second moments builds
+      one state-sized tensor for every parameter at once (``torch/optim/adamw.py``,
+      ``_multi_tensor_adam``). Traced: the optimizer phase holds exactly weights + gradients +
+      1.5 x states on every ``adamw-foreach`` row of ``bench/data/calibration.csv``. The fused
+      kernel (``fused=True``, the Trainer's ``adamw_torch_fused``) allocates none, so for it this
+      overstates the step by one state; the for-loop version holds one parameter's worth.
+    * adamw-8bit (bitsandbytes) and plain SGD (``foreach``: in-place adds): none.
+    * adafactor: :data:`ADAFACTOR_STEP_BYTES_PER_ELEMENT` times the largest trained tensor.
+
+    Sharded like the states under ZeRO (each rank steps its own partition).
+    """
+    shard = max(1, data_parallel) if zero >= 1 else 1
+    if optimizer is Optimizer.ADAMW:
+        return trainable * layout.state_bytes / shard
+    if optimizer is Optimizer.ADAFACTOR:
+        if method is Method.FULL:
+            single = max(
+                arch.embedding_params,
+                arch.lm_head_params,
+                max(linear.in_features * linear.out_features for linear in arch.linears),
+            )
+        else:
+            # the largest adapter matrix: r x in (lora_A) or out x r (lora_B); the rank is not
+            # known here, so bound it by the trainable count of one layer's adapters
+            single = trainable // max(1, arch.layers)
+        return ADAFACTOR_STEP_BYTES_PER_ELEMENT * single / shard
+    return 0.0
+
+
 @dataclass(frozen=True)
 class ModelStates:
     """Model-state bytes on one GPU (ZeRO paper's "model states")."""
@@ -680,24 +729,51 @@ def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int)
 # --------------------------------------------------------------------------------------------------
 
 
+#: Names of the phases whose peaks :func:`estimate_memory` compares (``MemoryEstimate.peak_phase``).
+PHASE_BACKWARD = "backward"
+PHASE_OPTIMIZER_STEP = "optimizer step"
+PHASE_INFERENCE = "prefill"
+#: Which phases a recorded part is alive in. Weights, optimizer states and KV cache: every phase.
+_EVERY_PHASE = frozenset({PHASE_BACKWARD, PHASE_OPTIMIZER_STEP, PHASE_INFERENCE})
+_BACKWARD_ONLY = frozenset({PHASE_BACKWARD, PHASE_INFERENCE})
+_STEP_ONLY = frozenset({PHASE_OPTIMIZER_STEP})
+
+
 @dataclass
 class _Accumulator:
-    """Bytes collected while estimating one plan (floats until the end)."""
+    """Bytes collected while estimating one plan (floats until the end).
+
+    Training has two candidate peaks (see :func:`_peak_phase`): the start of backward, where the
+    saved activations and the loss's fp32 tensors are alive, and the optimizer step, where every
+    gradient, the states and the step's temporaries are. Gradients are split accordingly:
+    ``persistent_gradients`` are alive in both (gradient accumulation, DeepSpeed's buffers, RL),
+    ``step_gradients`` only at the step (one micro-batch per step: they are produced while the
+    activations are freed).
+    """
 
     weights: float = 0.0
-    gradients: float = 0.0
+    persistent_gradients: float = 0.0
+    step_gradients: float = 0.0
     optimizer: float = 0.0
+    step_temporaries: float = 0.0
     activations: float = 0.0
     kv_cache: float = 0.0
     host: float = 0.0
 
     def __post_init__(self) -> None:
-        self.details: list[tuple[str, int]] = []
+        self.details: list[tuple[str, int, frozenset[str]]] = []
         self.warnings: list[str] = []
 
-    def note(self, label: str, value: float) -> None:
-        """Record a named sub-part for display."""
-        self.details.append((label, round(value)))
+    def note(self, label: str, value: float, phases: frozenset[str] = _EVERY_PHASE) -> None:
+        """Record a named sub-part for display, alive in ``phases``."""
+        self.details.append((label, round(value), phases))
+
+    def phase_total(self, phase: str) -> float:
+        """Bytes alive at the peak of ``phase`` (overhead excluded)."""
+        common = self.weights + self.optimizer + self.kv_cache + self.persistent_gradients
+        if phase == PHASE_OPTIMIZER_STEP:
+            return common + self.step_gradients + self.step_temporaries
+        return common + self.activations
 
 
 def _zero3_live_bytes(arch: Architecture, weight_bytes: float) -> float:
@@ -816,14 +892,17 @@ def _train_one_model(
             largest = arch.largest_linear
             dequantized = 2 * largest.in_features * largest.out_features
             acc.activations += dequantized
-            acc.note(f"{label} dequantized weight (transient)", dequantized)
+            acc.note(f"{label} dequantized weight (transient)", dequantized, _BACKWARD_ONLY)
         if dora:
             transient = dora_weight_norm_transient_bytes(
                 targets, state_layout.weight_bytes, element_bytes
             )
             acc.activations += transient
-            acc.note(f"{label} DoRA weight-norm transient", transient)
+            acc.note(f"{label} DoRA weight-norm transient", transient, _BACKWARD_ONLY)
     gradients, optimizer = states.gradients, states.optimizer
+    step_temporaries = optimizer_step_temporary_bytes(
+        arch, method, trainable, state_layout, plan.optimizer, zero, dp
+    )
     if offload is not Offload.NONE:
         # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on
         # the host; all shards of one machine add up to the full size there. We keep the 16-bit
@@ -834,10 +913,30 @@ def _train_one_model(
         )
         acc.host += trainable * (k_bytes + state_layout.gradient_bytes)
         optimizer = 0.0
-    acc.gradients += gradients
+        step_temporaries = 0.0
     acc.optimizer += optimizer
-    acc.note(f"{label} gradients", gradients)
     acc.note(f"{label} optimizer states", optimizer)
+    if _gradients_persist(plan):
+        acc.persistent_gradients += gradients
+        acc.note(f"{label} gradients", gradients)
+    else:
+        acc.step_gradients += gradients
+        acc.note(f"{label} gradients", gradients, _STEP_ONLY)
+    if state_layout.master_bytes and offload is Offload.NONE:
+        # The step reads fp32 gradients: DeepSpeed upcasts the 16-bit gradients into fp32
+        # partitions for its fp32 master copy (stage_1_and_2.py, single_partition_of_fp32_groups),
+        # as does our trace's emulation (bench/calibration/tracing.py, ``to_masters``), which frees
+        # each 16-bit gradient as it is copied: traced qwen2.5-7b mixed, optimizer phase.
+        shard = dp if zero >= 1 else 1
+        fp32_gradients = trainable * 4 / shard
+        acc.step_gradients += fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
+        acc.note(
+            f"{label} fp32 gradients for the master copy",
+            fp32_gradients - (0.0 if _gradients_persist(plan) else gradients),
+            _STEP_ONLY,
+        )
+    acc.step_temporaries += step_temporaries
+    acc.note(f"{label} optimizer step temporaries", step_temporaries, _STEP_ONLY)
     activations = training_activation_bytes(
         arch,
         plan.batch,
@@ -851,12 +950,43 @@ def _train_one_model(
         dora=method is Method.DORA,
     )
     acc.activations += activations
-    acc.note(f"{label} activations", activations)
+    acc.note(f"{label} activations", activations, _BACKWARD_ONLY)
     if with_logits:
         logits = logits_bytes(arch, plan.batch, plan.seq, element_bytes)
         acc.activations += logits
-        acc.note(f"{label} logits and loss", logits)
+        acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
     return trainable
+
+
+def _gradients_persist(plan: Plan) -> bool:
+    """Whether gradients are alive during backward (and so at its start, with the activations).
+
+    With one micro-batch per optimizer step and ``zero_grad(set_to_none=True)`` (the Trainer's and
+    PyTorch's default), each gradient appears as backward frees the activations that produced it,
+    so the start of backward holds activations and no gradients, and the step holds gradients and no
+    activations. Traced on every full fine-tuning row of ``bench/data/calibration.csv``: gradient
+    bytes are 0 at the backward peak. They persist with gradient accumulation (the earlier
+    micro-batches' sums), with DeepSpeed ZeRO (its gradient partitions and reduce buckets live
+    across backward; https://www.deepspeed.ai/docs/config-json/ ``reduce_bucket_size``,
+    ``contiguous_gradients``) and, conservatively, for RL plans, which alternate several models.
+    """
+    return plan.grad_accum > 1 or plan.zero >= 1 or plan.is_rl
+
+
+def _peak_phase(plan: Plan, acc: _Accumulator) -> str:
+    """The phase whose bytes are the step's peak: the start of backward or the optimizer step.
+
+    The forward's own peak (16-bit logits, their fp32 copy and the log-softmax output) is below the
+    start of backward, which holds the saved activations plus 12 bytes per logit
+    (:data:`LOSS_FP32_BYTES_PER_LOGIT`); traced on every training row of the calibration CSV. The
+    first step is never higher than a later one for the same phase: the optimizer states are
+    created lazily inside the first step, so they are absent from its forward and backward.
+    """
+    if not plan.is_training:
+        return PHASE_INFERENCE
+    backward = acc.phase_total(PHASE_BACKWARD)
+    step = acc.phase_total(PHASE_OPTIMIZER_STEP)
+    return PHASE_OPTIMIZER_STEP if step > backward else PHASE_BACKWARD
 
 
 def _frozen_copy(
@@ -943,12 +1073,17 @@ def estimate_memory(
     ``accelerator`` decides the compute dtype (fp16 on a GPU without bf16) and the size of a vLLM
     engine's share for RL plans; without it the estimate is hardware-neutral.
 
-    The components are summed: gradients are taken to coexist with the activations at the start of
-    backward. That holds with gradient accumulation over several micro-batches (gradients live
-    across them) and with DeepSpeed's persistent gradient buffers. With one micro-batch per step and
-    ``zero_grad(set_to_none=True)`` (the Trainer's default) gradients only appear as activations are
-    freed, so the real peak can be lower by up to the smaller of the two: a deliberate, conservative
-    choice (the plan has no accumulation count), which matters most for full fine-tuning.
+    The peak is the larger of two phases (:func:`_peak_phase`), and the breakdown shows the
+    components as they are at that phase (``MemoryEstimate.peak_phase``):
+
+    * start of backward: weights + optimizer states + the saved activations and the loss's fp32
+      tensors + the gradients that persist across backward (:func:`_gradients_persist`);
+    * optimizer step: weights + optimizer states + every gradient + the step's temporaries
+      (:func:`optimizer_step_temporary_bytes`), no activations.
+
+    Gradients fill in as backward frees the activations layer by layer, so between the two ends the
+    sum of activations and gradients moves from one to the other; the traces show no peak in
+    between (``bench/data/calibration.csv``, ``peak_phase``).
     """
     dp = plan.gpus if gpus is None else max(1, gpus)
     arch = architecture(model)
@@ -1003,7 +1138,7 @@ def estimate_memory(
         acc.activations += activations
         acc.note("weights", weights)
         acc.note("KV cache", kv)
-        acc.note("prefill activations (one layer) + last-token logits", activations)
+        acc.note("prefill activations (one layer) + last-token logits", activations, _BACKWARD_ONLY)
         if dp > 1:
             acc.warnings.append(
                 f"inference on {dp} GPUs assumes the weights and KV cache are split evenly "
@@ -1033,15 +1168,18 @@ def estimate_memory(
             plan, arch, plan.method, layout, dp, acc, "model", with_logits=True
         )
 
-    rest = acc.weights + acc.gradients + acc.optimizer + acc.activations + acc.kv_cache
+    phase = _peak_phase(plan, acc)
+    rest = acc.phase_total(phase)
     overhead = CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * rest
-    acc.note("CUDA context (guess)", CUDA_CONTEXT_BYTES)
-    acc.note("allocator fragmentation (guess)", ALLOCATOR_FRAGMENTATION * rest)
+    details = [(label, value) for label, value, phases in acc.details if phase in phases]
+    details.append(("CUDA context (guess)", CUDA_CONTEXT_BYTES))
+    details.append(("allocator fragmentation (guess)", round(ALLOCATOR_FRAGMENTATION * rest)))
+    at_step = phase == PHASE_OPTIMIZER_STEP
     breakdown = MemoryBreakdown(
         weights=math.ceil(acc.weights),
-        gradients=math.ceil(acc.gradients),
-        optimizer=math.ceil(acc.optimizer),
-        activations=math.ceil(acc.activations),
+        gradients=math.ceil(acc.persistent_gradients + (acc.step_gradients if at_step else 0.0)),
+        optimizer=math.ceil(acc.optimizer + (acc.step_temporaries if at_step else 0.0)),
+        activations=0 if at_step else math.ceil(acc.activations),
         kv_cache=math.ceil(acc.kv_cache),
         overhead=math.ceil(overhead),
     )
@@ -1052,6 +1190,7 @@ def estimate_memory(
         total_params=arch.total_params,
         trainable_params=trainable,
         compute_dtype=compute_dtype,
-        details=tuple(acc.details),
+        peak_phase=phase,
+        details=tuple(details),
         warnings=tuple(acc.warnings),
     )

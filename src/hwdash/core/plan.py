@@ -93,6 +93,10 @@ class Plan(BaseModel):
     """Sequence length in tokens (for inference: prompt plus generated tokens)."""
     grad_ckpt: bool = False
     """Gradient (activation) checkpointing: keep only each layer's input, recompute the rest."""
+    grad_accum: int = Field(default=1, ge=1, le=4096)
+    """Gradient accumulation steps per optimizer step. With more than 1 the gradients of the earlier
+    micro-batches are alive during the next forward and backward, on top of its activations; the
+    token count and the time do not change (they count micro-batches, not optimizer steps)."""
     attention: Attention = Attention.SDPA
     """Attention implementation."""
     optimizer: Optimizer = Optimizer.ADAMW

@@ -67,8 +67,11 @@ class MemoryEstimate:
     """Parameters that receive gradients (adapters only for LoRA-style methods)."""
     compute_dtype: str = "bf16"
     """The half-precision dtype the matmuls run in (``fp16`` on a GPU without bf16)."""
+    peak_phase: str = "backward"
+    """When the peak happens: ``backward`` (its start: activations and the loss alive),
+    ``optimizer step`` (gradients, states and the step's temporaries) or ``prefill`` (inference)."""
     details: tuple[tuple[str, int], ...] = ()
-    """Named sub-parts for display, e.g. ``("reference model weights", n)``."""
+    """Named sub-parts alive at the peak phase, for display, e.g. ``("reference model weights", n)``."""
     warnings: tuple[str, ...] = ()
     """Things the user should know about this estimate."""
 
@@ -152,6 +155,7 @@ class PlanReport:
         plan["trainable_params"] = self.estimate.trainable_params
         plan["tokens"] = self.tokens
         plan["compute_dtype"] = self.estimate.compute_dtype
+        plan["peak_phase"] = self.estimate.peak_phase
         return {
             "plan": plan,
             "memory": self.estimate.per_gpu.as_dict(),
