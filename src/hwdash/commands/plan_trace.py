@@ -1,0 +1,119 @@
+"""``hwdash plan --trace``: the traced peak of a fake-tensor step beside the analytic estimate.
+
+The trace itself is :func:`hwdash.tracing.trace_plan`; this module picks the estimate it is
+compared with, and prints the comparison (rich) or builds the ``trace`` object of ``--json``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from hwdash.core.catalog import ModelSpec
+from hwdash.core.plan import Offload, Plan
+from hwdash.core.results import MemoryBreakdown
+from hwdash.tracing import (
+    TraceResult,
+    check_trace_dependencies,
+    comparison_rows,
+    relative_error,
+    trace_plan,
+    trace_settings,
+)
+
+
+def check_trace_available(plan: Plan) -> None:
+    """Fail early (one line, exit 2) when the plan cannot be traced here, before any output."""
+    trace_settings(plan)
+    check_trace_dependencies(plan)
+
+
+def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryBreakdown:
+    """The estimate a trace stands for: one GPU, no ZeRO, no offload (what the trace runs)."""
+    from hwdash.core.estimator import estimate_memory
+
+    single = plan.model_copy(update={"gpus": 1, "zero": 0, "offload": Offload.NONE})
+    return estimate_memory(single, model, gpus=1).per_gpu
+
+
+def trace_document(trace: TraceResult, estimate: MemoryBreakdown) -> dict[str, Any]:
+    """The ``trace`` object of ``--json``: the trace, the estimate it is compared with, the errors.
+
+    Errors are (estimate - traced) / traced. ``error`` leaves out the estimate's ``overhead`` (CUDA
+    context, allocator slack), which a trace of tensor storages cannot see.
+    """
+    breakdown = estimate.as_dict()
+    without_overhead = breakdown["total"] - breakdown["overhead"]
+    document = trace.as_dict()
+    document["estimate"] = {
+        "components": breakdown,
+        "total": breakdown["total"],
+        "without_overhead": without_overhead,
+    }
+    document["error"] = relative_error(without_overhead, trace.peak_bytes)
+    document["error_with_overhead"] = relative_error(breakdown["total"], trace.peak_bytes)
+    return document
+
+
+def run_trace(plan: Plan, model: ModelSpec) -> tuple[TraceResult, MemoryBreakdown]:
+    """Trace the plan (blocking) and compute the estimate to compare it with."""
+    trace = trace_plan(plan, model)
+    return trace, comparable_estimate(plan, model)
+
+
+def trace_json(plan: Plan, model: ModelSpec) -> dict[str, Any]:
+    """Trace the plan and return the ``trace`` object of ``--json``."""
+    trace, estimate = run_trace(plan, model)
+    return trace_document(trace, estimate)
+
+
+def _percent(error: float | None) -> str:
+    return "n/a" if error is None else f"{error:+.1%}"
+
+
+def print_trace(plan: Plan, model: ModelSpec, console: Any = None) -> None:
+    """Trace the plan and print the traced peak beside the estimate, with both breakdowns."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hwdash.core.units import GIB
+
+    console = console or Console()
+    print(
+        f"tracing one fake-tensor step of {model.name} (torch, no GPU memory used)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    trace, estimate = run_trace(plan, model)
+    document = trace_document(trace, estimate)
+    versions = ", ".join(f"{name} {version}" for name, version in trace.versions.items())
+    step = "inference" if trace.peak_step == 0 else f"step {trace.peak_step}"
+    console.print(
+        f"[bold]traced peak[/bold] {trace.peak_bytes / GIB:.2f} GiB at {step} {trace.peak_phase} "
+        f"(fake {trace.device} tensors, {trace.seconds:.1f} s; {versions})",
+        highlight=False,
+    )
+    without = document["estimate"]["without_overhead"]
+    console.print(
+        f"estimate {without / GIB:.2f} GiB without overhead ({_percent(document['error'])}), "
+        f"{estimate.total / GIB:.2f} GiB with it ({_percent(document['error_with_overhead'])})",
+        highlight=False,
+    )
+    table = Table(title="estimate vs trace, GiB on one GPU at the traced peak")
+    table.add_column("component")
+    table.add_column("estimate", justify="right")
+    table.add_column("traced", justify="right")
+    for label, estimated, traced in comparison_rows(trace, estimate.as_dict()):
+        table.add_row(
+            label,
+            "-" if estimated is None else f"{estimated / GIB:.2f}",
+            "-" if traced is None else f"{traced / GIB:.2f}",
+        )
+    table.add_row(
+        "[bold]total[/bold]",
+        f"[bold]{estimate.total / GIB:.2f}[/bold]",
+        f"[bold]{trace.peak_bytes / GIB:.2f}[/bold]",
+    )
+    console.print(table)
+    for note in trace.notes:
+        console.print(f"[dim]trace: {note}[/dim]", highlight=False)
