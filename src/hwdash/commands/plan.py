@@ -37,6 +37,7 @@ FIELD_FLAGS = {
     "batch": "--batch",
     "seq": "--seq",
     "grad_ckpt": "--grad-ckpt",
+    "grad_accum": "--grad-accum",
     "attention": "--attn",
     "optimizer": "--optimizer",
     "lora_r": "--lora-r",
@@ -147,6 +148,14 @@ def add_parser(subparsers: Any) -> None:
     )
     shape.add_argument(
         "--grad-ckpt", action="store_true", help="gradient checkpointing (recompute activations)"
+    )
+    shape.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
+        "during every backward (default 1)",
     )
     shape.add_argument(
         "--attn",
@@ -271,6 +280,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "batch": args.batch,
         "seq": args.seq,
         "grad_ckpt": args.grad_ckpt,
+        "grad_accum": args.grad_accum,
         "attention": args.attn,
         "optimizer": args.optimizer,
         "lora_r": args.lora_r,
