@@ -239,6 +239,9 @@ class TraceSettings:
     """Sequences per step."""
     seq: int
     """Tokens per sequence (inference: prompt plus one decoded token)."""
+    micro_batches: int
+    """Forward/backward passes per optimizer step: 2 stands for any gradient accumulation (from
+    the second micro-batch on, the gradients of the earlier ones are alive; more add nothing)."""
     notes: tuple[str, ...]
     """How the traced setting differs from the plan."""
 
@@ -309,6 +312,13 @@ def trace_settings(plan: Plan) -> TraceSettings:
             "AdamW foreach (torch.optim.AdamW's default on CUDA), two steps: Adam creates its "
             "states in the first"
         )
+    micro_batches = 1
+    if plan.method is not Method.INFERENCE and plan.grad_accum > 1:
+        micro_batches = 2
+        notes.append(
+            f"gradient accumulation ({plan.grad_accum} micro-batches) traced as 2 per step: from "
+            "the second on, the accumulated gradients are alive, and later ones add nothing"
+        )
     return TraceSettings(
         method=method,
         weight_dtype=weight_dtype,
@@ -321,6 +331,7 @@ def trace_settings(plan: Plan) -> TraceSettings:
         lora_targets=tuple(plan.lora_targets),
         batch=plan.batch,
         seq=seq,
+        micro_batches=micro_batches,
         notes=tuple(notes),
     )
 
@@ -464,8 +475,13 @@ def comparison_rows(
         ),
         ("gradients", estimate["gradients"], parts["gradients"]),
         ("optimizer (+ master copy)", estimate["optimizer"], parts["optimizer"] + parts["other"]),
-        ("activations", estimate["activations"], parts["activations"]),
-        ("temporaries (backward)", None, parts["temporaries"]),
+        (
+            "activations + temporaries",
+            estimate["activations"],
+            parts["activations"] + parts["temporaries"],
+        ),
+        ("  of which forward activations", None, parts["activations"]),
+        ("  of which backward temporaries", None, parts["temporaries"]),
         ("KV cache", estimate["kv_cache"], None),
         ("overhead (context, allocator)", estimate["overhead"], None),
     ]
@@ -966,14 +982,17 @@ def _run_training(
     with tracker, _attention_kernel(settings, device, config):
         tracker.close_phase(0, "setup", collect)
         for step in (1, 2):
-            # MemTracker refuses a module that runs twice unless its per-module stats are cleared.
-            tracker.reset_mod_stats()
-            with autocast:
-                loss = model(input_ids=ids, labels=ids).loss
-            phases.append(tracker.close_phase(step, "forward", collect))
-            loss.backward()
-            del loss
-            phases.append(tracker.close_phase(step, "backward", collect))
+            # MemTracker refuses a module that runs twice unless its per-module stats are cleared
+            # (reset before every forward).
+            for micro in range(1, settings.micro_batches + 1):
+                suffix = f" {micro}" if settings.micro_batches > 1 else ""
+                tracker.reset_mod_stats()
+                with autocast:
+                    loss = model(input_ids=ids, labels=ids).loss
+                phases.append(tracker.close_phase(step, "forward" + suffix, collect))
+                loss.backward()
+                del loss
+                phases.append(tracker.close_phase(step, "backward" + suffix, collect))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             phases.append(tracker.close_phase(step, "optimizer", collect))

@@ -11,7 +11,7 @@ from typing import Any
 
 from hwdash.core.catalog import ModelSpec
 from hwdash.core.plan import Offload, Plan
-from hwdash.core.results import MemoryBreakdown
+from hwdash.core.results import MemoryEstimate
 from hwdash.tracing import (
     TraceResult,
     check_trace_dependencies,
@@ -28,34 +28,35 @@ def check_trace_available(plan: Plan) -> None:
     check_trace_dependencies(plan)
 
 
-def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryBreakdown:
+def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryEstimate:
     """The estimate a trace stands for: one GPU, no ZeRO, no offload (what the trace runs)."""
     from hwdash.core.estimator import estimate_memory
 
     single = plan.model_copy(update={"gpus": 1, "zero": 0, "offload": Offload.NONE})
-    return estimate_memory(single, model, gpus=1).per_gpu
+    return estimate_memory(single, model, gpus=1)
 
 
-def trace_document(trace: TraceResult, estimate: MemoryBreakdown) -> dict[str, Any]:
+def trace_document(trace: TraceResult, estimate: MemoryEstimate) -> dict[str, Any]:
     """The ``trace`` object of ``--json``: the trace, the estimate it is compared with, the errors.
 
     Errors are (estimate - traced) / traced. ``error`` leaves out the estimate's ``overhead`` (CUDA
     context, allocator slack), which a trace of tensor storages cannot see.
     """
-    breakdown = estimate.as_dict()
+    breakdown = estimate.per_gpu.as_dict()
     without_overhead = breakdown["total"] - breakdown["overhead"]
     document = trace.as_dict()
     document["estimate"] = {
         "components": breakdown,
         "total": breakdown["total"],
         "without_overhead": without_overhead,
+        "peak_phase": estimate.peak_phase,
     }
     document["error"] = relative_error(without_overhead, trace.peak_bytes)
     document["error_with_overhead"] = relative_error(breakdown["total"], trace.peak_bytes)
     return document
 
 
-def run_trace(plan: Plan, model: ModelSpec) -> tuple[TraceResult, MemoryBreakdown]:
+def run_trace(plan: Plan, model: ModelSpec) -> tuple[TraceResult, MemoryEstimate]:
     """Trace the plan (blocking) and compute the estimate to compare it with."""
     trace = trace_plan(plan, model)
     return trace, comparable_estimate(plan, model)
@@ -94,16 +95,18 @@ def print_trace(plan: Plan, model: ModelSpec, console: Any = None) -> None:
         highlight=False,
     )
     without = document["estimate"]["without_overhead"]
+    total = document["estimate"]["total"]
     console.print(
         f"estimate {without / GIB:.2f} GiB without overhead ({_percent(document['error'])}), "
-        f"{estimate.total / GIB:.2f} GiB with it ({_percent(document['error_with_overhead'])})",
+        f"{total / GIB:.2f} GiB with it ({_percent(document['error_with_overhead'])}); "
+        f"estimated peak at {estimate.peak_phase}",
         highlight=False,
     )
     table = Table(title="estimate vs trace, GiB on one GPU at the traced peak")
     table.add_column("component")
     table.add_column("estimate", justify="right")
     table.add_column("traced", justify="right")
-    for label, estimated, traced in comparison_rows(trace, estimate.as_dict()):
+    for label, estimated, traced in comparison_rows(trace, estimate.per_gpu.as_dict()):
         table.add_row(
             label,
             "-" if estimated is None else f"{estimated / GIB:.2f}",
@@ -111,7 +114,7 @@ def print_trace(plan: Plan, model: ModelSpec, console: Any = None) -> None:
         )
     table.add_row(
         "[bold]total[/bold]",
-        f"[bold]{estimate.total / GIB:.2f}[/bold]",
+        f"[bold]{total / GIB:.2f}[/bold]",
         f"[bold]{trace.peak_bytes / GIB:.2f}[/bold]",
     )
     console.print(table)
