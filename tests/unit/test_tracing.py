@@ -1,0 +1,386 @@
+"""``hwdash plan --trace`` and :mod:`hwdash.tracing`.
+
+Two kinds of test. The first half needs no torch and runs everywhere (CI has none): the missing-package
+message, the Plan -> traced-setting mapping and the ModelSpec -> transformers-config mapping, which
+are pure. The second half traces tiny models end to end and is skipped where torch, transformers or
+peft are not importable.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hwdash.cli import main
+from hwdash.core.catalog import ModelSpec, load_catalog
+from hwdash.core.models import model_from_config, model_from_config_file
+from hwdash.core.plan import Plan
+from hwdash.tracing import (
+    TracePhase,
+    TraceResult,
+    TraceUnavailable,
+    build_hf_config_dict,
+    comparison_rows,
+    extrapolate_phases,
+    hf_model_type,
+    layer_period,
+    local_config_dict,
+    trace_depths,
+    trace_settings,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+CONFIGS = DATA / "model_configs"
+
+#: The architecture fields a ModelSpec carries (the identity fields id/name/source aside).
+ARCHITECTURE_FIELDS = (
+    "layers",
+    "hidden_size",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "tied_embeddings",
+    "mlp",
+    "experts",
+    "experts_per_token",
+    "max_context",
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("HWDASH_CATALOG", raising=False)
+    monkeypatch.setenv("COLUMNS", "160")
+
+
+def _without_trace_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A None entry in sys.modules makes `import torch` raise ImportError, installed or not.
+    for name in ("torch", "transformers", "peft"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Without torch
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_trace_without_torch_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    _without_trace_packages(monkeypatch)
+    status = main(["plan", "--model", "seed-2m", "--method", "full", "--trace", *extra])
+    captured = capsys.readouterr()
+    assert status == 2
+    # Checked before the report is printed: nothing on stdout, one line on stderr.
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert "--trace" in lines[0] and "torch" in lines[0] and "transformers" in lines[0]
+    assert "pip install" in lines[0]
+
+
+def test_lora_trace_names_peft_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_trace_packages(monkeypatch)
+    with pytest.raises(TraceUnavailable, match="peft"):
+        from hwdash.tracing import check_trace_dependencies
+
+        check_trace_dependencies(Plan(model="seed-2m", method="lora"))
+
+
+def test_plan_without_trace_flag_runs_without_torch(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _without_trace_packages(monkeypatch)
+    assert main(["plan", "--model", "seed-2m", "--method", "full", "--json"]) == 0
+    assert "trace" not in json.loads(capsys.readouterr().out)
+
+
+def test_importing_the_tracer_imports_no_torch() -> None:
+    code = (
+        "import sys, hwdash.tracing, hwdash.commands.plan_trace, hwdash.commands.plan\n"
+        "print(','.join(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"method": "ppo"}, "not one training step"),
+        ({"method": "grpo"}, "not one training step"),
+        ({"method": "qlora"}, "bitsandbytes"),
+        ({"method": "lora-8bit"}, "bitsandbytes"),
+        ({"method": "full", "optimizer": "adamw-8bit"}, "adamw-8bit"),
+        ({"method": "inference", "seq": 1}, "at least 2"),
+    ],
+)
+def test_untraceable_settings_are_refused_with_a_reason(
+    fields: dict[str, object], words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(TraceUnavailable, match=words) as caught:
+        trace_settings(Plan(model="seed-2m", **fields))  # type: ignore[arg-type]
+    assert str(caught.value).startswith("--trace: ")
+    # The CLI refuses them before printing anything, torch or not.
+    _without_trace_packages(monkeypatch)
+    argv = ["plan", "--model", "seed-2m", "--trace"]
+    for key, value in fields.items():
+        argv += [
+            {"method": "--method", "optimizer": "--optimizer", "seq": "--seq"}[key],
+            str(value),
+        ]
+    assert main(argv) == 2
+
+
+def test_settings_map_the_plan_onto_one_step() -> None:
+    flash = trace_settings(Plan(model="m", method="lora", attention="flash", lora_r=8))
+    assert flash.attention == "sdpa" and flash.lora_r == 8 and flash.method == "lora"
+    assert any("flash" in note for note in flash.notes)
+    amp = trace_settings(Plan(model="m", method="full", precision="amp"))
+    assert (amp.weight_dtype, amp.autocast, amp.master_copy) == ("float32", True, False)
+    mixed = trace_settings(Plan(model="m", method="full", precision="mixed"))
+    assert (mixed.weight_dtype, mixed.master_copy) == ("bfloat16", True)
+    assert any("DeepSpeed" in note for note in mixed.notes)
+    sharded = trace_settings(Plan(model="m", method="full", gpus=8, zero=3))
+    assert any("one GPU's view" in note for note in sharded.notes)
+    accumulated = trace_settings(Plan(model="m", method="full", grad_accum=16))
+    assert accumulated.micro_batches == 2
+    assert trace_settings(Plan(model="m", method="full")).micro_batches == 1
+    inference = trace_settings(Plan(model="m", method="inference", grad_ckpt=True))
+    assert inference.grad_ckpt is False and inference.micro_batches == 1
+
+
+def test_config_dict_round_trips_the_fixture_config_json() -> None:
+    source = CONFIGS / "llama-style" / "config.json"
+    original = json.loads(source.read_text(encoding="utf-8"))
+    spec = model_from_config_file(source)
+    built = build_hf_config_dict(spec)
+    assert built["model_type"] == "llama"
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    ):
+        assert built[key] == original[key], key
+    assert built["head_dim"] == original["hidden_size"] // original["num_attention_heads"]
+    again = model_from_config(built, name="round-trip", source="test")
+    for name in ARCHITECTURE_FIELDS:
+        assert getattr(again, name) == getattr(spec, name), name
+
+
+def test_every_catalog_model_maps_to_a_config_hwdash_reads_back_the_same() -> None:
+    catalog = load_catalog(include_user=False)
+    assert len(catalog.models) > 10
+    for spec in catalog.models.values():
+        built = build_hf_config_dict(spec)
+        again = model_from_config(built, name=spec.id, source="test")
+        for name in ARCHITECTURE_FIELDS:
+            assert getattr(again, name) == getattr(spec, name), (spec.id, name)
+
+
+def test_model_type_comes_from_the_name_then_the_shape() -> None:
+    catalog = load_catalog(include_user=False)
+    assert hf_model_type(catalog.models["qwen2.5-7b"]) == "qwen2"
+    assert hf_model_type(catalog.models["gemma-2-2b"]) == "gemma2"
+    assert hf_model_type(catalog.models["mixtral-8x7b"]) == "mixtral"
+    assert hf_model_type(catalog.models["phi-2"]) == "phi"
+    assert hf_model_type(catalog.models["seed-2m"]) == "llama"
+    unnamed_moe = catalog.models["seed-2m"].model_copy(
+        update={"id": "custom", "hf_id": "", "experts": 4, "experts_per_token": 2}
+    )
+    assert hf_model_type(unnamed_moe) == "mixtral"
+
+
+def test_local_config_keeps_the_users_file_without_loader_keys(tmp_path: Path) -> None:
+    raw = json.loads((CONFIGS / "llama-style" / "config.json").read_text(encoding="utf-8"))
+    raw["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    raw["auto_map"] = {"AutoModelForCausalLM": "remote.Model"}
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+    local = local_config_dict(Plan(model=str(folder)))
+    assert local is not None
+    assert "quantization_config" not in local and "auto_map" not in local
+    assert "torch_dtype" not in local and "architectures" not in local
+    assert local["rope_theta"] == raw["rope_theta"] and local["model_type"] == "llama"
+    multimodal = local_config_dict(Plan(model=str(CONFIGS / "gemma3-multimodal")))
+    assert multimodal is not None and multimodal["model_type"] == "gemma3_text"
+    assert multimodal["num_hidden_layers"] == 34
+    assert local_config_dict(Plan(model="qwen2.5-7b")) is None
+    assert local_config_dict(Plan(model="7B")) is None
+
+
+def test_layer_period_and_depths() -> None:
+    assert layer_period(None) == 1
+    assert layer_period(["full"] * 5) == 1
+    assert layer_period(["sliding", "full"] * 13) == 2
+    assert layer_period((["sliding"] * 5 + ["full"]) * 4 + ["sliding"] * 2) == 6
+    assert trace_depths(4, 1) == (4,)
+    assert trace_depths(32, 1) == (2, 4)
+    assert trace_depths(26, 2) == (2, 4)
+    assert trace_depths(34, 6) == (6, 12)
+    assert trace_depths(20, 6) == (20,)
+
+
+def _phase(step: int, name: str, total: int, activations: int) -> TracePhase:
+    return TracePhase(
+        step, name, total, {"parameters": total - activations, "activations": activations}
+    )
+
+
+def test_extrapolation_follows_the_line_through_two_depths() -> None:
+    low = [_phase(1, "forward", 1000, 400), _phase(1, "backward", 1100, 500)]
+    high = [_phase(1, "forward", 1600, 700), _phase(1, "backward", 1900, 900)]
+    out = extrapolate_phases((2, low), (4, high), 10)
+    assert [p.total for p in out] == [1000 + 300 * 8, 1100 + 400 * 8]
+    assert out[1].components == {"parameters": 600 + 200 * 8, "activations": 500 + 200 * 8}
+    with pytest.raises(ValueError, match="same phases"):
+        extrapolate_phases((2, low), (4, high[:1]), 10)
+
+
+def test_comparison_rows_pair_the_breakdowns() -> None:
+    components = {
+        "parameters": 100,
+        "buffers": 1,
+        "gradients": 20,
+        "optimizer": 30,
+        "activations": 40,
+        "temporaries": 5,
+        "other": 7,
+    }
+    trace = TraceResult(
+        peak_bytes=203,
+        components=components,
+        peak_step=2,
+        peak_phase="backward",
+        phases=(),
+        device="cpu",
+        layers=4,
+        traced_layers=(4,),
+        total_params=50,
+        trainable_params=50,
+        seconds=0.5,
+    )
+    estimate = {
+        "weights": 99,
+        "gradients": 21,
+        "optimizer": 36,
+        "activations": 44,
+        "kv_cache": 0,
+        "overhead": 10,
+        "total": 210,
+    }
+    rows = {label.strip(): (est, traced) for label, est, traced in comparison_rows(trace, estimate)}
+    assert rows["weights / parameters+buffers"] == (99, 101)
+    assert rows["optimizer (+ master copy)"] == (36, 37)
+    assert rows["activations + temporaries"] == (44, 45)
+    assert rows["overhead (context, allocator)"] == (10, None)
+    assert trace.as_dict()["components"] == components
+
+
+# --------------------------------------------------------------------------------------------------
+# With torch: tiny models traced end to end
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def traced_packages() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+
+
+def _seed_model() -> ModelSpec:
+    return load_catalog(include_user=False).models["seed-2m"]
+
+
+def test_full_training_step_of_a_tiny_model(traced_packages: None) -> None:
+    from hwdash.commands.plan_trace import comparable_estimate
+    from hwdash.tracing import trace_plan
+
+    spec = _seed_model()
+    plan = Plan(model="seed-2m", method="full", precision="bf16", batch=2, seq=128)
+    trace = trace_plan(plan, spec, device="cpu")
+    assert trace.device == "cpu" and trace.traced_layers == (spec.layers,)
+    assert trace.trainable_params == trace.total_params > 0
+    # bf16 parameters: 2 bytes each, every storage rounded up to 512 bytes.
+    assert 2 * trace.total_params <= trace.components["parameters"] < 2 * trace.total_params * 1.05
+    assert [(p.step, p.phase) for p in trace.phases] == [
+        (step, phase) for step in (1, 2) for phase in ("forward", "backward", "optimizer")
+    ]
+    step_one_optimizer = trace.phases[2]
+    # AdamW's two states exist only from the first step on (bf16: 2 x 2 bytes per parameter).
+    assert trace.phases[0].components["optimizer"] == 0
+    assert step_one_optimizer.components["optimizer"] >= 4 * trace.total_params
+    assert trace.peak_bytes == max(p.total for p in trace.phases)
+    estimate = comparable_estimate(plan, spec).per_gpu
+    without_overhead = estimate.total - estimate.overhead
+    assert 0.75 * trace.peak_bytes < without_overhead < 1.33 * trace.peak_bytes
+
+
+def test_lora_and_inference_traces(traced_packages: None) -> None:
+    from hwdash.tracing import trace_plan
+
+    spec = _seed_model()
+    lora = trace_plan(Plan(model="seed-2m", method="lora", lora_r=4, seq=64), spec, device="cpu")
+    assert 0 < lora.trainable_params < lora.total_params
+    full = trace_plan(Plan(model="seed-2m", method="full", seq=64), spec, device="cpu")
+    assert lora.peak_bytes < full.peak_bytes
+    inference = trace_plan(Plan(model="seed-2m", method="inference", seq=64), spec, device="cpu")
+    assert {p.phase for p in inference.phases} == {"prefill", "decode"}
+    assert inference.components["gradients"] == inference.components["optimizer"] == 0
+
+
+def test_extrapolated_depth_matches_the_full_depth(traced_packages: None) -> None:
+    from hwdash.tracing import trace_plan
+
+    deep = _seed_model().model_copy(update={"id": "seed-deep", "layers": 10})
+    plan = Plan(model="seed-deep", method="lora", seq=64, grad_ckpt=True)
+    extrapolated = trace_plan(plan, deep, device="cpu")
+    full = trace_plan(plan, deep, device="cpu", full_depth=True)
+    assert extrapolated.traced_layers == (2, 4) and full.traced_layers == (10,)
+    assert extrapolated.peak_bytes == full.peak_bytes
+    assert extrapolated.components == full.components
+    assert extrapolated.total_params == full.total_params
+
+
+def test_trace_json_from_the_command_line(
+    traced_packages: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(
+        ["plan", "--model", "seed-2m", "--method", "full", "--seq", "64", "--trace", "--json"]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    trace = json.loads(out)["trace"]
+    assert trace["peak_bytes"] > 0 and trace["device"] in ("cpu", "cuda")
+    estimate = trace["estimate"]
+    assert estimate["total"] - estimate["without_overhead"] == estimate["components"]["overhead"]
+    assert trace["error"] == pytest.approx(
+        (estimate["without_overhead"] - trace["peak_bytes"]) / trace["peak_bytes"]
+    )
+    assert set(trace["components"]) >= {"parameters", "gradients", "optimizer", "activations"}
+
+
+def test_trace_text_output(traced_packages: None, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["plan", "--model", "seed-2m", "--method", "lora", "--seq", "64", "--trace"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "traced peak" in out and "without overhead" in out
+    assert "activations + temporaries" in out
