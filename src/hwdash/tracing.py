@@ -32,6 +32,7 @@ from typing import Any
 
 from hwdash.core.catalog import ModelSpec
 from hwdash.core.plan import Attention, Method, Offload, Optimizer, Plan, Precision
+from hwdash.core.results import MemoryEstimate
 from hwdash.errors import UsageError
 
 #: The CUDA caching allocator rounds every block up to 512 bytes (``kMinBlockSize`` in
@@ -450,6 +451,35 @@ def extrapolate_phases(
     ]
 
 
+def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryEstimate:
+    """The estimate a trace stands for: one GPU, no ZeRO, no offload (what the trace runs)."""
+    from hwdash.core.estimator import estimate_memory
+
+    single = plan.model_copy(update={"gpus": 1, "zero": 0, "offload": Offload.NONE})
+    return estimate_memory(single, model, gpus=1)
+
+
+def trace_document(trace: TraceResult, estimate: MemoryEstimate) -> dict[str, Any]:
+    """The trace, the estimate it is compared with and the errors, JSON-ready.
+
+    This is the ``trace`` object of ``hwdash plan --trace --json``. Errors are (estimate - traced)
+    / traced; ``error`` leaves out the estimate's ``overhead`` (CUDA context, allocator slack),
+    which a trace of tensor storages cannot see, and ``error_with_overhead`` keeps it.
+    """
+    breakdown = estimate.per_gpu.as_dict()
+    without_overhead = breakdown["total"] - breakdown["overhead"]
+    document = trace.as_dict()
+    document["estimate"] = {
+        "components": breakdown,
+        "total": breakdown["total"],
+        "without_overhead": without_overhead,
+        "peak_phase": estimate.peak_phase,
+    }
+    document["error"] = relative_error(without_overhead, trace.peak_bytes)
+    document["error_with_overhead"] = relative_error(breakdown["total"], trace.peak_bytes)
+    return document
+
+
 def relative_error(estimate: int, measured: int) -> float | None:
     """(estimate - measured) / measured; positive means the estimate is too high."""
     if measured <= 0:
@@ -525,6 +555,7 @@ def trace_plan(
     full_depth: bool = False,
     lora_dropout: float = DEFAULT_LORA_DROPOUT,
     optimizer_impl: str = "foreach",
+    sdpa_math: bool | None = None,
 ) -> TraceResult:
     """Run ``plan``'s step for ``model`` on fake tensors and return its traced peak memory.
 
@@ -533,7 +564,9 @@ def trace_plan(
     optimizer step, zero_grad), because Adam creates its states in the first; the result is the
     maximum over both. Deep stacks are traced at two small depths and extrapolated unless
     ``full_depth``. ``lora_dropout`` and ``optimizer_impl`` (``foreach``, ``fused``, ``single``) are
-    not plan fields; the defaults are PEFT's and CUDA's defaults.
+    not plan fields; the defaults are PEFT's and CUDA's defaults. ``sdpa_math`` forces (True) or
+    forbids (False) SDPA's math kernel; None forces it where CUDA would take it and a CPU trace would
+    not (fp32 on a grouped-query model).
 
     Raises :class:`TraceUnavailable` when a package is missing, the setting cannot be traced, or
     the trace itself fails.
@@ -543,17 +576,10 @@ def trace_plan(
     started = time.perf_counter()
     with _TRACE_LOCK:
         try:
-            return _trace(
-                plan,
-                model,
-                settings,
-                versions,
-                device,
-                full_depth,
-                lora_dropout,
-                optimizer_impl,
-                started,
+            requested = _RequestedOptions(
+                device, full_depth, lora_dropout, optimizer_impl, sdpa_math
             )
+            return _trace(plan, model, settings, versions, requested, started)
         except TraceUnavailable:
             raise
         except Exception as exc:  # a library failing under fake tensors: one line, not a traceback
@@ -576,20 +602,38 @@ def _pick_device(requested: str | None) -> str:
     return requested
 
 
+@dataclass(frozen=True)
+class _RequestedOptions:
+    """The keyword arguments of :func:`trace_plan` that are not plan fields."""
+
+    device: str | None
+    full_depth: bool
+    lora_dropout: float
+    optimizer_impl: str
+    sdpa_math: bool | None
+
+
+@dataclass(frozen=True)
+class _RunOptions:
+    """What one depth's trace runs with, once the device and the SDPA kernel are decided."""
+
+    device: str
+    lora_dropout: float
+    optimizer_impl: str
+    sdpa_math: bool
+
+
 def _trace(
     plan: Plan,
     model: ModelSpec,
     settings: TraceSettings,
     versions: dict[str, str],
-    requested_device: str | None,
-    full_depth: bool,
-    lora_dropout: float,
-    optimizer_impl: str,
+    requested: _RequestedOptions,
     started: float,
 ) -> TraceResult:
     import warnings
 
-    device = _pick_device(requested_device)
+    device = _pick_device(requested.device)
     notes = list(settings.notes)
     local = local_config_dict(plan)
     if local is not None:
@@ -617,21 +661,30 @@ def _trace(
             )
         layer_types = getattr(full_config, "layer_types", None)
         period = layer_period(list(layer_types) if layer_types else None)
-        depths = (layers,) if full_depth else trace_depths(layers, period)
-        if device == "cpu" and _cpu_needs_math_sdpa(settings, full_config):
-            notes.append(
-                "fp32 SDPA on a grouped-query model: forced the math kernel, which CUDA runs there "
-                "(a CPU trace would take a flash-style kernel)"
-            )
+        depths = (layers,) if requested.full_depth else trace_depths(layers, period)
+        sdpa_math = requested.sdpa_math
+        if sdpa_math is None:
+            sdpa_math = device == "cpu" and _cpu_needs_math_sdpa(settings, full_config)
+            if sdpa_math:
+                notes.append(
+                    "fp32 SDPA on a grouped-query model: forced the math kernel, which CUDA runs "
+                    "there (a CPU trace would take a flash-style kernel)"
+                )
+        elif settings.attention == "sdpa":
+            notes.append(f"SDPA math kernel {'forced' if sdpa_math else 'not forced'} (asked)")
+        options = _RunOptions(
+            device=device,
+            lora_dropout=requested.lora_dropout,
+            optimizer_impl=requested.optimizer_impl,
+            sdpa_math=sdpa_math and settings.attention == "sdpa",
+        )
         traces = []
         for depth in depths:
             fields = dict(base_fields, num_hidden_layers=depth)
             if layer_types:
                 fields["layer_types"] = list(layer_types)[:depth]
             config = _build_config(fields, settings, depth)
-            traces.append(
-                _trace_at_depth(config, settings, device, lora_dropout, optimizer_impl, depth)
-            )
+            traces.append(_trace_at_depth(config, settings, options, depth))
     if len(traces) == 1:
         phases = traces[0].phases
         total_params, trainable = traces[0].total_params, traces[0].trainable_params
@@ -821,27 +874,22 @@ def _make_tracker() -> Any:
 
 
 def _trace_at_depth(
-    config: Any,
-    settings: TraceSettings,
-    device: str,
-    lora_dropout: float,
-    optimizer_impl: str,
-    depth: int,
+    config: Any, settings: TraceSettings, options: _RunOptions, depth: int
 ) -> _DepthTrace:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    model = _build_model(config, settings, lora_dropout)
-    rounding = _cuda_block_rounding() if device == "cpu" else contextlib.nullcontext()
+    model = _build_model(config, settings, options.lora_dropout)
+    rounding = _cuda_block_rounding() if options.device == "cpu" else contextlib.nullcontext()
     with rounding, FakeTensorMode():
-        _materialize_fake(model, device)
+        _materialize_fake(model, options.device)
         unique = {id(p): p for p in model.parameters()}
         total_params = sum(int(p.numel()) for p in unique.values())
         trainable = sum(int(p.numel()) for p in unique.values() if p.requires_grad)
         tracker = _make_tracker()
         if settings.method == "inference":
-            phases = _run_inference(model, settings, tracker, device)
+            phases = _run_inference(model, settings, tracker, options)
         else:
-            phases = _run_training(model, settings, tracker, device, optimizer_impl, config)
+            phases = _run_training(model, settings, tracker, options)
     return _DepthTrace(depth, phases, total_params, trainable)
 
 
@@ -930,8 +978,8 @@ def _make_optimizer(settings: TraceSettings, params: list[Any], implementation: 
     raise TraceUnavailable(f"optimizer {settings.optimizer} cannot be traced")
 
 
-def _attention_kernel(settings: TraceSettings, device: str, config: Any) -> Any:
-    if device == "cpu" and _cpu_needs_math_sdpa(settings, config):
+def _attention_kernel(options: _RunOptions) -> Any:
+    if options.sdpa_math:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         return sdpa_kernel([SDPBackend.MATH])
@@ -939,12 +987,7 @@ def _attention_kernel(settings: TraceSettings, device: str, config: Any) -> Any:
 
 
 def _run_training(
-    model: Any,
-    settings: TraceSettings,
-    tracker: Any,
-    device: str,
-    optimizer_impl: str,
-    config: Any,
+    model: Any, settings: TraceSettings, tracker: Any, options: _RunOptions
 ) -> list[TracePhase]:
     import torch
 
@@ -954,7 +997,7 @@ def _run_training(
         # DeepSpeed-style bf16 emulated: the optimizer steps fp32 masters with fp32 gradients, and
         # the bf16 weights are copied back from them.
         masters = [p.detach().float() for p in params]
-        optimizer = _make_optimizer(settings, masters, optimizer_impl)
+        optimizer = _make_optimizer(settings, masters, options.optimizer_impl)
 
         def gradients_to_masters(opt: Any, args: Any, kwargs: Any) -> None:
             for param, master in zip(params, masters, strict=True):
@@ -969,23 +1012,24 @@ def _run_training(
         optimizer.register_step_pre_hook(gradients_to_masters)
         optimizer.register_step_post_hook(weights_from_masters)
     else:
-        optimizer = _make_optimizer(settings, params, optimizer_impl)
+        optimizer = _make_optimizer(settings, params, options.optimizer_impl)
     tracker.track_external(model, optimizer, *masters)
-    ids = torch.randint(0, int(config.vocab_size), (settings.batch, settings.seq), device=device)
+    vocab = int(model.config.vocab_size)
+    ids = torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)
     autocast = (
-        torch.autocast(device, dtype=torch.bfloat16)
+        torch.autocast(options.device, dtype=torch.bfloat16)
         if settings.autocast
         else contextlib.nullcontext()
     )
     collect = settings.method == "dora"  # PEFT's DoRA leaves cycles holding activations
     phases: list[TracePhase] = []
-    with tracker, _attention_kernel(settings, device, config):
+    with tracker, _attention_kernel(options):
         tracker.close_phase(0, "setup", collect)
         for step in (1, 2):
-            # MemTracker refuses a module that runs twice unless its per-module stats are cleared
-            # (reset before every forward).
             for micro in range(1, settings.micro_batches + 1):
                 suffix = f" {micro}" if settings.micro_batches > 1 else ""
+                # MemTracker refuses a module that runs twice unless its per-module stats are
+                # cleared first.
                 tracker.reset_mod_stats()
                 with autocast:
                     loss = model(input_ids=ids, labels=ids).loss
@@ -1000,16 +1044,15 @@ def _run_training(
 
 
 def _run_inference(
-    model: Any, settings: TraceSettings, tracker: Any, device: str
+    model: Any, settings: TraceSettings, tracker: Any, options: _RunOptions
 ) -> list[TracePhase]:
     import torch
 
     tracker.track_external(model)
-    ids = torch.randint(
-        0, int(model.config.vocab_size), (settings.batch, settings.seq), device=device
-    )
+    vocab = int(model.config.vocab_size)
+    ids = torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)
     phases: list[TracePhase] = []
-    with torch.no_grad(), tracker:
+    with torch.no_grad(), tracker, _attention_kernel(options):
         tracker.close_phase(0, "setup", False)
         output = model(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1)
         cache = output.past_key_values

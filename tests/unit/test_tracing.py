@@ -311,8 +311,7 @@ def _seed_model() -> ModelSpec:
 
 
 def test_full_training_step_of_a_tiny_model(traced_packages: None) -> None:
-    from hwdash.commands.plan_trace import comparable_estimate
-    from hwdash.tracing import trace_plan
+    from hwdash.tracing import comparable_estimate, trace_plan
 
     spec = _seed_model()
     plan = Plan(model="seed-2m", method="full", precision="bf16", batch=2, seq=128)

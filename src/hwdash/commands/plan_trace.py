@@ -1,7 +1,7 @@
 """``hwdash plan --trace``: the traced peak of a fake-tensor step beside the analytic estimate.
 
-The trace itself is :func:`hwdash.tracing.trace_plan`; this module picks the estimate it is
-compared with, and prints the comparison (rich) or builds the ``trace`` object of ``--json``.
+The trace and the comparison live in :mod:`hwdash.tracing` (the TUI calls them too); this module
+prints them with rich or returns the ``trace`` object of ``--json``.
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ import sys
 from typing import Any
 
 from hwdash.core.catalog import ModelSpec
-from hwdash.core.plan import Offload, Plan
+from hwdash.core.plan import Plan
 from hwdash.core.results import MemoryEstimate
 from hwdash.tracing import (
     TraceResult,
     check_trace_dependencies,
+    comparable_estimate,
     comparison_rows,
-    relative_error,
+    trace_document,
     trace_plan,
     trace_settings,
 )
@@ -26,34 +27,6 @@ def check_trace_available(plan: Plan) -> None:
     """Fail early (one line, exit 2) when the plan cannot be traced here, before any output."""
     trace_settings(plan)
     check_trace_dependencies(plan)
-
-
-def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryEstimate:
-    """The estimate a trace stands for: one GPU, no ZeRO, no offload (what the trace runs)."""
-    from hwdash.core.estimator import estimate_memory
-
-    single = plan.model_copy(update={"gpus": 1, "zero": 0, "offload": Offload.NONE})
-    return estimate_memory(single, model, gpus=1)
-
-
-def trace_document(trace: TraceResult, estimate: MemoryEstimate) -> dict[str, Any]:
-    """The ``trace`` object of ``--json``: the trace, the estimate it is compared with, the errors.
-
-    Errors are (estimate - traced) / traced. ``error`` leaves out the estimate's ``overhead`` (CUDA
-    context, allocator slack), which a trace of tensor storages cannot see.
-    """
-    breakdown = estimate.per_gpu.as_dict()
-    without_overhead = breakdown["total"] - breakdown["overhead"]
-    document = trace.as_dict()
-    document["estimate"] = {
-        "components": breakdown,
-        "total": breakdown["total"],
-        "without_overhead": without_overhead,
-        "peak_phase": estimate.peak_phase,
-    }
-    document["error"] = relative_error(without_overhead, trace.peak_bytes)
-    document["error_with_overhead"] = relative_error(breakdown["total"], trace.peak_bytes)
-    return document
 
 
 def run_trace(plan: Plan, model: ModelSpec) -> tuple[TraceResult, MemoryEstimate]:
