@@ -7,6 +7,11 @@ no allocator rounding) with the traced peak. Run from the repository root:
     .venv/bin/python bench/estimator_errors.py            # median / worst per method, tuned vs held out
     .venv/bin/python bench/estimator_errors.py --rows     # every row
 
+The bf16 LoRA/DoRA rows are taken from ``bench/data/calibration-lora-autocast.csv`` where that file
+has them (the harness traces them without the autocast the Trainer uses; ``--no-autocast-rows`` keeps
+the harness's own). LoRA dropout masks are converted from CPU's fp32 to CUDA's bool
+(:func:`cuda_equivalent_peak`).
+
 Rows whose attention kernel differs from what CUDA would run (``kernel_matches_cuda`` false) and rows
 whose settings the plan cannot express (``optimizer_impl`` other than foreach, LoRA dropout other than
 the plan's) are listed apart.
@@ -26,11 +31,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.estimator import estimate_memory
-from hwdash.core.plan import Plan
+from hwdash.core.estimator import (
+    DROPOUT_MASK_BYTES,
+    architecture,
+    estimate_memory,
+    lora_dropout_mask_elements,
+    resolve_lora_targets,
+)
+from hwdash.core.plan import Method, Plan
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION_CSV = REPO / "bench" / "data" / "calibration.csv"
+#: The bf16 LoRA/DoRA cases traced again under autocast, as the HF Trainer runs them
+#: (``bench/trace_lora_autocast.py``); they replace the harness's rows of the same case id.
+AUTOCAST_CSV = REPO / "bench" / "data" / "calibration-lora-autocast.csv"
 
 #: Models whose traces the estimator's phase model was derived and fitted on (the calibration grid's
 #: sweep models plus llama-3.1-8b, whose phases showed the foreach temporaries).
@@ -57,6 +71,24 @@ class ScoredRow:
         return (self.estimated - self.measured) / self.measured
 
 
+def load_rows(path: Path, autocast_path: Path | None) -> list[dict[str, str]]:
+    """The calibration rows, with the autocast traces' peaks put in where they exist."""
+    with path.open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    if autocast_path is None or not autocast_path.exists():
+        return rows
+    with autocast_path.open(encoding="utf-8") as handle:
+        autocast = {row["case_id"]: row for row in csv.DictReader(handle)}
+    merged = []
+    for row in rows:
+        again = autocast.get(row["case_id"])
+        if again is not None:
+            row = {**row, **{k: again[k] for k in ("peak_bytes", "peak_step", "peak_phase")}}
+            row["autocast"] = "True"
+        merged.append(row)
+    return merged
+
+
 def plan_of(row: dict[str, str]) -> Plan:
     """The plan a CSV row stands for."""
     return Plan(
@@ -70,7 +102,34 @@ def plan_of(row: dict[str, str]) -> Plan:
         optimizer=row["optimizer"],
         lora_r=int(row["lora_r"]),
         lora_targets=tuple(row["lora_targets"].split("+")),
+        lora_dropout=float(row["lora_dropout"]),
     )
+
+
+#: Bytes per element of a LoRA dropout mask in the CPU traces: off CUDA, ``torch.nn.Dropout`` takes
+#: the composite path, whose mask has the input's dtype, fp32 inside PEFT's fp32 adapters
+#: (``aten/src/ATen/native/Dropout.cpp``); CUDA's fused kernel keeps a bool mask
+#: (``DROPOUT_MASK_BYTES``).
+CPU_DROPOUT_MASK_BYTES = 4
+
+
+def cuda_equivalent_peak(row: dict[str, str], plan: Plan, catalog: Catalog) -> int:
+    """The traced peak with CPU-only storage replaced by what CUDA keeps.
+
+    Only LoRA dropout masks differ (see :data:`CPU_DROPOUT_MASK_BYTES`); they are alive in forward
+    and backward, so the correction applies when the trace peaked there. With checkpointing only
+    the recomputed layer holds masks.
+    """
+    measured = int(row["peak_bytes"])
+    if plan.method is Method.FULL or plan.lora_dropout == 0:
+        return measured
+    if row["peak_phase"] not in ("forward", "backward"):
+        return measured
+    arch = architecture(catalog.models[plan.model])
+    targets = resolve_lora_targets(arch, plan.lora_targets)
+    per_layer = lora_dropout_mask_elements(arch, plan.batch * plan.seq, targets)
+    layers = 1 if plan.grad_ckpt else arch.layers
+    return measured - (CPU_DROPOUT_MASK_BYTES - DROPOUT_MASK_BYTES) * per_layer * layers
 
 
 def why_not_expressible(row: dict[str, str]) -> str:
@@ -95,7 +154,7 @@ def score(rows: list[dict[str, str]], catalog: Catalog) -> list[ScoredRow]:
                 case_id=row["case_id"],
                 model=row["model"],
                 method=row["method"],
-                measured=int(row["peak_bytes"]),
+                measured=cuda_equivalent_peak(row, plan, catalog),
                 estimated=estimate.per_gpu.total - estimate.per_gpu.overhead,
                 estimated_phase=estimate.peak_phase,
                 traced_phase=row["peak_phase"],
@@ -129,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument("--csv", type=Path, default=CALIBRATION_CSV)
+    parser.add_argument(
+        "--no-autocast-rows", action="store_true", help="keep the harness's bf16 LoRA rows"
+    )
     args = parser.parse_args(argv)
-    with args.csv.open(encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = load_rows(args.csv, None if args.no_autocast_rows else AUTOCAST_CSV)
     scored = score(rows, load_catalog(include_user=False))
     if args.rows:
         for r in sorted(scored, key=lambda r: r.error):

@@ -42,6 +42,7 @@ FIELD_FLAGS = {
     "optimizer": "--optimizer",
     "lora_r": "--lora-r",
     "lora_targets": "--lora-targets",
+    "lora_dropout": "--lora-dropout",
     "zero": "--zero",
     "offload": "--offload",
     "gpus": "--gpus",
@@ -140,6 +141,13 @@ def add_parser(subparsers: Any) -> None:
         default="all-linear",
         metavar="NAMES",
         help="comma-separated module names (q_proj,v_proj,...) or all-linear (default)",
+    )
+    what.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.05,
+        metavar="P",
+        help="LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
     )
     shape = parser.add_argument_group("batch and memory savers")
     shape.add_argument("--batch", type=int, default=1, help="micro-batch per GPU (default 1)")
@@ -285,6 +293,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "optimizer": args.optimizer,
         "lora_r": args.lora_r,
         "lora_targets": _split([args.lora_targets]) or ("all-linear",),
+        "lora_dropout": args.lora_dropout,
         "zero": args.zero,
         "offload": args.offload,
         "gpus": args.gpus,

@@ -83,6 +83,14 @@ ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
 #: the 16-bit logits are gone (the Trainer drops the model outputs before ``backward``).
 LOSS_FP32_BYTES_PER_LOGIT = 12
 
+#: Bytes per element of the mask a LoRA dropout keeps for backward on CUDA: ``torch.nn.Dropout``
+#: runs the fused ``native_dropout`` there, which returns a bool mask (``aten/src/ATen/native/
+#: Dropout.cpp``, ``is_fused_kernel_acceptable``: CUDA, XPU, lazy and private-use devices). On CPU the
+#: composite path keeps a mask in the input's dtype instead (fp32 inside PEFT's adapters: 4 bytes),
+#: which is what the CPU traces of ``bench/data/calibration.csv`` hold
+#: (:func:`lora_dropout_mask_elements` gives the count to convert them).
+DROPOUT_MASK_BYTES = 1
+
 #: Modules ``all-linear`` adapts: every linear layer inside the transformer blocks (PEFT excludes
 #: the LM head), per https://huggingface.co/docs/peft/developer_guides/lora ("all-linear").
 ALL_LINEAR = "all-linear"
@@ -533,6 +541,7 @@ def _adapter_extras(
     targets: tuple[LinearShape, ...],
     rank: int,
     dora: bool,
+    dropout: bool = False,
 ) -> int:
     """What adapters keep besides their inputs (see :func:`_input_copies_kept` for those).
 
@@ -542,10 +551,16 @@ def _adapter_extras(
       scaling (2 e t out), plus three fp32 vectors of ``out`` (magnitude / norm scale). PEFT's
       weight-norm path (an ``in x in`` identity through the adapter, then detached) is freed module
       by module: a transient, not a kept activation.
+    * LoRA dropout (p > 0): its mask over each adapted module's input, :data:`DROPOUT_MASK_BYTES`
+      per element. The dropped-out tensor itself is not kept: lora_A keeps its own (cast) input,
+      counted with the inputs. Checked on the calibration traces: the ``-d0.05`` rows hold 4 bytes
+      (CPU's mask dtype) per adapted input element more than the ``-d0`` rows, to within 1%.
     """
     e = element_bytes
     casts = element_bytes != 4
     extras = 0
+    if dropout:
+        extras += DROPOUT_MASK_BYTES * lora_dropout_mask_elements(arch, tokens, targets)
     for linear in targets:
         routed = tokens * (arch.experts_per_token if linear.copies > 1 else 1)
         extras += e * routed * rank
@@ -556,6 +571,16 @@ def _adapter_extras(
                 2 * e * routed * linear.out_features + 3 * 4 * linear.out_features * linear.copies
             )
     return extras
+
+
+def lora_dropout_mask_elements(
+    arch: Architecture, tokens: int, targets: tuple[LinearShape, ...]
+) -> int:
+    """Elements LoRA dropout masks in one layer: every adapted module's input, per routed token."""
+    return sum(
+        tokens * (arch.experts_per_token if linear.copies > 1 else 1) * linear.in_features
+        for linear in targets
+    )
 
 
 def layer_activation_bytes(
@@ -569,6 +594,7 @@ def layer_activation_bytes(
     lora_targets: tuple[LinearShape, ...] = (),
     lora_rank: int = 0,
     dora: bool = False,
+    lora_dropout: bool = False,
 ) -> int:
     """Bytes one decoder layer keeps for backward, without recomputation.
 
@@ -620,7 +646,7 @@ def layer_activation_bytes(
         mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
     inputs = _input_copies_kept(arch, tokens, e, attention, lora_targets, autocast_from_fp32)
     weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
-    adapters = _adapter_extras(arch, tokens, e, lora_targets, lora_rank, dora)
+    adapters = _adapter_extras(arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout)
     return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters
 
 
@@ -666,6 +692,7 @@ def training_activation_bytes(
     lora_targets: tuple[LinearShape, ...] = (),
     lora_rank: int = 0,
     dora: bool = False,
+    lora_dropout: bool = False,
 ) -> int:
     """Activations of all layers at the start of backward (logits excluded).
 
@@ -685,6 +712,7 @@ def training_activation_bytes(
         lora_targets=lora_targets,
         lora_rank=lora_rank,
         dora=dora,
+        lora_dropout=lora_dropout,
     )
     lm_head_copy = 2 * arch.vocab * arch.hidden if (w == 4 and element_bytes == 2) else 0
     if not grad_ckpt:
@@ -937,6 +965,13 @@ def _train_one_model(
         )
     acc.step_temporaries += step_temporaries
     acc.note(f"{label} optimizer step temporaries", step_temporaries, _STEP_ONLY)
+    layer_kwargs = {
+        "weight_bytes": layout.weight_bytes,
+        "lora_targets": targets,
+        "lora_rank": plan.lora_r if targets else 0,
+        "dora": method is Method.DORA,
+        "lora_dropout": bool(targets) and plan.lora_dropout > 0,
+    }
     activations = training_activation_bytes(
         arch,
         plan.batch,
@@ -944,16 +979,35 @@ def _train_one_model(
         element_bytes,
         plan.attention,
         plan.grad_ckpt,
-        weight_bytes=layout.weight_bytes,
-        lora_targets=targets,
-        lora_rank=plan.lora_r if targets else 0,
-        dora=method is Method.DORA,
+        **layer_kwargs,  # type: ignore[arg-type]
     )
-    acc.activations += activations
+    logits = logits_bytes(arch, plan.batch, plan.seq, element_bytes) if with_logits else 0
+    if plan.grad_ckpt:
+        # With recomputation the loss's fp32 tensors and the recomputed layer are not alive at the
+        # same time: backward starts with the loss and the LM head (freed once the hidden state's
+        # gradient exists), and only then recomputes the last block. So the start of backward holds
+        # the checkpoints plus the larger of the two. Traced: every checkpointed row of
+        # bench/data/calibration.csv peaks at the start of backward (end of forward + 8 fp32 bytes
+        # per logit), without the recomputed layer on top.
+        recomputed = layer_activation_bytes(
+            arch,
+            plan.batch,
+            plan.seq,
+            element_bytes,
+            plan.attention,
+            **layer_kwargs,  # type: ignore[arg-type]
+        )
+        checkpoints = activations - recomputed
+        acc.activations += checkpoints + max(recomputed, logits)
+        acc.note(f"{label} activations (checkpoints)", checkpoints, _BACKWARD_ONLY)
+        if logits >= recomputed:
+            acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
+        else:
+            acc.note(f"{label} recomputed layer", recomputed, _BACKWARD_ONLY)
+        return trainable
+    acc.activations += activations + logits
     acc.note(f"{label} activations", activations, _BACKWARD_ONLY)
     if with_logits:
-        logits = logits_bytes(arch, plan.batch, plan.seq, element_bytes)
-        acc.activations += logits
         acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
     return trainable
 

@@ -105,6 +105,9 @@ class Plan(BaseModel):
     """LoRA/DoRA rank."""
     lora_targets: tuple[str, ...] = ("all-linear",)
     """Module names LoRA adapts (``q_proj``, ``v_proj``, ...) or ``all-linear``."""
+    lora_dropout: float = Field(default=0.05, ge=0, lt=1)
+    """LoRA/DoRA dropout probability (PEFT's ``lora_dropout``). Any value above 0 keeps a mask of
+    every adapted module's input for backward; 0.05 is what TRL's and PEFT's example recipes use."""
     zero: int = Field(default=0, ge=0, le=3)
     """DeepSpeed ZeRO stage 0-3."""
     offload: Offload = Offload.NONE
