@@ -1,0 +1,121 @@
+"""The estimator against the traced training steps of ``bench/data/calibration.csv`` (issue 5).
+
+The CSV is committed ground truth from fake-tensor traces (``bench/calibrate.py``); this test needs
+no torch: it rebuilds each row's plan, runs ``estimate_memory`` and compares its total without the
+overhead component with the traced peak, through ``bench/estimator_errors.py`` (which also converts
+CPU-only storage, LoRA dropout masks, to what CUDA keeps, and takes the bf16 LoRA rows traced under
+autocast from ``bench/data/calibration-lora-autocast.csv``). It turns the accuracy claim of
+``docs/accuracy.md`` into a regression test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from hwdash.core.catalog import load_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_scorer() -> ModuleType:
+    path = REPO / "bench" / "estimator_errors.py"
+    spec = importlib.util.spec_from_file_location("estimator_errors", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["estimator_errors"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+scorer = _load_scorer()
+
+#: Architectures whose layers do things the estimator does not count yet, with what (read off the
+#: traces; see the estimator helper's report). Their rows are checked separately, loosely.
+KNOWN_GAPS = {
+    "gemma-2-2b": "soft-capped eager attention, four norms per layer, logit soft-capping",
+    "phi-2": "tanh-GELU (gelu_new) intermediates, partial rotary, LayerNorm",
+    "qwen3-0.6b": "per-head q_norm/k_norm RMSNorms keep fp32 copies of Q and K",
+}
+#: Row kinds the estimator does not model yet.
+KNOWN_GAP_ROWS = {
+    "mixtral-8x7b/lora": "PEFT keeps merged 3-D expert weights per layer (transformers 5)",
+    "/dora/bf16/b2/s1024/nockpt": "DoRA with dropout recomputes the base output on dropped inputs",
+}
+
+
+def _gap(row: object) -> str:
+    case_id = row.case_id  # type: ignore[attr-defined]
+    model = row.model  # type: ignore[attr-defined]
+    if model in KNOWN_GAPS:
+        return KNOWN_GAPS[model]
+    for marker, why in KNOWN_GAP_ROWS.items():
+        if marker in case_id:
+            return why
+    return ""
+
+
+@pytest.fixture(scope="module")
+def scored() -> list:
+    rows = scorer.load_rows(scorer.CALIBRATION_CSV, scorer.AUTOCAST_CSV)
+    return scorer.score(rows, load_catalog(include_user=False))
+
+
+def test_the_csvs_cover_every_method(scored: list) -> None:
+    methods = {row.method for row in scored}
+    assert {"full", "lora", "dora", "inference"} <= methods
+    assert len(scored) >= 150
+    assert sum(1 for row in scored if getattr(row, "expressible", False)) >= 150
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "inference"])
+def test_median_within_5_and_worst_within_12_percent(scored: list, method: str) -> None:
+    # issue 5's goal, per method, on every row the plan can express, known gaps aside
+    group = [r for r in scored if r.method == method and r.expressible and not _gap(r)]
+    assert len(group) >= 15
+    errors = [r.error for r in group]
+    assert statistics.median(abs(e) for e in errors) <= 0.05
+    worst = max(group, key=lambda r: abs(r.error))
+    assert abs(worst.error) <= 0.12, worst.case_id
+
+
+def test_known_gaps_stay_within_their_documented_size(scored: list) -> None:
+    # The gaps are underestimates of known mechanisms; pin their size so a change that widens them
+    # (or closes them: then move the model out of KNOWN_GAPS) shows up.
+    gaps = [r for r in scored if r.expressible and _gap(r)]
+    assert gaps
+    for row in gaps:
+        assert -0.45 <= row.error <= 0.12, row.case_id
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        # held-out models (not used to fit or derive the phase model), one per mechanism
+        "tinyllama-1.1b/full/bf16/b2/s1024/nockpt/sdpa/adamw-foreach",
+        "mistral-7b/full/amp/b2/s1024/ckpt/sdpa/adamw-foreach",
+        "mixtral-8x7b/full/bf16/b2/s1024/nockpt/sdpa/adamw-foreach",
+        "seed-200m/lora/amp/b2/s1024/nockpt/sdpa/adamw-foreach/r16-all-linear-d0.05",
+        "qwen2.5-1.5b/lora/bf16/b2/s1024/ckpt/sdpa/adamw-foreach/r16-all-linear-d0.05",
+        "mistral-7b/lora/bf16/b2/s1024/nockpt/sdpa/adamw-foreach/r16-all-linear-d0.05",
+        "phi-2/full/bf16/b2/s1024/ckpt/sdpa/adamw-foreach",
+        "tinyllama-1.1b/inference/bf16/b1/s4096/nockpt/sdpa",
+        # tuned models: optimizer temporaries, master copy, accumulation-free backward
+        "qwen2.5-7b/full/mixed/b2/s1024/nockpt/sdpa/adamw-foreach",
+        "qwen2.5-7b/full/bf16/b2/s1024/nockpt/sdpa/adafactor-single",
+        "llama-3.2-1b/full/bf16/b2/s1024/nockpt/sdpa/sgd-foreach",
+    ],
+)
+def test_pinned_rows(scored: list, case_id: str) -> None:
+    row = next(r for r in scored if r.case_id == case_id)
+    assert row.expressible
+    assert abs(row.error) <= 0.12
+    # the estimator names the phase the trace peaked in (forward counts as backward's start: the
+    # forward's loss tensors are a subset of what backward starts with)
+    traced = {"optimizer": "optimizer step", "prefill": "prefill"}.get(row.traced_phase, "backward")
+    assert row.estimated_phase == traced
