@@ -739,7 +739,12 @@ def _build_config(fields: dict[str, Any], settings: TraceSettings, layers: int) 
             f"transformers cannot build a {fields['model_type']!r} model: {first_line}"
         ) from None
     config._attn_implementation = settings.attention
-    if int(getattr(config, "num_local_experts", 1) or 1) > 1:
+    pad = getattr(config, "pad_token_id", None)
+    if isinstance(pad, int) and not 0 <= pad < int(config.vocab_size):
+        # A family default outside a smaller vocabulary; the padding row changes no memory.
+        config.pad_token_id = None
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    if int(experts or 1) > 1:
         # The eager expert loop iterates over data-dependent expert ids, which fake tensors cannot
         # do; grouped_mm has static shapes (transformers' CUDA path for MoE layers).
         config._experts_implementation = "grouped_mm"

@@ -383,3 +383,30 @@ def test_trace_text_output(traced_packages: None, capsys: pytest.CaptureFixture[
     assert status == 0
     assert "traced peak" in out and "without overhead" in out
     assert "activations + temporaries" in out
+
+
+def test_trace_runs_in_a_worker_thread(traced_packages: None) -> None:
+    # The TUI traces in a worker thread; the result must not depend on the thread.
+    import threading
+
+    from hwdash.tracing import trace_plan
+
+    spec = _seed_model()
+    plan = Plan(model="seed-2m", method="lora", seq=64)
+    results: list[TraceResult] = []
+    worker = threading.Thread(target=lambda: results.append(trace_plan(plan, spec, device="cpu")))
+    worker.start()
+    worker.join(timeout=120)
+    assert len(results) == 1
+    assert results[0].peak_bytes == trace_plan(plan, spec, device="cpu").peak_bytes
+
+
+def test_cuda_device_needs_cuda(traced_packages: None) -> None:
+    import torch
+
+    from hwdash.tracing import trace_plan
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    with pytest.raises(TraceUnavailable, match="no usable CUDA"):
+        trace_plan(Plan(model="seed-2m", method="full", seq=16), _seed_model(), device="cuda")
