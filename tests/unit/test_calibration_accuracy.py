@@ -44,7 +44,6 @@ KNOWN_GAPS = {
 }
 #: Row kinds the estimator does not model yet.
 KNOWN_GAP_ROWS = {
-    "mixtral-8x7b/lora": "PEFT keeps merged 3-D expert weights per layer (transformers 5)",
     "/dora/bf16/b2/s1024/nockpt": "DoRA with dropout recomputes the base output on dropped inputs",
 }
 

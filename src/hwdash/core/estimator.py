@@ -561,6 +561,7 @@ def _adapter_extras(
     extras = 0
     if dropout:
         extras += DROPOUT_MASK_BYTES * lora_dropout_mask_elements(arch, tokens, targets)
+    extras += _merged_expert_weight_bytes(targets, element_bytes)
     for linear in targets:
         routed = tokens * (arch.experts_per_token if linear.copies > 1 else 1)
         extras += e * routed * rank
@@ -571,6 +572,33 @@ def _adapter_extras(
                 2 * e * routed * linear.out_features + 3 * 4 * linear.out_features * linear.copies
             )
     return extras
+
+
+def _merged_expert_weight_bytes(targets: tuple[LinearShape, ...], element_bytes: int) -> int:
+    """Adapted MoE expert weights PEFT merges per layer and autograd keeps (transformers 5).
+
+    transformers 5 stores a layer's experts as one 3-D weight per projection, which PEFT adapts with
+    ``lora.ParamWrapper``: the forward builds ``W + scale * B A`` for all experts at once in the
+    compute dtype and the grouped matmul keeps it for the input gradient. Traced:
+    mixtral-8x7b LoRA bf16 without checkpointing holds 2.02 bytes per expert parameter per layer
+    more than the per-expert-linear count (bench/data/calibration.csv).
+    """
+    return sum(
+        element_bytes * linear.in_features * linear.out_features * linear.copies
+        for linear in targets
+        if linear.copies > 1
+    )
+
+
+def _merged_expert_gradient_bytes(targets: tuple[LinearShape, ...], weight_bytes: int) -> int:
+    """The gradient of one merged expert weight (all experts of the largest adapted projection),
+    alive while its layer is differentiated: the LoRA delta needs it. A transient of the backward.
+    """
+    expert_targets = [linear for linear in targets if linear.copies > 1]
+    if not expert_targets:
+        return 0
+    largest = max(expert_targets, key=lambda linear: linear.in_features * linear.out_features)
+    return weight_bytes * largest.in_features * largest.out_features * largest.copies
 
 
 def lora_dropout_mask_elements(
@@ -759,11 +787,16 @@ def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int)
 
 #: Names of the phases whose peaks :func:`estimate_memory` compares (``MemoryEstimate.peak_phase``).
 PHASE_BACKWARD = "backward"
+PHASE_BACKWARD_END = "end of backward"
 PHASE_OPTIMIZER_STEP = "optimizer step"
 PHASE_INFERENCE = "prefill"
 #: Which phases a recorded part is alive in. Weights, optimizer states and KV cache: every phase.
-_EVERY_PHASE = frozenset({PHASE_BACKWARD, PHASE_OPTIMIZER_STEP, PHASE_INFERENCE})
+_EVERY_PHASE = frozenset(
+    {PHASE_BACKWARD, PHASE_BACKWARD_END, PHASE_OPTIMIZER_STEP, PHASE_INFERENCE}
+)
 _BACKWARD_ONLY = frozenset({PHASE_BACKWARD, PHASE_INFERENCE})
+_BACKWARD_END_ONLY = frozenset({PHASE_BACKWARD_END})
+_PRODUCED = frozenset({PHASE_BACKWARD_END, PHASE_OPTIMIZER_STEP})
 _STEP_ONLY = frozenset({PHASE_OPTIMIZER_STEP})
 
 
@@ -771,20 +804,24 @@ _STEP_ONLY = frozenset({PHASE_OPTIMIZER_STEP})
 class _Accumulator:
     """Bytes collected while estimating one plan (floats until the end).
 
-    Training has two candidate peaks (see :func:`_peak_phase`): the start of backward, where the
-    saved activations and the loss's fp32 tensors are alive, and the optimizer step, where every
-    gradient, the states and the step's temporaries are. Gradients are split accordingly:
-    ``persistent_gradients`` are alive in both (gradient accumulation, DeepSpeed's buffers, RL),
-    ``step_gradients`` only at the step (one micro-batch per step: they are produced while the
-    activations are freed).
+    Training has three candidate peaks (see :func:`_peak_phase`): the start of backward, where the
+    saved activations and the loss's fp32 tensors are alive; the end of backward, where the
+    gradients are (nearly) all there and the first layer is being differentiated (recomputed, with
+    checkpointing); and the optimizer step, where every gradient, the states and the step's
+    temporaries are. Gradients are split accordingly: ``persistent_gradients`` are alive in all
+    three (gradient accumulation, DeepSpeed's buffers, RL), ``produced_gradients`` from the end of
+    backward on (one micro-batch per step: they appear as the activations are freed),
+    ``master_gradients`` (fp32 copies for a master copy) at the step only.
     """
 
     weights: float = 0.0
     persistent_gradients: float = 0.0
-    step_gradients: float = 0.0
+    produced_gradients: float = 0.0
+    master_gradients: float = 0.0
     optimizer: float = 0.0
     step_temporaries: float = 0.0
     activations: float = 0.0
+    last_layer_activations: float = 0.0
     kv_cache: float = 0.0
     host: float = 0.0
 
@@ -800,7 +837,9 @@ class _Accumulator:
         """Bytes alive at the peak of ``phase`` (overhead excluded)."""
         common = self.weights + self.optimizer + self.kv_cache + self.persistent_gradients
         if phase == PHASE_OPTIMIZER_STEP:
-            return common + self.step_gradients + self.step_temporaries
+            return common + self.produced_gradients + self.master_gradients + self.step_temporaries
+        if phase == PHASE_BACKWARD_END:
+            return common + self.produced_gradients + self.last_layer_activations
         return common + self.activations
 
 
@@ -948,8 +987,8 @@ def _train_one_model(
         acc.persistent_gradients += gradients
         acc.note(f"{label} gradients", gradients)
     else:
-        acc.step_gradients += gradients
-        acc.note(f"{label} gradients", gradients, _STEP_ONLY)
+        acc.produced_gradients += gradients
+        acc.note(f"{label} gradients", gradients, _PRODUCED)
     if state_layout.master_bytes and offload is Offload.NONE:
         # The step reads fp32 gradients: DeepSpeed upcasts the 16-bit gradients into fp32
         # partitions for its fp32 master copy (stage_1_and_2.py, single_partition_of_fp32_groups),
@@ -957,7 +996,7 @@ def _train_one_model(
         # each 16-bit gradient as it is copied: traced qwen2.5-7b mixed, optimizer phase.
         shard = dp if zero >= 1 else 1
         fp32_gradients = trainable * 4 / shard
-        acc.step_gradients += fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
+        acc.master_gradients += fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
         acc.note(
             f"{label} fp32 gradients for the master copy",
             fp32_gradients - (0.0 if _gradients_persist(plan) else gradients),
@@ -982,6 +1021,19 @@ def _train_one_model(
         **layer_kwargs,  # type: ignore[arg-type]
     )
     logits = logits_bytes(arch, plan.batch, plan.seq, element_bytes) if with_logits else 0
+    # The end of backward: the first layer's activations (recomputed, with checkpointing) while
+    # every other gradient exists. Traced: mixtral-8x7b LoRA with checkpointing peaks there
+    # (bench/data/calibration.csv, gradients 97% complete at the backward peak).
+    last_layer = layer_activation_bytes(
+        arch,
+        plan.batch,
+        plan.seq,
+        element_bytes,
+        plan.attention,
+        **layer_kwargs,  # type: ignore[arg-type]
+    ) + _merged_expert_gradient_bytes(targets, layout.weight_bytes)
+    acc.last_layer_activations += last_layer
+    acc.note(f"{label} first layer's backward", last_layer, _BACKWARD_END_ONLY)
     if plan.grad_ckpt:
         # With recomputation the loss's fp32 tensors and the recomputed layer are not alive at the
         # same time: backward starts with the loss and the LM head (freed once the hidden state's
@@ -1028,7 +1080,7 @@ def _gradients_persist(plan: Plan) -> bool:
 
 
 def _peak_phase(plan: Plan, acc: _Accumulator) -> str:
-    """The phase whose bytes are the step's peak: the start of backward or the optimizer step.
+    """The phase whose bytes are the step's peak: the start or end of backward, or the step.
 
     The forward's own peak (16-bit logits, their fp32 copy and the log-softmax output) is below the
     start of backward, which holds the saved activations plus 12 bytes per logit
@@ -1038,9 +1090,8 @@ def _peak_phase(plan: Plan, acc: _Accumulator) -> str:
     """
     if not plan.is_training:
         return PHASE_INFERENCE
-    backward = acc.phase_total(PHASE_BACKWARD)
-    step = acc.phase_total(PHASE_OPTIMIZER_STEP)
-    return PHASE_OPTIMIZER_STEP if step > backward else PHASE_BACKWARD
+    phases = (PHASE_BACKWARD, PHASE_BACKWARD_END, PHASE_OPTIMIZER_STEP)
+    return max(phases, key=acc.phase_total)
 
 
 def _frozen_copy(
@@ -1175,9 +1226,10 @@ def estimate_memory(
     trained_method = plan.rl_method if plan.is_rl else plan.method
     if model.experts > 1 and trained_method in LORA_STYLE_METHODS:
         acc.warnings.append(
-            "LoRA on MoE experts is counted as one adapter per expert linear (transformers 4.x "
-            "layout); transformers 5 stores experts as fused 3D weights and PEFT then keeps merged "
-            "expert weights for backward, which this estimate does not include"
+            "LoRA on MoE experts is counted as transformers 5 runs it: experts stored as fused 3D "
+            "weights, which PEFT merges with their adapters layer by layer and keeps for backward "
+            "(a 16-bit copy of every adapted expert weight per layer); transformers 4.x adapts "
+            "each expert's linears and needs less"
         )
     trainable = 0
     if plan.method is Method.INFERENCE:
@@ -1229,11 +1281,22 @@ def estimate_memory(
     details.append(("CUDA context (guess)", CUDA_CONTEXT_BYTES))
     details.append(("allocator fragmentation (guess)", round(ALLOCATOR_FRAGMENTATION * rest)))
     at_step = phase == PHASE_OPTIMIZER_STEP
+    at_end = phase == PHASE_BACKWARD_END
+    peak_gradients = acc.persistent_gradients
+    if at_step or at_end:
+        peak_gradients += acc.produced_gradients
+    if at_step:
+        peak_gradients += acc.master_gradients
+    peak_activations = acc.activations
+    if at_step:
+        peak_activations = 0.0
+    elif at_end:
+        peak_activations = acc.last_layer_activations
     breakdown = MemoryBreakdown(
         weights=math.ceil(acc.weights),
-        gradients=math.ceil(acc.persistent_gradients + (acc.step_gradients if at_step else 0.0)),
+        gradients=math.ceil(peak_gradients),
         optimizer=math.ceil(acc.optimizer + (acc.step_temporaries if at_step else 0.0)),
-        activations=0 if at_step else math.ceil(acc.activations),
+        activations=math.ceil(peak_activations),
         kv_cache=math.ceil(acc.kv_cache),
         overhead=math.ceil(overhead),
     )
