@@ -492,9 +492,11 @@ def comparison_rows(
 ) -> list[tuple[str, int | None, int | None]]:
     """Rows ``(label, estimated bytes, traced bytes)`` that set the two breakdowns side by side.
 
-    ``estimate`` is :meth:`MemoryBreakdown.as_dict`. The trace has no KV-cache or overhead category
-    (the cache is an activation to it; the CUDA context and allocator slack are not tensors), and
-    the estimate has no temporaries of its own (its activations include the largest transient).
+    ``estimate`` is :meth:`MemoryBreakdown.as_dict`. The trace has no KV-cache category (the cache
+    is made in forward, so it counts as activations) and cannot see the estimate's overhead (the
+    CUDA context and allocator slack are not tensors); the estimate has no temporaries of its own
+    (its activations include the largest transient). So activations, temporaries and the KV cache
+    are compared as one row, with their parts below it.
     """
     parts = trace.components
     return [
@@ -506,13 +508,13 @@ def comparison_rows(
         ("gradients", estimate["gradients"], parts["gradients"]),
         ("optimizer (+ master copy)", estimate["optimizer"], parts["optimizer"] + parts["other"]),
         (
-            "activations + temporaries",
-            estimate["activations"],
+            "activations, temporaries, KV cache",
+            estimate["activations"] + estimate["kv_cache"],
             parts["activations"] + parts["temporaries"],
         ),
-        ("  of which forward activations", None, parts["activations"]),
-        ("  of which backward temporaries", None, parts["temporaries"]),
-        ("KV cache", estimate["kv_cache"], None),
+        ("  activations (traced: + KV cache)", estimate["activations"], parts["activations"]),
+        ("  backward temporaries", None, parts["temporaries"]),
+        ("  KV cache", estimate["kv_cache"], None),
         ("overhead (context, allocator)", estimate["overhead"], None),
     ]
 

@@ -282,14 +282,15 @@ def test_comparison_rows_pair_the_breakdowns() -> None:
         "gradients": 21,
         "optimizer": 36,
         "activations": 44,
-        "kv_cache": 0,
+        "kv_cache": 3,
         "overhead": 10,
-        "total": 210,
+        "total": 213,
     }
     rows = {label.strip(): (est, traced) for label, est, traced in comparison_rows(trace, estimate)}
     assert rows["weights / parameters+buffers"] == (99, 101)
     assert rows["optimizer (+ master copy)"] == (36, 37)
-    assert rows["activations + temporaries"] == (44, 45)
+    assert rows["activations, temporaries, KV cache"] == (44 + 3, 45)
+    assert rows["KV cache"] == (3, None)
     assert rows["overhead (context, allocator)"] == (10, None)
     assert trace.as_dict()["components"] == components
 
@@ -382,7 +383,7 @@ def test_trace_text_output(traced_packages: None, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert status == 0
     assert "traced peak" in out and "without overhead" in out
-    assert "activations + temporaries" in out
+    assert "activations, temporaries, KV cache" in out
 
 
 def test_trace_runs_in_a_worker_thread(traced_packages: None) -> None:
