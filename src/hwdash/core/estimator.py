@@ -32,7 +32,11 @@ from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 from hwdash.core.units import MIB
 
 # --------------------------------------------------------------------------------------------------
-# Constants. The guesses are marked as such; issue 5 calibrates them against measured runs.
+# Constants. The guesses are marked as such. The two overhead constants (CUDA context, allocator) are
+# not calibrated: the fake-tensor traces behind bench/data/calibration.csv allocate no CUDA context and
+# no cached blocks, so the accuracy figures (bench/estimator_errors.py, docs/accuracy.md) compare the
+# total without the overhead component. They stay guesses until a real GPU measures
+# ``torch.cuda.memory_reserved`` against the estimate.
 # --------------------------------------------------------------------------------------------------
 
 #: CUDA context plus cuBLAS/cuDNN workspaces and loaded kernels, per GPU. A guess: PyTorch forum
@@ -43,7 +47,7 @@ CUDA_CONTEXT_BYTES = 500 * MIB
 
 #: Allocator fragmentation and cached-but-unused blocks, as a fraction of everything else. A guess
 #: (PyTorch's caching allocator rounds and caches blocks; ``memory_reserved`` typically exceeds
-#: ``memory_allocated`` by a few to ~10 percent in training loops); issue 5 calibrates it.
+#: ``memory_allocated`` by a few to ~10 percent in training loops); not calibrated (see above).
 ALLOCATOR_FRAGMENTATION = 0.08
 
 #: NF4 storage: 4 bits per weight (QLoRA paper, section 3).
