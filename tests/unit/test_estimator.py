@@ -709,3 +709,60 @@ def test_dora_weight_norm_transient_is_sized_on_the_widest_input() -> None:
     model = _fixture_model("fx-1b")
     dora = estimate_memory(Plan(model="fx-1b", method=Method.DORA, seq=64), model)
     assert dict(dora.details)["model DoRA weight-norm transient"] == expected
+
+
+# --------------------------------------------------------------------------------------------------
+# The peak as a maximum over phases (issue 5; bench/data/calibration.csv).
+# --------------------------------------------------------------------------------------------------
+
+
+def test_gradient_accumulation_keeps_gradients_alive_in_backward() -> None:
+    model = _fixture_model("fx-1b")
+    base = Plan(model="fx-1b", method=Method.FULL, seq=8192)
+    single = estimate_memory(base, model)
+    accumulating = estimate_memory(base.model_copy(update={"grad_accum": 4}), model)
+    n = single.total_params
+    assert single.peak_phase == accumulating.peak_phase == "backward"
+    assert single.per_gpu.gradients == 0
+    assert accumulating.per_gpu.gradients == 2 * n
+    assert accumulating.per_gpu.activations == single.per_gpu.activations
+    rest = accumulating.per_gpu.total - accumulating.per_gpu.overhead
+    assert rest - (single.per_gpu.total - single.per_gpu.overhead) == 2 * n
+
+
+def test_lora_dropout_keeps_a_one_byte_mask_of_every_adapted_input() -> None:
+    # CUDA's fused dropout keeps a bool mask (aten/src/ATen/native/Dropout.cpp)
+    model = _fixture_model("fx-1b")
+    arch = architecture(model)
+    plan = Plan(model="fx-1b", method=Method.LORA, batch=2, seq=512, lora_dropout=0.0)
+    without = estimate_memory(plan, model)
+    with_dropout = estimate_memory(plan.model_copy(update={"lora_dropout": 0.1}), model)
+    inputs_per_token = sum(linear.in_features for linear in arch.linears)
+    expected = arch.layers * 2 * 512 * inputs_per_token
+    assert with_dropout.per_gpu.activations - without.per_gpu.activations == expected
+
+
+def test_sgd_with_checkpointing_peaks_at_the_end_of_backward() -> None:
+    # SGD has no states and no step temporaries: the step holds weights + gradients, while the end
+    # of backward also holds the first layer's recomputed activations.
+    model = _fixture_model("fx-1b")
+    plan = Plan(
+        model="fx-1b", method=Method.FULL, optimizer=Optimizer.SGD, grad_ckpt=True, seq=1024
+    )
+    estimate = estimate_memory(plan, model)
+    n = estimate.total_params
+    assert estimate.peak_phase == "end of backward"
+    assert estimate.per_gpu.gradients == 2 * n
+    assert estimate.per_gpu.optimizer == 0
+    one_layer = layer_activation_bytes(architecture(model), 1, 1024, 2, Attention.SDPA)
+    assert estimate.per_gpu.activations == one_layer
+
+
+def test_adafactor_step_holds_sixteen_bytes_per_element_of_the_largest_matrix() -> None:
+    model = _fixture_model("fx-1b")
+    arch = architecture(model)
+    plan = Plan(model="fx-1b", method=Method.FULL, optimizer=Optimizer.ADAFACTOR, seq=64)
+    estimate = estimate_memory(plan, model)
+    assert estimate.peak_phase == "optimizer step"
+    largest = max(arch.embedding_params, arch.lm_head_params)
+    assert dict(estimate.details)["model optimizer step temporaries"] == 16 * largest
