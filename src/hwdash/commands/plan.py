@@ -24,6 +24,7 @@ from hwdash.core.plan import (
     Method,
     Offload,
     Optimizer,
+    OptimizerImpl,
     Plan,
     Precision,
 )
@@ -40,6 +41,7 @@ FIELD_FLAGS = {
     "grad_accum": "--grad-accum",
     "attention": "--attn",
     "optimizer": "--optimizer",
+    "optimizer_impl": "--optimizer-impl",
     "lora_r": "--lora-r",
     "lora_targets": "--lora-targets",
     "lora_dropout": "--lora-dropout",
@@ -132,6 +134,13 @@ def add_parser(subparsers: Any) -> None:
         choices=[o.value for o in Optimizer],
         default=Optimizer.ADAMW.value,
         help="default adamw",
+    )
+    what.add_argument(
+        "--optimizer-impl",
+        choices=[impl.value for impl in OptimizerImpl],
+        default=OptimizerImpl.FUSED.value,
+        help="how AdamW runs: fused (the HF Trainer's default), foreach (torch.optim.AdamW's "
+        "default: one state-sized temporary at the step) or for-loop (default fused)",
     )
     what.add_argument(
         "--lora-r", type=int, default=16, metavar="R", help="LoRA/DoRA rank (default 16)"
@@ -291,6 +300,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "grad_accum": args.grad_accum,
         "attention": args.attn,
         "optimizer": args.optimizer,
+        "optimizer_impl": args.optimizer_impl,
         "lora_r": args.lora_r,
         "lora_targets": _split([args.lora_targets]) or ("all-linear",),
         "lora_dropout": args.lora_dropout,

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from hwdash.core.catalog import Accelerator, ModelSpec
-from hwdash.core.plan import Attention, Method, Offload, Optimizer, Plan, Precision
+from hwdash.core.plan import Attention, Method, Offload, Optimizer, OptimizerImpl, Plan, Precision
 from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 from hwdash.core.units import MIB
 
@@ -371,36 +371,43 @@ def optimizer_step_temporary_bytes(
     optimizer: Optimizer,
     zero: int,
     data_parallel: int,
+    implementation: OptimizerImpl = OptimizerImpl.FUSED,
 ) -> float:
     """Temporaries the optimizer step allocates on top of the states (freed when it returns).
 
-    * adamw: we assume PyTorch's ``foreach`` implementation, the default of ``torch.optim.AdamW``
-      on CUDA and of the Trainer's ``adamw_torch``: ``_foreach_sqrt`` of the second moments builds
-      one state-sized tensor for every parameter at once (``torch/optim/adamw.py``,
-      ``_multi_tensor_adam``). Traced: the optimizer phase holds exactly weights + gradients +
-      1.5 x states on every ``adamw-foreach`` row of ``bench/data/calibration.csv``. The fused
-      kernel (``fused=True``, the Trainer's ``adamw_torch_fused``) allocates none, so for it this
-      overstates the step by one state; the for-loop version holds one parameter's worth.
-    * adamw-8bit (bitsandbytes) and plain SGD (``foreach``: in-place adds): none.
+    * adamw, ``foreach`` (``torch.optim.AdamW()``'s default on CUDA, the Trainer's
+      ``adamw_torch``): ``_foreach_sqrt`` of the second moments builds one state-sized tensor for
+      every parameter at once (``torch/optim/adamw.py``, ``_multi_tensor_adam``). Traced: the
+      optimizer phase holds exactly weights + gradients + 1.5 x states on every ``adamw-foreach``
+      row of ``bench/data/calibration.csv``.
+    * adamw, ``fused`` (the Trainer's default ``adamw_torch_fused`` on torch >= 2.8, see
+      ``default_optim`` in transformers' ``training_args.py``): none; traced on the
+      ``adamw-fused`` rows (weights + gradients + states).
+    * adamw, ``for-loop``: sqrt(v) of one parameter at a time, the largest.
+    * adamw-8bit (bitsandbytes, one kernel per parameter) and plain SGD (in-place adds): none.
     * adafactor: :data:`ADAFACTOR_STEP_BYTES_PER_ELEMENT` times the largest trained tensor.
 
     Sharded like the states under ZeRO (each rank steps its own partition).
     """
     shard = max(1, data_parallel) if zero >= 1 else 1
+    if method is Method.FULL:
+        largest_tensor = max(
+            arch.embedding_params,
+            arch.lm_head_params,
+            max(linear.in_features * linear.out_features for linear in arch.linears),
+        )
+    else:
+        # the largest adapter matrix: r x in (lora_A) or out x r (lora_B); bounded here by one
+        # layer's adapters
+        largest_tensor = trainable // max(1, arch.layers)
     if optimizer is Optimizer.ADAMW:
-        return trainable * layout.state_bytes / shard
+        if implementation is OptimizerImpl.FOREACH:
+            return trainable * layout.state_bytes / shard
+        if implementation is OptimizerImpl.FOR_LOOP:
+            return largest_tensor * layout.state_bytes / shard
+        return 0.0
     if optimizer is Optimizer.ADAFACTOR:
-        if method is Method.FULL:
-            single = max(
-                arch.embedding_params,
-                arch.lm_head_params,
-                max(linear.in_features * linear.out_features for linear in arch.linears),
-            )
-        else:
-            # the largest adapter matrix: r x in (lora_A) or out x r (lora_B); the rank is not
-            # known here, so bound it by the trainable count of one layer's adapters
-            single = trainable // max(1, arch.layers)
-        return ADAFACTOR_STEP_BYTES_PER_ELEMENT * single / shard
+        return ADAFACTOR_STEP_BYTES_PER_ELEMENT * largest_tensor / shard
     return 0.0
 
 
@@ -972,7 +979,7 @@ def _train_one_model(
             acc.note(f"{label} DoRA weight-norm transient", transient, _BACKWARD_ONLY)
     gradients, optimizer = states.gradients, states.optimizer
     step_temporaries = optimizer_step_temporary_bytes(
-        arch, method, trainable, state_layout, plan.optimizer, zero, dp
+        arch, method, trainable, state_layout, plan.optimizer, zero, dp, plan.optimizer_impl
     )
     if offload is not Offload.NONE:
         # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on

@@ -57,6 +57,19 @@ class Optimizer(str, Enum):
     ADAFACTOR = "adafactor"
 
 
+class OptimizerImpl(str, Enum):
+    """How PyTorch runs AdamW's update: decides the temporaries of the optimizer step."""
+
+    FUSED = "fused"
+    """One fused kernel, no parameter-sized temporaries (``fused=True``; the Hugging Face Trainer's
+    default ``adamw_torch_fused`` on torch >= 2.8, and DeepSpeed's FusedAdam)."""
+    FOREACH = "foreach"
+    """Multi-tensor ops (``torch.optim.AdamW()``'s default on CUDA, the Trainer's ``adamw_torch``):
+    one state-sized temporary for every parameter at once."""
+    FOR_LOOP = "for-loop"
+    """One parameter at a time (``foreach=False``): temporaries of the largest parameter only."""
+
+
 class Attention(str, Enum):
     """Attention implementation: decides whether the s^2 score matrix is stored."""
 
@@ -101,6 +114,8 @@ class Plan(BaseModel):
     """Attention implementation."""
     optimizer: Optimizer = Optimizer.ADAMW
     """Optimizer."""
+    optimizer_impl: OptimizerImpl = OptimizerImpl.FUSED
+    """How AdamW runs (see :class:`OptimizerImpl`); the other optimizers ignore it."""
     lora_r: int = Field(default=16, ge=1, le=65536)
     """LoRA/DoRA rank."""
     lora_targets: tuple[str, ...] = ("all-linear",)
