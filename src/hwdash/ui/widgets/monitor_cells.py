@@ -8,6 +8,7 @@ fixed-size cell, and a cell whose text is unchanged is never refreshed, so Textu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 
 from rich.text import Text
 from textual.widget import Widget
@@ -174,9 +175,11 @@ class MemoryBar(Widget):
             "p": ("┃", PLAN_STYLE),
         }
         text = Text()
-        for code in cells:
+        # One span per run of equal cells: a span per cell would repeat the colour escape codes
+        # for every character sent to the terminal.
+        for code, run in groupby(cells):
             char, style = glyphs[code]
-            text.append(char, style)
+            text.append(char * len(list(run)), style)
         return text
 
 
