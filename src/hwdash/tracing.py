@@ -13,8 +13,15 @@ this module costs nothing, and a missing package becomes a :class:`TraceUnavaila
 status 2). The Plan -> model-config mapping (:func:`build_hf_config_dict`, :func:`trace_settings`) is
 pure and runs without them.
 
-:func:`trace_plan` is blocking and safe to call from a worker thread (the TUI does); traces run one
-at a time (a lock), because the CPU path patches one MemTracker function for the whole process.
+:func:`trace_plan` is blocking and safe to call from a worker thread; traces run one at a time (a
+lock), because the CPU path patches one MemTracker function for the whole process. A caller such as
+the TUI's trace action runs, in its worker::
+
+    trace = trace_plan(plan, model)                      # seconds; TraceUnavailable says why not
+    estimate = comparable_estimate(plan, model)          # the estimate the trace stands for
+    rows = comparison_rows(trace, estimate.per_gpu.as_dict())  # (label, estimated, traced)
+
+and shows ``str(error)`` of a :class:`TraceUnavailable` as a one-line message.
 """
 
 from __future__ import annotations
