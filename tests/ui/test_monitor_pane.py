@@ -200,10 +200,15 @@ async def test_process_table_sorts_by_key_and_by_heading(tmp_path: Path) -> None
         await wait_for_frames(pilot, app, 1)
         table = app.monitor.process_table
         assert table.row_count == 8
-        memory = [table.get_row(key)[3].sort_value for key in table.row_keys_in_order]
-        assert memory == sorted(memory, reverse=True)  # default: largest GPU memory first
+        gpus = [table.get_row(key)[0].sort_value for key in table.row_keys_in_order]
+        assert gpus == sorted(gpus)  # default: by GPU
 
-        await pilot.press("o")  # next column after GPU memory: CPU
+        await pilot.press("o", "o", "o")  # GPU -> PID -> user -> GPU memory
+        assert table.sort_column == "gpu_memory"
+        memory = [table.get_row(key)[3].sort_value for key in table.row_keys_in_order]
+        assert memory == sorted(memory, reverse=True)  # largest first
+
+        await pilot.press("o")  # next: CPU
         assert table.sort_column == "cpu"
         cpu = [table.get_row(key)[4].sort_value for key in table.row_keys_in_order]
         assert cpu == sorted(cpu, reverse=True)

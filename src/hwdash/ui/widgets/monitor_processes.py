@@ -94,10 +94,11 @@ class ProcessTable(DataTable[ProcessCell]):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
-        self.sort_column = "gpu_memory"
-        """Column key the rows are ordered by."""
-        self.sort_reverse = True
-        """Largest first."""
+        self.sort_column = "gpu"
+        """Column key the rows are ordered by (by GPU at first: an order that does not reshuffle,
+        and repaint the whole table, every time two processes' memory cross)."""
+        self.sort_reverse = False
+        """Descending order."""
         self._rows: dict[str, dict[str, ProcessCell]] = {}
         self._command_width = 0
 
