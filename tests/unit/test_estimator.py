@@ -135,6 +135,7 @@ def test_qlora_65b_fits_in_48_gb() -> None:
         seq=512,
         grad_ckpt=True,
         attention=Attention.FLASH,
+        optimizer_impl=OptimizerImpl.FUSED,  # paged AdamW: one kernel per parameter, no temporaries
     )
     estimate = estimate_memory(plan, LLAMA_65B)
     memory = estimate.per_gpu
@@ -312,7 +313,14 @@ def test_layer_activations_match_a_traced_llama_layer(
 
 def test_full_bf16_breakdown_by_hand() -> None:
     model = _fixture_model("fx-1b")
-    plan = Plan(model="fx-1b", method=Method.FULL, batch=1, seq=128, attention=Attention.FLASH)
+    plan = Plan(
+        model="fx-1b",
+        method=Method.FULL,
+        batch=1,
+        seq=128,
+        attention=Attention.FLASH,
+        optimizer_impl=OptimizerImpl.FUSED,
+    )
     estimate = estimate_memory(plan, model)
     n = estimate.total_params
     assert estimate.trainable_params == n
@@ -379,7 +387,13 @@ def test_qlora_quantizes_linears_and_upcasts_the_rest_to_fp32() -> None:
 
 def test_zero3_shards_everything_and_offload_moves_states_to_host() -> None:
     model = _fixture_model("fx-8b-gqa")
-    base = dict(model="fx-8b-gqa", method=Method.FULL, precision=Precision.MIXED, grad_ckpt=True)
+    base = dict(
+        model="fx-8b-gqa",
+        method=Method.FULL,
+        precision=Precision.MIXED,
+        grad_ckpt=True,
+        optimizer_impl=OptimizerImpl.FUSED,
+    )
     one = estimate_memory(Plan(**base), model, gpus=8)
     z3 = estimate_memory(Plan(**base, zero=3), model, gpus=8)
     n = z3.total_params
@@ -403,8 +417,15 @@ def test_zero3_shards_everything_and_offload_moves_states_to_host() -> None:
 
 def test_bf16_full_under_zero_is_counted_as_mixed_with_a_warning() -> None:
     model = _fixture_model("fx-1b")
-    plain = estimate_memory(Plan(model="fx-1b", method=Method.FULL, seq=128), model, gpus=1)
-    zero = estimate_memory(Plan(model="fx-1b", method=Method.FULL, seq=128, zero=1), model, gpus=1)
+    fused = OptimizerImpl.FUSED
+    plain = estimate_memory(
+        Plan(model="fx-1b", method=Method.FULL, seq=128, optimizer_impl=fused), model, gpus=1
+    )
+    zero = estimate_memory(
+        Plan(model="fx-1b", method=Method.FULL, seq=128, zero=1, optimizer_impl=fused),
+        model,
+        gpus=1,
+    )
     # states (+ master copy), at the step (ZeRO: fp32 gradients on top) or the end of backward
     assert zero.peak_phase == "optimizer step"
     assert plain.peak_phase == "end of backward"

@@ -138,9 +138,10 @@ def add_parser(subparsers: Any) -> None:
     what.add_argument(
         "--optimizer-impl",
         choices=[impl.value for impl in OptimizerImpl],
-        default=OptimizerImpl.FUSED.value,
-        help="how AdamW runs: fused (the HF Trainer's default), foreach (torch.optim.AdamW's "
-        "default: one state-sized temporary at the step) or for-loop (default fused)",
+        default=OptimizerImpl.FOREACH.value,
+        help="how AdamW runs: foreach (torch.optim.AdamW's default: one state-sized temporary at "
+        "the step), fused (the HF Trainer's default on torch >= 2.8: none) or for-loop "
+        "(default foreach)",
     )
     what.add_argument(
         "--lora-r", type=int, default=16, metavar="R", help="LoRA/DoRA rank (default 16)"

@@ -371,7 +371,7 @@ def optimizer_step_temporary_bytes(
     optimizer: Optimizer,
     zero: int,
     data_parallel: int,
-    implementation: OptimizerImpl = OptimizerImpl.FUSED,
+    implementation: OptimizerImpl = OptimizerImpl.FOREACH,
 ) -> float:
     """Temporaries the optimizer step allocates on top of the states (freed when it returns).
 

@@ -114,8 +114,10 @@ class Plan(BaseModel):
     """Attention implementation."""
     optimizer: Optimizer = Optimizer.ADAMW
     """Optimizer."""
-    optimizer_impl: OptimizerImpl = OptimizerImpl.FUSED
-    """How AdamW runs (see :class:`OptimizerImpl`); the other optimizers ignore it."""
+    optimizer_impl: OptimizerImpl = OptimizerImpl.FOREACH
+    """How AdamW runs (see :class:`OptimizerImpl`); the other optimizers ignore it. The default is
+    the larger of the two common ones: ``torch.optim.AdamW()``'s foreach; the Hugging Face
+    Trainer's default (fused, on torch >= 2.8) needs one optimizer state less at the step."""
     lora_r: int = Field(default=16, ge=1, le=65536)
     """LoRA/DoRA rank."""
     lora_targets: tuple[str, ...] = ("all-linear",)
