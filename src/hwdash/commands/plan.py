@@ -422,6 +422,12 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
         breakdown.add_row(name.replace("_", " "), f"{value / GIB:.2f}", f"{share:.0%}")
     breakdown.add_row("[bold]total[/bold]", f"[bold]{total / GIB:.2f}[/bold]", "100%")
     console.print(breakdown)
+    if plan.is_training:
+        console.print(
+            f"peak at the {estimate.peak_phase}: the components as they are then",
+            style="dim",
+            highlight=False,
+        )
     parts = list(estimate.details)
     if parts:
         table_of_parts = Table(show_header=True, box=None, padding=(0, 2))
