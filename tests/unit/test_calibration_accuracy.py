@@ -116,5 +116,7 @@ def test_pinned_rows(scored: list, case_id: str) -> None:
     assert abs(row.error) <= 0.12
     # the estimator names the phase the trace peaked in (forward counts as backward's start: the
     # forward's loss tensors are a subset of what backward starts with)
-    traced = {"optimizer": "optimizer step", "prefill": "prefill"}.get(row.traced_phase, "backward")
+    traced = {"optimizer": "optimizer step", "prefill": "prefill"}.get(
+        row.traced_phase, "start of backward"
+    )
     assert row.estimated_phase == traced

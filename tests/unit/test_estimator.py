@@ -344,7 +344,7 @@ def test_full_bf16_breakdown_by_hand() -> None:
     # A long sequence moves the peak to the start of backward: activations and the loss's 12 fp32
     # bytes per logit, the states, and no gradients yet (one micro-batch per step).
     long = estimate_memory(plan.model_copy(update={"seq": 8192}), model)
-    assert long.peak_phase == "backward"
+    assert long.peak_phase == "start of backward"
     assert long.per_gpu.gradients == 0
     assert long.per_gpu.optimizer == 4 * n
     assert long.per_gpu.activations > 8192 * 32000 * 12
@@ -357,7 +357,7 @@ def test_lora_adapters_are_fp32_with_adam() -> None:
     estimate = estimate_memory(Plan(model="fx-1b", method=Method.LORA), model)
     adapters = estimate.trainable_params
     # peak at the start of backward: no gradients yet; with accumulation they persist
-    assert estimate.peak_phase == "backward"
+    assert estimate.peak_phase == "start of backward"
     assert estimate.per_gpu.gradients == 0
     accumulating = estimate_memory(Plan(model="fx-1b", method=Method.LORA, grad_accum=4), model)
     assert accumulating.per_gpu.gradients == ADAPTER_LAYOUT.gradient_bytes * adapters
@@ -541,7 +541,9 @@ def test_every_method_gives_a_plausible_breakdown(
         assert 0 < estimate.trainable_params <= 2 * n
         # gradients are alive at the step, and at the start of backward only when they persist
         # (RL plans, ZeRO, accumulation)
-        assert memory.gradients > 0 or (estimate.peak_phase == "backward" and not plan.is_rl)
+        assert memory.gradients > 0 or (
+            estimate.peak_phase == "start of backward" and not plan.is_rl
+        )
     if method in (Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.DORA):
         assert estimate.trainable_params < 0.05 * n
 
@@ -769,7 +771,7 @@ def test_gradient_accumulation_keeps_gradients_alive_in_backward() -> None:
     single = estimate_memory(base, model)
     accumulating = estimate_memory(base.model_copy(update={"grad_accum": 4}), model)
     n = single.total_params
-    assert single.peak_phase == accumulating.peak_phase == "backward"
+    assert single.peak_phase == accumulating.peak_phase == "start of backward"
     assert single.per_gpu.gradients == 0
     assert accumulating.per_gpu.gradients == 2 * n
     assert accumulating.per_gpu.activations == single.per_gpu.activations

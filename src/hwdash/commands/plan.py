@@ -424,7 +424,7 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
     console.print(breakdown)
     if plan.is_training:
         console.print(
-            f"peak at the {estimate.peak_phase}: the components as they are then",
+            f"peak: {estimate.peak_phase} (the components as they are then)",
             style="dim",
             highlight=False,
         )

@@ -797,7 +797,7 @@ def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int)
 
 
 #: Names of the phases whose peaks :func:`estimate_memory` compares (``MemoryEstimate.peak_phase``).
-PHASE_BACKWARD = "backward"
+PHASE_BACKWARD = "start of backward"
 PHASE_BACKWARD_END = "end of backward"
 PHASE_OPTIMIZER_STEP = "optimizer step"
 PHASE_INFERENCE = "prefill"

@@ -67,9 +67,10 @@ class MemoryEstimate:
     """Parameters that receive gradients (adapters only for LoRA-style methods)."""
     compute_dtype: str = "bf16"
     """The half-precision dtype the matmuls run in (``fp16`` on a GPU without bf16)."""
-    peak_phase: str = "backward"
-    """When the peak happens: ``backward`` (its start: activations and the loss alive),
-    ``optimizer step`` (gradients, states and the step's temporaries) or ``prefill`` (inference)."""
+    peak_phase: str = "start of backward"
+    """When the peak happens: ``start of backward`` (saved activations and the loss alive),
+    ``end of backward`` (every gradient plus the first layer's activations), ``optimizer step``
+    (gradients, states and the step's temporaries) or ``prefill`` (inference)."""
     details: tuple[tuple[str, int], ...] = ()
     """Named sub-parts alive at the peak phase, for display, e.g. ``("reference model weights", n)``."""
     warnings: tuple[str, ...] = ()
