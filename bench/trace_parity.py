@@ -2,9 +2,11 @@
 
 ``hwdash plan --trace`` (:func:`hwdash.tracing.trace_plan`) and the calibration harness
 (``bench/calibration/tracing.py``) are two implementations of the same fake-tensor step. This script
-runs the shipped one on every row of ``bench/data/calibration.csv`` (with the row's non-plan
-settings: LoRA dropout, optimizer implementation, forced SDPA math) and reports how many peaks agree
-to the byte, and the time each trace took. Needs the ``calibrate`` extra (torch, transformers, peft).
+runs the shipped one on every row of ``bench/data/calibration.csv`` (forcing SDPA's math kernel
+where the row did) and reports how many peaks agree to the byte, and the time each trace took. The
+shipped tracer runs bf16 LoRA/DoRA under autocast, as the Trainer does; those rows are compared with
+``bench/data/calibration-lora-autocast.csv``, which traced them that way. Needs the ``calibrate``
+extra (torch, transformers, peft).
 
     python bench/trace_parity.py                 # every row
     python bench/trace_parity.py --only qwen2.5-0.5b/lora
@@ -23,6 +25,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_CSV = REPO / "bench" / "data" / "calibration.csv"
+AUTOCAST_CSV = REPO / "bench" / "data" / "calibration-lora-autocast.csv"
+
+#: The harness's optimizer implementation names -> ``Plan.optimizer_impl``.
+IMPL_NAMES = {"fused": "fused", "foreach": "foreach", "single": "for-loop"}
 
 
 def _plan_fields(row: dict[str, str]) -> dict[str, object]:
@@ -37,6 +43,8 @@ def _plan_fields(row: dict[str, str]) -> dict[str, object]:
         "optimizer": row["optimizer"],
         "lora_r": int(row["lora_r"]),
         "lora_targets": tuple(row["lora_targets"].split("+")),
+        "lora_dropout": float(row["lora_dropout"]),
+        "optimizer_impl": IMPL_NAMES[row["optimizer_impl"]],
     }
 
 
@@ -53,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
 
     catalog = load_catalog(include_user=False)
     rows = [r for r in csv.DictReader(DATA_CSV.open(encoding="utf-8")) if args.only in r["case_id"]]
+    under_autocast = {
+        r["case_id"]: int(r["peak_bytes"])
+        for r in csv.DictReader(AUTOCAST_CSV.open(encoding="utf-8"))
+    }
     same = 0
     different: list[str] = []
     failed: list[str] = []
@@ -65,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
                 plan,
                 catalog.models[plan.model],
                 device="cpu",
-                lora_dropout=float(row["lora_dropout"]),
-                optimizer_impl=row["optimizer_impl"],
                 sdpa_math=row["sdpa_backend"] == "math",
             )
         except TraceUnavailable as exc:
@@ -74,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{index}/{len(rows)}] FAILED {row['case_id']}: {exc}", flush=True)
             continue
         seconds.append(time.perf_counter() - started)
-        harness = int(row["peak_bytes"])
+        harness = under_autocast.get(row["case_id"], int(row["peak_bytes"]))
+        lora_bf16 = row["precision"] == "bf16" and row["method"] in ("lora", "dora")
+        if lora_bf16 and row["case_id"] not in under_autocast:
+            failed.append(f"{row['case_id']}: no autocast trace to compare with")
+            continue
         if trace.peak_bytes == harness:
             same += 1
             verdict = "same"

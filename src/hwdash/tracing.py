@@ -69,10 +69,8 @@ _TRACKER_CATEGORIES = {
     "Other": "other",
 }
 
-#: LoRA dropout of the traced adapters. The plan has no dropout field; 0.0 is PEFT's own
-#: ``LoraConfig`` default and what the estimator assumes (no dropout copies). With dropout > 0 PEFT
-#: keeps one more copy of every adapted input (docs/accuracy.md, finding 6).
-DEFAULT_LORA_DROPOUT = 0.0
+#: ``Plan.optimizer_impl`` -> the ``foreach`` argument of torch's optimizers (fused is separate).
+_FOREACH_BY_IMPL = {"fused": False, "foreach": True, "for-loop": False}
 
 #: Learning rates do not change memory; any positive value does.
 _LEARNING_RATE = 1e-4
@@ -230,7 +228,7 @@ class TraceSettings:
     weight_dtype: str
     """dtype the model is built in: ``float32`` or ``bfloat16``."""
     autocast: bool
-    """Run forward under bf16 autocast (``amp``)."""
+    """Run forward under bf16 autocast (``amp``; bf16 LoRA/DoRA, as the Trainer runs them)."""
     master_copy: bool
     """Keep an fp32 master copy and fp32 optimizer states (``mixed``, emulated)."""
     attention: str
@@ -243,6 +241,10 @@ class TraceSettings:
     """Adapter rank."""
     lora_targets: tuple[str, ...]
     """Adapted module names, or ``("all-linear",)``."""
+    lora_dropout: float
+    """LoRA/DoRA dropout probability."""
+    optimizer_impl: str
+    """AdamW's implementation: ``fused``, ``foreach`` or ``for-loop``."""
     batch: int
     """Sequences per step."""
     seq: int
@@ -296,6 +298,12 @@ def trace_settings(plan: Plan) -> TraceSettings:
         autocast = plan.method is not Method.INFERENCE
         if not autocast:
             notes.append("amp inference traced as fp32 weights without autocast")
+    elif plan.precision is Precision.BF16 and plan.method in (Method.LORA, Method.DORA):
+        # The Hugging Face Trainer (bf16=True) wraps the forward in bf16 autocast; PEFT's adapters
+        # are fp32, so autocast decides the dtype of the inputs they keep. The estimator models
+        # the Trainer (bench/trace_lora_autocast.py).
+        autocast = True
+        notes.append("bf16 LoRA traced under bf16 autocast, as the Trainer runs it (bf16=True)")
     elif plan.precision is Precision.MIXED and plan.method is not Method.INFERENCE:
         master_copy = True
         notes.append(
@@ -308,11 +316,6 @@ def trace_settings(plan: Plan) -> TraceSettings:
             "collector runs, so the peak depends on its timing (a repeated trace in one process "
             "can differ by a few percent)"
         )
-    if plan.method in (Method.LORA, Method.DORA):
-        notes.append(
-            f"LoRA dropout {DEFAULT_LORA_DROPOUT:g} (PEFT's default; dropout > 0 keeps one more "
-            "copy of every adapted input)"
-        )
     seq = plan.seq
     if plan.method is Method.INFERENCE:
         if seq < 2:
@@ -323,8 +326,7 @@ def trace_settings(plan: Plan) -> TraceSettings:
         )
     elif plan.optimizer is Optimizer.ADAMW:
         notes.append(
-            "AdamW foreach (torch.optim.AdamW's default on CUDA), two steps: Adam creates its "
-            "states in the first"
+            f"AdamW {plan.optimizer_impl.value}, two steps: Adam creates its states in the first"
         )
     micro_batches = 1
     if plan.method is not Method.INFERENCE and plan.grad_accum > 1:
@@ -343,6 +345,8 @@ def trace_settings(plan: Plan) -> TraceSettings:
         grad_ckpt=plan.grad_ckpt and plan.method is not Method.INFERENCE,
         lora_r=plan.lora_r,
         lora_targets=tuple(plan.lora_targets),
+        lora_dropout=plan.lora_dropout,
+        optimizer_impl=plan.optimizer_impl.value,
         batch=plan.batch,
         seq=seq,
         micro_batches=micro_batches,
@@ -470,12 +474,21 @@ def extrapolate_phases(
     ]
 
 
+def traced_plan(plan: Plan, model: ModelSpec) -> Plan:
+    """The plan a trace really runs: one GPU without ZeRO or offload, and, for LoRA on an MoE,
+    no dropout (PEFT adapts fused 3-D expert weights with ``lora.ParamWrapper``, which refuses
+    dropout)."""
+    update: dict[str, Any] = {"gpus": 1, "zero": 0, "offload": Offload.NONE}
+    if model.experts > 1 and plan.method in (Method.LORA, Method.DORA) and plan.lora_dropout > 0:
+        update["lora_dropout"] = 0.0
+    return plan.model_copy(update=update)
+
+
 def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryEstimate:
-    """The estimate a trace stands for: one GPU, no ZeRO, no offload (what the trace runs)."""
+    """The estimate a trace stands for: the estimate of :func:`traced_plan` on one GPU."""
     from hwdash.core.estimator import estimate_memory
 
-    single = plan.model_copy(update={"gpus": 1, "zero": 0, "offload": Offload.NONE})
-    return estimate_memory(single, model, gpus=1)
+    return estimate_memory(traced_plan(plan, model), model, gpus=1)
 
 
 def trace_document(trace: TraceResult, estimate: MemoryEstimate) -> dict[str, Any]:
@@ -574,8 +587,6 @@ def trace_plan(
     *,
     device: str | None = None,
     full_depth: bool = False,
-    lora_dropout: float = DEFAULT_LORA_DROPOUT,
-    optimizer_impl: str = "foreach",
     sdpa_math: bool | None = None,
 ) -> TraceResult:
     """Run ``plan``'s step for ``model`` on fake tensors and return its traced peak memory.
@@ -584,22 +595,27 @@ def trace_plan(
     ``cpu`` (fake tensors allocate nothing either way). Training runs two steps (forward, backward,
     optimizer step, zero_grad), because Adam creates its states in the first; the result is the
     maximum over both. Deep stacks are traced at two small depths and extrapolated unless
-    ``full_depth``. ``lora_dropout`` and ``optimizer_impl`` (``foreach``, ``fused``, ``single``) are
-    not plan fields; the defaults are PEFT's and CUDA's defaults. ``sdpa_math`` forces (True) or
-    forbids (False) SDPA's math kernel; None forces it where CUDA would take it and a CPU trace would
-    not (fp32 on a grouped-query model).
+    ``full_depth``. ``sdpa_math`` forces (True) or forbids (False) SDPA's math kernel; None forces
+    it where CUDA would take it and a CPU trace would not (fp32 on a grouped-query model).
 
     Raises :class:`TraceUnavailable` when a package is missing, the setting cannot be traced, or
     the trace itself fails.
     """
-    settings = trace_settings(plan)
+    settings = trace_settings(traced_plan(plan, model))
+    if settings.lora_dropout != plan.lora_dropout and plan.method in (Method.LORA, Method.DORA):
+        settings = replace(
+            settings,
+            notes=(
+                *settings.notes,
+                f"LoRA dropout {plan.lora_dropout:g} traced as 0: PEFT refuses dropout on fused "
+                "expert weights (lora.ParamWrapper); compared with the estimate at dropout 0",
+            ),
+        )
     versions = check_trace_dependencies(plan)
     started = time.perf_counter()
     with _TRACE_LOCK:
         try:
-            requested = _RequestedOptions(
-                device, full_depth, lora_dropout, optimizer_impl, sdpa_math
-            )
+            requested = _RequestedOptions(device, full_depth, sdpa_math)
             return _trace(plan, model, settings, versions, requested, started)
         except TraceUnavailable:
             raise
@@ -629,8 +645,6 @@ class _RequestedOptions:
 
     device: str | None
     full_depth: bool
-    lora_dropout: float
-    optimizer_impl: str
     sdpa_math: bool | None
 
 
@@ -639,8 +653,6 @@ class _RunOptions:
     """What one depth's trace runs with, once the device and the SDPA kernel are decided."""
 
     device: str
-    lora_dropout: float
-    optimizer_impl: str
     sdpa_math: bool
 
 
@@ -695,8 +707,6 @@ def _trace(
             notes.append(f"SDPA math kernel {'forced' if sdpa_math else 'not forced'} (asked)")
         options = _RunOptions(
             device=device,
-            lora_dropout=requested.lora_dropout,
-            optimizer_impl=requested.optimizer_impl,
             sdpa_math=sdpa_math and settings.attention == "sdpa",
         )
         traces = []
@@ -929,7 +939,7 @@ def _trace_at_depth(
     rounding = _cuda_block_rounding() if options.device == "cpu" else contextlib.nullcontext()
     with collecting:
         # Built on meta outside the fake mode, then swapped for fake tensors (see _build_model).
-        model = _build_model(config, settings, options.lora_dropout)
+        model = _build_model(config, settings)
         with rounding, FakeTensorMode():
             _materialize_fake(model, options.device)
             unique = {id(p): p for p in model.parameters()}
@@ -943,7 +953,7 @@ def _trace_at_depth(
     return _DepthTrace(depth, phases, total_params, trainable)
 
 
-def _build_model(config: Any, settings: TraceSettings, lora_dropout: float) -> Any:
+def _build_model(config: Any, settings: TraceSettings) -> Any:
     """The model (and adapters) on the meta device; fake tensors replace its storage next.
 
     Built on meta rather than under the fake mode because ``Module.to`` and PEFT's adapter moves
@@ -975,7 +985,7 @@ def _build_model(config: Any, settings: TraceSettings, lora_dropout: float) -> A
         adapter = LoraConfig(
             r=settings.lora_r,
             lora_alpha=2 * settings.lora_r,
-            lora_dropout=lora_dropout,
+            lora_dropout=settings.lora_dropout,
             target_modules=targets,
             use_dora=settings.method == "dora",
             task_type="CAUSAL_LM",
@@ -1007,18 +1017,22 @@ def _materialize_fake(model: Any, device: str) -> None:
             module._buffers[name] = swapped[id(buffer)]
 
 
-def _make_optimizer(settings: TraceSettings, params: list[Any], implementation: str) -> Any:
+def _make_optimizer(settings: TraceSettings, params: list[Any]) -> Any:
     import torch
 
     if settings.optimizer == "adamw":
-        if implementation == "fused":
+        if settings.optimizer_impl == "fused":
             return torch.optim.AdamW(params, lr=_LEARNING_RATE, weight_decay=0.0, fused=True)
         return torch.optim.AdamW(
-            params, lr=_LEARNING_RATE, weight_decay=0.0, foreach=implementation == "foreach"
+            params,
+            lr=_LEARNING_RATE,
+            weight_decay=0.0,
+            foreach=_FOREACH_BY_IMPL[settings.optimizer_impl],
         )
     if settings.optimizer == "sgd":
-        # The Hugging Face Trainer's "sgd" is torch.optim.SGD without momentum: no state.
-        return torch.optim.SGD(params, lr=_LEARNING_RATE, foreach=implementation == "foreach")
+        # The Hugging Face Trainer's "sgd" is torch.optim.SGD without momentum: no state. The plan's
+        # optimizer_impl is AdamW's; SGD runs as torch does by default on CUDA (foreach).
+        return torch.optim.SGD(params, lr=_LEARNING_RATE, foreach=True)
     if settings.optimizer == "adafactor":
         from transformers.optimization import Adafactor
 
@@ -1047,7 +1061,7 @@ def _run_training(
         # DeepSpeed-style bf16 emulated: the optimizer steps fp32 masters with fp32 gradients, and
         # the bf16 weights are copied back from them.
         masters = [p.detach().float() for p in params]
-        optimizer = _make_optimizer(settings, masters, options.optimizer_impl)
+        optimizer = _make_optimizer(settings, masters)
 
         def gradients_to_masters(opt: Any, args: Any, kwargs: Any) -> None:
             for param, master in zip(params, masters, strict=True):
@@ -1062,7 +1076,7 @@ def _run_training(
         optimizer.register_step_pre_hook(gradients_to_masters)
         optimizer.register_step_post_hook(weights_from_masters)
     else:
-        optimizer = _make_optimizer(settings, params, options.optimizer_impl)
+        optimizer = _make_optimizer(settings, params)
     tracker.track_external(model, optimizer, *masters)
     vocab = int(model.config.vocab_size)
     ids = torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)

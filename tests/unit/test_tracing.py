@@ -159,6 +159,23 @@ def test_settings_map_the_plan_onto_one_step() -> None:
     assert trace_settings(Plan(model="m", method="full")).micro_batches == 1
     inference = trace_settings(Plan(model="m", method="inference", grad_ckpt=True))
     assert inference.grad_ckpt is False and inference.micro_batches == 1
+    # bf16 LoRA runs under autocast as the Trainer runs it; bf16 full training does not need it.
+    lora = trace_settings(Plan(model="m", method="lora", lora_dropout=0.1, optimizer_impl="fused"))
+    assert (lora.autocast, lora.lora_dropout, lora.optimizer_impl) == (True, 0.1, "fused")
+    assert trace_settings(Plan(model="m", method="full")).autocast is False
+
+
+def test_traced_plan_is_one_gpu_and_drops_dropout_on_experts() -> None:
+    from hwdash.tracing import traced_plan
+
+    catalog = load_catalog(include_user=False)
+    plan = Plan(model="m", method="lora", gpus=4, zero=3, offload="params", lora_dropout=0.05)
+    dense = traced_plan(plan, catalog.models["qwen2.5-7b"])
+    assert (dense.gpus, dense.zero, dense.offload.value, dense.lora_dropout) == (1, 0, "none", 0.05)
+    moe = traced_plan(plan, catalog.models["mixtral-8x7b"])
+    assert moe.lora_dropout == 0.0
+    full = Plan(model="m", method="full", lora_dropout=0.05)
+    assert traced_plan(full, catalog.models["mixtral-8x7b"]).lora_dropout == 0.05
 
 
 def test_config_dict_round_trips_the_fixture_config_json() -> None:
