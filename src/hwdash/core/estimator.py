@@ -615,11 +615,12 @@ def _merged_expert_gradient_bytes(targets: tuple[LinearShape, ...], weight_bytes
 def lora_dropout_mask_elements(
     arch: Architecture, tokens: int, targets: tuple[LinearShape, ...]
 ) -> int:
-    """Elements LoRA dropout masks in one layer: every adapted module's input, per routed token."""
-    return sum(
-        tokens * (arch.experts_per_token if linear.copies > 1 else 1) * linear.in_features
-        for linear in targets
-    )
+    """Elements LoRA dropout masks in one layer: every adapted module's input.
+
+    MoE expert weights are left out: PEFT adapts transformers 5's fused 3-D expert weights with
+    ``lora.ParamWrapper``, which refuses dropout (the plan warns).
+    """
+    return sum(tokens * linear.in_features for linear in targets if linear.copies == 1)
 
 
 def layer_activation_bytes(
@@ -1242,6 +1243,11 @@ def estimate_memory(
             "(a 16-bit copy of every adapted expert weight per layer); transformers 4.x adapts "
             "each expert's linears and needs less"
         )
+        if plan.lora_dropout > 0:
+            acc.warnings.append(
+                "PEFT adapts fused MoE expert weights with lora.ParamWrapper, which refuses LoRA "
+                "dropout: use --lora-dropout 0 (no masks are counted for the experts)"
+            )
     trainable = 0
     if plan.method is Method.INFERENCE:
         element_bytes = layout.activation_bytes
