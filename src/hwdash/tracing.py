@@ -835,10 +835,13 @@ def _frozen_survivors() -> Iterator[None]:
     PEFT's DoRA forward leaves reference cycles that hold activation-sized tensors until Python's
     cyclic collector runs, so a DoRA peak depends on when collections happen. We collect at every
     phase boundary (``close_phase``) and start from a clean, frozen heap, as the calibration harness
-    does; the first DoRA trace in a process then matches the harness's peaks. Measured on
-    Llama-3.2-1B (DoRA, bf16, batch 2 x 1024, dropout 0.05): 23.67 GB for the first trace in a
-    process, 24.03 GB (+1.5%) for later ones, and 29.02 GB (+23%) with the collector held off
-    until each phase ends: the collector's timing is part of DoRA's real peak too.
+    does. That makes a trace repeatable from a fresh process, not exact: on Llama-3.2-1B (DoRA,
+    bf16, batch 2 x 1024, dropout 0.05, no autocast) the first trace in a process peaked at 23.67
+    GB, later ones at 24.03 GB (+1.5%), and 29.02 GB (+23%) with the collector held off until each
+    phase ends. Against the harness's autocast traces (bench/data/calibration-lora-autocast.csv)
+    four DoRA rows match to the byte and the two without checkpointing, whose peak is in the first
+    forward, come out 2.5% and 11.9% lower (bench/trace_parity.py): the collector's timing is part
+    of DoRA's real peak too.
     Full and LoRA traces do not depend on the collector.
     """
     gc.collect()
