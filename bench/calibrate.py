@@ -7,10 +7,11 @@ weights. Usage, from the repository root:
     python bench/calibrate.py --quick         # four cases, to check the setup
     python bench/calibrate.py --only qwen2.5-0.5b/lora
     python bench/calibrate.py --validate-depth  # a few cases at full depth vs extrapolation
-    python bench/calibrate.py --compare-only  # recompute hwdash/anchor columns from saved traces
+    python bench/calibrate.py --compare-only  # = python bench/report_accuracy.py (no tracing, no torch)
 
 Writes ``bench/out/calibration.jsonl`` (every trace, git-ignored), ``bench/data/calibration.csv``
-(the committed ground truth) and the generated block of ``docs/accuracy.md``.
+(the committed ground truth) and the generated blocks of ``docs/accuracy.md``. Records traced under
+older tracing rules (``calibration.tracing.TRACE_RULES``) are traced again; the rest are reused.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calibration.cases import CalibrationCase, calibration_grid, quick_grid  # noqa: E402
-from calibration.compare import add_estimates  # noqa: E402
-from calibration.report import update_accuracy_doc, update_findings_doc, write_csv  # noqa: E402
+from calibration.compare import kernel_matches_cuda  # noqa: E402
+from calibration.report import csv_row, update_findings_doc, write_csv  # noqa: E402
+from report_accuracy import DATA_CSV, regenerate  # noqa: E402
 
 OUT_JSONL = REPO / "bench" / "out" / "calibration.jsonl"
 DEPTH_JSONL = REPO / "bench" / "out" / "depth-validation.jsonl"
 FINDINGS_JSON = REPO / "bench" / "out" / "findings.json"
-DATA_CSV = REPO / "bench" / "data" / "calibration.csv"
 ACCURACY_DOC = REPO / "docs" / "accuracy.md"
 
 #: Cases traced at full depth by ``--validate-depth`` to check the two-depth extrapolation.
@@ -69,11 +70,14 @@ def _measure_one(case: CalibrationCase, full_depth: bool) -> dict[str, Any]:
 def run_cases(cases: list[CalibrationCase], jobs: int, full_depth: bool, out: Path) -> list[dict]:
     """Trace every case (``jobs`` processes), appending each record to ``out`` as it finishes."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    from calibration.tracing import TRACE_RULES
+
     done: dict[str, dict[str, Any]] = {}
     if out.exists():
         for line in out.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
-            if "failed" not in record:
+            # a record made under older tracing rules is traced again
+            if "failed" not in record and record.get("trace_rules", 1) >= TRACE_RULES:
                 done[record["case_id"]] = record
     todo = [c for c in cases if c.case_id not in done]
     print(f"{len(cases)} cases, {len(cases) - len(todo)} already traced, {len(todo)} to trace")
@@ -108,19 +112,15 @@ def load_records(path: Path) -> list[dict[str, Any]]:
     return list(records.values())
 
 
-def compare_and_write(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fill in hwdash's estimate and the anchors, then write the CSV and the doc block."""
+def compare_and_write(records: list[dict[str, Any]]) -> None:
+    """Write the measured columns of the CSV from the records, then score it and rewrite the doc."""
     catalog = _catalog()
-    compared = [add_estimates(r, catalog.models[r["plan"]["model"]]) for r in records]
-    write_csv(compared, DATA_CSV)
-    print(f"wrote {DATA_CSV.relative_to(REPO)} ({len(compared)} rows)")
-    if update_accuracy_doc(compared, ACCURACY_DOC):
-        print(f"updated the generated block of {ACCURACY_DOC.relative_to(REPO)}")
-    pending = sum(1 for r in compared if r["estimate_pending"])
-    if pending:
-        first = next(r for r in compared if r["estimate_pending"])
-        print(f"{pending} rows without an hwdash estimate, e.g. {first['estimate']['error']}")
-    return compared
+    rows = []
+    for record in records:
+        spec = catalog.models[record["plan"]["model"]]
+        rows.append(csv_row({**record, "kernel_matches_cuda": kernel_matches_cuda(record, spec)}))
+    write_csv(rows, DATA_CSV)
+    regenerate()
 
 
 def validate_depth(jobs: int) -> None:
@@ -168,11 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="forget saved traces")
     args = parser.parse_args(argv)
     if args.compare_only:
-        if not OUT_JSONL.exists():
-            print(f"no saved traces in {OUT_JSONL}: run without --compare-only first")
-            return 2
-        compare_and_write(load_records(OUT_JSONL))
-        return 0
+        return regenerate()
     if args.findings:
         run_findings(args.only)
         return 0

@@ -5,7 +5,7 @@
 runs the shipped one on every row of ``bench/data/calibration.csv`` (forcing SDPA's math kernel
 where the row did) and reports how many peaks agree to the byte, and the time each trace took. The
 shipped tracer runs bf16 LoRA/DoRA under autocast, as the Trainer does; those rows are compared with
-``bench/data/calibration-lora-autocast.csv``, which traced them that way. Needs the ``calibrate``
+the harness's rows, traced the same way since its tracing rules 2. Needs the ``calibrate``
 extra (torch, transformers, peft).
 
     python bench/trace_parity.py                 # every row
@@ -25,7 +25,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_CSV = REPO / "bench" / "data" / "calibration.csv"
-AUTOCAST_CSV = REPO / "bench" / "data" / "calibration-lora-autocast.csv"
 
 #: The harness's optimizer implementation names -> ``Plan.optimizer_impl``.
 IMPL_NAMES = {"fused": "fused", "foreach": "foreach", "single": "for-loop"}
@@ -61,10 +60,6 @@ def main(argv: list[str] | None = None) -> int:
 
     catalog = load_catalog(include_user=False)
     rows = [r for r in csv.DictReader(DATA_CSV.open(encoding="utf-8")) if args.only in r["case_id"]]
-    under_autocast = {
-        r["case_id"]: int(r["peak_bytes"])
-        for r in csv.DictReader(AUTOCAST_CSV.open(encoding="utf-8"))
-    }
     same = 0
     different: list[str] = []
     failed: list[str] = []
@@ -84,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{index}/{len(rows)}] FAILED {row['case_id']}: {exc}", flush=True)
             continue
         seconds.append(time.perf_counter() - started)
-        harness = under_autocast.get(row["case_id"], int(row["peak_bytes"]))
-        lora_bf16 = row["precision"] == "bf16" and row["method"] in ("lora", "dora")
-        if lora_bf16 and row["case_id"] not in under_autocast:
-            failed.append(f"{row['case_id']}: no autocast trace to compare with")
-            continue
+        harness = int(row["peak_bytes"])
         if trace.peak_bytes == harness:
             same += 1
             verdict = "same"

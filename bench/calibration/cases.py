@@ -10,10 +10,14 @@ from typing import Any
 #: what the Hugging Face Trainer picks by default on torch >= 2.8 (``adamw_torch_fused``).
 OPTIMIZER_IMPLS = ("foreach", "fused", "single")
 
+#: The harness's optimizer implementation names -> ``hwdash.core.plan.Plan.optimizer_impl`` values
+#: (``single`` is torch's per-parameter loop, hwdash's ``for-loop``).
+PLAN_OPTIMIZER_IMPL = {"foreach": "foreach", "fused": "fused", "single": "for-loop"}
+
 
 @dataclass(frozen=True)
 class CalibrationCase:
-    """One traced setting. The first ten fields map one to one onto :class:`hwdash.core.plan.Plan`."""
+    """One traced setting. All fields but ``sdpa_backend`` map onto :class:`hwdash.core.plan.Plan`."""
 
     model: str
     """Catalog model id (``Plan.model``)."""
@@ -36,9 +40,10 @@ class CalibrationCase:
     lora_targets: tuple[str, ...] = ("all-linear",)
     """Adapted modules (``Plan.lora_targets``)."""
     optimizer_impl: str = "foreach"
-    """How torch runs the optimizer: ``foreach``, ``fused`` or ``single`` (not a Plan field)."""
+    """How torch runs the optimizer: ``foreach``, ``fused`` or ``single`` (``Plan.optimizer_impl``,
+    where ``single`` is called ``for-loop``)."""
     lora_dropout: float = 0.05
-    """LoRA dropout; TRL/PEFT recipes mostly use 0.05 (not a Plan field)."""
+    """LoRA dropout; TRL/PEFT recipes mostly use 0.05 (``Plan.lora_dropout``)."""
     sdpa_backend: str = "auto"
     """``auto`` lets torch pick the SDPA kernel (on CPU: its flash kernel, fp32 included); ``math``
     forces the O(s^2) math path, which is what CUDA runs for fp32 inputs (not a Plan field)."""
@@ -66,8 +71,7 @@ class CalibrationCase:
     def plan_fields(self) -> dict[str, Any]:
         """The keyword arguments of ``hwdash.core.plan.Plan`` this case stands for."""
         fields = asdict(self)
-        fields.pop("optimizer_impl")
-        fields.pop("lora_dropout")
+        fields["optimizer_impl"] = PLAN_OPTIMIZER_IMPL[self.optimizer_impl]
         fields.pop("sdpa_backend")
         fields["lora_targets"] = tuple(self.lora_targets)
         return fields

@@ -308,6 +308,26 @@ def _label(inventory: Any, text: str) -> None:
         inventory.phase = text
 
 
+#: Version of the tracing rules a record was made with; ``bench/calibrate.py`` re-traces records made
+#: under older rules. 2: bf16/mixed LoRA and DoRA under autocast (:func:`forward_autocast`), full-depth
+#: fallback when the two-depth line goes negative (:func:`measure`).
+TRACE_RULES = 2
+
+
+def forward_autocast(case: CalibrationCase) -> bool:
+    """Whether the forward runs under bf16 autocast, as the Hugging Face Trainer would run it.
+
+    ``amp`` is an fp32 model under autocast by definition. With ``bf16=True`` the Trainer (through
+    accelerate) also wraps a bf16 model's forward in ``torch.autocast``; for full fine-tuning that
+    changes nothing we can see (every weight is bf16 already), but PEFT's adapters are fp32
+    (``autocast_adapter_dtype=True``), so for LoRA and DoRA autocast decides whether the adapted
+    inputs they keep are 2 or 4 bytes per element. ``mixed`` models the same 16-bit forward.
+    """
+    if case.precision == "amp":
+        return True
+    return case.precision in ("bf16", "mixed") and case.method in ("lora", "dora")
+
+
 def _train(
     case: CalibrationCase, model: Any, tracker: Any, recorder: Any, inventory: Any = None
 ) -> list[PhasePeak]:
@@ -339,7 +359,7 @@ def _train(
     ids = torch.randint(0, model.config.vocab_size, (case.batch, case.seq))
     autocast = (
         torch.autocast("cpu", dtype=torch.bfloat16)
-        if case.precision == "amp"
+        if forward_autocast(case)
         else contextlib.nullcontext()
     )
     phases: list[PhasePeak] = []
@@ -488,12 +508,23 @@ def extrapolate(a: DepthTrace, b: DepthTrace, layers: int) -> DepthTrace:
     )
 
 
+def negative_components(trace: DepthTrace) -> list[str]:
+    """The phases whose extrapolated peak breakdown has a negative component, as readable text."""
+    found = []
+    for phase in trace.phases:
+        bad = sorted(name for name, value in phase.components.items() if value < 0)
+        if bad:
+            found.append(f"step {phase.step} {phase.phase}: {', '.join(bad)}")
+    return found
+
+
 def measure(case: CalibrationCase, spec: ModelSpec, *, full_depth: bool = False) -> dict[str, Any]:
     """Trace a case (two small depths and extrapolation, or the full depth) and return its record."""
     import peft
     import torch
     import transformers
 
+    depth_note = ""
     if full_depth or spec.layers <= depths_for(spec)[1]:
         trace = trace_at_depth(case, spec, spec.layers)
         traced_depths = [spec.layers]
@@ -503,6 +534,14 @@ def measure(case: CalibrationCase, spec: ModelSpec, *, full_depth: bool = False)
             trace_at_depth(case, spec, low), trace_at_depth(case, spec, high), spec.layers
         )
         traced_depths = [low, high]
+        negative = negative_components(trace)
+        if negative:
+            # The phase peaked at different instants at the two depths (seen in checkpointed
+            # backward: the loss gradient at one depth, a recomputed layer at the other), so the
+            # line through them means nothing; only a full-depth trace gives that phase's peak.
+            depth_note = f"negative when extrapolated ({'; '.join(negative)}): traced at full depth"
+            trace = trace_at_depth(case, spec, spec.layers)
+            traced_depths = [spec.layers]
     peak = max(trace.phases, key=lambda p: p.total)
     first_step = [p.total for p in trace.phases if p.step in (0, 1)]
     later_step = [p.total for p in trace.phases if p.step == 2]
@@ -526,6 +565,12 @@ def measure(case: CalibrationCase, spec: ModelSpec, *, full_depth: bool = False)
         "phases": [p.as_dict() for p in trace.phases],
         "attention_ops": trace.attention_ops,
         "trace_seconds": round(trace.seconds, 3),
+        "autocast": forward_autocast(case),
+        "trace_rules": TRACE_RULES,
+        "depth_note": depth_note,
+        "step_peak_bytes": max(
+            (p.total for p in trace.phases if p.phase == "optimizer"), default=None
+        ),
         "fake_device": "cpu",
         "cuda_block_rounding": CUDA_MIN_BLOCK_BYTES,
         "versions": {

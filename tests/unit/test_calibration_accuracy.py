@@ -3,8 +3,8 @@
 The CSV is committed ground truth from fake-tensor traces (``bench/calibrate.py``); this test needs
 no torch: it rebuilds each row's plan, runs ``estimate_memory`` and compares its total without the
 overhead component with the traced peak, through ``bench/estimator_errors.py`` (which also converts
-CPU-only storage, LoRA dropout masks, to what CUDA keeps, and takes the bf16 LoRA rows traced under
-autocast from ``bench/data/calibration-lora-autocast.csv``). It turns the accuracy claim of
+CPU-only storage, LoRA dropout masks, to what CUDA keeps; the bf16 LoRA rows are traced under
+autocast). It turns the accuracy claim of
 ``docs/accuracy.md`` into a regression test.
 """
 
@@ -61,7 +61,7 @@ def _gap(row: object) -> str:
 
 @pytest.fixture(scope="module")
 def scored() -> list:
-    rows = scorer.load_rows(scorer.CALIBRATION_CSV, scorer.AUTOCAST_CSV)
+    rows = scorer.load_rows(scorer.CALIBRATION_CSV)
     return scorer.score(rows, load_catalog(include_user=False))
 
 
