@@ -576,7 +576,7 @@ def check_trace_dependencies(plan: Plan) -> dict[str, str]:
     if missing:
         raise TraceUnavailable(
             f"needs {' and '.join(missing)}, not installed for this Python "
-            f"(pip install {' '.join(missing)}); the estimate itself needs neither"
+            f"(pip install {' '.join(missing)}); the estimate itself does not need them"
         )
     return versions
 
