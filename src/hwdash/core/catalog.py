@@ -170,6 +170,24 @@ class ModelSpec(_Strict):
     """``gated``: SwiGLU/GeGLU with three matrices; ``standard``: two matrices (Phi-2, GPT-2)."""
     attention_bias: bool = False
     """Whether q/k/v projections have biases (Qwen2)."""
+    norms_per_layer: int = Field(default=2, gt=0)
+    """Normalisation layers per block on the residual stream: 2 for pre-norm (Llama), 4 for Gemma 2
+    and 3 (a pre- and a post-norm around attention and around the MLP), 1 for Phi-2 (attention and
+    MLP run in parallel on one LayerNorm). Each keeps its input for backward."""
+    norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """``rmsnorm`` (Llama, Qwen, Gemma) or ``layernorm`` (Phi-2: mean and variance, weight and bias)."""
+    qk_norm: bool = False
+    """Per-head RMSNorm on the queries and keys before RoPE (Qwen3's and Gemma 3's ``q_norm`` and
+    ``k_norm``): two more norms per layer, over Q and K."""
+    mlp_activation: Literal["silu", "gelu", "gelu_pytorch_tanh", "gelu_new"] = "silu"
+    """The MLP's activation, by its transformers ``ACT2FN`` name (``hidden_act``): ``silu``
+    (SwiGLU), ``gelu_pytorch_tanh`` (one fused torch op; Gemma), ``gelu_new`` (the tanh
+    approximation written as several elementwise ops, each keeping a tensor; Phi-2)."""
+    attn_logit_softcap: float | None = Field(default=None, gt=0)
+    """Attention-score soft cap, ``cap * tanh(scores / cap)`` (Gemma 2's ``attn_logit_softcapping``);
+    SDPA refuses it, so such a model trains with eager attention."""
+    final_logit_softcap: float | None = Field(default=None, gt=0)
+    """Soft cap on the output logits (Gemma 2's ``final_logit_softcapping``)."""
     experts: int = Field(default=1, gt=0)
     """MoE experts per layer (1 for a dense model). All experts are held in memory."""
     experts_per_token: int = Field(default=1, gt=0)
