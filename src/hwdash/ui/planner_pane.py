@@ -4,16 +4,21 @@ Every change in the form recomputes the estimate at once (``evaluate_plan`` is a
 takes a few milliseconds). A field whose value cannot be used is marked (``-invalid``) with the reason
 under it; the form is never cleared and the last good estimate stays on screen, dimmed, until the form
 is valid again.
+
+``t`` traces the plan's step on fake tensors (:mod:`hwdash.tracing`, torch and transformers where
+installed) in a worker thread, with a spinner, and shows the traced peak beside the estimate; a
+change in the form marks that result stale.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -23,8 +28,9 @@ from textual.suggester import SuggestFromList
 from textual.widget import Widget
 from textual.widgets import Checkbox, DataTable, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
 
-from hwdash.core.catalog import Catalog, CatalogError
+from hwdash.core.catalog import Catalog, CatalogError, ModelSpec
 from hwdash.core.fit import evaluate_plan
 from hwdash.core.models import resolve_model
 from hwdash.core.plan import (
@@ -33,6 +39,7 @@ from hwdash.core.plan import (
     Method,
     Offload,
     Optimizer,
+    OptimizerImpl,
     Plan,
     Precision,
 )
@@ -43,6 +50,7 @@ from hwdash.errors import UsageError
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
 from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
+from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace
 
 #: Form fields in display order: (Plan field, label).
 FORM_FIELDS: tuple[tuple[str, str], ...] = (
@@ -61,6 +69,10 @@ FORM_FIELDS: tuple[tuple[str, str], ...] = (
     ("examples", "examples"),
     ("epochs", "epochs"),
     ("mfu", "MFU"),
+    # Added after the first layout: at the end, so the rows above keep their places.
+    ("grad_accum", "grad accum"),
+    ("lora_dropout", "LoRA drop"),
+    ("optimizer_impl", "AdamW impl"),
     ("rl_method", "RL policy"),
     ("rl_reference", "RL ref"),
     ("rl_reward_model", "RL reward"),
@@ -69,7 +81,18 @@ FORM_FIELDS: tuple[tuple[str, str], ...] = (
 _FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
 #: Rows shown only for PPO and GRPO plans.
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
-_INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus")
+_INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum")
+#: Fields typed as decimal numbers.
+_NUMBER_FIELDS = ("epochs", "mfu", "vllm_memory_utilization", "lora_dropout")
+#: Enum fields shown as drop-downs of every member.
+_ENUM_FIELDS: dict[str, Any] = {
+    "method": Method,
+    "precision": Precision,
+    "attention": Attention,
+    "optimizer": Optimizer,
+    "optimizer_impl": OptimizerImpl,
+    "offload": Offload,
+}
 
 #: Width from which results use two columns (breakdown beside the flavor table).
 WIDE_BREAKPOINT = 150
@@ -86,6 +109,10 @@ def _field_for_message(message: str) -> str | None:
         if name in lowered:
             return name if name in _FIELD_NAMES else None
     return None
+
+
+#: The footer shows the three sort keys as one item: ``1 2 3 sort``.
+_SORT_GROUP = Binding.Group("sort", compact=True)
 
 
 def _control_id(field: str) -> str:
@@ -224,14 +251,18 @@ class PlannerPane(Widget):
     }
     """
 
+    #: Shown in the footer while focus is inside the pane. Letters and digits reach the pane only
+    #: when focus is outside a text field (escape leaves one); ctrl+s and ctrl+t work from inside.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "save_current", "Save plan"),
+        Binding("s", "save_current", "Save"),
         Binding("ctrl+s", "save_current", "Save plan", show=False),
-        Binding("1", "sort('cost')", "Sort cost", show=False),
-        Binding("2", "sort('time')", "Sort time", show=False),
-        Binding("3", "sort('memory')", "Sort memory", show=False),
-        Binding("f", "toggle_fits_only", "Fits only", show=False),
-        Binding("v", "next_provider", "Provider", show=False),
+        Binding("t", "trace", "Trace"),
+        Binding("ctrl+t", "trace", "Trace", show=False),
+        Binding("1", "sort('cost')", "Sort cost", group=_SORT_GROUP),
+        Binding("2", "sort('time')", "Sort time", group=_SORT_GROUP),
+        Binding("3", "sort('memory')", "Sort memory", group=_SORT_GROUP),
+        Binding("f", "toggle_fits_only", "Fits only"),
+        Binding("v", "next_provider", "Provider"),
     ]
 
     class PlanChanged(Message):
@@ -298,6 +329,7 @@ class PlannerPane(Widget):
                 yield Static("", id="plan-problem")
                 yield Static("", id="plan-headline")
                 yield MemoryBreakdownView(id="plan-breakdown")
+                yield TraceView(id="plan-trace")
                 yield Static("", id="plan-warnings")
                 yield Static("", id="plan-details")
             with Vertical(id="plan-flavors"):
@@ -323,16 +355,9 @@ class PlannerPane(Widget):
                 compact=True,
                 id=cid,
             )
-        if name in ("method", "precision", "attention", "optimizer", "offload"):
-            enum_type: Any = {
-                "method": Method,
-                "precision": Precision,
-                "attention": Attention,
-                "optimizer": Optimizer,
-                "offload": Offload,
-            }[name]
+        if name in _ENUM_FIELDS:
             return Select(
-                [(member.value, member) for member in enum_type],
+                [(member.value, member) for member in _ENUM_FIELDS[name]],
                 value=getattr(plan, name),
                 allow_blank=False,
                 compact=True,
@@ -377,8 +402,8 @@ class PlannerPane(Widget):
                 compact=True,
                 id=cid,
             )
-        if name == "epochs":
-            return Input(f"{plan.epochs:g}", type="number", compact=True, id=cid)
+        if name in ("epochs", "lora_dropout"):
+            return Input(f"{getattr(plan, name):g}", type="number", compact=True, id=cid)
         if name == "mfu":
             return Input(
                 "" if plan.mfu is None else f"{plan.mfu:g}",
@@ -393,7 +418,9 @@ class PlannerPane(Widget):
         self._recompute()
 
     def on_resize(self, event: Resize) -> None:
-        self.set_class(event.size.width >= WIDE_BREAKPOINT, "-wide")
+        wide = event.size.width >= WIDE_BREAKPOINT
+        self.set_class(wide, "-wide")
+        self.query_one(TraceView).set_detailed(wide)
 
     # -- reading the form ------------------------------------------------------------------------
 
@@ -428,7 +455,7 @@ class PlannerPane(Widget):
                 raise ValueError(f"'{text}' is not a whole number") from None
         if name == "examples":
             return parse_count(text) if text else None
-        if name in ("epochs", "mfu", "vllm_memory_utilization"):
+        if name in _NUMBER_FIELDS:
             if not text:
                 if name == "mfu":
                     return None
@@ -484,8 +511,7 @@ class PlannerPane(Widget):
                 try:
                     report = evaluate_plan(plan, self.catalog)
                 except UsageError as exc:
-                    field = (exc.flag or "").lstrip("-").replace("-", "_")
-                    errors[field if field in _FIELD_NAMES else ""] = _plain(exc, exc.flag)
+                    errors[_field_for_flag(exc.flag)] = _plain(exc, exc.flag)
                 except (CatalogError, ValueError) as exc:
                     errors[""] = str(exc)
                 except Exception as exc:  # an estimator bug must not take the dashboard down
@@ -499,6 +525,7 @@ class PlannerPane(Widget):
             self.set_class(report is None and self.report is not None, "-stale")
             self.query_one(MemoryBreakdownView).stale = report is None
             self.query_one(FlavorTable).stale = report is None
+            self.query_one(TraceView).follow_plan(None if report is None else report.plan)
         self.post_message(self.PlanChanged(report))
 
     def _show_errors(self, errors: dict[str, str]) -> None:
@@ -757,6 +784,57 @@ class PlannerPane(Widget):
         self.notify(f"Saved plan '{saved.name}'", title="Planner", timeout=4)
         self.post_message(self.PlanSaved(saved))
 
+    # -- tracing ---------------------------------------------------------------------------------
+
+    def action_trace(self) -> None:
+        """Trace the current plan on fake tensors in a worker thread, with a spinner meanwhile."""
+        view = self.query_one(TraceView)
+        if view.running:
+            self.notify("A trace is already running.", title="Trace", timeout=3)
+            return
+        report = self.report
+        if report is None or self.errors:
+            self.notify(
+                "Nothing to trace: fix the marked fields first.", severity="warning", timeout=4
+            )
+            return
+        view.show_running(report.model.name)
+        self._trace_in_thread(report.plan, report.model)
+
+    @work(thread=True, exclusive=True, group="trace", exit_on_error=False)
+    def _trace_in_thread(self, plan: Plan, model: ModelSpec) -> TraceOutcome:
+        # Blocking (seconds); runs off the event loop. Never raises: a failure is the outcome's
+        # message. The result reaches the pane as a Worker.StateChanged message.
+        return run_trace(plan, model)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "trace":
+            return
+        view = self.query_one(TraceView)
+        outcome = event.worker.result
+        if event.state is WorkerState.SUCCESS and isinstance(outcome, TraceOutcome):
+            if outcome.message:
+                outcome = replace(outcome, message=form_words(outcome.message))
+            current = None if self.errors or self.report is None else self.report.plan
+            view.show_outcome(outcome, stale=outcome.plan != current)
+        elif event.state is WorkerState.ERROR:  # run_trace catches everything; belt and braces
+            error = event.worker.error
+            plan = self.report.plan if self.report is not None else self._base
+            message = f"the trace did not finish ({type(error).__name__}: {error})"
+            view.show_outcome(TraceOutcome(plan, plan.model, message=message), stale=False)
+        elif event.state is WorkerState.CANCELLED:
+            view.stop_running()
+
+    @property
+    def trace_outcome(self) -> TraceOutcome | None:
+        """The last finished trace (None before the first, or while the first runs)."""
+        return self.query_one(TraceView).outcome
+
+    @property
+    def trace_is_stale(self) -> bool:
+        """Whether the form has changed since the trace shown."""
+        return self.query_one(TraceView).stale
+
     # -- loading ---------------------------------------------------------------------------------
 
     def load_plan(self, plan: Plan) -> None:
@@ -787,17 +865,34 @@ _FLAG_WORDS = {
     "--attn": "attention",
     "--batch": "micro-batch",
     "--examples": "examples",
+    "--grad-accum": "grad accum",
     "--grad-ckpt": "grad ckpt",
     "--gpus": "GPUs",
+    "--lora-dropout": "LoRA drop",
     "--lora-r": "LoRA rank",
+    "--method": "method",
     "--mfu": "MFU",
     "--offload": "offload",
+    "--optimizer": "optimizer",
+    "--optimizer-impl": "AdamW impl",
     "--precision": "precision",
     "--seq": "seq length",
     "--tokens": "tokens",
     "--vllm-util": "vLLM share",
     "--zero": "ZeRO stage",
 }
+#: Flags whose name is not the Plan field's (``--attn`` sets ``attention``).
+_FLAG_FIELDS = {"--attn": "attention", "--vllm-util": "vllm_memory_utilization"}
+
+
+def _field_for_flag(flag: str | None) -> str:
+    """The form field an estimator error's flag is about, or ``""`` (the whole form)."""
+    if not flag:
+        return ""
+    field = _FLAG_FIELDS.get(flag, flag.lstrip("-").replace("-", "_"))
+    return field if field in _FIELD_NAMES else ""
+
+
 _FLAG_RE = re.compile(r"--[a-z][a-z-]*")
 
 

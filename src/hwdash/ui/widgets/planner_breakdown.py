@@ -47,7 +47,9 @@ def bar(fraction: float, width: int) -> str:
 def render_breakdown(estimate: MemoryEstimate, width: int, *, stale: bool = False) -> Text:
     """The breakdown as text lines for a widget ``width`` cells wide.
 
-    Each bar is the component's share of the per-GPU total, so the bars add up to one full bar.
+    Each bar is the component's share of the per-GPU total, so the bars add up to one full bar. The
+    components are those alive at the estimate's peak, whose phase (``start of backward``,
+    ``optimizer step``, ...) is named under the total.
     """
     per_gpu = estimate.per_gpu
     total = per_gpu.total
@@ -63,6 +65,8 @@ def render_breakdown(estimate: MemoryEstimate, width: int, *, stale: bool = Fals
     gpus = f" x {estimate.gpus} GPUs" if estimate.gpus > 1 else ""
     out.append(f"{'per GPU':<{_LABEL_WIDTH}}", style="bold")
     out.append(f"{format_bytes(total)}{gpus}", style="bold")
+    out.append(f"\n{'peak at':<{_LABEL_WIDTH}}", style=dim)
+    out.append(estimate.peak_phase, style=dim)
     if estimate.host_bytes:
         out.append(f"\n{'host RAM':<{_LABEL_WIDTH}}", style="bold")
         out.append(f"{format_bytes(estimate.host_bytes)} (CPU offload)", style="bold")
@@ -92,4 +96,5 @@ class MemoryBreakdownView(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.estimate is None:
             return 1
-        return len(MEMORY_COMPONENTS) + 1 + (1 if self.estimate.host_bytes else 0)
+        # one row per component, the per-GPU total, the peak phase and host RAM for offload
+        return len(MEMORY_COMPONENTS) + 2 + (1 if self.estimate.host_bytes else 0)
