@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 from textual.app import App, ComposeResult
-from textual.widgets import Input, OptionList, Select, Static
+from textual.widgets import Footer, Input, OptionList, Select, Static
+from textual.widgets._footer import FooterKey
 
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.fit import evaluate_plan
-from hwdash.core.plan import Method, Offload, Plan
+from hwdash.core.plan import Method, Offload, OptimizerImpl, Plan
 from hwdash.core.plan_store import PlanStore
 from hwdash.core.results import FitVerdict, PlanReport
 from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
+from hwdash.ui.widgets.planner_trace import STALE_HINT, TraceView
 
 
 @pytest.fixture(scope="module")
@@ -465,3 +468,229 @@ async def test_enter_on_a_flavor_row_explains_it(catalog: Catalog, store: PlanSt
         assert last.verdict is FitVerdict.NO
         [note] = [n for n in app._notifications if n.title == last.flavor.name]
         assert "needs" in note.message
+
+
+# -- fields added later: gradient accumulation, LoRA dropout, AdamW implementation ---------------
+
+
+async def test_grad_accum_dropout_and_adamw_impl_feed_the_plan(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 40), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert app.query_one("#plan-grad-accum", Input).value == "1"
+        assert app.query_one("#plan-lora-dropout", Input).value == "0.05"
+        await replace_text(pilot, "#plan-grad-accum", "4")
+        await replace_text(pilot, "#plan-lora-dropout", "0")
+        assert pane.errors == {}
+        assert pane.report is not None
+        assert (pane.report.plan.grad_accum, pane.report.plan.lora_dropout) == (4, 0.0)
+        expected = evaluate_plan(
+            BASE.model_copy(update={"grad_accum": 4, "lora_dropout": 0}), catalog
+        )
+        assert pane.report.estimate == expected.estimate
+        app.query_one("#plan-optimizer-impl", Select).value = OptimizerImpl.FUSED
+        await pilot.pause()
+        assert pane.report.plan.optimizer_impl is OptimizerImpl.FUSED
+        # Out-of-range values are marked on their own field; the last estimate stays.
+        good = pane.report
+        await replace_text(pilot, "#plan-lora-dropout", "1")
+        assert app.query_one("#plan-row-lora-dropout").has_class("-invalid")
+        assert "less than 1" in str(app.query_one("#plan-error-lora-dropout", Static).render())
+        await replace_text(pilot, "#plan-grad-accum", "0")
+        assert app.query_one("#plan-row-grad-accum").has_class("-invalid")
+        assert "at least 1" in str(app.query_one("#plan-error-grad-accum", Static).render())
+        assert pane.report is good and pane.has_class("-stale")
+
+
+async def test_fused_adamw_lowers_a_full_fine_tune_at_the_optimizer_step(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    full = Plan(model="qwen2.5-0.5b", method=Method.FULL, batch=1, seq=512)
+    app = PlannerApp(catalog, store, full)
+    async with app.run_test(size=(100, 40), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.report is not None
+        foreach = pane.report.estimate
+        app.query_one("#plan-optimizer-impl", Select).value = OptimizerImpl.FUSED
+        await pilot.pause()
+        fused = pane.report.estimate
+        assert (
+            fused
+            == evaluate_plan(full.model_copy(update={"optimizer_impl": "fused"}), catalog).estimate
+        )
+        # foreach's step temporaries make the step the peak; fused has none, so the peak moves
+        assert foreach.peak_phase == "optimizer step"
+        assert fused.per_gpu.total < foreach.per_gpu.total
+        assert fused.peak_phase != "optimizer step"
+        # The breakdown names the phase of the peak under the total.
+        text = str(app.query_one(MemoryBreakdownView).render())
+        assert f"peak at     {fused.peak_phase}" in text
+
+
+async def test_load_plan_fills_the_new_fields(catalog: Catalog, store: PlanStore) -> None:
+    loaded = BASE.model_copy(
+        update={"grad_accum": 8, "lora_dropout": 0.1, "optimizer_impl": OptimizerImpl.FOR_LOOP}
+    )
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        pane.load_plan(loaded)
+        await pilot.pause()
+        assert app.query_one("#plan-grad-accum", Input).value == "8"
+        assert app.query_one("#plan-lora-dropout", Input).value == "0.1"
+        assert app.query_one("#plan-optimizer-impl", Select).value is OptimizerImpl.FOR_LOOP
+        assert pane.report is not None and pane.report.plan == loaded
+
+
+# -- the footer and the trace action -------------------------------------------------------------
+
+
+class PlannerWithFooterApp(PlannerApp):
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield Footer()
+
+
+async def test_the_footer_shows_the_pane_keys_while_the_pane_has_focus(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerWithFooterApp(catalog, store, BASE)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.query_one(FlavorTable).focus()
+        await pilot.pause()
+        await pilot.pause()
+        shown = {key.key for key in app.query(FooterKey)}
+        assert {"s", "t", "1", "2", "3", "f", "v"} <= shown
+        # Every one of them is on screen at 80 columns.
+        for key in app.query(FooterKey):
+            if key.key in {"s", "t", "1", "2", "3", "f", "v"}:
+                assert key.region.right <= 80 and key.region.width > 0
+        app.set_focus(None)
+        await pilot.pause()
+        await pilot.pause()
+        assert "t" not in {key.key for key in app.query(FooterKey)}
+
+
+def _torch_installed() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+async def wait_for_trace(pilot, pane: PlannerPane) -> None:  # type: ignore[no-untyped-def]
+    """Wait for the trace worker to finish and its result to reach the pane."""
+    await pane.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
+@pytest.mark.skipif(_torch_installed(), reason="checks the message shown without torch")
+async def test_t_without_torch_says_what_is_missing(catalog: Catalog, store: PlanStore) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        view = app.query_one(TraceView)
+        assert view.region.height == 0  # nothing until the first trace
+        app.query_one(FlavorTable).focus()
+        await pilot.press("t")
+        await wait_for_trace(pilot, pane)
+        outcome = pane.trace_outcome
+        assert outcome is not None and outcome.trace is None and outcome.message
+        assert "needs torch" in outcome.message and "Traceback" not in outcome.message
+        assert not view.running and view.region.height > 0
+        shown = str(app.query_one("#trace-result", Static).render())
+        assert shown.startswith("trace: needs torch")
+        # The estimate is untouched.
+        assert pane.report is not None and pane.report.plan == BASE
+
+
+async def test_a_plan_that_cannot_be_traced_says_why_in_form_words(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    # QLoRA is refused before any package is imported: the same message with or without torch.
+    app = PlannerApp(catalog, store, BASE.model_copy(update={"method": Method.QLORA}))
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        pane.action_trace()
+        await wait_for_trace(pilot, pane)
+        outcome = pane.trace_outcome
+        assert outcome is not None and outcome.message is not None
+        assert "bitsandbytes" in outcome.message
+        assert "--method" not in outcome.message and "method lora" in outcome.message
+
+
+async def test_a_form_change_marks_the_trace_stale_and_changing_back_restores_it(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE.model_copy(update={"method": Method.PPO}))
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        pane.action_trace()
+        await wait_for_trace(pilot, pane)
+        assert pane.trace_outcome is not None and not pane.trace_is_stale
+        result = app.query_one("#trace-result", Static)
+        assert STALE_HINT not in str(result.render())
+        await replace_text(pilot, "#plan-seq", "1024")
+        assert pane.trace_is_stale
+        assert STALE_HINT in str(result.render())
+        await replace_text(pilot, "#plan-seq", "0")  # invalid form: still stale
+        assert pane.trace_is_stale
+        await replace_text(pilot, "#plan-seq", "2048")  # the traced plan again
+        assert not pane.trace_is_stale
+        assert STALE_HINT not in str(result.render())
+
+
+async def test_trace_is_refused_while_the_form_is_invalid(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await replace_text(pilot, "#plan-batch", "0")
+        app.query_one(PlannerPane).action_trace()
+        await pilot.pause()
+        assert not app.query_one(TraceView).running
+        assert app.query_one(PlannerPane).trace_outcome is None
+        assert any("Nothing to trace" in n.message for n in app._notifications)
+
+
+async def test_t_traces_a_tiny_model_and_shows_the_traced_peak(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from hwdash.core.units import format_bytes
+    from hwdash.tracing import comparable_estimate, relative_error
+
+    plan = Plan(model="seed-2m", method=Method.FULL, batch=1, seq=128)
+    app = PlannerApp(catalog, store, plan)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        view = app.query_one(TraceView)
+        app.query_one(FlavorTable).focus()
+        await pilot.press("t")
+        # The spinner shows while the worker thread traces; the event loop keeps running.
+        assert view.running
+        assert app.query_one("#trace-running").region.height == 1
+        await pilot.press("2")  # keys still work meanwhile
+        assert app.query_one(FlavorTable).sort_by == "time"
+        await wait_for_trace(pilot, pane)
+        assert not view.running
+        outcome = pane.trace_outcome
+        assert outcome is not None and outcome.message is None and outcome.trace is not None
+        assert outcome.trace.peak_bytes > 0
+        estimate = comparable_estimate(plan, catalog.models["seed-2m"])
+        assert outcome.estimate == estimate
+        error = relative_error(
+            estimate.per_gpu.total - estimate.per_gpu.overhead, outcome.trace.peak_bytes
+        )
+        assert error is not None and outcome.error == pytest.approx(error)
+        shown = str(app.query_one("#trace-result", Static).render())
+        assert f"traced      {format_bytes(outcome.trace.peak_bytes)}" in shown
+        assert f"{error:+.1%}" in shown
