@@ -82,7 +82,6 @@ def load_rows(path: Path) -> list[dict[str, str]]:
 KNOWN_GAP_MODELS = {
     "gemma-2-2b": "soft-capped eager attention, four norms per layer, logit soft-capping",
     "phi-2": "tanh-GELU (gelu_new) intermediates, partial rotary, LayerNorm",
-    "qwen3-0.6b": "per-head q_norm/k_norm RMSNorms keep fp32 copies of Q and K",
 }
 #: DoRA with dropout > 0 and no checkpointing: PEFT recomputes the base layer's output on the
 #: dropped-out input for the magnitude term, which the estimator does not count.

@@ -40,7 +40,6 @@ scorer = _load_scorer()
 KNOWN_GAPS = {
     "gemma-2-2b": "soft-capped eager attention, four norms per layer, logit soft-capping",
     "phi-2": "tanh-GELU (gelu_new) intermediates, partial rotary, LayerNorm",
-    "qwen3-0.6b": "per-head q_norm/k_norm RMSNorms keep fp32 copies of Q and K",
 }
 #: Row kinds the estimator does not model yet.
 KNOWN_GAP_ROWS = {

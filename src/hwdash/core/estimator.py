@@ -150,6 +150,8 @@ class Architecture:
     lm_head_params: int
     """0 when tied to the embedding."""
     final_norm_params: int
+    qk_norm: bool = False
+    """Per-head RMSNorms on Q and K (``ModelSpec.qk_norm``: Qwen3, Gemma 3)."""
 
     @property
     def q_dim(self) -> int:
@@ -259,6 +261,7 @@ def architecture(model: ModelSpec) -> Architecture:
         embedding_params=embedding,
         lm_head_params=0 if model.tied_embeddings else embedding,
         final_norm_params=norm,
+        qk_norm=model.qk_norm,
     )
 
 
@@ -647,6 +650,7 @@ def layer_activation_bytes(
     * two RMSNorms, each keeping its fp32 upcast input (4 t h; ``LlamaRMSNorm`` computes in fp32),
       the fp32 reciprocal RMS (4 t) and, when its weight trains, the normalised tensor in the model's
       dtype (w t h);
+    * with ``qk_norm``, the same for the per-head norms of Q and K (in the activations' dtype);
     * the inputs the projections keep (:func:`_input_copies_kept`): the norm outputs, the attention
       output, the MLP product;
     * Q (e t q_dim) and K, V: flash and SDPA keep them at ``kv_heads`` (both handle GQA natively in
@@ -672,6 +676,16 @@ def layer_activation_bytes(
     gqa = arch.kv_heads != arch.heads
     frozen = bool(lora_targets)
     norms = 2 * (4 * tokens * h + 4 * tokens + (0 if frozen else w * tokens * h))
+    if arch.qk_norm:
+        # q_norm and k_norm (Qwen3, Gemma 3): RMSNorms over each head's head_dim, applied to the
+        # projections' outputs (model dtype, or bf16 under autocast): each keeps its fp32 upcast
+        # input, the fp32 reciprocal RMS per head and row and, when its weight trains, the
+        # normalised tensor in the input's dtype (e). Traced per layer, to the byte: qwen3-0.6b at
+        # b1/s512, full bf16, amp and fp32 and LoRA bf16 and amp (18528, 18528, 24672, 12384, 12384
+        # bytes per token, probe in bench/calibration/findings.py's way: end-of-forward slope).
+        qk_width = arch.q_dim + arch.kv_dim
+        norms += 4 * tokens * qk_width + 4 * tokens * (arch.heads + arch.kv_heads)
+        norms += 0 if frozen else e * tokens * qk_width
     kv_saved = arch.q_dim if attention is Attention.EAGER else arch.kv_dim
     attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
     if attention is not Attention.EAGER:
