@@ -80,8 +80,11 @@ def load_rows(path: Path) -> list[dict[str, str]]:
 #: Architectures whose layers do things the estimator does not count yet, with the mechanism (read
 #: off the traces by the estimator helper; the unit tests keep their own copy).
 KNOWN_GAP_MODELS = {
-    "gemma-2-2b": "soft-capped eager attention, four norms per layer, logit soft-capping",
     "phi-2": "tanh-GELU (gelu_new) intermediates, partial rotary, LayerNorm",
+}
+#: Known gaps of one method of one model.
+KNOWN_GAP_MODEL_METHODS = {
+    ("gemma-2-2b", "inference"): "prefill transients of the soft-capped eager attention scores",
 }
 #: DoRA with dropout > 0 and no checkpointing: PEFT recomputes the base layer's output on the
 #: dropped-out input for the magnitude term, which the estimator does not count.

@@ -38,7 +38,6 @@ scorer = _load_scorer()
 #: Architectures whose layers do things the estimator does not count yet, with what (read off the
 #: traces; see the estimator helper's report). Their rows are checked separately, loosely.
 KNOWN_GAPS = {
-    "gemma-2-2b": "soft-capped eager attention, four norms per layer, logit soft-capping",
     "phi-2": "tanh-GELU (gelu_new) intermediates, partial rotary, LayerNorm",
 }
 #: Row kinds the estimator does not model yet.

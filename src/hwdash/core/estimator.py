@@ -152,6 +152,15 @@ class Architecture:
     final_norm_params: int
     qk_norm: bool = False
     """Per-head RMSNorms on Q and K (``ModelSpec.qk_norm``: Qwen3, Gemma 3)."""
+    norms_per_layer: int = 2
+    """Norms on the residual stream per block (``ModelSpec.norms_per_layer``)."""
+    norm_scale_in_fp32: bool = False
+    """Gemma's RMSNorm (``ModelSpec.norm_type = "rmsnorm_offset"``): scales by ``1 + weight`` in
+    fp32 before casting back, so it keeps an fp32 normalised tensor and an fp32 ``1 + weight``."""
+    attn_logit_softcap: bool = False
+    """Gemma 2's ``cap * tanh(scores / cap)`` on the attention scores (eager attention)."""
+    final_logit_softcap: bool = False
+    """Gemma 2's ``cap * tanh(logits / cap)`` on the output logits."""
 
     @property
     def q_dim(self) -> int:
@@ -262,6 +271,10 @@ def architecture(model: ModelSpec) -> Architecture:
         lm_head_params=0 if model.tied_embeddings else embedding,
         final_norm_params=norm,
         qk_norm=model.qk_norm,
+        norms_per_layer=model.norms_per_layer,
+        norm_scale_in_fp32=model.norm_type == "rmsnorm_offset",
+        attn_logit_softcap=model.attn_logit_softcap is not None,
+        final_logit_softcap=model.final_logit_softcap is not None,
     )
 
 
@@ -626,6 +639,25 @@ def lora_dropout_mask_elements(
     return sum(tokens * linear.in_features for linear in targets if linear.copies == 1)
 
 
+def _rms_norm_bytes(
+    arch: Architecture, tokens: int, width: int, rows: int, out_bytes: int, frozen: bool
+) -> int:
+    """What one RMSNorm over ``width`` features (``rows`` normalised rows per token) keeps.
+
+    The fp32 upcast input (4 t width; ``LlamaRMSNorm`` computes in fp32) and the fp32 reciprocal
+    RMS per row (4 t rows); when the weight trains, the normalised tensor that the weight multiply
+    keeps: in ``out_bytes`` for Llama's norm (cast back before the scale), in fp32 for Gemma's
+    (``(1 + weight)`` scale in fp32), which also keeps that fp32 ``1 + weight`` (4 width) whether
+    the weight trains or not. Traced per layer to the byte (gemma-2-2b and qwen3-0.6b, b1/s512).
+    """
+    kept = 4 * tokens * width + 4 * tokens * rows
+    if arch.norm_scale_in_fp32:
+        kept += 4 * width + (0 if frozen else 4 * tokens * width)
+    elif not frozen:
+        kept += out_bytes * tokens * width
+    return kept
+
+
 def layer_activation_bytes(
     arch: Architecture,
     batch: int,
@@ -650,13 +682,15 @@ def layer_activation_bytes(
     * two RMSNorms, each keeping its fp32 upcast input (4 t h; ``LlamaRMSNorm`` computes in fp32),
       the fp32 reciprocal RMS (4 t) and, when its weight trains, the normalised tensor in the model's
       dtype (w t h);
-    * with ``qk_norm``, the same for the per-head norms of Q and K (in the activations' dtype);
+    * ``norms_per_layer`` norms (2; Gemma 4), Gemma's keeping more (:func:`_rms_norm_bytes`); with
+      ``qk_norm``, the same for the per-head norms of Q and K (in the activations' dtype);
     * the inputs the projections keep (:func:`_input_copies_kept`): the norm outputs, the attention
       output, the MLP product;
     * Q (e t q_dim) and K, V: flash and SDPA keep them at ``kv_heads`` (both handle GQA natively in
       current transformers), eager keeps them expanded to all heads by ``repeat_kv`` (e t q_dim each);
       plus the kernel's fp32 log-sum-exp (4 b a s; not for eager);
-    * the scores where the kernel keeps them (:func:`_score_bytes_per_element`);
+    * the scores where the kernel keeps them (:func:`_score_bytes_per_element`), and Gemma 2's
+      soft-capped scores (tanh output) in eager attention;
     * gated MLP (SwiGLU): gate and up outputs and SiLU(gate), 3 e t i (+ the product, kept by
       down_proj); a plain MLP (fc1, GELU, fc2) keeps the fc1 output (+ the GELU output, kept by fc2).
       Korthikanti's 8 s b h + 8 s b h for i = 4h. No dropout masks (Korthikanti counts 2 s b h of
@@ -675,22 +709,23 @@ def layer_activation_bytes(
     h = arch.hidden
     gqa = arch.kv_heads != arch.heads
     frozen = bool(lora_targets)
-    norms = 2 * (4 * tokens * h + 4 * tokens + (0 if frozen else w * tokens * h))
+    norms = arch.norms_per_layer * _rms_norm_bytes(arch, tokens, h, 1, w, frozen)
     if arch.qk_norm:
-        # q_norm and k_norm (Qwen3, Gemma 3): RMSNorms over each head's head_dim, applied to the
-        # projections' outputs (model dtype, or bf16 under autocast): each keeps its fp32 upcast
-        # input, the fp32 reciprocal RMS per head and row and, when its weight trains, the
-        # normalised tensor in the input's dtype (e). Traced per layer, to the byte: qwen3-0.6b at
-        # b1/s512, full bf16, amp and fp32 and LoRA bf16 and amp (18528, 18528, 24672, 12384, 12384
-        # bytes per token, probe in bench/calibration/findings.py's way: end-of-forward slope).
-        qk_width = arch.q_dim + arch.kv_dim
-        norms += 4 * tokens * qk_width + 4 * tokens * (arch.heads + arch.kv_heads)
-        norms += 0 if frozen else e * tokens * qk_width
+        # q_norm and k_norm (Qwen3, Gemma 3): the same norm over each head's head_dim, applied to the
+        # projections' outputs (model dtype, or bf16 under autocast: e). Traced per layer, to the
+        # byte: qwen3-0.6b at b1/s512, full bf16, amp and fp32 and LoRA bf16 and amp (18528, 18528,
+        # 24672, 12384, 12384 bytes per token; end-of-forward slope between two and four layers).
+        for heads in (arch.heads, arch.kv_heads):
+            norms += _rms_norm_bytes(arch, tokens, heads * arch.head_dim, heads, e, frozen)
     kv_saved = arch.q_dim if attention is Attention.EAGER else arch.kv_dim
     attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
     if attention is not Attention.EAGER:
         attention_bytes += 4 * batch * arch.heads * seq  # the kernel's log-sum-exp per row
     scores = _score_bytes_per_element(attention, e, gqa) * batch * arch.heads * seq * seq
+    if arch.attn_logit_softcap and attention is Attention.EAGER:
+        # Gemma 2: tanh keeps its output (scores / cap -> tanh -> * cap, in the scores' dtype).
+        # Traced per layer: gemma-2-2b at b1/s512 eager (with the norms above, to the byte).
+        scores += e * batch * arch.heads * seq * seq
     mlp = (3 if arch.gated_mlp else 1) * e * tokens * arch.intermediate
     if arch.experts > 1:
         # k routed copies; the expert outputs kept by the routing-weight multiply (k e t h); the
@@ -731,6 +766,10 @@ def logits_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -
     the logits, so no extra shifted copy is counted.
     """
     per_logit = max(element_bytes + 8, LOSS_FP32_BYTES_PER_LOGIT)
+    if arch.final_logit_softcap:
+        # Gemma 2 soft-caps the 16-bit logits before the loss upcasts them; tanh keeps its output
+        # for backward. Traced: gemma-2-2b's training rows were short by 2.0-2.1 bytes per logit.
+        per_logit += element_bytes
     return batch * seq * arch.vocab * per_logit
 
 
