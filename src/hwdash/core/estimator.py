@@ -647,12 +647,12 @@ def _rms_norm_bytes(
     The fp32 upcast input (4 t width; ``LlamaRMSNorm`` computes in fp32) and the fp32 reciprocal
     RMS per row (4 t rows); when the weight trains, the normalised tensor that the weight multiply
     keeps: in ``out_bytes`` for Llama's norm (cast back before the scale), in fp32 for Gemma's
-    (``(1 + weight)`` scale in fp32), which also keeps that fp32 ``1 + weight`` (4 width) whether
-    the weight trains or not. Traced per layer to the byte (gemma-2-2b and qwen3-0.6b, b1/s512).
+    (``(1 + weight)`` scale in fp32), which also keeps that fp32 ``1 + weight`` (4 bytes per weight
+    element, width / rows of them) whether the weight trains or not. Traced per layer to the byte (gemma-2-2b and qwen3-0.6b, b1/s512).
     """
     kept = 4 * tokens * width + 4 * tokens * rows
     if arch.norm_scale_in_fp32:
-        kept += 4 * width + (0 if frozen else 4 * tokens * width)
+        kept += 4 * (width // rows) + (0 if frozen else 4 * tokens * width)
     elif not frozen:
         kept += out_bytes * tokens * width
     return kept
