@@ -28,7 +28,7 @@ from textual.suggester import SuggestFromList
 from textual.widget import Widget
 from textual.widgets import Checkbox, DataTable, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from hwdash.core.catalog import Catalog, CatalogError, ModelSpec
 from hwdash.core.fit import evaluate_plan
@@ -50,7 +50,7 @@ from hwdash.errors import UsageError
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
 from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
-from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace
+from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace_until_cancelled
 
 #: Form fields in display order: (Plan field, label).
 FORM_FIELDS: tuple[tuple[str, str], ...] = (
@@ -802,10 +802,12 @@ class PlannerPane(Widget):
         self._trace_in_thread(report.plan, report.model)
 
     @work(thread=True, exclusive=True, group="trace", exit_on_error=False)
-    def _trace_in_thread(self, plan: Plan, model: ModelSpec) -> TraceOutcome:
+    def _trace_in_thread(self, plan: Plan, model: ModelSpec) -> TraceOutcome | None:
         # Blocking (seconds); runs off the event loop. Never raises: a failure is the outcome's
-        # message. The result reaches the pane as a Worker.StateChanged message.
-        return run_trace(plan, model)
+        # message. The result reaches the pane as a Worker.StateChanged message; None when the
+        # worker was cancelled (the app quitting).
+        worker = get_current_worker()
+        return run_trace_until_cancelled(plan, model, lambda: worker.is_cancelled)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "trace":
@@ -822,7 +824,7 @@ class PlannerPane(Widget):
             plan = self.report.plan if self.report is not None else self._base
             message = f"the trace did not finish ({type(error).__name__}: {error})"
             view.show_outcome(TraceOutcome(plan, plan.model, message=message), stale=False)
-        elif event.state is WorkerState.CANCELLED:
+        elif event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):  # cancelled: no outcome
             view.stop_running()
 
     @property

@@ -9,6 +9,8 @@ to the traced plan.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -77,6 +79,27 @@ def run_trace(plan: Plan, model: ModelSpec) -> TraceOutcome:
             plan, model.name, message=f"the trace failed ({type(exc).__name__}: {first_line})"
         )
     return TraceOutcome(plan, model.name, trace=trace, estimate=estimate)
+
+
+def run_trace_until_cancelled(
+    plan: Plan, model: ModelSpec, cancelled: Callable[[], bool], *, poll_s: float = 0.1
+) -> TraceOutcome | None:
+    """:func:`run_trace` in a daemon thread, waited for until it ends or ``cancelled()``.
+
+    A worker calls this so that quitting the app mid-trace does not wait for the trace: Textual
+    cancels the worker, this returns None at the next poll, and the daemon thread (which cannot be
+    interrupted inside torch) ends with the process instead of holding it open.
+    """
+    finished: list[TraceOutcome] = []
+    thread = threading.Thread(
+        target=lambda: finished.append(run_trace(plan, model)), name="hwdash-trace", daemon=True
+    )
+    thread.start()
+    while thread.is_alive():
+        thread.join(poll_s)
+        if cancelled():
+            return None
+    return finished[0] if finished else None
 
 
 def _when(trace: TraceResult) -> str:
