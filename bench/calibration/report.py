@@ -211,6 +211,8 @@ def known_gap(row: dict[str, Any]) -> str:
     """Why the estimator is known to miss this row's mechanism, or ''."""
     if row["model"] in estimator_errors.KNOWN_GAP_MODELS:
         return estimator_errors.KNOWN_GAP_MODELS[row["model"]]
+    if (row["model"], row["method"]) in estimator_errors.KNOWN_GAP_MODEL_METHODS:
+        return estimator_errors.KNOWN_GAP_MODEL_METHODS[(row["model"], row["method"])]
     if row["method"] == "dora" and float(row["lora_dropout"]) > 0 and row["grad_ckpt"] != "True":
         return estimator_errors.KNOWN_GAP_DORA_DROPOUT
     return ""
@@ -254,9 +256,7 @@ def gap_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         why = known_gap(r)
         if why:
-            key = (
-                r["model"] if r["model"] in estimator_errors.KNOWN_GAP_MODELS else "DoRA + dropout"
-            )
+            key = "DoRA + dropout" if r["method"] == "dora" else f"{r['model']} {r['method']}"
             groups.setdefault(key, []).append(r)
     lines = [
         "| gap | what the estimator misses | rows | median abs. error | worst error |",
