@@ -25,37 +25,14 @@ NO_TERMINAL_MESSAGE = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Top-level flags of the dashboard."""
     add_dashboard_arguments(parser)
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--demo",
-        action="store_true",
-        help="run on a simulated 4x A100 box whose memory climbs past 90%% (no GPU needed)",
-    )
-    source.add_argument(
-        "--fake-nvml",
-        default=None,
-        metavar="PATH",
-        help="use a fake NVML scenario (file or packaged name) instead of the driver; "
-        "also HWDASH_FAKE_NVML",
-    )
-    parser.add_argument(
-        "--interval", default="1", metavar="S", help="seconds between GPU samples (default 1)"
-    )
-    parser.add_argument(
-        "--alert-threshold",
-        default=None,
-        metavar="P",
-        help="memory pressure that raises an alert: percent (90) or fraction (0.9); default 90",
+    from hwdash.commands.monitor import add_sampling_arguments
+
+    add_sampling_arguments(
+        parser,
+        demo_help="run on a simulated 4x A100 box whose memory climbs past 90%% (no GPU needed)",
     )
     parser.add_argument(
         "--no-bell", action="store_true", help="do not ring the terminal bell on an alert"
-    )
-    parser.add_argument(
-        "--on-alert",
-        default=None,
-        metavar="CMD",
-        help="shell command run for each raised or lost alert (HWDASH_GPU, HWDASH_PRESSURE, "
-        "HWDASH_MESSAGE... in its environment)",
     )
 
 

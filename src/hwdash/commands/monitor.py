@@ -60,22 +60,38 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="JSON (one object, or JSON lines)")
     parser.add_argument(
-        "--interval", default="1", metavar="S", help="seconds between samples (default 1)"
-    )
-    parser.add_argument(
         "--count", default=None, metavar="N", help="stop after N samples (default: until Ctrl-C)"
-    )
-    parser.add_argument(
-        "--alert-threshold",
-        default=None,
-        metavar="P",
-        help="memory pressure that raises an alert: percent (90) or fraction (0.9); default 90",
     )
     parser.add_argument(
         "--alert-hysteresis",
         default=None,
         metavar="P",
         help="points below the threshold at which an alert clears: percent (5) or fraction (0.05)",
+    )
+    parser.add_argument(
+        "--alert-log",
+        default=None,
+        metavar="PATH",
+        help="where alert events are appended as JSON lines (default "
+        "$XDG_STATE_HOME/hwdash/alerts.jsonl)",
+    )
+    add_sampling_arguments(
+        parser,
+        demo_help=f"use the packaged {DEMO_SCENARIO} scenario (memory climbs past 90%% in ~60 s)",
+    )
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
+    """Flags shared by ``hwdash monitor`` and the dashboard: where samples come from, how often,
+    and what an alert is and does."""
+    parser.add_argument(
+        "--interval", default="1", metavar="S", help="seconds between samples (default 1)"
+    )
+    parser.add_argument(
+        "--alert-threshold",
+        default=None,
+        metavar="P",
+        help="memory pressure that raises an alert: percent (90) or fraction (0.9); default 90",
     )
     parser.add_argument(
         "--on-alert",
@@ -86,13 +102,6 @@ def add_parser(subparsers: Any) -> None:
             "HWDASH_USED_BYTES, HWDASH_TOTAL_BYTES, HWDASH_MESSAGE in its environment"
         ),
     )
-    parser.add_argument(
-        "--alert-log",
-        default=None,
-        metavar="PATH",
-        help="where alert events are appended as JSON lines (default "
-        "$XDG_STATE_HOME/hwdash/alerts.jsonl)",
-    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--fake-nvml",
@@ -101,11 +110,7 @@ def add_parser(subparsers: Any) -> None:
         help="use a fake NVML scenario (file or packaged name) instead of the driver; "
         "also HWDASH_FAKE_NVML",
     )
-    source.add_argument(
-        "--demo",
-        action="store_true",
-        help=f"use the packaged {DEMO_SCENARIO} scenario (memory climbs past 90%% in ~60 s)",
-    )
+    source.add_argument("--demo", action="store_true", help=demo_help)
 
 
 # -- argument checks ------------------------------------------------------------------------------
