@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwdash.core.alerts import AlertEngine, AlertEvent, AlertRule
-from hwdash.telemetry.types import GpuSample, GpuState, NvmlStatus, Snapshot
+from hwdash.core.alerts import AlertEngine, AlertEvent, AlertRule, blind_after_for
+from hwdash.telemetry.types import GpuSample, GpuState, MigSample, NvmlStatus, Snapshot
 
 TOTAL = 80 * 1024**3
 STATUS = NvmlStatus(available=True)
@@ -92,11 +92,12 @@ def test_a_lost_gpu_alerts_once_and_pressure_alerts_resume_when_it_returns() -> 
     assert engine.update(lost) == []
     assert [e.kind for e in engine.active] == ["lost"]
     back = feed(engine, [0.95])
-    assert [e.kind for e in back] == ["raised"]
+    assert [e.kind for e in back] == ["recovered", "raised"]
+    assert "answers NVML again" in back[0].message
 
 
 @pytest.mark.parametrize(
-    ("threshold", "hysteresis"), [(0, 0.05), (1.5, 0.05), (0.9, -0.1), (0.5, 0.5)]
+    ("threshold", "hysteresis"), [(0, 0.05), (1.5, 0.05), (0.9, -0.1), (0.5, 0.5), (0.9, 0.0)]
 )
 def test_rule_rejects_nonsense(threshold: float, hysteresis: float) -> None:
     with pytest.raises(ValueError):
@@ -119,7 +120,7 @@ def count_upward_crossings(pressures: list[float], threshold: float, clear_below
 
 pressures = st.lists(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), max_size=200)
 rules = st.tuples(
-    st.floats(min_value=0.05, max_value=1.0), st.floats(min_value=0.0, max_value=0.2)
+    st.floats(min_value=0.05, max_value=1.0), st.floats(min_value=0.001, max_value=0.2)
 ).filter(lambda pair: pair[1] < pair[0])
 
 
@@ -157,3 +158,131 @@ def test_hovering_around_the_threshold_never_streams_events(hovering: list[float
     engine = AlertEngine(AlertRule(threshold=0.90, hysteresis=0.05))
     events = feed(engine, [0.95, *hovering])
     assert [e.kind for e in events] == ["raised"]
+
+
+# -- blindness: a monitor that cannot see says so ---------------------------------------------------
+
+
+def snap(t: float, *gpus: GpuSample, stale: bool = False) -> Snapshot:
+    return Snapshot(timestamp=t, nvml=STATUS, gpus=gpus, stale=stale)
+
+
+def test_stale_rounds_make_a_gpu_blind_once_after_the_stated_time_and_fresh_data_clears_it() -> None:
+    engine = AlertEngine(AlertRule(blind_after_s=3.0))
+    assert engine.update(snap(0, gpu_at(0.5))) == []
+    # NVML hangs: the sampler repeats the last good values, marked stale.
+    assert engine.update(snap(1, gpu_at(0.5), stale=True)) == []
+    assert engine.update(snap(2, gpu_at(0.5), stale=True)) == []
+    (blind,) = engine.update(snap(3, gpu_at(0.5), stale=True))
+    assert blind.kind == "blind"
+    assert blind.gpu_index == 0
+    assert "no fresh memory reading for 3 s" in blind.message
+    assert "NVML does not answer" in blind.message
+    assert engine.is_blind(0)
+    assert [e.kind for e in engine.active] == ["blind"]
+    assert engine.update(snap(4, gpu_at(0.5), stale=True)) == []  # once per GPU, not per round
+    (back,) = engine.update(snap(5, gpu_at(0.5)))
+    assert back.kind == "recovered"
+    assert not engine.is_blind(0)
+    assert engine.active == []
+
+
+def test_stale_values_never_raise_or_clear_a_pressure_alert() -> None:
+    engine = AlertEngine(AlertRule(blind_after_s=100.0))
+    assert [e.kind for e in engine.update(snap(0, gpu_at(0.95)))] == ["raised"]
+    # The repeated values are old: a low one must not clear, a high one must not raise.
+    assert engine.update(snap(1, gpu_at(0.10), stale=True)) == []
+    assert engine.is_active(0)
+    other = AlertEngine(AlertRule(blind_after_s=100.0))
+    other.update(snap(0, gpu_at(0.5)))
+    assert other.update(snap(1, gpu_at(0.99), stale=True)) == []
+
+
+def test_a_gpu_whose_memory_cannot_be_read_goes_blind_each_gpu_on_its_own() -> None:
+    engine = AlertEngine(AlertRule(blind_after_s=2.0))
+    events: list[AlertEvent] = []
+    for t in range(4):
+        events += engine.update(snap(t, gpu_at(0.5, 0), gpu_at(None, 1)))
+    assert [(e.kind, e.gpu_index, e.timestamp) for e in events] == [("blind", 1, 2.0)]
+    assert "its memory cannot be read" in events[0].message
+    # An error row (the GPU cannot be opened) is blind too, with its own reason.
+    broken = AlertEngine(AlertRule(blind_after_s=1.0))
+    broken.update(snap(0, gpu_at(None, state=GpuState.ERROR)))
+    (event,) = broken.update(snap(1, gpu_at(None, state=GpuState.ERROR)))
+    assert event.kind == "blind"
+    assert "cannot be opened" in event.message
+
+
+def test_the_blind_clock_starts_at_the_last_fresh_reading_not_at_the_first_stale_one() -> None:
+    engine = AlertEngine(AlertRule(blind_after_s=5.0))
+    engine.update(snap(0, gpu_at(0.5)))
+    engine.update(snap(10, gpu_at(0.5)))
+    assert [e.kind for e in engine.update(snap(14.9, gpu_at(0.5), stale=True))] == []
+    assert [e.kind for e in engine.update(snap(15, gpu_at(0.5), stale=True))] == ["blind"]
+
+
+def test_a_short_gap_changes_nothing() -> None:
+    engine = AlertEngine(AlertRule(blind_after_s=5.0))
+    events = []
+    for t, pressure in enumerate([0.5, None, None, 0.5, None, 0.5]):
+        events += engine.update(snap(t, gpu_at(pressure)))
+    assert events == []
+
+
+def test_blind_after_follows_the_interval_with_a_floor() -> None:
+    assert blind_after_for(1.0) == 5.0
+    assert blind_after_for(0.2) == 5.0
+    assert blind_after_for(4.0) == 12.0
+
+
+# -- MIG: each instance is its own unit ---------------------------------------------------------
+
+
+def mig_gpu(*instances: tuple[int, float | None], state: GpuState = GpuState.OK) -> GpuSample:
+    size = 40 * 1024**3
+    return GpuSample(
+        index=0,
+        name="NVIDIA A100-SXM4-80GB",
+        uuid=None,
+        state=state,
+        total_bytes=TOTAL,
+        free_bytes=TOTAL // 2,
+        mig=tuple(
+            MigSample(
+                index=slot,
+                name=f"NVIDIA A100-SXM4-80GB MIG {slot}g",
+                uuid=None,
+                total_bytes=size,
+                used_bytes=None,
+                free_bytes=None if pressure is None else round(size * (1 - pressure)),
+            )
+            for slot, pressure in instances
+        ),
+    )
+
+
+def test_a_full_mig_instance_alerts_although_its_parent_gpu_is_half_empty() -> None:
+    engine = AlertEngine()
+    assert engine.update(snap(0, mig_gpu((0, 0.5), (3, 0.2)))) == []
+    (raised,) = engine.update(snap(1, mig_gpu((0, 0.96), (3, 0.2))))
+    assert (raised.kind, raised.gpu_index, raised.mig_index) == ("raised", 0, 0)
+    assert "MIG slot 0" in raised.message
+    assert raised.total_bytes == 40 * 1024**3
+    assert engine.is_active(0, 0)
+    assert not engine.is_active(0)  # the parent itself is not over the threshold
+    assert not engine.is_active(0, 3)
+    # Each instance crosses on its own.
+    (second,) = engine.update(snap(2, mig_gpu((0, 0.97), (3, 0.95))))
+    assert (second.kind, second.mig_index) == ("raised", 3)
+    (cleared,) = engine.update(snap(3, mig_gpu((0, 0.5), (3, 0.95))))
+    assert (cleared.kind, cleared.mig_index) == ("cleared", 0)
+    assert [(e.kind, e.mig_index) for e in engine.active] == [("raised", 3)]
+
+
+def test_a_mig_instance_that_disappears_clears_its_alert() -> None:
+    engine = AlertEngine()
+    engine.update(snap(0, mig_gpu((0, 0.99))))
+    (gone,) = engine.update(snap(1, mig_gpu((3, 0.1))))
+    assert (gone.kind, gone.mig_index) == ("cleared", 0)
+    assert "gone" in gone.message
+    assert engine.active == []

@@ -49,7 +49,12 @@ def test_once_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) 
     assert status == 0
     payload = json.loads(out)
     assert {"nvml", "gpus", "host", "alerts"} <= set(payload)
-    assert payload["nvml"] == {"available": True, "driver_version": "550.54.15", "error": None}
+    assert payload["nvml"] == {
+        "available": True,
+        "driver_version": "550.54.15",
+        "error": None,
+        "bindings_version": None,  # the fake: no nvidia-ml-py behind it
+    }
     assert len(payload["gpus"]) == 4
     for gpu in payload["gpus"]:
         assert set(gpu) >= GPU_KEYS

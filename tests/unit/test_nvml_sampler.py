@@ -11,7 +11,7 @@ import pytest
 
 from hwdash.core.units import MIB
 from hwdash.telemetry.fake_nvml import FakeNvml, ManualClock, Scenario, make_fake_pynvml
-from hwdash.telemetry.nvml_sampler import NO_DRIVER_MESSAGE, NvmlSampler
+from hwdash.telemetry.nvml_sampler import NO_DRIVER_MESSAGE, NvmlSampler, bindings_problem
 from hwdash.telemetry.types import GpuState, Snapshot
 
 
@@ -366,3 +366,183 @@ def test_close_shuts_nvml_down_and_later_samples_say_closed(rigs: list[Rig]) -> 
     assert rig.fake.calls["nvmlShutdown"] == 1
     after = rig.sample()
     assert not after.nvml.available and after.nvml.error == "sampler closed"
+
+
+# -- real-driver semantics the fake now expresses (issue: reliability) ------------------------------
+
+
+def test_mig_instances_are_found_in_sparse_slots_with_their_instance_ids(rigs: list[Rig]) -> None:
+    rig = rig_for(rigs, "mig")
+    mig_gpu, _whole = rig.sample().gpus
+    assert [(m.index, m.gpu_instance_id) for m in mig_gpu.mig] == [(0, 1), (3, 5), (5, 13)]
+    # Slot 5 is past the number of instances: stopping at the first empty slot would miss it.
+    assert mig_gpu.mig[2].name == "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+
+
+def test_mig_processes_come_from_each_mig_device_when_the_parent_list_is_refused(
+    rigs: list[Rig],
+) -> None:
+    rig = rig_for(rigs, "mig")
+    mig_gpu, _whole = rig.sample().gpus
+    # The parent's list is root-only on MIG (the fake refuses it, as NVML does): never asked.
+    # One call per MIG device of GPU 0 and one for the whole GPU 1.
+    assert rig.fake.calls["nvmlDeviceGetComputeRunningProcesses"] == 3 + 1
+    by_pid = {p.pid: p for p in mig_gpu.processes}
+    assert (by_pid[52001].mig_index, by_pid[52001].gpu_instance_id) == (0, 1)
+    assert (by_pid[52002].mig_index, by_pid[52002].gpu_instance_id) == (3, 5)
+    assert by_pid[52001].compute_instance_id == 0
+    assert not any(field.endswith("_processes") for field, _why in mig_gpu.errors)
+
+
+def mig_scenario(current: bool, pending: bool) -> Scenario:
+    return scenario(
+        gpu(
+            memory_total_mib=81920,
+            mig_mode_current=current,
+            mig_mode_pending=pending,
+            mig=[{"name": "MIG 3g.40gb", "memory_total_mib": 40192, "slot": 2}],
+            processes=[{"pid": 10, "used_mib": 100, "mig": 2 if current else None}],
+        )
+    )
+
+
+def test_the_current_mig_mode_counts_not_the_pending_one(rigs: list[Rig]) -> None:
+    # MIG on now, off after the next reset: the instances are still there.
+    (on_now,) = rig_for(rigs, mig_scenario(current=True, pending=False)).sample().gpus
+    assert [m.index for m in on_now.mig] == [2]
+    assert [(p.pid, p.mig_index) for p in on_now.processes] == [(10, 2)]
+    # MIG off now, on after the next reset: a whole GPU, processes from the parent.
+    (off_now,) = rig_for(rigs, mig_scenario(current=False, pending=True)).sample().gpus
+    assert off_now.mig == ()
+    assert [(p.pid, p.mig_index) for p in off_now.processes] == [(10, None)]
+
+
+def test_the_fake_refuses_a_mig_parents_process_list_unless_privileged() -> None:
+    for privileged in (False, True):
+        fake = make_fake_pynvml(
+            scenario(
+                gpu(
+                    mig=[{"name": "MIG 1g.10gb", "memory_total_mib": 9728}],
+                    processes=[{"pid": 7, "mig": 0}],
+                ),
+                privileged=privileged,
+            )
+        )
+        nvml = fake.module
+        nvml.nvmlInit()
+        handle = nvml.nvmlDeviceGetHandleByIndex(0)
+        if privileged:
+            assert [p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)] == [7]
+        else:
+            with pytest.raises(pynvml.NVMLError_NoPermission):
+                nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+
+
+def test_nvml_not_available_sentinel_is_unknown_memory_not_16_exabytes(rigs: list[Rig]) -> None:
+    rig = rig_for(
+        rigs,
+        scenario(gpu(processes=[{"pid": 5, "used_not_available_raw": True}])),
+    )
+    (only,) = rig.sample().gpus
+    (process,) = only.processes
+    assert process.used_bytes is None
+    assert only.processes_reliable
+
+
+def test_rows_read_at_the_wrong_struct_stride_are_reported_not_shown(rigs: list[Rig]) -> None:
+    processes = [{"pid": 100 + i, "used_mib": 500 + i} for i in range(4)]
+    rig = rig_for(
+        rigs,
+        scenario(
+            gpu(memory_total_mib=81920, processes=processes, process_struct_mismatch=True),
+            gpu(memory_total_mib=81920, processes=processes),
+        ),
+    )
+    scrambled, fine = rig.sample().gpus
+    assert scrambled.processes == ()
+    assert not scrambled.processes_reliable
+    reason = dict(scrambled.errors)["processes"]
+    assert reason.startswith("unreliable: impossible PID")
+    # The same rows read at the right stride pass the check unchanged.
+    assert fine.processes_reliable
+    assert [(p.pid, p.used_bytes) for p in fine.processes] == [
+        (100 + i, (500 + i) * MIB) for i in range(4)
+    ]
+
+
+def test_a_process_using_more_than_the_gpu_has_makes_the_list_unreliable(rigs: list[Rig]) -> None:
+    rig = rig_for(rigs, scenario(gpu(memory_total_mib=1000, processes=[{"pid": 9, "used_mib": 5000}])))
+    (only,) = rig.sample().gpus
+    assert only.processes == ()
+    assert "more memory than the GPU has" in dict(only.errors)["processes"]
+
+
+def test_known_bad_bindings_make_every_process_list_unreliable(rigs: list[Rig]) -> None:
+    clock = ManualClock()
+    fake = make_fake_pynvml(scenario(gpu(processes=[{"pid": 9, "used_mib": 10}])), clock)
+    sampler = NvmlSampler(fake.module, bindings_version="12.535.77")
+    try:
+        snapshot = sampler.sample()
+    finally:
+        sampler.close()
+    (only,) = snapshot.gpus
+    assert only.processes == ()
+    assert "nvidia-ml-py 12.535.77" in dict(only.errors)["processes"]
+    assert snapshot.nvml.bindings_version == "12.535.77"
+
+
+@pytest.mark.parametrize(
+    ("version", "bad"),
+    [("12.535.77", True), ("12.535.108", False), ("11.525.150", False), ("13.615.71", False)],
+)
+def test_bindings_floor(version: str, bad: bool) -> None:
+    assert (bindings_problem(version) is not None) is bad
+
+
+def test_compute_and_graphics_contexts_of_one_pid_are_one_row(rigs: list[Rig]) -> None:
+    rig = rig_for(
+        rigs,
+        scenario(
+            gpu(
+                processes=[
+                    {"pid": 300, "kind": "compute", "used_mib": 200},
+                    {"pid": 300, "kind": "graphics", "used_mib": 200},
+                    {"pid": 301, "kind": "graphics", "used_mib": 20},
+                ]
+            )
+        ),
+    )
+    (only,) = rig.sample().gpus
+    assert [(p.pid, p.kind, p.used_bytes) for p in only.processes] == [
+        (300, "compute+graphics", 200 * MIB),  # counted once, not 400 MiB
+        (301, "graphics", 20 * MIB),
+    ]
+
+
+def test_a_reused_pid_shows_the_new_processs_name(rigs: list[Rig]) -> None:
+    rig = rig_for(
+        rigs,
+        scenario(
+            gpu(
+                processes=[
+                    {"pid": 4242, "name": "old-trainer", "end_s": 10},
+                    {"pid": 4242, "name": "new-server", "start_s": 20},
+                ]
+            )
+        ),
+    )
+    assert [p.name for p in rig.sample().gpus[0].processes] == ["old-trainer"]
+    rig.clock.advance(15)
+    assert rig.sample().gpus[0].processes == ()  # gone from NVML's list: its name is forgotten
+    rig.clock.advance(10)
+    assert [p.name for p in rig.sample().gpus[0].processes] == ["new-server"]
+
+
+@pytest.mark.parametrize(
+    "memory", [{"unsupported": ["memory"]}, {"memory_total_mib": 0}], ids=["not-supported", "zero"]
+)
+def test_a_unified_memory_part_is_flagged(rigs: list[Rig], memory: dict[str, Any]) -> None:
+    rig = rig_for(rigs, scenario(gpu(name="NVIDIA GB10", **memory)))
+    (only,) = rig.sample().gpus
+    assert only.unified_memory
+    assert only.total_bytes is None and only.pressure is None

@@ -6,7 +6,11 @@
   the alert log (``$XDG_STATE_HOME/hwdash/alerts.jsonl``) and ``--on-alert CMD`` runs for raised and lost
   alerts (see :mod:`hwdash.telemetry.alert_actions` for its environment).
 * ``--alert-threshold`` takes a percent (``90``) or a fraction (``0.9``): values up to 1 are fractions,
-  values above 1 and up to 100 are percents.
+  values above 1 and up to 100 are percents. The rule applies to every GPU and to every MIG instance.
+* A GPU without a fresh memory reading for three intervals (at least 5 s) raises a ``blind`` alert:
+  NVML hangs, or the GPU's memory cannot be read. It clears (``recovered``) when data flows again.
+* Every string from outside (GPU, MIG and process names, users, command lines) is printed as text,
+  never as rich markup.
 * Without an NVIDIA driver it prints the host and one line saying so, and exits 0.
 """
 
@@ -26,6 +30,7 @@ from hwdash.core.alerts import (
     AlertEngine,
     AlertEvent,
     AlertRule,
+    blind_after_for,
 )
 from hwdash.core.units import format_bytes
 from hwdash.errors import UsageError
@@ -38,7 +43,7 @@ from hwdash.telemetry.alert_actions import (
 )
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
-from hwdash.telemetry.types import GpuSample, GpuState, HostSample, Snapshot
+from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
 
 PIPED_WIDTH = 132
 """Columns of the ``--once`` tables when stdout is not a terminal."""
@@ -66,7 +71,8 @@ def add_parser(subparsers: Any) -> None:
         "--alert-hysteresis",
         default=None,
         metavar="P",
-        help="points below the threshold at which an alert clears: percent (5) or fraction (0.05)",
+        help="points below the threshold at which an alert clears: percent (5) or fraction "
+        "(0.05); above 0",
     )
     parser.add_argument(
         "--alert-log",
@@ -158,18 +164,19 @@ def parse_fraction(
     return value / 100 if value > 1 else value
 
 
-def build_rule(args: argparse.Namespace) -> AlertRule:
-    """The alert rule from the flags."""
+def build_rule(args: argparse.Namespace, interval: float) -> AlertRule:
+    """The alert rule from the flags. A hysteresis of 0 is refused: a reading that jitters around
+    the threshold would raise and clear an alert (and run ``--on-alert``) on every other sample."""
     threshold = parse_fraction(args.alert_threshold, DEFAULT_THRESHOLD, "--alert-threshold")
-    hysteresis = parse_fraction(
-        args.alert_hysteresis, DEFAULT_HYSTERESIS, "--alert-hysteresis", allow_zero=True
-    )
+    hysteresis = parse_fraction(args.alert_hysteresis, DEFAULT_HYSTERESIS, "--alert-hysteresis")
     if hysteresis >= threshold:
         raise UsageError(
             f"hysteresis ({hysteresis:.0%}) must be smaller than the threshold ({threshold:.0%})",
             flag="--alert-hysteresis",
         )
-    return AlertRule(threshold=threshold, hysteresis=hysteresis)
+    return AlertRule(
+        threshold=threshold, hysteresis=hysteresis, blind_after_s=blind_after_for(interval)
+    )
 
 
 # -- text output ----------------------------------------------------------------------------------
@@ -188,11 +195,13 @@ def _memory(gpu: GpuSample) -> str:
 
 
 def gpu_line(gpu: GpuSample, clock: str) -> str:
-    """One streaming line for one GPU."""
+    """One streaming line for one GPU (plain text: written to stdout, never through rich)."""
     head = f"{clock} gpu{gpu.index} {gpu.name or 'unknown GPU'}"
     if gpu.state in (GpuState.LOST, GpuState.ERROR):
         reason = "; ".join(f"{name}: {why}" for name, why in gpu.errors) or gpu.state.value
         return f"{head} {gpu.state.value.upper()} ({reason})"
+    if gpu.state == GpuState.BLIND and gpu.pressure is None:
+        return f"{head} BLIND (no memory reading)"
     temperature = "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C"
     power = "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f}W"
     processes = len(gpu.processes)
@@ -200,7 +209,28 @@ def gpu_line(gpu: GpuSample, clock: str) -> str:
         f"{head} {_memory(gpu)} util {_percent(gpu.utilization_gpu)} {temperature} {power} "
         f"procs {processes}"
     )
-    return f"{line} ALERT" if gpu.state == GpuState.ALERT else line
+    if gpu.memory_source == "host":
+        line += " (host RAM: unified memory)"
+    for mig in gpu.mig:
+        pressure = "n/a" if mig.pressure is None else f"{mig.pressure:.1%}"
+        alert = " ALERT" if mig.state == GpuState.ALERT else ""
+        line += f" | mig{mig.index} {pressure}{alert}"
+    if gpu.state in (GpuState.ALERT, GpuState.BLIND):
+        line += f" {gpu.state.value.upper()}"
+    return line
+
+
+def _process_gpu(process: ProcessSample) -> str:
+    """``0``, or ``0/3 GI 5 CI 0`` for a process on MIG slot 3 of GPU 0."""
+    if process.mig_index is None:
+        return str(process.gpu_index)
+    ids = ""
+    if process.gpu_instance_id is not None:
+        ids = f" GI {process.gpu_instance_id} CI {process.compute_instance_id}"
+    return f"{process.gpu_index}/{process.mig_index}{ids}"
+
+
+_KIND_LETTERS = {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}
 
 
 def host_line(host: HostSample | None, clock: str) -> str:
@@ -222,14 +252,23 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
     """The ``--once`` view: GPU table, process table, host summary (rich)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     # Piped output (no terminal) gets a fixed, roomy width instead of rich's default of 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+    # Markup is off: GPU, MIG and process names, users and command lines come from outside and
+    # may hold brackets (``[/x]`` would end rich with MarkupError; ``[bold]`` would style).
+    console = Console(
+        highlight=False, markup=False, width=None if sys.stdout.isatty() else PIPED_WIDTH
+    )
     if not snapshot.nvml.available:
         console.print(snapshot.nvml.error or "NVML is not available")
     else:
         driver = snapshot.nvml.driver_version or "unknown"
-        console.print(f"NVIDIA driver {driver}, {len(snapshot.gpus)} GPU(s)")
+        bindings = snapshot.nvml.bindings_version
+        console.print(
+            f"NVIDIA driver {driver}, {len(snapshot.gpus)} GPU(s)"
+            + (f", nvidia-ml-py {bindings}" if bindings else "")
+        )
         gpus = Table(show_edge=False, pad_edge=False)
         for title in ("GPU", "name", "memory", "reserved", "pressure", "util", "temp", "power"):
             gpus.add_column(title, justify="left" if title == "name" else "right", no_wrap=True)
@@ -248,55 +287,82 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
             state = gpu.state.value
             if gpu.state in (GpuState.LOST, GpuState.ERROR) and gpu.errors:
                 state += ": " + gpu.errors[0][1]
+            if gpu.memory_source == "host":
+                memory += " host RAM"
             gpus.add_row(
-                str(gpu.index),
-                gpu.name or "unknown",
-                memory,
-                reserved,
-                pressure,
-                _percent(gpu.utilization_gpu),
-                temperature,
-                power,
-                state,
+                *(
+                    Text(cell)
+                    for cell in (
+                        str(gpu.index),
+                        gpu.name or "unknown",
+                        memory,
+                        reserved,
+                        pressure,
+                        _percent(gpu.utilization_gpu),
+                        temperature,
+                        power,
+                        state,
+                    )
+                )
             )
             for mig in gpu.mig:
                 mig_memory = "n/a"
-                if mig.total_bytes is not None and mig.used_bytes is not None:
-                    mig_memory = (
-                        f"{mig.used_bytes / 2**30:.1f}/{format_bytes(mig.total_bytes, unit='GiB')}"
-                    )
-                gpus.add_row(f"{gpu.index}.{mig.index}", f"  {mig.name or 'MIG'}", mig_memory)
+                if mig.total_bytes is not None and mig.free_bytes is not None:
+                    taken = mig.total_bytes - mig.free_bytes
+                    mig_memory = f"{taken / 2**30:.1f}/{format_bytes(mig.total_bytes, unit='GiB')}"
+                ids = ""
+                if mig.gpu_instance_id is not None:
+                    ids = f" GI {mig.gpu_instance_id}"
+                gpus.add_row(
+                    Text(f"{gpu.index}/{mig.index}"),
+                    Text(f"  {mig.name or 'MIG'}{ids}"),
+                    Text(mig_memory),
+                    Text(""),
+                    Text("n/a" if mig.pressure is None else f"{mig.pressure:.1%}"),
+                    Text(""),
+                    Text(""),
+                    Text(""),
+                    Text(mig.state.value),
+                )
         console.print(gpus)
         processes = [process for gpu in snapshot.gpus for process in gpu.processes]
         if processes:
             table = Table(show_edge=False, pad_edge=False)
-            for title in ("GPU", "PID", "user", "GPU memory", "CPU", "RSS", "command"):
+            for title in ("GPU", "PID", "type", "user", "GPU memory", "CPU", "RSS", "command"):
                 table.add_column(
                     title,
-                    justify="left" if title in ("user", "command") else "right",
+                    justify="left" if title in ("user", "command", "type") else "right",
                     no_wrap=title != "command",
                 )
             for process in processes:
                 used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
                 command = process.cmdline or process.name or ""
-                if not process.visible:
+                if not process.verifiable:
+                    command = f"{command} (host PID: not checkable from this container)".strip()
+                elif not process.visible:
                     command = f"{command} (PID not visible on this host)".strip()
-                table.add_row(
-                    str(process.gpu_index),
+                cells = (
+                    _process_gpu(process),
                     str(process.pid),
+                    _KIND_LETTERS.get(process.kind, process.kind),
                     process.user or "n/a",
                     used,
                     _percent(process.cpu_percent),
                     "n/a" if process.rss_bytes is None else format_bytes(process.rss_bytes),
                     command,
                 )
+                table.add_row(*(Text(cell) for cell in cells))
             console.print(table)
         for gpu in snapshot.gpus:
             unsupported = [name for name, why in gpu.errors if why == "not supported"]
-            if unsupported and gpu.state in (GpuState.OK, GpuState.ALERT):
+            if unsupported and gpu.state in (GpuState.OK, GpuState.ALERT, GpuState.BLIND):
                 console.print(
                     f"GPU {gpu.index}: not supported by the driver: {', '.join(unsupported)}"
                 )
+            if gpu.memory_source == "host":
+                console.print(f"GPU {gpu.index}: {dict(gpu.errors).get('memory', '')}")
+            if not gpu.processes_reliable:
+                console.print(f"GPU {gpu.index}: process list {dict(gpu.errors)['processes']}")
     for message in snapshot.errors:
         console.print(f"warning: {message}")
     for alert in alerts:
@@ -308,7 +374,8 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
 
 
 def _emit_json(payload: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(payload) + "\n")
+    # allow_nan=False: NaN and Infinity are not JSON; every value here is finite by construction.
+    sys.stdout.write(json.dumps(payload, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 
@@ -316,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
     interval = parse_interval(args.interval)
     count = parse_count(args.count)
-    rule = build_rule(args)
+    rule = build_rule(args, interval)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
     sampler = make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2)))
     engine = AlertEngine(rule)

@@ -6,8 +6,10 @@ blocks sampling: a log that cannot be written and a command that fails are logge
 The command runs as ``sh -c CMD`` with the alert in its environment, never in the command text, so a
 GPU or process name can never inject shell code::
 
-    HWDASH_EVENT        raised | lost
+    HWDASH_EVENT        raised | lost | blind
+    HWDASH_KIND         the same (the name the docs use for it)
     HWDASH_GPU          GPU index, e.g. 0
+    HWDASH_MIG          MIG slot the alert is about, e.g. 3 (empty for a whole GPU)
     HWDASH_GPU_NAME     e.g. NVIDIA A100-SXM4-80GB
     HWDASH_PRESSURE     memory pressure 0..1 with 4 decimals, e.g. 0.9312 (empty when unknown)
     HWDASH_USED_BYTES   total - free (used plus reserved), bytes (empty when unknown)
@@ -15,8 +17,13 @@ GPU or process name can never inject shell code::
     HWDASH_MESSAGE      one readable line
 
 Commands run in the background (``subprocess.Popen``); their output goes to hwdash's stderr so it never
-mixes with ``--json`` lines on stdout. :meth:`AlertActions.close` gives running commands a few seconds to
+mixes with ``--json`` lines on stdout. At most :data:`MAX_RUNNING_COMMANDS` run at once: an event that
+finds them all still running (a webhook that hangs, eight GPUs crossing together) is skipped and
+counted, never queued without bound. :meth:`AlertActions.close` gives running commands a few seconds to
 finish on exit, then leaves them running on their own (a slow webhook still gets delivered).
+
+Each line of the alert log carries the host name and the monitor's PID, so the log of two monitors
+on one box (or a log copied off several boxes) can be told apart.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -32,12 +40,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from hwdash.core.alerts import AlertEngine, AlertEvent
-from hwdash.telemetry.types import GpuState, Snapshot
+from hwdash.telemetry.types import GpuSample, GpuState, Snapshot
 
 log = logging.getLogger(__name__)
 
-#: Event kinds that run the user's command (a clearing is logged but does not page anyone).
-COMMAND_EVENT_KINDS = frozenset({"raised", "lost"})
+#: Event kinds that run the user's command (a clearing or recovery is logged but pages no one).
+COMMAND_EVENT_KINDS = frozenset({"raised", "lost", "blind"})
+
+MAX_RUNNING_COMMANDS = 4
+"""Alert commands allowed to run at once; further events are skipped (and counted) until one ends."""
 
 
 def default_alert_log_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -53,14 +64,17 @@ class AlertLog:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or default_alert_log_path()
+        self.host = socket.gethostname()
+        """Written on every line with the monitor's PID."""
 
     def append(self, event: AlertEvent) -> bool:
         """Write one line; False (and a logged warning) when the file cannot be written."""
+        record = {**event.to_dict(), "host": self.host, "pid": os.getpid()}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(event.to_dict(), sort_keys=True) + "\n")
-        except OSError as exc:
+                handle.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
+        except (OSError, ValueError) as exc:  # ValueError: a NaN in the event
             log.warning("cannot write alert log %s: %s", self.path, exc)
             return False
         return True
@@ -76,7 +90,9 @@ def alert_environment(event: AlertEvent, base: Mapping[str, str] | None = None) 
     env.update(
         {
             "HWDASH_EVENT": event.kind,
+            "HWDASH_KIND": event.kind,
             "HWDASH_GPU": str(event.gpu_index),
+            "HWDASH_MIG": text(event.mig_index),
             "HWDASH_GPU_NAME": event.gpu_name or "",
             "HWDASH_PRESSURE": "" if event.pressure is None else f"{event.pressure:.4f}",
             "HWDASH_USED_BYTES": text(event.used_bytes),
@@ -97,17 +113,32 @@ def _stderr_target() -> int:
 class AlertCommand:
     """Runs the user's command for each event, in the background, through ``sh -c``."""
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, *, max_running: int = MAX_RUNNING_COMMANDS) -> None:
+        if max_running < 1:
+            raise ValueError("max_running must be at least 1")
         self.command = command
+        self.max_running = max_running
+        """Commands allowed to run at once."""
         self._running: list[subprocess.Popen[bytes]] = []
         self.started = 0
         """How many commands were started (for the monitor's summary and tests)."""
         self.failed = 0
         """How many could not start or exited non-zero."""
+        self.skipped = 0
+        """How many events found ``max_running`` commands still running and were not sent."""
 
     def run(self, event: AlertEvent) -> None:
         """Start the command for one event; never waits for it."""
         self.reap()
+        if len(self._running) >= self.max_running:
+            self.skipped += 1
+            log.warning(
+                "alert command skipped for %r: %d earlier ones still running (%d skipped so far)",
+                event.message,
+                len(self._running),
+                self.skipped,
+            )
+            return
         try:
             process = subprocess.Popen(
                 ["sh", "-c", self.command],  # the command text is the user's; the data is in env
@@ -185,12 +216,28 @@ class AlertActions:
             self.command.close(timeout_s)
 
 
-def mark_alert_states(snapshot: Snapshot, engine: AlertEngine) -> Snapshot:
-    """The snapshot with ``state=alert`` on GPUs that have an active pressure alert."""
-    gpus = tuple(
-        dataclasses.replace(gpu, state=GpuState.ALERT)
-        if gpu.state == GpuState.OK and engine.is_active(gpu.index)
-        else gpu
-        for gpu in snapshot.gpus
+def _marked(gpu: GpuSample, engine: AlertEngine) -> GpuSample:
+    mig = tuple(
+        dataclasses.replace(instance, state=GpuState.ALERT)
+        if engine.is_active(gpu.index, instance.index)
+        else instance
+        for instance in gpu.mig
     )
+    state = gpu.state
+    if state in (GpuState.OK, GpuState.ERROR) and engine.is_blind(gpu.index):
+        state = GpuState.BLIND
+    elif state == GpuState.OK and (
+        engine.is_active(gpu.index) or any(m.state == GpuState.ALERT for m in mig)
+    ):
+        state = GpuState.ALERT
+    if state == gpu.state and mig == gpu.mig:
+        return gpu
+    return dataclasses.replace(gpu, state=state, mig=mig)
+
+
+def mark_alert_states(snapshot: Snapshot, engine: AlertEngine) -> Snapshot:
+    """The snapshot with the alert rule's verdicts: ``alert`` on GPUs (and MIG instances) with an
+    active pressure alert (a GPU whose MIG instance is in alert is in alert too), ``blind`` on GPUs
+    without fresh data for too long."""
+    gpus = tuple(_marked(gpu, engine) for gpu in snapshot.gpus)
     return dataclasses.replace(snapshot, gpus=gpus)

@@ -37,6 +37,18 @@ or a list of ``[seconds, value]`` points, linear in between, the last value hold
     name = "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
     memory_total_mib = 40192
     used_mib = 12000
+    slot = 2                      # optional: the MIG device index (slots may be sparse)
+    gpu_instance_id = 1           # optional: GI (default slot + 1), CI (default 0)
+
+MIG modes: ``mig_mode_current`` / ``mig_mode_pending`` (default: on when ``mig`` lists instances). A
+process with ``mig = SLOT`` runs on that MIG device and is listed by it; the parent GPU's process list
+on a MIG GPU is refused (NoPermission) unless the scenario says ``privileged = true``, as NVML does
+for unprivileged users. ``process_struct_mismatch = true`` on a GPU returns its process rows as
+bindings with the wrong struct stride read them (nvidia-ml-py 12.535.77). A process with
+``used_not_available_raw = true`` reports NVML's "not available" value (2^64-1) as it is, as bindings
+that do not convert it to None do. ``memory_total_mib = 0`` or ``unsupported = ["memory"]`` imitate a
+unified-memory part (GH200, GB10). ``monitor_in_container = true`` says the monitor runs in a PID
+namespace other than the host's.
 
 Scenario time: by default the seconds since the fake was created (real time, for ``--demo``). With
 ``time_step_s`` each call to ``nvmlDeviceGetCount`` (once per sampling round) advances it by that step, so
@@ -47,6 +59,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import struct
 import sys
 import threading
 import time
@@ -57,7 +70,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
@@ -129,6 +149,10 @@ class ScenarioProcess(_Strict):
     """Host resident memory of the process."""
     visible: bool = True
     """False: the host cannot see this PID (it lives in another container or PID namespace)."""
+    mig: int | None = Field(default=None, ge=0)
+    """The MIG slot the process runs on (listed by that MIG device); None: the whole GPU."""
+    used_not_available_raw: bool = False
+    """Report NVML's "not available" value (2^64-1) itself instead of None, as some bindings do."""
     start_s: float = 0.0
     """Scenario second the process appears."""
     end_s: float | None = None
@@ -151,6 +175,12 @@ class ScenarioMig(_Strict):
     """Memory of the instance."""
     used_mib: Series = 0.0
     """Memory in use."""
+    slot: int | None = Field(default=None, ge=0, le=6)
+    """MIG device index under the parent (0-6 on an A100/H100); default: its place in the list."""
+    gpu_instance_id: int | None = Field(default=None, ge=0)
+    """NVML's GPU instance id (GI); default slot + 1."""
+    compute_instance_id: int = Field(default=0, ge=0)
+    """NVML's compute instance id (CI)."""
 
     @field_validator("used_mib")
     @classmethod
@@ -165,8 +195,8 @@ class ScenarioGpu(_Strict):
     """Name NVML reports, e.g. ``NVIDIA A100-SXM4-80GB``."""
     uuid: str | None = None
     """UUID; generated from the index when left out."""
-    memory_total_mib: float = Field(gt=0)
-    """Total memory NVML reports."""
+    memory_total_mib: float = Field(ge=0)
+    """Total memory NVML reports (0: a unified-memory part that reports none)."""
     memory_reserved_mib: float = Field(default=0.0, ge=0)
     """Memory the driver reserves (memory info v2)."""
     used_mib: Series = 0.0
@@ -194,7 +224,37 @@ class ScenarioGpu(_Strict):
     processes: list[ScenarioProcess] = []
     """Processes using this GPU."""
     mig: list[ScenarioMig] = []
-    """MIG instances; a non-empty list turns MIG mode on."""
+    """MIG instances; a non-empty list turns MIG mode on unless the modes below say otherwise."""
+    mig_mode_current: bool | None = None
+    """MIG mode in force now (default: on when ``mig`` lists instances)."""
+    mig_mode_pending: bool | None = None
+    """MIG mode after the next GPU reset (default: the current mode)."""
+    process_struct_mismatch: bool = False
+    """Return process rows packed as NVML's v2 struct and read back at the v3 stride, as
+    nvidia-ml-py 12.535.77 does on drivers that fill v2: rows after the first are scrambled."""
+
+    @model_validator(mode="after")
+    def _mig_slots_exist(self) -> ScenarioGpu:
+        slots = [mig.slot if mig.slot is not None else place for place, mig in enumerate(self.mig)]
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"two MIG instances in one slot: {sorted(slots)}")
+        for process in self.processes:
+            if process.mig is not None and process.mig not in slots:
+                raise ValueError(
+                    f"process {process.pid} runs on MIG slot {process.mig}, not listed"
+                )
+        return self
+
+    @property
+    def mig_current(self) -> bool:
+        """Whether MIG is on now."""
+        return bool(self.mig) if self.mig_mode_current is None else self.mig_mode_current
+
+    def mig_slots(self) -> dict[int, ScenarioMig]:
+        """The MIG instances by slot."""
+        return {
+            (mig.slot if mig.slot is not None else place): mig for place, mig in enumerate(self.mig)
+        }
 
     @field_validator(
         "used_mib",
@@ -226,6 +286,10 @@ class Scenario(_Strict):
     """If set, scenario time advances by this step per sampling round instead of following the clock."""
     gpus: list[ScenarioGpu] = []
     """The GPUs, in NVML index order."""
+    privileged: bool = False
+    """Whether the monitor runs as a privileged user: NVML then serves a MIG GPU's own process list."""
+    monitor_in_container: bool = False
+    """The monitor runs in a PID namespace other than the host's (NVML's PIDs cannot be checked)."""
 
 
 def scenario_names() -> list[str]:
@@ -421,7 +485,7 @@ class FakeNvml:
     def _mig(self, handle: FakeDeviceHandle) -> ScenarioMig:
         gpu = self._gpu(handle)
         assert handle.mig_index is not None
-        return gpu.mig[handle.mig_index]
+        return gpu.mig_slots()[handle.mig_index]
 
     def _old_driver(self) -> bool:
         return self.scenario.failure == "old-driver"
@@ -525,24 +589,36 @@ class FakeNvml:
             return round(series_value(gpu.memory_clock_mhz, self.now()))
         raise self._error("NVMLError_InvalidArgument")
 
+    def _alive(self, process: ScenarioProcess) -> bool:
+        now = self.now()
+        return now >= process.start_s and (process.end_s is None or now < process.end_s)
+
     def _processes(self, handle: FakeDeviceHandle, kind: str) -> list[Any]:
         gpu = self._gpu(handle, "processes")
+        if handle.mig_index is None and gpu.mig_current and not self.scenario.privileged:
+            raise self._error("NVMLError_NoPermission")  # NVML: root only on a MIG parent
+        slots = gpu.mig_slots()
         now = self.now()
         result = []
         for process in gpu.processes:
-            if process.kind != kind or now < process.start_s:
+            if process.kind != kind or not self._alive(process):
                 continue
-            if process.end_s is not None and now >= process.end_s:
+            if handle.mig_index is not None and process.mig != handle.mig_index:
                 continue
             used = None if process.used_mib is None else _mib(series_value(process.used_mib, now))
+            if process.used_not_available_raw:
+                used = _NOT_AVAILABLE_ULONGLONG
+            mig = slots.get(process.mig) if process.mig is not None else None
             result.append(
                 types.SimpleNamespace(
                     pid=process.pid,
                     usedGpuMemory=used,
-                    gpuInstanceId=0xFFFFFFFF,
-                    computeInstanceId=0xFFFFFFFF,
+                    gpuInstanceId=_no_instance(mig, "gpu"),
+                    computeInstanceId=_no_instance(mig, "compute"),
                 )
             )
+        if gpu.process_struct_mismatch:
+            return _read_at_v3_stride(result)
         return result
 
     def _processes_v3(self, handle: FakeDeviceHandle, kind: str) -> list[Any]:
@@ -564,27 +640,47 @@ class FakeNvml:
         self._require_init()
         for index, gpu in enumerate(self.scenario.gpus):
             for process in gpu.processes:
-                if process.pid == pid:
+                if process.pid == pid and self._alive(process):  # a PID may be reused later
                     self._gpu(FakeDeviceHandle(index), "process_name")
                     return process.name
         raise self._error("NVMLError_NotFound")
 
     def nvmlDeviceGetMigMode(self, handle: FakeDeviceHandle) -> list[int]:
         gpu = self._gpu(handle, "mig")
-        mode = self._real.NVML_DEVICE_MIG_ENABLE if gpu.mig else self._real.NVML_DEVICE_MIG_DISABLE
-        return [mode, mode]
+
+        def mode(on: bool) -> int:
+            return int(
+                self._real.NVML_DEVICE_MIG_ENABLE if on else self._real.NVML_DEVICE_MIG_DISABLE
+            )
+
+        pending = gpu.mig_current if gpu.mig_mode_pending is None else gpu.mig_mode_pending
+        return [mode(gpu.mig_current), mode(pending)]  # NVML returns (current, pending)
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeDeviceHandle) -> int:
         gpu = self._gpu(handle, "mig")
-        return max(7, len(gpu.mig)) if gpu.mig else 0
+        return 7 if gpu.mig_current else 0  # A100/H100: up to seven MIG devices
 
     def nvmlDeviceGetMigDeviceHandleByIndex(
         self, handle: FakeDeviceHandle, index: int
     ) -> FakeDeviceHandle:
         gpu = self._gpu(handle, "mig")
-        if not 0 <= index < len(gpu.mig):
+        if not gpu.mig_current:
+            raise self._error("NVMLError_InvalidArgument")
+        if index not in gpu.mig_slots():
             raise self._error("NVMLError_NotFound")
         return FakeDeviceHandle(handle.gpu_index, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeDeviceHandle) -> int:
+        if handle.mig_index is None:
+            self._gpu(handle)
+            raise self._error("NVMLError_InvalidArgument")
+        return _no_instance(self._mig(handle), "gpu", handle.mig_index)
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeDeviceHandle) -> int:
+        if handle.mig_index is None:
+            self._gpu(handle)
+            raise self._error("NVMLError_InvalidArgument")
+        return _no_instance(self._mig(handle), "compute", handle.mig_index)
 
     # -- the module ----------------------------------------------------------------------------
     def _build_module(self) -> types.ModuleType:
@@ -620,6 +716,8 @@ class FakeNvml:
             "nvmlDeviceGetMigMode": self.nvmlDeviceGetMigMode,
             "nvmlDeviceGetMaxMigDeviceCount": self.nvmlDeviceGetMaxMigDeviceCount,
             "nvmlDeviceGetMigDeviceHandleByIndex": self.nvmlDeviceGetMigDeviceHandleByIndex,
+            "nvmlDeviceGetGpuInstanceId": self.nvmlDeviceGetGpuInstanceId,
+            "nvmlDeviceGetComputeInstanceId": self.nvmlDeviceGetComputeInstanceId,
         }
         for kind, label in (("compute", "Compute"), ("graphics", "Graphics")):
             base = f"nvmlDeviceGet{label}RunningProcesses"
@@ -638,6 +736,56 @@ class FakeNvml:
 
         call.__name__ = name
         return call
+
+
+_NOT_AVAILABLE_ULONGLONG = 2**64 - 1
+"""NVML_VALUE_NOT_AVAILABLE_ulonglong: what NVML writes into a 64-bit field it cannot fill."""
+
+
+def _no_instance(mig: ScenarioMig | None, which: str, slot: int | None = None) -> int:
+    """A MIG instance id, or NVML's 0xFFFFFFFF for "no instance" (a process on a whole GPU)."""
+    if mig is None:
+        return 0xFFFFFFFF
+    if which == "compute":
+        return mig.compute_instance_id
+    if mig.gpu_instance_id is not None:
+        return mig.gpu_instance_id
+    return (mig.slot if mig.slot is not None else (slot or 0)) + 1
+
+
+_V2_ROW = struct.Struct("<IxxxxQII")
+"""NVML's c_nvmlProcessInfo_v2_t: pid, (padding), usedGpuMemory, gpuInstanceId, computeInstanceId."""
+_V3_ROW = struct.Struct("<IxxxxQIIQ")
+"""c_nvmlProcessInfo_v3_t: the same plus usedGpuCcProtectedMemory (8 bytes more per row)."""
+
+
+def _read_at_v3_stride(rows: list[Any]) -> list[Any]:
+    """Rows written by the driver as v2 structs and read back as v3 ones (the 12.535.77 bug):
+    the first row is right, later rows straddle two structs, and the tail reads zeros."""
+    packed = b"".join(
+        _V2_ROW.pack(
+            row.pid,
+            _NOT_AVAILABLE_ULONGLONG if row.usedGpuMemory is None else row.usedGpuMemory,
+            row.gpuInstanceId,
+            row.computeInstanceId,
+        )
+        for row in rows
+    )
+    buffer = packed.ljust(_V3_ROW.size * len(rows), b"\0")
+    result = []
+    for place in range(len(rows)):
+        pid, used, gpu_instance, compute_instance, _cc = _V3_ROW.unpack_from(
+            buffer, place * _V3_ROW.size
+        )
+        result.append(
+            types.SimpleNamespace(
+                pid=pid,
+                usedGpuMemory=None if used == _NOT_AVAILABLE_ULONGLONG else used,
+                gpuInstanceId=gpu_instance,
+                computeInstanceId=compute_instance,
+            )
+        )
+    return result
 
 
 def _bind_kind(

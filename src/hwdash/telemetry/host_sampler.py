@@ -35,6 +35,26 @@ class HostProcessInfo:
 INVISIBLE = HostProcessInfo(visible=False)
 T = TypeVar("T")
 
+INITIAL_PID_NAMESPACE_INODE = 0xEFFFFFFC
+"""Inode number of the kernel's first PID namespace (``PROC_PID_INIT_INO`` in the kernel's
+include/linux/proc_ns.h, fixed since Linux 3.8): ``/proc/self/ns/pid`` links to ``pid:[4026531836]``
+on the host and in containers started with the host's PID namespace (``--pid=host``)."""
+
+
+def in_host_pid_namespace(proc_root: str | os.PathLike[str] = "/proc") -> bool:
+    """Whether this process shares the host's PID namespace, where NVML's PIDs mean what they say.
+
+    NVML reports host PIDs; in a container with its own PID namespace the same numbers name other,
+    unrelated processes (or none). When the link cannot be read (not Linux, a locked-down /proc)
+    the answer is True: nothing is known to be wrong.
+    """
+    try:
+        link = os.readlink(os.path.join(proc_root, "self", "ns", "pid"))
+    except OSError:
+        return True
+    inode = link.rpartition("[")[2].rstrip("]")
+    return not inode.isdigit() or int(inode) == INITIAL_PID_NAMESPACE_INODE
+
 
 class ProcessTable(Protocol):
     """Looks up GPU PIDs on the host."""

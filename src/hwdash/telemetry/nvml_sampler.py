@@ -14,6 +14,19 @@ How it degrades (each case gives a snapshot, never an exception):
   raise ``NVMLLibraryMismatchError`` (a plain Exception) or ``FunctionNotFound``, or lack the function.
   What worked is remembered, so the fallbacks cost one failed call per sampler, not one per round.
 * A GPU that is lost (``GpuIsLost``) becomes a ``GpuState.LOST`` row keeping its name and UUID.
+* Unified-memory parts (GH200, GB10) answer the memory query with NotSupported or a total of 0:
+  the sample says ``unified_memory=True`` and the system sampler shows the host's RAM for it.
+* Process rows are sanity-checked: bindings that read NVML's process struct at the wrong stride
+  (nvidia-ml-py 12.535.77 on drivers R510-R530 and >= 535.86, see nvitop PR #79 and
+  gpuopenanalytics/pynvml issue #50) give PID 0 or 0xFFFFFFFF, PIDs above the kernel's limit or
+  more memory than the GPU has. Such a list is dropped and reported as unreliable, never shown.
+* Compute and graphics lists are merged by PID: a process with both contexts is one row (``C+G``).
+* MIG: the mode used is the *current* one (a pending mode takes effect only after a GPU reset);
+  instances are looked up in every slot up to the maximum (slots may be sparse); processes are
+  read from each MIG device, which any user may query, and carry their GPU/compute instance ids
+  (NVML serves the parent GPU's process list on MIG only to privileged users).
+* Process names are cached by PID only while the PID is in NVML's lists: a PID that leaves them is
+  forgotten, so a reused PID never shows a dead process's name.
 * A call that hangs: all NVML calls (init, reads, shutdown) run in **one long-lived worker thread**.
   ``sample()`` hands the worker a round and waits at most ``round_timeout_s``. If the worker does not
   answer in time, ``sample()`` returns the last good GPU values with ``stale=True`` and an error, and
@@ -24,6 +37,7 @@ How it degrades (each case gives a snapshot, never an exception):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -48,6 +62,37 @@ NO_DRIVER_MESSAGE = "no NVIDIA driver found: the planner still works"
 _NVML_VALUE_NOT_AVAILABLE = 2**64 - 1
 """What NVML puts in a 64-bit field it cannot fill; the bindings usually turn it into None already."""
 
+_NVML_PID_INVALID = 0xFFFFFFFF
+"""A 32-bit all-ones PID: what a process row read at the wrong stride shows (an instance id field)."""
+
+PID_MAX_LIMIT = 4 * 1024 * 1024
+"""The largest PID Linux can hand out on 64-bit machines (``PID_MAX_LIMIT``, 2^22, in the kernel's
+include/linux/threads.h); a larger PID in a process row is garbage."""
+
+SAFE_BINDINGS = (12, 535, 108)
+"""Oldest nvidia-ml-py of the 12.535 line that reads the process struct right: 12.535.77 used the v3
+struct on drivers that fill v2 (nvitop PR #79; gpustat requires >= 12.535.108 for this reason)."""
+
+
+def bindings_problem(version: str | None) -> str | None:
+    """Why process rows from these nvidia-ml-py bindings cannot be trusted, or None.
+
+    11.x predates the v3 process struct and is fine; 12.535.77 is the release with the wrong
+    stride (see :data:`SAFE_BINDINGS`).
+    """
+    if not version:
+        return None
+    try:
+        parts = tuple(int(part) for part in version.split(".")[:3])
+    except ValueError:
+        return None
+    if parts[:2] == SAFE_BINDINGS[:2] and parts < SAFE_BINDINGS:
+        return (
+            f"nvidia-ml-py {version} reads NVML's process list at the wrong stride on many "
+            f"drivers; install nvidia-ml-py >= {'.'.join(map(str, SAFE_BINDINGS))}"
+        )
+    return None
+
 
 class _NeverRaised(Exception):
     """Stands in for an error class that an old pynvml does not define, so ``except`` still works."""
@@ -70,6 +115,7 @@ class _StaticInfo:
     uuid: str | None
     power_limit_w: float | None
     mig_enabled: bool
+    """MIG mode as it is now (NVML's *current* mode, not the pending one)."""
     errors: list[tuple[str, str]]
 
 
@@ -94,9 +140,13 @@ def _text(value: Any) -> str:
 class _NvmlReader:
     """Reads one round from NVML. Used only from the worker thread."""
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Any, bindings_version: str | None = None) -> None:
         self.nvml = nvml
+        self.bindings_version = bindings_version
+        self.bindings_problem = bindings_problem(bindings_version)
+        """Set when the installed bindings are known to scramble process rows: none are shown."""
         self.base_error: type[BaseException] = self._error_class("NVMLError")
+        self.not_supported_error = self._error_class("NVMLError_NotSupported")
         self.lost_error = self._error_class("NVMLError_GpuIsLost")
         self.not_found_error = self._error_class("NVMLError_NotFound")
         self.function_not_found_error = self._error_class("NVMLError_FunctionNotFound")
@@ -109,6 +159,8 @@ class _NvmlReader:
         self.process_variant: dict[str, str | None] = {}
         """Per process kind, the function suffix that worked ("" for unversioned), None if none did."""
         self.process_names: dict[int, str | None] = {}
+        """Names by PID, kept only while the PID is in NVML's process lists."""
+        self._seen_pids: set[int] = set()
 
     def _error_class(self, name: str) -> type[BaseException]:
         cls = getattr(self.nvml, name, None)
@@ -153,14 +205,20 @@ class _NvmlReader:
         try:
             self.nvml.nvmlInit()
         except Exception as exc:
-            self.status = NvmlStatus(available=False, error=self.init_failure(exc))
+            self.status = NvmlStatus(
+                available=False,
+                error=self.init_failure(exc),
+                bindings_version=self.bindings_version,
+            )
             return self.status
         driver: str | None = None
         try:
             driver = _text(self.nvml.nvmlSystemGetDriverVersion())
         except Exception as exc:
             log.info("driver version unavailable: %s", exc)
-        self.status = NvmlStatus(available=True, driver_version=driver)
+        self.status = NvmlStatus(
+            available=True, driver_version=driver, bindings_version=self.bindings_version
+        )
         return self.status
 
     def shutdown(self) -> None:
@@ -179,7 +237,12 @@ class _NvmlReader:
             count = int(self.nvml.nvmlDeviceGetCount())
         except Exception as exc:
             return _RoundResult(status, errors=(f"cannot count GPUs: {self.reason(exc)}",))
+        self._seen_pids = set()
         gpus = [self.read_gpu(index) for index in range(count)]
+        # A PID that left NVML's lists may be reused by an unrelated process: forget its name.
+        self.process_names = {
+            pid: name for pid, name in self.process_names.items() if pid in self._seen_pids
+        }
         errors: list[str] = []
         for index in sorted(i for i in self.static if i >= count):
             info = self.static[index]
@@ -297,8 +360,16 @@ class _NvmlReader:
             handle,
             getattr(self.nvml, "NVML_CLOCK_MEM", 2),
         )
-        processes = self.read_processes(index, handle, errors)
-        mig = self.read_mig(handle, errors) if info.mig_enabled else ()
+        unified = total == 0 or (total is None and ("memory", "not supported") in errors)
+        if total == 0:
+            errors.append(("memory", "total 0: unified memory"))
+            total = reserved = used = free = None
+        mig: tuple[MigSample, ...] = ()
+        if info.mig_enabled:
+            mig, processes = self.read_mig(index, handle, errors)
+        else:
+            processes = self.read_processes(index, handle, errors)
+        reliable, processes = self.checked_processes(processes, total, errors)
         return GpuSample(
             index=index,
             name=info.name,
@@ -318,7 +389,41 @@ class _NvmlReader:
             processes=processes,
             mig=mig,
             errors=tuple(errors),
+            unified_memory=unified,
+            processes_reliable=reliable,
         )
+
+    def checked_processes(
+        self,
+        processes: tuple[ProcessSample, ...],
+        total_bytes: int | None,
+        errors: list[tuple[str, str]],
+    ) -> tuple[bool, tuple[ProcessSample, ...]]:
+        """(reliable, rows): the rows, or none when they cannot be trusted (see the module doc)."""
+        if self.bindings_problem is not None:
+            if processes:
+                errors.append(("processes", f"unreliable: {self.bindings_problem}"))
+            return False, ()
+        for process in processes:
+            problem = None
+            if process.pid in (0, _NVML_PID_INVALID) or process.pid > PID_MAX_LIMIT:
+                problem = f"impossible PID {process.pid}"
+            elif (
+                process.used_bytes is not None
+                and total_bytes is not None
+                and process.used_bytes > total_bytes
+            ):
+                problem = f"PID {process.pid} uses more memory than the GPU has"
+            if problem is not None:
+                errors.append(
+                    (
+                        "processes",
+                        f"unreliable: {problem} (NVML's process list read wrongly: check the "
+                        "nvidia-ml-py and driver versions)",
+                    )
+                )
+                return False, ()
+        return True, processes
 
     def read_memory(
         self, handle: Any, errors: list[tuple[str, str]], label: str
@@ -388,9 +493,18 @@ class _NvmlReader:
         return self.process_names[pid]
 
     def read_processes(
-        self, index: int, handle: Any, errors: list[tuple[str, str]]
+        self,
+        index: int,
+        handle: Any,
+        errors: list[tuple[str, str]],
+        mig: MigSample | None = None,
     ) -> tuple[ProcessSample, ...]:
-        samples: list[ProcessSample] = []
+        """Compute and graphics processes on one device (a GPU, or one MIG device), one row per PID.
+
+        A PID in both lists is one ``compute+graphics`` row; NVML reports the process's memory on the
+        device in each list, so the larger of the two is kept, not their sum.
+        """
+        rows: dict[int, ProcessSample] = {}
         kinds: tuple[Literal["compute", "graphics"], ...] = ("compute", "graphics")
         for kind in kinds:
             for entry in self.running_processes(handle, kind, errors):
@@ -398,25 +512,38 @@ class _NvmlReader:
                 if used is not None and int(used) >= _NVML_VALUE_NOT_AVAILABLE:
                     used = None
                 pid = int(entry.pid)
-                samples.append(
-                    ProcessSample(
-                        pid=pid,
-                        gpu_index=index,
-                        kind=kind,
-                        used_bytes=None if used is None else int(used),
-                        name=self.process_name(pid),
+                self._seen_pids.add(pid)
+                used_bytes = None if used is None else int(used)
+                earlier = rows.get(pid)
+                if earlier is not None:
+                    known = [v for v in (earlier.used_bytes, used_bytes) if v is not None]
+                    rows[pid] = dataclasses.replace(
+                        earlier,
+                        kind="compute+graphics" if earlier.kind != kind else kind,
+                        used_bytes=max(known) if known else None,
                     )
+                    continue
+                rows[pid] = ProcessSample(
+                    pid=pid,
+                    gpu_index=index,
+                    kind=kind,
+                    used_bytes=used_bytes,
+                    name=self.process_name(pid),
+                    mig_index=None if mig is None else mig.index,
+                    gpu_instance_id=None if mig is None else mig.gpu_instance_id,
+                    compute_instance_id=None if mig is None else mig.compute_instance_id,
                 )
-        if len(self.process_names) > 4096:  # forget names of long-gone PIDs
-            alive = {sample.pid for sample in samples}
-            self.process_names = {p: n for p, n in self.process_names.items() if p in alive}
-        return tuple(samples)
+        return tuple(rows.values())
 
-    def read_mig(self, handle: Any, errors: list[tuple[str, str]]) -> tuple[MigSample, ...]:
+    def read_mig(
+        self, index: int, handle: Any, errors: list[tuple[str, str]]
+    ) -> tuple[tuple[MigSample, ...], tuple[ProcessSample, ...]]:
+        """The MIG instances in every slot (slots may be sparse) and the processes on each."""
         count = self.call(errors, "mig", "nvmlDeviceGetMaxMigDeviceCount", handle)
         if not count:
-            return ()
+            return (), ()
         samples: list[MigSample] = []
+        processes: list[ProcessSample] = []
         for mig_index in range(int(count)):
             try:
                 mig_handle = self.nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)
@@ -430,18 +557,26 @@ class _NvmlReader:
             label = f"mig{mig_index}"
             name = self.call(errors, f"{label}.name", "nvmlDeviceGetName", mig_handle)
             uuid = self.call(errors, f"{label}.uuid", "nvmlDeviceGetUUID", mig_handle)
-            total, _reserved, used, free = self.read_memory(mig_handle, errors, f"{label}.memory")
-            samples.append(
-                MigSample(
-                    index=mig_index,
-                    name=None if name is None else _text(name),
-                    uuid=None if uuid is None else _text(uuid),
-                    total_bytes=total,
-                    used_bytes=used,
-                    free_bytes=free,
-                )
+            gi = self.call(
+                errors, f"{label}.gpu_instance", "nvmlDeviceGetGpuInstanceId", mig_handle
             )
-        return tuple(samples)
+            ci = self.call(
+                errors, f"{label}.compute_instance", "nvmlDeviceGetComputeInstanceId", mig_handle
+            )
+            total, _reserved, used, free = self.read_memory(mig_handle, errors, f"{label}.memory")
+            sample = MigSample(
+                index=mig_index,
+                name=None if name is None else _text(name),
+                uuid=None if uuid is None else _text(uuid),
+                total_bytes=total,
+                used_bytes=used,
+                free_bytes=free,
+                gpu_instance_id=None if gi is None else int(gi),
+                compute_instance_id=None if ci is None else int(ci),
+            )
+            samples.append(sample)
+            processes.extend(self.read_processes(index, mig_handle, errors, sample))
+        return tuple(samples), tuple(processes)
 
 
 class NvmlSampler:
@@ -457,12 +592,13 @@ class NvmlSampler:
         *,
         round_timeout_s: float = 2.0,
         wall_clock: Callable[[], float] = time.time,
+        bindings_version: str | None = None,
     ) -> None:
         if round_timeout_s <= 0:
             raise ValueError("round_timeout_s must be positive")
         self.round_timeout_s = round_timeout_s
         self._wall_clock = wall_clock
-        self._reader = _NvmlReader(nvml)
+        self._reader = _NvmlReader(nvml, bindings_version)
         self._requests: queue.Queue[_Round | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._pending: _Round | None = None

@@ -20,6 +20,10 @@ def process_to_dict(process: ProcessSample) -> dict[str, Any]:
         "kind": process.kind,
         "used_bytes": process.used_bytes,
         "visible": process.visible,
+        "verifiable": process.verifiable,
+        "mig_index": process.mig_index,
+        "gpu_instance_id": process.gpu_instance_id,
+        "compute_instance_id": process.compute_instance_id,
         "name": process.name,
         "user": process.user,
         "cmdline": process.cmdline,
@@ -37,6 +41,10 @@ def mig_to_dict(mig: MigSample) -> dict[str, Any]:
         "memory_total_bytes": mig.total_bytes,
         "memory_used_bytes": mig.used_bytes,
         "memory_free_bytes": mig.free_bytes,
+        "pressure": None if mig.pressure is None else round(mig.pressure, 6),
+        "state": mig.state.value,
+        "gpu_instance_id": mig.gpu_instance_id,
+        "compute_instance_id": mig.compute_instance_id,
     }
 
 
@@ -52,6 +60,7 @@ def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
         "memory_reserved_bytes": gpu.reserved_bytes,
         "memory_used_bytes": gpu.used_bytes,
         "memory_free_bytes": gpu.free_bytes,
+        "memory_source": gpu.memory_source,
         "pressure": None if pressure is None else round(pressure, 6),
         "utilization_gpu": gpu.utilization_gpu,
         "utilization_memory": gpu.utilization_memory,
@@ -61,6 +70,7 @@ def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
         "sm_clock_mhz": gpu.sm_clock_mhz,
         "memory_clock_mhz": gpu.memory_clock_mhz,
         "processes": [process_to_dict(process) for process in gpu.processes],
+        "processes_reliable": gpu.processes_reliable,
         "mig": [mig_to_dict(mig) for mig in gpu.mig],
         "errors": {name: reason for name, reason in gpu.errors},
     }
@@ -94,6 +104,7 @@ def snapshot_to_dict(
             "available": snapshot.nvml.available,
             "driver_version": snapshot.nvml.driver_version,
             "error": snapshot.nvml.error,
+            "bindings_version": snapshot.nvml.bindings_version,
         },
         "gpus": [gpu_to_dict(gpu) for gpu in snapshot.gpus],
         "host": host_to_dict(snapshot.host),

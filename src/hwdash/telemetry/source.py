@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hwdash.telemetry.fake_nvml import FakeNvml, make_fake_pynvml
-from hwdash.telemetry.host_sampler import HostSampler, PsutilProcessTable
+from hwdash.telemetry.host_sampler import HostSampler, PsutilProcessTable, in_host_pid_namespace
 from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.system_sampler import SystemSampler
 
@@ -32,6 +32,16 @@ def _real_pynvml() -> Any:
     except ImportError:
         return _MissingBindings()
     return pynvml
+
+
+def bindings_version() -> str | None:
+    """The installed nvidia-ml-py version (the process-row check refuses known-bad ones)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-ml-py")
+    except PackageNotFoundError:
+        return None
 
 
 def fake_scenario_from(
@@ -60,11 +70,16 @@ def make_sampler(
     """
     scenario = fake_scenario_from(fake_nvml, environ)
     fake: FakeNvml | None = None
+    version: str | None = None
     if scenario is not None:
         fake = make_fake_pynvml(scenario, clock)
         nvml: Any = fake.module
         host = HostSampler(fake.process_table(fallback=PsutilProcessTable()))
+        host_namespace = not fake.scenario.monitor_in_container
     else:
         nvml = _real_pynvml()
+        version = bindings_version()
         host = HostSampler()
-    return SystemSampler(NvmlSampler(nvml, round_timeout_s=round_timeout_s), host, fake)
+        host_namespace = in_host_pid_namespace()
+    gpu_sampler = NvmlSampler(nvml, round_timeout_s=round_timeout_s, bindings_version=version)
+    return SystemSampler(gpu_sampler, host, fake, host_pid_namespace=host_namespace)

@@ -8,10 +8,13 @@ from typing import TYPE_CHECKING
 
 from hwdash.telemetry.host_sampler import HostProcessInfo, HostSampler
 from hwdash.telemetry.nvml_sampler import NvmlSampler
-from hwdash.telemetry.types import GpuSample, ProcessSample, Snapshot
+from hwdash.telemetry.types import GpuSample, HostSample, ProcessSample, Snapshot
 
 if TYPE_CHECKING:
     from hwdash.telemetry.fake_nvml import FakeNvml
+
+
+UNIFIED_MEMORY_NOTE = "unified memory: NVML reports none; showing the host's RAM, which it shares"
 
 
 def _join(process: ProcessSample, info: HostProcessInfo | None) -> ProcessSample:
@@ -28,16 +31,47 @@ def _join(process: ProcessSample, info: HostProcessInfo | None) -> ProcessSample
     )
 
 
+def _unverifiable(process: ProcessSample) -> ProcessSample:
+    return dataclasses.replace(process, visible=False, verifiable=False)
+
+
+def _host_memory(gpu: GpuSample, host: HostSample) -> GpuSample:
+    """A unified-memory GPU (GH200, GB10) with the host's RAM as its memory, as nvitop and nvtop
+    show such parts: the GPU allocates from that RAM, so its fill is what an allocation meets."""
+    if host.ram_total_bytes is None or host.ram_available_bytes is None:
+        return gpu
+    return dataclasses.replace(
+        gpu,
+        memory_source="host",
+        total_bytes=host.ram_total_bytes,
+        free_bytes=host.ram_available_bytes,
+        used_bytes=host.ram_total_bytes - host.ram_available_bytes,
+        reserved_bytes=None,
+        errors=(
+            *((f, why) for f, why in gpu.errors if f != "memory"),
+            ("memory", UNIFIED_MEMORY_NOTE),
+        ),
+    )
+
+
 class SystemSampler:
     """Implements :class:`hwdash.telemetry.types.Sampler`: one snapshot of the GPUs and the host."""
 
     def __init__(
-        self, gpu_sampler: NvmlSampler, host_sampler: HostSampler, fake: FakeNvml | None = None
+        self,
+        gpu_sampler: NvmlSampler,
+        host_sampler: HostSampler,
+        fake: FakeNvml | None = None,
+        *,
+        host_pid_namespace: bool = True,
     ) -> None:
         self.gpu_sampler = gpu_sampler
         self.host_sampler = host_sampler
         self.fake = fake
         """The fake NVML behind this sampler when it runs a scenario (tests release hangs with it)."""
+        self.host_pid_namespace = host_pid_namespace
+        """False in a container with its own PID namespace: NVML's (host) PIDs are not looked up
+        locally, where the same number belongs to an unrelated process."""
 
     def sample(self) -> Snapshot:
         """GPUs (never blocking longer than the NVML round timeout), host, processes joined by PID."""
@@ -45,12 +79,17 @@ class SystemSampler:
         snapshot = self.gpu_sampler.sample()
         host = self.host_sampler.sample()
         pids = {process.pid for gpu in snapshot.gpus for process in gpu.processes}
-        infos = self.host_sampler.processes(pids) if pids else {}
+        infos = self.host_sampler.processes(pids) if pids and self.host_pid_namespace else {}
         gpus: list[GpuSample] = []
         for gpu in snapshot.gpus:
             if gpu.processes:
-                joined = tuple(_join(process, infos.get(process.pid)) for process in gpu.processes)
+                if self.host_pid_namespace:
+                    joined = tuple(_join(p, infos.get(p.pid)) for p in gpu.processes)
+                else:
+                    joined = tuple(_unverifiable(p) for p in gpu.processes)
                 gpu = dataclasses.replace(gpu, processes=joined)
+            if gpu.unified_memory and gpu.total_bytes is None:
+                gpu = _host_memory(gpu, host)
             gpus.append(gpu)
         return dataclasses.replace(
             snapshot,

@@ -13,12 +13,19 @@ from typing import Literal, Protocol
 
 
 class GpuState(str, Enum):
-    """Health of one GPU in a snapshot. ``alert`` is set by the alert rule, not by the sampler."""
+    """Health of one GPU in a snapshot. ``alert`` and ``blind`` are set by the alert rule, not by
+    the sampler."""
 
     OK = "ok"
     ALERT = "alert"
+    BLIND = "blind"
+    """No fresh memory reading for longer than the rule allows (a hung driver, unreadable memory)."""
     LOST = "lost"
     ERROR = "error"
+
+
+ProcessKind = Literal["compute", "graphics", "compute+graphics"]
+"""Which NVML process list a process was found in; both lists: ``compute+graphics`` (``C+G``)."""
 
 
 @dataclass(frozen=True)
@@ -27,11 +34,20 @@ class ProcessSample:
 
     pid: int
     gpu_index: int
-    kind: Literal["compute", "graphics"]
+    kind: ProcessKind
     used_bytes: int | None
     """GPU memory NVML attributes to the process; None when NVML does not know (MIG, WDDM)."""
     visible: bool = True
     """False when psutil cannot see the PID (another container or PID namespace)."""
+    verifiable: bool = True
+    """False when this monitor runs in a PID namespace other than the host's: NVML reports host
+    PIDs, so a local process with the same number is unrelated and is not joined."""
+    mig_index: int | None = None
+    """The MIG device (slot under its parent GPU) the process runs on; None without MIG."""
+    gpu_instance_id: int | None = None
+    """MIG GPU instance id (``nvidia-smi``'s GI); None without MIG."""
+    compute_instance_id: int | None = None
+    """MIG compute instance id (``nvidia-smi``'s CI); None without MIG."""
     name: str | None = None
     user: str | None = None
     cmdline: str | None = None
@@ -44,11 +60,23 @@ class MigSample:
     """One MIG instance listed under its parent GPU."""
 
     index: int
+    """The MIG device slot under its parent (slots may be sparse: 0, 2, 5)."""
     name: str | None
     uuid: str | None
     total_bytes: int | None
     used_bytes: int | None
     free_bytes: int | None
+    gpu_instance_id: int | None = None
+    """NVML's GPU instance id (GI)."""
+    compute_instance_id: int | None = None
+    """NVML's compute instance id (CI)."""
+    state: GpuState = GpuState.OK
+    """``alert`` when the alert rule holds an alert for this instance."""
+
+    @property
+    def pressure(self) -> float | None:
+        """Memory pressure of the instance (``1 - free/total``); alerts are evaluated per instance."""
+        return _pressure(self.total_bytes, self.free_bytes)
 
 
 @dataclass(frozen=True)
@@ -78,13 +106,26 @@ class GpuSample:
     mig: tuple[MigSample, ...] = ()
     errors: tuple[tuple[str, str], ...] = ()
     """(field, reason) for every field that could not be read, e.g. ("power", "not supported")."""
+    memory_source: Literal["device", "host"] = "device"
+    """``host`` on unified-memory parts (GH200, GB10) whose NVML memory query is not supported or
+    reports a total of 0: the memory numbers are then the host's RAM, which the GPU shares."""
+    unified_memory: bool = False
+    """NVML gave no memory of its own for this GPU (not supported, or total 0): a unified-memory
+    part; the system sampler fills the memory numbers from the host."""
+    processes_reliable: bool = True
+    """False when NVML's process rows failed the sanity check (PID 0 or 0xFFFFFFFF, more memory
+    than the GPU has): the rows are dropped and the reason is in ``errors``."""
 
     @property
     def pressure(self) -> float | None:
         """Memory pressure ``1 - free/total``: how much a new allocation can no longer get."""
-        if self.total_bytes is None or self.free_bytes is None or self.total_bytes <= 0:
-            return None
-        return min(1.0, max(0.0, 1.0 - self.free_bytes / self.total_bytes))
+        return _pressure(self.total_bytes, self.free_bytes)
+
+
+def _pressure(total: int | None, free: int | None) -> float | None:
+    if total is None or free is None or total <= 0:
+        return None
+    return min(1.0, max(0.0, 1.0 - free / total))
 
 
 @dataclass(frozen=True)
@@ -109,6 +150,8 @@ class NvmlStatus:
     driver_version: str | None = None
     error: str | None = None
     """E.g. "no NVIDIA driver found: the planner still works"."""
+    bindings_version: str | None = None
+    """The installed nvidia-ml-py (None for the fake NVML or when unknown)."""
 
 
 @dataclass(frozen=True)

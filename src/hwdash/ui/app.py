@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
-from hwdash.core.alerts import AlertRule
+from hwdash.core.alerts import AlertRule, blind_after_for
 from hwdash.core.catalog import Catalog
 from hwdash.core.plan_store import PlanStore
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
@@ -86,7 +86,8 @@ def alert_status_text(frame: MonitorFrame) -> str:
         return ""
     if len(frame.active) == 1:
         return f"⚠ {frame.active[0].message}"
-    return "⚠ " + "  ·  ".join(notice.brief for notice in frame.active) + " memory"
+    line = "⚠ " + "  ·  ".join(notice.brief for notice in frame.active)
+    return line + " memory" if all(n.kind == "raised" for n in frame.active) else line
 
 
 class HelpScreen(ModalScreen[None]):
@@ -244,7 +245,9 @@ class HwdashApp(App[None]):
         self._recent_toasts += [(now, notice) for notice in frame.raised]
         self.notify(
             "\n".join(notice.message for _at, notice in self._recent_toasts),
-            title="GPU memory alert",
+            title="GPU memory alert"
+            if all(notice.kind == "raised" for _at, notice in self._recent_toasts)
+            else "GPU alert",
             severity="error",
             timeout=ALERT_TOAST_SECONDS,
         )
@@ -346,7 +349,8 @@ def make_app(
     """
     if interval <= 0:
         raise ValueError("interval must be greater than zero")
-    rule = AlertRule(threshold=alert_threshold)  # raises ValueError outside (0, 1]
+    # Raises ValueError for a threshold outside (0, 1].
+    rule = AlertRule(threshold=alert_threshold, blind_after_s=blind_after_for(interval))
     actions = AlertActions(
         AlertLog(alert_log) if alert_log is not False else None,
         AlertCommand(on_alert) if on_alert else None,

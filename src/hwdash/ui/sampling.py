@@ -36,6 +36,10 @@ class AlertNotice:
 
     gpu_index: int
     """Index of the GPU (as NVML numbers it)."""
+    mig_index: int | None
+    """The MIG slot the alert is about (None: the whole GPU)."""
+    kind: str
+    """``raised`` (memory), ``lost`` or ``blind``."""
     gpu_name: str
     """Short display name of the GPU (``A100-SXM4-80GB``)."""
     pressure: float | None
@@ -43,7 +47,8 @@ class AlertNotice:
     message: str
     """What the status line says, e.g. ``GPU 2 A100-SXM4-80GB at 94% memory``."""
     brief: str
-    """The same without the name (``GPU 2 at 94%``), for when several GPUs share the line."""
+    """The same without the name (``GPU 2 at 94%``, ``GPU 0 blind``), for when several share the
+    line."""
 
 
 @dataclass(frozen=True)
@@ -101,21 +106,42 @@ def short_gpu_label(gpu: GpuSample) -> str:
     return f"GPU {gpu.index} {short_gpu_name(gpu.name)}"
 
 
-def alert_notice(gpu: GpuSample) -> AlertNotice:
-    """The words for one GPU in alert, from its current sample (so the status line stays live)."""
+def _short_mig_name(name: str | None, slot: int) -> str:
+    """``NVIDIA A100-SXM4-80GB MIG 3g.40gb`` -> ``MIG 3g.40gb``; unknown names read ``MIG slot 3``."""
+    if name and " MIG " in name:
+        return "MIG " + name.rsplit(" MIG ", 1)[1]
+    return f"MIG slot {slot}"
+
+
+def alert_notice(gpu: GpuSample, kind: str = "raised", mig_index: int | None = None) -> AlertNotice:
+    """The words for one alert (``raised``, ``lost`` or ``blind``) on a GPU or one of its MIG
+    instances, from the current sample (so the status line stays live)."""
     label = short_gpu_label(gpu)
-    if gpu.state is GpuState.LOST:
-        how = "lost"
-    elif gpu.pressure is None:
-        how = "memory alert"
+    who = f"GPU {gpu.index}"
+    pressure = gpu.pressure
+    mig = next((m for m in gpu.mig if m.index == mig_index), None)
+    if mig_index is not None:
+        mig_name = _short_mig_name(mig.name if mig else None, mig_index)
+        label = f"{label} {mig_name}"
+        who = f"GPU {gpu.index}/{mig_index}"
+        pressure = mig.pressure if mig else None
+    if gpu.state is GpuState.LOST or kind == "lost":
+        how = brief = "lost"
+    elif kind == "blind":
+        how, brief = "blind: no fresh memory reading", "blind"
+    elif pressure is None:
+        how = brief = "memory alert"
     else:
-        how = f"at {gpu.pressure * 100:.0f}%"
+        brief = f"at {pressure * 100:.0f}%"
+        how = f"{brief} memory"
     return AlertNotice(
         gpu_index=gpu.index,
+        mig_index=mig_index,
+        kind=kind,
         gpu_name=short_gpu_name(gpu.name),
-        pressure=gpu.pressure,
-        message=f"{label} {how}" + (" memory" if how.startswith("at ") else ""),
-        brief=f"GPU {gpu.index} {how}",
+        pressure=pressure,
+        message=f"{label} {how}",
+        brief=f"{who} {brief}",
     )
 
 
@@ -153,12 +179,12 @@ class AlertingFrameBuilder:
         self.history.add(snapshot)
         by_index = {gpu.index: gpu for gpu in snapshot.gpus}
         raised = tuple(
-            alert_notice(by_index[event.gpu_index])
+            alert_notice(by_index[event.gpu_index], event.kind, event.mig_index)
             for event in events
-            if event.kind in ("raised", "lost") and event.gpu_index in by_index
+            if event.kind in ("raised", "lost", "blind") and event.gpu_index in by_index
         )
         active = tuple(
-            alert_notice(by_index[event.gpu_index])
+            alert_notice(by_index[event.gpu_index], event.kind, event.mig_index)
             for event in self.engine.active
             if event.gpu_index in by_index
         )

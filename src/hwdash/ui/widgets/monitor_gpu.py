@@ -81,8 +81,24 @@ def detail_text(gpu: GpuSample) -> str:
         count = len(gpu.processes)
         parts.append(f"{count} process" + ("" if count == 1 else "es"))
     if gpu.mig:
-        parts.append(f"MIG: {len(gpu.mig)} instances")
-    unread = [field for field, _why in gpu.errors]
+        instances = []
+        for mig in gpu.mig:
+            pressure = NOT_AVAILABLE if mig.pressure is None else f"{mig.pressure * 100:.0f}%"
+            size = mig.name.rsplit(" MIG ", 1)[-1] if mig.name else "MIG"
+            mark = "!" if mig.state is GpuState.ALERT else ""
+            instances.append(f"{mig.index}:{size} {pressure}{mark}")
+        parts.append("MIG " + " ".join(instances))
+    if gpu.memory_source == "host":
+        parts.append("memory: host RAM (unified memory)")
+    if not gpu.processes_reliable:
+        parts.append("process list unreliable")
+    unread = [
+        field
+        for field, why in gpu.errors
+        if not (field == "memory" and gpu.memory_source == "host")
+        and not (field == "processes" and not gpu.processes_reliable)
+        and not why.startswith("unreliable")
+    ]
     if unread:
         parts.append(f"n/a: {', '.join(unread)}")
     if gpu.uuid:
@@ -181,7 +197,7 @@ class GpuCard(Vertical):
     ) -> None:
         """Show one sample of this GPU."""
         cells = gpu_cells(gpu, wide=wide)
-        alert = gpu.state is GpuState.ALERT
+        alert = gpu.state in (GpuState.ALERT, GpuState.BLIND)
         problem = problem_text(gpu)
         self.set_class(alert, "-alert")
         self.set_class(problem is not None, "-lost")
@@ -201,6 +217,8 @@ class GpuCard(Vertical):
             short_problem = "GPU lost"
         elif gpu.state is GpuState.ERROR:
             short_problem = "cannot be read"
+        elif gpu.state is GpuState.BLIND:
+            short_problem = "blind: no fresh data"
         self.bar.show(
             BarModel(
                 total=gpu.total_bytes,

@@ -20,6 +20,10 @@ from hwdash.telemetry.types import ProcessSample
 
 #: Marker for a PID that psutil cannot see from here (another container or PID namespace).
 OTHER_CONTAINER = "(other container)"
+#: Marker for a host PID seen from inside a container: the local process of that number is another.
+HOST_PID = "(host PID, not checkable here)"
+#: Marker for a process with both a compute and a graphics context (listed once).
+BOTH_CONTEXTS = "(C+G)"
 
 #: (column key, heading, width) in display order.
 PROCESS_COLUMNS: tuple[tuple[str, str, int], ...] = (
@@ -67,11 +71,20 @@ def process_cells(process: ProcessSample) -> dict[str, ProcessCell]:
     hidden = not process.visible
     unknown = "?" if hidden else "n/a"
     command = process.cmdline or process.name or ""
-    if hidden:
+    if not process.verifiable:
+        command = f"{HOST_PID} {command}".rstrip()
+    elif hidden:
         command = f"{OTHER_CONTAINER} {command}".rstrip()
+    if process.kind == "compute+graphics":
+        command = f"{BOTH_CONTEXTS} {command}"
     memory = process.used_bytes
+    gpu = str(process.gpu_index)
+    if process.mig_index is not None:
+        gpu += f"/{process.mig_index}"
     return {
-        "gpu": ProcessCell(str(process.gpu_index), _number(process.gpu_index)),
+        "gpu": ProcessCell(
+            gpu, _number(process.gpu_index + (process.mig_index or 0) / 10), style=""
+        ),
         "pid": ProcessCell(str(process.pid), _number(process.pid)),
         "user": ProcessCell(process.user or unknown, _word(process.user)),
         "gpu_memory": ProcessCell(
@@ -87,6 +100,14 @@ def process_cells(process: ProcessSample) -> dict[str, ProcessCell]:
         ),
         "command": ProcessCell(command, _word(command), "italic dim" if hidden else ""),
     }
+
+
+def process_row_key(process: ProcessSample) -> str:
+    """``gpu:pid``, or ``gpu/slot:pid`` for a process on a MIG device."""
+    gpu = str(process.gpu_index)
+    if process.mig_index is not None:
+        gpu += f"/{process.mig_index}"
+    return f"{gpu}:{process.pid}"
 
 
 class ProcessTable(DataTable[ProcessCell]):
@@ -128,9 +149,7 @@ class ProcessTable(DataTable[ProcessCell]):
 
     def show(self, processes: tuple[ProcessSample, ...]) -> None:
         """Bring the table in line with these processes, touching only what changed."""
-        self.show_cells(
-            {f"{process.gpu_index}:{process.pid}": process_cells(process) for process in processes}
-        )
+        self.show_cells({process_row_key(process): process_cells(process) for process in processes})
 
     def show_cells(self, wanted: dict[str, dict[str, ProcessCell]]) -> None:
         """Bring the table in line with these rows (key ``gpu:pid``), touching only what changed."""
