@@ -47,10 +47,11 @@ def run(
     ``initial_tab`` is the tab shown first (``hwdash compare`` passes ``"compare"``).
     """
     # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
-    from hwdash.commands.monitor import parse_fraction, parse_interval
+    from hwdash.commands.monitor import parse_blind_after, parse_fraction, parse_interval
 
     interval = parse_interval(args.interval)
     threshold = parse_fraction(args.alert_threshold, DEFAULT_THRESHOLD, "--alert-threshold")
+    blind_after = parse_blind_after(args.blind_after, interval)
     if args.on_alert is not None and not args.on_alert.strip():
         raise UsageError("the command is empty", flag="--on-alert")
     from hwdash.core.catalog import load_catalog
@@ -77,6 +78,7 @@ def run(
         sampler=sampler,
         interval=interval,
         alert_threshold=threshold,
+        blind_after_s=blind_after,
         on_alert=args.on_alert,
         bell=not args.no_bell,
         plan_store=PlanStore(),

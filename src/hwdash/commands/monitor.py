@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core.alerts import (
+    BLIND_INTERVALS,
+    BLIND_MINIMUM_S,
     DEFAULT_HYSTERESIS,
     DEFAULT_THRESHOLD,
     AlertEngine,
@@ -100,12 +102,21 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
         help="memory pressure that raises an alert: percent (90) or fraction (0.9); default 90",
     )
     parser.add_argument(
+        "--blind-after",
+        default=None,
+        metavar="S",
+        help=f"seconds without a fresh memory reading before a GPU raises a 'blind' alert "
+        f"(default {BLIND_INTERVALS} intervals, at least {BLIND_MINIMUM_S:g} s; "
+        f"never under {BLIND_INTERVALS} intervals)",
+    )
+    parser.add_argument(
         "--on-alert",
         default=None,
         metavar="CMD",
         help=(
-            "shell command run for each raised or lost alert, with HWDASH_GPU, HWDASH_PRESSURE, "
-            "HWDASH_USED_BYTES, HWDASH_TOTAL_BYTES, HWDASH_MESSAGE in its environment"
+            "shell command run for each raised, lost or blind alert, with HWDASH_KIND, "
+            "HWDASH_GPU, HWDASH_MIG, HWDASH_PRESSURE, HWDASH_USED_BYTES, HWDASH_TOTAL_BYTES, "
+            "HWDASH_MESSAGE in its environment; at most 4 run at once"
         ),
     )
     source = parser.add_mutually_exclusive_group()
@@ -130,6 +141,24 @@ def parse_interval(text: str) -> float:
         raise UsageError(f"{text!r} is not a number of seconds", flag="--interval") from None
     if not value > 0 or value != value or value == float("inf"):
         raise UsageError(f"must be a positive number of seconds, got {text}", flag="--interval")
+    return value
+
+
+def parse_blind_after(text: str | None, interval: float) -> float:
+    """Seconds without fresh data before a GPU is blind: the default for the interval, or the
+    flag's value, which may not be under three intervals (one slow round is not blindness)."""
+    if text is None:
+        return blind_after_for(interval)
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a number of seconds", flag="--blind-after") from None
+    lowest = BLIND_INTERVALS * interval
+    if value != value or value == float("inf") or value < lowest * (1 - 1e-9):
+        raise UsageError(
+            f"must be at least {BLIND_INTERVALS} intervals ({lowest:g} s) and finite, got {text}",
+            flag="--blind-after",
+        )
     return value
 
 
@@ -175,7 +204,9 @@ def build_rule(args: argparse.Namespace, interval: float) -> AlertRule:
             flag="--alert-hysteresis",
         )
     return AlertRule(
-        threshold=threshold, hysteresis=hysteresis, blind_after_s=blind_after_for(interval)
+        threshold=threshold,
+        hysteresis=hysteresis,
+        blind_after_s=parse_blind_after(args.blind_after, interval),
     )
 
 

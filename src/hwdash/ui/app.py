@@ -331,6 +331,7 @@ def make_app(
     sampler: Sampler | None,
     interval: float = 1.0,
     alert_threshold: float = 0.9,
+    blind_after_s: float | None = None,
     on_alert: str | None = None,
     bell: bool = True,
     plan_store: PlanStore | None = None,
@@ -350,7 +351,8 @@ def make_app(
     if interval <= 0:
         raise ValueError("interval must be greater than zero")
     # Raises ValueError for a threshold outside (0, 1].
-    rule = AlertRule(threshold=alert_threshold, blind_after_s=blind_after_for(interval))
+    blind_after = blind_after_for(interval) if blind_after_s is None else blind_after_s
+    rule = AlertRule(threshold=alert_threshold, blind_after_s=blind_after)
     actions = AlertActions(
         AlertLog(alert_log) if alert_log is not False else None,
         AlertCommand(on_alert) if on_alert else None,

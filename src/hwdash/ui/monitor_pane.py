@@ -7,6 +7,7 @@ changes, so a steady machine costs next to nothing to draw.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from textual import events
@@ -106,30 +107,88 @@ def nvml_problem_text(snapshot: Snapshot) -> str | None:
     return None
 
 
-def alert_banner_text(gpus: tuple[GpuSample, ...], threshold: float) -> str | None:
-    """One line naming the GPUs in alert and how full they are; None when none is."""
-    in_alert = [gpu for gpu in gpus if gpu.state is GpuState.ALERT]
-    if not in_alert:
+@dataclass(frozen=True)
+class _AlertUnit:
+    """A GPU or a MIG instance in alert, in the words and numbers the banner needs."""
+
+    index_label: str
+    name: str
+    pressure: float | None
+    taken: int | None
+    total: int | None
+
+
+def _alert_units(gpus: tuple[GpuSample, ...]) -> list[_AlertUnit]:
+    units: list[_AlertUnit] = []
+    for gpu in gpus:
+        if gpu.state is not GpuState.ALERT:
+            continue
+        migs = [mig for mig in gpu.mig if mig.state is GpuState.ALERT]
+        for mig in migs:
+            size = mig.name.rsplit(" MIG ", 1)[-1] if mig.name else f"slot {mig.index}"
+            taken = None
+            if mig.total_bytes is not None and mig.free_bytes is not None:
+                taken = mig.total_bytes - mig.free_bytes
+            units.append(
+                _AlertUnit(
+                    f"{gpu.index}/{mig.index}", f"MIG {size}", mig.pressure, taken, mig.total_bytes
+                )
+            )
+        if not migs:
+            taken = None
+            if gpu.total_bytes is not None and gpu.free_bytes is not None:
+                taken = gpu.total_bytes - gpu.free_bytes
+            units.append(
+                _AlertUnit(
+                    str(gpu.index), short_gpu_name(gpu.name), gpu.pressure, taken, gpu.total_bytes
+                )
+            )
+    return units
+
+
+def _pressure_banner(units: list[_AlertUnit], threshold: float) -> str | None:
+    if not units:
         return None
     limit = f"above the {threshold * 100:.0f}% alert threshold"
-    if len(in_alert) == 1:
-        gpu = in_alert[0]
-        name = f"GPU {gpu.index} {short_gpu_name(gpu.name)}"
-        if gpu.pressure is None or gpu.total_bytes is None or gpu.free_bytes is None:
-            return f"⚠ {name}: memory {limit}"
-        taken = gpu.total_bytes - gpu.free_bytes
+    if len(units) == 1:
+        unit = units[0]
+        name = f"GPU {unit.index_label} {unit.name}"
+        if unit.pressure is None or unit.total is None or unit.taken is None:
+            return f"{name}: memory {limit}"
         return (
-            f"⚠ {name} is {gpu.pressure * 100:.0f}% full "
-            f"({taken / GIB:.1f} of {gpu.total_bytes / GIB:.1f} GiB), {limit}"
+            f"{name} is {unit.pressure * 100:.0f}% full "
+            f"({unit.taken / GIB:.1f} of {unit.total / GIB:.1f} GiB), {limit}"
         )
-    fullest = max(in_alert, key=lambda gpu: gpu.pressure or 0.0)
-    indices = ", ".join(str(gpu.index) for gpu in in_alert)
+    fullest = max(units, key=lambda unit: unit.pressure or 0.0)
+    indices = ", ".join(unit.index_label for unit in units)
     worst = (
         ""
         if fullest.pressure is None
-        else f"; GPU {fullest.index} is {fullest.pressure * 100:.0f}% full"
+        else f"; GPU {fullest.index_label} is {fullest.pressure * 100:.0f}% full"
     )
-    return f"⚠ GPUs {indices} are {limit}{worst}"
+    return f"GPUs {indices} are {limit}{worst}"
+
+
+def alert_banner_text(gpus: tuple[GpuSample, ...], threshold: float) -> str | None:
+    """One line naming the GPUs (and MIG instances) in alert and how full they are, and the GPUs
+    the monitor is blind to; None when there are none."""
+    parts = []
+    blind = [gpu for gpu in gpus if gpu.state is GpuState.BLIND]
+    if len(blind) == 1:
+        gpu = blind[0]
+        parts.append(
+            f"GPU {gpu.index} {short_gpu_name(gpu.name)} is blind: no fresh memory reading "
+            "(numbers shown are the last good ones)"
+            if gpu.pressure is not None
+            else f"GPU {gpu.index} {short_gpu_name(gpu.name)} is blind: its memory cannot be read"
+        )
+    elif blind:
+        indices = ", ".join(str(gpu.index) for gpu in blind)
+        parts.append(f"GPUs {indices} are blind: no fresh memory reading")
+    pressure = _pressure_banner(_alert_units(gpus), threshold)
+    if pressure is not None:
+        parts.append(pressure)
+    return "⚠ " + "; ".join(parts) if parts else None
 
 
 def plan_text(gpus: tuple[GpuSample, ...], plan_bytes: int, label: str) -> tuple[str, bool]:
