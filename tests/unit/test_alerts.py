@@ -167,7 +167,7 @@ def snap(t: float, *gpus: GpuSample, stale: bool = False) -> Snapshot:
     return Snapshot(timestamp=t, nvml=STATUS, gpus=gpus, stale=stale)
 
 
-def test_stale_rounds_make_a_gpu_blind_once_after_the_stated_time_and_fresh_data_clears_it() -> None:
+def test_stale_rounds_make_a_gpu_blind_once_then_fresh_data_clears_it() -> None:
     engine = AlertEngine(AlertRule(blind_after_s=3.0))
     assert engine.update(snap(0, gpu_at(0.5))) == []
     # NVML hangs: the sampler repeats the last good values, marked stale.

@@ -334,6 +334,7 @@ def test_a_process_with_compute_and_graphics_contexts_is_one_c_plus_g_row(
         '[[gpus.processes]]\npid = 77\nname = "blender"\nkind = "graphics"\nused_mib = 900\n',
     )
     status, out, _ = run_monitor(capsys, "--once", "--json", "--fake-nvml", scenario)
+    assert status == 0
     (process,) = json.loads(out)["gpus"][0]["processes"]
     assert (process["kind"], process["used_bytes"]) == ("compute+graphics", 900 * 1024**2)
     _status, out, _ = run_monitor(capsys, "--once", "--fake-nvml", scenario)

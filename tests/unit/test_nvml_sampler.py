@@ -471,7 +471,9 @@ def test_rows_read_at_the_wrong_struct_stride_are_reported_not_shown(rigs: list[
 
 
 def test_a_process_using_more_than_the_gpu_has_makes_the_list_unreliable(rigs: list[Rig]) -> None:
-    rig = rig_for(rigs, scenario(gpu(memory_total_mib=1000, processes=[{"pid": 9, "used_mib": 5000}])))
+    rig = rig_for(
+        rigs, scenario(gpu(memory_total_mib=1000, processes=[{"pid": 9, "used_mib": 5000}]))
+    )
     (only,) = rig.sample().gpus
     assert only.processes == ()
     assert "more memory than the GPU has" in dict(only.errors)["processes"]
