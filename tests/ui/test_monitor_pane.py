@@ -431,3 +431,92 @@ async def test_a_sampler_that_raises_is_shown_in_words_and_sampling_goes_on(
         assert app.sampling is not None and app.sampling.alive
         with pytest.raises(RuntimeError, match="already started"):
             app.sampling.start()
+
+
+# -- MIG instances and a blind monitor --------------------------------------------------------------
+
+
+async def test_a_full_mig_instance_turns_its_gpu_red_and_is_named(tmp_path: Path) -> None:
+    app, clock = fake_app("mig", data_dir=tmp_path, initial_tab="monitor")
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        await replay(pilot, app, clock, until_s=30, step_s=10)
+        assert not app.monitor.gpu_cards[0].has_class("-alert")
+        await step(pilot, app, clock, 30)  # 60 s: the 3g.40gb slice holds 38.5 of 39.3 GB
+        card = app.monitor.gpu_cards[0]
+        assert card.has_class("-alert")
+        assert "0:3g.40gb 96%!" in card.detail_cell.shown
+        assert "GPU 0/0 MIG 3g.40gb is 96% full" in app.monitor.banner_cell.shown
+        assert app.alert_status.shown == "⚠ GPU 0 A100-SXM4-80GB MIG 3g.40gb at 96% memory"
+        (toast,) = list(app._notifications)
+        assert "MIG 3g.40gb at 96% memory" in toast.message
+        # The processes come from the MIG devices, each labelled with its slot.
+        assert {"0/0:52001", "0/3:52002"} <= set(app.monitor.process_table.row_keys_in_order)
+    (event,) = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    assert (event["kind"], event["gpu_index"], event["mig_index"]) == ("raised", 0, 0)
+
+
+class StaleSampler:
+    """Fresh at first, then NVML stops answering (stale repeats), then answers again."""
+
+    def __init__(self, stale_rounds: range) -> None:
+        self.calls = 0
+        self.stale_rounds = stale_rounds
+
+    def sample(self) -> Snapshot:
+        self.calls += 1
+        return Snapshot(
+            timestamp=10.0 * self.calls,
+            nvml=NvmlStatus(available=True, driver_version="550.54.15"),
+            gpus=(
+                GpuSample(
+                    index=0,
+                    name="NVIDIA A100-SXM4-80GB",
+                    uuid="GPU-0",
+                    total_bytes=80 * GIB,
+                    used_bytes=10 * GIB,
+                    free_bytes=70 * GIB,
+                ),
+            ),
+            host=HostSample(cpu_percent=1.0),
+            stale=self.calls in self.stale_rounds,
+            errors=("NVML has not answered",) if self.calls in self.stale_rounds else (),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_blind_gpu_is_said_everywhere_and_clears_when_data_flows(tmp_path: Path) -> None:
+    sampler = StaleSampler(stale_rounds=range(2, 4))
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=sampler,
+        interval=60,  # rounds only when asked
+        blind_after_s=15,
+        plan_store=PlanStore(tmp_path / "plans.json"),
+        initial_tab="monitor",
+        alert_log=tmp_path / "alerts.jsonl",
+        bell=False,
+    )
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        assert app.sampling is not None
+        app.sampling.request_sample()  # t=20: stale for 10 s, not yet blind
+        await wait_for_frames(pilot, app, 2)
+        assert not app.alert_status.has_class("-active")
+        app.sampling.request_sample()  # t=30: stale for 20 s: blind
+        await wait_for_frames(pilot, app, 3)
+        card = app.monitor.gpu_cards[0]
+        assert card.has_class("-alert")
+        assert "blind" in app.monitor.banner_cell.shown
+        assert "GPU 0 A100-SXM4-80GB blind" in app.alert_status.shown
+        (toast,) = list(app._notifications)
+        assert toast.title == "GPU alert" and "blind" in toast.message
+        app.sampling.request_sample()  # t=40: fresh again
+        await wait_for_frames(pilot, app, 4)
+        assert not card.has_class("-alert")
+        assert not app.alert_status.has_class("-active")
+    kinds = [
+        json.loads(line)["kind"] for line in (tmp_path / "alerts.jsonl").read_text().splitlines()
+    ]
+    assert kinds == ["blind", "recovered"]
