@@ -29,7 +29,12 @@ from hwdash.ui.app import make_app
 from hwdash.ui.monitor_pane import alert_banner_text, host_text, plan_text
 from hwdash.ui.sampling import SAMPLING_THREAD_NAME
 from hwdash.ui.widgets.monitor_cells import BarModel, bar_cells, sparkline
-from hwdash.ui.widgets.monitor_processes import OTHER_CONTAINER, process_cells
+from hwdash.ui.widgets.monitor_processes import (
+    BOTH_CONTEXTS,
+    HOST_PID,
+    OTHER_CONTAINER,
+    process_cells,
+)
 
 GIB = 1024**3
 
@@ -373,6 +378,24 @@ def test_process_cells_mark_other_containers() -> None:
         "2.0 GiB",
     ]
     assert hidden["gpu_memory"] < shown["gpu_memory"]  # unknown sorts first
+
+
+def test_process_cells_mark_host_pids_c_plus_g_and_mig_slots() -> None:
+    host_pid = process_cells(
+        ProcessSample(
+            pid=4242,
+            gpu_index=0,
+            kind="compute+graphics",
+            used_bytes=GIB,
+            name="python",
+            visible=False,
+            verifiable=False,
+            mig_index=3,
+        )
+    )
+    assert host_pid["command"].text == f"{BOTH_CONTEXTS} {HOST_PID} python"
+    assert host_pid["gpu"].text == "0/3"
+    assert host_pid["user"].text == "?"
 
 
 @pytest.mark.parametrize("scenario", ["mig", "old-driver", "h100x8"])

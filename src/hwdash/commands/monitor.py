@@ -472,4 +472,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         sampler.close()
         actions.close()
+        if command is not None and command.skipped:
+            sys.stderr.write(
+                f"hwdash: {command.skipped} alert command(s) skipped: "
+                f"{command.max_running} were still running\n"
+            )
     return 0
