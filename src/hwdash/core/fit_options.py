@@ -1,0 +1,637 @@
+"""Make it fit: the smallest changes to a plan that make it fit a chosen flavor.
+
+The search turns the knobs a practitioner turns, each through a short list of settings ordered from
+the mildest to the most drastic (:func:`knobs_for`), and tries every combination of up to
+:data:`MAX_CHANGES` knobs. A combination is kept when the plain estimator says it fits and no milder
+combination (a subset of its knobs, each no further along) fits too: every option is *minimal*.
+Options are ranked: those that keep the experiment first, then fewer changes, then less slowdown,
+then lower cost.
+
+"Keeps the experiment" means the same model, method, data, numerics and global batch: gradient
+checkpointing, a smaller micro-batch with more accumulation, the attention kernel, a fused optimizer
+step, DeepSpeed ZeRO and CPU offload. Everything else (method, LoRA rank and targets, optimizer,
+precision, sequence length) changes what is trained.
+
+Speed: the time of each option comes from the same FLOPs model as the flavor table
+(:mod:`hwdash.core.fit`: recomputation is one more forward, 2N FLOPs per token; LoRA skips the weight
+gradients), multiplied by the catalog's slowdown factors for what FLOPs do not capture (CPU offload,
+8-bit and 4-bit dequantisation; ``[[slowdown]]`` entries, each with its source).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec
+from hwdash.core.estimator import (
+    LORA_STYLE_METHODS,
+    architecture,
+    estimate_memory,
+    resolve_lora_targets,
+)
+from hwdash.core.fit import evaluate_flavor, training_tokens
+from hwdash.core.plan import (
+    Attention,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+)
+from hwdash.core.results import FitVerdict, FlavorFit
+
+MAX_CHANGES = 3
+"""Knobs changed at once at most (a fourth is tried only when three find nothing)."""
+
+SHORTEST_SEQUENCE = 256
+"""The search never proposes a sequence shorter than this (a truncated experiment is no experiment)."""
+
+SMALLEST_RANK = 4
+"""Nor a LoRA rank below this."""
+
+ATTENTION_ONLY_TARGETS = ("q_proj", "v_proj")
+"""LoRA on the query and value projections only: the original LoRA paper's choice (Hu et al. 2021,
+arXiv:2106.09685, section 7.1)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One plan field changed by an option."""
+
+    field: str
+    """A :class:`~hwdash.core.plan.Plan` field name."""
+    old: Any
+    """The value before (JSON-ready: enums as their values)."""
+    new: Any
+    """The value after."""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"field", "from", "to"}``."""
+        return {"field": self.field, "from": self.old, "to": self.new}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of one knob: the plan fields it sets and how it reads."""
+
+    updates: Mapping[str, Any]
+    """Plan fields and their new values."""
+    words: str
+    """What the change means, e.g. ``gradient checkpointing on``."""
+    slowdown_keys: tuple[str, ...] = ()
+    """Catalog slowdown ids this setting brings in (``offload-optimizer``, ``qlora``...)."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A dimension the search turns: settings ordered from the mildest to the most drastic."""
+
+    name: str
+    keeps_experiment: bool
+    settings: tuple[Setting, ...]
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A step-time factor the FLOPs model does not capture, with its source."""
+
+    id: str
+    factor: float
+    source: str
+
+
+@dataclass(frozen=True)
+class FitOption:
+    """A set of changes that makes the plan fit the target flavor."""
+
+    plan: Plan
+    """The changed plan (re-checking it with the plain estimator gives ``fit``)."""
+    changes: tuple[Change, ...]
+    """Plan fields that differ from the original."""
+    words: tuple[str, ...]
+    """Each knob's change in words."""
+    keeps_experiment: bool
+    """Same model, method, data, numerics and global batch."""
+    fit: FlavorFit
+    """The changed plan on the target flavor (fits, or only tight when nothing fits)."""
+    slowdown: float | None
+    """Step time relative to the original plan on this flavor (1.3: 30% slower); None when the
+    flavor's speed is unknown."""
+    slowdown_sources: tuple[str, ...] = ()
+    """Sources of the catalog factors in ``slowdown``."""
+    severity: int = 0
+    """How far along its knobs the option goes (0: as it is; each knob's first setting counts 1):
+    among options with as many changes, the milder comes first (LoRA before QLoRA)."""
+
+    def to_json(self, args: Sequence[str]) -> dict[str, Any]:
+        """One entry of ``"fit": {"options": [...]}``; ``args`` reproduce the plan on the CLI."""
+        return {
+            "flavor": self.fit.flavor.id,
+            "changes": [change.to_json() for change in self.changes],
+            "words": list(self.words),
+            "keeps_experiment": self.keeps_experiment,
+            "args": list(args),
+            "memory_total": self.fit.need_bytes,
+            "verdict": self.fit.verdict.value,
+            "headroom_bytes": self.fit.headroom_bytes,
+            "hours": self.fit.hours,
+            "cost": self.fit.cost,
+            "slowdown": None if self.slowdown is None else round(self.slowdown, 4),
+        }
+
+
+@dataclass(frozen=True)
+class FitSearch:
+    """What ``--fit TARGET`` found."""
+
+    target: str
+    """The flavor id, ``any``, ``local`` or ``local-free``."""
+    fits_already: bool
+    """The plan fits (with headroom) as it is: no change needed."""
+    options: tuple[FitOption, ...] = ()
+    """Ranked options (empty when nothing tried fits)."""
+    evaluated: int = 0
+    """Combinations the estimator was asked about (for the benchmark)."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """Things to know about the search (nothing to try, only tight options...)."""
+
+
+# -- the knobs ------------------------------------------------------------------------------------
+
+
+def _value(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+def _halvings(start: int, floor: int) -> list[int]:
+    values = []
+    value = start // 2
+    while value >= floor:
+        values.append(value)
+        value //= 2
+    return values
+
+
+def _trained_method(plan: Plan) -> Method:
+    return plan.rl_method if plan.is_rl else plan.method
+
+
+def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
+    """The knobs worth turning for this plan on ``gpu_count`` GPUs (none that change nothing)."""
+    knobs: list[Knob] = []
+    training = plan.is_training
+    method = _trained_method(plan)
+    method_field = "rl_method" if plan.is_rl else "method"
+    if training and not plan.grad_ckpt:
+        knobs.append(
+            Knob("grad_ckpt", True, (Setting({"grad_ckpt": True}, "gradient checkpointing on"),))
+        )
+    smaller = [b for b in range(plan.batch - 1, 0, -1) if plan.batch % b == 0]
+    if smaller:
+        settings = []
+        for micro in smaller[:4]:
+            if training:
+                accum = plan.grad_accum * plan.batch // micro
+                words = (
+                    f"micro-batch {plan.batch} -> {micro} with accumulation "
+                    f"{plan.grad_accum} -> {accum} (same global batch)"
+                )
+                settings.append(Setting({"batch": micro, "grad_accum": accum}, words))
+            else:
+                settings.append(
+                    Setting({"batch": micro}, f"batch {plan.batch} -> {micro} sequences at once")
+                )
+        knobs.append(Knob("micro_batch", True, tuple(settings)))
+    if plan.attention is Attention.EAGER:
+        knobs.append(
+            Knob(
+                "attention",
+                True,
+                (
+                    Setting(
+                        {"attention": Attention.SDPA}, "attention eager -> sdpa (no s^2 scores)"
+                    ),
+                ),
+            )
+        )
+    if (
+        training
+        and plan.optimizer is Optimizer.ADAMW
+        and plan.optimizer_impl is not OptimizerImpl.FUSED
+    ):
+        knobs.append(
+            Knob(
+                "optimizer_impl",
+                True,
+                (
+                    Setting(
+                        {"optimizer_impl": OptimizerImpl.FUSED},
+                        f"AdamW {plan.optimizer_impl.value} -> fused (no step temporaries)",
+                    ),
+                ),
+            )
+        )
+    if training:
+        zero_settings = _zero_settings(plan, gpu_count)
+        if zero_settings:
+            knobs.append(Knob("zero", True, tuple(zero_settings)))
+    if training and plan.optimizer is Optimizer.ADAMW:
+        knobs.append(
+            Knob(
+                "optimizer",
+                False,
+                (
+                    Setting({"optimizer": Optimizer.ADAMW_8BIT}, "optimizer AdamW -> 8-bit AdamW"),
+                    Setting({"optimizer": Optimizer.ADAFACTOR}, "optimizer AdamW -> Adafactor"),
+                ),
+            )
+        )
+    if training and plan.precision in (Precision.FP32, Precision.AMP, Precision.MIXED):
+        knobs.append(
+            Knob(
+                "precision",
+                False,
+                (
+                    Setting(
+                        {"precision": Precision.BF16},
+                        f"precision {plan.precision.value} -> bf16 (no fp32 copies)",
+                    ),
+                ),
+            )
+        )
+    if training and method in LORA_STYLE_METHODS:
+        ranks = [r for r in _halvings(plan.lora_r, SMALLEST_RANK)][:3]
+        if ranks:
+            knobs.append(
+                Knob(
+                    "lora_r",
+                    False,
+                    tuple(Setting({"lora_r": r}, f"LoRA rank {plan.lora_r} -> {r}") for r in ranks),
+                )
+            )
+        targets = _attention_only_targets(plan, model)
+        if targets is not None:
+            knobs.append(
+                Knob(
+                    "lora_targets",
+                    False,
+                    (
+                        Setting(
+                            {"lora_targets": targets},
+                            f"LoRA targets {','.join(plan.lora_targets)} -> {','.join(targets)}",
+                        ),
+                    ),
+                )
+            )
+    if training:
+        ladder = _method_ladder(method)
+        if ladder:
+            knobs.append(
+                Knob(
+                    "method",
+                    False,
+                    tuple(
+                        Setting(
+                            {method_field: step},
+                            f"{'policy ' if plan.is_rl else ''}method {method.value} -> {step.value}",
+                            (step.value,) if step in (Method.QLORA, Method.LORA_8BIT) else (),
+                        )
+                        for step in ladder
+                    ),
+                )
+            )
+    shorter = _halvings(plan.seq, SHORTEST_SEQUENCE)[:2]
+    if shorter:
+        knobs.append(
+            Knob(
+                "seq",
+                False,
+                tuple(Setting({"seq": s}, f"sequence {plan.seq} -> {s} tokens") for s in shorter),
+            )
+        )
+    return knobs
+
+
+def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
+    """ZeRO stages that shard over ``gpu_count`` GPUs, then CPU offload (slowest last)."""
+    settings: list[Setting] = []
+    if gpu_count > 1:
+        for stage in (1, 2, 3):
+            if stage > plan.zero and plan.offload is Offload.NONE:
+                settings.append(Setting({"zero": stage}, f"DeepSpeed ZeRO-{stage}"))
+    if plan.offload is Offload.NONE:
+        stage = max(plan.zero, 2)
+        settings.append(
+            Setting(
+                {"zero": stage, "offload": Offload.OPTIMIZER},
+                f"DeepSpeed ZeRO-{stage} with the optimizer offloaded to CPU",
+                ("offload-optimizer",),
+            )
+        )
+    if plan.offload is not Offload.PARAMS:
+        settings.append(
+            Setting(
+                {"zero": 3, "offload": Offload.PARAMS},
+                "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to CPU",
+                ("offload-params",),
+            )
+        )
+    return settings
+
+
+def _method_ladder(method: Method) -> list[Method]:
+    """Cheaper ways to train the same model: full -> LoRA -> 8-bit LoRA -> QLoRA (DoRA -> LoRA)."""
+    ladders = {
+        Method.FULL: [Method.LORA, Method.LORA_8BIT, Method.QLORA],
+        Method.DORA: [Method.LORA, Method.LORA_8BIT, Method.QLORA],
+        Method.LORA: [Method.LORA_8BIT, Method.QLORA],
+        Method.LORA_8BIT: [Method.QLORA],
+    }
+    return ladders.get(method, [])
+
+
+def _attention_only_targets(plan: Plan, model: ModelSpec) -> tuple[str, ...] | None:
+    if tuple(plan.lora_targets) == ATTENTION_ONLY_TARGETS:
+        return None
+    try:
+        chosen = resolve_lora_targets(architecture(model), ATTENTION_ONLY_TARGETS)
+        current = resolve_lora_targets(architecture(model), plan.lora_targets)
+    except ValueError:
+        return None
+    if len(chosen) >= len(current):
+        return None
+    return ATTENTION_ONLY_TARGETS
+
+
+# -- the search -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    levels: tuple[tuple[int, int], ...]
+    """(knob index, setting index) pairs, knob indices ascending."""
+
+
+def _dominates(small: _Candidate, large: _Candidate) -> bool:
+    """Whether ``small`` turns a subset of ``large``'s knobs, each no further."""
+    theirs = dict(large.levels)
+    return all(knob in theirs and level <= theirs[knob] for knob, level in small.levels)
+
+
+def _apply(plan: Plan, knobs: Sequence[Knob], candidate: _Candidate) -> Plan | None:
+    updates: dict[str, Any] = {}
+    for knob, level in candidate.levels:
+        updates.update(knobs[knob].settings[level].updates)
+    if "lora_r" in updates or "lora_targets" in updates:
+        method = updates.get("method", updates.get("rl_method", _trained_method(plan)))
+        if method not in LORA_STYLE_METHODS:
+            return None  # a rank for a plan that no longer has adapters changes nothing
+    try:
+        return Plan.model_validate({**dict(plan), **updates})
+    except ValidationError:
+        return None
+
+
+def _changes(original: Plan, changed: Plan) -> tuple[Change, ...]:
+    out = []
+    for name in Plan.model_fields:
+        old, new = getattr(original, name), getattr(changed, name)
+        if old != new:
+            out.append(
+                Change(
+                    name,
+                    list(old) if isinstance(old, tuple) else _value(old),
+                    list(new) if isinstance(new, tuple) else _value(new),
+                )
+            )
+    return tuple(out)
+
+
+def _time_of(fit: FlavorFit) -> float | None:
+    """Seconds per token on the flavor (the inverse throughput), or None."""
+    if fit.tokens_per_second:
+        return 1.0 / fit.tokens_per_second
+    return None
+
+
+def search_flavor(
+    plan: Plan,
+    model: ModelSpec,
+    flavor: Flavor,
+    accelerator: Accelerator,
+    *,
+    slowdowns: Mapping[str, Slowdown] | None = None,
+    max_changes: int = MAX_CHANGES,
+    flavor_fit: Callable[[Plan], FlavorFit] | None = None,
+) -> tuple[bool, list[FitOption], int]:
+    """(fits already, minimal options, combinations evaluated) for one flavor.
+
+    ``flavor_fit`` evaluates a plan on the flavor (default: :func:`hwdash.core.fit.evaluate_flavor`);
+    it is a parameter so a caller can swap in a flavor built from live GPUs.
+    """
+    slowdowns = slowdowns or {}
+    tokens = training_tokens(plan)
+
+    def evaluate(candidate_plan: Plan) -> FlavorFit:
+        if flavor_fit is not None:
+            return flavor_fit(candidate_plan)
+        return evaluate_flavor(candidate_plan, model, flavor, accelerator, tokens)[0]
+
+    base = evaluate(plan)
+    if base.verdict is FitVerdict.FITS:
+        return True, [], 1
+    usable = accelerator.usable_bytes
+    knobs = knobs_for(plan, model, flavor.gpu_count)
+    base_time = _time_of(base)
+    base_factors = _slowdown_keys_of(plan)
+    evaluated = 1
+    fitting: list[tuple[_Candidate, FlavorFit, Plan]] = []
+    tight: list[tuple[_Candidate, FlavorFit, Plan]] = []
+    for size in range(1, max_changes + 1):
+        for chosen in itertools.combinations(range(len(knobs)), size):
+            for levels in itertools.product(*(range(len(knobs[k].settings)) for k in chosen)):
+                candidate = _Candidate(tuple(zip(chosen, levels, strict=True)))
+                if any(_dominates(found, candidate) for found, _fit, _plan in fitting):
+                    continue
+                changed = _apply(plan, knobs, candidate)
+                if changed is None:
+                    continue
+                evaluated += 1
+                # Memory first (cheap); the full flavor evaluation only for what may fit.
+                need = estimate_memory(
+                    changed, model, gpus=flavor.gpu_count, accelerator=accelerator
+                ).per_gpu.total
+                if need > usable:
+                    continue
+                fit = evaluate(changed)
+                if fit.verdict is FitVerdict.FITS:
+                    fitting.append((candidate, fit, changed))
+                elif fit.verdict is FitVerdict.TIGHT:
+                    tight.append((candidate, fit, changed))
+        if fitting and size >= 1 and not _worth_going_on(fitting, knobs):
+            break
+    # Tight options come after the ones that fit, and only where no option that fits is milder.
+    chosen_set = fitting + [
+        entry
+        for entry in _minimal(tight)
+        if not any(_dominates(found, entry[0]) for found, _fit, _plan in fitting)
+    ]
+    options = [
+        _option(plan, knobs, candidate, fit, changed, base_time, base_factors, slowdowns)
+        for candidate, fit, changed in chosen_set
+    ]
+    return False, options, evaluated
+
+
+def _worth_going_on(
+    fitting: list[tuple[_Candidate, FlavorFit, Plan]], knobs: Sequence[Knob]
+) -> bool:
+    """Go on to larger combinations only while no option keeps the experiment."""
+    return not any(
+        all(knobs[knob].keeps_experiment for knob, _level in candidate.levels)
+        for candidate, _fit, _plan in fitting
+    )
+
+
+def _minimal(
+    found: list[tuple[_Candidate, FlavorFit, Plan]],
+) -> list[tuple[_Candidate, FlavorFit, Plan]]:
+    return [
+        entry
+        for entry in found
+        if not any(other[0] != entry[0] and _dominates(other[0], entry[0]) for other in found)
+    ]
+
+
+def _slowdown_keys_of(plan: Plan) -> set[str]:
+    keys = set()
+    method = _trained_method(plan)
+    if method in (Method.QLORA, Method.LORA_8BIT):
+        keys.add(method.value)
+    if plan.offload is Offload.OPTIMIZER:
+        keys.add("offload-optimizer")
+    if plan.offload is Offload.PARAMS:
+        keys.add("offload-params")
+    return keys
+
+
+def _option(
+    plan: Plan,
+    knobs: Sequence[Knob],
+    candidate: _Candidate,
+    fit: FlavorFit,
+    changed: Plan,
+    base_time: float | None,
+    base_factors: set[str],
+    slowdowns: Mapping[str, Slowdown],
+) -> FitOption:
+    words = tuple(knobs[knob].settings[level].words for knob, level in candidate.levels)
+    keeps = all(knobs[knob].keeps_experiment for knob, _level in candidate.levels)
+    slowdown: float | None = None
+    sources: list[str] = []
+    option_time = _time_of(fit)
+    if base_time is not None and option_time is not None:
+        slowdown = option_time / base_time
+        for key in sorted(_slowdown_keys_of(changed) - base_factors):
+            entry = slowdowns.get(key)
+            if entry is not None:
+                slowdown *= entry.factor
+                sources.append(f"{entry.id}: x{entry.factor:g} ({entry.source})")
+    return FitOption(
+        plan=changed,
+        changes=_changes(plan, changed),
+        words=words,
+        keeps_experiment=keeps,
+        fit=fit,
+        slowdown=slowdown,
+        slowdown_sources=tuple(sources),
+        severity=sum(level + 1 for _knob, level in candidate.levels),
+    )
+
+
+def rank_options(options: Iterable[FitOption], *, cost_first: bool = False) -> list[FitOption]:
+    """Options that fit before tight ones; then those that keep the experiment, then fewer and
+    milder changes, then less slowdown, then lower cost. ``cost_first`` (``--fit any``: the
+    cheapest options overall) puts cost right after keeping the experiment."""
+
+    def key(option: FitOption) -> tuple[Any, ...]:
+        slowdown = option.slowdown if option.slowdown is not None else float("inf")
+        cost = option.fit.cost if option.fit.cost is not None else float("inf")
+        price = option.fit.flavor.price_per_hour
+        hourly = price if price is not None else float("inf")
+        keeps = 0 if option.keeps_experiment else 1
+        tight = 1 if option.fit.verdict is FitVerdict.TIGHT else 0
+        changes = (len(option.words), option.severity)
+        if cost_first:
+            return (tight, keeps, cost, hourly, changes, slowdown, option.fit.flavor.id)
+        return (tight, keeps, changes, slowdown, cost, option.fit.flavor.id)
+
+    return sorted(options, key=key)
+
+
+def _searchable(catalog: Catalog, flavor: Flavor) -> Accelerator | None:
+    """The flavor's accelerator when the usual CUDA stack (or Apple MPS) runs there."""
+    accelerator = catalog.accelerator_for(flavor)
+    if accelerator is None or accelerator.kind not in ("gpu", "unified") or flavor.gpu_count == 0:
+        return None
+    return accelerator
+
+
+def find_fit_options(
+    plan: Plan,
+    model: ModelSpec,
+    catalog: Catalog,
+    target: str,
+    flavors: Sequence[Flavor],
+    *,
+    slowdowns: Mapping[str, Slowdown] | None = None,
+    limit: int = 5,
+) -> FitSearch:
+    """Ranked options that make ``plan`` fit ``flavors``: one flavor (a flavor id, ``local``), or
+    every flavor (``any``: the plan as it is on a flavor where it fits is an option too, with no
+    changes, and options are ranked by cost). See the module docstring."""
+    across = len(flavors) > 1
+    all_options: list[FitOption] = []
+    fits_already = False
+    evaluated = 0
+    tokens = training_tokens(plan)
+    searchable = [(f, a) for f in flavors if (a := _searchable(catalog, f)) is not None]
+    for max_changes in (MAX_CHANGES, MAX_CHANGES + 1):
+        for flavor, accelerator in searchable:
+            already, options, count = search_flavor(
+                plan, model, flavor, accelerator, slowdowns=slowdowns, max_changes=max_changes
+            )
+            evaluated += count
+            fits_already = fits_already or already
+            if already and across:
+                fit = evaluate_flavor(plan, model, flavor, accelerator, tokens)[0]
+                all_options.append(FitOption(plan, (), ("as it is",), True, fit, 1.0))
+            all_options.extend(options)
+        if all_options or fits_already:
+            break  # a fourth knob only when three found nothing anywhere
+    if fits_already and not across:
+        all_options = []
+    ranked = rank_options(all_options, cost_first=across)[:limit]
+    notes: list[str] = []
+    if not searchable:
+        notes.append("no GPU flavor to fit: the target has no CUDA GPU")
+    elif not ranked and not fits_already:
+        notes.append(
+            "nothing tried fits: no combination of the memory savers, cheaper methods and a "
+            "shorter sequence brings the plan under this hardware's memory"
+        )
+    elif ranked and all(option.fit.verdict is FitVerdict.TIGHT for option in ranked):
+        notes.append("only tight options (under 10% headroom): a memory spike may still OOM")
+    return FitSearch(
+        target=target,
+        fits_already=fits_already,
+        options=tuple(ranked),
+        evaluated=evaluated,
+        notes=tuple(notes),
+    )
