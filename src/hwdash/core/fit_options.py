@@ -429,11 +429,15 @@ def search_flavor(
     slowdowns: Mapping[str, Slowdown] | None = None,
     max_changes: int = MAX_CHANGES,
     flavor_fit: Callable[[Plan], FlavorFit] | None = None,
+    keeps_only: bool = False,
+    memory_cache: dict[tuple[Plan, int, str], int] | None = None,
 ) -> tuple[bool, list[FitOption], int]:
     """(fits already, minimal options, combinations evaluated) for one flavor.
 
     ``flavor_fit`` evaluates a plan on the flavor (default: :func:`hwdash.core.fit.evaluate_flavor`);
-    it is a parameter so a caller can swap in a flavor built from live GPUs.
+    it is a parameter so a caller can swap in a flavor built from live GPUs. ``keeps_only`` turns
+    only the knobs that keep the experiment. ``memory_cache`` shares per-GPU needs between flavors
+    with the same accelerator and GPU count.
     """
     slowdowns = slowdowns or {}
     tokens = training_tokens(plan)
@@ -448,6 +452,9 @@ def search_flavor(
         return True, [], 1
     usable = accelerator.usable_bytes
     knobs = knobs_for(plan, model, flavor.gpu_count)
+    if keeps_only:
+        knobs = [knob for knob in knobs if knob.keeps_experiment]
+    cache = {} if memory_cache is None else memory_cache
     base_time = _time_of(base)
     base_factors = _slowdown_keys_of(plan)
     evaluated = 1
@@ -464,9 +471,13 @@ def search_flavor(
                     continue
                 evaluated += 1
                 # Memory first (cheap); the full flavor evaluation only for what may fit.
-                need = estimate_memory(
-                    changed, model, gpus=flavor.gpu_count, accelerator=accelerator
-                ).per_gpu.total
+                key = (changed, flavor.gpu_count, accelerator.id)
+                need = cache.get(key)
+                if need is None:
+                    need = estimate_memory(
+                        changed, model, gpus=flavor.gpu_count, accelerator=accelerator
+                    ).per_gpu.total
+                    cache[key] = need
                 if need > usable:
                     continue
                 fit = evaluate(changed)
@@ -602,10 +613,24 @@ def find_fit_options(
     evaluated = 0
     tokens = training_tokens(plan)
     searchable = [(f, a) for f in flavors if (a := _searchable(catalog, f)) is not None]
-    for max_changes in (MAX_CHANGES, MAX_CHANGES + 1):
+    cache: dict[tuple[Plan, int, str], int] = {}
+    # Passes: across many flavors, the knobs that keep the experiment first (an option that
+    # changes the experiment never ranks above one that keeps it, so when those fill the list the
+    # rest need not be searched); then every knob; a fourth knob only when three found nothing.
+    passes = [(MAX_CHANGES, True)] if across else []
+    passes += [(MAX_CHANGES, False), (MAX_CHANGES + 1, False)]
+    for max_changes, keeps_only in passes:
+        all_options = []
         for flavor, accelerator in searchable:
             already, options, count = search_flavor(
-                plan, model, flavor, accelerator, slowdowns=slowdowns, max_changes=max_changes
+                plan,
+                model,
+                flavor,
+                accelerator,
+                slowdowns=slowdowns,
+                max_changes=max_changes,
+                keeps_only=keeps_only,
+                memory_cache=cache,
             )
             evaluated += count
             fits_already = fits_already or already
@@ -613,8 +638,13 @@ def find_fit_options(
                 fit = evaluate_flavor(plan, model, flavor, accelerator, tokens)[0]
                 all_options.append(FitOption(plan, (), ("as it is",), True, fit, 1.0))
             all_options.extend(options)
+        enough = sum(
+            1 for o in all_options if o.fit.verdict is FitVerdict.FITS and o.keeps_experiment
+        )
+        if keeps_only and enough < limit:
+            continue  # not enough that keep the experiment: search every knob
         if all_options or fits_already:
-            break  # a fourth knob only when three found nothing anywhere
+            break
     if fits_already and not across:
         all_options = []
     ranked = rank_options(all_options, cost_first=across)[:limit]
