@@ -1,0 +1,73 @@
+"""A plan back to ``hwdash plan`` flags, so an option of ``--fit`` can be copied and re-run.
+
+:func:`plan_arguments` writes only what differs from the defaults, in the order ``--help`` lists the
+flags; parsing the result with ``hwdash plan``'s own parser gives the same plan back (a test checks
+the round trip for generated plans).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hwdash.core.plan import Plan
+
+
+def _number(value: float) -> str:
+    """``0.05`` and ``3`` as written, never ``3.0`` or ``5e-02``."""
+    return repr(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def plan_arguments(plan: Plan) -> list[str]:
+    """The ``hwdash plan`` arguments (without ``plan``) that build ``plan``."""
+    defaults = Plan(model=plan.model)
+    args: list[str] = ["--model", plan.model]
+
+    def differs(name: str) -> bool:
+        return bool(getattr(plan, name) != getattr(defaults, name))
+
+    def value(name: str) -> Any:
+        item = getattr(plan, name)
+        return getattr(item, "value", item)
+
+    # --method is always written: a copied line should say what it trains.
+    args += ["--method", plan.method.value]
+    simple = (
+        ("precision", "--precision"),
+        ("optimizer", "--optimizer"),
+        ("optimizer_impl", "--optimizer-impl"),
+        ("lora_r", "--lora-r"),
+        ("batch", "--batch"),
+        ("seq", "--seq"),
+        ("grad_accum", "--grad-accum"),
+        ("attention", "--attn"),
+        ("zero", "--zero"),
+        ("offload", "--offload"),
+        ("gpus", "--gpus"),
+        ("rl_method", "--rl-method"),
+    )
+    for name, flag in simple:
+        if differs(name):
+            args += [flag, str(value(name))]
+    if differs("lora_targets"):
+        args += ["--lora-targets", ",".join(plan.lora_targets)]
+    if differs("lora_dropout"):
+        args += ["--lora-dropout", _number(plan.lora_dropout)]
+    if plan.grad_ckpt:
+        args.append("--grad-ckpt")
+    if not plan.rl_reference:
+        args.append("--no-reference")
+    if differs("rl_reward_model"):
+        args.append("--reward-model" if plan.rl_reward_model else "--no-reward-model")
+    if differs("vllm_memory_utilization"):
+        args += ["--vllm-util", _number(plan.vllm_memory_utilization)]
+    if plan.examples is not None:
+        args += ["--examples", str(plan.examples)]
+    if differs("epochs"):
+        args += ["--epochs", _number(plan.epochs)]
+    if plan.tokens is not None:
+        args += ["--tokens", str(plan.tokens)]
+    if plan.mfu is not None:
+        args += ["--mfu", _number(plan.mfu)]
+    for flavor in plan.flavors:
+        args += ["--flavor", flavor]
+    return args

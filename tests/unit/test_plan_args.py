@@ -1,0 +1,65 @@
+"""A plan written back as ``hwdash plan`` flags parses to the same plan."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwdash.cli import build_parser
+from hwdash.commands.plan import plan_from_args
+from hwdash.commands.plan_args import plan_arguments
+from hwdash.core.plan import (
+    RL_TRAINABLE_METHODS,
+    Attention,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+)
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> Plan:
+    method = draw(st.sampled_from(list(Method)))
+    zero = 0 if method is Method.INFERENCE else draw(st.integers(0, 3))
+    offload = Offload.NONE
+    if zero == 3:
+        offload = draw(st.sampled_from(list(Offload)))
+    elif zero:
+        offload = draw(st.sampled_from([Offload.NONE, Offload.OPTIMIZER]))
+    return Plan(
+        model=draw(st.sampled_from(["qwen2.5-7b", "7B", "./my model/config.json"])),
+        method=method,
+        precision=draw(st.sampled_from(list(Precision))),
+        batch=draw(st.integers(1, 64)),
+        seq=draw(st.integers(1, 32768)),
+        grad_ckpt=draw(st.booleans()),
+        grad_accum=draw(st.integers(1, 64)),
+        attention=draw(st.sampled_from(list(Attention))),
+        optimizer=draw(st.sampled_from(list(Optimizer))),
+        optimizer_impl=draw(st.sampled_from(list(OptimizerImpl))),
+        lora_r=draw(st.integers(1, 256)),
+        lora_targets=draw(st.sampled_from([("all-linear",), ("q_proj", "v_proj")])),
+        lora_dropout=draw(st.sampled_from([0.0, 0.05, 0.1, 0.333])),
+        zero=zero,
+        offload=offload,
+        gpus=draw(st.integers(1, 16)),
+        examples=draw(st.none() | st.integers(1, 10**7)),
+        epochs=draw(st.sampled_from([1.0, 2.0, 0.5, 3.25])),
+        tokens=draw(st.none() | st.integers(1, 10**10)),
+        mfu=draw(st.none() | st.sampled_from([0.3, 0.45])),
+        flavors=draw(st.sampled_from([(), ("l4x1",), ("a10g-large", "t4-small")])),
+        rl_method=draw(st.sampled_from(list(RL_TRAINABLE_METHODS))),
+        rl_reference=draw(st.booleans()),
+        rl_reward_model=draw(st.booleans()),
+        vllm_memory_utilization=draw(st.sampled_from([0.0, 0.3, 0.55])),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(plan=plans())
+def test_plan_arguments_parse_back_to_the_same_plan(plan: Plan) -> None:
+    args = build_parser().parse_args(["plan", *plan_arguments(plan)])
+    assert plan_from_args(args) == plan
