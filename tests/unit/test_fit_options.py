@@ -205,3 +205,14 @@ def test_every_option_fits_when_rechecked_and_no_milder_subset_does(
                     undone, model, flavor, accelerator, training_tokens(undone)
                 )
                 assert verdict.verdict is not FitVerdict.FITS, (option.words, change)
+
+
+def test_slowdowns_come_from_the_catalog_with_their_sources(catalog: Catalog) -> None:
+    assert {"qlora", "lora-8bit", "offload-optimizer", "offload-params"} <= set(catalog.slowdowns)
+    options = options_for(catalog, Plan(model="qwen2.5-7b", batch=4, seq=2048), "l4x1")
+    offloaded = [o for o in options if any(c.field == "offload" for c in o.changes)]
+    assert offloaded
+    for option in offloaded:
+        assert any(source.startswith("offload-") for source in option.slowdown_sources)
+        # Checkpointing alone would be 1.5x (6N vs 4N FLOPs for LoRA); offload multiplies it.
+        assert option.slowdown is not None and option.slowdown > 1.5

@@ -217,11 +217,30 @@ class ModelSpec(_Strict):
         return self
 
 
-CatalogKind = Literal["accelerator", "flavor", "model"]
+class Slowdown(_Strict):
+    """A step-time factor the FLOPs model cannot see (CPU offload, dequantisation), with its source.
+
+    ``hwdash plan --fit`` multiplies an option's time by the factors it brings in.
+    """
+
+    id: str = Field(pattern=ID_PATTERN)
+    """What slows down: ``offload-optimizer``, ``offload-params``, ``qlora`` or ``lora-8bit``."""
+    factor: float = Field(ge=1, le=100, allow_inf_nan=False)
+    """Step time with it divided by step time without it (1.66: 66% slower)."""
+    compared_with: str = Field(min_length=1)
+    """What the factor is relative to (e.g. 16-bit LoRA on the same GPU)."""
+    source: str = Field(min_length=1)
+    """Where the factor comes from, and how sure it is."""
+    notes: str = ""
+    """Caveats."""
+
+
+CatalogKind = Literal["accelerator", "flavor", "model", "slowdown"]
 _SCHEMAS: dict[str, type[_Strict]] = {
     "accelerator": Accelerator,
     "flavor": Flavor,
     "model": ModelSpec,
+    "slowdown": Slowdown,
 }
 
 
@@ -250,6 +269,8 @@ class Catalog:
     accelerators: dict[str, Accelerator] = field(default_factory=dict)
     flavors: dict[str, Flavor] = field(default_factory=dict)
     models: dict[str, ModelSpec] = field(default_factory=dict)
+    slowdowns: dict[str, Slowdown] = field(default_factory=dict)
+    """Step-time factors for ``--fit`` options, by id."""
     files: tuple[str, ...] = ()
     """The files this catalog was read from, in order (later files override earlier ones)."""
 
@@ -345,7 +366,8 @@ def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
         if key not in _SCHEMAS:
             raise CatalogError(
                 path,
-                f"unknown table '{key}' (expected [[accelerator]], [[flavor]] or [[model]])",
+                f"unknown table '{key}' (expected [[accelerator]], [[flavor]], [[model]] or "
+                "[[slowdown]])",
             )
         if not isinstance(value, list):
             raise CatalogError(path, f"'{key}' must be an array of tables: write [[{key}]]")
@@ -403,6 +425,7 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
         accelerators=tables["accelerator"],
         flavors=tables["flavor"],
         models=tables["model"],
+        slowdowns=tables["slowdown"],
         files=tuple(files),
     )
     for ident, flavor in catalog.flavors.items():

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec, Slowdown
 from hwdash.core.estimator import (
     LORA_STYLE_METHODS,
     architecture,
@@ -95,15 +95,6 @@ class Knob:
     name: str
     keeps_experiment: bool
     settings: tuple[Setting, ...]
-
-
-@dataclass(frozen=True)
-class Slowdown:
-    """A step-time factor the FLOPs model does not capture, with its source."""
-
-    id: str
-    factor: float
-    source: str
 
 
 @dataclass(frozen=True)
@@ -608,6 +599,8 @@ def find_fit_options(
     every flavor (``any``: the plan as it is on a flavor where it fits is an option too, with no
     changes, and options are ranked by cost). See the module docstring."""
     across = len(flavors) > 1
+    if slowdowns is None:
+        slowdowns = catalog.slowdowns  # the catalog's [[slowdown]] factors
     all_options: list[FitOption] = []
     fits_already = False
     evaluated = 0

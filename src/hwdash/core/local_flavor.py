@@ -109,5 +109,6 @@ def with_local_machine(catalog: Catalog, machine: LocalMachine) -> Catalog:
         accelerators={**catalog.accelerators, machine.accelerator.id: machine.accelerator},
         flavors={**catalog.flavors, machine.flavor.id: machine.flavor},
         models=catalog.models,
+        slowdowns=catalog.slowdowns,
         files=catalog.files,
     )
