@@ -28,6 +28,7 @@ from hwdash.core.plan import (
     Plan,
     Precision,
 )
+from hwdash.core.results import FitVerdict
 from hwdash.errors import UsageError
 
 #: Plan field -> the flag that sets it, to name the flag in error messages.
@@ -254,6 +255,27 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="extra catalog folder or file (repeatable)",
     )
+    fit = parser.add_argument_group("make it fit")
+    fit.add_argument(
+        "--fit",
+        metavar="TARGET",
+        help="the smallest changes that make the plan fit TARGET: a flavor id, local (this "
+        "machine's GPUs), local-free (the memory free on them now) or any (every flavor, "
+        "cheapest first)",
+    )
+    fit.add_argument(
+        "--check",
+        action="store_true",
+        help="with one --flavor: print one line and exit 0 if the plan fits it, 1 if it is tight "
+        "or does not fit (a launch guard for job scripts)",
+    )
+    fit.add_argument(
+        "--fake-nvml",
+        default=None,
+        metavar="PATH",
+        help="read this machine's GPUs (the local flavor) from a fake NVML scenario; also "
+        "HWDASH_FAKE_NVML",
+    )
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument(
         "--trace",
@@ -348,18 +370,40 @@ def _flag_from_message(message: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
+    from hwdash.commands import plan_fit
     from hwdash.core.catalog import load_catalog
     from hwdash.core.fit import evaluate_plan
     from hwdash.core.models import resolve_model
 
     plan = plan_from_args(args)
+    if args.check and len(plan.flavors) != 1:
+        raise UsageError("give exactly one --flavor ID to check against", flag="--check")
     catalog = load_catalog(args.catalog)
+    # This machine's GPUs become the `local` flavor (NVML, or the fake scenario).
+    local = plan_fit.probe_local_gpus(args.fake_nvml)
+    catalog, machines = plan_fit.add_local_flavors(
+        catalog, local, with_free=args.fit == "local-free" or "local-free" in plan.flavors
+    )
+    if args.fit is not None:
+        plan_fit.target_flavors(args.fit, catalog, local)  # an unknown target: exit 2 now
     model = resolve_model(plan.model, catalog)
     if args.trace:
         from hwdash.commands.plan_trace import check_trace_available
 
         check_trace_available(plan)
     report = evaluate_plan(plan, catalog, model)
+    if args.check:
+        status, line = plan_fit.check_line(report, plan.flavors[0])
+        print(line)
+        return status
+    fit_result = None
+    if args.fit is not None:
+        fit_result = plan_fit.search(plan, model, catalog, args.fit, local)
+    elif not args.json and not plan.flavors and report.recommended is None:
+        # Nothing fits and no --fit: the top three options for the cheapest flavor that is close.
+        closest = plan_fit.closest_flavor(report)
+        if closest is not None and closest.verdict is not FitVerdict.TIGHT:
+            fit_result = plan_fit.search(plan, model, catalog, closest.flavor.id, local)
     saved_message = None
     if args.save is not None:
         from hwdash.core.plan_store import PlanStore, PlanSummary
@@ -369,6 +413,13 @@ def run(args: argparse.Namespace) -> int:
         saved_message = f"saved plan '{saved.name}' to {store.path}"
     if args.json:
         document = report.to_json()
+        if fit_result is not None:
+            document["fit"] = plan_fit.fit_json(fit_result)
+        if machines:
+            document["local"] = {
+                ident: {"name": machine.flavor.name, "notes": list(machine.notes)}
+                for ident, machine in machines.items()
+            }
         document["details"] = [[label, value] for label, value in report.estimate.details]
         if saved_message is not None:
             document["saved_as"] = saved.name
@@ -380,7 +431,12 @@ def run(args: argparse.Namespace) -> int:
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    render_report(report)
+    render_report(report, local_notes=[n for m in machines.values() for n in m.notes])
+    if fit_result is not None:
+        from rich.console import Console
+
+        auto = args.fit is None
+        plan_fit.render_options(fit_result, Console(), limit=3 if auto else None)
     if saved_message is not None:
         print(saved_message)
     if args.trace:
@@ -393,7 +449,13 @@ def run(args: argparse.Namespace) -> int:
 _VERDICT_STYLE = {"fits": "green", "tight": "yellow", "no": "red"}
 
 
-def render_report(report: Any, *, saved_as: str | None = None, console: Any = None) -> None:
+def render_report(
+    report: Any,
+    *,
+    saved_as: str | None = None,
+    console: Any = None,
+    local_notes: list[str] | None = None,
+) -> None:
     """Print the breakdown, warnings and the flavor table with rich."""
     from rich.console import Console
     from rich.table import Table
@@ -458,6 +520,8 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
             marks.append("cheapest")
         if fit.flavor.id == report.fastest:
             marks.append("fastest")
+        if fit.flavor.provider == "local" and fit.flavor.id in ("local", "local-free"):
+            marks.append("this machine")
         if marks:
             name = f"[bold]{name}[/bold] ({', '.join(marks)})"
         headroom = "-" if fit.usable_bytes == 0 else f"{fit.headroom_bytes / GIB:+.1f}"
@@ -478,6 +542,8 @@ def render_report(report: Any, *, saved_as: str | None = None, console: Any = No
     console.print(table)
     for reason, number in notes.items():
         console.print(f"[{number}] {reason}", highlight=False, markup=False)
+    for note in dict.fromkeys(local_notes or ()):
+        console.print(f"this machine: {note}", highlight=False, markup=False)
     if report.recommended:
         console.print(f"recommended: [bold]{report.recommended}[/bold] (cheapest that fits)")
     else:

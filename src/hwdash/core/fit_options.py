@@ -181,7 +181,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
     method_field = "rl_method" if plan.is_rl else "method"
     if training and not plan.grad_ckpt:
         knobs.append(
-            Knob("grad_ckpt", True, (Setting({"grad_ckpt": True}, "gradient checkpointing on"),))
+            Knob("grad_ckpt", True, (Setting({"grad_ckpt": True}, "gradient checkpointing"),))
         )
     smaller = [b for b in range(plan.batch - 1, 0, -1) if plan.batch % b == 0]
     if smaller:
@@ -190,25 +190,18 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
             if training:
                 accum = plan.grad_accum * plan.batch // micro
                 words = (
-                    f"micro-batch {plan.batch} -> {micro} with accumulation "
-                    f"{plan.grad_accum} -> {accum} (same global batch)"
+                    f"micro-batch {plan.batch}->{micro}, accumulation {plan.grad_accum}->{accum}"
                 )
                 settings.append(Setting({"batch": micro, "grad_accum": accum}, words))
             else:
-                settings.append(
-                    Setting({"batch": micro}, f"batch {plan.batch} -> {micro} sequences at once")
-                )
+                settings.append(Setting({"batch": micro}, f"batch {plan.batch}->{micro}"))
         knobs.append(Knob("micro_batch", True, tuple(settings)))
     if plan.attention is Attention.EAGER:
         knobs.append(
             Knob(
                 "attention",
                 True,
-                (
-                    Setting(
-                        {"attention": Attention.SDPA}, "attention eager -> sdpa (no s^2 scores)"
-                    ),
-                ),
+                (Setting({"attention": Attention.SDPA}, "sdpa attention (from eager)"),),
             )
         )
     if (
@@ -223,7 +216,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
                 (
                     Setting(
                         {"optimizer_impl": OptimizerImpl.FUSED},
-                        f"AdamW {plan.optimizer_impl.value} -> fused (no step temporaries)",
+                        f"fused AdamW (from {plan.optimizer_impl.value})",
                     ),
                 ),
             )
@@ -238,8 +231,8 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
                 "optimizer",
                 False,
                 (
-                    Setting({"optimizer": Optimizer.ADAMW_8BIT}, "optimizer AdamW -> 8-bit AdamW"),
-                    Setting({"optimizer": Optimizer.ADAFACTOR}, "optimizer AdamW -> Adafactor"),
+                    Setting({"optimizer": Optimizer.ADAMW_8BIT}, "8-bit AdamW"),
+                    Setting({"optimizer": Optimizer.ADAFACTOR}, "Adafactor"),
                 ),
             )
         )
@@ -251,7 +244,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
                 (
                     Setting(
                         {"precision": Precision.BF16},
-                        f"precision {plan.precision.value} -> bf16 (no fp32 copies)",
+                        f"bf16 weights and states (from {plan.precision.value})",
                     ),
                 ),
             )
@@ -263,7 +256,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
                 Knob(
                     "lora_r",
                     False,
-                    tuple(Setting({"lora_r": r}, f"LoRA rank {plan.lora_r} -> {r}") for r in ranks),
+                    tuple(Setting({"lora_r": r}, f"LoRA rank {plan.lora_r}->{r}") for r in ranks),
                 )
             )
         targets = _attention_only_targets(plan, model)
@@ -275,7 +268,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
                     (
                         Setting(
                             {"lora_targets": targets},
-                            f"LoRA targets {','.join(plan.lora_targets)} -> {','.join(targets)}",
+                            f"LoRA on {','.join(targets)} only",
                         ),
                     ),
                 )
@@ -290,7 +283,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
                     tuple(
                         Setting(
                             {method_field: step},
-                            f"{'policy ' if plan.is_rl else ''}method {method.value} -> {step.value}",
+                            f"{'policy ' if plan.is_rl else ''}{method.value}->{step.value}",
                             (step.value,) if step in (Method.QLORA, Method.LORA_8BIT) else (),
                         )
                         for step in ladder
@@ -303,7 +296,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
             Knob(
                 "seq",
                 False,
-                tuple(Setting({"seq": s}, f"sequence {plan.seq} -> {s} tokens") for s in shorter),
+                tuple(Setting({"seq": s}, f"sequence {plan.seq}->{s}") for s in shorter),
             )
         )
     return knobs
@@ -315,13 +308,13 @@ def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
     if gpu_count > 1:
         for stage in (1, 2, 3):
             if stage > plan.zero and plan.offload is Offload.NONE:
-                settings.append(Setting({"zero": stage}, f"DeepSpeed ZeRO-{stage}"))
+                settings.append(Setting({"zero": stage}, f"ZeRO-{stage}"))
     if plan.offload is Offload.NONE:
         stage = max(plan.zero, 2)
         settings.append(
             Setting(
                 {"zero": stage, "offload": Offload.OPTIMIZER},
-                f"DeepSpeed ZeRO-{stage} with the optimizer offloaded to CPU",
+                f"ZeRO-{stage} + optimizer offload to CPU",
                 ("offload-optimizer",),
             )
         )
@@ -329,7 +322,7 @@ def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
         settings.append(
             Setting(
                 {"zero": 3, "offload": Offload.PARAMS},
-                "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to CPU",
+                "ZeRO-3 + parameter offload to CPU",
                 ("offload-params",),
             )
         )

@@ -71,9 +71,10 @@ def local_machine(
     memory = min((gpu.free_bytes if free_only else gpu.total_bytes) or 0 for gpu in readable)
     matched = catalog.match_nvml_name(first_name) if readable[0].name else None
     mib = max(1, memory // MIB)
+    flavor_id = LOCAL_FREE_FLAVOR_ID if free_only else LOCAL_FLAVOR_ID
     if matched is not None:
         accelerator = matched.model_copy(
-            update={"id": f"{LOCAL_FLAVOR_ID}-{matched.id}", "nvml_total_mib": mib}
+            update={"id": f"{flavor_id}-{matched.id}", "nvml_total_mib": mib}
         )
     else:
         notes.append(
@@ -81,7 +82,7 @@ def local_machine(
             "(no hours or cost; add it with an [[accelerator]] entry whose nvml_names lists it)"
         )
         accelerator = Accelerator(
-            id=f"{LOCAL_FLAVOR_ID}-gpu",
+            id=f"{flavor_id}-gpu",
             name=first_name,
             vendor="nvidia",
             kind="gpu",
@@ -93,7 +94,7 @@ def local_machine(
         )
     what = "free now" if free_only else "as NVML reports it"
     flavor = Flavor(
-        id=LOCAL_FREE_FLAVOR_ID if free_only else LOCAL_FLAVOR_ID,
+        id=flavor_id,
         name=f"this machine: {len(readable)}x {first_name}, {memory / GIB:.1f} GiB {what}",
         provider="local",
         accelerator=accelerator.id,

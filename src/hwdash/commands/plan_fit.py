@@ -1,0 +1,231 @@
+"""``hwdash plan --fit TARGET``, ``--check`` and this machine as the ``local`` flavor.
+
+* ``--fit TARGET``: ranked options that make the plan fit TARGET (a flavor id, ``local``,
+  ``local-free`` or ``any``); see :mod:`hwdash.core.fit_options`.
+* ``--flavor ID --check``: one line, exit 0 when the plan fits ID, 1 when it is tight or does not fit
+  (a job script can refuse to start a run that would OOM), 2 on bad input.
+* When NVML (or a fake scenario) shows GPUs, the catalog gains ``local`` and ``local-free``
+  (:mod:`hwdash.core.local_flavor`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hwdash.commands.plan_args import plan_arguments
+from hwdash.core.catalog import Catalog, Flavor, ModelSpec
+from hwdash.core.fit_options import FitSearch, find_fit_options
+from hwdash.core.local_flavor import (
+    LOCAL_FREE_FLAVOR_ID,
+    LOCAL_TARGETS,
+    LocalGpu,
+    LocalMachine,
+    NoLocalGpu,
+    local_machine,
+    with_local_machine,
+)
+from hwdash.core.plan import Plan
+from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
+from hwdash.core.units import GIB
+from hwdash.errors import UsageError
+
+ANY_TARGET = "any"
+CLOSE_RATIO = 1.5
+"""A flavor "comes close" when the plan needs at most this many times its usable memory."""
+
+
+@dataclass(frozen=True)
+class LocalGpus:
+    """What NVML showed when ``hwdash plan`` looked: the GPUs, or why there are none."""
+
+    gpus: tuple[LocalGpu, ...] = ()
+    problem: str | None = None
+    """Why no local flavor exists (no driver, no GPUs), in words."""
+
+
+def probe_local_gpus(fake_nvml: str | None, environ: Mapping[str, str] | None = None) -> LocalGpus:
+    """One NVML snapshot of this machine (or of the fake scenario), at most about a second."""
+    from hwdash.telemetry.source import make_sampler
+
+    sampler = make_sampler(fake_nvml, environ=environ, round_timeout_s=1.0)
+    try:
+        snapshot = sampler.sample()
+    finally:
+        sampler.close()
+    if not snapshot.nvml.available:
+        return LocalGpus(problem=snapshot.nvml.error or "NVML is not available")
+    gpus = tuple(
+        LocalGpu(gpu.name, gpu.total_bytes, gpu.free_bytes)
+        for gpu in snapshot.gpus
+        if gpu.state.value in ("ok", "alert") and gpu.memory_source == "device"
+    )
+    if not gpus:
+        return LocalGpus(problem="NVML lists no GPU whose memory can be read")
+    return LocalGpus(gpus=gpus)
+
+
+def add_local_flavors(
+    catalog: Catalog, local: LocalGpus, *, with_free: bool = False
+) -> tuple[Catalog, dict[str, LocalMachine]]:
+    """The catalog with ``local`` when NVML showed GPUs, and ``local-free`` when asked for (it is a
+    target for ``--fit``, not a machine for the flavor table)."""
+    machines: dict[str, LocalMachine] = {}
+    if not local.gpus:
+        return catalog, machines
+    for free_only in (False, True) if with_free else (False,):
+        try:
+            machine = local_machine(local.gpus, catalog, free_only=free_only)
+        except NoLocalGpu:
+            continue
+        machines[machine.flavor.id] = machine
+        catalog = with_local_machine(catalog, machine)
+    return catalog, machines
+
+
+def target_flavors(
+    target: str, catalog: Catalog, local: LocalGpus, *, flag: str = "--fit"
+) -> list[Flavor]:
+    """The flavors ``--fit TARGET`` searches; a usage error with close matches when unknown."""
+    if target == ANY_TARGET:
+        return [
+            flavor
+            for flavor in catalog.flavors.values()
+            if flavor.id != LOCAL_FREE_FLAVOR_ID  # "free now" is not a machine one could pick
+        ]
+    if target in LOCAL_TARGETS and target not in catalog.flavors:
+        why = (local.problem or "NVML shows no GPU").removesuffix(": the planner still works")
+        raise UsageError(f"{target!r} needs this machine's GPUs, but {why}", flag=flag)
+    if target not in catalog.flavors:
+        known = [*catalog.flavors, ANY_TARGET, *LOCAL_TARGETS]
+        close = difflib.get_close_matches(target, known, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UsageError(
+            f"unknown target {target!r}{hint} (a flavor id from `hwdash catalog list "
+            "--kind flavors`, local, local-free or any)",
+            flag=flag,
+        )
+    return [catalog.flavors[target]]
+
+
+def search(
+    plan: Plan, model: ModelSpec, catalog: Catalog, target: str, local: LocalGpus
+) -> FitSearch:
+    """``--fit TARGET`` on the (local-extended) catalog."""
+    flavors = target_flavors(target, catalog, local)
+    return find_fit_options(plan, model, catalog, target, flavors)
+
+
+def closest_flavor(report: PlanReport) -> FlavorFit | None:
+    """The cheapest GPU flavor that comes close (needs at most 1.5x its memory), else the closest."""
+    gpu_fits = [
+        fit
+        for fit in report.flavors
+        if fit.accelerator is not None
+        and fit.accelerator.kind in ("gpu", "unified")
+        and fit.usable_bytes > 0
+    ]
+    if not gpu_fits:
+        return None
+    close = [fit for fit in gpu_fits if fit.need_bytes <= CLOSE_RATIO * fit.usable_bytes]
+    if close:
+
+        def price(fit: FlavorFit) -> tuple[float, float]:
+            hourly = fit.flavor.price_per_hour
+            return (float("inf") if hourly is None else hourly, fit.need_bytes / fit.usable_bytes)
+
+        return min(close, key=price)
+    return min(gpu_fits, key=lambda fit: fit.need_bytes / fit.usable_bytes)
+
+
+def fit_json(result: FitSearch) -> dict[str, Any]:
+    """The ``"fit"`` object of ``hwdash plan --json``."""
+    return {
+        "target": result.target,
+        "fits_already": result.fits_already,
+        "options": [option.to_json(plan_arguments(option.plan)) for option in result.options],
+        "notes": list(result.notes),
+    }
+
+
+def render_options(result: FitSearch, console: Any, *, limit: int | None = None) -> None:
+    """The options as a table: changes in words, memory per GPU, headroom, time, cost, slowdown."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from hwdash.core.units import format_hours, format_money
+
+    options = result.options[:limit] if limit else result.options
+    if result.fits_already and not options:
+        console.print(Text(f"fits {result.target} as it is: nothing to change"))
+        return
+    title = f"to fit {result.target}" + (
+        " (it already fits some flavors)" if result.fits_already else ""
+    )
+    console.print(Text(title + ":", style="bold"))
+    if not options:
+        for note in result.notes or ("nothing tried fits",):
+            console.print(Text(note))
+        return
+    several_flavors = len({option.fit.flavor.id for option in options}) > 1
+    timed = any(option.fit.hours is not None for option in options)
+    table = Table()
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("changes", overflow="fold", ratio=1, min_width=20)
+    table.add_column("kind", no_wrap=True)
+    if several_flavors:
+        table.add_column("flavor", no_wrap=True)
+    table.add_column("GiB/GPU", justify="right", no_wrap=True)
+    table.add_column("free", justify="right", no_wrap=True)
+    if timed:
+        table.add_column("hours", justify="right", no_wrap=True)
+        table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("slower", justify="right", no_wrap=True)
+    for number, option in enumerate(options, 1):
+        fit = option.fit
+        kind = "keeps" if option.keeps_experiment else "changes"
+        if fit.verdict is FitVerdict.TIGHT:
+            kind += ", tight"
+        slower = "?" if option.slowdown is None else f"x{option.slowdown:.2f}"
+        cells = [Text(str(number)), Text("; ".join(option.words))]
+        cells.append(Text(kind, style="green" if option.keeps_experiment else "yellow"))
+        if several_flavors:
+            cells.append(Text(fit.flavor.id))
+        cells += [Text(f"{fit.need_bytes / GIB:.1f}"), Text(f"{fit.headroom_bytes / GIB:+.1f}")]
+        if timed:
+            cells += [Text(format_hours(fit.hours)), Text(format_money(fit.cost))]
+        cells.append(Text(slower))
+        table.add_row(*cells)
+    console.print(table)
+    console.print(
+        Text(
+            "keeps: same model, method, data and global batch; changes: what is trained changes. "
+            "slower: step time against the plan as given (FLOPs, times the catalog's slowdowns)",
+            style="dim",
+        )
+    )
+    first = options[0]
+    console.print(Text("try: hwdash plan " + " ".join(_quoted(plan_arguments(first.plan)))))
+    for note in result.notes:
+        console.print(Text(f"note: {note}"))
+
+
+def _quoted(args: list[str]) -> list[str]:
+    import shlex
+
+    return [shlex.quote(arg) for arg in args]
+
+
+def check_line(report: PlanReport, flavor_id: str) -> tuple[int, str]:
+    """``--check``: (exit status, one line) for the plan on one flavor."""
+    fit = next((fit for fit in report.flavors if fit.flavor.id == flavor_id), None)
+    if fit is None:  # evaluate_plan already refuses unknown flavors; keep the guard honest
+        return 2, f"unknown flavor {flavor_id!r}"
+    need = f"{fit.need_bytes / GIB:.1f} GiB per GPU of {fit.usable_bytes / GIB:.1f} GiB"
+    if fit.verdict is FitVerdict.FITS:
+        return 0, f"fits {flavor_id}: {need} ({fit.headroom_bytes / GIB:.1f} GiB free)"
+    if fit.verdict is FitVerdict.TIGHT:
+        return 1, f"tight on {flavor_id}: {need}, under 10% headroom: may OOM"
+    return 1, f"does not fit {flavor_id}: {fit.reason or need}"

@@ -1,0 +1,163 @@
+"""`hwdash plan --fit`, `--check` and this machine as the `local` flavor, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hwdash.cli import main
+
+
+@pytest.fixture(autouse=True)
+def no_real_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    # Every test says which GPUs "this machine" has: none unless it picks a scenario.
+    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]
+    status = main(["plan", *args, "--json"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def test_every_option_reruns_to_the_same_verdict_on_the_target(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    document = plan_json(
+        capsys,
+        "--model",
+        "mistral-7b",
+        "--method",
+        "full",
+        "--batch",
+        "4",
+        "--seq",
+        "1024",
+        "--fit",
+        "l4x1",
+    )
+    fit = document["fit"]
+    assert fit["target"] == "l4x1" and not fit["fits_already"]
+    assert fit["options"]
+    for option in fit["options"]:
+        again = plan_json(capsys, *option["args"], "--flavor", "l4x1")
+        (flavor,) = again["flavors"]
+        assert flavor["fit"] == option["verdict"]
+        assert again["memory"]["total"] == option["memory_total"]
+        assert {change["field"] for change in option["changes"]}
+        assert isinstance(option["keeps_experiment"], bool)
+        assert option["slowdown"] is None or option["slowdown"] > 0
+
+
+def test_the_human_table_names_the_changes_and_a_command_to_try(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(["plan", "--model", "qwen2.5-7b", "--batch", "4", "--fit", "l4x1"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "to fit l4x1:" in out
+    assert "gradient checkpointing" in out and "keeps" in out
+    assert "try: hwdash plan --model qwen2.5-7b" in out
+
+
+def test_nothing_fitting_without_fit_shows_three_options_for_a_close_flavor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(["plan", "--model", "llama-3.1-70b", "--method", "full"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "recommended: none" in out
+    assert "to fit " in out
+    rows = [line for line in out.splitlines() if line.startswith("│ ") and line[2].isdigit()]
+    assert 1 <= len(rows) <= 3
+
+
+def test_nothing_to_try_is_said_with_no_options(capsys: pytest.CaptureFixture[str]) -> None:
+    document = plan_json(
+        capsys, "--model", "llama-3.1-70b", "--method", "full", "--seq", "1024", "--fit", "t4-small"
+    )
+    assert document["fit"]["options"] == []
+    assert "nothing tried fits" in document["fit"]["notes"][0]
+
+
+def test_any_gives_the_cheapest_options_overall(capsys: pytest.CaptureFixture[str]) -> None:
+    document = plan_json(
+        capsys, "--model", "qwen2.5-7b", "--batch", "4", "--examples", "10k", "--fit", "any"
+    )
+    fit = document["fit"]
+    assert fit["fits_already"]
+    costs = [o["cost"] for o in fit["options"] if o["keeps_experiment"] and o["verdict"] == "fits"]
+    assert costs == sorted(costs)
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("l4", "did you mean l4x"),
+        ("nowhere", "unknown target 'nowhere'"),
+        ("local", "'local' needs this machine's GPUs, but no NVIDIA driver found"),
+    ],
+)
+def test_a_bad_target_exits_2_with_a_reason(
+    capsys: pytest.CaptureFixture[str], target: str, message: str
+) -> None:
+    status = main(["plan", "--model", "qwen2.5-7b", "--fit", target])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_this_machine_is_a_flavor_and_local_free_uses_free_memory(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HWDASH_FAKE_NVML", "h100x8")
+    document = plan_json(capsys, "--model", "qwen2.5-7b")
+    local = next(f for f in document["flavors"] if f["id"] == "local")
+    assert local["gpu_count"] == 8
+    assert local["usable_bytes"] == 81559 * 2**20  # what the scenario's NVML reports
+    assert "local-free" not in {f["id"] for f in document["flavors"]}
+    free = plan_json(capsys, "--model", "qwen2.5-72b", "--method", "lora", "--fit", "local-free")
+    assert free["fit"]["target"] == "local-free"
+    assert all(o["flavor"] == "local-free" for o in free["fit"]["options"])
+    status = main(["plan", "--model", "qwen2.5-7b"])
+    assert "this machine)" in capsys.readouterr().out and status == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "start"),
+    [
+        (["--model", "qwen2.5-0.5b", "--flavor", "l4x1"], 0, "fits l4x1:"),
+        (["--model", "qwen2.5-7b", "--batch", "8", "--flavor", "l4x1"], 1, "does not fit l4x1:"),
+        (["--model", "qwen2.5-7b"], 2, ""),
+        (["--model", "qwen2.5-7b", "--flavor", "l4x1,t4-small"], 2, ""),
+    ],
+)
+def test_check_is_a_launch_guard(
+    capsys: pytest.CaptureFixture[str], args: list[str], status: int, start: str
+) -> None:
+    assert main(["plan", *args, "--check"]) == status
+    captured = capsys.readouterr()
+    if status == 2:
+        assert "--check" in captured.err
+    else:
+        (line,) = captured.out.splitlines()
+        assert line.startswith(start)
+
+
+def test_check_says_tight(capsys: pytest.CaptureFixture[str]) -> None:
+    # Find a sequence length where the plan is tight on an L4, then check it.
+    for seq in range(256, 8192, 64):
+        main(["plan", "--model", "qwen2.5-1.5b", "--seq", str(seq), "--flavor", "l4x1", "--json"])
+        (flavor,) = json.loads(capsys.readouterr().out)["flavors"]
+        if flavor["fit"] == "tight":
+            break
+    else:
+        pytest.fail("no tight sequence length found")
+    status = main(
+        ["plan", "--model", "qwen2.5-1.5b", "--seq", str(seq), "--flavor", "l4x1", "--check"]
+    )
+    assert status == 1
+    assert capsys.readouterr().out.startswith("tight on l4x1:")
