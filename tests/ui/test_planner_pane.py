@@ -267,7 +267,7 @@ async def test_sort_keys_headers_and_filters(catalog: Catalog, store: PlanStore)
         assert table.sort_by == "cost" and not table.descending
         # Filters: fits only, then one provider.
         total = len(table.shown)
-        await pilot.press("f")
+        await pilot.press("o")
         await pilot.pause()
         assert 0 < len(table.shown) < total
         assert all(fit.verdict is not FitVerdict.NO for fit in table.shown)
@@ -694,3 +694,80 @@ async def test_t_traces_a_tiny_model_and_shows_the_traced_peak(
         shown = str(app.query_one("#trace-result", Static).render())
         assert f"traced      {format_bytes(outcome.trace.peak_bytes)}" in shown
         assert f"{error:+.1%}" in shown
+
+
+# -- make it fit ------------------------------------------------------------------------------------
+
+
+async def test_f_opens_the_options_for_the_selected_flavor_and_enter_applies_one(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    from hwdash.ui.widgets.planner_fit import FitOptionsDialog
+
+    too_big = Plan(model="qwen2.5-7b", method=Method.LORA, batch=4, seq=2048, examples=10_000)
+    app = PlannerApp(catalog, store, too_big)
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        table = app.query_one(FlavorTable)
+        table.focus()
+        row = [fit.flavor.id for fit in table.shown].index("l4x1")
+        table.move_cursor(row=row)
+        await pilot.pause()
+        assert table.shown[row].verdict is FitVerdict.NO
+        await pilot.press("f")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, FitOptionsDialog)
+        assert dialog.search.target == "l4x1" and dialog.search.options
+        first = dialog.search.options[0]
+        assert first.keeps_experiment
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert not isinstance(app.screen, FitOptionsDialog)
+        assert pane.report is not None and pane.report.plan == first.plan
+        l4 = next(fit for fit in pane.report.flavors if fit.flavor.id == "l4x1")
+        assert l4.verdict is first.fit.verdict
+        assert any("Applied:" in n.message for n in app._notifications)
+
+
+async def test_escape_leaves_the_options_without_changing_the_form(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    from hwdash.ui.widgets.planner_fit import FitOptionsDialog
+
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        before = pane.report
+        await pilot.press("f")  # focus is on no table: the recommended flavor, where it fits
+        await pilot.pause()
+        assert isinstance(app.screen, FitOptionsDialog)
+        assert app.screen.search.fits_already
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, FitOptionsDialog)
+        assert pane.report is before
+
+
+async def test_the_monitors_gpus_become_the_local_flavor(tmp_path: Path) -> None:
+    from snapshot_apps.fake_dashboard import fake_app, wait_for_frames
+
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.pause()
+        await pilot.pause()
+        pane = app.planner
+        assert "local" in pane.catalog.flavors
+        assert pane.catalog.flavors["local"].gpu_count == 8
+        assert pane.report is not None
+        assert "local" in {fit.flavor.id for fit in pane.report.flavors}
+        rows = app.query_one(FlavorTable)
+        assert any(
+            "(this machine)" in str(rows.get_row(fit.flavor.id)[1])
+            for fit in rows.shown
+            if fit.flavor.id == "local"
+        )

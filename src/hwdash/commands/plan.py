@@ -401,7 +401,9 @@ def run(args: argparse.Namespace) -> int:
         fit_result = plan_fit.search(plan, model, catalog, args.fit, local)
     elif not args.json and not plan.flavors and report.recommended is None:
         # Nothing fits and no --fit: the top three options for the cheapest flavor that is close.
-        closest = plan_fit.closest_flavor(report)
+        from hwdash.core.fit_options import closest_flavor
+
+        closest = closest_flavor(report)
         if closest is not None and closest.verdict is not FitVerdict.TIGHT:
             fit_result = plan_fit.search(plan, model, catalog, closest.flavor.id, local)
     saved_message = None

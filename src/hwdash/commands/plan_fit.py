@@ -28,13 +28,11 @@ from hwdash.core.local_flavor import (
     with_local_machine,
 )
 from hwdash.core.plan import Plan
-from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
+from hwdash.core.results import FitVerdict, PlanReport
 from hwdash.core.units import GIB
 from hwdash.errors import UsageError
 
 ANY_TARGET = "any"
-CLOSE_RATIO = 1.5
-"""A flavor "comes close" when the plan needs at most this many times its usable memory."""
 
 
 @dataclass(frozen=True)
@@ -116,28 +114,6 @@ def search(
     """``--fit TARGET`` on the (local-extended) catalog."""
     flavors = target_flavors(target, catalog, local)
     return find_fit_options(plan, model, catalog, target, flavors)
-
-
-def closest_flavor(report: PlanReport) -> FlavorFit | None:
-    """The cheapest GPU flavor that comes close (needs at most 1.5x its memory), else the closest."""
-    gpu_fits = [
-        fit
-        for fit in report.flavors
-        if fit.accelerator is not None
-        and fit.accelerator.kind in ("gpu", "unified")
-        and fit.usable_bytes > 0
-    ]
-    if not gpu_fits:
-        return None
-    close = [fit for fit in gpu_fits if fit.need_bytes <= CLOSE_RATIO * fit.usable_bytes]
-    if close:
-
-        def price(fit: FlavorFit) -> tuple[float, float]:
-            hourly = fit.flavor.price_per_hour
-            return (float("inf") if hourly is None else hourly, fit.need_bytes / fit.usable_bytes)
-
-        return min(close, key=price)
-    return min(gpu_fits, key=lambda fit: fit.need_bytes / fit.usable_bytes)
 
 
 def fit_json(result: FitSearch) -> dict[str, Any]:

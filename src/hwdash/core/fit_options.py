@@ -44,7 +44,7 @@ from hwdash.core.plan import (
     Plan,
     Precision,
 )
-from hwdash.core.results import FitVerdict, FlavorFit
+from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 
 MAX_CHANGES = 3
 """Knobs changed at once at most (a fourth is tried only when three find nothing)."""
@@ -54,6 +54,9 @@ SHORTEST_SEQUENCE = 256
 
 SMALLEST_RANK = 4
 """Nor a LoRA rank below this."""
+
+CLOSE_RATIO = 1.5
+"""A flavor "comes close" when the plan needs at most this many times its usable memory."""
 
 ATTENTION_ONLY_TARGETS = ("q_proj", "v_proj")
 """LoRA on the query and value projections only: the original LoRA paper's choice (Hu et al. 2021,
@@ -651,3 +654,25 @@ def find_fit_options(
         evaluated=evaluated,
         notes=tuple(notes),
     )
+
+
+def closest_flavor(report: PlanReport) -> FlavorFit | None:
+    """The cheapest GPU flavor that comes close (needs at most 1.5x its memory), else the closest."""
+    gpu_fits = [
+        fit
+        for fit in report.flavors
+        if fit.accelerator is not None
+        and fit.accelerator.kind in ("gpu", "unified")
+        and fit.usable_bytes > 0
+    ]
+    if not gpu_fits:
+        return None
+    close = [fit for fit in gpu_fits if fit.need_bytes <= CLOSE_RATIO * fit.usable_bytes]
+    if close:
+
+        def price(fit: FlavorFit) -> tuple[float, float]:
+            hourly = fit.flavor.price_per_hour
+            return (float("inf") if hourly is None else hourly, fit.need_bytes / fit.usable_bytes)
+
+        return min(close, key=price)
+    return min(gpu_fits, key=lambda fit: fit.need_bytes / fit.usable_bytes)

@@ -24,6 +24,7 @@ from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
 from hwdash.core.alerts import AlertRule, blind_after_for
 from hwdash.core.catalog import Catalog
+from hwdash.core.local_flavor import LocalGpu
 from hwdash.core.plan_store import PlanStore
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
@@ -76,6 +77,9 @@ HELP_TEXT = """\
 
 [b]Planner[/b]
   s          save the current plan (compare lists saved plans)
+  f          make it fit: the smallest changes that fit the selected flavor
+             (else the recommended one); enter applies one, escape leaves
+  o          show only the flavors the plan fits
 
 Press escape, q or ? to close this help."""
 
@@ -159,6 +163,7 @@ class HwdashApp(App[None]):
         self._on_exit_callbacks = on_exit_callbacks
         self._stall_after_s = max(stall_after_s, 3 * interval)
         self._recent_toasts: list[tuple[float, AlertNotice]] = []
+        self._local_flavor_added = False
         self.sampling: SamplingThread | None = None
         """The one sampling thread, once mounted."""
         self.alert_status = TextCell(id="alert-status")
@@ -222,6 +227,15 @@ class HwdashApp(App[None]):
     def show_frame(self, frame: MonitorFrame) -> None:
         """Show one frame everywhere it matters (the monitor pane and the alert status line)."""
         self.frames_received += 1
+        if not self._local_flavor_added and frame.snapshot.gpus and not frame.snapshot.stale:
+            # This machine becomes the planner's `local` flavor (once: its GPUs do not change).
+            self._local_flavor_added = self.planner.set_local_gpus(
+                [
+                    LocalGpu(gpu.name, gpu.total_bytes, gpu.free_bytes)
+                    for gpu in frame.snapshot.gpus
+                    if gpu.memory_source == "device"
+                ]
+            )
         with self.batch_update():
             self.monitor.show_frame(frame)
             status = self.alert_status

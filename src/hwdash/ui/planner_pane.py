@@ -13,6 +13,7 @@ change in the form marks that result stale.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -32,6 +33,14 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from hwdash.core.catalog import Catalog, CatalogError, ModelSpec
 from hwdash.core.fit import evaluate_plan
+from hwdash.core.fit_options import FitOption, closest_flavor, find_fit_options
+from hwdash.core.local_flavor import (
+    LOCAL_FLAVOR_ID,
+    LocalGpu,
+    NoLocalGpu,
+    local_machine,
+    with_local_machine,
+)
 from hwdash.core.models import resolve_model
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
@@ -44,11 +53,12 @@ from hwdash.core.plan import (
     Precision,
 )
 from hwdash.core.plan_store import PlanStore, PlanStoreError, PlanSummary, SavedPlan
-from hwdash.core.results import FitVerdict, PlanReport
+from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
 from hwdash.errors import UsageError
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
+from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
 from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace_until_cancelled
 
@@ -261,7 +271,8 @@ class PlannerPane(Widget):
         Binding("1", "sort('cost')", "Sort cost", group=_SORT_GROUP),
         Binding("2", "sort('time')", "Sort time", group=_SORT_GROUP),
         Binding("3", "sort('memory')", "Sort memory", group=_SORT_GROUP),
-        Binding("f", "toggle_fits_only", "Fits only"),
+        Binding("f", "fit_options", "Fit it"),
+        Binding("o", "toggle_fits_only", "Fits only", show=False),
         Binding("v", "next_provider", "Provider"),
     ]
 
@@ -720,6 +731,54 @@ class PlannerPane(Widget):
     def action_sort(self, sort_by: SortKey) -> None:
         """Sort the flavor table (again: reverse)."""
         self.query_one(FlavorTable).sort_on(sort_by)
+
+    def action_fit_options(self) -> None:
+        """Options that make the plan fit the selected flavor (else the recommended one, else
+        the cheapest that comes close): enter applies one to the form."""
+        report = self.report
+        if report is None or self.errors:
+            self.notify(
+                "Nothing to fit: fix the marked fields first.", severity="warning", timeout=4
+            )
+            return
+        fit = self._flavor_to_fit(report)
+        if fit is None:
+            self.notify("No GPU flavor to fit.", severity="warning", timeout=4)
+            return
+        flavor = fit.flavor
+        search = find_fit_options(report.plan, report.model, self.catalog, flavor.id, [flavor])
+        label = flavor.id + (" (this machine)" if flavor.id == LOCAL_FLAVOR_ID else "")
+
+        def chosen(option: FitOption | None) -> None:
+            if option is None:
+                return
+            self.load_plan(option.plan)
+            applied = "Applied: " + "; ".join(option.words)
+            self.notify(applied, title="Make it fit", timeout=5, markup=False)
+
+        self.app.push_screen(FitOptionsDialog(search, label), chosen)
+
+    def _flavor_to_fit(self, report: PlanReport) -> FlavorFit | None:
+        table = self.query_one(FlavorTable)
+        if 0 <= table.cursor_row < len(table.shown) and table.has_focus:
+            return table.shown[table.cursor_row]
+        by_id = {fit.flavor.id: fit for fit in report.flavors}
+        if report.recommended in by_id:
+            return by_id[report.recommended]
+        return closest_flavor(report)
+
+    def set_local_gpus(self, gpus: Sequence[LocalGpu]) -> bool:
+        """Add this machine (the GPUs the monitor sees) to the flavor table as ``local``, once.
+        Returns whether it was added."""
+        if LOCAL_FLAVOR_ID in self.catalog.flavors:
+            return False
+        try:
+            machine = local_machine(gpus, self.catalog)
+        except NoLocalGpu:
+            return False
+        self.catalog = with_local_machine(self.catalog, machine)
+        self.request_recompute()
+        return True
 
     def action_toggle_fits_only(self) -> None:
         """Show only flavors the plan fits on, or all."""

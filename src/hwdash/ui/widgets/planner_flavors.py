@@ -219,7 +219,10 @@ class FlavorTable(DataTable[Text | str]):
         price = fit.flavor.price_per_hour
         return [
             Text(RECOMMENDED_MARK if is_recommended else "", style="bold yellow"),
-            Text(fit.flavor.id, style=name_style),
+            Text(
+                fit.flavor.id + (" (this machine)" if fit.flavor.id == "local" else ""),
+                style=name_style,
+            ),
             Text(fit.verdict.value, style=VERDICT_STYLES[fit.verdict]),
             Text(format_money(fit.cost), justify="right"),
             Text(format_hours(fit.hours), justify="right"),
