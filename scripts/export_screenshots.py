@@ -28,6 +28,7 @@ from hwdash.core.fit import evaluate_plan  # noqa: E402
 from hwdash.core.plan import Method, Plan, Precision  # noqa: E402
 from hwdash.core.plan_store import PlanStore, PlanSummary  # noqa: E402
 from hwdash.ui.app import TabName  # noqa: E402
+from hwdash.ui.widgets.planner_flavors import FlavorTable  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class Shot:
     size: tuple[int, int] = (120, 36)
     step_s: float = 2.0
     saved_plans: bool = False
+    plan: Plan | None = None
+    """A plan loaded into the planner form before the keys."""
+    flavor: str | None = None
+    """A flavor row selected in the planner's table before the keys."""
+    keys: tuple[str, ...] = ()
+    """Keys pressed last (``f`` opens the make-it-fit options)."""
 
 
 SHOTS = (
@@ -52,6 +59,16 @@ SHOTS = (
     Shot("no-gpu.svg", "no-driver", until_s=0),
     Shot("monitor-80x24.svg", "a100x4-training", until_s=70, size=(80, 24)),
     Shot("planner-80x24.svg", "a100x4-training", until_s=70, tab="planner", size=(80, 24)),
+    Shot(
+        "planner-fit.svg",
+        "a100x4-training",
+        until_s=0,
+        tab="planner",
+        plan=Plan(model="qwen2.5-7b", method=Method.LORA, batch=4, seq=2048, examples=10_000),
+        flavor="l4x1",
+        keys=("f",),
+    ),
+    Shot("monitor-mig.svg", "mig", until_s=60, step_s=5),
 )
 
 #: Plans saved before the compare screenshot (model, method and the settings that differ).
@@ -98,6 +115,18 @@ async def take(shot: Shot, out_dir: Path) -> Path:
         app, clock = fake_app(shot.scenario, data_dir=data_dir, initial_tab=shot.tab)
         async with app.run_test(size=shot.size, notifications=True) as pilot:
             await replay(pilot, app, clock, until_s=shot.until_s, step_s=shot.step_s)
+            if shot.plan is not None:
+                app.planner.load_plan(shot.plan)
+                await pilot.pause()
+                await pilot.pause()
+            if shot.flavor is not None:
+                table = app.query_one(FlavorTable)
+                table.focus()
+                table.move_cursor(row=[fit.flavor.id for fit in table.shown].index(shot.flavor))
+                await pilot.pause()
+            if shot.keys:
+                await pilot.press(*shot.keys)
+                await pilot.pause()
             await pilot.wait_for_scheduled_animations()
             await pilot.pause()
             path = Path(app.save_screenshot(filename=shot.filename, path=str(out_dir)))
