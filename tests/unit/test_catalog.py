@@ -324,6 +324,11 @@ FAILURES = [
     ("missing_field.toml", "accelerator 'unsourced-gpu'", "source", "required"),
     ("price_without_date.toml", "flavor 'undated-box'", "price_date", "needs price_date"),
     ("uppercase_id.toml", "model 'My-Model'", "id", "lowercase"),
+    ("infinite_memory.toml", "accelerator 'endless-gpu'", "memory_gb", "finite number"),
+    ("infinite_price.toml", "flavor 'priceless-box'", "price_per_hour", "finite number"),
+    ("string_bool.toml", "accelerator 'stringly-gpu'", "bf16", "valid boolean"),
+    ("too_many_experts.toml", "model 'greedy-moe'", "experts_per_token", "larger than experts"),
+    ("huge_vocab.toml", "model 'endless-vocab'", "vocab_size", "less than or equal"),
 ]
 
 
@@ -442,3 +447,19 @@ def test_override_order_is_xdg_then_env_then_flag(
     assert load_catalog().flavors["t4-small"].price_per_hour == 2.0
     flag = flavor_file(tmp_path / "flag", 3.0)
     assert load_catalog([flag]).flavors["t4-small"].price_per_hour == 3.0
+
+
+def test_a_duplicate_id_in_one_file_is_refused_by_the_file_itself() -> None:
+    # Not only by the folder-level check: parsing the one file must refuse it.
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog_file(BAD / "duplicate_id.toml")
+    assert "duplicate id in the same file" in str(caught.value)
+    assert caught.value.entry == "flavor 'twin-box'"
+
+
+def test_deeply_nested_overlay_is_a_catalog_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(CatalogError) as caught:
+        load_catalog_from([packaged_catalog_dir(), path])
+    assert caught.value.path == str(path)

@@ -156,7 +156,7 @@ def test_python_dash_m_validate_bad_file_has_no_traceback() -> None:
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
         f"hwdash: catalog error: {path}: model 'wrong-type-model': field 'layers': "
-        "Input should be a valid integer, unable to parse string as an integer (got 'twelve')"
+        "Input should be a valid integer (got 'twelve')"
     ]
 
 

@@ -153,7 +153,8 @@ def test_write_is_atomic_and_leaves_no_temp_files(
         ("{not json", "not valid JSON"),
         ('["a", "list"]', "not a hwdash plans file"),
         ('{"format": "something-else", "version": 1, "plans": []}', "not a hwdash plans file"),
-        ('{"format": "hwdash-plans", "version": 7, "plans": []}', "format version 7"),
+        ('{"format": "hwdash-plans", "version": 0, "plans": []}', "format version 0"),
+        ('{"format": "hwdash-plans", "version": "2", "plans": []}', "format version '2'"),
         (
             '{"format": "hwdash-plans", "version": 1, "plans": [{"name": "x", "plan": {"model": ""},'
             ' "saved_at": "2026-01-01T00:00:00Z"}]}',
@@ -220,3 +221,31 @@ def test_concurrent_writers_lose_no_plan(store: PlanStore) -> None:
     assert sorted(p.plan.batch for p in plans) == sorted(
         w * 100 + i + 1 for w in range(workers) for i in range(each)
     )
+
+
+def test_a_file_from_a_newer_hwdash_is_never_moved_or_overwritten(store: PlanStore) -> None:
+    newer = '{"format": "hwdash-plans", "version": 7, "plans": [{"name": "future"}]}'
+    store.path.parent.mkdir(parents=True)
+    store.path.write_text(newer)
+    for attempt in (store.list, lambda: store.save("mine", LORA), lambda: store.remove("future")):
+        with pytest.raises(PlanStoreError, match="newer hwdash") as caught:
+            attempt()
+        assert caught.value.backup is None
+        assert store.path.read_text() == newer
+    assert [p.name for p in store.path.parent.iterdir() if ".bak-" in p.name] == []
+
+
+def test_the_cli_refuses_to_save_into_a_newer_file_with_exit_2(
+    store: PlanStore, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hwdash.cli import main
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(store.path.parent.parent))
+
+    newer = '{"format": "hwdash-plans", "version": 2, "plans": []}'
+    store.path.parent.mkdir(parents=True)
+    store.path.write_text(newer)
+    status = main(["plan", "--model", "qwen2.5-0.5b", "--save", "x"])
+    err = capsys.readouterr().err
+    assert status == 2 and "newer hwdash" in err
+    assert store.path.read_text() == newer

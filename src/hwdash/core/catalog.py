@@ -29,7 +29,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict types (TOML's "80" is not 80, "false" is not a boolean) and finite numbers: a catalog
+    # overlay is loaded by every command, so a bad value must be refused, never coerced.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 #: Catalog ids hold no capital letters, so that lookups can ignore case (``Catalog.find_model``).
@@ -55,27 +57,27 @@ class Accelerator(_Strict):
     """Who makes it; decides which runtime (CUDA, XLA, MPS, none) runs the plan."""
     kind: Literal["gpu", "tpu", "unified", "cpu"]
     """``gpu``: discrete CUDA GPU; ``tpu``: Google TPU; ``unified``: Apple SoC sharing RAM; ``cpu``."""
-    memory_gb: float = Field(ge=0)
+    memory_gb: float = Field(ge=0, le=100_000)
     """Memory per device as the datasheet names it (decimal GB as marketed; 0 for a CPU)."""
-    nvml_total_mib: int | None = Field(default=None, gt=0)
+    nvml_total_mib: int | None = Field(default=None, gt=0, le=100_000_000)
     """Total memory NVML reports for this GPU, in MiB (a "16 GB" T4 shows 15360). Usable VRAM."""
-    memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0, le=1_000_000)
     """Peak memory bandwidth in GB/s."""
-    bf16_tflops: float | None = Field(default=None, gt=0)
+    bf16_tflops: float | None = Field(default=None, gt=0, le=1_000_000)
     """Dense bf16 tensor TFLOPS (GeForce: the FP32-accumulate rate PyTorch gets). None without bf16."""
-    fp16_tflops: float | None = Field(default=None, gt=0)
+    fp16_tflops: float | None = Field(default=None, gt=0, le=1_000_000)
     """Dense fp16 tensor TFLOPS with FP32 accumulate (the rate a T4 runs mixed precision at)."""
-    fp32_tflops: float | None = Field(default=None, gt=0)
+    fp32_tflops: float | None = Field(default=None, gt=0, le=1_000_000)
     """Non-tensor fp32 TFLOPS."""
     bf16: bool
     """Whether the hardware runs bf16 natively (Turing T4 does not: its plans run in fp16)."""
-    power_w: float | None = Field(default=None, gt=0)
+    power_w: float | None = Field(default=None, gt=0, le=100_000)
     """Board power (TDP/TGP) in watts."""
     default_mfu: float = Field(default=0.35, gt=0, le=1)
     """Model FLOPs utilisation assumed for time estimates on this accelerator (the user can override)."""
     usable_memory_fraction: float = Field(default=1.0, gt=0, le=1)
     """Share of ``memory_gb`` a training process can use (Apple unified memory: about 0.75)."""
-    nvml_names: tuple[str, ...] = ()
+    nvml_names: tuple[str, ...] = Field(default=(), strict=False)  # TOML gives a list
     """Names NVML reports for this GPU (``nvmlDeviceGetName``), to match live GPUs to the catalog."""
     source: str = Field(min_length=1)
     """Where every number above comes from (datasheet, public page), with confidence notes."""
@@ -113,13 +115,13 @@ class Flavor(_Strict):
     """``hf-jobs``: Hugging Face Jobs; ``hf-tpu``: the seeds' TPU flavors; ``local``: your own machine."""
     accelerator: str | None = None
     """Accelerator id; None for a CPU-only flavor."""
-    gpu_count: int = Field(default=0, ge=0)
+    gpu_count: int = Field(default=0, ge=0, le=100_000)
     """Number of accelerators (0 for CPU-only)."""
-    vcpu: int | None = Field(default=None, gt=0)
+    vcpu: int | None = Field(default=None, gt=0, le=100_000)
     """Virtual CPUs."""
-    ram_gb: float | None = Field(default=None, gt=0)
+    ram_gb: float | None = Field(default=None, gt=0, le=100_000_000)
     """Host RAM in GB (decimal, as the provider lists it)."""
-    price_per_hour: float | None = Field(default=None, ge=0)
+    price_per_hour: float | None = Field(default=None, ge=0, le=1_000_000)
     """US dollars per hour; None for a local machine (no hourly price)."""
     price_date: str | None = None
     """Date of the price table the price comes from (YYYY-MM-DD)."""
@@ -150,19 +152,19 @@ class ModelSpec(_Strict):
     """Display name."""
     hf_id: str = ""
     """Hugging Face repository id, if any."""
-    layers: int = Field(gt=0)
+    layers: int = Field(gt=0, le=10_000)
     """Number of transformer blocks (``num_hidden_layers``)."""
-    hidden_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, le=1_000_000)
     """Model width (``hidden_size``)."""
-    heads: int = Field(gt=0)
+    heads: int = Field(gt=0, le=100_000)
     """Attention heads (``num_attention_heads``)."""
-    kv_heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0, le=100_000)
     """Key/value heads (``num_key_value_heads``); equal to ``heads`` without GQA."""
-    head_dim: int = Field(gt=0)
+    head_dim: int = Field(gt=0, le=100_000)
     """Per-head dimension (``head_dim``, else hidden_size / heads)."""
-    intermediate_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0, le=10_000_000)
     """MLP width (per expert for MoE)."""
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, le=100_000_000)
     """Vocabulary size."""
     tied_embeddings: bool = False
     """Whether the LM head shares the input embedding matrix."""
@@ -170,7 +172,7 @@ class ModelSpec(_Strict):
     """``gated``: SwiGLU/GeGLU with three matrices; ``standard``: two matrices (Phi-2, GPT-2)."""
     attention_bias: bool = False
     """Whether q/k/v projections have biases (Qwen2)."""
-    norms_per_layer: int = Field(default=2, gt=0)
+    norms_per_layer: int = Field(default=2, gt=0, le=100)
     """Normalisation layers per block on the residual stream: 2 for pre-norm (Llama), 4 for Gemma 2
     and 3 (a pre- and a post-norm around attention and around the MLP), 1 for Phi-2 (attention and
     MLP run in parallel on one LayerNorm). Each keeps its input for backward."""
@@ -185,18 +187,18 @@ class ModelSpec(_Strict):
     """The MLP's activation, by its transformers ``ACT2FN`` name (``hidden_act``): ``silu``
     (SwiGLU), ``gelu_pytorch_tanh`` (one fused torch op; Gemma), ``gelu_new`` (the tanh
     approximation written as several elementwise ops, each keeping a tensor; Phi-2)."""
-    attn_logit_softcap: float | None = Field(default=None, gt=0)
+    attn_logit_softcap: float | None = Field(default=None, gt=0, le=1_000_000)
     """Attention-score soft cap, ``cap * tanh(scores / cap)`` (Gemma 2's ``attn_logit_softcapping``);
     SDPA refuses it, so such a model trains with eager attention."""
-    final_logit_softcap: float | None = Field(default=None, gt=0)
+    final_logit_softcap: float | None = Field(default=None, gt=0, le=1_000_000)
     """Soft cap on the output logits (Gemma 2's ``final_logit_softcapping``)."""
-    experts: int = Field(default=1, gt=0)
+    experts: int = Field(default=1, gt=0, le=100_000)
     """MoE experts per layer (1 for a dense model). All experts are held in memory."""
-    experts_per_token: int = Field(default=1, gt=0)
+    experts_per_token: int = Field(default=1, gt=0, le=100_000)
     """Experts each token is routed to (top-k)."""
-    max_context: int = Field(gt=0)
+    max_context: int = Field(gt=0, le=1_000_000_000)
     """Longest context the model was trained for (``max_position_embeddings``)."""
-    params: int | None = Field(default=None, gt=0)
+    params: int | None = Field(default=None, gt=0, le=10**16)
     """Published total parameter count, if known; otherwise counted from the architecture."""
     source: str = Field(min_length=1)
     """Where the architecture comes from (the model's config.json, paper)."""
@@ -361,6 +363,10 @@ def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
         raise CatalogError(path, f"not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(path, f"cannot be read: {exc}") from None
+    except RecursionError:
+        raise CatalogError(path, "nested too deeply to be a catalog file") from None
+    except ValueError as exc:  # an integer literal over Python's digit limit
+        raise CatalogError(path, f"not usable TOML: {exc}") from None
     out: dict[str, list[_Strict]] = {kind: [] for kind in _SCHEMAS}
     for key, value in data.items():
         if key not in _SCHEMAS:

@@ -62,6 +62,23 @@ SYNTHETIC_CONTEXT = 4096
 SYNTHETIC_GQA_FROM = 30_000_000_000
 SYNTHETIC_MIN_PARAMS = 1_000_000
 
+#: Upper bounds for config.json sizes: about 100x the largest released model's value (DeepSeek-V3:
+#: 61 layers, 7168 wide, 256 experts, 129k vocabulary; Llama 4: 10M context), so a real config
+#: always passes and a hostile one cannot overflow the arithmetic.
+CONFIG_LIMITS = {
+    "num_hidden_layers": 10_000,
+    "hidden_size": 1_000_000,
+    "num_attention_heads": 100_000,
+    "num_key_value_heads": 100_000,
+    "head_dim": 100_000,
+    "intermediate_size": 10_000_000,
+    "moe_intermediate_size": 10_000_000,
+    "vocab_size": 100_000_000,
+    "max_position_embeddings": 1_000_000_000,
+    "experts": 100_000,
+    "num_experts_per_tok": 100_000,
+}
+
 
 def resolve_model(ref: str, catalog: Catalog) -> ModelSpec:
     """The model ``ref`` names: catalog entry, ``config.json`` (or its folder), or parameter count."""
@@ -120,18 +137,41 @@ def model_from_config_file(path: Path) -> ModelSpec:
         raise UsageError(f"cannot read '{path}': {exc}", flag=FLAG) from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"'{path}' is not valid JSON: {exc}", flag=FLAG) from None
+    except RecursionError:
+        raise UsageError(f"'{path}' is nested too deeply to be a config.json", flag=FLAG) from None
+    except ValueError as exc:  # an integer literal over Python's digit limit
+        raise UsageError(f"'{path}' is not usable JSON: {exc}", flag=FLAG) from None
     if not isinstance(raw, dict):
         raise UsageError(f"'{path}' is not a config.json object", flag=FLAG)
     folder = path.parent.name if path.name == "config.json" else path.stem
     return model_from_config(raw, name=folder or "model", source=str(path))
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _get_int(config: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
     value = config.get(key, default)
     if value is None:
         raise UsageError(f"{where} has no '{key}' (needed to size the model)", flag=FLAG)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{where}: '{key}' must be a positive integer, got {value!r}", flag=FLAG)
+    limit = CONFIG_LIMITS.get(key, 10**9)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+        raise UsageError(
+            f"{where}: '{key}' must be a whole number from 1 to {limit:,}, got {_shown(value)}",
+            flag=FLAG,
+        )
+    return value
+
+
+def _get_bool(config: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    """A JSON true/false (a string "false" would read as true if it were passed to bool())."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise UsageError(f"{where}: '{key}' must be true or false, got {_shown(value)}", flag=FLAG)
     return value
 
 
@@ -148,7 +188,11 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     fields = dict(config)
     if isinstance(text, dict):
         fields.update(text)
-    model_type = str(fields.get("model_type") or outer_type)
+    model_type = fields.get("model_type") or outer_type
+    if not isinstance(model_type, str):
+        raise UsageError(
+            f"{source}: 'model_type' must be a string, got {_shown(model_type)}", flag=FLAG
+        )
     if model_type not in SUPPORTED_MODEL_TYPES and outer_type in SUPPORTED_MODEL_TYPES:
         model_type = outer_type
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -163,8 +207,9 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     kv_heads = _get_int(fields, "num_key_value_heads", source, default=heads)
     head_dim = fields.get("head_dim") or hidden // heads
     head_dim = _get_int({"head_dim": head_dim}, "head_dim", source)
-    experts = fields.get("num_local_experts") or fields.get("num_experts") or 1
-    experts = _get_int({"experts": experts}, "experts", source)
+    experts_key = "num_local_experts" if fields.get("num_local_experts") else "num_experts"
+    experts = fields.get(experts_key) or 1
+    experts = _get_int({experts_key: experts}, experts_key, source)
     intermediate_key = "intermediate_size"
     if experts > 1 and fields.get("moe_intermediate_size"):
         # Qwen MoE: each expert is moe_intermediate_size wide; the shared expert is not counted.
@@ -172,12 +217,20 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     intermediate = _get_int(fields, intermediate_key, source)
     vocab = _get_int(fields, "vocab_size", source)
     max_context = _get_int(fields, "max_position_embeddings", source, default=SYNTHETIC_CONTEXT)
-    tied = fields.get("tie_word_embeddings")
-    if tied is None:
-        tied = config.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
-    bias = fields.get("attention_bias", model_type in _BIAS_BY_DEFAULT)
-    experts_per_token = int(fields.get("num_experts_per_tok") or 1) if experts > 1 else 1
-    hf_id = str(fields.get("_name_or_path") or "")
+    tied_default = _get_bool(config, "tie_word_embeddings", source, model_type in _TIED_BY_DEFAULT)
+    tied = _get_bool(fields, "tie_word_embeddings", source, tied_default)
+    bias = _get_bool(fields, "attention_bias", source, model_type in _BIAS_BY_DEFAULT)
+    experts_per_token = 1
+    if experts > 1:
+        experts_per_token = _get_int(fields, "num_experts_per_tok", source, default=1)
+        if experts_per_token > experts:
+            raise UsageError(
+                f"{source}: 'num_experts_per_tok' ({experts_per_token}) is more than the "
+                f"{experts} experts",
+                flag=FLAG,
+            )
+    name_or_path = fields.get("_name_or_path")
+    hf_id = name_or_path[:200] if isinstance(name_or_path, str) else ""
     try:
         return ModelSpec(
             id=name.lower(),
@@ -190,9 +243,9 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             head_dim=head_dim,
             intermediate_size=intermediate,
             vocab_size=vocab,
-            tied_embeddings=bool(tied),
+            tied_embeddings=tied,
             mlp="gated" if SUPPORTED_MODEL_TYPES[model_type] == "gated" else "standard",
-            attention_bias=bool(bias),
+            attention_bias=bias,
             experts=experts,
             experts_per_token=experts_per_token,
             max_context=max_context,
@@ -200,7 +253,8 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise UsageError(f"{source}: {first['msg']}", flag=FLAG) from None
+        field = ".".join(str(part) for part in first["loc"])
+        raise UsageError(f"{source}: {field}: {first['msg']}", flag=FLAG) from None
 
 
 # --------------------------------------------------------------------------------------------------

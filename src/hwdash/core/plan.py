@@ -91,9 +91,13 @@ class Offload(str, Enum):
 class Plan(BaseModel):
     """Inputs of one estimate. Defaults are what a user gets when they pass nothing."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    # Every number finite (an infinite epoch count would overflow the token count) and bounded
+    # far above any real run, so no input can overflow the arithmetic or the JSON output.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_enum_values=False, allow_inf_nan=False
+    )
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=4096)
     """Catalog id (``qwen2.5-7b``), a path to a Hugging Face ``config.json`` or a model folder, or a
     bare parameter count (``7B``)."""
     method: Method = Method.LORA
@@ -131,11 +135,11 @@ class Plan(BaseModel):
     """ZeRO CPU offload."""
     gpus: int = Field(default=1, ge=1, le=100_000)
     """Data-parallel GPUs the plan's own breakdown assumes (flavors are re-evaluated at their count)."""
-    examples: int | None = Field(default=None, ge=1)
+    examples: int | None = Field(default=None, ge=1, le=10**13)
     """Training examples (with ``epochs`` and ``seq`` they give the token count)."""
-    epochs: float = Field(default=1.0, gt=0)
+    epochs: float = Field(default=1.0, gt=0, le=100_000)
     """Passes over the examples."""
-    tokens: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1, le=10**18)
     """Total training tokens (instead of examples x epochs x seq). For inference: tokens to generate."""
     mfu: float | None = Field(default=None, gt=0, le=1)
     """Model FLOPs utilisation to assume; None takes each accelerator's catalog value."""

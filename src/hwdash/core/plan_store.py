@@ -263,9 +263,18 @@ class PlanStore:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             self._move_aside(f"is not valid JSON (line {exc.lineno}: {exc.msg})")
+        except (RecursionError, ValueError):
+            self._move_aside("is not usable JSON (nested too deeply, or a number too long)")
         if not isinstance(raw, dict) or raw.get("format") != PLANS_FORMAT:
             self._move_aside("is not a hwdash plans file")
         version = raw.get("version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > PLANS_VERSION:
+            # A newer hwdash wrote it: its plans are fine, this hwdash is old. Never move it
+            # aside (the newer hwdash would lose its plans) and never overwrite it.
+            raise PlanStoreError(
+                f"{self.path}: written by a newer hwdash (format version {version}; this one "
+                f"reads version {PLANS_VERSION}): upgrade hwdash to use it; the file is left as it is"
+            )
         if version != PLANS_VERSION:
             self._move_aside(
                 f"has format version {version!r}, and this hwdash reads version {PLANS_VERSION}"
