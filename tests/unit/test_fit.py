@@ -12,6 +12,7 @@ from hwdash.core.fit import (
     CPU_ONLY_REASON,
     evaluate_flavor,
     evaluate_plan,
+    fit_verdict,
     flops_per_token,
     training_tokens,
 )
@@ -329,3 +330,43 @@ def test_only_tight_fits_are_not_recommended(catalog: Catalog) -> None:
             assert any("only tight fits" in w for w in report.warnings)
             return
     pytest.fail("no sequence length gave a tight fit")
+
+
+# -- the verdict's bands, pinned at their edges -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("need", "usable", "verdict"),
+    [
+        (100_000, 100_000, FitVerdict.TIGHT),  # exactly full: fits, with no headroom (not "no")
+        (100_001, 100_000, FitVerdict.NO),
+        (90_001, 100_000, FitVerdict.TIGHT),  # 9.999% headroom
+        (90_000, 100_000, FitVerdict.FITS),  # exactly 10%: fits
+        (94_000, 100_000, FitVerdict.TIGHT),  # 6%: tight under a 10% band, not under a 5% one
+        (90_500, 100_000, FitVerdict.TIGHT),  # 9.5% of usable, but over 10% of the need
+        (0, 100_000, FitVerdict.FITS),
+    ],
+)
+def test_the_tight_band_is_ten_percent_of_usable_memory(
+    need: int, usable: int, verdict: FitVerdict
+) -> None:
+    assert fit_verdict(need, usable) is verdict
+
+
+def test_evaluate_flavor_uses_the_verdict_rule_on_usable_memory(catalog: Catalog) -> None:
+    plan = Plan(model="fx-1b", method=Method.LORA, batch=2, seq=1024)
+    model = catalog.models[plan.model]
+    flavor = catalog.flavors["small-24"]
+    accelerator = catalog.accelerator_for(flavor)
+    assert accelerator is not None
+    need = evaluate_flavor(plan, model, flavor, accelerator, None)[0].need_bytes
+    # The same plan on cards sized around its need, to the MiB.
+    for usable_mib, expected in (
+        (need // 2**20, FitVerdict.NO),  # a few bytes short
+        (-(-need // 2**20) + 1, FitVerdict.TIGHT),
+        (int(need / 0.905 / 2**20), FitVerdict.TIGHT),  # 9.5% of usable free
+        (int(need / 0.89 / 2**20) + 1, FitVerdict.FITS),
+    ):
+        sized = accelerator.model_copy(update={"nvml_total_mib": usable_mib})
+        fit = evaluate_flavor(plan, model, flavor, sized, None)[0]
+        assert fit.verdict is expected, (usable_mib, need)

@@ -180,3 +180,58 @@ def test_unknown_model_on_the_real_catalog() -> None:
 def test_missing_json_path(catalog: Catalog) -> None:
     with pytest.raises(UsageError, match="no such file"):
         resolve_model("does/not/exist/config.json", catalog)
+
+
+# -- hostile or odd config.json files: a usage error naming the file and the field, never a crash ---
+
+_TINY_CONFIG = {
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "vocab_size": 1000,
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"num_experts": 4, "num_experts_per_tok": "two"}, "num_experts_per_tok"),
+        ({"num_experts": 4, "num_experts_per_tok": [2]}, "num_experts_per_tok"),
+        ({"num_experts": 4, "num_experts_per_tok": 8}, "num_experts_per_tok"),
+        ({"vocab_size": 10**400}, "vocab_size"),
+        ({"hidden_size": 1.5}, "hidden_size"),
+        ({"num_hidden_layers": True}, "num_hidden_layers"),
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),
+        ({"attention_bias": 1}, "attention_bias"),
+        ({"model_type": ["llama"]}, "model_type"),
+        ({"num_key_value_heads": 3}, "kv_heads"),
+    ],
+)
+def test_hostile_config_values_are_usage_errors_naming_the_field(
+    tmp_path: Path, catalog: Catalog, changes: dict[str, object], field: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_TINY_CONFIG, **changes}))
+    with pytest.raises(UsageError) as caught:
+        resolve_model(str(path), catalog)
+    assert str(path) in str(caught.value)
+    assert field in str(caught.value)
+
+
+def test_a_deeply_nested_config_is_a_usage_error(tmp_path: Path, catalog: Catalog) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="nested too deeply"):
+        resolve_model(str(path), catalog)
+
+
+def test_tie_word_embeddings_false_as_a_real_boolean_is_honoured(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps({**_TINY_CONFIG, "model_type": "gemma", "tie_word_embeddings": False})
+    )
+    assert resolve_model(str(path), catalog).tied_embeddings is False

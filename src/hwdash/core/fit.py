@@ -126,7 +126,10 @@ def _time_on(
     return _Timing(hours, tokens_per_second)
 
 
-def _verdict(need: int, usable: int) -> FitVerdict:
+def fit_verdict(need: int, usable: int) -> FitVerdict:
+    """The rule: ``no`` when the need exceeds usable memory (exactly full still fits, barely),
+    ``tight`` when the headroom is under 10% of *usable* memory (a margin of the card, not of
+    the need), else ``fits``."""
     headroom = usable - need
     if headroom < 0:
         return FitVerdict.NO
@@ -173,7 +176,7 @@ def evaluate_flavor(
     estimate = estimate_memory(plan, model, gpus=gpus, accelerator=accelerator)
     need = estimate.per_gpu.total
     usable = accelerator.usable_bytes
-    verdict = _verdict(need, usable)
+    verdict = fit_verdict(need, usable)
     reasons: list[str] = []
     if verdict is FitVerdict.NO:
         reasons.append(f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB")
