@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     kind = getattr(args, "kind", "flavors")
     catalog = load_catalog(extra)
     if getattr(args, "json", False):
-        json.dump(catalog_as_json(catalog, kind), sys.stdout, indent=2)
+        json.dump(catalog_as_json(catalog, kind), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
     _print_table(catalog, kind)

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     plans = store.list()
     views = [current_summary(saved, catalog) for saved in plans]
     if args.json:
-        json.dump(compare_json(store, plans, views), out, indent=2)
+        json.dump(compare_json(store, plans, views), out, indent=2, allow_nan=False)
         out.write("\n")
     else:
         out.write(compare_lines(store, plans, views, catalog))

@@ -430,7 +430,7 @@ def run(args: argparse.Namespace) -> int:
             from hwdash.commands.plan_trace import trace_json
 
             document["trace"] = trace_json(plan, model)
-        json.dump(document, sys.stdout, indent=2)
+        json.dump(document, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
     render_report(report, local_notes=[n for m in machines.values() for n in m.notes])

@@ -308,7 +308,12 @@ class PlanStore:
 
     def _write(self, plans: builtins.list[SavedPlan]) -> None:
         document = _PlansFile(format=PLANS_FORMAT, version=PLANS_VERSION, plans=plans)
-        text = json.dumps(document.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+        text = (
+            json.dumps(
+                document.model_dump(mode="json"), indent=2, ensure_ascii=False, allow_nan=False
+            )
+            + "\n"
+        )
         folder = self.path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
