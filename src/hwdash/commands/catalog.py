@@ -176,6 +176,7 @@ def _model_row(model: ModelSpec) -> list[str]:
 def _print_table(catalog: Catalog, kind: str) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     if kind == "flavors":
         headers = [
@@ -207,6 +208,7 @@ def _print_table(catalog: Catalog, kind: str) -> None:
         text = header in ("id", "provider", "hardware", "kind", "name", "price date")
         table.add_column(header, no_wrap=True, justify="left" if text else "right")
     for row in rows:
-        table.add_row(*row)
+        # Catalog names and ids come from user files: text, never rich markup.
+        table.add_row(*(Text(str(cell)) for cell in row))
     # A terminal gets its own width; a pipe or file gets room for every column instead of 80.
     Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -460,7 +460,9 @@ def render_report(
 ) -> None:
     """Print the breakdown, warnings and the flavor table with rich."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from hwdash.core.results import MEMORY_COMPONENTS
     from hwdash.core.units import GIB, format_count, format_hours, format_money
@@ -470,7 +472,7 @@ def render_report(
     memory = estimate.per_gpu.as_dict()
     total = memory["total"]
     title = (
-        f"[bold]{report.model.name}[/bold]: {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
+        f"[bold]{escape(report.model.name)}[/bold]: {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
         f"{plan.seq}, {format_count(estimate.total_params)} params "
         f"({format_count(estimate.trainable_params)} trainable), {estimate.gpus} GPU"
         f"{'s' if estimate.gpus != 1 else ''}, {estimate.compute_dtype}"
@@ -498,12 +500,12 @@ def render_report(
         table_of_parts.add_column("made of", style="dim")
         table_of_parts.add_column("GiB", justify="right", style="dim")
         for label, value in parts:
-            table_of_parts.add_row(label, f"{value / GIB:.2f}")
+            table_of_parts.add_row(Text(label), f"{value / GIB:.2f}")
         console.print(table_of_parts)
     if estimate.host_bytes:
         console.print(f"host RAM for offload: {estimate.host_bytes / GIB:.1f} GiB")
     for warning in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
     console.print("flavors, cheapest first:")
     # The note goes in the table when the terminal is wide enough, else as numbered notes below.
     wide = console.width >= 120
@@ -524,13 +526,14 @@ def render_report(
             marks.append("fastest")
         if fit.flavor.provider == "local" and fit.flavor.id in ("local", "local-free"):
             marks.append("this machine")
+        name = escape(name)
         if marks:
             name = f"[bold]{name}[/bold] ({', '.join(marks)})"
         headroom = "-" if fit.usable_bytes == 0 else f"{fit.headroom_bytes / GIB:+.1f}"
         price = fit.flavor.price_per_hour
-        note = fit.reason
+        note = escape(fit.reason)
         if note and not wide:
-            note = f"[{notes.setdefault(fit.reason, len(notes) + 1)}]"
+            note = escape(f"[{notes.setdefault(fit.reason, len(notes) + 1)}]")
         table.add_row(
             name,
             f"[{_VERDICT_STYLE[verdict]}]{verdict}[/{_VERDICT_STYLE[verdict]}]",
@@ -547,8 +550,11 @@ def render_report(
     for note in dict.fromkeys(local_notes or ()):
         console.print(f"this machine: {note}", highlight=False, markup=False)
     if report.recommended:
-        console.print(f"recommended: [bold]{report.recommended}[/bold] (cheapest that fits)")
+        console.print(
+            f"recommended: [bold]{escape(report.recommended)}[/bold] (cheapest that fits)",
+            highlight=False,
+        )
     else:
         console.print("recommended: none (no flavor fits)")
     if saved_as:
-        console.print(f"saved as '{saved_as}'")
+        console.print(Text(f"saved as '{saved_as}'"))

@@ -49,6 +49,7 @@ def print_trace(plan: Plan, model: ModelSpec, console: Any = None) -> None:
     """Trace the plan and print the traced peak beside the estimate, with both breakdowns."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from hwdash.core.units import GIB
 
@@ -92,4 +93,4 @@ def print_trace(plan: Plan, model: ModelSpec, console: Any = None) -> None:
     )
     console.print(table)
     for note in trace.notes:
-        console.print(f"[dim]trace: {note}[/dim]", highlight=False)
+        console.print(Text(f"trace: {note}", style="dim"))

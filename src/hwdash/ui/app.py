@@ -264,6 +264,7 @@ class HwdashApp(App[None]):
             else "GPU alert",
             severity="error",
             timeout=ALERT_TOAST_SECONDS,
+            markup=False,  # GPU and MIG names come from the driver
         )
 
     # -- planner and compare ------------------------------------------------------------------

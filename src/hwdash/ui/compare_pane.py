@@ -268,7 +268,7 @@ class ComparePane(Widget):
         )
         table.show_row_labels = True
         yield table
-        yield Static("", id="compare-problems")
+        yield Static("", id="compare-problems", markup=False)  # plan names are the user's
 
     def on_show(self) -> None:
         self.refresh_plans()
@@ -287,7 +287,7 @@ class ComparePane(Widget):
         try:
             plans = self.store.list()
         except PlanStoreError as exc:
-            self.notify(str(exc), title="Plans file", severity="error", timeout=10)
+            self.notify(str(exc), title="Plans file", severity="error", timeout=10, markup=False)
             plans = []
         self.plans = plans
         self.views = [current_summary(saved, self.catalog) for saved in plans]
@@ -366,7 +366,9 @@ class ComparePane(Widget):
         if saved is None:
             return
         self.post_message(self.LoadPlan(saved.plan, saved.name))
-        self.notify(f"Loaded '{saved.name}' into the planner", title="Compare", timeout=3)
+        self.notify(
+            f"Loaded '{saved.name}' into the planner", title="Compare", timeout=3, markup=False
+        )
 
     def action_rename(self) -> None:
         """Ask for a new name for the highlighted plan."""
@@ -389,11 +391,13 @@ class ComparePane(Widget):
             try:
                 new = self.store.rename(saved.name, result)
             except PlanStoreError as exc:
-                self.notify(str(exc), title="Rename", severity="error", timeout=6)
+                self.notify(str(exc), title="Rename", severity="error", timeout=6, markup=False)
                 return
             self.refresh_plans()
             self.select_plan(new.name)
-            self.notify(f"Renamed '{saved.name}' to '{new.name}'", title="Compare", timeout=3)
+            self.notify(
+                f"Renamed '{saved.name}' to '{new.name}'", title="Compare", timeout=3, markup=False
+            )
 
         self.app.push_screen(
             NameDialog("Rename plan", saved.name, describe=describe, ok_label="Rename"), renamed
@@ -411,9 +415,9 @@ class ComparePane(Widget):
             try:
                 self.store.remove(saved.name)
             except PlanStoreError as exc:
-                self.notify(str(exc), title="Delete", severity="error", timeout=6)
+                self.notify(str(exc), title="Delete", severity="error", timeout=6, markup=False)
                 return
             self.refresh_plans()
-            self.notify(f"Deleted '{saved.name}'", title="Compare", timeout=3)
+            self.notify(f"Deleted '{saved.name}'", title="Compare", timeout=3, markup=False)
 
         self.app.push_screen(ConfirmDialog(f"Delete the saved plan '{saved.name}'?"), answered)

@@ -333,16 +333,19 @@ class PlannerPane(Widget):
                     if name == "model":
                         yield OptionList(id="plan-model-matches")
                     yield Static(
-                        "", classes="plan-error", id=f"plan-error-{name.replace('_', '-')}"
+                        "",
+                        classes="plan-error",
+                        id=f"plan-error-{name.replace('_', '-')}",
+                        markup=False,  # errors quote what was typed
                     )
         with VerticalScroll(id="plan-results"):
             with Vertical(id="plan-summary"):
-                yield Static("", id="plan-problem")
-                yield Static("", id="plan-headline")
+                yield Static("", id="plan-problem", markup=False)
+                yield Static("", id="plan-headline", markup=False)
                 yield MemoryBreakdownView(id="plan-breakdown")
                 yield TraceView(id="plan-trace")
-                yield Static("", id="plan-warnings")
-                yield Static("", id="plan-details")
+                yield Static("", id="plan-warnings", markup=False)
+                yield Static("", id="plan-details", markup=False)
             with Vertical(id="plan-flavors"):
                 with Horizontal(id="plan-flavor-controls"):
                     yield Checkbox("fits only", id="plan-fits-only", compact=True)
@@ -743,7 +746,7 @@ class PlannerPane(Widget):
             return
         fit = self._flavor_to_fit(report)
         if fit is None:
-            self.notify("No GPU flavor to fit.", severity="warning", timeout=4)
+            self.notify("No GPU flavor to fit.", severity="warning", timeout=4, markup=False)
             return
         flavor = fit.flavor
         search = find_fit_options(report.plan, report.model, self.catalog, flavor.id, [flavor])
@@ -831,16 +834,18 @@ class PlannerPane(Widget):
         try:
             saved = self.store.save(name, report.plan, summary=summary)
         except PlanStoreError as exc:
-            self.notify(str(exc), title="Plans file", severity="error", timeout=10)
+            self.notify(str(exc), title="Plans file", severity="error", timeout=10, markup=False)
             if exc.backup is None:
                 return
             # The broken file was moved aside; the store is empty now, so saving again works.
             try:
                 saved = self.store.save(name, report.plan, summary=summary)
             except PlanStoreError as again:
-                self.notify(str(again), title="Plans file", severity="error", timeout=10)
+                self.notify(
+                    str(again), title="Plans file", severity="error", timeout=10, markup=False
+                )
                 return
-        self.notify(f"Saved plan '{saved.name}'", title="Planner", timeout=4)
+        self.notify(f"Saved plan '{saved.name}'", title="Planner", timeout=4, markup=False)
         self.post_message(self.PlanSaved(saved))
 
     # -- tracing ---------------------------------------------------------------------------------
@@ -849,7 +854,7 @@ class PlannerPane(Widget):
         """Trace the current plan on fake tensors in a worker thread, with a spinner meanwhile."""
         view = self.query_one(TraceView)
         if view.running:
-            self.notify("A trace is already running.", title="Trace", timeout=3)
+            self.notify("A trace is already running.", title="Trace", timeout=3, markup=False)
             return
         report = self.report
         if report is None or self.errors:

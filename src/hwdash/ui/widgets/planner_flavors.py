@@ -232,7 +232,8 @@ class FlavorTable(DataTable[Text | str]):
                 justify="right",
             ),
             Text("-" if price is None else format_money(price), justify="right"),
-            str(fit.flavor.gpu_count) if fit.flavor.gpu_count else "cpu",
-            fit.accelerator.name if fit.accelerator is not None else "CPU only",
+            Text(str(fit.flavor.gpu_count) if fit.flavor.gpu_count else "cpu"),
+            # A plain str cell would be parsed as markup; names come from user catalogs.
+            Text(fit.accelerator.name if fit.accelerator is not None else "CPU only"),
             Text(fit.reason, style="dim"),
         ]
