@@ -242,6 +242,10 @@ def test_ctrl_c_exits_cleanly(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         env=env,
         text=True,
+        # A pytest started with `&` or `nohup` ignores SIGINT, and a child inherits that (Python
+        # then installs no KeyboardInterrupt handler): give the child the default disposition, as
+        # a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert process.stdout is not None
     first = process.stdout.readline()  # it is running
