@@ -90,9 +90,32 @@ def test_a_lora_run_somewhat_too_big_for_an_l4_keeps_the_experiment_first(
 
 def test_options_that_keep_the_experiment_come_first(catalog: Catalog) -> None:
     options = options_for(catalog, Plan(model="qwen2.5-7b", batch=4, seq=2048), "l4x1")
-    keeps = [option.keeps_experiment for option in options]
-    assert keeps == sorted(keeps, reverse=True)
-    assert keeps[0] and not keeps[-1]
+    assert options[0].keeps_experiment
+    # Options that fit come before tight ones; within each, those that keep the experiment first.
+    verdicts = [option.fit.verdict is FitVerdict.TIGHT for option in options]
+    assert verdicts == sorted(verdicts)
+    for tight in (False, True):
+        keeps = [
+            o.keeps_experiment for o in options if (o.fit.verdict is FitVerdict.TIGHT) == tight
+        ]
+        assert keeps == sorted(keeps, reverse=True)
+
+
+def test_more_gpus_of_the_same_kind_keep_the_global_batch(catalog: Catalog) -> None:
+    plan = Plan(model="qwen2.5-7b", method=Method.FULL, batch=4, seq=1024, grad_accum=4)
+    options = options_for(catalog, plan, "l4x1", limit=20)
+    bigger = [o for o in options if o.fit.flavor.id == "l4x4"]
+    assert bigger, "the 4-GPU L4 flavor is an option"
+    for option in bigger:
+        assert option.plan.flavors == ("l4x4",)
+        assert option.plan.grad_accum * 4 * option.plan.batch == plan.grad_accum * plan.batch
+        assert option.keeps_experiment
+        assert option.words[0].startswith("4 GPUs: l4x1 -> l4x4")
+        assert recheck(catalog, option) is option.fit.verdict
+    # Without an accumulation to divide, four GPUs change the global batch: said, not kept.
+    plain = options_for(catalog, plan.model_copy(update={"grad_accum": 1}), "l4x1", limit=20)
+    for option in (o for o in plain if o.fit.flavor.id == "l4x4"):
+        assert not option.keeps_experiment and "global batch x4" in option.words[0]
 
 
 def test_a_plan_that_fits_needs_no_option(catalog: Catalog) -> None:
@@ -210,7 +233,11 @@ def test_every_option_fits_when_rechecked_and_no_milder_subset_does(
 def test_slowdowns_come_from_the_catalog_with_their_sources(catalog: Catalog) -> None:
     assert {"qlora", "lora-8bit", "offload-optimizer", "offload-params"} <= set(catalog.slowdowns)
     options = options_for(catalog, Plan(model="qwen2.5-7b", batch=4, seq=2048), "l4x1")
-    offloaded = [o for o in options if any(c.field == "offload" for c in o.changes)]
+    offloaded = [
+        o
+        for o in options
+        if any(c.field == "offload" for c in o.changes) and o.fit.flavor.id == "l4x1"
+    ]
     assert offloaded
     for option in offloaded:
         assert any(source.startswith("offload-") for source in option.slowdown_sources)

@@ -183,7 +183,9 @@ def render_options(result: FitSearch, console: Any, *, limit: int | None = None)
         )
     )
     first = options[0]
-    console.print(Text("try: hwdash plan " + " ".join(_quoted(plan_arguments(first.plan)))))
+    # One unbroken line, so it can be copied.
+    command = "try: hwdash plan " + " ".join(_quoted(plan_arguments(first.plan)))
+    console.print(Text(command), soft_wrap=True)
     for note in result.notes:
         console.print(Text(f"note: {note}"))
 

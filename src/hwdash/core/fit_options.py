@@ -418,6 +418,7 @@ def search_flavor(
     flavor_fit: Callable[[Plan], FlavorFit] | None = None,
     keeps_only: bool = False,
     memory_cache: dict[tuple[Plan, int, str], int] | None = None,
+    skip_knobs: frozenset[str] = frozenset(),
 ) -> tuple[bool, list[FitOption], int]:
     """(fits already, minimal options, combinations evaluated) for one flavor.
 
@@ -439,6 +440,7 @@ def search_flavor(
         return True, [], 1
     usable = accelerator.usable_bytes
     knobs = knobs_for(plan, model, flavor.gpu_count)
+    knobs = [knob for knob in knobs if knob.name not in skip_knobs]
     if keeps_only:
         knobs = [knob for knob in knobs if knob.keeps_experiment]
     cache = {} if memory_cache is None else memory_cache
@@ -636,6 +638,16 @@ def find_fit_options(
             break
     if fits_already and not across:
         all_options = []
+    elif not across and searchable:
+        # More GPUs of the same kind: the same flavor family with more of them (ZeRO shards the
+        # states over them), as it is or with the knobs that keep the experiment.
+        target_flavor, target_accelerator = searchable[0]
+        for bigger in bigger_siblings(catalog, target_flavor):
+            found, count = _on_more_gpus(
+                plan, model, target_flavor, bigger, target_accelerator, slowdowns, cache
+            )
+            evaluated += count
+            all_options.extend(found)
     ranked = rank_options(all_options, cost_first=across)[:limit]
     notes: list[str] = []
     if not searchable:
@@ -654,6 +666,93 @@ def find_fit_options(
         evaluated=evaluated,
         notes=tuple(notes),
     )
+
+
+def bigger_siblings(catalog: Catalog, flavor: Flavor) -> list[Flavor]:
+    """Flavors of the same provider with the same accelerator and a whole multiple of its GPUs."""
+    return sorted(
+        (
+            other
+            for other in catalog.flavors.values()
+            if other.accelerator == flavor.accelerator
+            and other.provider == flavor.provider
+            and flavor.gpu_count > 0
+            and other.gpu_count > flavor.gpu_count
+            and other.gpu_count % flavor.gpu_count == 0
+        ),
+        key=lambda other: (other.gpu_count, other.id),
+    )
+
+
+def _on_more_gpus(
+    plan: Plan,
+    model: ModelSpec,
+    flavor: Flavor,
+    bigger: Flavor,
+    accelerator: Accelerator,
+    slowdowns: Mapping[str, Slowdown],
+    cache: dict[tuple[Plan, int, str], int],
+) -> tuple[list[FitOption], int]:
+    """Options on ``bigger``: the data-parallel copies multiply the global batch, so the
+    accumulation is divided by the same factor where it can be (the experiment is kept)."""
+    ratio = bigger.gpu_count // flavor.gpu_count
+    keeps = plan.grad_accum % ratio == 0
+    moved = plan.model_copy(
+        update={
+            "flavors": (bigger.id,),
+            "grad_accum": plan.grad_accum // ratio if keeps else plan.grad_accum,
+        }
+    )
+    words = f"{bigger.gpu_count} GPUs: {flavor.id} -> {bigger.id}"
+    if keeps and plan.grad_accum > 1:
+        words += f", accumulation {plan.grad_accum}->{moved.grad_accum}"
+    elif not keeps:
+        words += f" (global batch x{ratio})"
+    tokens = training_tokens(plan)
+    base_fit = evaluate_flavor(plan, model, flavor, accelerator, tokens)[0]
+    base_time = _time_of(base_fit)
+    fits_as_is, options, count = search_flavor(
+        moved,
+        model,
+        bigger,
+        accelerator,
+        slowdowns=slowdowns,
+        max_changes=MAX_CHANGES - 1,
+        keeps_only=True,
+        memory_cache=cache,
+        skip_knobs=frozenset({"micro_batch"}),  # the accumulation already moved with the GPUs
+    )
+    found: list[FitOption] = []
+    if fits_as_is:
+        fit = evaluate_flavor(moved, model, bigger, accelerator, tokens)[0]
+        options = [FitOption(moved, (), (), True, fit, None)]
+    for option in options:
+        fit_time = _time_of(option.fit)
+        slowdown = option.slowdown
+        if base_time is not None and fit_time is not None:
+            slowdown = fit_time / base_time * _factor(option.plan, plan, slowdowns)
+        found.append(
+            FitOption(
+                plan=option.plan,
+                changes=_changes(plan, option.plan),
+                words=(words, *option.words),
+                keeps_experiment=keeps and option.keeps_experiment,
+                fit=option.fit,
+                slowdown=slowdown,
+                slowdown_sources=option.slowdown_sources,
+                severity=option.severity + 1,
+            )
+        )
+    return found, count
+
+
+def _factor(changed: Plan, original: Plan, slowdowns: Mapping[str, Slowdown]) -> float:
+    factor = 1.0
+    for key in _slowdown_keys_of(changed) - _slowdown_keys_of(original):
+        entry = slowdowns.get(key)
+        if entry is not None:
+            factor *= entry.factor
+    return factor
 
 
 def closest_flavor(report: PlanReport) -> FlavorFit | None:
