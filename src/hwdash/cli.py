@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hwdash`` console script. Returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(given)
+    args.argv = given  # which flags were typed (``hwdash plan --from``: typed flags win)
     name = args.command or "dashboard"
     module = importlib.import_module(f"hwdash.commands.{name}")
     try:

@@ -276,6 +276,23 @@ def add_parser(subparsers: Any) -> None:
         help="read this machine's GPUs (the local flavor) from a fake NVML scenario; also "
         "HWDASH_FAKE_NVML",
     )
+    handoff = parser.add_argument_group("configs in and out")
+    handoff.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="read the plan from a DeepSpeed JSON, TrainingArguments/TRL JSON or YAML (or the "
+        "--export trainer snippet), accelerate, axolotl or LLaMA-Factory YAML; flags given here win",
+    )
+    handoff.add_argument(
+        "--export",
+        choices=["deepspeed", "trainer", "accelerate", "hf-jobs"],
+        help="write the plan as a DeepSpeed config, a Trainer/TRL + PEFT snippet, an accelerate "
+        "config or the `hf jobs uv run` line (stdout, or -o FILE)",
+    )
+    handoff.add_argument(
+        "-o", "--output", metavar="FILE", help="with --export: write to FILE instead of stdout"
+    )
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument(
         "--trace",
@@ -357,6 +374,105 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise UsageError(f"{value!r} is not allowed: {first['msg']}", flag=flag) from None
 
 
+def _typed_flags(argv: list[str]) -> set[str]:
+    """The long flags typed on the command line (``--batch 4`` and ``--batch=4``)."""
+    return {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+
+
+def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Plan:
+    """The plan with the file's values under the flags typed on the command line."""
+    typed = _typed_flags(argv)
+    updates = {}
+    for name, value in imported.updates.items():
+        flag = FIELD_FLAGS.get(name, "")
+        flags = set(flag.split("/")) if flag else set()
+        if name == "model" and "--params" in typed:
+            continue
+        if not flags & typed:
+            updates[name] = value
+    try:
+        changed = plan.with_changes(updates)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        raise UsageError(f"{path}: {field}: {first['msg']}", flag="--from") from None
+    if imported.ignored:
+        shown = ", ".join(imported.ignored[:12])
+        more = f" and {len(imported.ignored) - 12} more" if len(imported.ignored) > 12 else ""
+        print(f"hwdash: --from {path}: ignored {shown}{more}", file=sys.stderr)
+    for note in imported.notes:
+        print(f"hwdash: --from {path}: {note}", file=sys.stderr)
+    return changed
+
+
+def export(kind: str, report: Any, catalog: Any, output: str | None) -> int:
+    """Write the plan as ``kind`` to ``output`` (stdout when None)."""
+    import yaml
+
+    from hwdash.core import exports
+
+    plan = report.plan
+    flavor_id = plan.flavors[0] if plan.flavors else report.recommended
+    flavor = catalog.flavors.get(flavor_id) if flavor_id else None
+    accelerator = catalog.accelerator_for(flavor) if flavor is not None else None
+    bf16 = accelerator.bf16 if accelerator is not None else True
+    gpus = (
+        flavor.gpu_count if plan.flavors and flavor is not None and flavor.gpu_count else plan.gpus
+    )
+    notes: list[str] = []
+    try:
+        if kind == "deepspeed":
+            if plan.precision in (Precision.BF16, Precision.AMP):
+                notes.append(
+                    "DeepSpeed's bf16/fp16 keeps an fp32 master copy: the memory is that of "
+                    "--precision mixed"
+                )
+            text = json.dumps(
+                exports.deepspeed_config(plan, gpus, bf16_hardware=bf16), indent=2, allow_nan=False
+            )
+            text += "\n"
+        elif kind == "trainer":
+            model_id = report.model.hf_id or report.model.id  # what from_pretrained takes
+            text = exports.trainer_snippet(plan, model_id, bf16_hardware=bf16)
+            if plan.zero:
+                notes.append(
+                    f"the snippet points at {exports.DEEPSPEED_CONFIG_NAME}: write it with "
+                    "--export deepspeed"
+                )
+        elif kind == "accelerate":
+            text = yaml.safe_dump(
+                exports.accelerate_config(plan, gpus, bf16_hardware=bf16), sort_keys=False
+            )
+        else:
+            fit = next((f for f in report.flavors if f.flavor.id == flavor_id), None)
+            if fit is None or flavor is None or flavor.provider != "hf-jobs":
+                raise UsageError(
+                    "hf-jobs needs a Hugging Face Jobs flavor: give --flavor ID, or a plan "
+                    "that one of them fits",
+                    flag="--export",
+                )
+            if fit.hours is None:
+                raise UsageError(
+                    "hf-jobs needs the run's length for its timeout: add --examples or --tokens",
+                    flag="--export",
+                )
+            text = exports.hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour)
+    except ValueError as exc:
+        raise UsageError(str(exc), flag="--export") from None
+    for note in notes:
+        print(f"hwdash: {note}", file=sys.stderr)
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write '{output}': {exc.strerror or exc}", flag="-o") from None
+    print(f"wrote {output}", file=sys.stderr)
+    return 0
+
+
 def _flag_from_message(message: str) -> str | None:
     lowered = message.lower()
     if "offload" in lowered:
@@ -375,7 +491,20 @@ def run(args: argparse.Namespace) -> int:
     from hwdash.core.fit import evaluate_plan
     from hwdash.core.models import resolve_model
 
+    imported = None
+    if args.from_file is not None:
+        from pathlib import Path
+
+        from hwdash.core.plan_import import read_plan_file
+
+        imported = read_plan_file(Path(args.from_file))
+        if not args.model and not args.params and "model" in imported.updates:
+            args.model = imported.updates["model"]
     plan = plan_from_args(args)
+    if imported is not None:
+        plan = apply_imported(plan, imported, getattr(args, "argv", []), args.from_file)
+    if args.output is not None and args.export is None:
+        raise UsageError("-o names the file --export writes: add --export FORMAT", flag="-o")
     if args.check and len(plan.flavors) != 1:
         raise UsageError("give exactly one --flavor ID to check against", flag="--check")
     catalog = load_catalog(args.catalog)
@@ -392,6 +521,8 @@ def run(args: argparse.Namespace) -> int:
 
         check_trace_available(plan)
     report = evaluate_plan(plan, catalog, model)
+    if args.export is not None:
+        return export(args.export, report, catalog, args.output)
     if args.check:
         status, line = plan_fit.check_line(report, plan.flavors[0])
         print(line)

@@ -380,7 +380,7 @@ def _apply(plan: Plan, knobs: Sequence[Knob], candidate: _Candidate) -> Plan | N
         if method not in LORA_STYLE_METHODS:
             return None  # a rank for a plan that no longer has adapters changes nothing
     try:
-        return Plan.model_validate({**dict(plan), **updates})
+        return plan.with_changes(updates)
     except ValidationError:
         return None
 

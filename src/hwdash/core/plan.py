@@ -8,6 +8,7 @@ saved-plans file are all built from the same model.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -166,6 +167,13 @@ class Plan(BaseModel):
         if self.method is Method.INFERENCE and self.zero:
             raise ValueError("ZeRO applies to training; inference plans use zero=0")
         return self
+
+    def with_changes(self, updates: dict[str, Any]) -> Plan:
+        """A validated copy with ``updates``. Fields the plan left at their defaults stay unset, so
+        defaults that depend on other fields (GRPO has no reward model unless asked for) follow
+        the changed plan. Raises ``pydantic.ValidationError``."""
+        kept = self.model_dump(include=set(self.model_fields_set))
+        return Plan.model_validate({**kept, **updates})
 
     @property
     def is_training(self) -> bool:

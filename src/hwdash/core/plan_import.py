@@ -1,0 +1,546 @@
+"""``hwdash plan --from FILE``: read the plan a training config describes.
+
+Understood: a DeepSpeed JSON config, Hugging Face ``TrainingArguments`` / TRL config as JSON or YAML
+(or the Python snippet ``--export trainer`` writes: literal keyword arguments only, read with
+:mod:`ast`, never executed), an accelerate config YAML, and the YAML files of axolotl and
+LLaMA-Factory where their fields map onto a plan. Keys the plan has no use for (learning rates,
+logging) are reported once as ignored. Values are checked: a wrong type is a usage error naming the
+file and the key.
+
+The result is a set of plan field updates; the CLI applies them under the flags given on the
+command line (flags win).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hwdash.core.plan import Attention, Method, Offload, Optimizer, OptimizerImpl, Precision
+from hwdash.errors import UsageError
+
+FLAG = "--from"
+
+
+@dataclass
+class ImportedPlan:
+    """What a config file says about a plan."""
+
+    kind: str
+    """deepspeed, trainer, accelerate, axolotl or llama-factory."""
+    updates: dict[str, Any] = field(default_factory=dict)
+    """Plan field -> value."""
+    ignored: list[str] = field(default_factory=list)
+    """Keys read but not used (named in one warning line)."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader had to assume."""
+
+
+class _Reader:
+    """Typed access to one file's values, recording which keys were used."""
+
+    def __init__(self, path: Path, data: Mapping[str, Any]) -> None:
+        self.path = path
+        self.data = data
+        self.used: set[str] = set()
+
+    def bad(self, key: str, wanted: str, value: Any) -> UsageError:
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        return UsageError(f"{self.path}: '{key}' must be {wanted}, got {shown}", flag=FLAG)
+
+    def get(self, key: str) -> Any:
+        self.used.add(key)
+        value = self.data.get(key)
+        return None if value == "auto" else value  # DeepSpeed/HF "auto": decided elsewhere
+
+    def integer(self, key: str) -> int | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.bad(key, "a whole number", value)
+        return value
+
+    def number(self, key: str) -> float | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.bad(key, "a number", value)
+        return float(value)
+
+    def flag(self, key: str) -> bool | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise self.bad(key, "true or false", value)
+        return value
+
+    def text(self, key: str) -> str | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.bad(key, "a string", value)
+        return value
+
+    def mapping(self, key: str) -> Mapping[str, Any]:
+        value = self.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.bad(key, "a table of settings", value)
+        return value
+
+    def ignored(self) -> list[str]:
+        return sorted(str(key) for key in self.data if key not in self.used)
+
+
+# -- reading files ------------------------------------------------------------------------------
+
+
+def read_plan_file(path: Path) -> ImportedPlan:
+    """The plan a config file describes. Raises :class:`UsageError` (exit 2) for an unreadable
+    or malformed file, naming the file and, where the parser knows it, the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read '{path}': {exc}", flag=FLAG) from None
+    suffix = path.suffix.lower()
+    if suffix == ".py":
+        return _from_snippet(path, text)
+    data = _parse(path, text, suffix)
+    if not isinstance(data, Mapping):
+        raise UsageError(f"'{path}' holds no table of settings", flag=FLAG)
+    reader = _Reader(path, data)
+    kind, read = _detect(path, data)
+    result = ImportedPlan(kind=kind)
+    read(reader, result)
+    result.ignored = reader.ignored()
+    return result
+
+
+def _parse(path: Path, text: str, suffix: str) -> Any:
+    if suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"'{path}' is not valid JSON (line {exc.lineno}: {exc.msg})", flag=FLAG
+            ) from None
+        except (RecursionError, ValueError):
+            raise UsageError(f"'{path}' is not usable JSON", flag=FLAG) from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else "?"
+        raise UsageError(
+            f"'{path}' is not valid YAML (line {line}: {exc.problem})", flag=FLAG
+        ) from None
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise UsageError(f"'{path}' is not valid YAML: {exc}", flag=FLAG) from None
+
+
+def _detect(
+    path: Path, data: Mapping[str, Any]
+) -> tuple[str, Callable[[_Reader, ImportedPlan], None]]:
+    if "zero_optimization" in data or "train_micro_batch_size_per_gpu" in data:
+        return "deepspeed", _read_deepspeed
+    if "distributed_type" in data or "deepspeed_config" in data:
+        return "accelerate", _read_accelerate
+    if "base_model" in data:
+        return "axolotl", _read_axolotl
+    if "model_name_or_path" in data and ("finetuning_type" in data or "stage" in data):
+        return "llama-factory", _read_llama_factory
+    if "per_device_train_batch_size" in data or "gradient_accumulation_steps" in data:
+        return "trainer", _read_trainer_mapping
+    raise UsageError(
+        f"{path}: cannot tell what this file configures (expected a DeepSpeed, TrainingArguments/TRL, "
+        "accelerate, axolotl or LLaMA-Factory config)",
+        flag=FLAG,
+    )
+
+
+# -- DeepSpeed ----------------------------------------------------------------------------------
+
+
+def _read_deepspeed(reader: _Reader, out: ImportedPlan) -> None:
+    micro = reader.integer("train_micro_batch_size_per_gpu")
+    accum = reader.integer("gradient_accumulation_steps")
+    total = reader.integer("train_batch_size")
+    if micro:
+        out.updates["batch"] = micro
+    if accum:
+        out.updates["grad_accum"] = accum
+    if total and micro and accum and total % (micro * accum) == 0:
+        out.updates["gpus"] = total // (micro * accum)
+    reader.get("gradient_clipping")
+    zero = reader.mapping("zero_optimization")
+    _zero_block(reader, zero, out)
+    bf16 = reader.mapping("bf16").get("enabled")
+    fp16 = reader.mapping("fp16").get("enabled")
+    if bf16 is True or fp16 is True:
+        # DeepSpeed's bf16/fp16 keeps an fp32 master copy and fp32 Adam states.
+        out.updates["precision"] = Precision.MIXED
+    elif bf16 is False and fp16 is False:
+        out.updates["precision"] = Precision.FP32
+
+
+def _zero_block(reader: _Reader, zero: Mapping[str, Any], out: ImportedPlan) -> None:
+    stage = zero.get("stage")
+    if stage is not None:
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage <= 3:
+            raise reader.bad("zero_optimization.stage", "0, 1, 2 or 3", stage)
+        out.updates["zero"] = stage
+    optimizer = zero.get("offload_optimizer") or {}
+    param = zero.get("offload_param") or {}
+    if isinstance(param, Mapping) and param.get("device") in ("cpu", "nvme"):
+        out.updates["offload"] = Offload.PARAMS
+    elif isinstance(optimizer, Mapping) and optimizer.get("device") in ("cpu", "nvme"):
+        out.updates["offload"] = Offload.OPTIMIZER
+    elif zero:
+        out.updates["offload"] = Offload.NONE
+
+
+# -- accelerate ---------------------------------------------------------------------------------
+
+
+def _read_accelerate(reader: _Reader, out: ImportedPlan) -> None:
+    for key in ("compute_environment", "num_machines", "machine_rank", "use_cpu"):
+        reader.get(key)
+    processes = reader.integer("num_processes")
+    if processes:
+        out.updates["gpus"] = processes
+    distributed = reader.text("distributed_type")
+    deepspeed = reader.mapping("deepspeed_config")
+    precision = reader.text("mixed_precision")
+    if deepspeed or distributed == "DEEPSPEED":
+        stage = deepspeed.get("zero_stage", 0)
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage <= 3:
+            raise reader.bad("deepspeed_config.zero_stage", "0, 1, 2 or 3", stage)
+        out.updates["zero"] = stage
+        accum = deepspeed.get("gradient_accumulation_steps")
+        if isinstance(accum, int) and not isinstance(accum, bool) and accum > 0:
+            out.updates["grad_accum"] = accum
+        if deepspeed.get("offload_param_device") in ("cpu", "nvme"):
+            out.updates["offload"] = Offload.PARAMS
+        elif deepspeed.get("offload_optimizer_device") in ("cpu", "nvme"):
+            out.updates["offload"] = Offload.OPTIMIZER
+        else:
+            out.updates["offload"] = Offload.NONE
+    if precision in ("bf16", "fp16"):
+        # accelerate autocasts an fp32 model; under DeepSpeed the fp32 master copy is kept.
+        out.updates["precision"] = Precision.MIXED if out.updates.get("zero") else Precision.AMP
+    elif precision == "no":
+        out.updates["precision"] = Precision.FP32
+
+
+# -- TrainingArguments / TRL --------------------------------------------------------------------
+
+OPTIMIZERS = {
+    "adamw_torch_fused": (Optimizer.ADAMW, OptimizerImpl.FUSED),
+    "adamw_torch": (Optimizer.ADAMW, OptimizerImpl.FOREACH),
+    "adamw_hf": (Optimizer.ADAMW, OptimizerImpl.FOREACH),
+    "adamw_bnb_8bit": (Optimizer.ADAMW_8BIT, None),
+    "adamw_8bit": (Optimizer.ADAMW_8BIT, None),
+    "paged_adamw_8bit": (Optimizer.ADAMW_8BIT, None),
+    "adafactor": (Optimizer.ADAFACTOR, None),
+    "sgd": (Optimizer.SGD, None),
+}
+
+
+def _optimizer(reader: _Reader, key: str, out: ImportedPlan) -> None:
+    name = reader.text(key)
+    if name is None:
+        return
+    if name not in OPTIMIZERS:
+        out.notes.append(f"optimizer {name!r} is not one hwdash counts: kept the default")
+        return
+    optimizer, impl = OPTIMIZERS[name]
+    out.updates["optimizer"] = optimizer
+    if impl is not None:
+        out.updates["optimizer_impl"] = impl
+
+
+def _precision_from(bf16: bool | None, fp16: bool | None, dtype: str | None) -> Precision | None:
+    if bf16 or fp16:
+        # Weights loaded in 16 bits train in 16 bits; loaded in fp32 they are autocast (amp).
+        return Precision.BF16 if dtype in ("bfloat16", "float16", "bf16", "fp16") else Precision.AMP
+    if bf16 is False and fp16 is False:
+        return Precision.FP32
+    return None
+
+
+def _read_trainer_mapping(reader: _Reader, out: ImportedPlan) -> None:
+    for key, name in (
+        ("per_device_train_batch_size", "batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        value = reader.integer(key)
+        if value:
+            out.updates[name] = value
+    ckpt = reader.flag("gradient_checkpointing")
+    if ckpt is not None:
+        out.updates["grad_ckpt"] = ckpt
+    epochs = reader.number("num_train_epochs")
+    if epochs:
+        out.updates["epochs"] = epochs
+    for key in ("max_length", "max_seq_length"):
+        seq = reader.integer(key)
+        if seq:
+            out.updates["seq"] = seq
+    reader.get("max_grad_norm")
+    reader.get("output_dir")
+    _optimizer(reader, "optim", out)
+    init = reader.mapping("model_init_kwargs")
+    dtype = init.get("torch_dtype") or init.get("dtype")
+    precision = _precision_from(reader.flag("bf16"), reader.flag("fp16"), dtype)
+    if precision is not None:
+        out.updates["precision"] = precision
+    _deepspeed_path(reader, "deepspeed", out)
+
+
+def _deepspeed_path(reader: _Reader, key: str, out: ImportedPlan) -> None:
+    value = reader.get(key)
+    if value is None:
+        return
+    if isinstance(value, Mapping):
+        block = value
+    elif isinstance(value, str):
+        path = (reader.path.parent / value).resolve()
+        if not path.is_file():
+            out.notes.append(f"DeepSpeed config {value!r} not found next to the file: ZeRO unknown")
+            return
+        nested = read_plan_file(path)
+        for name in ("zero", "offload"):
+            if name in nested.updates:
+                out.updates[name] = nested.updates[name]
+        if nested.updates.get("precision") is Precision.MIXED:
+            out.updates["precision"] = Precision.MIXED
+        return
+    else:
+        raise reader.bad(key, "a path to a DeepSpeed JSON", value)
+    zero = block.get("zero_optimization")
+    if isinstance(zero, Mapping):
+        _zero_block(reader, zero, out)
+
+
+# -- the Python snippet of --export trainer -----------------------------------------------------
+
+_CONFIG_CALLS = {"TrainingArguments", "SFTConfig", "GRPOConfig", "PPOConfig"}
+
+
+def _from_snippet(path: Path, text: str) -> ImportedPlan:
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise UsageError(
+            f"'{path}' is not valid Python (line {exc.lineno}: {exc.msg})", flag=FLAG
+        ) from None
+    constants: dict[str, Any] = {}
+    calls: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+                constants[target.id] = node.value.value
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            keywords = {}
+            for keyword in node.keywords:
+                if keyword.arg is None:
+                    continue
+                try:
+                    keywords[keyword.arg] = ast.literal_eval(keyword.value)
+                except ValueError:
+                    continue  # torch.bfloat16 and the like: not a literal, not needed
+            calls[node.func.id] = keywords
+    config_name = next((name for name in _CONFIG_CALLS if name in calls), None)
+    if config_name is None:
+        raise UsageError(
+            f"'{path}' builds no TrainingArguments, SFTConfig, GRPOConfig or PPOConfig", flag=FLAG
+        )
+    arguments = dict(calls[config_name])
+    dtype = constants.get("MODEL_DTYPE")
+    if isinstance(dtype, str):
+        arguments.setdefault("model_init_kwargs", {"torch_dtype": dtype})
+    reader = _Reader(path, arguments)
+    out = ImportedPlan(kind="trainer")
+    _read_trainer_mapping(reader, out)
+    out.ignored = reader.ignored()
+    if isinstance(constants.get("MODEL"), str):
+        out.updates["model"] = constants["MODEL"]
+    if isinstance(constants.get("MAX_LENGTH"), int):
+        out.updates["seq"] = constants["MAX_LENGTH"]
+    method = Method.FULL
+    lora = calls.get("LoraConfig")
+    if lora is not None:
+        method = Method.DORA if lora.get("use_dora") else Method.LORA
+        _lora_fields(Path(path), lora, out)
+    quantization = calls.get("BitsAndBytesConfig", {})
+    if quantization.get("load_in_4bit"):
+        method = Method.QLORA
+    elif quantization.get("load_in_8bit"):
+        method = Method.LORA_8BIT
+    if config_name == "GRPOConfig":
+        out.updates["method"] = Method.GRPO
+        out.updates["rl_method"] = method
+    elif config_name == "PPOConfig":
+        out.updates["method"] = Method.PPO
+        out.updates["rl_method"] = method
+    else:
+        out.updates["method"] = method
+    return out
+
+
+def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None:
+    rank = lora.get("r")
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
+        out.updates["lora_r"] = rank
+    targets = lora.get("target_modules")
+    if isinstance(targets, str):
+        out.updates["lora_targets"] = tuple(part.strip() for part in targets.split(","))
+    elif isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets):
+        out.updates["lora_targets"] = tuple(targets)
+    dropout = lora.get("lora_dropout")
+    if isinstance(dropout, (int, float)) and not isinstance(dropout, bool):
+        out.updates["lora_dropout"] = float(dropout)
+
+
+# -- axolotl ------------------------------------------------------------------------------------
+
+
+def _read_axolotl(reader: _Reader, out: ImportedPlan) -> None:
+    model = reader.text("base_model")
+    if model:
+        out.updates["model"] = model
+    adapter = reader.text("adapter")
+    in_4bit = reader.flag("load_in_4bit")
+    in_8bit = reader.flag("load_in_8bit")
+    if adapter in ("lora", "qlora"):
+        method = Method.LORA
+        if adapter == "qlora" or in_4bit:
+            method = Method.QLORA
+        elif in_8bit:
+            method = Method.LORA_8BIT
+        if reader.flag("peft_use_dora"):
+            method = Method.DORA
+        out.updates["method"] = method
+    elif adapter is None:
+        out.updates["method"] = Method.FULL
+    rank = reader.integer("lora_r")
+    if rank:
+        out.updates["lora_r"] = rank
+    dropout = reader.number("lora_dropout")
+    if dropout is not None:
+        out.updates["lora_dropout"] = dropout
+    if reader.flag("lora_target_linear"):
+        out.updates["lora_targets"] = ("all-linear",)
+    modules = reader.get("lora_target_modules")
+    if isinstance(modules, list) and modules and all(isinstance(m, str) for m in modules):
+        out.updates["lora_targets"] = tuple(modules)
+    for key, name in (
+        ("sequence_len", "seq"),
+        ("micro_batch_size", "batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        value = reader.integer(key)
+        if value:
+            out.updates[name] = value
+    epochs = reader.number("num_epochs")
+    if epochs:
+        out.updates["epochs"] = epochs
+    ckpt = reader.get("gradient_checkpointing")
+    if ckpt is not None:
+        out.updates["grad_ckpt"] = bool(ckpt)  # axolotl also takes "unsloth" here
+    if reader.flag("flash_attention"):
+        out.updates["attention"] = Attention.FLASH
+    elif reader.flag("sdp_attention"):
+        out.updates["attention"] = Attention.SDPA
+    bf16 = reader.get("bf16")
+    fp16 = reader.flag("fp16")
+    # axolotl loads the base weights in the training dtype (bf16: true or auto).
+    if bf16 in (True, "auto", "true") or fp16:
+        out.updates["precision"] = Precision.BF16
+    _optimizer(reader, "optimizer", out)
+    _deepspeed_path(reader, "deepspeed", out)
+
+
+# -- LLaMA-Factory ------------------------------------------------------------------------------
+
+
+def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
+    model = reader.text("model_name_or_path")
+    if model:
+        out.updates["model"] = model
+    stage = reader.text("stage") or "sft"
+    finetuning = reader.text("finetuning_type") or "lora"
+    bits = reader.integer("quantization_bit")
+    method = Method.FULL if finetuning == "full" else Method.LORA
+    if finetuning == "freeze":
+        out.notes.append("finetuning_type freeze is planned as full fine-tuning (an upper bound)")
+    if method is Method.LORA:
+        if reader.flag("use_dora"):
+            method = Method.DORA
+        if bits == 4:
+            method = Method.QLORA
+        elif bits == 8:
+            method = Method.LORA_8BIT
+    if stage == "ppo":
+        out.updates["method"] = Method.PPO
+        out.updates["rl_method"] = method
+    else:
+        if stage not in ("sft", "pt"):
+            out.notes.append(f"stage {stage!r} is planned as supervised fine-tuning")
+        out.updates["method"] = method
+    rank = reader.integer("lora_rank")
+    if rank:
+        out.updates["lora_r"] = rank
+    dropout = reader.number("lora_dropout")
+    if dropout is not None:
+        out.updates["lora_dropout"] = dropout
+    target = reader.text("lora_target")
+    if target:
+        out.updates["lora_targets"] = (
+            ("all-linear",)
+            if target == "all"
+            else tuple(part.strip() for part in target.split(",") if part.strip())
+        )
+    for key, name in (
+        ("cutoff_len", "seq"),
+        ("per_device_train_batch_size", "batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        value = reader.integer(key)
+        if value:
+            out.updates[name] = value
+    epochs = reader.number("num_train_epochs")
+    if epochs:
+        out.updates["epochs"] = epochs
+    attention = reader.text("flash_attn")
+    if attention == "fa2":
+        out.updates["attention"] = Attention.FLASH
+    elif attention == "sdpa":
+        out.updates["attention"] = Attention.SDPA
+    elif attention == "disabled":
+        out.updates["attention"] = Attention.EAGER
+    bf16 = reader.flag("bf16")
+    fp16 = reader.flag("fp16")
+    if bf16 or fp16:
+        # LLaMA-Factory loads the model in the compute dtype and trains with autocast over it.
+        out.updates["precision"] = Precision.BF16
+    if reader.flag("gradient_checkpointing") is False:
+        out.updates["grad_ckpt"] = False
+    elif "disable_gradient_checkpointing" in reader.data:
+        out.updates["grad_ckpt"] = not bool(reader.get("disable_gradient_checkpointing"))
+    else:
+        out.updates["grad_ckpt"] = True  # LLaMA-Factory checkpoints unless told not to
+    _optimizer(reader, "optim", out)
+    _deepspeed_path(reader, "deepspeed", out)

@@ -1,0 +1,348 @@
+# ruff: noqa: SIM905 - flag lists read best as one string each
+"""`hwdash plan --export` and `--from`: configs that the tools accept, read back to the same plan."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hwdash.cli import main
+from hwdash.core import exports
+from hwdash.core.plan import Method, Offload, Plan, Precision
+
+CONFIGS = Path(__file__).resolve().parent.parent / "data" / "configs"
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["plan", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def plan_of(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    status, out, err = run(capsys, *args, "--json")
+    assert status == 0, err
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+# -- pure checks of each format -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+@pytest.mark.parametrize("offload", list(Offload))
+def test_deepspeed_batch_arithmetic_and_blocks(gpus: int, offload: Offload) -> None:
+    plan = Plan(
+        model="qwen2.5-7b",
+        method=Method.FULL,
+        precision=Precision.MIXED,
+        batch=3,
+        grad_accum=5,
+        zero=3,
+        offload=offload,
+    )
+    config = exports.deepspeed_config(plan, gpus)
+    assert config["train_batch_size"] == 3 * 5 * gpus
+    assert config["train_micro_batch_size_per_gpu"] == 3
+    assert config["gradient_accumulation_steps"] == 5
+    zero = config["zero_optimization"]
+    assert zero["stage"] == 3 and zero["overlap_comm"] and zero["contiguous_gradients"]
+    assert ("offload_optimizer" in zero) == (offload is not Offload.NONE)
+    assert ("offload_param" in zero) == (offload is Offload.PARAMS)
+    for block in ("offload_optimizer", "offload_param"):
+        if block in zero:
+            assert zero[block] == {"device": "cpu", "pin_memory": True}
+    assert config["bf16"] == {"enabled": True} and config["fp16"] == {"enabled": False}
+    assert exports.deepspeed_config(plan, 1, bf16_hardware=False)["fp16"] == {"enabled": True}
+
+
+def test_trainer_snippet_is_python_with_the_plans_arguments() -> None:
+    plan = Plan(model="qwen2.5-7b", method=Method.QLORA, batch=2, grad_accum=8, grad_ckpt=True)
+    text = exports.trainer_snippet(plan, "Qwen/Qwen2.5-7B")
+    compile(text, "snippet.py", "exec")  # valid Python
+    assert "per_device_train_batch_size=2," in text
+    assert "gradient_accumulation_steps=8," in text
+    assert "gradient_checkpointing=True," in text
+    assert "optim='adamw_torch'," in text
+    assert "load_in_4bit=True," in text and "LoraConfig(" in text
+
+
+@pytest.mark.parametrize(
+    ("method", "config_class"),
+    [
+        (Method.FULL, "TrainingArguments"),
+        (Method.LORA, "SFTConfig"),
+        (Method.GRPO, "GRPOConfig"),
+        (Method.PPO, "PPOConfig"),
+    ],
+)
+def test_trainer_snippet_picks_the_config_class(method: Method, config_class: str) -> None:
+    text = exports.trainer_snippet(Plan(model="qwen2.5-7b", method=method), "m")
+    assert f"args = {config_class}(" in text
+
+
+def test_accelerate_config_types() -> None:
+    plan = Plan(model="qwen2.5-7b", method=Method.FULL, precision=Precision.MIXED, zero=2)
+    config = yaml.safe_load(yaml.safe_dump(exports.accelerate_config(plan, 4)))
+    assert config["distributed_type"] == "DEEPSPEED"
+    assert config["num_processes"] == 4 and config["mixed_precision"] == "bf16"
+    assert config["deepspeed_config"]["zero_stage"] == 2
+    assert (
+        exports.accelerate_config(plan.model_copy(update={"zero": 0}), 1)["distributed_type"]
+        == "NO"
+    )
+
+
+def test_hf_jobs_timeout_has_the_margin_and_the_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(
+        capsys,
+        "--model",
+        "qwen2.5-0.5b",
+        "--examples",
+        "2000",
+        "--flavor",
+        "a10g-large",
+        "--export",
+        "hf-jobs",
+    )
+    assert status == 0
+    command = out.strip().splitlines()[-1]
+    assert command.startswith("hf jobs uv run --flavor a10g-large --timeout ")
+    document = plan_of(
+        capsys, "--model", "qwen2.5-0.5b", "--examples", "2000", "--flavor", "a10g-large"
+    )
+    hours = document["flavors"][0]["hours"]
+    timeout = command.split("--timeout ")[1].split()[0]
+    minutes = int(timeout[:-1]) * (60 if timeout.endswith("h") else 1)
+    assert hours * 60 * 1.25 <= minutes < hours * 60 * 1.25 + 60
+    assert "cost: about $" in out
+
+
+def test_hf_jobs_without_a_run_length_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(
+        capsys, "--model", "qwen2.5-0.5b", "--flavor", "a10g-large", "--export", "hf-jobs"
+    )
+    assert status == 2 and "--examples" in err
+
+
+# -- round trips: export, then --from gives the same estimate ---------------------------------------
+
+ROUND_TRIP_PLANS = [
+    "--model qwen2.5-7b --method full --precision mixed --zero 3 --offload optimizer --batch 2 --grad-accum 4 --gpus 4 --flavor a10g-largex4".split(),
+    "--model qwen2.5-7b --method full --precision fp32 --zero 2 --batch 1 --gpus 4 --flavor a100x4".split(),
+    "--model qwen2.5-3b --method full --precision mixed --zero 1 --batch 4 --grad-accum 2 --gpus 4 --flavor l4x4".split(),
+]
+
+
+@pytest.mark.parametrize("args", ROUND_TRIP_PLANS)
+def test_deepspeed_round_trip(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
+) -> None:
+    path = tmp_path / "ds.json"
+    assert run(capsys, *args, "--export", "deepspeed", "-o", str(path))[0] == 0
+    original = plan_of(capsys, *args)
+    model_and_method = args[:4]
+    flavor = args[args.index("--flavor") :][:2]
+    again = plan_of(capsys, *model_and_method, *flavor, "--from", str(path))
+    assert again["memory"] == original["memory"]
+    assert again["flavors"] == original["flavors"]
+
+
+TRAINER_PLANS = [
+    "--model qwen2.5-7b --method qlora --batch 2 --grad-accum 8 --grad-ckpt --lora-r 64 --seq 4096".split(),
+    "--model qwen2.5-7b --method dora --lora-targets q_proj,v_proj --optimizer adamw-8bit --epochs 3".split(),
+    "--model qwen2.5-3b --method full --precision amp --optimizer-impl fused".split(),
+    "--model qwen2.5-3b --method lora-8bit --batch 8".split(),
+    "--model qwen2.5-0.5b --method grpo --rl-method lora --batch 4".split(),
+]
+
+
+@pytest.mark.parametrize("args", TRAINER_PLANS)
+def test_trainer_round_trip(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
+) -> None:
+    path = tmp_path / "train_args.py"
+    assert run(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
+    original = plan_of(capsys, *args)
+    again = plan_of(capsys, "--from", str(path))  # the model comes from the snippet too
+    assert again["memory"] == original["memory"]
+    assert again["plan"]["model_id"] == original["plan"]["model_id"]
+
+
+def test_trainer_with_zero_round_trips_with_its_deepspeed_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = [
+        "--model",
+        "qwen2.5-7b",
+        "--method",
+        "lora",
+        "--precision",
+        "mixed",
+        "--zero",
+        "3",
+        "--offload",
+        "params",
+    ]
+    run(capsys, *args, "--export", "deepspeed", "-o", str(tmp_path / "ds_config.json"))
+    run(capsys, *args, "--export", "trainer", "-o", str(tmp_path / "train.py"))
+    assert (
+        plan_of(capsys, "--from", str(tmp_path / "train.py"))["memory"]
+        == plan_of(capsys, *args)["memory"]
+    )
+
+
+ACCELERATE_PLANS = [
+    "--model qwen2.5-7b --method full --precision mixed --zero 3 --offload params --gpus 8 --grad-accum 2".split(),
+    "--model qwen2.5-7b --method lora --precision amp --gpus 2".split(),
+]
+
+
+@pytest.mark.parametrize("args", ACCELERATE_PLANS)
+def test_accelerate_round_trip(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
+) -> None:
+    path = tmp_path / "default_config.yaml"
+    assert run(capsys, *args, "--export", "accelerate", "-o", str(path))[0] == 0
+    original = plan_of(capsys, *args)
+    again = plan_of(capsys, *args[:4], "--from", str(path))
+    assert again["memory"] == original["memory"]
+
+
+# -- other tools' files ---------------------------------------------------------------------------
+
+
+def test_an_axolotl_qlora_yaml_gives_the_plan_it_describes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    document = plan_of(capsys, "--from", str(CONFIGS / "axolotl-qlora.yaml"))
+    plan = document["plan"]
+    assert plan["model_id"] == "qwen2.5-7b"
+    assert (plan["method"], plan["lora_r"], plan["seq"], plan["batch"], plan["grad_accum"]) == (
+        "qlora",
+        32,
+        4096,
+        2,
+        4,
+    )
+    assert (plan["grad_ckpt"], plan["attention"], plan["optimizer"], plan["epochs"]) == (
+        True,
+        "flash",
+        "adamw-8bit",
+        3.0,
+    )
+    err = capsys.readouterr().err
+    assert "ignored" not in err or "learning_rate" in err
+
+
+def test_a_llama_factory_yaml_gives_the_plan_it_describes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(capsys, "--from", str(CONFIGS / "llama-factory-lora.yaml"), "--json")
+    assert status == 0
+    plan = json.loads(out)["plan"]
+    assert plan["model_id"] == "llama-3-8b"
+    assert (plan["method"], plan["lora_r"], plan["lora_targets"], plan["seq"]) == (
+        "lora",
+        8,
+        ["q_proj", "v_proj"],
+        1024,
+    )
+    assert (plan["batch"], plan["grad_accum"], plan["epochs"], plan["precision"]) == (
+        1,
+        8,
+        3.0,
+        "bf16",
+    )
+    assert "ignored" in err and "learning_rate" in err and "dataset" in err  # one line, listed
+
+
+def test_flags_on_the_command_line_win_over_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    plan = plan_of(
+        capsys, "--from", str(CONFIGS / "axolotl-qlora.yaml"), "--batch", "1", "--seq=512"
+    )["plan"]
+    assert (plan["batch"], plan["seq"], plan["method"]) == (1, 512, "qlora")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("broken.yaml", "a: [1, 2\nb: 3\n", "not valid YAML (line"),
+        ("broken.json", '{"train_micro_batch_size_per_gpu": 2,\n  oops}', "not valid JSON (line 2"),
+        ("what.yaml", "colour: blue\n", "cannot tell what this file configures"),
+        (
+            "bad.json",
+            '{"train_micro_batch_size_per_gpu": "two"}',
+            "'train_micro_batch_size_per_gpu' must be a whole number",
+        ),
+        ("list.yaml", "- 1\n- 2\n", "holds no table"),
+    ],
+)
+def test_a_broken_file_is_exit_2_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    status, _, err = run(capsys, "--model", "qwen2.5-7b", "--from", str(path))
+    assert status == 2
+    assert str(path) in err and message in err
+    assert "Traceback" not in err
+
+
+def test_output_without_export_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(capsys, "--model", "qwen2.5-7b", "-o", "x.json")
+    assert status == 2 and "--export" in err
+
+
+# -- the libraries that read these files, where installed -------------------------------------------
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers absent")
+def test_transformers_accepts_the_trainer_arguments(tmp_path: Path) -> None:  # pragma: no cover
+    import ast
+
+    from transformers import TrainingArguments
+
+    text = exports.trainer_snippet(Plan(model="m", method=Method.FULL, grad_ckpt=True), "m")
+    call = next(
+        node
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "TrainingArguments"
+    )
+    kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    kwargs["output_dir"] = str(tmp_path)
+    kwargs["bf16"] = False  # a CPU-only machine refuses bf16
+    TrainingArguments(**kwargs)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="peft absent")
+def test_peft_accepts_the_lora_config() -> None:  # pragma: no cover
+    from peft import LoraConfig
+
+    plan = Plan(model="m", method=Method.DORA, lora_r=8, lora_targets=("q_proj", "v_proj"))
+    LoraConfig(
+        r=plan.lora_r,
+        lora_alpha=2 * plan.lora_r,
+        target_modules=list(plan.lora_targets),
+        use_dora=True,
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed absent")
+def test_deepspeed_accepts_its_config() -> None:  # pragma: no cover
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    plan = Plan(
+        model="m", method=Method.FULL, precision=Precision.MIXED, zero=2, offload=Offload.OPTIMIZER
+    )
+    DeepSpeedConfig(exports.deepspeed_config(plan, 1))
