@@ -243,3 +243,12 @@ def test_slowdowns_come_from_the_catalog_with_their_sources(catalog: Catalog) ->
         assert any(source.startswith("offload-") for source in option.slowdown_sources)
         # Checkpointing alone would be 1.5x (6N vs 4N FLOPs for LoRA); offload multiplies it.
         assert option.slowdown is not None and option.slowdown > 1.5
+
+
+def test_options_of_a_grpo_plan_add_no_reward_model(catalog: Catalog) -> None:
+    # GRPO scores with functions unless a reward model is asked for; a changed plan must not
+    # turn that default into an explicit reward model.
+    plan = Plan(model="qwen2.5-7b", method=Method.GRPO, rl_method=Method.LORA, batch=4)
+    for option in options_for(catalog, plan, "l4x1"):
+        assert "rl_reward_model" not in option.plan.model_fields_set
+        assert not any(change.field == "rl_reward_model" for change in option.changes)
