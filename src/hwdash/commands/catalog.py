@@ -81,6 +81,14 @@ def run(args: argparse.Namespace) -> int:
         return _validate(extra, list(args.paths))
     kind = getattr(args, "kind", "flavors")
     catalog = load_catalog(extra)
+    if kind == "models":
+        # Models in the local Hugging Face cache are listed too (offline: read from the cache).
+        from dataclasses import replace
+
+        from hwdash.core.models import cached_models
+
+        cached = {model.id: model for model in cached_models(catalog)}
+        catalog = replace(catalog, models={**catalog.models, **cached})
     if getattr(args, "json", False):
         json.dump(catalog_as_json(catalog, kind), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hwdash.core import hf_cache
 from hwdash.core.catalog import Catalog, ModelSpec
 from hwdash.core.estimator import architecture
 from hwdash.core.units import parse_count
@@ -106,7 +107,35 @@ def resolve_model(ref: str, catalog: Catalog) -> ModelSpec:
         return synthetic_model(count)
     if text.endswith(".json"):
         raise UsageError(f"no such file: '{text}'", flag=FLAG)
+    if hf_cache.REPO_ID.match(text):
+        cached = hf_cache.cached_config(text)
+        if cached is not None:
+            return model_from_config_file(cached, name=text)
+        raise UsageError(
+            f"'{text}' is not in hwdash's catalog nor in the Hugging Face cache "
+            f"({hf_cache.cache_dir()}; set HF_HUB_CACHE or HF_HOME, or download it with "
+            "`hf download`): hwdash never fetches models",
+            flag=FLAG,
+        )
     raise UsageError(_unknown_model_message(text, catalog), flag=FLAG)
+
+
+def cached_models(catalog: Catalog) -> list[ModelSpec]:
+    """Models in the local Hugging Face cache that the catalog does not already know (by
+    Hugging Face id), read from their cached config.json; unreadable ones are skipped."""
+    known = {model.hf_id.lower() for model in catalog.models.values() if model.hf_id}
+    found = []
+    for repo_id in hf_cache.cached_model_ids():
+        if repo_id.lower() in known:
+            continue
+        path = hf_cache.cached_config(repo_id)
+        if path is None:
+            continue
+        try:
+            found.append(model_from_config_file(path, name=repo_id))
+        except UsageError:
+            continue
+    return found
 
 
 def _unknown_model_message(text: str, catalog: Catalog) -> str:
@@ -129,8 +158,9 @@ def _unknown_model_message(text: str, catalog: Catalog) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def model_from_config_file(path: Path) -> ModelSpec:
-    """Read a Hugging Face ``config.json`` with :mod:`json` and build a :class:`ModelSpec`."""
+def model_from_config_file(path: Path, *, name: str | None = None) -> ModelSpec:
+    """Read a Hugging Face ``config.json`` with :mod:`json` and build a :class:`ModelSpec`
+    (named ``name``, else after its folder)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -144,7 +174,7 @@ def model_from_config_file(path: Path) -> ModelSpec:
     if not isinstance(raw, dict):
         raise UsageError(f"'{path}' is not a config.json object", flag=FLAG)
     folder = path.parent.name if path.name == "config.json" else path.stem
-    return model_from_config(raw, name=folder or "model", source=str(path))
+    return model_from_config(raw, name=name or folder or "model", source=str(path))
 
 
 def _shown(value: Any) -> str:

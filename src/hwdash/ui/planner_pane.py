@@ -33,6 +33,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from hwdash.core.catalog import Catalog, CatalogError, ModelSpec
 from hwdash.core.fit import evaluate_plan
+from hwdash.core.hf_cache import cached_model_ids
 from hwdash.core.fit_options import FitOption, closest_flavor, find_fit_options
 from hwdash.core.local_flavor import (
     LOCAL_FLAVOR_ID,
@@ -361,7 +362,8 @@ class PlannerPane(Widget):
     def _make_control(self, name: str, plan: Plan) -> Widget:
         cid = _control_id(name)
         if name == "model":
-            suggestions = sorted(self.catalog.models)
+            # Catalog ids, then models in the local Hugging Face cache (read offline).
+            suggestions = sorted(self.catalog.models) + cached_model_ids()
             return Input(
                 plan.model,
                 placeholder="↓ lists models; or config.json, 7B",
