@@ -33,8 +33,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from hwdash.core.catalog import Catalog, CatalogError, ModelSpec
 from hwdash.core.fit import evaluate_plan
-from hwdash.core.hf_cache import cached_model_ids
 from hwdash.core.fit_options import FitOption, closest_flavor, find_fit_options
+from hwdash.core.hf_cache import cached_model_ids
 from hwdash.core.local_flavor import (
     LOCAL_FLAVOR_ID,
     LocalGpu,
