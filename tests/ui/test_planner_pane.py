@@ -771,3 +771,27 @@ async def test_the_monitors_gpus_become_the_local_flavor(tmp_path: Path) -> None
             for fit in rows.shown
             if fit.flavor.id == "local"
         )
+
+
+async def test_e_exports_the_current_plan_to_a_file(
+    catalog: Catalog, store: PlanStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from hwdash.core.exports import deepspeed_config
+    from hwdash.ui.widgets.planner_export import ExportDialog
+
+    monkeypatch.chdir(tmp_path)
+    plan = Plan(model="qwen2.5-7b", method=Method.LORA, batch=2, grad_accum=4, zero=2)
+    app = PlannerApp(catalog, store, plan)
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportDialog)
+        await pilot.press("enter")  # the first format: DeepSpeed
+        await pilot.pause()
+        assert pane.exported is not None and pane.exported.parent == tmp_path
+        assert json.loads(pane.exported.read_text()) == deepspeed_config(plan, plan.gpus)
+        assert any(str(pane.exported) in n.message for n in app._notifications)

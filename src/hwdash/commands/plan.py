@@ -407,56 +407,10 @@ def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Pla
 
 def export(kind: str, report: Any, catalog: Any, output: str | None) -> int:
     """Write the plan as ``kind`` to ``output`` (stdout when None)."""
-    import yaml
+    from hwdash.core.exports import export_text
 
-    from hwdash.core import exports
-
-    plan = report.plan
-    flavor_id = plan.flavors[0] if plan.flavors else report.recommended
-    flavor = catalog.flavors.get(flavor_id) if flavor_id else None
-    accelerator = catalog.accelerator_for(flavor) if flavor is not None else None
-    bf16 = accelerator.bf16 if accelerator is not None else True
-    gpus = (
-        flavor.gpu_count if plan.flavors and flavor is not None and flavor.gpu_count else plan.gpus
-    )
-    notes: list[str] = []
     try:
-        if kind == "deepspeed":
-            if plan.precision in (Precision.BF16, Precision.AMP):
-                notes.append(
-                    "DeepSpeed's bf16/fp16 keeps an fp32 master copy: the memory is that of "
-                    "--precision mixed"
-                )
-            text = json.dumps(
-                exports.deepspeed_config(plan, gpus, bf16_hardware=bf16), indent=2, allow_nan=False
-            )
-            text += "\n"
-        elif kind == "trainer":
-            model_id = report.model.hf_id or report.model.id  # what from_pretrained takes
-            text = exports.trainer_snippet(plan, model_id, bf16_hardware=bf16)
-            if plan.zero:
-                notes.append(
-                    f"the snippet points at {exports.DEEPSPEED_CONFIG_NAME}: write it with "
-                    "--export deepspeed"
-                )
-        elif kind == "accelerate":
-            text = yaml.safe_dump(
-                exports.accelerate_config(plan, gpus, bf16_hardware=bf16), sort_keys=False
-            )
-        else:
-            fit = next((f for f in report.flavors if f.flavor.id == flavor_id), None)
-            if fit is None or flavor is None or flavor.provider != "hf-jobs":
-                raise UsageError(
-                    "hf-jobs needs a Hugging Face Jobs flavor: give --flavor ID, or a plan "
-                    "that one of them fits",
-                    flag="--export",
-                )
-            if fit.hours is None:
-                raise UsageError(
-                    "hf-jobs needs the run's length for its timeout: add --examples or --tokens",
-                    flag="--export",
-                )
-            text = exports.hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour)
+        text, notes = export_text(kind, report, catalog)
     except ValueError as exc:
         raise UsageError(str(exc), flag="--export") from None
     for note in notes:

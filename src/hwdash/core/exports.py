@@ -24,7 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hwdash.core.catalog import Catalog
 from hwdash.core.plan import Method, Offload, Optimizer, OptimizerImpl, Plan, Precision
+from hwdash.core.results import PlanReport
 
 EXPORT_FORMATS = ("deepspeed", "trainer", "accelerate", "hf-jobs")
 
@@ -34,6 +36,9 @@ GRADIENT_CLIPPING = 1.0
 TIMEOUT_MARGIN = 0.25
 """The ``hf jobs`` timeout is the estimated time plus this share (the estimate is FLOPs-based and
 jobs also download the model and data), rounded up to the minute."""
+
+FILE_SUFFIXES = {"deepspeed": "json", "trainer": "py", "accelerate": "yaml", "hf-jobs": "sh"}
+"""The file name ending each format is written with (the dashboard names files by it)."""
 
 DEEPSPEED_CONFIG_NAME = "ds_config.json"
 """The file name the Trainer and accelerate exports point at for the DeepSpeed block."""
@@ -253,3 +258,59 @@ def hf_jobs_command(
         )
     lines.append(f"hf jobs uv run --flavor {flavor_id} --timeout {timeout_text(minutes)} {script}")
     return "\n".join(lines) + "\n"
+
+
+# -- one entry point for the CLI and the dashboard ------------------------------------------------
+
+
+def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, list[str]]:
+    """The plan of ``report`` as ``kind`` (one of :data:`EXPORT_FORMATS`), and notes for the user.
+
+    The hardware is the plan's first ``--flavor``, else the recommended flavor: its bf16 support
+    and (for a named flavor) its GPU count. Raises ``ValueError`` with the reason when the plan
+    cannot be written in that format.
+    """
+    import json
+
+    import yaml
+
+    plan = report.plan
+    flavor_id = plan.flavors[0] if plan.flavors else report.recommended
+    flavor = catalog.flavors.get(flavor_id) if flavor_id else None
+    accelerator = catalog.accelerator_for(flavor) if flavor is not None else None
+    bf16 = accelerator.bf16 if accelerator is not None else True
+    gpus = plan.gpus
+    if plan.flavors and flavor is not None and flavor.gpu_count:
+        gpus = flavor.gpu_count
+    notes: list[str] = []
+    if kind == "deepspeed":
+        if plan.precision in (Precision.BF16, Precision.AMP):
+            notes.append(
+                "DeepSpeed's bf16/fp16 keeps an fp32 master copy: the memory is that of "
+                "--precision mixed"
+            )
+        config = deepspeed_config(plan, gpus, bf16_hardware=bf16)
+        return json.dumps(config, indent=2, allow_nan=False) + "\n", notes
+    if kind == "trainer":
+        model_id = report.model.hf_id or report.model.id  # what from_pretrained takes
+        if plan.zero:
+            notes.append(
+                f"the snippet points at {DEEPSPEED_CONFIG_NAME}: write it with --export deepspeed"
+            )
+        return trainer_snippet(plan, model_id, bf16_hardware=bf16), notes
+    if kind == "accelerate":
+        config = accelerate_config(plan, gpus, bf16_hardware=bf16)
+        return yaml.safe_dump(config, sort_keys=False), notes
+    if kind == "hf-jobs":
+        fit = next((f for f in report.flavors if f.flavor.id == flavor_id), None)
+        if fit is None or flavor is None or flavor.provider != "hf-jobs":
+            raise ValueError(
+                "hf-jobs needs a Hugging Face Jobs flavor: give --flavor ID, or a plan that one "
+                "of them fits"
+            )
+        if fit.hours is None:
+            raise ValueError(
+                "hf-jobs needs the run's length for its timeout: add --examples or --tokens"
+            )
+        return hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour), notes
+    raise ValueError(f"unknown export format {kind!r} (choose from {', '.join(EXPORT_FORMATS)})")

@@ -80,6 +80,7 @@ HELP_TEXT = """\
   f          make it fit: the smallest changes that fit the selected flavor
              (else the recommended one); enter applies one, escape leaves
   o          show only the flavors the plan fits
+  e          export the plan: DeepSpeed, Trainer/TRL, accelerate or hf jobs
 
 Press escape, q or ? to close this help."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -32,6 +33,7 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from hwdash.core.catalog import Catalog, CatalogError, ModelSpec
+from hwdash.core.exports import FILE_SUFFIXES, export_text
 from hwdash.core.fit import evaluate_plan
 from hwdash.core.fit_options import FitOption, closest_flavor, find_fit_options
 from hwdash.core.hf_cache import cached_model_ids
@@ -59,6 +61,7 @@ from hwdash.core.units import format_bytes, format_count, format_hours, format_m
 from hwdash.errors import UsageError
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
+from hwdash.ui.widgets.planner_export import ExportDialog
 from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
 from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace_until_cancelled
@@ -273,6 +276,7 @@ class PlannerPane(Widget):
         Binding("2", "sort('time')", "Sort time", group=_SORT_GROUP),
         Binding("3", "sort('memory')", "Sort memory", group=_SORT_GROUP),
         Binding("f", "fit_options", "Fit it"),
+        Binding("e", "export", "Export", show=False),
         Binding("o", "toggle_fits_only", "Fits only", show=False),
         Binding("v", "next_provider", "Provider"),
     ]
@@ -311,6 +315,8 @@ class PlannerPane(Widget):
         """Field name -> reason, for every field the current form cannot use (``""``: the whole form)."""
         self._recompute_pending = False
         self._shown_errors: dict[str, str] | None = None
+        self.exported: Path | None = None
+        """The file the last export wrote (tests read it)."""
 
     @staticmethod
     def _default_plan(catalog: Catalog) -> Plan:
@@ -762,6 +768,38 @@ class PlannerPane(Widget):
             self.notify(applied, title="Make it fit", timeout=5, markup=False)
 
         self.app.push_screen(FitOptionsDialog(search, label), chosen)
+
+    def action_export(self) -> None:
+        """Choose a format; the current plan is written to a file in the working folder."""
+        report = self.report
+        if report is None or self.errors:
+            self.notify(
+                "Nothing to export: fix the marked fields first.", severity="warning", timeout=4
+            )
+            return
+        folder = Path.cwd()
+
+        def chosen(kind: str | None) -> None:
+            if kind is None:
+                return
+            try:
+                text, notes = export_text(kind, report, self.catalog)
+            except ValueError as exc:
+                self.notify(str(exc), title="Export", severity="error", timeout=8, markup=False)
+                return
+            stem = re.sub(r"[^A-Za-z0-9._-]+", "-", report.model.id).strip("-") or "plan"
+            path = folder / f"hwdash-{stem}-{kind}.{FILE_SUFFIXES[kind]}"
+            try:
+                path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                message = f"cannot write {path}: {exc.strerror or exc}"
+                self.notify(message, title="Export", severity="error", timeout=8, markup=False)
+                return
+            self.exported = path
+            message = "\n".join([f"wrote {path}", *notes])
+            self.notify(message, title="Export", timeout=8, markup=False)
+
+        self.app.push_screen(ExportDialog(str(folder)), chosen)
 
     def _flavor_to_fit(self, report: PlanReport) -> FlavorFit | None:
         table = self.query_one(FlavorTable)
