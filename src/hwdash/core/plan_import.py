@@ -102,6 +102,20 @@ class _Reader:
         return sorted(str(key) for key in self.data if key not in self.used)
 
 
+def _copy_numbers(
+    reader: _Reader, out: ImportedPlan, integers: Mapping[str, str], numbers: Mapping[str, str]
+) -> None:
+    """File key -> plan field, for whole numbers (kept when positive) and numbers."""
+    for key, name in integers.items():
+        value = reader.integer(key)
+        if value:
+            out.updates[name] = value
+    for key, name in numbers.items():
+        number = reader.number(key)
+        if number is not None and (number > 0 or name == "lora_dropout"):
+            out.updates[name] = number
+
+
 # -- reading files ------------------------------------------------------------------------------
 
 
@@ -280,23 +294,20 @@ def _precision_from(bf16: bool | None, fp16: bool | None, dtype: str | None) -> 
 
 
 def _read_trainer_mapping(reader: _Reader, out: ImportedPlan) -> None:
-    for key, name in (
-        ("per_device_train_batch_size", "batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
-    ):
-        value = reader.integer(key)
-        if value:
-            out.updates[name] = value
+    _copy_numbers(
+        reader,
+        out,
+        {
+            "per_device_train_batch_size": "batch",
+            "gradient_accumulation_steps": "grad_accum",
+            "max_seq_length": "seq",
+            "max_length": "seq",
+        },
+        {"num_train_epochs": "epochs"},
+    )
     ckpt = reader.flag("gradient_checkpointing")
     if ckpt is not None:
         out.updates["grad_ckpt"] = ckpt
-    epochs = reader.number("num_train_epochs")
-    if epochs:
-        out.updates["epochs"] = epochs
-    for key in ("max_length", "max_seq_length"):
-        seq = reader.integer(key)
-        if seq:
-            out.updates["seq"] = seq
     reader.get("max_grad_norm")
     reader.get("output_dir")
     _optimizer(reader, "optim", out)
@@ -435,28 +446,22 @@ def _read_axolotl(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["method"] = method
     elif adapter is None:
         out.updates["method"] = Method.FULL
-    rank = reader.integer("lora_r")
-    if rank:
-        out.updates["lora_r"] = rank
-    dropout = reader.number("lora_dropout")
-    if dropout is not None:
-        out.updates["lora_dropout"] = dropout
+    _copy_numbers(
+        reader,
+        out,
+        {
+            "lora_r": "lora_r",
+            "sequence_len": "seq",
+            "micro_batch_size": "batch",
+            "gradient_accumulation_steps": "grad_accum",
+        },
+        {"lora_dropout": "lora_dropout", "num_epochs": "epochs"},
+    )
     if reader.flag("lora_target_linear"):
         out.updates["lora_targets"] = ("all-linear",)
     modules = reader.get("lora_target_modules")
     if isinstance(modules, list) and modules and all(isinstance(m, str) for m in modules):
         out.updates["lora_targets"] = tuple(modules)
-    for key, name in (
-        ("sequence_len", "seq"),
-        ("micro_batch_size", "batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
-    ):
-        value = reader.integer(key)
-        if value:
-            out.updates[name] = value
-    epochs = reader.number("num_epochs")
-    if epochs:
-        out.updates["epochs"] = epochs
     ckpt = reader.get("gradient_checkpointing")
     if ckpt is not None:
         out.updates["grad_ckpt"] = bool(ckpt)  # axolotl also takes "unsloth" here
@@ -500,12 +505,17 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
         if stage not in ("sft", "pt"):
             out.notes.append(f"stage {stage!r} is planned as supervised fine-tuning")
         out.updates["method"] = method
-    rank = reader.integer("lora_rank")
-    if rank:
-        out.updates["lora_r"] = rank
-    dropout = reader.number("lora_dropout")
-    if dropout is not None:
-        out.updates["lora_dropout"] = dropout
+    _copy_numbers(
+        reader,
+        out,
+        {
+            "lora_rank": "lora_r",
+            "cutoff_len": "seq",
+            "per_device_train_batch_size": "batch",
+            "gradient_accumulation_steps": "grad_accum",
+        },
+        {"lora_dropout": "lora_dropout", "num_train_epochs": "epochs"},
+    )
     target = reader.text("lora_target")
     if target:
         out.updates["lora_targets"] = (
@@ -513,17 +523,6 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
             if target == "all"
             else tuple(part.strip() for part in target.split(",") if part.strip())
         )
-    for key, name in (
-        ("cutoff_len", "seq"),
-        ("per_device_train_batch_size", "batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
-    ):
-        value = reader.integer(key)
-        if value:
-            out.updates[name] = value
-    epochs = reader.number("num_train_epochs")
-    if epochs:
-        out.updates["epochs"] = epochs
     attention = reader.text("flash_attn")
     if attention == "fa2":
         out.updates["attention"] = Attention.FLASH
