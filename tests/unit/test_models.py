@@ -235,3 +235,74 @@ def test_tie_word_embeddings_false_as_a_real_boolean_is_honoured(
         json.dumps({**_TINY_CONFIG, "model_type": "gemma", "tie_word_embeddings": False})
     )
     assert resolve_model(str(path), catalog).tied_embeddings is False
+
+
+# -- quantized checkpoints count their weights at their precision ----------------------------------
+
+_LLAMA_8B = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+}
+
+
+@pytest.mark.parametrize(
+    ("quantization", "bits"),
+    [
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, 4),
+        ({"quant_method": "awq", "bits": 4}, 4),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, 4),
+        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, 8),
+        ({"load_in_8bit": True}, 8),
+    ],
+)
+def test_quantized_checkpoints_load_at_their_precision(
+    tmp_path: Path, catalog: Catalog, quantization: dict[str, object], bits: int
+) -> None:
+    from hwdash.core.estimator import estimate_memory
+    from hwdash.core.plan import Method, Plan
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_LLAMA_8B, "quantization_config": quantization}))
+    quantized = resolve_model(str(path), catalog)
+    assert quantized.checkpoint_bits == bits
+    full = model_from_config(_LLAMA_8B, name="llama", source="test")
+    plan = Plan(model="x", method=Method.INFERENCE, seq=1024)
+    weights = estimate_memory(plan, quantized).per_gpu.weights
+    sixteen = estimate_memory(plan, full).per_gpu.weights
+    # The block linears shrink to about bits/16 of their 16-bit size; embeddings stay 16-bit.
+    assert weights < sixteen * (0.40 if bits == 4 else 0.65)
+    assert weights > sixteen * (bits / 16) * 0.9
+    # LoRA on the 4-bit checkpoint trains over 4-bit weights: the QLoRA base.
+    if bits == 4:
+        lora = estimate_memory(Plan(model="x", method=Method.LORA, seq=512), quantized)
+        qlora = estimate_memory(Plan(model="x", method=Method.QLORA, seq=512), full)
+        assert lora.per_gpu.weights == qlora.per_gpu.weights
+
+
+def test_a_quantized_checkpoint_cannot_be_fully_fine_tuned(
+    tmp_path: Path, catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hwdash.cli import main
+
+    folder = tmp_path / "llama-gptq"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps({**_LLAMA_8B, "quantization_config": {"quant_method": "gptq", "bits": 4}})
+    )
+    assert main(["plan", "--model", str(folder), "--method", "full"]) == 2
+    assert "4-bit checkpoint" in capsys.readouterr().err
+
+
+def test_an_unknown_quantization_is_refused_not_counted_as_16_bit(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_LLAMA_8B, "quantization_config": {"quant_method": "hqq"}}))
+    with pytest.raises(UsageError, match="hqq"):
+        resolve_model(str(path), catalog)

@@ -198,6 +198,9 @@ class ModelSpec(_Strict):
     """Experts each token is routed to (top-k)."""
     max_context: int = Field(gt=0, le=1_000_000_000)
     """Longest context the model was trained for (``max_position_embeddings``)."""
+    checkpoint_bits: Literal[4, 8] | None = None
+    """The checkpoint's block linear layers are stored quantized at this many bits
+    (``quantization_config``: bitsandbytes 4/8-bit, GPTQ, AWQ); None: 16-bit weights."""
     params: int | None = Field(default=None, gt=0, le=10**16)
     """Published total parameter count, if known; otherwise counted from the architecture."""
     source: str = Field(min_length=1)

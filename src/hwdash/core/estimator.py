@@ -58,6 +58,10 @@ NF4_CONSTANT_BYTES_PER_PARAM = 0.127 / 8
 #: LLM.int8(): one byte per weight; the per-row fp32 scale is counted per matrix (arXiv:2208.07339).
 INT8_BYTES_PER_PARAM = 1
 INT8_ROW_SCALE_BYTES = 4
+#: GPTQ/AWQ 4-bit checkpoints: 4-bit weights plus, per group of 128 weights, an fp16 scale and a
+#: 4-bit zero point (AutoGPTQ's and AutoAWQ's default group size is 128; Frantar et al. 2023,
+#: arXiv:2210.17323, section 4; Lin et al. 2024, arXiv:2306.00978).
+GROUPED_4BIT_BYTES_PER_PARAM = 0.5 + (2 + 0.5) / 128
 
 #: bitsandbytes 8-bit Adam keeps both states in 8 bits (1 byte each per parameter); its block-wise
 #: quantization constants (one fp32 per 2048 values) are small enough to ignore. Dettmers et al. 2021,
@@ -161,6 +165,9 @@ class Architecture:
     """Gemma 2's ``cap * tanh(scores / cap)`` on the attention scores (eager attention)."""
     final_logit_softcap: bool = False
     """Gemma 2's ``cap * tanh(logits / cap)`` on the output logits."""
+    checkpoint_bits: int | None = None
+    """A quantized checkpoint's bits (``ModelSpec.checkpoint_bits``): its block linears load at
+    that precision (inference), and LoRA on it trains as QLoRA (4) or 8-bit LoRA (8)."""
 
     @property
     def q_dim(self) -> int:
@@ -275,6 +282,7 @@ def architecture(model: ModelSpec) -> Architecture:
         norm_scale_in_fp32=model.norm_type == "rmsnorm_offset",
         attn_logit_softcap=model.attn_logit_softcap is not None,
         final_logit_softcap=model.final_logit_softcap is not None,
+        checkpoint_bits=model.checkpoint_bits,
     )
 
 
@@ -934,6 +942,20 @@ def _frozen_weights_on_gpu(
     return min(total_bytes, total_bytes / dp + live), 0.0
 
 
+def checkpoint_weight_bytes(arch: Architecture, weight_bytes: int) -> float:
+    """Weights as loaded for inference: 16-bit (or the layout's) unless the checkpoint is
+    quantized, when its block linears take 4 bits plus group scales (GPTQ/AWQ/NF4 alike, within
+    a few percent) or 8 bits plus a per-row scale (LLM.int8()); the rest stays 16-bit."""
+    if arch.checkpoint_bits is None:
+        return float(arch.total_params * weight_bytes)
+    if arch.checkpoint_bits == 4:
+        quantized = arch.quantizable_params * GROUPED_4BIT_BYTES_PER_PARAM
+    else:
+        rows = arch.layers * sum(linear.out_features * linear.copies for linear in arch.linears)
+        quantized = arch.quantizable_params * INT8_BYTES_PER_PARAM + rows * INT8_ROW_SCALE_BYTES
+    return quantized + 2.0 * arch.unquantized_params
+
+
 def _base_weight_bytes(arch: Architecture, method: Method, layout: Layout) -> tuple[float, float]:
     """Bytes of the frozen base for a LoRA-style method, and the bytes per parameter ZeRO-3 gathers.
 
@@ -944,6 +966,9 @@ def _base_weight_bytes(arch: Architecture, method: Method, layout: Layout) -> tu
       which casts every non-quantized 16-bit parameter to fp32.
     * lora-8bit: LLM.int8() weights with a per-row fp32 scale; the rest upcast to fp32 as above.
     """
+    if method in (Method.LORA, Method.DORA) and arch.checkpoint_bits is not None:
+        # LoRA on a quantized checkpoint trains over its quantized weights: QLoRA or 8-bit LoRA.
+        method = Method.QLORA if arch.checkpoint_bits == 4 else Method.LORA_8BIT
     if method is Method.QLORA:
         quantized = arch.quantizable_params * (NF4_BYTES_PER_PARAM + NF4_CONSTANT_BYTES_PER_PARAM)
         total = quantized + 4 * arch.unquantized_params
@@ -1304,7 +1329,7 @@ def estimate_memory(
     trainable = 0
     if plan.method is Method.INFERENCE:
         element_bytes = layout.activation_bytes
-        weights = float(arch.total_params * layout.weight_bytes) / dp
+        weights = checkpoint_weight_bytes(arch, layout.weight_bytes) / dp
         kv = kv_cache_bytes(arch, plan.batch, plan.seq, element_bytes) / dp
         activations = inference_activation_bytes(
             arch, plan.batch, plan.seq, element_bytes, plan.attention

@@ -264,6 +264,12 @@ def check_plan_for_model(plan: Plan, model: ModelSpec) -> None:
     """Reject what the model cannot do, naming the flag: LoRA on modules it does not have
     (``--lora-targets``), or a rank wider than an adapted matrix (``--lora-r``)."""
     method = plan.rl_method if plan.is_rl else plan.method
+    if model.checkpoint_bits is not None and method is Method.FULL:
+        raise UsageError(
+            f"{model.name} is a {model.checkpoint_bits}-bit checkpoint: full fine-tuning cannot "
+            "update quantized weights (train adapters: lora, qlora)",
+            flag="--method",
+        )
     if method not in LORA_STYLE_METHODS:
         return
     arch = architecture(model)

@@ -16,7 +16,7 @@ import difflib
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -259,6 +259,7 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
                 f"{experts} experts",
                 flag=FLAG,
             )
+    checkpoint_bits = _checkpoint_bits(fields.get("quantization_config"), source)
     name_or_path = fields.get("_name_or_path")
     hf_id = name_or_path[:200] if isinstance(name_or_path, str) else ""
     try:
@@ -279,12 +280,46 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             experts=experts,
             experts_per_token=experts_per_token,
             max_context=max_context,
+            checkpoint_bits=checkpoint_bits,
             source=f"config.json: {source}",
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise UsageError(f"{source}: {field}: {first['msg']}", flag=FLAG) from None
+
+
+def _checkpoint_bits(quantization: Any, source: str) -> Literal[4, 8] | None:
+    """4 or 8 for a quantized checkpoint's ``quantization_config`` (bitsandbytes ``load_in_4bit``
+    / ``load_in_8bit``, GPTQ and AWQ ``bits``); None for none. Other methods or bit widths are a
+    usage error rather than a silently wrong 16-bit count."""
+    if quantization is None:
+        return None
+    if not isinstance(quantization, dict):
+        raise UsageError(f"{source}: 'quantization_config' must be a table", flag=FLAG)
+    method = quantization.get("quant_method", "bitsandbytes")
+    if method == "bitsandbytes":
+        if quantization.get("load_in_4bit") is True:
+            return 4
+        if quantization.get("load_in_8bit") is True:
+            return 8
+        return None
+    if method in ("gptq", "awq"):
+        bits = quantization.get("bits", quantization.get("w_bit"))
+        if bits == 4 and not isinstance(bits, bool):
+            return 4
+        if bits == 8 and not isinstance(bits, bool):
+            return 8
+        raise UsageError(
+            f"{source}: quantization_config: {method} with {_shown(bits)} bits is not counted "
+            "(4 and 8 are)",
+            flag=FLAG,
+        )
+    raise UsageError(
+        f"{source}: quantization_config: quant_method {_shown(method)} is not counted "
+        "(bitsandbytes, gptq and awq are)",
+        flag=FLAG,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
