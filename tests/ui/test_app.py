@@ -165,3 +165,33 @@ def test_dashboard_flags_parse_like_the_monitor() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--demo", "--fake-nvml", "h100x8"])  # one source at a time
     assert dashboard.run.__doc__
+
+
+@pytest.mark.parametrize(
+    ("scenario", "asked", "expected"),
+    [
+        ("h100x8", None, "monitor"),  # a training box opens on its GPUs
+        ("no-driver", None, "planner"),
+        ("h100x8", "compare", "compare"),
+        ("no-driver", "monitor", "monitor"),
+    ],
+)
+def test_the_dashboard_opens_on_the_monitor_where_there_are_gpus(
+    scenario: str, asked: str | None, expected: str
+) -> None:
+    from hwdash.commands.dashboard import choose_tab
+    from hwdash.telemetry.source import make_sampler
+
+    sampler = make_sampler(scenario)
+    try:
+        assert choose_tab(asked, sampler) == expected  # type: ignore[arg-type]
+    finally:
+        sampler.close()
+
+
+def test_tab_flag_is_parsed() -> None:
+    from hwdash.cli import build_parser
+
+    assert build_parser().parse_args(["--tab", "monitor"]).tab == "monitor"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--tab", "bogus"])

@@ -16,6 +16,7 @@ from snapshot_apps.fake_dashboard import (
     wait_for_frames,
 )
 
+from hwdash.core.plan import Plan
 from hwdash.core.plan_store import PlanStore
 from hwdash.telemetry.types import (
     GpuSample,
@@ -176,7 +177,10 @@ async def test_plan_total_is_drawn_and_the_overrun_is_said(tmp_path: Path) -> No
     app, clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=0)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for_frames(pilot, app, 1)
-        # The planner's default plan is on the bars as soon as the app starts.
+        # A plan the user chose is on the bars at once.
+        app.planner.load_plan(Plan(model="qwen2.5-7b"), "chosen")
+        await pilot.pause()
+        await pilot.pause()
         report = app.planner.report
         assert report is not None
         plan_bytes = report.estimate.per_gpu.total
@@ -543,3 +547,19 @@ async def test_a_blind_gpu_is_said_everywhere_and_clears_when_data_flows(tmp_pat
         json.loads(line)["kind"] for line in (tmp_path / "alerts.jsonl").read_text().splitlines()
     ]
     assert kinds == ["blind", "recovered"]
+
+
+async def test_only_a_plan_the_user_chose_is_held_against_the_gpus(tmp_path: Path) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.pause()
+        # The planner's starting form is nobody's plan: no plan line, no tick on the bars.
+        assert app.monitor.plan_bytes is None
+        # Loading a saved plan draws it under its name.
+        saved = Plan(model="qwen2.5-7b", batch=2)
+        app.planner.load_plan(saved, "my run")
+        await pilot.pause()
+        await pilot.pause()
+        assert app.monitor.plan_bytes is not None
+        assert "Plan my run:" in app.monitor.plan_cell.shown

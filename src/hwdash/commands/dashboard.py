@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 from hwdash.cli import add_dashboard_arguments
 from hwdash.core.alerts import DEFAULT_THRESHOLD
@@ -34,17 +34,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-bell", action="store_true", help="do not ring the terminal bell on an alert"
     )
+    parser.add_argument(
+        "--tab",
+        choices=["planner", "compare", "monitor"],
+        default=None,
+        help="the tab shown first (default: monitor when NVML shows a GPU, else planner)",
+    )
+
+
+def choose_tab(
+    asked: Literal["planner", "compare", "monitor"] | None, sampler: Any
+) -> Literal["planner", "compare", "monitor"]:
+    """The tab asked for, else the monitor when one sample shows a GPU, else the planner."""
+    if asked is not None:
+        return asked
+    return "monitor" if sampler.sample().gpus else "planner"
 
 
 def run(
     args: argparse.Namespace,
     *,
     stdout: TextIO | None = None,
-    initial_tab: Literal["planner", "compare", "monitor"] = "planner",
+    initial_tab: Literal["planner", "compare", "monitor"] | None = None,
 ) -> int:
     """Check the flags, build the app with :func:`hwdash.ui.app.make_app`, run it.
 
-    ``initial_tab`` is the tab shown first (``hwdash compare`` passes ``"compare"``).
+    ``initial_tab`` is the tab shown first (``hwdash compare`` passes ``"compare"``); ``--tab``
+    chooses it too; otherwise the monitor when NVML shows a GPU (a training box), else the
+    planner.
     """
     # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
     from hwdash.commands.monitor import parse_blind_after, parse_fraction, parse_interval
@@ -70,6 +87,7 @@ def run(
     from hwdash.telemetry.source import make_sampler
 
     sampler = make_sampler(scenario)
+    tab = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
 
     from hwdash.ui.app import make_app
 
@@ -82,7 +100,7 @@ def run(
         on_alert=args.on_alert,
         bell=not args.no_bell,
         plan_store=PlanStore(),
-        initial_tab=initial_tab,
+        initial_tab=tab,
     )
     try:
         app.run()

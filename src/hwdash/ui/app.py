@@ -273,11 +273,11 @@ class HwdashApp(App[None]):
     def on_planner_pane_plan_changed(self, message: PlannerPane.PlanChanged) -> None:
         """Draw the planner's per-GPU total on the monitor's bars."""
         report = message.report
-        if report is None:
+        if report is None or not message.chosen:
+            # Only a plan the user chose is held against the live GPUs, not the starting form.
             self.monitor.set_plan_expectation(None)
             return
-        label = f"{report.model.id} {report.plan.method.value}"
-        self.monitor.set_plan_expectation(report.estimate.per_gpu.total, label)
+        self.monitor.set_plan_expectation(report.estimate.per_gpu.total, message.label)
 
     def on_planner_pane_plan_saved(self, message: PlannerPane.PlanSaved) -> None:
         """A saved plan shows up in the compare view at once."""
@@ -287,7 +287,7 @@ class HwdashApp(App[None]):
     def on_compare_pane_load_plan(self, message: ComparePane.LoadPlan) -> None:
         """Load a saved plan back into the planner form and show it."""
         self.action_show_tab("planner")
-        self.planner.load_plan(message.plan)
+        self.planner.load_plan(message.plan, message.name or None)
 
     # -- actions ------------------------------------------------------------------------------
 

@@ -284,10 +284,17 @@ class PlannerPane(Widget):
     class PlanChanged(Message):
         """The estimate was recomputed; ``report`` is None while the form is invalid."""
 
-        def __init__(self, report: PlanReport | None) -> None:
+        def __init__(
+            self, report: PlanReport | None, *, chosen: bool = False, label: str = ""
+        ) -> None:
             super().__init__()
             self.report = report
             """The new estimate, or None when the form has errors."""
+            self.chosen = chosen
+            """Whether the user chose this plan (loaded, saved or edited it), as opposed to the
+            form's starting default: only a chosen plan is drawn on the monitor."""
+            self.label = label
+            """How to name it: the saved plan's name, else model and method."""
 
     class PlanSaved(Message):
         """A plan was saved to the store from this pane."""
@@ -309,6 +316,9 @@ class PlannerPane(Widget):
         self.catalog = catalog
         self.store = store
         self._base = initial if initial is not None else self._default_plan(catalog)
+        self._starting_plan = self._base
+        self._chosen_name: str | None = None
+        """The name of a plan the user loaded or saved (None: the form's own)."""
         self.report: PlanReport | None = None
         """The last good estimate (kept while the form is invalid)."""
         self.errors: dict[str, str] = {}
@@ -548,7 +558,13 @@ class PlannerPane(Widget):
             self.query_one(MemoryBreakdownView).stale = report is None
             self.query_one(FlavorTable).stale = report is None
             self.query_one(TraceView).follow_plan(None if report is None else report.plan)
-        self.post_message(self.PlanChanged(report))
+        chosen = self._chosen_name is not None or (
+            report is not None and report.plan != self._starting_plan
+        )
+        label = ""
+        if report is not None:
+            label = self._chosen_name or f"{report.model.id} {report.plan.method.value} (edited)"
+        self.post_message(self.PlanChanged(report, chosen=chosen, label=label))
 
     def _show_errors(self, errors: dict[str, str]) -> None:
         if errors == self._shown_errors:
@@ -887,6 +903,8 @@ class PlannerPane(Widget):
                 return
         self.notify(f"Saved plan '{saved.name}'", title="Planner", timeout=4, markup=False)
         self.post_message(self.PlanSaved(saved))
+        self._chosen_name = saved.name
+        self.request_recompute()  # the monitor now draws the plan under its saved name
 
     # -- tracing ---------------------------------------------------------------------------------
 
@@ -943,9 +961,11 @@ class PlannerPane(Widget):
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def load_plan(self, plan: Plan) -> None:
-        """Fill the form from ``plan`` (fields the form does not show are kept) and recompute."""
+    def load_plan(self, plan: Plan, name: str | None = None) -> None:
+        """Fill the form from ``plan`` (fields the form does not show are kept) and recompute.
+        ``name``: the saved plan's name (the monitor draws the plan under it)."""
         self._base = plan
+        self._chosen_name = name if name is not None else f"{plan.model} {plan.method.value}"
         for name in _FIELD_NAMES:
             control = self.query_one(f"#{_control_id(name)}")
             value = getattr(plan, name)
