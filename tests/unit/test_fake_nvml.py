@@ -224,3 +224,37 @@ def test_time_step_advances_scenario_time_once_per_round() -> None:
         nvml.nvmlDeviceGetCount()
         seen.append(nvml.nvmlDeviceGetMemoryInfo(FakeDeviceHandle(0)).used // MIB)
     assert seen == [25, 50, 50]
+
+
+def test_waves_saw_and_swing_as_real_readings_do() -> None:
+    from hwdash.telemetry.fake_nvml import Wave, series_value
+
+    saw = Wave(base=[[0, 100], [10, 200]], amplitude=20, period_s=4, start_s=10)
+    assert series_value(saw, 5) == 150  # the ramp, before the swing starts
+    assert [series_value(saw, t) for t in (10, 11, 12, 13, 14)] == [200, 205, 210, 215, 200]
+    sine = Wave(base=50, amplitude=10, period_s=4, shape="sine")
+    assert series_value(sine, 1) == pytest.approx(60) and series_value(sine, 3) == pytest.approx(40)
+    noisy = Wave(base=50, amplitude=0, period_s=1, jitter=5)
+    values = [series_value(noisy, t) for t in range(20)]
+    assert all(45 <= v <= 55 for v in values) and len(set(values)) > 10
+    assert values == [series_value(noisy, t + 0.5) for t in range(20)]  # same within a second
+
+
+def test_the_sawtooth_scenario_moves_every_second() -> None:
+    clock = ManualClock(90)
+    fake = make_fake_pynvml("a100x8-sawtooth", clock)
+    nvml = fake.module
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    seen = set()
+    for _ in range(5):
+        clock.advance(1)
+        seen.add(
+            (
+                nvml.nvmlDeviceGetMemoryInfo(handle).used,
+                nvml.nvmlDeviceGetPowerUsage(handle),
+                nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+            )
+        )
+    assert len(seen) == 5
+    assert len(load_scenario("a100x8-sawtooth").gpus) == 8

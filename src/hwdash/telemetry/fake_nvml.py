@@ -58,6 +58,7 @@ a command-line run is deterministic. Tests pass their own ``clock`` (:class:`Man
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import struct
 import sys
@@ -91,8 +92,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 """Where the packaged scenarios live (shipped in the wheel: hatchling includes files under src/hwdash)."""
 
-Series = float | list[tuple[float, float]]
-"""One number, or ``[seconds, value]`` points interpolated linearly, the last value holding."""
 
 FailureMode = Literal["no-library", "driver-not-loaded", "library-mismatch", "old-driver"]
 UnsupportedField = Literal[
@@ -116,6 +115,31 @@ class ScenarioError(UsageError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Points = float | list[tuple[float, float]]
+"""One number, or ``[seconds, value]`` points interpolated linearly, the last value holding."""
+
+
+class Wave(_Strict):
+    """A value that moves as a real GPU's does: a base (number or points) plus a periodic swing.
+
+    ``saw``: rises by ``amplitude`` over each period, then drops back (memory over a training step:
+    activations pile up, then are freed); ``sine``: swings ``amplitude`` either way (power, clocks,
+    temperature). ``jitter`` adds up to that much noise, the same at the same scenario second.
+    """
+
+    base: Points
+    amplitude: float = Field(ge=0)
+    period_s: float = Field(gt=0)
+    shape: Literal["saw", "sine"] = "saw"
+    jitter: float = Field(default=0.0, ge=0)
+    start_s: float = 0.0
+    """The swing starts here (before: the base alone, e.g. while memory ramps up)."""
+
+
+Series = Points | Wave
+"""One number, ``[seconds, value]`` points, or a :class:`Wave` (see the module docstring)."""
 
 
 def _check_series(value: Series | None) -> Series | None:
@@ -338,8 +362,23 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         raise ScenarioError(_describe_validation_error(path, exc)) from exc
 
 
+def _noise(second: int) -> float:
+    """A repeatable value in [-1, 1) for a whole scenario second (no global random state)."""
+    return (math.sin(second * 12.9898) * 43758.5453) % 1.0 * 2 - 1
+
+
 def series_value(series: Series, at_s: float) -> float:
-    """Value of a series at scenario second ``at_s`` (linear between points, ends held)."""
+    """Value of a series at scenario second ``at_s`` (linear between points, ends held; waves
+    add their swing and noise)."""
+    if isinstance(series, Wave):
+        value = series_value(series.base, at_s)
+        if at_s >= series.start_s:
+            phase = ((at_s - series.start_s) % series.period_s) / series.period_s
+            if series.shape == "saw":
+                value += series.amplitude * phase
+            else:
+                value += series.amplitude * math.sin(2 * math.pi * phase)
+        return value + series.jitter * _noise(math.floor(at_s))
     if not isinstance(series, list):
         return float(series)
     if at_s <= series[0][0]:
@@ -562,9 +601,9 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, handle: FakeDeviceHandle) -> Any:
         gpu = self._gpu(handle, "utilization")
         now = self.now()
-        return types.SimpleNamespace(
-            gpu=round(series_value(gpu.utilization, now)),
-            memory=round(series_value(gpu.memory_utilization, now)),
+        return types.SimpleNamespace(  # NVML's percentages stay within 0..100
+            gpu=round(min(100.0, max(0.0, series_value(gpu.utilization, now)))),
+            memory=round(min(100.0, max(0.0, series_value(gpu.memory_utilization, now)))),
         )
 
     def nvmlDeviceGetTemperature(self, handle: FakeDeviceHandle, sensor: int) -> int:
@@ -575,7 +614,7 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle: FakeDeviceHandle) -> int:
         gpu = self._gpu(handle, "power")
-        return round(series_value(gpu.power_w, self.now()) * 1000)  # milliwatts
+        return round(max(0.0, series_value(gpu.power_w, self.now())) * 1000)  # milliwatts
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeDeviceHandle) -> int:
         gpu = self._gpu(handle, "power_limit")
