@@ -12,8 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from hwdash import __version__
-from hwdash.core.catalog import CatalogError
-from hwdash.errors import UsageError
+from hwdash.errors import CatalogError, UsageError
 
 #: Subcommand modules under hwdash.commands, in the order ``--help`` lists them.
 SUBCOMMANDS = ("plan", "catalog", "monitor", "compare")
@@ -30,8 +29,10 @@ def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser, subcommands included."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser, subcommands included. With ``only`` (the subcommand about to run), the other
+    subcommands are registered by name alone: their modules (the planner's pydantic models, the
+    catalog) are not imported, so ``hwdash monitor --once`` starts without them."""
     parser = argparse.ArgumentParser(
         prog="hwdash",
         description=(
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hwdash {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
+        if only is not None and name != only:
+            subparsers.add_parser(name)  # a placeholder: this run does not use it
+            continue
         module = importlib.import_module(f"hwdash.commands.{name}")
         module.add_parser(subparsers)
     dashboard = importlib.import_module("hwdash.commands.dashboard")
@@ -51,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hwdash`` console script. Returns the exit status."""
-    parser = build_parser()
     given = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((arg for arg in given if not arg.startswith("-")), None)
+    help_asked = any(arg in ("-h", "--help") for arg in given) and chosen is None
+    parser = build_parser(chosen if chosen in SUBCOMMANDS and not help_asked else None)
     args = parser.parse_args(given)
     args.argv = given  # which flags were typed (``hwdash plan --from``: typed flags win)
     name = args.command or "dashboard"

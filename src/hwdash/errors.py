@@ -9,3 +9,25 @@ class UsageError(Exception):
     def __init__(self, message: str, *, flag: str | None = None) -> None:
         self.flag = flag
         super().__init__(f"{flag}: {message}" if flag else message)
+
+
+class CatalogError(Exception):
+    """A catalog file cannot be used. The message names the file, the entry and the field.
+
+    Defined here (not in :mod:`hwdash.core.catalog`) so the command line can catch it without
+    importing the catalog's pydantic models; ``hwdash.core.catalog`` re-exports it.
+    """
+
+    def __init__(
+        self, path: object, message: str, *, entry: str | None = None, field: str | None = None
+    ) -> None:
+        self.path = str(path)
+        self.entry = entry
+        self.field = field
+        self.reason = message
+        where = self.path
+        if entry is not None:
+            where += f": {entry}"
+        if field is not None:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {message}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import psutil
 import pytest
@@ -17,6 +18,10 @@ from hwdash.telemetry.system_sampler import SystemSampler
 
 def test_host_sample_on_this_machine() -> None:
     sampler = HostSampler()
+    # Right after priming, a CPU percent would be noise: it is left unknown.
+    early = sampler.sample()
+    assert early.cpu_percent is None and early.per_cpu_percent == ()
+    time.sleep(HostSampler.MIN_CPU_WINDOW_S + 0.02)
     host = sampler.sample()
     assert host.cpu_percent is not None and 0 <= host.cpu_percent <= 100
     assert len(host.per_cpu_percent) == psutil.cpu_count()

@@ -50,9 +50,6 @@ from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSampl
 PIPED_WIDTH = 132
 """Columns of the ``--once`` tables when stdout is not a terminal."""
 
-HOST_CPU_SETTLE_S = 0.25
-"""With ``--once``, how long to wait after priming psutil so the CPU percent covers a real interval."""
-
 
 def add_parser(subparsers: Any) -> None:
     """Register the subcommand."""
@@ -420,7 +417,8 @@ def run(args: argparse.Namespace) -> int:
     engine = AlertEngine(rule)
     if args.once:
         try:
-            time.sleep(HOST_CPU_SETTLE_S)
+            # No wait for the host's CPU percent: a one-shot reports it only when the round took
+            # long enough to measure it (HostSampler.MIN_CPU_WINDOW_S), else n/a with the load.
             snapshot = sampler.sample()
         finally:
             sampler.close()

@@ -22,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from hwdash.core.units import GB, MIB
 
+# Re-exported: it lives in hwdash.errors so the command line can catch it without pydantic.
+from hwdash.errors import CatalogError as CatalogError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -247,24 +250,6 @@ _SCHEMAS: dict[str, type[_Strict]] = {
     "model": ModelSpec,
     "slowdown": Slowdown,
 }
-
-
-class CatalogError(Exception):
-    """A catalog file cannot be used. The message names the file, the entry and the field."""
-
-    def __init__(
-        self, path: Path | str, message: str, *, entry: str | None = None, field: str | None = None
-    ) -> None:
-        self.path = str(path)
-        self.entry = entry
-        self.field = field
-        self.reason = message
-        where = self.path
-        if entry is not None:
-            where += f": {entry}"
-        if field is not None:
-            where += f": field '{field}'"
-        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ objects are kept between rounds (a new PID reads ``None`` for CPU on its first r
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -119,15 +120,25 @@ def _quietly(read: Callable[[], T]) -> T | None:
 class HostSampler:
     """CPU, load, memory and swap of this machine, plus a process table for GPU PIDs."""
 
+    MIN_CPU_WINDOW_S = 0.1
+    """CPU percentages over a shorter window than this are noise (the kernel counts in 10 ms
+    ticks): such a reading is left unknown rather than shown as 0% or 100%."""
+
     def __init__(self, process_table: ProcessTable | None = None) -> None:
         self.process_table: ProcessTable = process_table or PsutilProcessTable()
         psutil.cpu_percent(interval=None)  # prime: the next call measures from here
         psutil.cpu_percent(interval=None, percpu=True)
+        self._cpu_since = time.monotonic()
 
     def sample(self) -> HostSample:
         """One reading; never blocks."""
-        overall = psutil.cpu_percent(interval=None)
+        now = time.monotonic()
+        window = now - self._cpu_since
+        self._cpu_since = now
+        overall: float | None = psutil.cpu_percent(interval=None)
         per_core = psutil.cpu_percent(interval=None, percpu=True)
+        if window < self.MIN_CPU_WINDOW_S:
+            overall, per_core = None, []
         try:
             load: tuple[float, float, float] | None = os.getloadavg()
         except (OSError, AttributeError):  # Windows without psutil's emulation
@@ -135,7 +146,7 @@ class HostSampler:
         memory = psutil.virtual_memory()
         swap = psutil.swap_memory()
         return HostSample(
-            cpu_percent=float(overall),
+            cpu_percent=None if overall is None else float(overall),
             per_cpu_percent=tuple(float(value) for value in per_core),
             load_average=load,
             ram_total_bytes=int(memory.total),
