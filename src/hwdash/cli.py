@@ -56,7 +56,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hwdash`` console script. Returns the exit status."""
     given = list(sys.argv[1:] if argv is None else argv)
-    chosen = next((arg for arg in given if not arg.startswith("-")), None)
+    chosen = next((arg for arg in given if arg in SUBCOMMANDS), None)
+    if chosen in SUBCOMMANDS:
+        before = [arg for arg in given[: given.index(chosen)] if arg.startswith("-")]
+        if before:
+            # `hwdash --demo monitor` would parse --demo as the dashboard's flag and ignore it.
+            print(
+                f"hwdash: error: {' '.join(before)} must come after the subcommand: "
+                f"hwdash {chosen} {' '.join(given[: given.index(chosen)])} ...",
+                file=sys.stderr,
+            )
+            return 2
     help_asked = any(arg in ("-h", "--help") for arg in given) and chosen is None
     parser = build_parser(chosen if chosen in SUBCOMMANDS and not help_asked else None)
     args = parser.parse_args(given)

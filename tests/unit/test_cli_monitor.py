@@ -187,7 +187,7 @@ def test_on_alert_fires_once_per_crossing_and_never_runs_names(
     assert fired == ["0 0.9500", "0 0.9600", "1 0.9200"]
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     assert any(evil in line for line in Path(f"{out_file}.msg").read_text().splitlines())
-    log_lines = (private_state / "hwdash" / "alerts.jsonl").read_text().splitlines()
+    log_lines = (private_state / "hwdash" / "alerts-simulated.jsonl").read_text().splitlines()
     assert [json.loads(line)["kind"] for line in log_lines].count("cleared") == 1
     assert out.count("ALERT raised") == 3
 
@@ -254,3 +254,37 @@ def test_ctrl_c_exits_cleanly(tmp_path: Path) -> None:
     _, err = process.communicate(timeout=20)
     assert process.returncode == 130
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--demo", "monitor", "--once"], ["--fake-nvml", "h100x8", "monitor", "--once"]],
+)
+def test_dashboard_flags_before_a_subcommand_are_refused_not_ignored(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "must come after the subcommand: hwdash monitor" in err
+
+
+def test_simulated_alerts_never_land_in_the_real_alert_log(
+    capsys: pytest.CaptureFixture[str], private_state: Path
+) -> None:
+    # A threshold of 2% makes the demo box alert at once.
+    status, out, _ = run_monitor(
+        capsys,
+        "--fake-nvml",
+        "a100x4-training",
+        "--count",
+        "2",
+        "--interval",
+        "0.01",
+        "--alert-threshold",
+        "0.02",
+        "--alert-hysteresis",
+        "0.01",
+    )
+    assert status == 0 and "ALERT raised" in out
+    assert (private_state / "hwdash" / "alerts-simulated.jsonl").is_file()
+    assert not (private_state / "hwdash" / "alerts.jsonl").exists()

@@ -172,7 +172,9 @@ def test_a_hung_driver_raises_one_blind_alert_per_gpu_and_runs_the_command(
     ):
         time.sleep(0.05)
     assert sorted(paged.read_text().splitlines()) == ["blind 0", "blind 1"]
-    lines = [json.loads(line) for line in (private_state / "hwdash" / "alerts.jsonl").open()]
+    lines = [
+        json.loads(line) for line in (private_state / "hwdash" / "alerts-simulated.jsonl").open()
+    ]
     assert [(line["kind"], line["gpu_index"]) for line in lines] == [("blind", 0), ("blind", 1)]
     assert all(
         line["host"] == socket.gethostname() and line["pid"] == os.getpid() for line in lines

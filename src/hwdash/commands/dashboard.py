@@ -84,6 +84,7 @@ def run(
         raise UsageError(NO_TERMINAL_MESSAGE)
 
     from hwdash.core.plan_store import PlanStore
+    from hwdash.telemetry.alert_actions import default_alert_log_path
     from hwdash.telemetry.source import make_sampler
 
     sampler = make_sampler(scenario)
@@ -101,6 +102,8 @@ def run(
         bell=not args.no_bell,
         plan_store=PlanStore(),
         initial_tab=tab,
+        # Simulated alerts (--demo, fake scenarios) go to their own log, never the real one.
+        alert_log=default_alert_log_path(simulated=True) if scenario is not None else None,
     )
     try:
         app.run()

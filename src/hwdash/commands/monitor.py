@@ -44,7 +44,7 @@ from hwdash.telemetry.alert_actions import (
     mark_alert_states,
 )
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
-from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
+from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
 
 PIPED_WIDTH = 132
@@ -430,7 +430,10 @@ def run(args: argparse.Namespace) -> int:
             print_readable(snapshot, engine.active)
         return 0
 
-    log_path = Path(args.alert_log) if args.alert_log else default_alert_log_path()
+    simulated = fake_scenario_from(scenario) is not None
+    log_path = (
+        Path(args.alert_log) if args.alert_log else default_alert_log_path(simulated=simulated)
+    )
     command = AlertCommand(args.on_alert) if args.on_alert else None
     actions = AlertActions(AlertLog(log_path), command)
     said_no_driver = False

@@ -31,6 +31,9 @@ from hwdash.core.plan import (
 from hwdash.core.results import FitVerdict
 from hwdash.errors import UsageError
 
+PIPED_WIDTH = 160
+"""Columns of the tables when stdout is not a terminal (a file or a pipe is never cropped)."""
+
 #: Plan field -> the flag that sets it, to name the flag in error messages.
 FIELD_FLAGS = {
     "model": "--model",
@@ -470,10 +473,16 @@ def run(args: argparse.Namespace) -> int:
     if args.fit is not None:
         plan_fit.target_flavors(args.fit, catalog, local)  # an unknown target: exit 2 now
     model = resolve_model(plan.model, catalog)
+    trace_skipped: str | None = None
     if args.trace:
-        from hwdash.commands.plan_trace import check_trace_available
+        from hwdash.tracing import TraceUnavailable, check_trace_dependencies, trace_settings
 
-        check_trace_available(plan)
+        trace_settings(plan)  # a setting that cannot be traced: exit 2, before any output
+        try:
+            check_trace_dependencies(plan)
+        except TraceUnavailable as exc:
+            # The estimate needs none of torch/transformers/peft: print it, skip the trace.
+            trace_skipped = str(exc).removeprefix("--trace: ")
     report = evaluate_plan(plan, catalog, model)
     if args.export is not None:
         return export(args.export, report, catalog, args.output)
@@ -511,7 +520,10 @@ def run(args: argparse.Namespace) -> int:
         if saved_message is not None:
             document["saved_as"] = saved.name
             print(saved_message, file=sys.stderr)
-        if args.trace:
+        if trace_skipped is not None:
+            document["trace"] = {"skipped": trace_skipped}
+            print(f"hwdash: trace skipped: {trace_skipped}", file=sys.stderr)
+        elif args.trace:
             from hwdash.commands.plan_trace import trace_json
 
             document["trace"] = trace_json(plan, model)
@@ -523,10 +535,13 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         auto = args.fit is None
-        plan_fit.render_options(fit_result, Console(), limit=3 if auto else None)
+        width = None if sys.stdout.isatty() else PIPED_WIDTH
+        plan_fit.render_options(fit_result, Console(width=width), limit=3 if auto else None)
     if saved_message is not None:
         print(saved_message)
-    if args.trace:
+    if trace_skipped is not None:
+        print(f"hwdash: trace skipped: {trace_skipped}", file=sys.stderr)
+    elif args.trace:
         from hwdash.commands.plan_trace import print_trace
 
         print_trace(plan, model)
@@ -552,7 +567,8 @@ def render_report(
     from hwdash.core.results import MEMORY_COMPONENTS
     from hwdash.core.units import GIB, format_count, format_hours, format_money
 
-    console = console or Console()
+    # Piped or redirected output is never cropped at 80 columns: a fixed, roomy width instead.
+    console = console or Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
     plan, estimate = report.plan, report.estimate
     memory = estimate.per_gpu.as_dict()
     total = memory["total"]

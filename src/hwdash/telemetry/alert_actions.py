@@ -51,12 +51,16 @@ MAX_RUNNING_COMMANDS = 4
 """Alert commands allowed to run at once; further events are skipped (and counted) until one ends."""
 
 
-def default_alert_log_path(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_STATE_HOME/hwdash/alerts.jsonl``, by default ``~/.local/state/hwdash/alerts.jsonl``."""
+def default_alert_log_path(
+    environ: Mapping[str, str] | None = None, *, simulated: bool = False
+) -> Path:
+    """``$XDG_STATE_HOME/hwdash/alerts.jsonl``, by default ``~/.local/state/hwdash/alerts.jsonl``;
+    ``alerts-simulated.jsonl`` beside it for fake scenarios (``--demo``), so simulated alerts
+    never mix with a real box's."""
     env = os.environ if environ is None else environ
     state_home = env.get("XDG_STATE_HOME", "").strip()
     base = Path(state_home) if state_home else Path.home() / ".local" / "state"
-    return base / "hwdash" / "alerts.jsonl"
+    return base / "hwdash" / ("alerts-simulated.jsonl" if simulated else "alerts.jsonl")
 
 
 class AlertLog:
