@@ -233,4 +233,3 @@ def test_reasons_are_readable_at_any_width(
     assert "CPU only: no GPU memory" in flat
     assert "needs" in flat and "has 15.0 GiB" in flat
     assert max(len(line) for line in out.splitlines()) <= int(columns)
-

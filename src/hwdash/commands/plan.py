@@ -11,6 +11,7 @@ import ast
 import inspect
 import itertools
 import json
+import os
 import sys
 import textwrap
 from enum import Enum
@@ -33,6 +34,15 @@ from hwdash.errors import UsageError
 
 PIPED_WIDTH = 160
 """Columns of the tables when stdout is not a terminal (a file or a pipe is never cropped)."""
+
+
+def output_width() -> int | None:
+    """None (the terminal's width, or ``COLUMNS``) on a terminal or when ``COLUMNS`` is set;
+    :data:`PIPED_WIDTH` for a pipe or a file, where rich would otherwise assume 80."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip():
+        return None
+    return PIPED_WIDTH
+
 
 #: Plan field -> the flag that sets it, to name the flag in error messages.
 FIELD_FLAGS = {
@@ -535,8 +545,9 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         auto = args.fit is None
-        width = None if sys.stdout.isatty() else PIPED_WIDTH
-        plan_fit.render_options(fit_result, Console(width=width), limit=3 if auto else None)
+        plan_fit.render_options(
+            fit_result, Console(width=output_width()), limit=3 if auto else None
+        )
     if saved_message is not None:
         print(saved_message)
     if trace_skipped is not None:
@@ -568,7 +579,7 @@ def render_report(
     from hwdash.core.units import GIB, format_count, format_hours, format_money
 
     # Piped or redirected output is never cropped at 80 columns: a fixed, roomy width instead.
-    console = console or Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+    console = console or Console(width=output_width())
     plan, estimate = report.plan, report.estimate
     memory = estimate.per_gpu.as_dict()
     total = memory["total"]
