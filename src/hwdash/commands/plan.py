@@ -571,7 +571,6 @@ def render_report(
 ) -> None:
     """Print the breakdown, warnings and the flavor table with rich."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -583,11 +582,13 @@ def render_report(
     plan, estimate = report.plan, report.estimate
     memory = estimate.per_gpu.as_dict()
     total = memory["total"]
-    title = (
-        f"[bold]{escape(report.model.name)}[/bold]: {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
+    # Model, flavor and plan names come from user files: rich Text, never markup.
+    title = Text.assemble(
+        (report.model.name, "bold"),
+        f": {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
         f"{plan.seq}, {format_count(estimate.total_params)} params "
         f"({format_count(estimate.trainable_params)} trainable), {estimate.gpus} GPU"
-        f"{'s' if estimate.gpus != 1 else ''}, {estimate.compute_dtype}"
+        f"{'s' if estimate.gpus != 1 else ''}, {estimate.compute_dtype}",
     )
     console.print(title, highlight=False)
     breakdown = Table()
@@ -617,7 +618,7 @@ def render_report(
     if estimate.host_bytes:
         console.print(f"host RAM for offload: {estimate.host_bytes / GIB:.1f} GiB")
     for warning in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+        console.print(Text.assemble(("warning:", "yellow"), " ", warning), highlight=False)
     console.print("flavors, cheapest first:")
     # The note goes in the table when the terminal is wide enough, else as numbered notes below.
     wide = console.width >= 120
@@ -630,7 +631,6 @@ def render_report(
     notes: dict[str, int] = {}
     for fit in report.flavors:
         verdict = fit.verdict.value
-        name = fit.flavor.id
         marks = []
         if fit.flavor.id == report.recommended:
             marks.append("cheapest")
@@ -638,23 +638,24 @@ def render_report(
             marks.append("fastest")
         if fit.flavor.provider == "local" and fit.flavor.id in ("local", "local-free"):
             marks.append("this machine")
-        name = escape(name)
+        flavor_cell = Text(fit.flavor.id)
         if marks:
-            name = f"[bold]{name}[/bold] ({', '.join(marks)})"
+            flavor_cell.stylize("bold")
+            flavor_cell.append(f" ({', '.join(marks)})")
         headroom = "-" if fit.usable_bytes == 0 else f"{fit.headroom_bytes / GIB:+.1f}"
         price = fit.flavor.price_per_hour
-        note = escape(fit.reason)
-        if note and not wide:
-            note = escape(f"[{notes.setdefault(fit.reason, len(notes) + 1)}]")
+        note_cell = Text(fit.reason)
+        if fit.reason and not wide:
+            note_cell = Text(f"[{notes.setdefault(fit.reason, len(notes) + 1)}]")
         table.add_row(
-            name,
+            flavor_cell,
             f"[{_VERDICT_STYLE[verdict]}]{verdict}[/{_VERDICT_STYLE[verdict]}]",
             headroom,
             str(fit.flavor.gpu_count),
             "-" if price is None else f"{price:.2f}",
             format_hours(fit.hours),
             format_money(fit.cost),
-            note,
+            note_cell,
         )
     console.print(table)
     for reason, number in notes.items():
@@ -663,7 +664,7 @@ def render_report(
         console.print(f"this machine: {note}", highlight=False, markup=False)
     if report.recommended:
         console.print(
-            f"recommended: [bold]{escape(report.recommended)}[/bold] (cheapest that fits)",
+            Text.assemble("recommended: ", (report.recommended, "bold"), " (cheapest that fits)"),
             highlight=False,
         )
     else:
