@@ -329,6 +329,13 @@ FAILURES = [
     ("string_bool.toml", "accelerator 'stringly-gpu'", "bf16", "valid boolean"),
     ("too_many_experts.toml", "model 'greedy-moe'", "experts_per_token", "larger than experts"),
     ("huge_vocab.toml", "model 'endless-vocab'", "vocab_size", "less than or equal"),
+    ("vanishing_rate.toml", "accelerator 'crawling-gpu'", "bf16_tflops", "greater than or equal"),
+    (
+        "vanishing_bandwidth.toml",
+        "accelerator 'trickle-gpu'",
+        "memory_bandwidth_gbps",
+        "greater than or equal",
+    ),
 ]
 
 

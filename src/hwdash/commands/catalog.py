@@ -10,11 +10,11 @@ line with exit status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from hwdash.core import strict_json
 from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec, load_catalog
 from hwdash.core.model_params import count_parameters
 from hwdash.core.units import GIB, format_count
@@ -90,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
         cached = {model.id: model for model in cached_models(catalog)}
         catalog = replace(catalog, models={**catalog.models, **cached})
     if getattr(args, "json", False):
-        json.dump(catalog_as_json(catalog, kind), sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(strict_json.dumps(catalog_as_json(catalog, kind), indent=2) + "\n")
         return 0
     _print_table(catalog, kind)
     return 0

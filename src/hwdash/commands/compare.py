@@ -9,11 +9,11 @@ cached at save time when a plan can no longer be evaluated.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, TextIO
 
 from hwdash.commands import dashboard
+from hwdash.core import strict_json
 from hwdash.core.catalog import Catalog
 from hwdash.core.plan_store import PlanStore, SavedPlan, SummaryView, current_summary
 from hwdash.core.units import format_bytes, format_hours, format_money
@@ -69,8 +69,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     plans = store.list()
     views = [current_summary(saved, catalog) for saved in plans]
     if args.json:
-        json.dump(compare_json(store, plans, views), out, indent=2, allow_nan=False)
-        out.write("\n")
+        out.write(strict_json.dumps(compare_json(store, plans, views), indent=2) + "\n")
     else:
         out.write(compare_lines(store, plans, views, catalog))
     return 0

@@ -10,7 +10,6 @@ import argparse
 import ast
 import inspect
 import itertools
-import json
 import os
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hwdash.core import strict_json
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
@@ -537,8 +537,7 @@ def run(args: argparse.Namespace) -> int:
             from hwdash.commands.plan_trace import trace_json
 
             document["trace"] = trace_json(plan, model)
-        json.dump(document, sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(strict_json.dumps(document, indent=2) + "\n")
         return 0
     render_report(report, local_notes=[n for m in machines.values() for n in m.notes])
     if fit_result is not None:

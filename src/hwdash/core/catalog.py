@@ -64,19 +64,22 @@ class Accelerator(_Strict):
     """Memory per device as the datasheet names it (decimal GB as marketed; 0 for a CPU)."""
     nvml_total_mib: int | None = Field(default=None, gt=0, le=100_000_000)
     """Total memory NVML reports for this GPU, in MiB (a "16 GB" T4 shows 15360). Usable VRAM."""
-    memory_bandwidth_gbps: float | None = Field(default=None, gt=0, le=1_000_000)
+    # Rates have a floor as well as a ceiling: hours are tokens / rate, and a rate such as 5e-324
+    # (positive, so "gt=0" let it through) made them infinite. 1 GB/s and 1 GFLOPS are far below any
+    # device anyone plans a training run on (the slowest entry in the catalog: 272 GB/s, 6 TFLOPS).
+    memory_bandwidth_gbps: float | None = Field(default=None, ge=1, le=1_000_000)
     """Peak memory bandwidth in GB/s."""
-    bf16_tflops: float | None = Field(default=None, gt=0, le=1_000_000)
+    bf16_tflops: float | None = Field(default=None, ge=0.001, le=1_000_000)
     """Dense bf16 tensor TFLOPS (GeForce: the FP32-accumulate rate PyTorch gets). None without bf16."""
-    fp16_tflops: float | None = Field(default=None, gt=0, le=1_000_000)
+    fp16_tflops: float | None = Field(default=None, ge=0.001, le=1_000_000)
     """Dense fp16 tensor TFLOPS with FP32 accumulate (the rate a T4 runs mixed precision at)."""
-    fp32_tflops: float | None = Field(default=None, gt=0, le=1_000_000)
+    fp32_tflops: float | None = Field(default=None, ge=0.001, le=1_000_000)
     """Non-tensor fp32 TFLOPS."""
     bf16: bool
     """Whether the hardware runs bf16 natively (Turing T4 does not: its plans run in fp16)."""
     power_w: float | None = Field(default=None, gt=0, le=100_000)
     """Board power (TDP/TGP) in watts."""
-    default_mfu: float = Field(default=0.35, gt=0, le=1)
+    default_mfu: float = Field(default=0.35, ge=0.001, le=1)
     """Model FLOPs utilisation assumed for time estimates on this accelerator (the user can override)."""
     usable_memory_fraction: float = Field(default=1.0, gt=0, le=1)
     """Share of ``memory_gb`` a training process can use (Apple unified memory: about 0.75)."""

@@ -270,9 +270,9 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
     and (for a named flavor) its GPU count. Raises ``ValueError`` with the reason when the plan
     cannot be written in that format.
     """
-    import json
-
     import yaml
+
+    from hwdash.core import strict_json
 
     plan = report.plan
     flavor_id = plan.flavors[0] if plan.flavors else report.recommended
@@ -290,7 +290,7 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
                 "--precision mixed"
             )
         config = deepspeed_config(plan, gpus, bf16_hardware=bf16)
-        return json.dumps(config, indent=2, allow_nan=False) + "\n", notes
+        return strict_json.dumps(config, indent=2) + "\n", notes
     if kind == "trainer":
         model_id = report.model.hf_id or report.model.id  # what from_pretrained takes
         if plan.zero:

@@ -142,8 +142,9 @@ class Plan(BaseModel):
     """Passes over the examples."""
     tokens: int | None = Field(default=None, ge=1, le=10**18)
     """Total training tokens (instead of examples x epochs x seq). For inference: tokens to generate."""
-    mfu: float | None = Field(default=None, gt=0, le=1)
-    """Model FLOPs utilisation to assume; None takes each accelerator's catalog value."""
+    mfu: float | None = Field(default=None, ge=0.001, le=1)
+    """Model FLOPs utilisation to assume, 0.001 to 1 (a floor keeps hours finite: 1e-300 made them
+    infinite; no real run is below 0.1%); None takes each accelerator's catalog value."""
     flavors: tuple[str, ...] = ()
     """Restrict the flavor table to these ids (empty: every flavor)."""
     rl_method: Method = Method.FULL

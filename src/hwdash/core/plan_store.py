@@ -39,6 +39,7 @@ from typing import Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hwdash.core import strict_json
 from hwdash.core.catalog import Catalog, CatalogError
 from hwdash.core.plan import Plan
 from hwdash.core.results import MEMORY_COMPONENTS, PlanReport
@@ -64,7 +65,9 @@ class PlanStoreError(UsageError):
 class PlanSummary(BaseModel):
     """What a plan came to when it was saved: enough to draw a compare column without the estimator."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Finite numbers only: Python's json reads NaN and Infinity, and a hand-edited file holding
+    # them would otherwise be carried along until the next write refused it (no JSON has them).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model_name: str
     """Display name of the resolved model."""
@@ -76,9 +79,9 @@ class PlanSummary(BaseModel):
     """Host RAM that CPU offload needs."""
     best_flavor: str | None = None
     """The recommended flavor id (cheapest that fits), None when nothing fits."""
-    hours: float | None = None
+    hours: float | None = Field(default=None, ge=0)
     """Estimated hours on the best flavor (None without a data size)."""
-    cost: float | None = None
+    cost: float | None = Field(default=None, ge=0)
     """Dollars on the best flavor (None without a price or hours)."""
 
     @property
@@ -104,7 +107,7 @@ class PlanSummary(BaseModel):
 class SavedPlan(BaseModel):
     """One entry of the plans file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
     """Unique name, shown as the column heading in the compare view."""
@@ -308,12 +311,8 @@ class PlanStore:
 
     def _write(self, plans: builtins.list[SavedPlan]) -> None:
         document = _PlansFile(format=PLANS_FORMAT, version=PLANS_VERSION, plans=plans)
-        text = (
-            json.dumps(
-                document.model_dump(mode="json"), indent=2, ensure_ascii=False, allow_nan=False
-            )
-            + "\n"
-        )
+        text = strict_json.dumps(document.model_dump(mode="json"), indent=2, ensure_ascii=False)
+        text += "\n"
         folder = self.path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
