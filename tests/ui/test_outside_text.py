@@ -7,36 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from snapshot_apps.fake_dashboard import fake_app, replay, step
+from textual.widgets import Label, Static
 
 from hwdash.core.catalog import load_catalog
 from hwdash.core.plan import Plan
 from hwdash.core.plan_store import PlanStore
-from hwdash.ui.app import make_app
+from hwdash.ui.app import HwdashApp, make_app
+from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
+from hwdash.ui.widgets.planner_trace import TraceView
 
-HOSTILE_SCENARIO = """
-time_step_s = 10
-[[gpus]]
-name = "NVIDIA [bold]A100[/bold] [/x]"
-memory_total_mib = 81920
-used_mib = [[0, 1000], [30, 80000]]
-
-[[gpus.processes]]
-pid = 4100
-name = "[/x]"
-user = "[red]eve"
-cmdline = "python [/x] train.py --tag [bold]run[/bold]"
-used_mib = [[0, 900], [30, 79000]]
-
-[[gpus]]
-name = "NVIDIA H100 [/]"
-memory_total_mib = 81920
-
-[[gpus.mig]]
-name = "NVIDIA H100 MIG [blink]1g[/blink]"
-memory_total_mib = 9728
-used_mib = 9700
-"""
+DATA = Path(__file__).resolve().parent.parent / "data"
+#: GPU, MIG and process names, a user and a command line that look like markup.
+HOSTILE_SCENARIO_FILE = DATA / "scenarios" / "hostile-names.toml"
+#: An accelerator, a flavor and a model whose ids and names look like markup.
+HOSTILE_CATALOG = DATA / "catalog_hostile"
+HOSTILE_MODEL_ID = "evil[/x]model"
+HOSTILE_MODEL_NAME = "Evil [bold]Model[/bold] [/x] \\\\"
+PLAN_NAME = "[/x] [bold]run[/bold]"
 
 EVIL_CATALOG = """
 [[accelerator]]
@@ -60,11 +48,12 @@ source = "test"
 
 
 async def test_the_monitor_shows_hostile_names_as_typed(tmp_path: Path) -> None:
-    scenario = tmp_path / "hostile.toml"
-    scenario.write_text(HOSTILE_SCENARIO)
-    app, clock = fake_app(str(scenario), data_dir=tmp_path, initial_tab="monitor")
+    app, clock = fake_app(str(HOSTILE_SCENARIO_FILE), data_dir=tmp_path, initial_tab="monitor")
     async with app.run_test(size=(160, 40), notifications=True) as pilot:
         await replay(pilot, app, clock, until_s=10, step_s=10)
+        # Only the MIG slice is in alert: the banner and the line above the tabs name it as typed.
+        assert "GPU 1/0 MIG [blink]1g[/blink] is 100% full" in app.monitor.banner_cell.shown
+        assert "GPU 1 H100 [/] MIG [blink]1g[/blink] at 100%" in app.alert_status.shown
         await step(pilot, app, clock, 30)  # GPU 0 and the MIG slice are over 90% now
         card = app.monitor.gpu_cards[0]
         assert "[bold]A100[/bold] [/x]" in card.name_cell.shown
@@ -76,6 +65,10 @@ async def test_the_monitor_shows_hostile_names_as_typed(tmp_path: Path) -> None:
         assert "python [/x] train.py --tag [bold]run[/bold]" in texts
         toast = "\n".join(n.message for n in app._notifications)
         assert "[bold]A100[/bold] [/x]" in toast
+        # A saved plan loaded into the planner is drawn on the monitor under its own name.
+        app.planner.load_plan(Plan(model="qwen2.5-0.5b"), PLAN_NAME)
+        await pilot.pause()
+        assert f"Plan {PLAN_NAME}:" in app.monitor.plan_cell.shown
 
 
 async def test_planner_and_compare_show_hostile_catalog_and_plan_names(
@@ -113,3 +106,78 @@ def test_plan_names_with_brackets_print_in_hwdash_compare(
     assert main(["compare", "--list"]) == 0
     assert isinstance(capsys, pytest.CaptureFixture)
     assert "[/x] [bold]run[/bold]" in capsys.readouterr().out
+
+
+def hostile_dashboard(tmp_path: Path) -> tuple[HwdashApp, PlanStore]:
+    """The dashboard on the hostile catalog overlay, with a plan saved under a hostile name."""
+    catalog = load_catalog([HOSTILE_CATALOG], include_user=False)
+    store = PlanStore(tmp_path / "plans.json")
+    store.save(PLAN_NAME, Plan(model=HOSTILE_MODEL_ID))
+    app = make_app(
+        catalog=catalog,
+        sampler=None,
+        plan_store=store,
+        alert_log=False,
+        bell=False,
+        initial_tab="compare",
+    )
+    return app, store
+
+
+async def test_compare_rename_and_delete_dialogs_quote_a_hostile_plan_name(tmp_path: Path) -> None:
+    app, store = hostile_dashboard(tmp_path)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.compare
+        assert [column.label.plain for column in pane.table.columns.values()] == [PLAN_NAME]
+        assert pane.table.get_cell("model", "plan-0").plain == HOSTILE_MODEL_NAME
+        pane.table.focus()
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, NameDialog)
+        hint = app.screen.query_one("#name-hint", Static)
+        assert str(hint.render()) == f"rename '{PLAN_NAME}'"
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("d")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog)
+        question = app.screen.query_one("#confirm-question", Label)
+        assert str(question.render()) == f"Delete the saved plan '{PLAN_NAME}'?"
+        await pilot.press("y")
+        await pilot.pause()
+        assert any(n.message == f"Deleted '{PLAN_NAME}'" for n in app._notifications)
+    assert store.names() == []
+
+
+async def test_the_save_dialog_quotes_a_hostile_name_that_is_taken(tmp_path: Path) -> None:
+    app, store = hostile_dashboard(tmp_path)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await pilot.press("p")
+        await pilot.pause()
+        app.planner.save_current()
+        await pilot.pause()
+        assert isinstance(app.screen, NameDialog)
+        await pilot.press("end", "ctrl+u", *PLAN_NAME)
+        await pilot.pause()
+        hint = app.screen.query_one("#name-hint", Static)
+        assert str(hint.render()) == f"that name is taken: will save as '{PLAN_NAME} (2)'"
+        await pilot.press("enter")
+        await pilot.pause()
+    assert store.names() == [PLAN_NAME, f"{PLAN_NAME} (2)"]
+
+
+async def test_the_trace_spinner_names_a_hostile_model_as_typed(tmp_path: Path) -> None:
+    app, _store = hostile_dashboard(tmp_path)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await pilot.press("p")
+        app.planner.load_plan(Plan(model=HOSTILE_MODEL_ID))
+        await pilot.pause()
+        assert app.planner.report is not None
+        assert app.planner.report.model.name == HOSTILE_MODEL_NAME
+        app.planner.action_trace()
+        label = app.query_one("#trace-running-label", Label)
+        assert str(label.render()) == f"tracing {HOSTILE_MODEL_NAME} on fake tensors ..."
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert not app.query_one(TraceView).running

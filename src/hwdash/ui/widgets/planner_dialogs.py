@@ -66,9 +66,10 @@ class NameDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text, id="name-title")
+            # The title and the hint quote plan names, which are the user's: text, never markup.
+            yield Label(self.title_text, id="name-title", markup=False)
             yield Input(self.initial, id="name-input", compact=True)
-            yield Static("", id="name-hint")
+            yield Static("", id="name-hint", markup=False)
             with Horizontal():
                 yield Button(self.ok_label, id="name-ok", variant="primary", compact=True)
                 yield Button("Cancel", id="name-cancel", compact=True)
@@ -151,7 +152,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question, id="confirm-question")
+            yield Label(self.question, id="confirm-question", markup=False)  # quotes plan names
             with Horizontal():
                 yield Button("Yes", id="confirm-yes", variant="error", compact=True)
                 yield Button("No", id="confirm-no", compact=True)

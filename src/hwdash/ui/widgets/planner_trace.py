@@ -207,7 +207,7 @@ class TraceView(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(id="trace-running"):
             yield LoadingIndicator()
-            yield Label("tracing ...", id="trace-running-label")
+            yield Label("tracing ...", id="trace-running-label", markup=False)  # a model's name
         yield Static("", id="trace-result")
 
     @property
