@@ -58,7 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     chosen = next((arg for arg in given if arg in SUBCOMMANDS), None)
     if chosen in SUBCOMMANDS:
-        before = [arg for arg in given[: given.index(chosen)] if arg.startswith("-")]
+        # --catalog (and --version/--help) mean the same before a subcommand; the dashboard's
+        # own flags (--demo, --fake-nvml, --interval...) would be parsed and then ignored.
+        before = [
+            arg.split("=", 1)[0]
+            for arg in given[: given.index(chosen)]
+            if arg.startswith("-") and arg.split("=", 1)[0] not in ("--catalog", "-h", "--help")
+        ]
         if before:
             # `hwdash --demo monitor` would parse --demo as the dashboard's flag and ignore it.
             print(

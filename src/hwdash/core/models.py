@@ -178,7 +178,13 @@ def model_from_config_file(path: Path, *, name: str | None = None) -> ModelSpec:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    """A short ``repr`` for a message. A value nested past the recursion limit (possible in a
+    dict handed to :func:`model_from_config`, not in parsed JSON) or an int past Python's digit
+    limit cannot be repr'd: say what it is instead."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        return f"a {type(value).__name__} too deep or too long to show"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -213,7 +219,9 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     Missing ``head_dim`` is ``hidden_size / num_attention_heads``; missing ``num_key_value_heads``
     means no GQA.
     """
-    outer_type = str(config.get("model_type", ""))
+    outer_type = config.get("model_type", "")
+    if not isinstance(outer_type, str):  # refused below, naming the field
+        outer_type = ""
     text = config.get("text_config")
     fields = dict(config)
     if isinstance(text, dict):
