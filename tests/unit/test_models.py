@@ -306,3 +306,14 @@ def test_an_unknown_quantization_is_refused_not_counted_as_16_bit(
     path.write_text(json.dumps({**_LLAMA_8B, "quantization_config": {"quant_method": "hqq"}}))
     with pytest.raises(UsageError, match="hqq"):
         resolve_model(str(path), catalog)
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "model_type", "tie_word_embeddings"])
+def test_a_value_nested_past_the_recursion_limit_is_a_usage_error(key: str) -> None:
+    # Parsed JSON cannot nest this deep, but model_from_config takes any dict: its message must
+    # not need repr() of the value.
+    nested: list[object] = []
+    for _ in range(5000):
+        nested = [nested]
+    with pytest.raises(UsageError, match=key):
+        model_from_config({**_TINY_CONFIG, key: nested}, name="deep", source="deep/config.json")
