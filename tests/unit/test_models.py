@@ -207,6 +207,11 @@ _TINY_CONFIG = {
         ({"attention_bias": 1}, "attention_bias"),
         ({"model_type": ["llama"]}, "model_type"),
         ({"num_key_value_heads": 3}, "kv_heads"),
+        ({"head_dim": False}, "head_dim"),
+        ({"num_experts": False}, "num_experts"),
+        ({"num_local_experts": "8"}, "num_local_experts"),
+        ({"num_local_experts": 10**6}, "num_local_experts"),
+        ({"num_experts": 4, "moe_intermediate_size": False}, "moe_intermediate_size"),
     ],
 )
 def test_hostile_config_values_are_usage_errors_naming_the_field(
@@ -317,3 +322,17 @@ def test_a_value_nested_past_the_recursion_limit_is_a_usage_error(key: str) -> N
         nested = [nested]
     with pytest.raises(UsageError, match=key):
         model_from_config({**_TINY_CONFIG, key: nested}, name="deep", source="deep/config.json")
+
+
+def test_null_fields_take_their_defaults_and_zero_experts_is_dense() -> None:
+    # Hugging Face writes None as null: "no GQA", "head_dim from the width", "no experts".
+    config = {
+        **_TINY_CONFIG,
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "num_local_experts": None,
+        "num_experts": 0,
+        "moe_intermediate_size": None,
+    }
+    model = model_from_config(config, name="nulls", source="nulls/config.json")
+    assert (model.kv_heads, model.head_dim, model.experts) == (4, 16, 1)

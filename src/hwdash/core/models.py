@@ -76,7 +76,8 @@ CONFIG_LIMITS = {
     "moe_intermediate_size": 10_000_000,
     "vocab_size": 100_000_000,
     "max_position_embeddings": 1_000_000_000,
-    "experts": 100_000,
+    "num_local_experts": 100_000,
+    "num_experts": 100_000,
     "num_experts_per_tok": 100_000,
 }
 
@@ -189,7 +190,11 @@ def _shown(value: Any) -> str:
 
 
 def _get_int(config: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
-    value = config.get(key, default)
+    """``config[key]`` as a whole number from 1 to its limit; missing or null takes ``default``.
+    Refuses booleans, floats (even 2.0), strings and anything else, naming the key."""
+    value = config.get(key)
+    if value is None:
+        value = default
     if value is None:
         raise UsageError(f"{where} has no '{key}' (needed to size the model)", flag=FLAG)
     limit = CONFIG_LIMITS.get(key, 10**9)
@@ -199,6 +204,18 @@ def _get_int(config: dict[str, Any], key: str, where: str, default: int | None =
             flag=FLAG,
         )
     return value
+
+
+def _experts(fields: dict[str, Any], source: str) -> int:
+    """The MoE expert count: Mixtral's ``num_local_experts``, else Qwen MoE's ``num_experts``; 1
+    (dense) when neither is set, or when one says 0 as some dense configs do. Any other
+    non-integer (``false``, ``"8"``) is refused rather than read as dense."""
+    for key in ("num_local_experts", "num_experts"):
+        value = fields.get(key)
+        if value is None or (value == 0 and type(value) is int):
+            continue
+        return _get_int(fields, key, source)
+    return 1
 
 
 def _get_bool(config: dict[str, Any], key: str, where: str, default: bool) -> bool:
@@ -243,13 +260,10 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     hidden = _get_int(fields, "hidden_size", source)
     heads = _get_int(fields, "num_attention_heads", source)
     kv_heads = _get_int(fields, "num_key_value_heads", source, default=heads)
-    head_dim = fields.get("head_dim") or hidden // heads
-    head_dim = _get_int({"head_dim": head_dim}, "head_dim", source)
-    experts_key = "num_local_experts" if fields.get("num_local_experts") else "num_experts"
-    experts = fields.get(experts_key) or 1
-    experts = _get_int({experts_key: experts}, experts_key, source)
+    head_dim = _get_int(fields, "head_dim", source, default=hidden // heads)
+    experts = _experts(fields, source)
     intermediate_key = "intermediate_size"
-    if experts > 1 and fields.get("moe_intermediate_size"):
+    if experts > 1 and fields.get("moe_intermediate_size") is not None:
         # Qwen MoE: each expert is moe_intermediate_size wide; the shared expert is not counted.
         intermediate_key = "moe_intermediate_size"
     intermediate = _get_int(fields, intermediate_key, source)
