@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -370,3 +371,24 @@ def test_evaluate_flavor_uses_the_verdict_rule_on_usable_memory(catalog: Catalog
         sized = accelerator.model_copy(update={"nvml_total_mib": usable_mib})
         fit = evaluate_flavor(plan, model, flavor, sized, None)[0]
         assert fit.verdict is expected, (usable_mib, need)
+
+
+def test_a_card_exactly_as_large_as_the_need_is_tight_not_no(catalog: Catalog) -> None:
+    # Zero headroom, through evaluate_flavor (not only the rule): the plan fits, barely.
+    plan = Plan(model="fx-1b", method=Method.LORA, batch=2, seq=1024)
+    model = catalog.models[plan.model]
+    flavor = catalog.flavors["small-24"]
+    accelerator = catalog.accelerator_for(flavor)
+    assert accelerator is not None
+    need = evaluate_flavor(plan, model, flavor, accelerator, None)[0].need_bytes
+    memory_gb = need / 1e9
+    while int(memory_gb * 1e9) < need:  # the float nearest need/1e9 may land a byte short
+        memory_gb = math.nextafter(memory_gb, math.inf)
+    while int(memory_gb * 1e9) > need:
+        memory_gb = math.nextafter(memory_gb, 0.0)
+    exact = accelerator.model_copy(
+        update={"memory_gb": memory_gb, "nvml_total_mib": None, "usable_memory_fraction": 1.0}
+    )
+    assert exact.usable_bytes == need
+    fit = evaluate_flavor(plan, model, flavor, exact, None)[0]
+    assert (fit.headroom_bytes, fit.verdict) == (0, FitVerdict.TIGHT)
