@@ -178,6 +178,10 @@ def test_save_stores_the_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path
             "--model",
             "not supported",
         ),
+        (["--model", "1000T"], "--model", "too large to size"),
+        (["--model", "9" * 400], "--model", "unknown model"),  # parses as float infinity
+        (["--model", "x" * 300], "--model", "unknown model"),  # too long for a file name
+        (["--model", "7B", "--mfu", "1e-300"], "--mfu", "greater than or equal to 0.001"),
     ],
 )
 def test_bad_input_exits_2_naming_the_flag(
@@ -201,6 +205,8 @@ def test_bad_input_exits_2_naming_the_flag(
         ["--model", "x", "--attn", "xformers"],
         ["--model", "x", "--batch", "two"],
         ["--model", "x", "--examples", "many"],
+        ["--model", "x", "--examples", "9" * 400],
+        ["--model", "x", "--tokens", "9" * 400 + "T"],
         ["--model", "x", "--rl-method", "inference"],
     ],
 )

@@ -62,6 +62,10 @@ SYNTHETIC_VOCAB = 32_000
 SYNTHETIC_CONTEXT = 4096
 SYNTHETIC_GQA_FROM = 30_000_000_000
 SYNTHETIC_MIN_PARAMS = 1_000_000
+#: 100T: fifty times the largest dense model trained so far (~2T), and below where the shape
+#: would need more than ModelSpec's 10,000 layers (width stops at 65536, so layers grow with the
+#: count: 1000T asked for 209,041).
+SYNTHETIC_MAX_PARAMS = 100 * 10**12
 
 #: Upper bounds for config.json sizes: about 100x the largest released model's value (DeepSeek-V3:
 #: 61 layers, 7168 wide, 256 experts, 129k vocabulary; Llama 4: 10M context), so a real config
@@ -93,12 +97,16 @@ def resolve_model(ref: str, catalog: Catalog) -> ModelSpec:
     if found is not None:
         return found
     path = Path(text).expanduser()
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError:  # a name too long for a path (ENAMETOOLONG) is not a path
+        is_dir = is_file = False
+    if is_dir:
         config = path / "config.json"
         if not config.is_file():
             raise UsageError(f"folder '{text}' has no config.json", flag=FLAG)
         return model_from_config_file(config)
-    if path.is_file():
+    if is_file:
         return model_from_config_file(path)
     try:
         count = parse_count(text)
@@ -394,6 +402,10 @@ def synthetic_model(count: int) -> ModelSpec:
         raise UsageError(
             f"{count} parameters is too small to size (give at least 1M, or a catalog model)",
             flag=FLAG,
+        )
+    if count > SYNTHETIC_MAX_PARAMS:
+        raise UsageError(
+            f"{_label(count)} parameters is too large to size (at most 100T)", flag=FLAG
         )
     label = _label(count)
     gqa = count >= SYNTHETIC_GQA_FROM

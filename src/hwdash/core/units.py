@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 KIB = 1024
@@ -25,6 +26,8 @@ def parse_count(text: str) -> int:
     value = float(match.group(1)) * _SUFFIX[match.group(2).upper()]
     if value <= 0:
         raise ValueError(f"{text!r} must be greater than zero")
+    if not math.isfinite(value):  # 400 digits parse as float infinity, which round() refuses
+        raise ValueError(f"{text[:20]!r}... is too large to be a count")
     return round(value)
 
 
