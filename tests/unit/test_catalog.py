@@ -470,3 +470,16 @@ def test_deeply_nested_overlay_is_a_catalog_error(tmp_path: Path) -> None:
     with pytest.raises(CatalogError) as caught:
         load_catalog_from([packaged_catalog_dir(), path])
     assert caught.value.path == str(path)
+
+
+def test_a_catalog_path_too_long_for_the_system_is_a_catalog_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ENAMETOOLONG is an OSError that pathlib's is_dir()/is_file() do not swallow.
+    long_name = tmp_path / ("x" * 300)
+    with pytest.raises(CatalogError, match="cannot be read") as caught:
+        load_catalog_from([packaged_catalog_dir(), long_name])
+    assert caught.value.path == str(long_name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(long_name))
+    with pytest.raises(CatalogError, match="cannot be read"):
+        load_catalog()

@@ -306,8 +306,11 @@ def user_catalog_dirs(explicit: Sequence[str | Path] = ()) -> list[Path]:
     dirs: list[Path] = []
     config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     xdg = Path(config_home) / "hwdash" / "catalog"
-    if xdg.is_dir():
-        dirs.append(xdg)
+    try:
+        if xdg.is_dir():
+            dirs.append(xdg)
+    except OSError as exc:  # a name too long, a folder we may not enter
+        raise CatalogError(xdg, f"cannot be read: {exc.strerror or exc}") from None
     env = os.environ.get("HWDASH_CATALOG")
     if env:
         dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
@@ -316,11 +319,14 @@ def user_catalog_dirs(explicit: Sequence[str | Path] = ()) -> list[Path]:
 
 
 def _catalog_files(directory: Path) -> list[Path]:
-    if directory.is_file():
-        return [directory]
-    if not directory.is_dir():
-        raise CatalogError(directory, "no such catalog folder or file")
-    return sorted(directory.glob("*.toml"))
+    try:
+        if directory.is_file():
+            return [directory]
+        if not directory.is_dir():
+            raise CatalogError(directory, "no such catalog folder or file")
+        return sorted(directory.glob("*.toml"))
+    except OSError as exc:  # a name too long, a folder we may not enter
+        raise CatalogError(directory, f"cannot be read: {exc.strerror or exc}") from None
 
 
 def _entry_label(kind: str, index: int, raw: Any) -> str:
