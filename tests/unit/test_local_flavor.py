@@ -55,3 +55,8 @@ def test_no_readable_gpu_is_an_error_that_says_why(catalog: Catalog) -> None:
         local_machine([], catalog)
     with pytest.raises(NoLocalGpu):
         local_machine([LocalGpu("NVIDIA GB10", None, None)], catalog)
+
+
+def test_an_impossible_memory_size_is_said_not_a_traceback(catalog: Catalog) -> None:
+    with pytest.raises(NoLocalGpu, match="impossible memory size"):
+        local_machine([LocalGpu("NVIDIA Imaginary 9000", 10**18, None)], catalog)

@@ -34,6 +34,7 @@ from hwdash.core.alerts import (
     AlertRule,
     blind_after_for,
 )
+from hwdash.core.strict_json import finite_or_none
 from hwdash.core.units import format_bytes
 from hwdash.errors import UsageError
 from hwdash.telemetry.alert_actions import (
@@ -402,8 +403,8 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
 
 
 def _emit_json(payload: dict[str, Any]) -> None:
-    # allow_nan=False: NaN and Infinity are not JSON; every value here is finite by construction.
-    sys.stdout.write(json.dumps(payload, allow_nan=False) + "\n")
+    # NaN and Infinity are not JSON: a reading that is not finite becomes null and the stream goes on.
+    sys.stdout.write(json.dumps(finite_or_none(payload), allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

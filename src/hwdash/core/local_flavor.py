@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from hwdash.core.catalog import Accelerator, Catalog, Flavor
 from hwdash.core.units import GIB, MIB
 
@@ -81,17 +83,12 @@ def local_machine(
             f"{first_name} is not in the catalog: its memory is known, its speed is not "
             "(no hours or cost; add it with an [[accelerator]] entry whose nvml_names lists it)"
         )
-        accelerator = Accelerator(
-            id=f"{flavor_id}-gpu",
-            name=first_name,
-            vendor="nvidia",
-            kind="gpu",
-            memory_gb=memory / 1e9,
-            nvml_total_mib=mib,
-            bf16=True,
-            nvml_names=(first_name,),
-            source="this machine, as NVML reports it (memory only; speed unknown)",
-        )
+        try:
+            accelerator = _unknown_accelerator(flavor_id, first_name, memory, mib)
+        except ValidationError:
+            raise NoLocalGpu(
+                f"NVML reports an impossible memory size for {first_name} ({memory} bytes)"
+            ) from None
     what = "free now" if free_only else "as NVML reports it"
     flavor = Flavor(
         id=flavor_id,
@@ -102,6 +99,22 @@ def local_machine(
         source="this machine's GPUs, read from NVML",
     )
     return LocalMachine(flavor=flavor, accelerator=accelerator, notes=tuple(notes))
+
+
+def _unknown_accelerator(flavor_id: str, name: str, memory: int, mib: int) -> Accelerator:
+    """A GPU the catalog does not know: its memory as NVML reports it, no speed. Raises
+    ``pydantic.ValidationError`` for a size no GPU has (the catalog's bounds)."""
+    return Accelerator(
+        id=f"{flavor_id}-gpu",
+        name=name,
+        vendor="nvidia",
+        kind="gpu",
+        memory_gb=memory / 1e9,
+        nvml_total_mib=mib,
+        bf16=True,
+        nvml_names=(name,),
+        source="this machine, as NVML reports it (memory only; speed unknown)",
+    )
 
 
 def with_local_machine(catalog: Catalog, machine: LocalMachine) -> Catalog:

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from hwdash.core.alerts import AlertEngine, AlertEvent
+from hwdash.core.strict_json import finite_or_none
 from hwdash.telemetry.types import GpuSample, GpuState, Snapshot
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class AlertLog:
 
     def append(self, event: AlertEvent) -> bool:
         """Write one line; False (and a logged warning) when the file cannot be written."""
-        record = {**event.to_dict(), "host": self.host, "pid": os.getpid()}
+        record = finite_or_none({**event.to_dict(), "host": self.host, "pid": os.getpid()})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as handle:
