@@ -42,11 +42,9 @@ def blind_after_for(interval_s: float) -> float:
     return max(BLIND_INTERVALS * interval_s, BLIND_MINIMUM_S)
 
 
-class MigReading(Protocol):
-    """What the rule needs from one MIG instance (``hwdash.telemetry.types.MigSample`` fits)."""
+class _Unit(Protocol):
+    """A GPU or a MIG instance: what a pressure alert is about."""
 
-    @property
-    def index(self) -> int: ...
     @property
     def name(self) -> str | None: ...
     @property
@@ -55,6 +53,13 @@ class MigReading(Protocol):
     def free_bytes(self) -> int | None: ...
     @property
     def pressure(self) -> float | None: ...
+
+
+class MigReading(_Unit, Protocol):
+    """What the rule needs from one MIG instance (``hwdash.telemetry.types.MigSample`` fits)."""
+
+    @property
+    def index(self) -> int: ...
 
 
 class GpuReading(MigReading, Protocol):
@@ -140,19 +145,6 @@ class AlertEvent:
             "message": self.message,
             "timestamp": self.timestamp,
         }
-
-
-class _Unit(Protocol):
-    """A GPU or a MIG instance: what a pressure alert is about."""
-
-    @property
-    def name(self) -> str | None: ...
-    @property
-    def total_bytes(self) -> int | None: ...
-    @property
-    def free_bytes(self) -> int | None: ...
-    @property
-    def pressure(self) -> float | None: ...
 
 
 UnitKey = tuple[int, int | None]
