@@ -182,7 +182,7 @@ class HwdashApp(App[None]):
         yield self.alert_status
         with TabbedContent(initial=self.initial_tab):
             with TabPane("Planner", id="planner"):
-                yield self.planner
+                yield self._lazy_unless_shown("planner", self.planner)
             with TabPane("Compare", id="compare"):
                 yield self._lazy_unless_shown("compare", self.compare)
             with TabPane("Monitor", id="monitor"):

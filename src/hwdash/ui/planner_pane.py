@@ -836,7 +836,8 @@ class PlannerPane(Widget):
         except NoLocalGpu:
             return False
         self.catalog = with_local_machine(self.catalog, machine)
-        self.request_recompute()
+        if self.is_mounted:  # else the first estimate, on mount, already sees it
+            self.request_recompute()
         return True
 
     def action_toggle_fits_only(self) -> None:
