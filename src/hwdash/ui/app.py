@@ -8,6 +8,7 @@ a status line visible from every tab, raise a notification and ring the bell.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
+from textual.driver import Driver
 from textual.lazy import Lazy
 from textual.screen import ModalScreen
 from textual.widget import Widget
@@ -42,6 +44,7 @@ from hwdash.ui.sampling import (
     SnapshotReady,
     plain_frame,
 )
+from hwdash.ui.screen_diff import ScreenDiff, diffing_driver
 from hwdash.ui.widgets.monitor_cells import TextCell
 
 TabName = Literal["planner", "compare", "monitor"]
@@ -68,6 +71,7 @@ HELP_TEXT = """\
   q          quit (ctrl+q also works while typing in a field)
   tab        move between fields and tables
   escape     leave a form field (the keys above then work again)
+  ctrl+l     redraw the whole screen
 
 [b]Monitor[/b]
   o          sort the process table by the next column
@@ -123,6 +127,7 @@ class HwdashApp(App[None]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "leave_field", "Leave field", show=False),
+        Binding("ctrl+l", "redraw", "Redraw", show=False),
     ]
 
     def __init__(
@@ -175,6 +180,21 @@ class HwdashApp(App[None]):
         """The planner pane (the form and its estimate)."""
         self.compare = ComparePane(plan_store, catalog, id="compare-pane")
         """Saved plans side by side."""
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, writing only the characters that changed (see :mod:`screen_diff`);
+        ``HWDASH_SCREEN_DIFF=0`` turns that off."""
+        base = super().get_driver_class()
+        if os.environ.get("HWDASH_SCREEN_DIFF", "1").strip() == "0":
+            return base
+        return diffing_driver(base)
+
+    def action_redraw(self) -> None:
+        """Write the whole screen again (after another program drew over it)."""
+        screen_diff = getattr(self._driver, "screen_diff", None)
+        if isinstance(screen_diff, ScreenDiff):
+            screen_diff.invalidate()
+        self.refresh(repaint=True)
 
     # -- layout -------------------------------------------------------------------------------
 

@@ -351,6 +351,7 @@ class MonitorPane(Vertical):
         needed = 2 * len(self._cards) + WIDE_SPARE_LINES
         wide = width >= WIDE_MIN_WIDTH and height >= needed
         self.set_class(wide, "-wide")
+        self.heading.set_wide(wide)
         if wide != self.wide:
             self.wide = wide
             self._redraw()

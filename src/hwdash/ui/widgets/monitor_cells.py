@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from rich.text import Text
-from textual.widget import Widget
 from textual.widgets import Static
 
 #: Eight heights of a sparkline column, lowest first (a space is "nothing").
@@ -85,6 +84,9 @@ class BarModel:
     """Draw this text instead of a bar (a lost GPU, memory not readable)."""
 
 
+#: Colour of the sparkline.
+SPARK_STYLE = "#5fafd7"
+
 #: Styles of the bar's parts (Rich styles: the bar is rendered text, not CSS).
 USED_STYLE = "#5fba7d"
 WARM_STYLE = "#e0b050"
@@ -117,99 +119,34 @@ def bar_cells(model: BarModel, width: int) -> tuple[str, ...]:
     return tuple(cells)
 
 
-class MemoryBar(Widget):
-    """One line: reserved, used and free memory, the alert tick and the plan's marker."""
-
-    DEFAULT_CSS = """
-    MemoryBar { height: 1; min-width: 8; }
-    """
-
-    def __init__(self, *, id: str | None = None, classes: str = "") -> None:
-        super().__init__(id=id, classes=classes)
-        self._model = BarModel()
-        self._drawn: tuple[object, ...] | None = None
-
-    @property
-    def model(self) -> BarModel:
-        """What the bar currently shows."""
-        return self._model
-
-    def show(self, model: BarModel) -> bool:
-        """Display ``model``; repaint only if the drawn cells or colour change."""
-        self._model = model
-        drawn = self._drawn_key(self.size.width)
-        if drawn == self._drawn:
-            return False
-        self._drawn = drawn
-        self.refresh()
-        return True
-
-    def _drawn_key(self, width: int) -> tuple[object, ...]:
-        model = self._model
-        return (width, bar_cells(model, width), model.message, self._used_style(model))
-
-    @staticmethod
-    def _used_style(model: BarModel) -> str:
-        if model.alert:
-            return ALERT_STYLE
-        taken = (model.reserved or 0) + (model.used or 0)
-        if model.total and model.used is not None and taken / model.total >= model.threshold - 0.1:
-            return WARM_STYLE
-        return USED_STYLE
-
-    def render(self) -> Text:
-        width = self.size.width
-        self._drawn = self._drawn_key(width)
-        model = self._model
-        if model.message is not None:
-            return Text(model.message[:width], style=ALERT_STYLE if model.alert else "italic")
-        cells = bar_cells(model, width)
-        if not cells:
-            return Text("n/a".ljust(width), style="italic")
-        used_style = self._used_style(model)
-        glyphs = {
-            "r": ("▒", RESERVED_STYLE),
-            "u": ("█", used_style),
-            "f": ("─", FREE_STYLE),
-            "t": ("│", TICK_STYLE),
-            "p": ("┃", PLAN_STYLE),
-        }
-        text = Text()
-        # One span per run of equal cells: a span per cell would repeat the colour escape codes
-        # for every character sent to the terminal.
-        for code, run in groupby(cells):
-            char, style = glyphs[code]
-            text.append(char * len(list(run)), style)
-        return text
+def bar_used_style(model: BarModel) -> str:
+    """The colour of the used part: alert, warm (within 10 points of the threshold) or normal."""
+    if model.alert:
+        return ALERT_STYLE
+    taken = (model.reserved or 0) + (model.used or 0)
+    if model.total and model.used is not None and taken / model.total >= model.threshold - 0.1:
+        return WARM_STYLE
+    return USED_STYLE
 
 
-class SparkCell(Widget):
-    """A sparkline of values in 0..1 that fills the cell's width; repaints only when it changes."""
-
-    DEFAULT_CSS = """
-    SparkCell { height: 1; }
-    """
-
-    def __init__(self, *, id: str | None = None, classes: str = "") -> None:
-        super().__init__(id=id, classes=classes)
-        self._values: tuple[float, ...] = ()
-        self._drawn: str | None = None
-
-    @property
-    def shown(self) -> str:
-        """The characters on screen."""
-        return sparkline(self._values, self.size.width)
-
-    def show(self, values: tuple[float, ...]) -> bool:
-        """Display ``values`` (oldest first); returns whether the drawn characters changed."""
-        self._values = values
-        drawn = sparkline(values, self.size.width)
-        if drawn == self._drawn:
-            return False
-        self._drawn = drawn
-        self.refresh()
-        return True
-
-    def render(self) -> Text:
-        self._drawn = sparkline(self._values, self.size.width)
-        return Text(self._drawn, style="#5fafd7")
+def bar_runs(model: BarModel, width: int) -> list[tuple[str, str]]:
+    """The bar as (text, Rich style) runs, one per stretch of equal cells (a run per cell would
+    repeat the colour codes for every character sent to the terminal)."""
+    if model.message is not None:
+        text = model.message[:width].ljust(width)
+        return [(text, ALERT_STYLE if model.alert else "italic")]
+    cells = bar_cells(model, width)
+    if not cells:
+        return [("n/a".ljust(width), "italic")]
+    glyphs = {
+        "r": ("▒", RESERVED_STYLE),
+        "u": ("█", bar_used_style(model)),
+        "f": ("─", FREE_STYLE),
+        "t": ("│", TICK_STYLE),
+        "p": ("┃", PLAN_STYLE),
+    }
+    runs = []
+    for code, run in groupby(cells):
+        char, style = glyphs[code]
+        runs.append((char * len(list(run)), style))
+    return runs

@@ -7,14 +7,26 @@ widget only pushes that text into cells that repaint when it changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
 
 from hwdash.core.units import GIB, format_bytes
 from hwdash.telemetry.types import GpuSample, GpuState
 from hwdash.ui.sampling import short_gpu_name
-from hwdash.ui.widgets.monitor_cells import BarModel, MemoryBar, SparkCell, TextCell
+from hwdash.ui.widgets.monitor_cells import (
+    SPARK_STYLE,
+    BarModel,
+    bar_cells,
+    bar_runs,
+    bar_used_style,
+    sparkline,
+)
 
 NOT_AVAILABLE = "n/a"
 
@@ -137,54 +149,155 @@ def gpu_cells(gpu: GpuSample, *, wide: bool) -> GpuCells:
     )
 
 
-class GpuHeading(Horizontal):
+#: The columns of a GPU row: (key, width in the compact layout, width in the wide layout, alignment).
+#: The bar takes what the others leave; a negative width is a percentage of the row.
+GPU_COLUMNS: tuple[tuple[str, int, int, str], ...] = (
+    ("name", 16, 20, "left"),
+    ("bar", 0, 0, "bar"),
+    ("pressure", 4, 4, "right"),
+    ("memory", 9, 16, "right"),
+    ("utilization", 4, 4, "right"),
+    ("temperature", 5, 5, "right"),
+    ("power", 5, 10, "right"),
+    ("spark", 8, -18, "left"),
+)
+#: The narrowest memory bar.
+MIN_BAR_WIDTH = 8
+
+
+def column_layout(width: int, *, wide: bool) -> tuple[tuple[str, int, int, str], ...]:
+    """Where each column of a GPU row starts and how wide it is: (key, x, width, alignment).
+
+    One space separates two columns; the bar gets the rest (at least :data:`MIN_BAR_WIDTH`; a row
+    narrower than that is cut at the right edge)."""
+    sizes: dict[str, int] = {}
+    for key, compact, wide_width, _align in GPU_COLUMNS:
+        size = wide_width if wide else compact
+        sizes[key] = max(1, width * -size // 100) if size < 0 else size
+    separators = len(GPU_COLUMNS) - 1
+    sizes["bar"] = max(MIN_BAR_WIDTH, width - separators - sum(sizes.values()))
+    layout = []
+    x = 0
+    for key, _compact, _wide, align in GPU_COLUMNS:
+        layout.append((key, x, sizes[key], align))
+        x += sizes[key] + 1
+    return tuple(layout)
+
+
+def fit_text(text: str, width: int, align: str) -> str:
+    """``text`` in exactly ``width`` cells: cut with an ellipsis when longer, else padded."""
+    if width <= 0:
+        return ""
+    length = cell_len(text)
+    if length > width:
+        return set_cell_size(text, width - 1) + "…"
+    padding = " " * (width - length)
+    return padding + text if align == "right" else text + padding
+
+
+class _Shown:
+    """What one cell of a GPU row shows (tests read ``shown``; ``display``: whether on screen)."""
+
+    def __init__(self) -> None:
+        self.shown = ""
+        self.display = True
+
+
+class _BarShown:
+    """The model the memory bar is drawn from."""
+
+    def __init__(self) -> None:
+        self.model = BarModel()
+
+
+class GpuHeading(Widget):
     """Column headings above the GPU rows, laid out with the same widths."""
+
+    HEADINGS: ClassVar[dict[str, str]] = {
+        "name": "GPU",
+        "pressure": "full",
+        "memory": "in use",
+        "utilization": "util",
+        "temperature": "temp",
+        "power": "power",
+        "spark": "history",
+    }
 
     def __init__(self, threshold: float, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.threshold = threshold
+        self.wide = False
 
-    def compose(self) -> ComposeResult:
-        yield TextCell("GPU", classes="gpu-name")
-        yield TextCell(
-            f"memory: ▒ reserved █ used │ {self.threshold * 100:.0f}% ┃ plan",
-            classes="gpu-bar-heading",
-        )
-        yield TextCell("full", classes="gpu-pressure")
-        yield TextCell("in use", classes="gpu-memory")
-        yield TextCell("util", classes="gpu-util")
-        yield TextCell("temp", classes="gpu-temp")
-        yield TextCell("power", classes="gpu-power")
-        yield TextCell("history", classes="gpu-spark")
+    def set_wide(self, wide: bool) -> None:
+        """Use the wide layout's widths."""
+        if wide != self.wide:
+            self.wide = wide
+            self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        style = self.rich_style
+        texts = dict(self.HEADINGS)
+        layout = column_layout(width, wide=self.wide)
+        bar_width = next(size for key, _x, size, _align in layout if key == "bar")
+        threshold = f"{self.threshold * 100:.0f}%"
+        for legend in (
+            f"memory: ▒ reserved █ used │ {threshold} ┃ plan",
+            f"▒ reserved █ used │ {threshold} ┃ plan",
+            f"▒ rsvd █ used │ {threshold} ┃ plan",
+            "memory",
+        ):
+            if cell_len(legend) <= bar_width:
+                break
+        texts["bar"] = legend
+        parts = []
+        x = 0
+        for key, start, size, align in layout:
+            parts.append(" " * (start - x))
+            parts.append(fit_text(texts[key], size, "left" if align == "bar" else align))
+            x = start + size
+        text = set_cell_size("".join(parts), width)
+        return Strip([Segment(text, style)], width)
 
 
-class GpuCard(Vertical):
-    """One GPU: a row of cells, plus a detail line shown on wide terminals."""
+class GpuCard(Widget):
+    """One GPU: a row (name, memory bar, numbers, history) and, on wide terminals or when the GPU is
+    lost, a detail line under it.
+
+    The whole card is one widget drawing its lines itself: a line is rebuilt and refreshed only when
+    its text changes, which keeps a dashboard of eight moving GPUs cheap to draw.
+    """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "gpu-card--hot",
+        "gpu-card--detail",
+    }
 
     def __init__(self, gpu_index: int) -> None:
         super().__init__(id=f"gpu-{gpu_index}", classes="gpu-card")
         self.gpu_index = gpu_index
-        self.name_cell = TextCell(classes="gpu-name")
-        self.bar = MemoryBar(classes="gpu-bar")
-        self.pressure_cell = TextCell(classes="gpu-pressure")
-        self.memory_cell = TextCell(classes="gpu-memory")
-        self.util_cell = TextCell(classes="gpu-util")
-        self.temp_cell = TextCell(classes="gpu-temp")
-        self.power_cell = TextCell(classes="gpu-power")
-        self.spark = SparkCell(classes="gpu-spark")
-        self.detail_cell = TextCell(classes="gpu-detail")
+        self.name_cell = _Shown()
+        self.pressure_cell = _Shown()
+        self.memory_cell = _Shown()
+        self.util_cell = _Shown()
+        self.temp_cell = _Shown()
+        self.power_cell = _Shown()
+        self.detail_cell = _Shown()
+        self.detail_cell.display = False
+        self.bar = _BarShown()
+        self._history: tuple[float, ...] = ()
+        self.wide = False
+        self._keys: tuple[object, object] = (None, None)
+        self._strips: dict[int, Strip] = {}
 
-    def compose(self) -> ComposeResult:
-        with Horizontal(classes="gpu-line"):
-            yield self.name_cell
-            yield self.bar
-            yield self.pressure_cell
-            yield self.memory_cell
-            yield self.util_cell
-            yield self.temp_cell
-            yield self.power_cell
-            yield self.spark
-        yield self.detail_cell
+    @property
+    def spark_shown(self) -> str:
+        """The sparkline's characters at the current width."""
+        width = dict((key, size) for key, _x, size, _a in self._layout())["spark"]
+        return sparkline(self._history, width)
+
+    def _layout(self) -> tuple[tuple[str, int, int, str], ...]:
+        return column_layout(self.size.width, wide=self.wide)
 
     def show(
         self,
@@ -195,19 +308,24 @@ class GpuCard(Vertical):
         threshold: float,
         plan_bytes: int | None,
     ) -> None:
-        """Show one sample of this GPU."""
+        """Show one sample of this GPU; refresh only the lines whose content changed."""
         cells = gpu_cells(gpu, wide=wide)
         alert = gpu.state in (GpuState.ALERT, GpuState.BLIND)
         problem = problem_text(gpu)
+        classes_before = (self.has_class("-alert"), self.has_class("-lost"), self.wide)
         self.set_class(alert, "-alert")
         self.set_class(problem is not None, "-lost")
-        self.name_cell.show(cells.name)
-        self.pressure_cell.show(cells.pressure)
-        self.memory_cell.show(cells.memory)
-        self.util_cell.show(cells.utilization)
-        self.temp_cell.show(cells.temperature)
-        self.power_cell.show(cells.power)
-        self.detail_cell.show(cells.detail)
+        self.wide = wide
+        self.name_cell.shown = cells.name
+        self.pressure_cell.shown = cells.pressure
+        self.memory_cell.shown = cells.memory
+        self.util_cell.shown = cells.utilization
+        self.temp_cell.shown = cells.temperature
+        self.power_cell.shown = cells.power
+        self.detail_cell.shown = cells.detail
+        two_lines = wide or problem is not None
+        self.detail_cell.display = two_lines
+        self.set_class(two_lines, "-two-lines")
         used = gpu.used_bytes
         if used is None:
             taken = taken_bytes(gpu)
@@ -219,15 +337,99 @@ class GpuCard(Vertical):
             short_problem = "cannot be read"
         elif gpu.state is GpuState.BLIND:
             short_problem = "blind: no fresh data"
-        self.bar.show(
-            BarModel(
-                total=gpu.total_bytes,
-                reserved=gpu.reserved_bytes,
-                used=used,
-                threshold=threshold,
-                plan=plan_bytes,
-                alert=alert or short_problem is not None,
-                message=short_problem,
-            )
+        self.bar.model = BarModel(
+            total=gpu.total_bytes,
+            reserved=gpu.reserved_bytes,
+            used=used,
+            threshold=threshold,
+            plan=plan_bytes,
+            alert=alert or short_problem is not None,
+            message=short_problem,
         )
-        self.spark.show(history)
+        self._history = history
+        if classes_before != (alert, problem is not None, wide):
+            self._keys = (None, None)
+            self._strips.clear()
+            self.refresh()
+            return
+        self._refresh_changed()
+
+    def _line_keys(self, width: int) -> tuple[object, object]:
+        layout = self._layout()
+        bar_width = next(size for key, _x, size, _a in layout if key == "bar")
+        spark_width = next(size for key, _x, size, _a in layout if key == "spark")
+        model = self.bar.model
+        row = (
+            width,
+            self.name_cell.shown,
+            self.pressure_cell.shown,
+            self.memory_cell.shown,
+            self.util_cell.shown,
+            self.temp_cell.shown,
+            self.power_cell.shown,
+            bar_cells(model, bar_width),
+            model.message,
+            bar_used_style(model),
+            sparkline(self._history, spark_width),
+        )
+        detail = (width, self.detail_cell.shown) if self.detail_cell.display else None
+        return (row, detail)
+
+    def _refresh_changed(self) -> None:
+        if not self.is_mounted:
+            return
+        width = self.size.width
+        keys = self._line_keys(width)
+        for y, (old, new) in enumerate(zip(self._keys, keys, strict=True)):
+            if old != new:
+                self._strips.pop(y, None)
+                self.refresh(Region(0, y, width, 1))
+        self._keys = keys
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        strip = self._strips.get(y)
+        if strip is not None and strip.cell_length == width:
+            return strip
+        self._keys = self._line_keys(width)
+        strip = self._row_strip(width) if y == 0 else self._detail_strip(width)
+        self._strips[y] = strip
+        return strip
+
+    def _row_strip(self, width: int) -> Strip:
+        base = self.rich_style
+        hot = base + self.get_component_rich_style("gpu-card--hot", partial=True)
+        texts = {
+            "name": self.name_cell.shown,
+            "pressure": self.pressure_cell.shown,
+            "memory": self.memory_cell.shown,
+            "utilization": self.util_cell.shown,
+            "temperature": self.temp_cell.shown,
+            "power": self.power_cell.shown,
+        }
+        segments: list[Segment] = []
+        x = 0
+        for key, start, size, align in self._layout():
+            if start > x:
+                segments.append(Segment(" " * (start - x), base))
+            if key == "bar":
+                segments.extend(
+                    Segment(text, base + Style.parse(style) if style else base)
+                    for text, style in bar_runs(self.bar.model, size)
+                )
+            elif key == "spark":
+                segments.append(
+                    Segment(sparkline(self._history, size), base + Style.parse(SPARK_STYLE))
+                )
+            else:
+                style = hot if key in ("name", "pressure", "memory") else base
+                segments.append(Segment(fit_text(texts[key], size, align), style))
+            x = start + size
+        return Strip(segments).crop_extend(0, width, base)
+
+    def _detail_strip(self, width: int) -> Strip:
+        base = self.rich_style
+        style = base + self.get_component_rich_style("gpu-card--detail", partial=True)
+        indent = self._layout()[1][1]  # under the bar
+        text = " " * indent + self.detail_cell.shown
+        return Strip([Segment(fit_text(text, width, "left"), style)], width)
