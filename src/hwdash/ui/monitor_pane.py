@@ -10,10 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.cells import set_cell_size
+from rich.segment import Segment
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
+from textual.strip import Strip
+from textual.widget import Widget
 
 from hwdash.core.units import GIB, format_bytes
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, Snapshot
@@ -52,29 +56,49 @@ def host_text(host: HostSample | None) -> str:
     return "  ".join(part for part in ("Host", *host_parts(host)) if part)
 
 
-class HostLine(Horizontal):
-    """Host CPU, RAM, swap and load, one cell each, so a changing CPU figure repaints 8 characters."""
+#: Widths of the host line's parts (label, CPU, RAM, swap; the load takes the rest), two spaces apart.
+HOST_WIDTHS = (4, 8, 20, 19)
+
+
+class HostLine(Widget):
+    """Host CPU, RAM, swap and load on one line, drawn only when one of them changes."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"host-line--label"}
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.cells = tuple(
-            TextCell(text, classes=f"host-{name}")
-            for name, text in zip(("cpu", "ram", "swap", "load"), host_parts(None), strict=True)
-        )
-
-    def compose(self) -> ComposeResult:
-        yield TextCell("Host", classes="host-label")
-        yield from self.cells
+        self._parts: tuple[str, ...] = host_parts(None)
+        self._strip: Strip | None = None
 
     @property
     def shown(self) -> str:
         """The line as text (what tests read)."""
-        return "  ".join(part for part in ("Host", *(cell.shown for cell in self.cells)) if part)
+        return "  ".join(part for part in ("Host", *self._parts) if part)
 
     def show(self, host: HostSample | None) -> None:
         """Display one host reading."""
-        for cell, text in zip(self.cells, host_parts(host), strict=True):
-            cell.show(text)
+        parts = host_parts(host)
+        if parts != self._parts:
+            self._parts = parts
+            self._strip = None
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strip = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._strip is not None and self._strip.cell_length == width:
+            return self._strip
+        base = self.rich_style
+        label = base + self.get_component_rich_style("host-line--label", partial=True)
+        segments = [Segment(set_cell_size("Host", HOST_WIDTHS[0]) + "  ", label)]
+        for part, size in zip(self._parts, (*HOST_WIDTHS[1:], None), strict=True):
+            text = part if size is None else set_cell_size(part, size) + "  "
+            segments.append(Segment(text, base))
+        self._strip = Strip(segments).crop_extend(0, width, base)
+        return self._strip
 
 
 def status_text(snapshot: Snapshot | None) -> str:

@@ -289,6 +289,23 @@ class GpuCard(Widget):
         self.wide = False
         self._keys: tuple[object, object] = (None, None)
         self._strips: dict[int, Strip] = {}
+        self._styles: tuple[Style, Style, Style] | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = None
+        self._strips.clear()
+
+    def _line_styles(self) -> tuple[Style, Style, Style]:
+        """The base, hot (name and memory figures) and detail styles, from the CSS."""
+        if self._styles is None:
+            base = self.rich_style
+            self._styles = (
+                base,
+                base + self.get_component_rich_style("gpu-card--hot", partial=True),
+                base + self.get_component_rich_style("gpu-card--detail", partial=True),
+            )
+        return self._styles
 
     @property
     def spark_shown(self) -> str:
@@ -350,6 +367,7 @@ class GpuCard(Widget):
         if classes_before != (alert, problem is not None, wide):
             self._keys = (None, None)
             self._strips.clear()
+            self._styles = None
             self.refresh()
             return
         self._refresh_changed()
@@ -397,8 +415,7 @@ class GpuCard(Widget):
         return strip
 
     def _row_strip(self, width: int) -> Strip:
-        base = self.rich_style
-        hot = base + self.get_component_rich_style("gpu-card--hot", partial=True)
+        base, hot, _detail = self._line_styles()
         texts = {
             "name": self.name_cell.shown,
             "pressure": self.pressure_cell.shown,
@@ -428,8 +445,7 @@ class GpuCard(Widget):
         return Strip(segments).crop_extend(0, width, base)
 
     def _detail_strip(self, width: int) -> Strip:
-        base = self.rich_style
-        style = base + self.get_component_rich_style("gpu-card--detail", partial=True)
+        _base, _hot, style = self._line_styles()
         indent = self._layout()[1][1]  # under the bar
         text = " " * indent + self.detail_cell.shown
         return Strip([Segment(fit_text(text, width, "left"), style)], width)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import total_ordering
+from typing import ClassVar, cast
 
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
 from rich.text import Text
 from textual import events
-from textual.coordinate import Coordinate
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from hwdash.core.units import format_bytes
 from hwdash.telemetry.types import ProcessSample
@@ -110,93 +114,77 @@ def process_row_key(process: ProcessSample) -> str:
     return f"{gpu}:{process.pid}"
 
 
-class ProcessTable(DataTable[ProcessCell]):
-    """Processes on every GPU. Click a heading to sort by it (again to reverse)."""
+class ProcessTable(ScrollView, can_focus=True):
+    """Processes on every GPU, one line each under a heading line. Click a heading to sort by it
+    (again to reverse); up/down move the cursor.
+
+    The table draws its own lines: a line is rebuilt and refreshed only when its text changes, so
+    the one process whose memory ticks up repaints one line, and an idle table draws nothing.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("home", "cursor_first", "First", show=False),
+        Binding("end", "cursor_last", "Last", show=False),
+    ]
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "process-table--header",
+        "process-table--cursor",
+        "process-table--hidden",
+    }
+    DEFAULT_CSS = """
+    ProcessTable { height: auto; max-height: 100%; }
+    ProcessTable > .process-table--header { text-style: bold; color: $text-muted; }
+    ProcessTable > .process-table--cursor { background: $block-cursor-blurred-background; }
+    ProcessTable:focus > .process-table--cursor {
+        background: $block-cursor-background; color: $block-cursor-foreground;
+    }
+    ProcessTable > .process-table--hidden { text-style: italic dim; }
+    """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        super().__init__(id=id)
         self.sort_column = "gpu"
         """Column key the rows are ordered by (by GPU at first: an order that does not reshuffle,
         and repaint the whole table, every time two processes' memory cross)."""
         self.sort_reverse = False
         """Descending order."""
+        self.cursor_row = 0
+        """Index of the highlighted row."""
         self._rows: dict[str, dict[str, ProcessCell]] = {}
-        self._command_width = 0
+        self._order: list[str] = []
+        self._drawn: dict[int, tuple[object, ...]] = {}
+        self._strips: dict[tuple[object, ...], Strip] = {}
 
-    def on_mount(self) -> None:
-        self._add_columns(dict(PROCESS_COLUMNS_WIDTHS)["command"])
+    # -- what the pane and the tests call -----------------------------------------------------
 
-    def _add_columns(self, command_width: int) -> None:
-        self._command_width = command_width
-        for key, heading, width in PROCESS_COLUMNS:
-            self.add_column(heading, key=key, width=command_width if key == "command" else width)
-
-    def on_resize(self, event: events.Resize) -> None:
-        """Give the command column whatever width the other columns leave."""
-        command_width = max(16, event.size.width - _FIXED_WIDTH)
-        if command_width == self._command_width:
-            return
-        rows = self._rows
-        self.clear(columns=True)
-        self._rows = {}
-        self._add_columns(command_width)
-        self.show_cells(rows)
+    @property
+    def row_count(self) -> int:
+        """Number of processes listed."""
+        return len(self._order)
 
     @property
     def row_keys_in_order(self) -> list[str]:
         """Row keys (``gpu:pid``) top to bottom (what tests read)."""
-        return [str(row.key.value) for row in self.ordered_rows]
+        return list(self._order)
+
+    def get_row(self, key: str) -> list[ProcessCell]:
+        """The cells of one row, in column order."""
+        cells = self._rows[key]
+        return [cells[column] for column in COLUMN_KEYS]
 
     def show(self, processes: tuple[ProcessSample, ...]) -> None:
         """Bring the table in line with these processes, touching only what changed."""
         self.show_cells({process_row_key(process): process_cells(process) for process in processes})
 
     def show_cells(self, wanted: dict[str, dict[str, ProcessCell]]) -> None:
-        """Bring the table in line with these rows (key ``gpu:pid``), touching only what changed."""
-        for key in list(self._rows):
-            if key not in wanted:
-                self.remove_row(key)
-                del self._rows[key]
-        for key, cells in wanted.items():
-            old = self._rows.get(key)
-            if old is None:
-                self.add_row(*(cells[column] for column in COLUMN_KEYS), key=key)
-            else:
-                for column in COLUMN_KEYS:
-                    if old[column] != cells[column]:
-                        self._set_cell(key, column, cells[column])
-            self._rows[key] = cells
-        if self.row_keys_in_order != self._sorted_keys():
-            self._apply_sort()
-
-    def _sorted_keys(self) -> list[str]:
-        """Row keys in the order the current sort asks for (same rule as :meth:`_apply_sort`)."""
-        rows = self._rows
-
-        def order(key: str) -> tuple[ProcessCell, ProcessCell, ProcessCell]:
-            cells = rows[key]
-            return (cells[self.sort_column], cells["gpu"], cells["pid"])
-
-        return sorted(rows, key=order, reverse=self.sort_reverse)
-
-    def _set_cell(self, row_key: str, column_key: str, value: ProcessCell) -> None:
-        """Change one cell and repaint only that cell.
-
-        ``DataTable.update_cell`` repaints the whole table, which for a table of eight processes
-        whose memory ticks up every second is most of the bytes the dashboard sends. This does
-        what it does (textual 8.x: store the value, bump the update counter that keys the render
-        caches) but refreshes only the cell's region; if those internals ever change, it falls
-        back to ``update_cell``.
-        """
-        data = getattr(self, "_data", None)
-        if not isinstance(data, dict) or not hasattr(self, "_update_count"):
-            self.update_cell(row_key, column_key, value)
-            return
-        row = RowKey(row_key)
-        column = ColumnKey(column_key)
-        data[row][column] = value
-        self._update_count += 1
-        self.refresh_coordinate(Coordinate(self.get_row_index(row), self.get_column_index(column)))
+        """Bring the table in line with these rows (key ``gpu:pid``), repainting only what changed."""
+        self._rows = dict(wanted)
+        self._order = self._sorted_keys()
+        self.cursor_row = min(self.cursor_row, max(0, len(self._order) - 1))
+        self.virtual_size = Size(self.size.width, len(self._order) + 1)
+        self._refresh_changed()
 
     def sort_by(self, column: str, *, reverse: bool | None = None) -> None:
         """Order rows by ``column`` (a key of :data:`PROCESS_COLUMNS`)."""
@@ -207,11 +195,8 @@ class ProcessTable(DataTable[ProcessCell]):
             reverse = column in ("gpu_memory", "cpu", "rss")
         self.sort_column = column
         self.sort_reverse = reverse
-        self._apply_sort()
-
-    def _apply_sort(self) -> None:
-        if self.row_count:
-            self.sort(self.sort_column, "gpu", "pid", reverse=self.sort_reverse)
+        self._order = self._sorted_keys()
+        self._refresh_changed()
 
     def action_next_sort(self) -> None:
         """Sort by the next column."""
@@ -224,14 +209,144 @@ class ProcessTable(DataTable[ProcessCell]):
         """Reverse the order."""
         self.sort_by(self.sort_column, reverse=not self.sort_reverse)
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        """Clicking a heading sorts by it; clicking it again reverses."""
-        event.stop()
-        column = str(event.column_key.value)
-        if column == self.sort_column:
-            self.sort_by(column, reverse=not self.sort_reverse)
-        else:
-            self.sort_by(column)
+    def action_cursor_up(self) -> None:
+        self._move_cursor(self.cursor_row - 1)
+
+    def action_cursor_down(self) -> None:
+        self._move_cursor(self.cursor_row + 1)
+
+    def action_cursor_first(self) -> None:
+        self._move_cursor(0)
+
+    def action_cursor_last(self) -> None:
+        self._move_cursor(len(self._order) - 1)
+
+    # -- layout and drawing -------------------------------------------------------------------
+
+    def _sorted_keys(self) -> list[str]:
+        rows = self._rows
+
+        def order(key: str) -> tuple[ProcessCell, ProcessCell, ProcessCell]:
+            cells = rows[key]
+            return (cells[self.sort_column], cells["gpu"], cells["pid"])
+
+        return sorted(rows, key=order, reverse=self.sort_reverse)
+
+    def _widths(self, width: int) -> list[tuple[str, int, int]]:
+        """(column key, x, width) with one cell of padding each side; the command takes the rest."""
+        command = max(16, width - _FIXED_WIDTH)
+        layout = []
+        x = 0
+        for key, _heading, size in PROCESS_COLUMNS:
+            size = command if key == "command" else size
+            layout.append((key, x + 1, size))
+            x += size + 2
+        return layout
+
+    def _move_cursor(self, row: int) -> None:
+        if not self._order:
+            return
+        self.cursor_row = max(0, min(row, len(self._order) - 1))
+        self.scroll_to_region(
+            Region(0, self.cursor_row + 1, 1, 1).grow((1, 0, 1, 0)), animate=False
+        )
+        self._refresh_changed()
+
+    def _line_key(self, y: int) -> tuple[object, ...]:
+        """What line ``y`` of the widget shows (equal keys draw equal lines)."""
+        width = self.size.width
+        if y == 0:
+            return ("heading", width, self.sort_column, self.sort_reverse)
+        index = self.scroll_offset.y + y - 1
+        if index >= len(self._order):
+            return ("blank", width)
+        key = self._order[index]
+        cells = self._rows[key]
+        cursor = index == self.cursor_row and self.has_focus
+        return ("row", width, cursor, tuple(cells[column] for column in COLUMN_KEYS))
+
+    def _refresh_changed(self) -> None:
+        if not self.is_mounted:
+            return
+        width = self.size.width
+        for y in range(self.size.height):
+            key = self._line_key(y)
+            if self._drawn.get(y) != key:
+                self.refresh(Region(0, y, width, 1))
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.virtual_size = Size(event.size.width, len(self._order) + 1)
+        self._drawn.clear()
+        self._strips.clear()
+        self.refresh()
+
+    def on_focus(self) -> None:
+        self._refresh_changed()
+
+    def on_blur(self) -> None:
+        self._refresh_changed()
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+        self._drawn.clear()
+
+    def render_line(self, y: int) -> Strip:
+        key = self._line_key(y)
+        self._drawn[y] = key
+        strip = self._strips.get(key)
+        if strip is None:
+            if len(self._strips) > 256:
+                self._strips.clear()
+            strip = self._strips[key] = self._build_line(key)
+        return strip
+
+    def _build_line(self, key: tuple[object, ...]) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        if key[0] == "blank":
+            return Strip.blank(width, base)
+        layout = self._widths(width)
+        segments: list[Segment] = []
+        if key[0] == "heading":
+            style = base + self.get_component_rich_style("process-table--header", partial=True)
+            for column, _x, size in layout:
+                heading = dict(PROCESS_COLUMNS_HEADINGS)[column]
+                if column == self.sort_column:
+                    heading += " ▼" if self.sort_reverse else " ▲"
+                segments.append(Segment(" " + set_cell_size(heading, size) + " ", style))
+            return Strip(segments).crop_extend(0, width, base)
+        cursor = bool(key[2])
+        cells = cast(tuple[ProcessCell, ...], key[3])
+        style = base
+        if cursor:
+            style += self.get_component_rich_style("process-table--cursor", partial=True)
+        hidden = self.get_component_rich_style("process-table--hidden", partial=True)
+        for (_column, _x, size), cell in zip(layout, cells, strict=True):
+            text = cell.text
+            if cell_len(text) > size:
+                text = set_cell_size(text, size - 1) + "…"
+            cell_style = style + hidden if cell.style else style
+            segments.append(Segment(" " + set_cell_size(text, size) + " ", cell_style))
+        return Strip(segments).crop_extend(0, width, base)
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on a heading sorts by it (again: reverses); on a row, moves the cursor there."""
+        if event.y == 0:
+            for column, x, size in self._widths(self.size.width):
+                if x - 1 <= event.x < x + size + 1:
+                    event.stop()
+                    if column == self.sort_column:
+                        self.sort_by(column, reverse=not self.sort_reverse)
+                    else:
+                        self.sort_by(column)
+                    return
+            return
+        self._move_cursor(self.scroll_offset.y + event.y - 1)
 
 
 PROCESS_COLUMNS_HEADINGS = tuple((key, heading) for key, heading, _width in PROCESS_COLUMNS)
