@@ -1,41 +1,45 @@
-"""Benchmark the dashboard the way a user runs it: start-up time, idle CPU and memory, terminal bytes.
+"""hwdash against nvitop, side by side on the same fake GPUs, as a user on a training box sees them.
 
-    .venv/bin/python bench/ui_bench.py [--scenario h100x8] [--interval 1] [--seconds 60]
-                                       [--size 120x36] [--tab monitor]
+    .venv/bin/python bench/ui_bench.py [--runs 3] [--seconds 60] [--size 120x40] [--only hwdash]
 
-It starts ``hwdash --fake-nvml SCENARIO --interval S --no-bell`` on a pseudo-terminal of the given
-size (the child sees a real TTY, as under ``script`` or tmux) and measures:
+Both tools run on the packaged ``a100x8-sawtooth`` scenario (8 A100s whose memory ramps for a
+minute, then saw-tooths; every reading moves each second): hwdash directly, nvitop through
+``bench/pynvml_shim`` (a ``pynvml`` serving the same fake). nvitop 1.7.2 is installed, pinned, in its
+own venv under ``bench/out/nvitop-venv`` the first time. Runs alternate between the tools. Each run:
 
-* **first frame**: seconds from spawning the process until the first complete screen has been written
-  (the footer's "Quit" is the last thing Textual draws in the first frame);
-* after switching to the requested tab (``m`` for the monitor) and letting it settle for ``--settle``
-  seconds, over ``--seconds`` of idling:
-  * **CPU**: user+system CPU time of the process (psutil) divided by wall time, in % of one core;
-  * **RSS**: resident memory at the end, and the peak seen once a second (psutil), in MiB;
-  * **bytes/s**: bytes the app wrote to the terminal (read from the pty master) divided by wall time.
+* **full frame**: seconds from spawning the process on a pseudo-terminal until a complete monitor
+  (GPU readings and the process table's rows: hwdash's first ``torchrun`` row, nvitop's
+  ``Processes`` panel, both drawn only once a sample is in) has been written;
+* over the second half of ``--seconds``: **CPU** of one core (psutil user+system time / wall) and
+  **bytes/s** written to the terminal; **peak RSS** over the whole run;
+* **one-shot**: wall time of ``hwdash monitor --once`` and ``nvitop -1``.
 
-Nothing here is a test: the numbers depend on the machine. Report them with the machine's name.
+It prints the medians and the ratios hwdash/nvitop. Timings depend on the machine: report ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import os
 import pty
 import select
+import statistics
 import struct
 import subprocess
 import sys
 import termios
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST_FRAME_MARKER = b"Quit"
+SCENARIO = "a100x8-sawtooth"
+NVITOP_VERSION = "1.7.2"
+VENV = ROOT / "bench" / "out" / "nvitop-venv"
+SHIM = ROOT / "bench" / "pynvml_shim"
 
 
 def set_size(fd: int, columns: int, rows: int) -> None:
@@ -61,117 +65,140 @@ def drain(fd: int, seconds: float) -> int:
     return total
 
 
-def run(args: argparse.Namespace) -> dict[str, object]:
-    columns, rows = (int(part) for part in args.size.lower().split("x"))
-    hwdash = Path(sys.executable).parent / "hwdash"
-    command = [
-        str(hwdash),
-        "--fake-nvml",
-        args.scenario,
-        "--interval",
-        str(args.interval),
-        "--no-bell",
-    ]
-    master, slave = pty.openpty()
-    set_size(slave, columns, rows)
-    env = dict(os.environ, TERM=args.term)
-    env.pop("HWDASH_FAKE_NVML", None)
-    if args.truecolor:
-        env["COLORTERM"] = "truecolor"
-    else:
-        env.pop("COLORTERM", None)
-    env["XDG_DATA_HOME"] = str(Path(args.data_dir).resolve())  # saved plans go here, not to ~
-    env["XDG_STATE_HOME"] = str(Path(args.data_dir).resolve())
+@dataclass
+class Tool:
+    name: str
+    monitor: list[str]
+    once: list[str]
+    marker: bytes
+    """Text drawn once the full monitor is on screen."""
+    env: dict[str, str]
 
+
+def nvitop_python() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, f"nvitop=={NVITOP_VERSION}", "pydantic>=2.6", "tomli"], check=True)
+        subprocess.run([*pip, "--no-deps", "-e", str(ROOT)], check=True)
+    return python
+
+
+def tools(interval: float) -> list[Tool]:
+    base = dict(os.environ, HWDASH_FAKE_NVML=SCENARIO, TERM="xterm-256color")
+    base.pop("COLORTERM", None)
+    data = ROOT / "bench" / "out" / "ui_bench_data"
+    data.mkdir(parents=True, exist_ok=True)
+    hwdash_env = dict(base, XDG_DATA_HOME=str(data), XDG_STATE_HOME=str(data))
+    nvitop_env = dict(base, PYTHONPATH=str(SHIM))
+    hwdash = str(Path(sys.executable).parent / "hwdash")
+    python = str(nvitop_python())
+    return [
+        Tool(
+            "hwdash",
+            [hwdash, "--interval", f"{interval:g}", "--no-bell"],
+            [hwdash, "monitor", "--once"],
+            b"torchrun",
+            hwdash_env,
+        ),
+        Tool(
+            "nvitop",
+            [python, "-m", "nvitop", "--monitor", "full", "--interval", f"{interval:g}"],
+            [python, "-m", "nvitop", "-1"],
+            b"Processes",
+            nvitop_env,
+        ),
+    ]
+
+
+def run_monitor(tool: Tool, seconds: float, size: tuple[int, int]) -> dict[str, float]:
+    master, slave = pty.openpty()
+    set_size(slave, *size)
     started = time.monotonic()
     child = subprocess.Popen(
-        command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+        tool.monitor,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,  # Textual draws on it; nvitop logs its shim warnings there once at start
+        env=tool.env,
+        start_new_session=True,
     )
     os.close(slave)
     process = psutil.Process(child.pid)
-
     seen = b""
-    first_frame_s: float | None = None
-    first_byte_s: float | None = None
+    frame_s = float("nan")
+    peak = 0
     while time.monotonic() - started < 30:
-        chunk = read_available(master, 0.05)
-        if chunk and first_byte_s is None:
-            first_byte_s = time.monotonic() - started
-        seen += chunk
-        if FIRST_FRAME_MARKER in seen:
-            first_frame_s = time.monotonic() - started
+        seen += read_available(master, 0.02)
+        if tool.marker in seen:
+            frame_s = time.monotonic() - started
             break
-    if first_frame_s is None:
-        child.kill()
-        raise SystemExit(f"no first frame within 30 s; output so far: {seen[-500:]!r}")
-
-    if args.tab != "planner":
-        os.write(master, args.tab[0].encode())
-    drain(master, args.settle)
-
+    half = started + seconds / 2
+    while time.monotonic() < half:
+        drain(master, 0.5)
+        peak = max(peak, process.memory_info().rss)
     cpu_before = process.cpu_times()
     wall_before = time.monotonic()
     written = 0
-    peak_rss = 0
-    window_end = wall_before + args.seconds
-    while (left := window_end - time.monotonic()) > 0:
-        written += drain(master, min(1.0, left))
-        peak_rss = max(peak_rss, process.memory_info().rss)
+    while time.monotonic() < started + seconds:
+        written += drain(master, 0.5)
+        peak = max(peak, process.memory_info().rss)
     wall = time.monotonic() - wall_before
     cpu_after = process.cpu_times()
-    rss = process.memory_info().rss
-    threads = process.num_threads()
-
-    os.write(master, b"q")
+    child.terminate()
     try:
         child.wait(10)
     except subprocess.TimeoutExpired:
         child.kill()
     os.close(master)
-
     cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
     return {
-        "command": " ".join(command),
-        "terminal": f"{columns}x{rows} TERM={args.term}" + (" truecolor" if args.truecolor else ""),
-        "tab": args.tab,
-        "window": f"{args.settle:g}-{args.settle + args.seconds:g} s after the tab switch",
-        "first_byte_s": round(first_byte_s or 0.0, 3),
-        "first_frame_s": round(first_frame_s, 3),
-        "idle_seconds": round(wall, 1),
-        "cpu_percent_of_one_core": round(100 * cpu / wall, 2),
-        "rss_mib_end": round(rss / 2**20, 1),
-        "rss_mib_peak": round(peak_rss / 2**20, 1),
-        "terminal_bytes_per_s": round(written / wall, 1),
-        "threads": threads,
-        "exit_status": child.returncode,
+        "frame_s": frame_s,
+        "cpu_percent": 100 * cpu / wall,
+        "bytes_per_s": written / wall,
+        "rss_mib": peak / 2**20,
     }
+
+
+def run_once(tool: Tool) -> float:
+    started = time.monotonic()
+    subprocess.run(tool.once, env=tool.env, capture_output=True, check=False)
+    return time.monotonic() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", default="h100x8")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--seconds", type=float, default=60.0, help="length of the idle window")
-    parser.add_argument(
-        "--settle",
-        type=float,
-        default=5.0,
-        help="seconds between switching tabs and the idle window (h100x8 stops climbing at 90 s)",
-    )
-    parser.add_argument("--size", default="120x36")
-    parser.add_argument("--tab", choices=("planner", "compare", "monitor"), default="monitor")
-    parser.add_argument("--term", default="xterm-256color")
-    parser.add_argument("--truecolor", action="store_true", help="also set COLORTERM=truecolor")
-    parser.add_argument("--data-dir", default=str(ROOT / "bench" / "out" / "ui_bench_data"))
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--size", default="120x40")
+    parser.add_argument("--only", choices=("hwdash", "nvitop"), help="run one tool (no ratios)")
     args = parser.parse_args()
-    Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-    result = run(args)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:26} {value}")
+    size = tuple(int(part) for part in args.size.lower().split("x"))
+    assert len(size) == 2
+    pair = [tool for tool in tools(args.interval) if args.only in (None, tool.name)]
+    results: dict[str, list[dict[str, float]]] = {tool.name: [] for tool in pair}
+    for run in range(args.runs):
+        for tool in pair if run % 2 == 0 else reversed(pair):
+            measured = run_monitor(tool, args.seconds, (size[0], size[1]))
+            measured["once_s"] = statistics.median(run_once(tool) for _ in range(3))
+            results[tool.name].append(measured)
+            print(tool.name, {k: round(v, 3) for k, v in measured.items()}, flush=True)
+    keys = ("cpu_percent", "bytes_per_s", "frame_s", "rss_mib", "once_s")
+    print(f"\n{'median of ' + str(args.runs):16}" + "".join(f"{k:>13}" for k in keys))
+    medians = {
+        name: {k: statistics.median(r[k] for r in runs) for k in keys}
+        for name, runs in results.items()
+    }
+    for name, values in medians.items():
+        print(f"{name:16}" + "".join(f"{values[k]:13.3f}" for k in keys))
+    if len(medians) < 2:
+        return
+    print(
+        f"{'hwdash/nvitop':16}"
+        + "".join(f"{medians['hwdash'][k] / medians['nvitop'][k]:13.2f}" for k in keys)
+    )
 
 
 if __name__ == "__main__":

@@ -12,14 +12,13 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.driver import Driver
-from textual.lazy import Lazy
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
@@ -31,9 +30,7 @@ from hwdash.core.plan_store import PlanStore
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
 from hwdash.telemetry.types import Sampler
-from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane
-from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.sampling import (
     FRAME_HISTORY_POINTS,
     AlertingFrameBuilder,
@@ -46,6 +43,10 @@ from hwdash.ui.sampling import (
 )
 from hwdash.ui.screen_diff import ScreenDiff, diffing_driver
 from hwdash.ui.widgets.monitor_cells import TextCell
+
+if TYPE_CHECKING:
+    from hwdash.ui.compare_pane import ComparePane
+    from hwdash.ui.planner_pane import PlannerPane
 
 TabName = Literal["planner", "compare", "monitor"]
 TAB_NAMES: tuple[TabName, ...] = ("planner", "compare", "monitor")
@@ -176,10 +177,32 @@ class HwdashApp(App[None]):
         """The line above the tabs that names every GPU in alert, whatever tab is shown."""
         self.monitor = MonitorPane(threshold=alert_threshold)
         """The monitor pane."""
-        self.planner = PlannerPane(catalog, plan_store, id="planner-pane")
-        """The planner pane (the form and its estimate)."""
-        self.compare = ComparePane(plan_store, catalog, id="compare-pane")
-        """Saved plans side by side."""
+        self._planner: PlannerPane | None = None
+        self._compare: ComparePane | None = None
+        self._local_gpus: list[LocalGpu] | None = None
+        self._hidden_panes_mounted = False
+
+    @property
+    def planner(self) -> PlannerPane:
+        """The planner pane (the form and its estimate), built when first needed: its modules,
+        the estimator and the flavor table cost a fifth of a second that a monitor opened on a
+        training box should not wait for."""
+        if self._planner is None:
+            from hwdash.ui import planner_pane
+
+            self._planner = planner_pane.PlannerPane(self.catalog, self.plan_store, id="planner-pane")
+            if self._local_gpus is not None:
+                self._local_flavor_added = self._planner.set_local_gpus(self._local_gpus)
+        return self._planner
+
+    @property
+    def compare(self) -> ComparePane:
+        """Saved plans side by side (built when first needed, like the planner)."""
+        if self._compare is None:
+            from hwdash.ui import compare_pane
+
+            self._compare = compare_pane.ComparePane(self.plan_store, self.catalog, id="compare-pane")
+        return self._compare
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver, writing only the characters that changed (see :mod:`screen_diff`);
@@ -201,17 +224,31 @@ class HwdashApp(App[None]):
     def compose(self) -> ComposeResult:
         yield self.alert_status
         with TabbedContent(initial=self.initial_tab):
+            # Hidden tabs get their panes once the first frame is on screen (a faster first frame).
             with TabPane("Planner", id="planner"):
-                yield self._lazy_unless_shown("planner", self.planner)
+                if self.initial_tab == "planner":
+                    yield self.planner
             with TabPane("Compare", id="compare"):
-                yield self._lazy_unless_shown("compare", self.compare)
+                if self.initial_tab == "compare":
+                    yield self.compare
             with TabPane("Monitor", id="monitor"):
-                yield self._lazy_unless_shown("monitor", self.monitor)
+                if self.initial_tab == "monitor":
+                    yield self.monitor
         yield Footer()
 
-    def _lazy_unless_shown(self, tab: TabName, pane: Widget) -> Widget:
-        """Mount a hidden tab's pane after the first frame is on screen (a faster first frame)."""
-        return pane if tab == self.initial_tab else Lazy(pane)
+    def mount_hidden_panes(self) -> None:
+        """Build and mount the panes of the tabs not shown first (once)."""
+        if self._hidden_panes_mounted or self._exit_requested:
+            return
+        self._hidden_panes_mounted = True
+        panes: dict[str, Widget] = {
+            "planner": self.planner,
+            "compare": self.compare,
+            "monitor": self.monitor,
+        }
+        for tab, pane in panes.items():
+            if not pane.is_mounted and not pane.is_attached:
+                self.query_one(f"#{tab}", TabPane).mount(pane)
 
     @property
     def active_tab(self) -> str:
@@ -221,6 +258,9 @@ class HwdashApp(App[None]):
     # -- sampling -----------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        if self.sampler is None or self.initial_tab != "monitor":
+            # Nothing to wait for: the hidden panes come right after the first frame.
+            self.call_after_refresh(self.mount_hidden_panes)
         if self.sampler is not None:
             self.sampling = SamplingThread(
                 self.sampler,
@@ -250,13 +290,18 @@ class HwdashApp(App[None]):
         self.frames_received += 1
         if not self._local_flavor_added and frame.snapshot.gpus and not frame.snapshot.stale:
             # This machine becomes the planner's `local` flavor (once: its GPUs do not change).
-            self._local_flavor_added = self.planner.set_local_gpus(
-                [
-                    LocalGpu(gpu.name, gpu.total_bytes, gpu.free_bytes)
-                    for gpu in frame.snapshot.gpus
-                    if gpu.memory_source == "device"
-                ]
-            )
+            self._local_gpus = [
+                LocalGpu(gpu.name, gpu.total_bytes, gpu.free_bytes)
+                for gpu in frame.snapshot.gpus
+                if gpu.memory_source == "device"
+            ]
+            if self._planner is not None:
+                self._local_flavor_added = self._planner.set_local_gpus(self._local_gpus)
+            else:
+                self._local_flavor_added = True  # applied when the planner is built
+        if not self._hidden_panes_mounted:
+            # The monitor's first full frame goes out first; the other panes are built after it.
+            self.call_after_refresh(self.mount_hidden_panes)
         with self.batch_update():
             self.monitor.show_frame(frame)
             status = self.alert_status
@@ -301,7 +346,7 @@ class HwdashApp(App[None]):
 
     def on_planner_pane_plan_saved(self, message: PlannerPane.PlanSaved) -> None:
         """A saved plan shows up in the compare view at once."""
-        if self.compare.is_mounted:
+        if self._compare is not None and self._compare.is_mounted:
             self.compare.refresh_plans()
 
     def on_compare_pane_load_plan(self, message: ComparePane.LoadPlan) -> None:
@@ -314,10 +359,12 @@ class HwdashApp(App[None]):
     def action_show_tab(self, tab: str) -> None:
         """Switch to the planner, compare or monitor tab."""
         if tab in TAB_NAMES:
+            self.mount_hidden_panes()
             self.query_one(TabbedContent).active = tab
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """The footer's keys depend on the tab (sorting is offered on the monitor only)."""
+        self.mount_hidden_panes()  # a tab chosen (key or click) before they were built
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
