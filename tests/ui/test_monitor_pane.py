@@ -6,10 +6,14 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from snapshot_apps.fake_dashboard import (
+    FROZEN_INTERVAL,
+    ManualClock,
     fake_app,
+    fake_sampler,
     replay,
     shared_catalog,
     step,
@@ -563,3 +567,53 @@ async def test_only_a_plan_the_user_chose_is_held_against_the_gpus(tmp_path: Pat
         await pilot.pause()
         assert app.monitor.plan_bytes is not None
         assert "Plan my run:" in app.monitor.plan_cell.shown
+
+
+# -- the catalog is read after the monitor's first frame -------------------------------------------
+
+
+async def test_on_the_monitor_the_catalog_is_read_after_the_first_frame(tmp_path: Path) -> None:
+    reads: list[int] = []
+
+    def read_catalog() -> Any:
+        reads.append(app.frames_received)
+        return shared_catalog()
+
+    app = make_app(
+        catalog=read_catalog,
+        sampler=fake_sampler("h100x8", ManualClock(30)),
+        interval=FROZEN_INTERVAL,
+        plan_store=PlanStore(tmp_path / "plans.json"),
+        initial_tab="monitor",
+        alert_log=tmp_path / "alerts.jsonl",
+        bell=False,
+    )
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.pause(0.2)
+        assert reads == [1]  # once, after the first frame was shown
+        await pilot.press("p")
+        assert app.active_tab == "planner"
+        assert app.planner.is_mounted and reads == [1]
+
+
+async def test_a_broken_catalog_read_late_ends_the_app_with_its_error(tmp_path: Path) -> None:
+    from hwdash.errors import CatalogError
+
+    def broken() -> Any:
+        raise CatalogError("flavors.toml", "price must be finite", entry="x", field="price")
+
+    app = make_app(
+        catalog=broken,
+        sampler=fake_sampler("h100x8", ManualClock(30)),
+        interval=FROZEN_INTERVAL,
+        plan_store=PlanStore(tmp_path / "plans.json"),
+        initial_tab="monitor",
+        alert_log=tmp_path / "alerts.jsonl",
+        bell=False,
+    )
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.pause(0.2)
+    assert app.return_code == 2
+    assert app.catalog_error is not None and "price must be finite" in str(app.catalog_error)

@@ -181,6 +181,22 @@ def clip(chop: tuple[int, int, str, str]) -> tuple[int, int, str, str]:
     return (x, y, style, text)
 
 
+def disjoint(chops: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
+    """Drop chops that overlap an earlier one on their row: one update of Textual never draws a
+    cell twice."""
+    from rich.cells import cell_len
+
+    taken: dict[int, set[int]] = {}
+    kept = []
+    for x, y, style, text in chops:
+        cells = set(range(x, x + cell_len(text)))
+        if cells & taken.setdefault(y, set()):
+            continue
+        taken[y] |= cells
+        kept.append((x, y, style, text))
+    return kept
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     frames=st.lists(st.lists(CHOP, min_size=1, max_size=12), min_size=1, max_size=6),
@@ -198,13 +214,13 @@ def test_the_terminal_shows_what_textual_drew(
     feed_direct(start)
     feed_through(diff.feed(start))
     for number, chops in enumerate(frames):
-        stream = update(*(clip(chop) for chop in chops))
+        stream = update(*disjoint([clip(chop) for chop in chops]))
         # Writes may be cut anywhere, even inside an escape sequence.
         cut = min(len(stream), cuts[number % len(cuts)])
         feed_direct(stream)
         feed_through(diff.feed(stream[:cut]))
         feed_through(diff.feed(stream[cut:]))
-        assert same_look(direct, through), (direct.display, through.display)
+        assert same_look(direct, through), stream
 
 
 # -- the real dashboard ---------------------------------------------------------------------------

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Literal, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from hwdash.cli import add_dashboard_arguments
 from hwdash.core.alerts import DEFAULT_THRESHOLD
 from hwdash.errors import UsageError
+
+if TYPE_CHECKING:
+    from hwdash.core.catalog import Catalog
 
 NO_TERMINAL_MESSAGE = (
     "the dashboard needs a terminal, and standard output is not one. "
@@ -71,24 +75,30 @@ def run(
     blind_after = parse_blind_after(args.blind_after, interval)
     if args.on_alert is not None and not args.on_alert.strip():
         raise UsageError("the command is empty", flag="--on-alert")
-    from hwdash.core.catalog import load_catalog
     from hwdash.telemetry.fake_nvml import load_scenario
     from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from
 
     scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
     if scenario is not None:
         load_scenario(scenario)  # a missing or broken scenario is a usage error, before the screen
-    catalog = load_catalog(args.catalog)
     out = sys.stdout if stdout is None else stdout
     if not out.isatty():
         raise UsageError(NO_TERMINAL_MESSAGE)
 
-    from hwdash.core.plan_store import PlanStore
     from hwdash.telemetry.alert_actions import default_alert_log_path
     from hwdash.telemetry.source import make_sampler
 
     sampler = make_sampler(scenario)
     tab = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
+
+    def read_catalog() -> Catalog:
+        from hwdash.core.catalog import load_catalog
+
+        return load_catalog(args.catalog)
+
+    # On the monitor the catalog (and pydantic) is read when the planner is built, after the first
+    # frame; a broken file then ends the app with the same message and exit 2.
+    catalog: Catalog | Callable[[], Catalog] = read_catalog if tab == "monitor" else read_catalog()
 
     from hwdash.ui.app import make_app
 
@@ -100,7 +110,7 @@ def run(
         blind_after_s=blind_after,
         on_alert=args.on_alert,
         bell=not args.no_bell,
-        plan_store=PlanStore(),
+        plan_store=None,  # opened when the planner or compare pane is built
         initial_tab=tab,
         # Simulated alerts (--demo, fake scenarios) go to their own log, never the real one.
         alert_log=default_alert_log_path(simulated=True) if scenario is not None else None,
@@ -110,4 +120,6 @@ def run(
     finally:
         app.finish()
         sampler.close()
+    if app.catalog_error is not None:
+        raise app.catalog_error
     return 0 if app.return_code in (None, 0) else int(app.return_code)

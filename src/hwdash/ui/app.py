@@ -24,9 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
 from hwdash.core.alerts import AlertRule, blind_after_for
-from hwdash.core.catalog import Catalog
-from hwdash.core.local_flavor import LocalGpu
-from hwdash.core.plan_store import PlanStore
+from hwdash.errors import CatalogError
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
 from hwdash.telemetry.types import Sampler
@@ -45,6 +43,8 @@ from hwdash.ui.screen_diff import ScreenDiff, diffing_driver
 from hwdash.ui.widgets.monitor_cells import TextCell
 
 if TYPE_CHECKING:
+    from hwdash.core.catalog import Catalog
+    from hwdash.core.plan_store import PlanStore
     from hwdash.ui.compare_pane import ComparePane
     from hwdash.ui.planner_pane import PlannerPane
 
@@ -134,12 +134,12 @@ class HwdashApp(App[None]):
     def __init__(
         self,
         *,
-        catalog: Catalog,
+        catalog: Catalog | Callable[[], Catalog],
         sampler: Sampler | None,
         interval: float,
         alert_threshold: float,
         bell: bool,
-        plan_store: PlanStore,
+        plan_store: PlanStore | None,
         initial_tab: TabName,
         build_frame: FrameBuilder = plain_frame,
         clock: Callable[[], float] = time.monotonic,
@@ -147,8 +147,9 @@ class HwdashApp(App[None]):
         stall_after_s: float = STALL_AFTER_SECONDS,
     ) -> None:
         super().__init__()
-        self.catalog = catalog
-        """What the planner knows about hardware and models."""
+        self._catalog_source = catalog
+        self.catalog_error: CatalogError | None = None
+        """Why the catalog could not be loaded when the planner was built (the app then exits 2)."""
         self.sampler = sampler
         """Where snapshots come from (None: no monitor data at all)."""
         self.interval = interval
@@ -157,7 +158,7 @@ class HwdashApp(App[None]):
         """Memory pressure (0..1) above which a GPU is in alert."""
         self.bell_on_alert = bell
         """Ring the terminal bell when an alert is raised."""
-        self.plan_store = plan_store
+        self._plan_store = plan_store
         """Saved plans (shared by the planner and compare panes)."""
         self.initial_tab: TabName = initial_tab
         self._exit_requested = False
@@ -179,8 +180,26 @@ class HwdashApp(App[None]):
         """The monitor pane."""
         self._planner: PlannerPane | None = None
         self._compare: ComparePane | None = None
-        self._local_gpus: list[LocalGpu] | None = None
+        self._local_gpus: list[tuple[str | None, int | None, int | None]] | None = None
         self._hidden_panes_mounted = False
+
+    @property
+    def plan_store(self) -> PlanStore:
+        """Saved plans (shared by the planner and compare panes; opened when first needed)."""
+        if self._plan_store is None:
+            from hwdash.core.plan_store import PlanStore
+
+            self._plan_store = PlanStore()
+        return self._plan_store
+
+    @property
+    def catalog(self) -> Catalog:
+        """What the planner knows about hardware and models (loaded when first needed when the
+        dashboard opens on the monitor: a training box sees its GPUs before the catalog is read)."""
+        source = self._catalog_source
+        if callable(source):
+            source = self._catalog_source = source()
+        return source
 
     @property
     def planner(self) -> PlannerPane:
@@ -190,10 +209,19 @@ class HwdashApp(App[None]):
         if self._planner is None:
             from hwdash.ui import planner_pane
 
-            self._planner = planner_pane.PlannerPane(self.catalog, self.plan_store, id="planner-pane")
+            self._planner = planner_pane.PlannerPane(
+                self.catalog, self.plan_store, id="planner-pane"
+            )
             if self._local_gpus is not None:
-                self._local_flavor_added = self._planner.set_local_gpus(self._local_gpus)
+                self._add_local_flavor(self._planner)
         return self._planner
+
+    def _add_local_flavor(self, planner: PlannerPane) -> None:
+        """This machine's GPUs become the planner's `local` flavor."""
+        from hwdash.core.local_flavor import LocalGpu
+
+        gpus = [LocalGpu(*gpu) for gpu in self._local_gpus or ()]
+        self._local_flavor_added = planner.set_local_gpus(gpus)
 
     @property
     def compare(self) -> ComparePane:
@@ -201,7 +229,9 @@ class HwdashApp(App[None]):
         if self._compare is None:
             from hwdash.ui import compare_pane
 
-            self._compare = compare_pane.ComparePane(self.plan_store, self.catalog, id="compare-pane")
+            self._compare = compare_pane.ComparePane(
+                self.plan_store, self.catalog, id="compare-pane"
+            )
         return self._compare
 
     def get_driver_class(self) -> type[Driver]:
@@ -241,11 +271,18 @@ class HwdashApp(App[None]):
         if self._hidden_panes_mounted or self._exit_requested:
             return
         self._hidden_panes_mounted = True
-        panes: dict[str, Widget] = {
-            "planner": self.planner,
-            "compare": self.compare,
-            "monitor": self.monitor,
-        }
+        try:
+            panes: dict[str, Widget] = {
+                "planner": self.planner,
+                "compare": self.compare,
+                "monitor": self.monitor,
+            }
+        except CatalogError as error:
+            # The CLI says what is wrong with the catalog once the screen is restored.
+            self.catalog_error = error
+            self._exit_requested = True
+            self.exit(return_code=2)
+            return
         for tab, pane in panes.items():
             if not pane.is_mounted and not pane.is_attached:
                 self.query_one(f"#{tab}", TabPane).mount(pane)
@@ -291,12 +328,12 @@ class HwdashApp(App[None]):
         if not self._local_flavor_added and frame.snapshot.gpus and not frame.snapshot.stale:
             # This machine becomes the planner's `local` flavor (once: its GPUs do not change).
             self._local_gpus = [
-                LocalGpu(gpu.name, gpu.total_bytes, gpu.free_bytes)
+                (gpu.name, gpu.total_bytes, gpu.free_bytes)
                 for gpu in frame.snapshot.gpus
                 if gpu.memory_source == "device"
             ]
             if self._planner is not None:
-                self._local_flavor_added = self._planner.set_local_gpus(self._local_gpus)
+                self._add_local_flavor(self._planner)
             else:
                 self._local_flavor_added = True  # applied when the planner is built
         if not self._hidden_panes_mounted:
@@ -364,7 +401,8 @@ class HwdashApp(App[None]):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """The footer's keys depend on the tab (sorting is offered on the monitor only)."""
-        self.mount_hidden_panes()  # a tab chosen (key or click) before they were built
+        if not event.pane.children:
+            self.mount_hidden_panes()  # a tab chosen (key or click) before they were built
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -410,7 +448,7 @@ class HwdashApp(App[None]):
 
 def make_app(
     *,
-    catalog: Catalog,
+    catalog: Catalog | Callable[[], Catalog],
     sampler: Sampler | None,
     interval: float = 1.0,
     alert_threshold: float = 0.9,
@@ -450,7 +488,7 @@ def make_app(
         interval=interval,
         alert_threshold=alert_threshold,
         bell=bell,
-        plan_store=plan_store if plan_store is not None else PlanStore(),
+        plan_store=plan_store,
         initial_tab=initial_tab,
         build_frame=builder,
         clock=clock or time.monotonic,

@@ -353,12 +353,13 @@ class ScreenDiff:
                 if self._term_y == y and self._term_x is not None and self._term_x > column:
                     row[column] = cell
                     continue
-                if column == 0:
-                    continue
-                column -= 1
-                cell = changed.get(column, row[column])
-                if cell == _UNKNOWN or cell[1] == "":
-                    continue
+                left = changed.get(column - 1, row[column - 1]) if column > 0 else _UNKNOWN
+                if left == _UNKNOWN or get_character_cell_size(left[1][:1] or " ") != 2:
+                    # An orphan right half (its wide character was overwritten): a blank.
+                    cell = (cell[0], " ")
+                else:
+                    column -= 1
+                    cell = left
             self._reach(column, y, row, out)
             self._put(column, cell, row, changed, out)
 
