@@ -350,9 +350,8 @@ class ScreenDiff:
             cell = changed[column]
             if cell[1] == "":
                 # The right half of a wide character: drawn with its left half.
-                if self._term_y == y and self._term_x is not None and self._term_x > column:
-                    row[column] = cell
-                    continue
+                if row[column] == cell:
+                    continue  # its left half was just written
                 left = changed.get(column - 1, row[column - 1]) if column > 0 else _UNKNOWN
                 if left == _UNKNOWN or get_character_cell_size(left[1][:1] or " ") != 2:
                     # An orphan right half (its wide character was overwritten): a blank.
@@ -369,7 +368,8 @@ class ScreenDiff:
         start = self._term_x
         if self._term_y == y and start is not None and start < column <= start + 2 * _MAX_GAP:
             gap = row[start:column]
-            if _UNKNOWN not in gap:
+            # A wide character ending the gap would carry the cursor past ``column``.
+            if _UNKNOWN not in gap and row[column][1] != "":
                 style = self._term_style
                 cost = 0
                 for cell_style, char in gap:
@@ -401,12 +401,11 @@ class ScreenDiff:
         row[column] = (style, char)
         width = 2 if get_character_cell_size(char[0]) == 2 else 1
         following = column + 1
-        if (
-            width == 1
-            and following < len(row)
-            and row[following][1] == ""
-            and following not in changed
-        ):
+        if width == 2:
+            if following >= len(row):
+                row.append(_UNKNOWN)
+            row[following] = (style, "")  # the right half, drawn with it
+        elif following < len(row) and row[following][1] == "" and following not in changed:
             row[following] = _UNKNOWN  # a narrow character over a wide one blanks its right half
         self._term_x = column + width
         if self._size is not None and self._term_x >= self._size[0]:
