@@ -88,6 +88,11 @@ def nvitop_python() -> Path:
 def tools(interval: float) -> list[Tool]:
     base = dict(os.environ, HWDASH_FAKE_NVML=SCENARIO, TERM="xterm-256color")
     base.pop("COLORTERM", None)
+    # Both tools start from compiled bytecode, as after `pip install` (which compiles nvitop's
+    # modules; hwdash here is an editable install, compiled below). Some sandboxes set
+    # PYTHONDONTWRITEBYTECODE, which would make hwdash compile its sources on every start.
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")], check=True)
     data = ROOT / "bench" / "out" / "ui_bench_data"
     data.mkdir(parents=True, exist_ok=True)
     hwdash_env = dict(base, XDG_DATA_HOME=str(data), XDG_STATE_HOME=str(data))

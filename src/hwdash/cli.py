@@ -74,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
     help_asked = any(arg in ("-h", "--help") for arg in given) and chosen is None
-    parser = build_parser(chosen if chosen in SUBCOMMANDS and not help_asked else None)
+    # The dashboard (no subcommand) registers the subcommands by name only, as a subcommand run
+    # does for the others: the planner's modules load when the planner is built, not at start.
+    parser = build_parser(None if help_asked else (chosen or "dashboard"))
     args = parser.parse_args(given)
     args.argv = given  # which flags were typed (``hwdash plan --from``: typed flags win)
     name = args.command or "dashboard"

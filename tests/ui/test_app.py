@@ -184,7 +184,10 @@ def test_the_dashboard_opens_on_the_monitor_where_there_are_gpus(
 
     sampler = make_sampler(scenario)
     try:
-        assert choose_tab(asked, sampler) == expected  # type: ignore[arg-type]
+        tab, snapshot = choose_tab(asked, sampler)  # type: ignore[arg-type]
+        assert tab == expected
+        # The sample taken to decide is handed on (the dashboard's first frame); none when asked.
+        assert (snapshot is None) == (asked is not None)
     finally:
         sampler.close()
 

@@ -617,3 +617,38 @@ async def test_a_broken_catalog_read_late_ends_the_app_with_its_error(tmp_path: 
         await pilot.pause(0.2)
     assert app.return_code == 2
     assert app.catalog_error is not None and "price must be finite" in str(app.catalog_error)
+
+
+async def test_a_sample_taken_before_the_start_is_the_first_frame(tmp_path: Path) -> None:
+    clock = ManualClock(30)
+    sampler = fake_sampler("h100x8", clock)
+    first = sampler.sample()
+    calls: list[float] = []
+    original = sampler.sample
+
+    def counted() -> Any:
+        calls.append(clock())
+        return original()
+
+    sampler.sample = counted  # type: ignore[method-assign]
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=sampler,
+        interval=FROZEN_INTERVAL,
+        plan_store=PlanStore(tmp_path / "plans.json"),
+        initial_tab="monitor",
+        alert_log=tmp_path / "alerts.jsonl",
+        bell=False,
+        first_snapshot=first,
+    )
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        # Shown at once, without asking the driver again (the next sample is an interval away).
+        assert app.frames_received == 1
+        frame = app.monitor.frame
+        assert frame is not None
+        assert [gpu.uuid for gpu in frame.snapshot.gpus] == [gpu.uuid for gpu in first.gpus]
+        assert len(app.monitor.gpu_cards) == len(first.gpus)
+        await pilot.pause(0.2)
+        assert calls == []
+        assert app.sampling is not None and app.sampling.rounds == 1

@@ -48,11 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def choose_tab(
     asked: Literal["planner", "compare", "monitor"] | None, sampler: Any
-) -> Literal["planner", "compare", "monitor"]:
-    """The tab asked for, else the monitor when one sample shows a GPU, else the planner."""
+) -> tuple[Literal["planner", "compare", "monitor"], Any]:
+    """The tab asked for, else the monitor when one sample shows a GPU, else the planner; and the
+    sample taken to decide (None when none was), which the dashboard shows as its first frame."""
     if asked is not None:
-        return asked
-    return "monitor" if sampler.sample().gpus else "planner"
+        return asked, None
+    snapshot = sampler.sample()
+    return ("monitor" if snapshot.gpus else "planner"), snapshot
 
 
 def run(
@@ -89,7 +91,7 @@ def run(
     from hwdash.telemetry.source import make_sampler
 
     sampler = make_sampler(scenario)
-    tab = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
+    tab, first_snapshot = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
 
     def read_catalog() -> Catalog:
         from hwdash.core.catalog import load_catalog
@@ -111,6 +113,7 @@ def run(
         on_alert=args.on_alert,
         bell=not args.no_bell,
         plan_store=None,  # opened when the planner or compare pane is built
+        first_snapshot=first_snapshot,
         initial_tab=tab,
         # Simulated alerts (--demo, fake scenarios) go to their own log, never the real one.
         alert_log=default_alert_log_path(simulated=True) if scenario is not None else None,

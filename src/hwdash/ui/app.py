@@ -27,7 +27,7 @@ from hwdash.core.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
-from hwdash.telemetry.types import Sampler
+from hwdash.telemetry.types import Sampler, Snapshot
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.sampling import (
     FRAME_HISTORY_POINTS,
@@ -145,8 +145,10 @@ class HwdashApp(App[None]):
         clock: Callable[[], float] = time.monotonic,
         on_exit_callbacks: tuple[Callable[[], object], ...] = (),
         stall_after_s: float = STALL_AFTER_SECONDS,
+        first_snapshot: Snapshot | None = None,
     ) -> None:
         super().__init__()
+        self._first_snapshot = first_snapshot
         self._catalog_source = catalog
         self.catalog_error: CatalogError | None = None
         """Why the catalog could not be loaded when the planner was built (the app then exits 2)."""
@@ -306,7 +308,15 @@ class HwdashApp(App[None]):
                 build_frame=self._build_frame,
                 clock=self._clock,
             )
-            self.sampling.start()
+            first = self._first_snapshot
+            self._first_snapshot = None
+            if first is not None:
+                # A sample taken before the app started (to choose the tab) is the first frame:
+                # the first screen already shows the GPUs; the thread samples one interval later.
+                self.show_frame(self._build_frame(first, 1))
+                self.sampling.start_after(1)
+            else:
+                self.sampling.start()
             self.set_interval(min(1.0, max(0.1, self._stall_after_s / 2)), self._check_stalled)
 
     def _check_stalled(self) -> None:
@@ -460,6 +470,7 @@ def make_app(
     clock: Callable[[], float] | None = None,
     alert_log: Path | Literal[False] | None = None,
     stall_after_s: float = STALL_AFTER_SECONDS,
+    first_snapshot: Snapshot | None = None,
 ) -> HwdashApp:
     """Build the dashboard. The one factory: the CLI, ``--demo``, tests and screenshots call it.
 
@@ -494,4 +505,5 @@ def make_app(
         clock=clock or time.monotonic,
         on_exit_callbacks=(lambda: actions.close(ALERT_COMMAND_GRACE_SECONDS),),
         stall_after_s=stall_after_s,
+        first_snapshot=first_snapshot,
     )

@@ -225,6 +225,7 @@ class SamplingThread:
         self._call_started: float | None = None
         self.rounds = 0
         """Rounds completed so far."""
+        self._first_wait = 0.0
 
     @property
     def interval(self) -> float:
@@ -280,7 +281,17 @@ class SamplingThread:
         finally:
             self._call_started = None
 
+    def start_after(self, rounds: int) -> None:
+        """Start the thread as if ``rounds`` rounds were already done (the caller showed a frame
+        built from a sample it had): the first sample comes one interval from now."""
+        self.rounds = rounds
+        self._first_wait = self._interval
+        self.start()
+
     def _run(self) -> None:
+        if self._first_wait:
+            self._wake.wait(self._first_wait)
+            self._wake.clear()
         while not self._stop.is_set():
             started = self._clock()
             snapshot = self._sample_once()
