@@ -795,3 +795,27 @@ async def test_e_exports_the_current_plan_to_a_file(
         assert pane.exported is not None and pane.exported.parent == tmp_path
         assert json.loads(pane.exported.read_text()) == deepspeed_config(plan, plan.gpus)
         assert any(str(pane.exported) in n.message for n in app._notifications)
+
+
+async def test_the_trace_spinner_exists_only_while_a_trace_runs() -> None:
+    """A hidden LoadingIndicator still redraws 16 times a second: it is mounted only while running."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import LoadingIndicator
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield TraceView(id="trace")
+
+    app = Host()
+    async with app.run_test(size=(80, 12)) as pilot:
+        view = app.query_one(TraceView)
+        assert not app.query(LoadingIndicator)
+        view.show_running("seed-2m")
+        await pilot.pause()
+        assert view.running and len(app.query(LoadingIndicator)) == 1
+        view.show_running("seed-2m")  # a second start does not stack spinners
+        await pilot.pause()
+        assert len(app.query(LoadingIndicator)) == 1
+        view.stop_running()
+        await pilot.pause()
+        assert not view.running and not app.query(LoadingIndicator)

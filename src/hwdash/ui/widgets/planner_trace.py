@@ -205,8 +205,9 @@ class TraceView(Vertical):
         """Whether to list the components under the totals (the pane's wide layout)."""
 
     def compose(self) -> ComposeResult:
+        # The spinner is mounted only while a trace runs: a LoadingIndicator redraws itself 16
+        # times a second even when hidden, which was most of an idle dashboard's CPU.
         with Horizontal(id="trace-running"):
-            yield LoadingIndicator()
             yield Label("tracing ...", id="trace-running-label", markup=False)  # a model's name
         yield Static("", id="trace-result")
 
@@ -221,6 +222,9 @@ class TraceView(Vertical):
             f"tracing {model_name} on fake tensors ..."
         )
         self.add_class("-running")
+        running = self.query_one("#trace-running", Horizontal)
+        if not running.query(LoadingIndicator):
+            running.mount(LoadingIndicator(), before=0)
         if self.outcome is not None:
             self.stale = True
             self._draw()
@@ -229,14 +233,18 @@ class TraceView(Vertical):
         """Stop the spinner and show ``outcome``."""
         self.outcome = outcome
         self.stale = stale
-        self.remove_class("-running")
+        self._stop_spinner()
         self.add_class("-done")
         self._draw()
 
     def stop_running(self) -> None:
         """Hide the spinner without a new outcome (the trace was cancelled)."""
-        self.remove_class("-running")
+        self._stop_spinner()
         self.set_class(self.outcome is not None, "-done")
+
+    def _stop_spinner(self) -> None:
+        self.remove_class("-running")
+        self.query(LoadingIndicator).remove()
 
     def follow_plan(self, plan: Plan | None) -> None:
         """The form now holds ``plan`` (None: invalid): mark the outcome stale unless it is for it."""
