@@ -799,11 +799,11 @@ async def test_e_exports_the_current_plan_to_a_file(
 
 async def test_the_trace_spinner_exists_only_while_a_trace_runs() -> None:
     """A hidden LoadingIndicator still redraws 16 times a second: it is mounted only while running."""
-    from textual.app import App, ComposeResult
+    from textual.app import App
     from textual.widgets import LoadingIndicator
 
     class Host(App[None]):
-        def compose(self) -> ComposeResult:
+        def compose(self):  # type: ignore[no-untyped-def]
             yield TraceView(id="trace")
 
     app = Host()
