@@ -652,3 +652,12 @@ async def test_a_sample_taken_before_the_start_is_the_first_frame(tmp_path: Path
         await pilot.pause(0.2)
         assert calls == []
         assert app.sampling is not None and app.sampling.rounds == 1
+
+
+def test_clocks_are_shown_to_a_tenth_of_a_ghz() -> None:
+    from hwdash.ui.widgets.monitor_gpu import clock_text
+
+    assert clock_text(1410) == "1.4 GHz"
+    assert clock_text(1395) == clock_text(1404) == "1.4 GHz"  # the wander of a busy GPU
+    assert clock_text(1100) == "1.1 GHz"  # a throttled one shows
+    assert clock_text(210) == "0.2 GHz"

@@ -78,6 +78,12 @@ def problem_text(gpu: GpuSample) -> str | None:
     return None
 
 
+def clock_text(mhz: int) -> str:
+    """A clock in GHz to 0.1 (``1.4 GHz``): enough to see a GPU throttle (1.4 -> 1.1 GHz), and it
+    does not redraw the line every second for the few MHz a busy GPU's clock wanders."""
+    return f"{mhz / 1000:.1f} GHz"
+
+
 def detail_text(gpu: GpuSample) -> str:
     """The second line of a wide card: what rarely changes (reserved memory, clocks, processes,
     UUID) and what could not be read; the live numbers are on the first line."""
@@ -86,9 +92,9 @@ def detail_text(gpu: GpuSample) -> str:
         + (NOT_AVAILABLE if gpu.reserved_bytes is None else format_bytes(gpu.reserved_bytes))
     ]
     if gpu.sm_clock_mhz is not None:
-        parts.append(f"SM {gpu.sm_clock_mhz} MHz")
+        parts.append(f"SM {clock_text(gpu.sm_clock_mhz)}")
     if gpu.memory_clock_mhz is not None:
-        parts.append(f"mem {gpu.memory_clock_mhz} MHz")
+        parts.append(f"mem {clock_text(gpu.memory_clock_mhz)}")
     if gpu.processes:
         count = len(gpu.processes)
         parts.append(f"{count} process" + ("" if count == 1 else "es"))
