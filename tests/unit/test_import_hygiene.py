@@ -43,3 +43,25 @@ def test_core_does_not_import_telemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == ""
+
+
+def test_a_training_box_starts_the_monitor_without_the_planner_or_the_fake() -> None:
+    """The dashboard opened on the monitor and `hwdash monitor` need neither pydantic (the planner's
+    and the scenarios' models) nor the fake NVML until something asks for them."""
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('HWDASH_FAKE_NVML', None)\n"
+        "from hwdash.cli import build_parser\n"
+        "build_parser('dashboard').parse_args([])\n"
+        "build_parser('monitor').parse_args(['monitor', '--once'])\n"
+        "import hwdash.commands.dashboard, hwdash.ui.app\n"
+        "from hwdash.telemetry.source import make_sampler\n"
+        "make_sampler().close()\n"
+        "heavy = ('pydantic', 'hwdash.telemetry.fake_nvml', 'hwdash.core.catalog',\n"
+        "         'hwdash.ui.planner_pane', 'hwdash.ui.compare_pane')\n"
+        "print(','.join(sorted(m for m in sys.modules if m in heavy)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""

@@ -77,11 +77,12 @@ def run(
     blind_after = parse_blind_after(args.blind_after, interval)
     if args.on_alert is not None and not args.on_alert.strip():
         raise UsageError("the command is empty", flag="--on-alert")
-    from hwdash.telemetry.fake_nvml import load_scenario
     from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from
 
     scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
     if scenario is not None:
+        from hwdash.telemetry.fake_nvml import load_scenario
+
         load_scenario(scenario)  # a missing or broken scenario is a usage error, before the screen
     out = sys.stdout if stdout is None else stdout
     if not out.isatty():

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hwdash.telemetry.fake_nvml import FakeNvml, make_fake_pynvml
 from hwdash.telemetry.host_sampler import HostSampler, PsutilProcessTable, in_host_pid_namespace
 from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.system_sampler import SystemSampler
+
+if TYPE_CHECKING:
+    from hwdash.telemetry.fake_nvml import FakeNvml
 
 FAKE_NVML_ENV = "HWDASH_FAKE_NVML"
 DEMO_SCENARIO = "a100x4-training"
@@ -72,6 +74,10 @@ def make_sampler(
     fake: FakeNvml | None = None
     version: str | None = None
     if scenario is not None:
+        # The fake (and the pydantic models of its scenarios) loads only when asked for: a real
+        # training box starts without them.
+        from hwdash.telemetry.fake_nvml import make_fake_pynvml
+
         fake = make_fake_pynvml(scenario, clock)
         nvml: Any = fake.module
         host = HostSampler(fake.process_table(fallback=PsutilProcessTable()))
