@@ -202,8 +202,9 @@ async def test_broken_plans_file_is_reported_not_fatal(tmp_path: Path, catalog: 
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await pilot.pause()
         assert app.query_one(ComparePane).has_class("-empty")
-        assert any("moved it to" in n.message for n in app._notifications)
-        assert list(tmp_path.glob("plans.json.bak-*"))
+        assert any("left as it is" in n.message for n in app._notifications)
+        assert path.read_text() == "{broken"  # showing the list never moves the file
+        assert not list(tmp_path.glob("plans.json.bak-*"))
         assert not app.query(Input)
 
 

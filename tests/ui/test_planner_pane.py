@@ -819,3 +819,25 @@ async def test_the_trace_spinner_exists_only_while_a_trace_runs() -> None:
         view.stop_running()
         await pilot.pause()
         assert not view.running and not app.query(LoadingIndicator)
+
+
+async def test_saving_over_a_broken_plans_file_moves_it_aside_and_saves(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    store.path.parent.mkdir(parents=True)
+    store.path.write_text("{broken")
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        app.query_one(FlavorTable).focus()
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, NameDialog)
+        assert store.path.read_text() == "{broken"  # opening the dialog moved nothing
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, NameDialog)
+        assert [saved.name for saved in store.list()] == ["Qwen2.5-7B lora"]
+        [backup] = store.path.parent.glob("plans.json.bak-*")
+        assert backup.read_text() == "{broken"
+        assert any("moved it to" in n.message for n in app._notifications)

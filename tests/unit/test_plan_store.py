@@ -162,20 +162,28 @@ def test_write_is_atomic_and_leaves_no_temp_files(
         ),
     ],
 )
-def test_broken_file_is_moved_aside_with_a_clear_error(
+def test_a_broken_file_is_read_as_it_is_and_moved_aside_only_by_a_write(
     store: PlanStore, content: str, reason: str
 ) -> None:
     store.path.parent.mkdir(parents=True)
     store.path.write_text(content)
+    # Reads say where the file is and what is wrong, and never move it.
+    for read in (store.list, store.names, lambda: store.get("x"), lambda: store.unique_name("x")):
+        with pytest.raises(PlanStoreError, match=reason) as caught:
+            read()
+        assert caught.value.backup is None
+        assert str(store.path) in str(caught.value) and "left as it is" in str(caught.value)
+        assert isinstance(caught.value, UsageError)
+    assert store.path.read_text() == content
+    assert list(store.path.parent.glob("plans.json.bak-*")) == []
+    # A write moves it aside, says where, and the list starts afresh.
     with pytest.raises(PlanStoreError, match=reason) as caught:
-        store.list()
+        store.save("new", LORA)
     backup = caught.value.backup
     assert backup is not None
     assert backup.name.startswith("plans.json.bak-")
     assert backup.read_text() == content
     assert str(backup) in str(caught.value)
-    assert isinstance(caught.value, UsageError)
-    # The store starts afresh and the next save works; the backup stays.
     assert store.list() == []
     store.save("new", LORA)
     assert store.names() == ["new"]
@@ -188,7 +196,7 @@ def test_two_backups_in_the_same_second_do_not_collide(store: PlanStore) -> None
     for text in ("{broken one", "{broken two", "{broken three"):
         store.path.write_text(text)
         with pytest.raises(PlanStoreError) as caught:
-            store.list()
+            store.remove("x")
         backups.append(caught.value.backup)
     assert len(set(backups)) == 3
     assert sorted(b.read_text() for b in backups if b) == sorted(

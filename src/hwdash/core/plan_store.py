@@ -13,7 +13,8 @@ Rules this module keeps:
 * Every operation re-reads the file, so two dashboards (or the dashboard and ``hwdash plan --save``)
   see each other's plans.
 * A file that is not valid JSON, not a plans file, or from another format version is never
-  overwritten: it is moved aside to ``plans.json.bak-<UTC timestamp>`` and :class:`PlanStoreError`
+  overwritten: a write (save, rename, remove) moves it aside to ``plans.json.bak-<UTC timestamp>``
+  (a read only says what is wrong) and :class:`PlanStoreError`
   says so and where it went. The next operation starts a fresh list.
 
 **Summaries: recomputed on display, cached as a fallback.** Each saved plan keeps the summary that
@@ -188,7 +189,7 @@ class PlanStore:
         """
         cleaned = clean_name(name)
         with self._locked():
-            plans = self._read()
+            plans = self._read(for_write=True)
             taken = {p.name for p in plans}
             now = datetime.now(timezone.utc).replace(microsecond=0)
             if overwrite and cleaned in taken:
@@ -208,7 +209,7 @@ class PlanStore:
         old_key = " ".join(old.split())
         new_name = clean_name(new)
         with self._locked():
-            plans = self._read()
+            plans = self._read(for_write=True)
             index = _index_of(plans, old_key)
             if new_name != old_key and any(p.name == new_name for p in plans):
                 raise PlanStoreError(f"a plan named '{new_name}' already exists")
@@ -220,7 +221,7 @@ class PlanStore:
     def remove(self, name: str) -> SavedPlan:
         """Delete a plan. Returns what was removed."""
         with self._locked():
-            plans = self._read()
+            plans = self._read(for_write=True)
             index = _index_of(plans, " ".join(name.split()))
             removed = plans.pop(index)
             self._write(plans)
@@ -253,7 +254,9 @@ class PlanStore:
         finally:
             handle.close()  # closing releases the lock
 
-    def _read(self) -> builtins.list[SavedPlan]:
+    def _read(self, *, for_write: bool = False) -> builtins.list[SavedPlan]:
+        """The saved plans. A broken file is moved aside only by a write (``for_write``); a read
+        says where it is and what is wrong, and leaves it as it is."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -261,15 +264,15 @@ class PlanStore:
         except OSError as exc:
             raise PlanStoreError(f"{self.path}: cannot be read: {exc.strerror or exc}") from None
         except UnicodeDecodeError:
-            self._move_aside("is not a text file")
+            self._refuse(for_write, "is not a text file")
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
-            self._move_aside(f"is not valid JSON (line {exc.lineno}: {exc.msg})")
+            self._refuse(for_write, f"is not valid JSON (line {exc.lineno}: {exc.msg})")
         except (RecursionError, ValueError):
-            self._move_aside("is not usable JSON (nested too deeply, or a number too long)")
+            self._refuse(for_write, "is not usable JSON (nested too deeply, or a number too long)")
         if not isinstance(raw, dict) or raw.get("format") != PLANS_FORMAT:
-            self._move_aside("is not a hwdash plans file")
+            self._refuse(for_write, "is not a hwdash plans file")
         version = raw.get("version")
         if isinstance(version, int) and not isinstance(version, bool) and version > PLANS_VERSION:
             # A newer hwdash wrote it: its plans are fine, this hwdash is old. Never move it
@@ -279,18 +282,25 @@ class PlanStore:
                 f"reads version {PLANS_VERSION}): upgrade hwdash to use it; the file is left as it is"
             )
         if version != PLANS_VERSION:
-            self._move_aside(
-                f"has format version {version!r}, and this hwdash reads version {PLANS_VERSION}"
+            self._refuse(
+                for_write,
+                f"has format version {version!r}, and this hwdash reads version {PLANS_VERSION}",
             )
         try:
             parsed = _PlansFile.model_validate(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            self._move_aside(f"has a bad entry at {where}: {first['msg']}")
+            self._refuse(for_write, f"has a bad entry at {where}: {first['msg']}")
         return builtins.list(parsed.plans)
 
-    def _move_aside(self, reason: str) -> NoReturn:
+    def _refuse(self, move: bool, reason: str) -> NoReturn:
+        """Raise :class:`PlanStoreError` for a broken file, moving it aside first when ``move``."""
+        if not move:
+            raise PlanStoreError(
+                f"{self.path}: {reason}; left as it is: fix or remove it "
+                "(saving a plan moves it aside and starts a new list)"
+            )
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         backup = self.path.with_name(f"{self.path.name}.bak-{stamp}")
         counter = 2

@@ -55,7 +55,13 @@ from hwdash.core.plan import (
     Plan,
     Precision,
 )
-from hwdash.core.plan_store import PlanStore, PlanStoreError, PlanSummary, SavedPlan
+from hwdash.core.plan_store import (
+    PlanStore,
+    PlanStoreError,
+    PlanSummary,
+    SavedPlan,
+    clean_name,
+)
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
 from hwdash.errors import UsageError
@@ -866,9 +872,14 @@ class PlannerPane(Widget):
 
         def describe(text: str) -> str:
             try:
+                clean_name(text)
+            except PlanStoreError as exc:
+                raise ValueError(str(exc)) from None  # the name itself is unusable
+            try:
                 final = self.store.unique_name(text)
             except PlanStoreError as exc:
-                raise ValueError(str(exc)) from None
+                # A broken plans file: the dialog says so, and saving moves it aside.
+                return str(exc)
             if final != " ".join(text.split()):
                 return f"that name is taken: will save as '{final}'"
             return f"saves to {self.store.path}"
