@@ -239,3 +239,39 @@ def test_reasons_are_readable_at_any_width(
     assert "CPU only: no GPU memory" in flat
     assert "needs" in flat and "has 15.0 GiB" in flat
     assert max(len(line) for line in out.splitlines()) <= int(columns)
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"),
+    [
+        (["--method", "inference", "--examples", "100"], ["--examples", "use --tokens"]),
+        (["--method", "inference", "--grad-ckpt"], ["--grad-ckpt", "does not train"]),
+        (["--method", "full", "--rl-method", "dora"], ["--rl-method", "only RL plans"]),
+        (["--method", "full", "--lora-r", "8"], ["--lora-r", "LoRA-style"]),
+        (["--method", "grpo", "--rl-method", "full", "--lora-dropout", "0"], ["--lora-dropout"]),
+    ],
+)
+def test_flags_the_method_ignores_are_warned_about(
+    capsys: pytest.CaptureFixture[str], flags: list[str], warned: list[str]
+) -> None:
+    assert main(["plan", "--model", "qwen2.5-0.5b", *flags, "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    unused = [w for w in warnings if "does nothing here" in w]
+    assert len(unused) == 1 and all(part in unused[0] for part in warned), warnings
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--method", "lora", "--lora-r", "8", "--grad-ckpt", "--examples", "100"],
+        ["--method", "grpo", "--rl-method", "lora", "--lora-r", "8", "--no-reference"],
+        ["--method", "inference", "--tokens", "1000"],
+        ["--method", "full"],  # the defaults of unused settings are never warned about
+    ],
+)
+def test_flags_the_method_uses_are_not_warned_about(
+    capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    assert main(["plan", "--model", "qwen2.5-0.5b", *flags, "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert not [w for w in warnings if "does nothing here" in w], warnings

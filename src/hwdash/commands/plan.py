@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import inspect
 import itertools
 import os
@@ -72,6 +73,22 @@ FIELD_FLAGS = {
     "rl_reward_model": "--reward-model/--no-reward-model",
     "vllm_memory_utilization": "--vllm-util",
 }
+
+
+def unused_flag_warnings(plan: Plan, argv: list[str]) -> list[str]:
+    """Warnings for typed flags the plan's method ignores (``--examples`` for inference...)."""
+    from hwdash.core.plan import unused_settings
+
+    by_flag = {flag: field for field, flag in FIELD_FLAGS.items()}
+    by_flag.update({"--reward-model": "rl_reward_model", "--no-reward-model": "rl_reward_model"})
+    typed = [by_flag[arg.split("=", 1)[0]] for arg in argv if arg.split("=", 1)[0] in by_flag]
+    warnings = []
+    for field, why in unused_settings(plan, typed):
+        flag = FIELD_FLAGS[field]
+        if field == "rl_reward_model":
+            flag = "--reward-model" if plan.rl_reward_model else "--no-reward-model"
+        warnings.append(f"{flag} does nothing here: {why}")
+    return warnings
 
 
 def member_docs(enum_class: type[Enum]) -> dict[str, str]:
@@ -494,6 +511,9 @@ def run(args: argparse.Namespace) -> int:
             # The estimate needs none of torch/transformers/peft: print it, skip the trace.
             trace_skipped = str(exc).removeprefix("--trace: ")
     report = evaluate_plan(plan, catalog, model)
+    unused = unused_flag_warnings(plan, getattr(args, "argv", []))
+    if unused:
+        report = dataclasses.replace(report, warnings=(*unused, *report.warnings))
     if args.export is not None:
         return export(args.export, report, catalog, args.output)
     if args.check:

@@ -7,6 +7,7 @@ saved-plans file are all built from the same model.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
@@ -189,3 +190,34 @@ class Plan(BaseModel):
     def default_name(self, model_name: str) -> str:
         """A name for saving: model and method, e.g. ``Qwen2.5-7B lora``."""
         return f"{model_name} {self.method.value}"
+
+
+#: Settings that only LoRA-style training reads (the policy's method, for RL).
+_LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout")
+#: Settings that only RL plans read.
+_RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
+#: Settings that only training reads.
+_TRAINING_FIELDS = ("grad_ckpt", "grad_accum", "optimizer", "optimizer_impl", "examples", "epochs")
+_LORA_STYLE = (Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.DORA)
+
+
+def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
+    """The settings in ``given`` (Plan field names the user set) that ``plan``'s method ignores,
+    each with the reason in words; the command line warns about them, as it does for ZeRO on
+    one GPU."""
+    trained = plan.rl_method if plan.is_rl else plan.method
+    unused: list[tuple[str, str]] = []
+    for name in dict.fromkeys(given):
+        if plan.method is Method.INFERENCE and name in _TRAINING_FIELDS:
+            if name in ("examples", "epochs"):
+                why = "inference counts the tokens it generates: use --tokens"
+            else:
+                why = "inference does not train"
+            if name == "grad_ckpt" and not plan.grad_ckpt:
+                continue
+            unused.append((name, why))
+        elif name in _LORA_FIELDS and trained not in _LORA_STYLE:
+            unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
+        elif name in _RL_FIELDS and not plan.is_rl:
+            unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))
+    return unused
