@@ -129,10 +129,17 @@ async def test_lost_gpu_is_said_in_words_and_the_other_keeps_reporting(tmp_path:
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await wait_for_frames(pilot, app, 1)
         assert not app.monitor.gpu_cards[1].has_class("-lost")
+        before = [key for key in app.monitor.process_table.row_keys_in_order if key[0] == "1"]
         await step(pilot, app, clock, 15)
         card = app.monitor.gpu_cards[1]
         assert card.has_class("-lost")
         assert "lost" in card.detail_cell.shown
+        assert "dmesg" in card.detail_cell.shown and "Xid" in card.detail_cell.shown
+        # Its processes stay in the table (what ran there is what one wants to know now).
+        after = [key for key in app.monitor.process_table.row_keys_in_order if key[0] == "1"]
+        assert before and after == before
+        toast = "\n".join(n.message for n in app._notifications)
+        assert "dmesg" in toast
         assert card.detail_cell.display  # the words show even in the compact layout
         assert card.bar.model.message == "GPU lost"
         assert not app.monitor.gpu_cards[0].has_class("-lost")
@@ -148,6 +155,9 @@ async def test_no_driver_is_said_in_words_and_the_planner_still_works(tmp_path: 
         assert message.has_class("-active") and message.display
         assert "No NVIDIA GPU can be read" in message.shown
         assert "planner" in message.shown
+        # What still works is said once on the screen, not by every line.
+        screen_text = " ".join((app.monitor.status_cell.shown, message.shown))
+        assert screen_text.count("still work") == 1, screen_text
         assert app.monitor.gpu_cards == {}
         assert not app.monitor.heading.display
         assert app.monitor.host_cell.shown.startswith("Host  CPU 37%")

@@ -20,7 +20,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from hwdash.core.units import GIB, format_bytes
-from hwdash.telemetry.types import GpuSample, GpuState, HostSample, Snapshot
+from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
 from hwdash.ui.sampling import MonitorFrame, short_gpu_name
 from hwdash.ui.widgets.monitor_cells import TextCell
 from hwdash.ui.widgets.monitor_gpu import GpuCard, GpuHeading
@@ -110,7 +110,7 @@ def status_text(snapshot: Snapshot | None) -> str:
         reason = "; ".join(snapshot.errors) or "NVML did not answer in time"
         return f"Showing the last good values: {reason}"
     if not nvml.available:
-        return "No GPU telemetry: the host line and the planner still work."
+        return "No GPU telemetry (the message below says why)."
     count = len(snapshot.gpus)
     parts = [
         f"NVIDIA driver {nvml.driver_version or 'n/a'}",
@@ -125,6 +125,8 @@ def nvml_problem_text(snapshot: Snapshot) -> str | None:
     """No driver, no library, or no GPUs, in words; None when GPUs are listed."""
     if not snapshot.nvml.available:
         reason = snapshot.nvml.error or "NVML could not be loaded"
+        # The sampler's reasons end with what still works for the command line; said once here.
+        reason = reason.removesuffix(": the planner still works")
         return f"No NVIDIA GPU can be read: {reason}. The planner and compare views still work."
     if not snapshot.gpus:
         return "The NVIDIA driver answered but lists no GPUs."
@@ -254,6 +256,7 @@ class MonitorPane(Vertical):
         self.wide = False
         """Cards (two lines per GPU) instead of rows."""
         self._cards: dict[int, GpuCard] = {}
+        self._last_processes: dict[int, tuple[ProcessSample, ...]] = {}
         self._stalled_for: float | None = None
         self.status_cell = TextCell(status_text(None), id="monitor-status")
         self.banner_cell = TextCell(id="monitor-banner", fixed_height=False)
@@ -357,8 +360,21 @@ class MonitorPane(Vertical):
             )
         if snapshot is not None:
             self.host_cell.show(snapshot.host)
-            processes = tuple(process for gpu in gpus for process in gpu.processes)
-            self.process_table.show(processes)
+            self.process_table.show(self._processes(gpus))
+
+    def _processes(self, gpus: tuple[GpuSample, ...]) -> tuple[ProcessSample, ...]:
+        """Every GPU's processes; a lost GPU keeps the ones it last had (the moment one wants to
+        know what ran there), until it answers again or leaves the list."""
+        shown: list[ProcessSample] = []
+        for gpu in gpus:
+            if gpu.state is GpuState.LOST and not gpu.processes:
+                shown += self._last_processes.get(gpu.index, ())
+            else:
+                self._last_processes[gpu.index] = gpu.processes
+                shown += gpu.processes
+        for index in set(self._last_processes) - {gpu.index for gpu in gpus}:
+            del self._last_processes[index]
+        return tuple(shown)
 
     def _sync_cards(self, gpus: tuple[GpuSample, ...]) -> None:
         """Mount or remove cards when the set of GPUs changes (rare: start, lost for good)."""

@@ -113,6 +113,10 @@ def _short_mig_name(name: str | None, slot: int) -> str:
     return f"MIG slot {slot}"
 
 
+#: What to check when a GPU is lost (NVIDIA's driver logs an Xid error to the kernel log).
+LOST_HINT = "check `dmesg` for an NVIDIA Xid error (and `nvidia-smi`)"
+
+
 def alert_notice(gpu: GpuSample, kind: str = "raised", mig_index: int | None = None) -> AlertNotice:
     """The words for one alert (``raised``, ``lost`` or ``blind``) on a GPU or one of its MIG
     instances, from the current sample (so the status line stays live)."""
@@ -126,7 +130,8 @@ def alert_notice(gpu: GpuSample, kind: str = "raised", mig_index: int | None = N
         who = f"GPU {gpu.index}/{mig_index}"
         pressure = mig.pressure if mig else None
     if gpu.state is GpuState.LOST or kind == "lost":
-        how = brief = "lost"
+        how = f"lost: {LOST_HINT}"
+        brief = "lost"
     elif kind == "blind":
         how, brief = "blind: no fresh memory reading", "blind"
     elif pressure is None:

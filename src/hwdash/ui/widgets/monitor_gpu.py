@@ -18,7 +18,7 @@ from textual.widget import Widget
 
 from hwdash.core.units import GIB, format_bytes
 from hwdash.telemetry.types import GpuSample, GpuState
-from hwdash.ui.sampling import short_gpu_name
+from hwdash.ui.sampling import LOST_HINT, short_gpu_name
 from hwdash.ui.widgets.monitor_cells import (
     SPARK_STYLE,
     BarModel,
@@ -71,7 +71,7 @@ def problem_text(gpu: GpuSample) -> str | None:
     name = short_gpu_name(gpu.name)
     if gpu.state is GpuState.LOST:
         reason = dict(gpu.errors).get("gpu") or "it stopped answering (fell off the bus?)"
-        return f"GPU {gpu.index} {name} is lost: {reason}"
+        return f"GPU {gpu.index} {name} is lost: {reason}; {LOST_HINT}"
     if gpu.state is GpuState.ERROR:
         reasons = "; ".join(f"{field}: {why}" for field, why in gpu.errors) or "unknown error"
         return f"GPU {gpu.index} {name} cannot be read: {reasons}"
