@@ -309,3 +309,24 @@ def test_the_dashboard_draws_through_the_diff_and_ctrl_l_redraws_it_all(tmp_path
     assert "torchrun" in text and "Host" in text
     # After ctrl+l every GPU name is written once more (it never changes on its own).
     assert written.count("A100-SXM4-80GB") >= 16
+
+
+def test_a_first_full_frame_goes_out_as_it_is_and_is_learned_for_the_next() -> None:
+    columns, rows = 120, 40
+    style = "38;5;253;48;5;233"
+    lines = [f"row {y:02d} " + "█▒─ 43% 34.4 / 80.0 GiB " * 4 for y in range(rows)]
+    frame = update(*((0, y, style, lines[y][:columns].ljust(columns)) for y in range(rows)))
+    assert len(frame) >= 4096
+    diff = ScreenDiff()
+    diff.check_size((columns, rows))
+    assert diff.feed(frame) == frame  # nothing known yet: sent at once, unchanged
+    changed = lines[7][:columns].ljust(columns).replace("34.4", "34.6", 1)
+    step = update((0, 7, style, changed))
+    out = diff.feed(step)
+    assert len(out.encode()) < 40 and "6" in out
+    direct = screen_of(frame + step, columns, rows)
+    through = screen_of(frame + out, columns, rows)
+    assert same_look(direct, through)
+    # A resize forgets the copy: the next full frame goes out as it is again.
+    diff.check_size((columns, rows - 1))
+    assert diff.feed(frame) == frame

@@ -45,6 +45,8 @@ _SCREEN_MODES = frozenset(("?47", "?1047", "?1049"))
 _POSITION = frozenset("Hf")
 #: CSI finals that change the screen's cells or scroll it (the copy cannot follow them).
 _CHANGES_SCREEN = frozenset("JKXLMP@STrb")
+#: A write this long onto a screen the copy knows nothing of is a full frame: sent as it is.
+_FULL_FRAME = 4096
 #: Rewriting this many unchanged cells between two changed runs costs less than a cursor move.
 _MAX_GAP = 4
 
@@ -185,9 +187,12 @@ class ScreenDiff:
     _carry: str = ""
     """An escape sequence cut off at the end of the last write."""
     _size: tuple[int, int] | None = None
+    _learn: str | None = None
+    """A frame written as it is, to read into the copy at the next write."""
 
     def invalidate(self) -> None:
         """Forget what the terminal shows: the next update is written in full."""
+        self._learn = None
         self._rows.clear()
         self._dirty.clear()
         self._term_x = self._term_y = None
@@ -204,13 +209,25 @@ class ScreenDiff:
         if not self.enabled:
             self._rows.clear()
             return data
+        if self._learn is not None:
+            self._learn_screen(self._learn)
         data = self._carry + data
         self._carry = ""
         last_escape = data.rfind("\x1b")
         if last_escape >= 0 and _PARTIAL.fullmatch(data, last_escape):
             self._carry = data[last_escape:]
             data = data[:last_escape]
+        if not self._rows and not self._dirty and len(data) >= _FULL_FRAME:
+            # Nothing is known of the screen (the first frame, a resize, ctrl+l): there is nothing
+            # to leave out, so the frame goes out as it is, at once, and is read into the copy
+            # at the next write (the first screen appears sooner).
+            self._learn = data
+            return data
         out: list[str] = []
+        self._process(data, out)
+        return "".join(out)
+
+    def _process(self, data: str, out: list[str]) -> None:
         for token in _TOKEN.finditer(data):
             kind = token.lastgroup
             if kind == "text":
@@ -225,7 +242,13 @@ class ScreenDiff:
                 self._flush(out)
                 out.append(token.group())
         self._flush(out)
-        return "".join(out)
+
+    def _learn_screen(self, data: str) -> None:
+        """Bring the copy up to date with a frame that was written as it is."""
+        self._learn = None
+        self._process(data, [])  # as if written: the copy now holds what the terminal shows
+        # The terminal's cursor and colours are where that output left them.
+        self._term_x, self._term_y, self._term_style = self._x, self._y, self._style
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -368,8 +391,9 @@ class ScreenDiff:
         start = self._term_x
         if self._term_y == y and start is not None and start < column <= start + 2 * _MAX_GAP:
             gap = row[start:column]
-            # A wide character ending the gap would carry the cursor past ``column``.
-            if _UNKNOWN not in gap and row[column][1] != "":
+            # A wide character ending the gap would carry the cursor past ``column``, and a
+            # right half in it is not drawn on its own: move instead.
+            if _UNKNOWN not in gap and row[column][1] != "" and all(cell[1] for cell in gap):
                 style = self._term_style
                 cost = 0
                 for cell_style, char in gap:
