@@ -34,11 +34,16 @@ async def test_keys_switch_between_planner_compare_and_monitor(tmp_path: Path) -
         assert app.active_tab == "planner"
 
 
-async def test_footer_offers_the_tab_keys_and_sort_only_on_the_monitor(tmp_path: Path) -> None:
+async def test_footer_offers_the_tab_keys_and_o_only_where_it_does_something(
+    tmp_path: Path,
+) -> None:
     app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
     async with app.run_test(size=(120, 36)) as pilot:
         keys = {key for key, active in app.active_bindings.items() if active.binding.show}
         assert {"p", "c", "m", "question_mark", "q"} <= keys
+        # o: fits-only flavors on the planner, sorting processes on the monitor, nothing on compare.
+        assert app.check_action("sort_processes", ()) is True
+        await pilot.press("c")
         assert app.check_action("sort_processes", ()) is False
         await pilot.press("m")
         assert app.check_action("sort_processes", ()) is True

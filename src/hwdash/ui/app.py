@@ -64,7 +64,7 @@ STALL_AFTER_SECONDS = 5.0
 HELP_TEXT = """\
 [b]hwdash[/b]: will it fit, what will it cost, is it about to run out?
 
-[b]Everywhere[/b]
+[b]Everywhere[/b] (except while typing in a field: escape leaves it)
   p          planner: model, method and hardware in, memory, time and cost out
   c          compare saved plans side by side
   m          live monitor of the GPUs and the host
@@ -73,21 +73,54 @@ HELP_TEXT = """\
   tab        move between fields and tables
   escape     leave a form field (the keys above then work again)
   ctrl+l     redraw the whole screen
+  ctrl+p     command palette (themes, keys)
 
 [b]Monitor[/b]
   o          sort the process table by the next column
   O          reverse the order (when the table has focus)
              (or click a column heading)
+  up/down    move in the process table (home, end)
   bar        ▒ reserved by the driver  █ used  │ alert threshold  ┃ plan
 
-[b]Planner[/b]
-  s          save the current plan (compare lists saved plans)
+[b]Planner[/b] (from anywhere on the planner tab but a text field)
+  s          save the current plan (ctrl+s also works while typing)
+  t          trace the plan on fake tensors (ctrl+t also works while typing)
   f          make it fit: the smallest changes that fit the selected flavor
              (else the recommended one); enter applies one, escape leaves
+  1 2 3      sort the flavors by cost, time or memory
+  v          next provider (filters the flavor table)
   o          show only the flavors the plan fits
   e          export the plan: DeepSpeed, Trainer/TRL, accelerate or hf jobs
 
+[b]Compare[/b]
+  l          load the selected plan into the planner
+  r          rename it
+  d          delete it (asks first: y yes, n or escape no)
+
 Press escape, q or ? to close this help."""
+
+
+#: The planner's single keys and their pane actions (see PlannerPane.BINDINGS).
+PLANNER_ACTIONS = {
+    "s": "save_current",
+    "t": "trace",
+    "f": "fit_options",
+    "v": "next_provider",
+    "e": "export",
+    "1": "sort('cost')",
+    "2": "sort('time')",
+    "3": "sort('memory')",
+}
+PLANNER_KEYS = {
+    "s": "Save",
+    "t": "Trace",
+    "f": "Fit it",
+    "v": "Provider",
+    "e": "Export",
+    "1": "Sort cost",
+    "2": "Sort time",
+    "3": "Sort memory",
+}
 
 
 def alert_status_text(frame: MonitorFrame) -> str:
@@ -129,6 +162,12 @@ class HwdashApp(App[None]):
         Binding("q", "quit", "Quit"),
         Binding("escape", "leave_field", "Leave field", show=False),
         Binding("ctrl+l", "redraw", "Redraw", show=False),
+        # The planner's keys also work when its tab is shown but focus is on the tab bar (where it
+        # starts, and where escape leaves it); inside the pane, the pane's own bindings answer.
+        *(
+            Binding(key, f"planner_key({key!r})", description, show=False)
+            for key, description in PLANNER_KEYS.items()
+        ),
     ]
 
     def __init__(
@@ -266,7 +305,9 @@ class HwdashApp(App[None]):
             with TabPane("Monitor", id="monitor"):
                 if self.initial_tab == "monitor":
                     yield self.monitor
-        yield Footer()
+        # The command palette (ctrl+p) is in the help: its footer key pushed the app's keys off
+        # an 80-column footer.
+        yield Footer(show_command_palette=False)
 
     def mount_hidden_panes(self) -> None:
         """Build and mount the panes of the tabs not shown first (once)."""
@@ -417,16 +458,28 @@ class HwdashApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Offer "sort processes" only on the monitor tab."""
-        if action == "sort_processes":
+        if action in ("sort_processes", "planner_key"):
             try:
-                return self.active_tab == "monitor"
+                tab = self.active_tab
             except NoMatches:  # asked before the tabs exist
                 return False
+            if action == "planner_key":
+                return tab == "planner"
+            return tab in ("monitor", "planner")
         return True
 
     def action_sort_processes(self) -> None:
-        """Sort the process table by its next column."""
-        self.monitor.action_next_sort()
+        """``o``: sort the process table (monitor), or show only fitting flavors (planner)."""
+        if self.active_tab == "planner":
+            self.planner.action_toggle_fits_only()
+        else:
+            self.monitor.action_next_sort()
+
+    async def action_planner_key(self, key: str) -> None:
+        """A planner key pressed while focus is outside the planner pane (the tab bar)."""
+        action = PLANNER_ACTIONS.get(key)
+        if action is not None and self._planner is not None and self._planner.is_mounted:
+            await self.run_action(action, self._planner)
 
     def action_leave_field(self) -> None:
         """Escape from a form field to the tab bar, where the single-letter keys work again."""

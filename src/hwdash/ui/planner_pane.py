@@ -278,13 +278,14 @@ class PlannerPane(Widget):
         Binding("ctrl+s", "save_current", "Save plan", show=False),
         Binding("t", "trace", "Trace"),
         Binding("ctrl+t", "trace", "Trace", show=False),
-        Binding("1", "sort('cost')", "Sort cost", group=_SORT_GROUP),
-        Binding("2", "sort('time')", "Sort time", group=_SORT_GROUP),
-        Binding("3", "sort('memory')", "Sort memory", group=_SORT_GROUP),
+        # Shown in the help, not the footer: at 80 columns they pushed the app's keys off.
+        Binding("1", "sort('cost')", "Sort cost", group=_SORT_GROUP, show=False),
+        Binding("2", "sort('time')", "Sort time", group=_SORT_GROUP, show=False),
+        Binding("3", "sort('memory')", "Sort memory", group=_SORT_GROUP, show=False),
         Binding("f", "fit_options", "Fit it"),
         Binding("e", "export", "Export", show=False),
         Binding("o", "toggle_fits_only", "Fits only", show=False),
-        Binding("v", "next_provider", "Provider"),
+        Binding("v", "next_provider", "Provider", show=False),
     ]
 
     class PlanChanged(Message):
@@ -346,7 +347,8 @@ class PlannerPane(Widget):
 
     def compose(self) -> ComposeResult:
         plan = self._base
-        with VerticalScroll(id="plan-form"):
+        # Containers take no focus stop: tab goes from field to field, and p/c/m keep working.
+        with VerticalScroll(id="plan-form", can_focus=False):
             for name, label in FORM_FIELDS:
                 classes = "plan-field -rl-only" if name in _RL_FIELDS else "plan-field"
                 with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
@@ -361,7 +363,7 @@ class PlannerPane(Widget):
                         id=f"plan-error-{name.replace('_', '-')}",
                         markup=False,  # errors quote what was typed
                     )
-        with VerticalScroll(id="plan-results"):
+        with VerticalScroll(id="plan-results", can_focus=False):
             with Vertical(id="plan-summary"):
                 yield Static("", id="plan-problem", markup=False)
                 yield Static("", id="plan-headline", markup=False)

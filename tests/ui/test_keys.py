@@ -1,0 +1,125 @@
+"""Keys that always work: tab switching from anywhere but a text field, the planner's keys from the
+tab bar, a help screen that lists every key, and app keys that stay in an 80-column footer."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from snapshot_apps.fake_dashboard import fake_app, wait_for_frames
+from textual.binding import Binding
+from textual.widgets import Checkbox, Input, Select, Tabs
+from textual.widgets._footer import FooterKey
+
+from hwdash.ui.app import HELP_TEXT, HwdashApp
+from hwdash.ui.compare_pane import ComparePane
+from hwdash.ui.monitor_pane import MonitorPane
+from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.monitor_processes import ProcessTable
+from hwdash.ui.widgets.planner_flavors import FlavorTable
+
+
+async def test_tab_then_m_c_p_switch_tabs_and_the_first_tab_reaches_a_field(
+    tmp_path: Path,
+) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.focused, Tabs)
+        await pilot.press("tab")
+        # No container takes a focus stop: the first tab lands on the first form field.
+        assert app.focused is not None and app.focused.id == "plan-model"
+        await pilot.press("escape", "m")
+        assert app.active_tab == "monitor"
+        await pilot.press("c")
+        assert app.active_tab == "compare"
+        await pilot.press("p")
+        assert app.active_tab == "planner"
+
+
+async def test_m_and_c_switch_from_the_checkbox_and_the_select(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        for widget_type in (Checkbox, Select):
+            app.query_one(PlannerPane).query_one(widget_type).focus()
+            await pilot.pause()
+            await pilot.press("m")
+            assert app.active_tab == "monitor", widget_type
+            await pilot.press("p")
+            assert app.active_tab == "planner"
+            await pilot.press("c")
+            assert app.active_tab == "compare", widget_type
+            await pilot.press("p")
+
+
+async def test_planner_keys_work_from_the_tab_bar(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.focused, Tabs)  # where focus starts, and where escape leaves it
+        table = app.query_one(FlavorTable)
+        await pilot.press("2")
+        assert table.sort_by == "time"
+        await pilot.press("3")
+        assert table.sort_by == "memory"
+        provider = table.provider
+        await pilot.press("v")
+        assert table.provider != provider
+        fits_only = table.fits_only
+        await pilot.press("o")
+        assert table.fits_only != fits_only
+        await pilot.press("s")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "NameDialog"
+
+
+async def test_planner_keys_type_into_a_text_field(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        field = app.query_one("#plan-model", Input)
+        field.focus()
+        field.value = ""
+        await pilot.press("s", "m", "2")
+        assert field.value == "sm2"
+        assert app.active_tab == "planner"
+
+
+async def test_o_sorts_processes_on_the_monitor_only(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="monitor")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        table = app.query_one(ProcessTable)
+        before = table.sort_column
+        await pilot.press("o")
+        assert table.sort_column != before
+
+
+def _keys(bindings: list[object]) -> set[str]:
+    keys: set[str] = set()
+    for binding in bindings:
+        if isinstance(binding, Binding):
+            keys.update(key.strip() for key in binding.key.split(","))
+    return keys
+
+
+def test_the_help_lists_every_key() -> None:
+    listed = set(re.findall(r"^  (\S+(?: \S+)*?)\s{2,}", HELP_TEXT, flags=re.MULTILINE))
+    words = {word for entry in listed for word in re.split(r"[ /]", entry)}
+    aliases = {"question_mark": "?", "ctrl+q": "q"}
+    for owner in (HwdashApp, PlannerPane, ComparePane, MonitorPane, ProcessTable):
+        for key in _keys(list(owner.BINDINGS)):
+            shown = aliases.get(key, key)
+            assert shown in words or shown in HELP_TEXT, f"{owner.__name__}: {key} not in the help"
+
+
+async def test_the_app_keys_stay_in_an_80_column_footer(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.query_one(FlavorTable).focus()  # the planner's own keys are in the footer too
+        await pilot.pause()
+        footer_keys = [key for key in app.screen.query(FooterKey) if key.region.width > 0]
+        visible = {key.key for key in footer_keys if key.region.right <= 80}
+        assert {"p", "c", "m", "question_mark", "q"} <= visible, visible
