@@ -275,3 +275,18 @@ def test_flags_the_method_uses_are_not_warned_about(
     assert main(["plan", "--model", "qwen2.5-0.5b", *flags, "--json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
     assert not [w for w in warnings if "does nothing here" in w], warnings
+
+
+def test_the_header_says_the_precision_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--precision", "bf16"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.count("bf16") == 1, header
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--precision", "mixed"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "mixed (bf16 compute)" in header, header
+
+
+def test_an_unknown_model_message_reads_as_sentences(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "zzzz-unknown"]) == 2
+    err = capsys.readouterr().err
+    assert "like 7B). See `hwdash catalog list --kind models`." in err, err

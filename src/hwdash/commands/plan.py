@@ -602,12 +602,17 @@ def render_report(
     memory = estimate.per_gpu.as_dict()
     total = memory["total"]
     # Model, flavor and plan names come from user files: rich Text, never markup.
+    # The precision once: the compute dtype is said only when it differs from what was asked
+    # (mixed or amp resolve to bf16 or fp16 on the hardware).
+    precision = plan.precision.value
+    if estimate.compute_dtype != precision:
+        precision = f"{precision} ({estimate.compute_dtype} compute)"
     title = Text.assemble(
         (report.model.name, "bold"),
-        f": {plan.method.value}, {plan.precision.value}, batch {plan.batch} x seq "
+        f": {plan.method.value}, {precision}, batch {plan.batch} x seq "
         f"{plan.seq}, {format_count(estimate.total_params)} params "
         f"({format_count(estimate.trainable_params)} trainable), {estimate.gpus} GPU"
-        f"{'s' if estimate.gpus != 1 else ''}, {estimate.compute_dtype}",
+        f"{'s' if estimate.gpus != 1 else ''}",
     )
     console.print(title, highlight=False)
     breakdown = Table()

@@ -158,7 +158,7 @@ def _unknown_model_message(text: str, catalog: Catalog) -> str:
     hint = f"; did you mean {', '.join(ids)}?" if ids else ""
     return (
         f"unknown model '{text}' (not a catalog id, not a config.json path, not a count like 7B)"
-        f"{hint} See `hwdash catalog list --kind models`."
+        f"{hint or '.'} See `hwdash catalog list --kind models`."
     )
 
 
