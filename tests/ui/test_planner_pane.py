@@ -844,3 +844,25 @@ async def test_saving_over_a_broken_plans_file_moves_it_aside_and_saves(
         [backup] = store.path.parent.glob("plans.json.bak-*")
         assert backup.read_text() == "{broken"
         assert any("moved it to" in n.message for n in app._notifications)
+
+
+async def test_the_sort_arrow_says_which_way_the_numbers_run(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    from textual.widgets.data_table import ColumnKey
+
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        table = app.query_one(FlavorTable)
+        table.focus()
+
+        def label(column: str) -> str:
+            return table.columns[ColumnKey(column)].label.plain
+
+        assert label("cost").endswith("▲")  # cheapest first: the numbers go up
+        await pilot.press("3")
+        assert table.sort_by == "memory"
+        assert label("headroom").endswith("▼")  # most headroom first: the numbers go down
+        await pilot.press("3")
+        assert label("headroom").endswith("▲")

@@ -177,7 +177,9 @@ class FlavorTable(DataTable[Text | str]):
 
     def _heading(self, key: str, label: str, sort: SortKey | None) -> Text:
         if sort is not None and sort == self.sort_by and key != "price":
-            arrow = "▼" if self.descending else "▲"
+            # The arrow says which way the column's numbers run: headroom sorts most first.
+            largest_first = self.descending != (sort == "memory")
+            arrow = "▼" if largest_first else "▲"
             return Text(f"{label} {arrow}", style="bold underline")
         return Text(label)
 
