@@ -8,7 +8,9 @@ from pathlib import Path
 
 from snapshot_apps.fake_dashboard import fake_app, wait_for_frames
 from textual.binding import Binding
-from textual.widgets import Checkbox, Input, Select, Tabs
+from textual.containers import ScrollableContainer
+from textual.scroll_view import ScrollView
+from textual.widgets import Input, Tabs
 from textual.widgets._footer import FooterKey
 
 from hwdash.ui.app import HELP_TEXT, HwdashApp
@@ -37,20 +39,44 @@ async def test_tab_then_m_c_p_switch_tabs_and_the_first_tab_reaches_a_field(
         assert app.active_tab == "planner"
 
 
-async def test_m_and_c_switch_from_the_checkbox_and_the_select(tmp_path: Path) -> None:
+async def test_m_and_c_switch_from_the_fits_only_checkbox_and_the_provider_select(
+    tmp_path: Path,
+) -> None:
+    # The two share a row: hiding the planner moved the focus to the other one, which pulled the
+    # planner back on screen, so m and c only bounced the focus between them.
     app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
-        for widget_type in (Checkbox, Select):
-            app.query_one(PlannerPane).query_one(widget_type).focus()
+        for selector in ("#plan-fits-only", "#plan-provider"):
+            for tab_key, tab in (("m", "monitor"), ("c", "compare")):
+                app.query_one(selector).focus()
+                await pilot.pause()
+                await pilot.press(tab_key)
+                await pilot.pause()
+                assert app.active_tab == tab, selector
+                # The tab bar has the focus, so the next tab key works at once.
+                assert isinstance(app.focused, Tabs)
+                await pilot.press("p")
+                assert app.active_tab == "planner"
+
+
+async def test_no_container_takes_a_focus_stop(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        for key, tab in (("p", "planner"), ("c", "compare"), ("m", "monitor")):
+            await pilot.press(key)
             await pilot.pause()
-            await pilot.press("m")
-            assert app.active_tab == "monitor", widget_type
-            await pilot.press("p")
-            assert app.active_tab == "planner"
-            await pilot.press("c")
-            assert app.active_tab == "compare", widget_type
-            await pilot.press("p")
+            assert app.active_tab == tab
+            chain = app.screen.focus_chain
+            assert chain, tab
+            # Scrolling containers, not widgets that scroll their own content (inputs, tables).
+            containers = [
+                w
+                for w in chain
+                if isinstance(w, ScrollableContainer) and not isinstance(w, ScrollView)
+            ]
+            assert not containers, (tab, containers)
 
 
 async def test_planner_keys_work_from_the_tab_bar(tmp_path: Path) -> None:

@@ -446,9 +446,17 @@ class HwdashApp(App[None]):
 
     def action_show_tab(self, tab: str) -> None:
         """Switch to the planner, compare or monitor tab."""
-        if tab in TAB_NAMES:
-            self.mount_hidden_panes()
-            self.query_one(TabbedContent).active = tab
+        if tab not in TAB_NAMES:
+            return
+        self.mount_hidden_panes()
+        tabbed = self.query_one(TabbedContent)
+        if tabbed.active != tab:
+            # The tab bar takes the focus first (at once, not after a refresh): a widget hidden
+            # with focus hands it to a sibling, and a sibling in the pane being hidden (the
+            # planner's "fits only" checkbox and provider select) pulled that pane back on
+            # screen. From the tab bar the new tab's keys work at once.
+            self.screen.set_focus(tabbed.query_one(Tabs))
+        tabbed.active = tab
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """The footer's keys depend on the tab (sorting is offered on the monitor only)."""
