@@ -41,8 +41,9 @@ async def test_footer_offers_the_tab_keys_and_o_only_where_it_does_something(
     async with app.run_test(size=(120, 36)) as pilot:
         keys = {key for key, active in app.active_bindings.items() if active.binding.show}
         assert {"p", "c", "m", "question_mark", "q"} <= keys
-        # o: fits-only flavors on the planner, sorting processes on the monitor, nothing on compare.
-        assert app.check_action("sort_processes", ()) is True
+        # o sorts processes on the monitor only (on the planner the tab bar passes it to the planner,
+        # where it shows only the fitting flavors: tests/ui/test_keys.py).
+        assert app.check_action("sort_processes", ()) is False
         await pilot.press("c")
         assert app.check_action("sort_processes", ()) is False
         await pilot.press("m")

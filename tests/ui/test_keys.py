@@ -10,7 +10,7 @@ from snapshot_apps.fake_dashboard import fake_app, wait_for_frames
 from textual.binding import Binding
 from textual.containers import ScrollableContainer
 from textual.scroll_view import ScrollView
-from textual.widgets import Input, Tabs
+from textual.widgets import Input, Static, Tabs
 from textual.widgets._footer import FooterKey
 
 from hwdash.ui.app import HELP_TEXT, HwdashApp
@@ -18,6 +18,7 @@ from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.widgets.monitor_processes import ProcessTable
+from hwdash.ui.widgets.planner_dialogs import NameDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
 
@@ -149,3 +150,84 @@ async def test_the_app_keys_stay_in_an_80_column_footer(tmp_path: Path) -> None:
         footer_keys = [key for key in app.screen.query(FooterKey) if key.region.width > 0]
         visible = {key.key for key in footer_keys if key.region.right <= 80}
         assert {"p", "c", "m", "question_mark", "q"} <= visible, visible
+
+
+def _footer_keys(app: HwdashApp) -> dict[str, str]:
+    """The keys the footer shows on an 80-column screen, and what it says for each."""
+    return {
+        key.key: key.description
+        for key in app.screen.query(FooterKey)
+        if key.region.width > 0 and key.region.right <= 80
+    }
+
+
+async def test_from_the_tab_bar_the_planner_footer_names_its_keys_and_the_app_keys(
+    tmp_path: Path,
+) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        assert isinstance(app.focused, Tabs)
+        shown = _footer_keys(app)
+        assert {"s", "t", "f", "p", "c", "m", "question_mark", "q"} <= set(shown), shown
+        # o shows only the fitting flavors here: the monitor's "sort processes" is not offered.
+        assert "Sort processes" not in shown.values()
+
+
+async def test_while_typing_the_footer_shows_the_keys_that_work_in_a_field(
+    tmp_path: Path,
+) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.query_one("#plan-seq", Input).focus()
+        await pilot.pause()
+        await pilot.pause()
+        shown = _footer_keys(app)
+        assert {"ctrl+s", "ctrl+t", "escape"} <= set(shown), shown
+        # Letters type into the field: the footer does not offer them.
+        assert not {"s", "t", "p", "c", "m"} & set(shown), shown
+
+
+async def test_ctrl_s_and_ctrl_t_work_from_the_tab_bar(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.focused, Tabs)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, NameDialog)
+        await pilot.press("escape")
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.trace_outcome is None
+        await pilot.press("ctrl+t")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert pane.trace_outcome is not None
+
+
+async def test_the_stale_trace_hint_names_a_key_that_works_in_the_field(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        field = app.query_one("#plan-seq", Input)
+        field.focus()
+        await pilot.press("ctrl+t")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert pane.trace_outcome is not None and not pane.trace_is_stale
+        await pilot.press("end", "backspace", "backspace", "backspace", "backspace", *"1024")
+        await pilot.pause()
+        assert pane.trace_is_stale
+        hint = str(app.query_one("#trace-result", Static).render())
+        found = re.search(r"(\S+) traces again", hint)
+        assert found is not None, hint
+        key = found.group(1)
+        await pilot.press(key)  # still in the field
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.focused is field and field.value == "1024"
+        assert not pane.trace_is_stale

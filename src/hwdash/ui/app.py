@@ -21,7 +21,7 @@ from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane, Tabs
 
 from hwdash.core.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
@@ -29,6 +29,7 @@ from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
 from hwdash.telemetry.types import Sampler, Snapshot
 from hwdash.ui.monitor_pane import MonitorPane
+from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.sampling import (
     FRAME_HISTORY_POINTS,
     AlertingFrameBuilder,
@@ -100,29 +101,6 @@ HELP_TEXT = """\
 Press escape, q or ? to close this help."""
 
 
-#: The planner's single keys and their pane actions (see PlannerPane.BINDINGS).
-PLANNER_ACTIONS = {
-    "s": "save_current",
-    "t": "trace",
-    "f": "fit_options",
-    "v": "next_provider",
-    "e": "export",
-    "1": "sort('cost')",
-    "2": "sort('time')",
-    "3": "sort('memory')",
-}
-PLANNER_KEYS = {
-    "s": "Save",
-    "t": "Trace",
-    "f": "Fit it",
-    "v": "Provider",
-    "e": "Export",
-    "1": "Sort cost",
-    "2": "Sort time",
-    "3": "Sort memory",
-}
-
-
 def alert_status_text(frame: MonitorFrame) -> str:
     """The line above the tabs: every GPU in alert and how full (empty when none is)."""
     if not frame.active:
@@ -147,6 +125,55 @@ class HelpScreen(ModalScreen[None]):
             yield Static(HELP_TEXT, id="help-text")
 
 
+class DashboardTabs(TabbedContent):
+    """The tabs, forwarding the planner's keys to the planner pane while its tab is shown.
+
+    Focus starts on the tab bar, and escape leaves a field for it: from there (and from anywhere
+    in the planner tab but a text field) the planner's keys work; inside the pane, the pane's own
+    bindings answer first. Escape, shown in the footer while a text field has focus, leaves it.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(
+            Binding(
+                binding.key,
+                f"planner({binding.action!r})",
+                binding.description,
+                show=binding.show,
+                group=binding.group,
+            )
+            for binding in PLANNER_BINDINGS
+        ),
+        Binding("escape", "leave_field", "Leave field"),
+    ]
+
+    def _planner_pane(self) -> Widget | None:
+        """The planner pane, when its tab is shown."""
+        if self.active != "planner":
+            return None
+        pane = self.get_pane("planner")
+        return pane.children[0] if pane.children else None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The planner's keys only while the planner is shown; escape (shown in the footer) only
+        in a text field: elsewhere the app's escape, not shown, takes the focus to the tab bar."""
+        if action == "planner":
+            return self._planner_pane() is not None
+        if action == "leave_field":
+            return isinstance(self.screen.focused, Input)
+        return True
+
+    async def action_planner(self, action: str) -> None:
+        """Run one of the planner pane's actions on it."""
+        pane = self._planner_pane()
+        if pane is not None:
+            await self.app.run_action(action, pane)
+
+    def action_leave_field(self) -> None:
+        """Leave a text field for the tab bar, where the single-letter keys work again."""
+        self.screen.set_focus(self.query_one(Tabs))
+
+
 class HwdashApp(App[None]):
     """Planner, compare and monitor tabs over one sampler."""
 
@@ -162,12 +189,6 @@ class HwdashApp(App[None]):
         Binding("q", "quit", "Quit"),
         Binding("escape", "leave_field", "Leave field", show=False),
         Binding("ctrl+l", "redraw", "Redraw", show=False),
-        # The planner's keys also work when its tab is shown but focus is on the tab bar (where it
-        # starts, and where escape leaves it); inside the pane, the pane's own bindings answer.
-        *(
-            Binding(key, f"planner_key({key!r})", description, show=False)
-            for key, description in PLANNER_KEYS.items()
-        ),
     ]
 
     def __init__(
@@ -294,7 +315,7 @@ class HwdashApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield self.alert_status
-        with TabbedContent(initial=self.initial_tab):
+        with DashboardTabs(initial=self.initial_tab):
             # Hidden tabs get their panes once the first frame is on screen (a faster first frame).
             with TabPane("Planner", id="planner"):
                 if self.initial_tab == "planner":
@@ -465,29 +486,18 @@ class HwdashApp(App[None]):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Offer "sort processes" only on the monitor tab."""
-        if action in ("sort_processes", "planner_key"):
+        """Offer "sort processes" only on the monitor tab (on the planner, the tab bar passes
+        ``o`` to the planner, where it shows only the flavors that fit)."""
+        if action == "sort_processes":
             try:
-                tab = self.active_tab
+                return self.active_tab == "monitor"
             except NoMatches:  # asked before the tabs exist
                 return False
-            if action == "planner_key":
-                return tab == "planner"
-            return tab in ("monitor", "planner")
         return True
 
     def action_sort_processes(self) -> None:
-        """``o``: sort the process table (monitor), or show only fitting flavors (planner)."""
-        if self.active_tab == "planner":
-            self.planner.action_toggle_fits_only()
-        else:
-            self.monitor.action_next_sort()
-
-    async def action_planner_key(self, key: str) -> None:
-        """A planner key pressed while focus is outside the planner pane (the tab bar)."""
-        action = PLANNER_ACTIONS.get(key)
-        if action is not None and self._planner is not None and self._planner.is_mounted:
-            await self.run_action(action, self._planner)
+        """``o``: sort the process table by the next column."""
+        self.monitor.action_next_sort()
 
     def action_leave_field(self) -> None:
         """Escape from a form field to the tab bar, where the single-letter keys work again."""

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.events import DescendantBlur, DescendantFocus, Key, Resize
 from textual.message import Message
@@ -65,6 +65,7 @@ from hwdash.core.plan_store import (
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
 from hwdash.errors import UsageError
+from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
 from hwdash.ui.widgets.planner_export import ExportDialog
@@ -129,10 +130,6 @@ def _field_for_message(message: str) -> str | None:
         if name in lowered:
             return name if name in _FIELD_NAMES else None
     return None
-
-
-#: The footer shows the three sort keys as one item: ``1 2 3 sort``.
-_SORT_GROUP = Binding.Group("sort", compact=True)
 
 
 def _control_id(field: str) -> str:
@@ -271,22 +268,8 @@ class PlannerPane(Widget):
     }
     """
 
-    #: Shown in the footer while focus is inside the pane. Letters and digits reach the pane only
-    #: when focus is outside a text field (escape leaves one); ctrl+s and ctrl+t work from inside.
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "save_current", "Save"),
-        Binding("ctrl+s", "save_current", "Save plan", show=False),
-        Binding("t", "trace", "Trace"),
-        Binding("ctrl+t", "trace", "Trace", show=False),
-        # Shown in the help, not the footer: at 80 columns they pushed the app's keys off.
-        Binding("1", "sort('cost')", "Sort cost", group=_SORT_GROUP, show=False),
-        Binding("2", "sort('time')", "Sort time", group=_SORT_GROUP, show=False),
-        Binding("3", "sort('memory')", "Sort memory", group=_SORT_GROUP, show=False),
-        Binding("f", "fit_options", "Fit it"),
-        Binding("e", "export", "Export", show=False),
-        Binding("o", "toggle_fits_only", "Fits only", show=False),
-        Binding("v", "next_provider", "Provider", show=False),
-    ]
+    #: Shown in the footer while focus is inside the pane (see :mod:`hwdash.ui.planner_keys`).
+    BINDINGS: ClassVar[list[BindingType]] = [*PLANNER_BINDINGS]
 
     class PlanChanged(Message):
         """The estimate was recomputed; ``report`` is None while the form is invalid."""

@@ -32,7 +32,7 @@ from hwdash.tracing import (
 )
 
 #: What the panel says under a stale result.
-STALE_HINT = "plan changed since this trace: t traces again"
+STALE_HINT = "plan changed since this trace: ctrl+t traces again"
 
 
 @dataclass(frozen=True)
