@@ -13,7 +13,7 @@ from textual.scroll_view import ScrollView
 from textual.widgets import Input, Static, Tabs
 from textual.widgets._footer import FooterKey
 
-from hwdash.ui.app import HELP_TEXT, HwdashApp
+from hwdash.ui.app import HELP_TEXT, DashboardTabs, HwdashApp
 from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.planner_pane import PlannerPane
@@ -123,22 +123,51 @@ async def test_o_sorts_processes_on_the_monitor_only(tmp_path: Path) -> None:
         assert table.sort_column != before
 
 
-def _keys(bindings: list[object]) -> set[str]:
-    keys: set[str] = set()
-    for binding in bindings:
-        if isinstance(binding, Binding):
-            keys.update(key.strip() for key in binding.key.split(","))
-    return keys
+def _help_keys() -> dict[str, set[str]]:
+    """The keys the help lists, by section: a key line is two spaces, the keys (``a / b``), two
+    spaces or more, what they do; a section starts with its bold title."""
+    sections: dict[str, set[str]] = {}
+    section = ""
+    for line in HELP_TEXT.splitlines():
+        title = re.match(r"\[b\](\w+)\[/b\]", line)
+        if title:
+            section = title.group(1)
+            continue
+        keys = re.match(r"  (\S+(?: / \S+)*)  ", line)
+        if keys:
+            sections.setdefault(section, set()).update(keys.group(1).split(" / "))
+    return sections
 
 
-def test_the_help_lists_every_key() -> None:
-    listed = set(re.findall(r"^  (\S+(?: \S+)*?)\s{2,}", HELP_TEXT, flags=re.MULTILINE))
-    words = {word for entry in listed for word in re.split(r"[ /]", entry)}
-    aliases = {"question_mark": "?", "ctrl+q": "q"}
-    for owner in (HwdashApp, PlannerPane, ComparePane, MonitorPane, ProcessTable):
-        for key in _keys(list(owner.BINDINGS)):
-            shown = aliases.get(key, key)
-            assert shown in words or shown in HELP_TEXT, f"{owner.__name__}: {key} not in the help"
+#: Where the help lists each class's keys (the app's own keys: any section).
+HELP_SECTIONS: tuple[tuple[type[object], str | None], ...] = (
+    (HwdashApp, None),
+    (DashboardTabs, None),
+    (PlannerPane, "Planner"),
+    (ComparePane, "Compare"),
+    (MonitorPane, "Monitor"),
+    (ProcessTable, "Monitor"),
+)
+
+
+def test_the_help_lists_every_key_in_its_section() -> None:
+    sections = _help_keys()
+    assert {"Everywhere", "Monitor", "Planner", "Compare"} <= set(sections)
+    everywhere = set().union(*sections.values())
+    for owner, section in HELP_SECTIONS:
+        listed = sections[section] if section else everywhere
+        bindings = [b for b in owner.BINDINGS if isinstance(b, Binding)]
+        assert bindings, owner
+        for binding in bindings:
+            for key in binding.key.split(","):
+                shown = {"question_mark": "?"}.get(key.strip(), key.strip())
+                assert shown in listed, f"{owner.__name__}: {shown} is not in the help"
+
+
+def test_the_help_fits_its_box_at_80_columns() -> None:
+    # 80 columns less the border, padding and scroll bar: a longer line wraps without its indent.
+    plain = re.sub(r"\[/?b\]", "", HELP_TEXT)
+    assert max(len(line) for line in plain.splitlines()) <= 72
 
 
 async def test_the_app_keys_stay_in_an_80_column_footer(tmp_path: Path) -> None:

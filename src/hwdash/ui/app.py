@@ -62,41 +62,45 @@ ALERT_COMMAND_GRACE_SECONDS = 3.0
 #: (at least this, and at least three intervals; a guess at "clearly longer than a slow round").
 STALL_AFTER_SECONDS = 5.0
 
+#: Every key of every tab (tests/ui/test_keys.py checks that each binding is listed). A key line
+#: is two spaces, the keys (``a / b``), two spaces or more, what they do.
 HELP_TEXT = """\
 [b]hwdash[/b]: will it fit, what will it cost, is it about to run out?
 
-[b]Everywhere[/b] (except while typing in a field: escape leaves it)
-  p          planner: model, method and hardware in, memory, time and cost out
-  c          compare saved plans side by side
-  m          live monitor of the GPUs and the host
-  ?          this help
-  q          quit (ctrl+q also works while typing in a field)
-  tab        move between fields and tables
-  escape     leave a form field (the keys above then work again)
-  ctrl+l     redraw the whole screen
-  ctrl+p     command palette (themes, keys)
+[b]Everywhere[/b] (but in a text field, where escape leaves the field)
+  p             planner: what a plan needs in memory, time and cost
+  c             compare saved plans side by side
+  m             live monitor of the GPUs and the host
+  ?             this help
+  q / ctrl+q    quit (ctrl+q also in a text field)
+  tab           next field or table (shift+tab: the one before)
+  escape        leave a field for the tab bar (where these keys work)
+  ctrl+l        redraw the whole screen
+  ctrl+p        command palette (themes, keys)
 
 [b]Monitor[/b]
-  o          sort the process table by the next column
-  O          reverse the order (when the table has focus)
-             (or click a column heading)
-  up/down    move in the process table (home, end)
-  bar        ▒ reserved by the driver  █ used  │ alert threshold  ┃ plan
+  o             sort the process table by the next column (or click one)
+  O             reverse the order (when the table has focus)
+  up / down     move in the process table
+  home / end    its first or last process
+  bar           ▒ reserved by the driver  █ used  │ alert level  ┃ plan
 
-[b]Planner[/b] (from anywhere on the planner tab but a text field)
-  s          save the current plan (ctrl+s also works while typing)
-  t          trace the plan on fake tensors (ctrl+t also works while typing)
-  f          make it fit: the smallest changes that fit the selected flavor
-             (else the recommended one); enter applies one, escape leaves
-  1 2 3      sort the flavors by cost, time or memory
-  v          next provider (filters the flavor table)
-  o          show only the flavors the plan fits
-  e          export the plan: DeepSpeed, Trainer/TRL, accelerate or hf jobs
+[b]Planner[/b] (anywhere on the planner tab; in a text field, ctrl+ keys)
+  s / ctrl+s    save the current plan
+  t / ctrl+t    trace the plan on fake tensors
+  f             make it fit: the smallest changes that fit the selected
+                flavor (else the recommended one); enter applies one
+  1 / 2 / 3     sort flavors by cost, time or memory (again: reverse)
+  v             next provider (filters the flavor table)
+  o             show only the flavors the plan fits
+  e             export: DeepSpeed, Trainer/TRL, accelerate or hf jobs
+  escape        leave a text field (or a dialog)
 
 [b]Compare[/b]
-  l          load the selected plan into the planner
-  r          rename it
-  d          delete it (asks first: y yes, n or escape no)
+  left / right  choose a saved plan
+  enter / l     load it into the planner
+  r             rename it
+  d             delete it (asks first: y yes, n or escape no)
 
 Press escape, q or ? to close this help."""
 
