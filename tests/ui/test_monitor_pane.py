@@ -30,7 +30,7 @@ from hwdash.telemetry.types import (
     ProcessSample,
     Snapshot,
 )
-from hwdash.ui.app import make_app
+from hwdash.ui.app import HwdashApp, make_app
 from hwdash.ui.monitor_pane import alert_banner_text, host_text, plan_text
 from hwdash.ui.sampling import SAMPLING_THREAD_NAME
 from hwdash.ui.widgets.monitor_cells import BarModel, bar_cells, sparkline
@@ -582,6 +582,20 @@ async def test_only_a_plan_the_user_chose_is_held_against_the_gpus(tmp_path: Pat
 # -- the catalog is read after the monitor's first frame -------------------------------------------
 
 
+def monitor_app(tmp_path: Path, **options: Any) -> HwdashApp:
+    """The dashboard on the monitor over h100x8 at second 30; ``options`` go to make_app."""
+    options.setdefault("catalog", shared_catalog())
+    options.setdefault("sampler", fake_sampler("h100x8", ManualClock(30)))
+    return make_app(
+        interval=FROZEN_INTERVAL,
+        plan_store=PlanStore(tmp_path / "plans.json"),
+        initial_tab="monitor",
+        alert_log=tmp_path / "alerts.jsonl",
+        bell=False,
+        **options,
+    )
+
+
 async def test_on_the_monitor_the_catalog_is_read_after_the_first_frame(tmp_path: Path) -> None:
     reads: list[int] = []
 
@@ -589,15 +603,7 @@ async def test_on_the_monitor_the_catalog_is_read_after_the_first_frame(tmp_path
         reads.append(app.frames_received)
         return shared_catalog()
 
-    app = make_app(
-        catalog=read_catalog,
-        sampler=fake_sampler("h100x8", ManualClock(30)),
-        interval=FROZEN_INTERVAL,
-        plan_store=PlanStore(tmp_path / "plans.json"),
-        initial_tab="monitor",
-        alert_log=tmp_path / "alerts.jsonl",
-        bell=False,
-    )
+    app = monitor_app(tmp_path, catalog=read_catalog)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for_frames(pilot, app, 1)
         await pilot.pause(0.2)
@@ -613,15 +619,7 @@ async def test_a_broken_catalog_read_late_ends_the_app_with_its_error(tmp_path: 
     def broken() -> Any:
         raise CatalogError("flavors.toml", "price must be finite", entry="x", field="price")
 
-    app = make_app(
-        catalog=broken,
-        sampler=fake_sampler("h100x8", ManualClock(30)),
-        interval=FROZEN_INTERVAL,
-        plan_store=PlanStore(tmp_path / "plans.json"),
-        initial_tab="monitor",
-        alert_log=tmp_path / "alerts.jsonl",
-        bell=False,
-    )
+    app = monitor_app(tmp_path, catalog=broken)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for_frames(pilot, app, 1)
         await pilot.pause(0.2)
@@ -641,16 +639,7 @@ async def test_a_sample_taken_before_the_start_is_the_first_frame(tmp_path: Path
         return original()
 
     sampler.sample = counted  # type: ignore[method-assign]
-    app = make_app(
-        catalog=shared_catalog(),
-        sampler=sampler,
-        interval=FROZEN_INTERVAL,
-        plan_store=PlanStore(tmp_path / "plans.json"),
-        initial_tab="monitor",
-        alert_log=tmp_path / "alerts.jsonl",
-        bell=False,
-        first_snapshot=first,
-    )
+    app = monitor_app(tmp_path, sampler=sampler, first_snapshot=first)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
         # Shown at once, without asking the driver again (the next sample is an interval away).

@@ -27,7 +27,16 @@ import math
 from dataclasses import dataclass
 
 from hwdash.core.catalog import Accelerator, ModelSpec
-from hwdash.core.plan import Attention, Method, Offload, Optimizer, OptimizerImpl, Plan, Precision
+from hwdash.core.plan import (
+    LORA_STYLE_METHODS,
+    Attention,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+)
 from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 from hwdash.core.units import MIB
 
@@ -105,7 +114,6 @@ ALL_LINEAR = "all-linear"
 #: Common alternative names of the same projections (Mixtral's w1/w2/w3, Phi's dense).
 MODULE_ALIASES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj", "dense": "o_proj"}
 
-LORA_STYLE_METHODS = (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT)
 QUANTIZED_METHODS = (Method.QLORA, Method.LORA_8BIT)
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec
 from hwdash.core.estimator import (
     LAYOUTS,
-    LORA_STYLE_METHODS,
     QUANTIZED_METHODS,
     architecture,
     estimate_memory,
@@ -32,7 +31,7 @@ from hwdash.core.estimator import (
     resolve_lora_targets,
 )
 from hwdash.core.models import resolve_model
-from hwdash.core.plan import Method, Offload, Plan
+from hwdash.core.plan import LORA_STYLE_METHODS, Method, Offload, Plan
 from hwdash.core.results import (
     TIGHT_HEADROOM_FRACTION,
     FitVerdict,

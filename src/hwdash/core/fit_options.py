@@ -29,13 +29,13 @@ from pydantic import ValidationError
 
 from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec, Slowdown
 from hwdash.core.estimator import (
-    LORA_STYLE_METHODS,
     architecture,
     estimate_memory,
     resolve_lora_targets,
 )
 from hwdash.core.fit import evaluate_flavor, training_tokens
 from hwdash.core.plan import (
+    LORA_STYLE_METHODS,
     Attention,
     Method,
     Offload,

@@ -27,6 +27,9 @@ class Method(str, Enum):
     GRPO = "grpo"
 
 
+#: Methods that train adapters on a frozen base (LoRA and its quantized and DoRA variants).
+LORA_STYLE_METHODS = (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT)
+
 #: Methods that may train the policy of an RL plan (``--rl-method``).
 RL_TRAINABLE_METHODS = (Method.FULL, Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.DORA)
 
@@ -198,7 +201,6 @@ _LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout")
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
 #: Settings that only training reads.
 _TRAINING_FIELDS = ("grad_ckpt", "grad_accum", "optimizer", "optimizer_impl", "examples", "epochs")
-_LORA_STYLE = (Method.LORA, Method.QLORA, Method.LORA_8BIT, Method.DORA)
 
 
 def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
@@ -216,7 +218,7 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             if name == "grad_ckpt" and not plan.grad_ckpt:
                 continue
             unused.append((name, why))
-        elif name in _LORA_FIELDS and trained not in _LORA_STYLE:
+        elif name in _LORA_FIELDS and trained not in LORA_STYLE_METHODS:
             unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
         elif name in _RL_FIELDS and not plan.is_rl:
             unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))

@@ -22,8 +22,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from hwdash.core.catalog import Catalog
-from hwdash.core.estimator import LORA_STYLE_METHODS
-from hwdash.core.plan import Plan
+from hwdash.core.plan import LORA_STYLE_METHODS, Plan
 from hwdash.core.plan_store import (
     PlanStore,
     PlanStoreError,

@@ -7,6 +7,7 @@ widget only pushes that text into cells that repaint when it changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
@@ -171,6 +172,7 @@ GPU_COLUMNS: tuple[tuple[str, int, int, str], ...] = (
 MIN_BAR_WIDTH = 8
 
 
+@lru_cache(maxsize=16)
 def column_layout(width: int, *, wide: bool) -> tuple[tuple[str, int, int, str], ...]:
     """Where each column of a GPU row starts and how wide it is: (key, x, width, alignment).
 
@@ -312,12 +314,6 @@ class GpuCard(Widget):
                 base + self.get_component_rich_style("gpu-card--detail", partial=True),
             )
         return self._styles
-
-    @property
-    def spark_shown(self) -> str:
-        """The sparkline's characters at the current width."""
-        width = dict((key, size) for key, _x, size, _a in self._layout())["spark"]
-        return sparkline(self._history, width)
 
     def _layout(self) -> tuple[tuple[str, int, int, str], ...]:
         return column_layout(self.size.width, wide=self.wide)
