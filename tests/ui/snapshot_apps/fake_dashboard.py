@@ -116,3 +116,19 @@ async def replay(
     await wait_for_frames(pilot, app, 1)
     while clock() + step_s <= until_s + 1e-9:
         await step(pilot, app, clock, step_s)
+    await wait_for_hidden_panes(pilot, app)
+
+
+async def wait_for_hidden_panes(pilot: Any, app: HwdashApp, timeout_s: float = 10.0) -> None:
+    """Wait until the panes built after the first frame are mounted and the planner has posted its
+    first plan: a test that sets the monitor's plan line before then would see the planner's
+    starting form clear it (it is not a plan the user chose), depending on the machine's speed."""
+    deadline = time.monotonic() + timeout_s
+    while not all(
+        pane is not None and pane.is_mounted for pane in (app._planner, app._compare, app.monitor)
+    ):
+        if time.monotonic() > deadline:
+            raise AssertionError("the hidden panes were not mounted")
+        await pilot.pause(0.01)
+    await pilot.pause()
+    await pilot.pause()
