@@ -48,6 +48,8 @@ class Shot:
     """A flavor row selected in the planner's table before the keys."""
     keys: tuple[str, ...] = ()
     """Keys pressed last (``f`` opens the make-it-fit options)."""
+    scenario_time: bool = False
+    """Snapshots stamped with scenario time (the OOM forecast needs the scenario's minutes)."""
 
 
 SHOTS = (
@@ -69,6 +71,17 @@ SHOTS = (
         keys=("f",),
     ),
     Shot("monitor-mig.svg", "mig", until_s=60, step_s=5),
+    # Ranks 0 and 1 run hwdash.probe: PyTorch allocated/reserved per process, rank 0's allocator
+    # retrying (!), and the OOM forecast of memory that still creeps up.
+    Shot("monitor-probe.svg", "a100x4-training", until_s=100, step_s=4, scenario_time=True),
+    Shot(
+        "monitor-process.svg",
+        "a100x4-training",
+        until_s=100,
+        step_s=4,
+        scenario_time=True,
+        keys=("enter",),
+    ),
 )
 
 #: Plans saved before the compare screenshot (model, method and the settings that differ).
@@ -112,7 +125,12 @@ async def take(shot: Shot, out_dir: Path) -> Path:
         data_dir = Path(data)
         if shot.saved_plans:
             save_example_plans(PlanStore(data_dir / "plans.json"))
-        app, clock = fake_app(shot.scenario, data_dir=data_dir, initial_tab=shot.tab)
+        app, clock = fake_app(
+            shot.scenario,
+            data_dir=data_dir,
+            initial_tab=shot.tab,
+            scenario_time=shot.scenario_time,
+        )
         async with app.run_test(size=shot.size, notifications=True) as pilot:
             await replay(pilot, app, clock, until_s=shot.until_s, step_s=shot.step_s)
             if shot.plan is not None:

@@ -223,17 +223,19 @@ async def test_process_table_sorts_by_key_and_by_heading(tmp_path: Path) -> None
         await wait_for_frames(pilot, app, 1)
         table = app.monitor.process_table
         assert table.row_count == 8
-        gpus = [table.get_row(key)[0].sort_value for key in table.row_keys_in_order]
+        gpus = [table.get_cells(key)["gpu"].sort_value for key in table.row_keys_in_order]
         assert gpus == sorted(gpus)  # default: by GPU
 
         await pilot.press("o", "o", "o")  # GPU -> PID -> user -> GPU memory
         assert table.sort_column == "gpu_memory"
-        memory = [table.get_row(key)[3].sort_value for key in table.row_keys_in_order]
+        memory = [table.get_cells(key)["gpu_memory"].sort_value for key in table.row_keys_in_order]
         assert memory == sorted(memory, reverse=True)  # largest first
 
-        await pilot.press("o")  # next: CPU
+        await pilot.press("o")  # next: the memory trend (shown at 120 columns), growing first
+        assert table.sort_column == "trend"
+        await pilot.press("o")  # then CPU (no process here runs the PyTorch probe)
         assert table.sort_column == "cpu"
-        cpu = [table.get_row(key)[4].sort_value for key in table.row_keys_in_order]
+        cpu = [table.get_cells(key)["cpu"].sort_value for key in table.row_keys_in_order]
         assert cpu == sorted(cpu, reverse=True)
 
         table.sort_by("pid")

@@ -95,3 +95,17 @@ def test_alert_status_line_over_another_tab(snap_compare: SnapCompare, tmp_path:
 def test_help_screen(snap_compare: SnapCompare, tmp_path: Path) -> None:
     app, run_before = _case("a100x4-training", tmp_path, until_s=0, keys=("question_mark",))
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_monitor_with_probed_processes_and_a_forecast(
+    snap_compare: SnapCompare, tmp_path: Path
+) -> None:
+    # Snapshots stamped with scenario time, so the forecast sees the scenario's minutes.
+    app, clock = fake_app(
+        "a100x4-training", data_dir=tmp_path, start_s=0.0, initial_tab="monitor", scenario_time=True
+    )
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await replay(pilot, app, clock, until_s=100, step_s=4)
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -286,3 +288,42 @@ def test_a_mig_instance_that_disappears_clears_its_alert() -> None:
     assert (gone.kind, gone.mig_index) == ("cleared", 0)
     assert "gone" in gone.message
     assert engine.active == []
+
+
+# -- the OOM forecast ------------------------------------------------------------------------------
+
+
+def forecast_gpu(pressure: float, forecast_s: float | None) -> GpuSample:
+    return dataclasses.replace(gpu_at(pressure), forecast_full_s=forecast_s)
+
+
+def test_a_forecast_under_the_limit_raises_early_and_clears_with_its_own_hysteresis() -> None:
+    engine = AlertEngine(AlertRule(forecast_s=120))
+    assert engine.update(snap(0, forecast_gpu(0.6, None))) == []
+    assert engine.update(snap(1, forecast_gpu(0.62, 300))) == []  # coming, not soon
+    (raised,) = engine.update(snap(2, forecast_gpu(0.65, 90)))
+    assert raised.kind == "raised"
+    assert "full in about 90 s at its current climb (forecast alert under 120 s)" in raised.message
+    assert engine.update(snap(3, forecast_gpu(0.66, 100))) == []  # one alert per crossing
+    assert engine.update(snap(4, forecast_gpu(0.66, 200))) == []  # still under twice the limit
+    (cleared,) = engine.update(snap(5, forecast_gpu(0.66, None)))  # flat again
+    assert cleared.kind == "cleared"
+
+
+def test_without_the_option_a_forecast_never_alerts() -> None:
+    engine = AlertEngine(AlertRule())
+    assert engine.update(snap(0, forecast_gpu(0.6, 5))) == []
+    (raised,) = engine.update(snap(1, forecast_gpu(0.95, 5)))
+    assert "above the 90% alert threshold" in raised.message  # the usual words past it
+
+
+def test_a_forecast_alert_does_not_clear_while_pressure_is_high() -> None:
+    engine = AlertEngine(AlertRule(forecast_s=60))
+    engine.update(snap(0, forecast_gpu(0.7, 30)))
+    assert engine.update(snap(1, forecast_gpu(0.93, None))) == []  # now over the threshold itself
+
+
+@pytest.mark.parametrize("limit", [0.0, -5.0, float("inf")])
+def test_a_forecast_limit_must_be_a_positive_time(limit: float) -> None:
+    with pytest.raises(ValueError, match="forecast_s"):
+        AlertRule(forecast_s=limit)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
 
 from hwdash.telemetry.history import History
-from hwdash.telemetry.types import GpuSample, HostSample, NvmlStatus, Snapshot
+from hwdash.telemetry.types import GpuSample, HostSample, NvmlStatus, ProcessSample, Snapshot
 
 STATUS = NvmlStatus(available=True, driver_version="550")
 
@@ -69,3 +70,59 @@ def test_memory_stays_flat_over_a_day_of_samples() -> None:
     assert all(len(history.gpu(i)) == 600 for i in range(8))
     assert len(history.host()) == 600
     assert after_day < after_warmup * 1.2
+
+
+GIB = 1024**3
+
+
+def memory_at(t: float, used: float, *, processes: tuple[int, ...] = ()) -> Snapshot:
+    """One 80 GiB GPU with ``used`` GiB taken and the given PIDs on it."""
+    total = 80 * GIB
+    return Snapshot(
+        timestamp=t,
+        nvml=STATUS,
+        gpus=(
+            GpuSample(
+                index=0,
+                name="G",
+                uuid=None,
+                total_bytes=total,
+                free_bytes=total - round(used * GIB),
+                processes=tuple(
+                    ProcessSample(pid=pid, gpu_index=0, kind="compute", used_bytes=round(t * GIB))
+                    for pid in processes
+                ),
+            ),
+        ),
+    )
+
+
+def forecasts(used: Callable[[float], float], seconds: int) -> list[float | None]:
+    history = History(interval_s=1.0)
+    result = []
+    for t in range(seconds):
+        snap = memory_at(float(t), used(t))
+        history.add(snap)
+        result.append(history.with_forecasts(snap).gpus[0].forecast_full_s)
+    return result
+
+
+def test_a_steady_climb_is_forecast_to_fill_at_its_rate() -> None:
+    seen = forecasts(lambda t: 20 + 0.25 * t, 90)  # 0.25 GiB/s from 20 GiB: full at t = 240
+    assert seen[10] is None  # too little history yet
+    assert seen[89] == pytest.approx(240 - 89, rel=0.02)
+
+
+def test_flat_memory_and_memory_that_levelled_off_have_no_forecast() -> None:
+    assert forecasts(lambda t: 40.0, 90)[-1] is None
+    # A fast climb (a model loading) that stopped 40 s ago: no alarm from the old slope.
+    assert forecasts(lambda t: min(70.0, 10 + 2.0 * t), 70)[-1] is None
+
+
+def test_process_history_follows_each_process_and_forgets_those_that_ended() -> None:
+    history = History(interval_s=1.0)
+    for t in range(5):
+        history.add(memory_at(float(t), 10, processes=(7, 8) if t < 3 else (8,)))
+    assert [used for _at, used in history.process("0:8")] == [t * GIB for t in range(5)]
+    assert history.process("0:7") == ()  # ended at t = 3
+    assert history.process_keys() == ["0:8"]

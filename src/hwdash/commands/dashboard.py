@@ -19,6 +19,7 @@ from hwdash.errors import UsageError
 
 if TYPE_CHECKING:
     from hwdash.core.catalog import Catalog
+    from hwdash.telemetry.signals import Signaller
 
 NO_TERMINAL_MESSAGE = (
     "the dashboard needs a terminal, and standard output is not one. "
@@ -39,11 +40,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-bell", action="store_true", help="do not ring the terminal bell on an alert"
     )
     parser.add_argument(
+        "--readonly",
+        action="store_true",
+        help="never send signals: the monitor's k (SIGTERM) and K (SIGKILL) keys are turned off",
+    )
+    parser.add_argument(
         "--tab",
         choices=["planner", "compare", "monitor"],
         default=None,
         help="the tab shown first (default: monitor when NVML shows a GPU, else planner)",
     )
+
+
+def _signaller(args: argparse.Namespace, *, simulated: bool) -> Signaller | None:
+    """Who sends the monitor's SIGTERM/SIGKILL: nobody with ``--readonly``; in a fake scenario a
+    stand-in that sends nothing (its PIDs are made up and may be real processes here)."""
+    from hwdash.telemetry.signals import OsSignaller, SimulatedSignaller
+
+    if getattr(args, "readonly", False):
+        return None
+    return SimulatedSignaller() if simulated else OsSignaller()
 
 
 def choose_tab(
@@ -69,10 +85,32 @@ def run(
     chooses it too; otherwise the monitor when NVML shows a GPU (a training box), else the
     planner.
     """
+    from hwdash.ui import startup_gc
+
+    startup_gc.pause()  # until the first frame is on screen (see the module)
+    try:
+        return _run(args, stdout=stdout, initial_tab=initial_tab)
+    finally:
+        startup_gc.resume()  # no-op once the app has resumed it
+
+
+def _run(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO | None,
+    initial_tab: Literal["planner", "compare", "monitor"] | None,
+) -> int:
     # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
-    from hwdash.commands.monitor import parse_blind_after, parse_fraction, parse_interval
+    from hwdash.commands.monitor import (
+        open_replay,
+        parse_blind_after,
+        parse_forecast,
+        parse_fraction,
+        parse_interval,
+    )
 
     interval = parse_interval(args.interval)
+    forecast = parse_forecast(args.alert_forecast)
     threshold = parse_fraction(args.alert_threshold, DEFAULT_THRESHOLD, "--alert-threshold")
     blind_after = parse_blind_after(args.blind_after, interval)
     if args.on_alert is not None and not args.on_alert.strip():
@@ -80,10 +118,12 @@ def run(
     from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from
 
     scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
+    loaded = None
     if scenario is not None:
         from hwdash.telemetry.fake_nvml import load_scenario
 
-        load_scenario(scenario)  # a missing or broken scenario is a usage error, before the screen
+        # A missing or broken scenario is a usage error, before the screen.
+        loaded = load_scenario(scenario)
     out = sys.stdout if stdout is None else stdout
     if not out.isatty():
         raise UsageError(NO_TERMINAL_MESSAGE)
@@ -91,7 +131,16 @@ def run(
     from hwdash.telemetry.alert_actions import default_alert_log_path
     from hwdash.telemetry.source import make_sampler
 
-    sampler = make_sampler(scenario)
+    replay = open_replay(args)
+    sampler: Any = make_sampler(scenario, loaded=loaded) if replay is None else replay
+    if replay is not None:
+        # The recording's own pace: its median gap between snapshots, over --speed.
+        gaps = sorted(
+            later.timestamp - earlier.timestamp
+            for earlier, later in zip(replay.snapshots, replay.snapshots[1:], strict=False)
+        )
+        gap = gaps[len(gaps) // 2] if gaps else interval
+        interval = max(0.05, gap / replay.speed) if replay.speed else 0.05
     tab, first_snapshot = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
 
     def read_catalog() -> Catalog:
@@ -116,8 +165,12 @@ def run(
         plan_store=None,  # opened when the planner or compare pane is built
         first_snapshot=first_snapshot,
         initial_tab=tab,
+        signaller=None if replay is not None else _signaller(args, simulated=scenario is not None),
+        alert_forecast_s=forecast,
         # Simulated alerts (--demo, fake scenarios) go to their own log, never the real one.
-        alert_log=default_alert_log_path(simulated=True) if scenario is not None else None,
+        alert_log=default_alert_log_path(simulated=True)
+        if scenario is not None or replay is not None
+        else None,
     )
     try:
         app.run()

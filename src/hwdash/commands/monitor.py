@@ -22,7 +22,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwdash.core.alerts import (
     BLIND_INTERVALS,
@@ -44,9 +44,20 @@ from hwdash.telemetry.alert_actions import (
     default_alert_log_path,
     mark_alert_states,
 )
+from hwdash.telemetry.history import History
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
-from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
+from hwdash.telemetry.types import (
+    GpuSample,
+    GpuState,
+    HostSample,
+    ProcessSample,
+    Sampler,
+    Snapshot,
+)
+
+if TYPE_CHECKING:
+    from hwdash.telemetry.replay import ReplaySampler
 
 PIPED_WIDTH = 132
 """Columns of the ``--once`` tables when stdout is not a terminal."""
@@ -117,6 +128,19 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
             "HWDASH_MESSAGE in its environment; at most 4 run at once"
         ),
     )
+    parser.add_argument(
+        "--alert-forecast",
+        default=None,
+        metavar="S",
+        help="also raise the alert when a GPU's memory is forecast to be full within S seconds "
+        "at its current climb (robust trend over the last 2 minutes)",
+    )
+    parser.add_argument(
+        "--speed",
+        default=None,
+        metavar="X",
+        help="with --replay: X times the recorded pace (default 1; 0 = as fast as possible)",
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--fake-nvml",
@@ -126,6 +150,12 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
         "also HWDASH_FAKE_NVML",
     )
     source.add_argument("--demo", action="store_true", help=demo_help)
+    source.add_argument(
+        "--replay",
+        default=None,
+        metavar="FILE",
+        help="replay what `hwdash monitor --json` recorded (JSON lines) instead of sampling",
+    )
 
 
 # -- argument checks ------------------------------------------------------------------------------
@@ -205,7 +235,50 @@ def build_rule(args: argparse.Namespace, interval: float) -> AlertRule:
         threshold=threshold,
         hysteresis=hysteresis,
         blind_after_s=parse_blind_after(args.blind_after, interval),
+        forecast_s=parse_forecast(args.alert_forecast),
     )
+
+
+def parse_forecast(text: str | None) -> float | None:
+    """``--alert-forecast``: seconds, > 0 (None: no forecast alert)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a number of seconds", flag="--alert-forecast") from None
+    if not 0 < value < float("inf"):
+        raise UsageError(
+            f"must be a positive number of seconds, got {text}", flag="--alert-forecast"
+        )
+    return value
+
+
+def parse_speed(text: str | None) -> float:
+    """``--speed``: a factor >= 0 (0: as fast as possible)."""
+    if text is None:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a number", flag="--speed") from None
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"must be 0 or more, got {text}", flag="--speed")
+    return value
+
+
+def open_replay(args: argparse.Namespace) -> ReplaySampler | None:
+    """The ``--replay`` sampler (warnings about a cut last line go to stderr), or None."""
+    if args.replay is None:
+        if args.speed is not None:
+            raise UsageError("only applies with --replay FILE", flag="--speed")
+        return None
+    from hwdash.telemetry.replay import ReplaySampler
+
+    sampler, warnings = ReplaySampler.from_file(Path(args.replay), speed=parse_speed(args.speed))
+    for warning in warnings:
+        print(f"hwdash: warning: {warning}", file=sys.stderr)
+    return sampler
 
 
 # -- text output ----------------------------------------------------------------------------------
@@ -238,6 +311,8 @@ def gpu_line(gpu: GpuSample, clock: str) -> str:
         f"{head} {_memory(gpu)} util {_percent(gpu.utilization_gpu)} {temperature} {power} "
         f"procs {processes}"
     )
+    if gpu.forecast_full_s is not None:
+        line += f" full in ~{gpu.forecast_full_s:.0f}s at this climb"
     if gpu.memory_source == "host":
         line += " (host RAM: unified memory)"
     for mig in gpu.mig:
@@ -275,6 +350,29 @@ def host_line(host: HostSample | None, clock: str) -> str:
 
 def _clock_text(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+
+
+def torch_line(process: ProcessSample) -> str:
+    """What a probed process's PyTorch allocator says, in one line (see :mod:`hwdash.probe`)."""
+    torch = process.torch
+    assert torch is not None
+    step = "" if torch.step is None else f", step {torch.step}"
+    fragmented = torch.fragmentation
+    cache = f"cache {format_bytes(torch.cache_bytes)}"
+    if fragmented is not None:
+        cache += f", {fragmented:.0%} of the pool fragmented"
+    text = (
+        f"PID {process.pid} on GPU {_process_gpu(process)} (PyTorch{step}): allocated "
+        f"{format_bytes(torch.allocated_bytes)}, reserved {format_bytes(torch.reserved_bytes)} "
+        f"({cache}), peak allocated {format_bytes(torch.max_allocated_bytes)}"
+    )
+    if torch.alloc_retries:
+        text += f"; {torch.alloc_retries} alloc retries"
+        if torch.retries_rising:
+            text += " and rising: the allocator frees its cache to fit allocations, an OOM is near"
+    if torch.ooms:
+        text += f"; {torch.ooms} out-of-memory errors caught"
+    return text
 
 
 def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
@@ -370,6 +468,8 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
                     command = f"{command} (host PID: not checkable from this container)".strip()
                 elif not process.visible:
                     command = f"{command} (PID not visible on this host)".strip()
+                if process.container:
+                    command = f"[{process.container}] {command}"
                 cells = (
                     _process_gpu(process),
                     str(process.pid),
@@ -382,6 +482,9 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
                 )
                 table.add_row(*(Text(cell) for cell in cells))
             console.print(table)
+            for process in processes:
+                if process.torch is not None:
+                    console.print(torch_line(process))
         for gpu in snapshot.gpus:
             unsupported = [name for name, why in gpu.errors if why == "not supported"]
             if unsupported and gpu.state in (GpuState.OK, GpuState.ALERT, GpuState.BLIND):
@@ -414,8 +517,14 @@ def run(args: argparse.Namespace) -> int:
     count = parse_count(args.count)
     rule = build_rule(args, interval)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
-    sampler = make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2)))
+    replay = open_replay(args)
+    sampler: Sampler = (
+        replay
+        if replay is not None
+        else make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2)))
+    )
     engine = AlertEngine(rule)
+    history = History(interval_s=interval)
     if args.once:
         try:
             # No wait for the host's CPU percent: a one-shot reports it only when the round took
@@ -431,7 +540,7 @@ def run(args: argparse.Namespace) -> int:
             print_readable(snapshot, engine.active)
         return 0
 
-    simulated = fake_scenario_from(scenario) is not None
+    simulated = fake_scenario_from(scenario) is not None or replay is not None
     log_path = (
         Path(args.alert_log) if args.alert_log else default_alert_log_path(simulated=simulated)
     )
@@ -443,6 +552,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         while True:
             snapshot = sampler.sample()
+            history.add(snapshot)
+            snapshot = history.with_forecasts(snapshot)
             events = engine.update(snapshot)
             snapshot = mark_alert_states(snapshot, engine)
             actions.handle(events)
@@ -465,6 +576,11 @@ def run(args: argparse.Namespace) -> int:
             rounds += 1
             if count is not None and rounds >= count:
                 break
+            if replay is not None:
+                if replay.finished:
+                    break
+                time.sleep(replay.wait_s())
+                continue
             next_at += interval
             delay = next_at - time.monotonic()
             if delay > 0:

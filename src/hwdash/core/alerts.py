@@ -6,7 +6,8 @@ imports :mod:`hwdash.telemetry`): GPUs with ``index``, ``name``, ``state``, ``pr
 
 * **raised** when the pressure of a GPU, or of one MIG instance (each instance is its own unit: a full
   3g.40gb slice fails its job however empty the rest of the GPU is), goes strictly above
-  ``threshold``;
+  ``threshold``; or, with ``forecast_s`` set, when a whole GPU's OOM forecast
+  (:mod:`hwdash.core.forecast`: seconds until full at its current climb) is under ``forecast_s``;
 * **cleared** only when it falls strictly below ``threshold - hysteresis`` (so a value hovering at the
   threshold never makes a stream of events); a MIG instance that disappears clears too;
 * **lost** once when a GPU turns ``lost``; pressure alerts for it stop until it reports again;
@@ -70,6 +71,8 @@ class GpuReading(MigReading, Protocol):
     def state(self) -> str: ...
     @property
     def mig(self) -> Sequence[MigReading]: ...
+    @property
+    def forecast_full_s(self) -> float | None: ...
 
 
 class SnapshotReading(Protocol):
@@ -94,6 +97,10 @@ class AlertRule:
     jittering around the threshold would then raise and clear on every other sample."""
     blind_after_s: float = BLIND_MINIMUM_S
     """Seconds without a fresh memory reading after which a GPU is reported blind."""
+    forecast_s: float | None = None
+    """Raise early when a GPU's forecast time to full is under this many seconds (None: never).
+    Such an alert clears when pressure is below ``clear_below`` and the forecast is gone or at
+    least twice this (the forecast's own hysteresis)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold <= 1:
@@ -105,6 +112,8 @@ class AlertRule:
             )
         if not 0 < self.blind_after_s < float("inf"):
             raise ValueError(f"blind_after_s must be a positive time, got {self.blind_after_s}")
+        if self.forecast_s is not None and not 0 < self.forecast_s < float("inf"):
+            raise ValueError(f"forecast_s must be a positive time, got {self.forecast_s}")
 
     @property
     def clear_below(self) -> float:
@@ -280,11 +289,20 @@ class AlertEngine:
         pressure = unit.pressure
         if pressure is None:
             return []
-        if state.raised is None and pressure > self.rule.threshold:
+        forecast = None if mig is not None else gpu.forecast_full_s
+        limit = self.rule.forecast_s
+        soon = limit is not None and forecast is not None and forecast < limit
+        if state.raised is None and (pressure > self.rule.threshold or soon):
             message = _pressure_message("raised", gpu, mig, self.rule)
+            if pressure <= self.rule.threshold and forecast is not None:
+                message = (
+                    f"{message.split(', above the')[0]}, full in about {forecast:.0f} s at its "
+                    f"current climb (forecast alert under {limit:.0f} s)"
+                )
             state.raised = self._event("raised", gpu, now, message, mig)
             return [state.raised]
-        if state.raised is not None and pressure < self.rule.clear_below:
+        still_soon = limit is not None and forecast is not None and forecast < 2 * limit
+        if state.raised is not None and pressure < self.rule.clear_below and not still_soon:
             state.raised = None
             message = _pressure_message("cleared", gpu, mig, self.rule)
             return [self._event("cleared", gpu, now, message, mig)]

@@ -83,6 +83,7 @@ from pydantic import (
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
 from hwdash.telemetry.host_sampler import INVISIBLE, HostProcessInfo, ProcessTable
+from hwdash.telemetry.probes import ProbeReading, TorchDevice
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -152,6 +153,32 @@ def _check_series(value: Series | None) -> Series | None:
     return value
 
 
+class ScenarioTorch(_Strict):
+    """What a process's PyTorch allocator says, as :mod:`hwdash.probe` would publish it."""
+
+    allocated_mib: Series
+    """``torch.cuda.memory_allocated``: live tensors."""
+    reserved_mib: Series
+    """``torch.cuda.memory_reserved``: the allocator's pool (at most the process's NVML memory)."""
+    alloc_retries: Points = 0.0
+    """Cumulative ``num_alloc_retries`` (whole numbers of the interpolated value count)."""
+    ooms: int = Field(default=0, ge=0)
+    """``num_ooms``."""
+    inactive_split_mib: Series = 0.0
+    """``inactive_split_bytes.all.current``: free pieces of split blocks (fragmentation)."""
+    steps_per_s: float | None = Field(default=None, gt=0)
+    """Training steps per second (the Trainer callback's global step); None: no step."""
+    cuda_ready_s: float = 0.0
+    """Scenario second CUDA is initialised; before it the probe says "waiting"."""
+
+    @field_validator("allocated_mib", "reserved_mib", "alloc_retries", "inactive_split_mib")
+    @classmethod
+    def _series_in_order(cls, value: Series) -> Series:
+        checked = _check_series(value)
+        assert checked is not None
+        return checked
+
+
 class ScenarioProcess(_Strict):
     """A process using a fake GPU."""
 
@@ -181,6 +208,10 @@ class ScenarioProcess(_Strict):
     """Scenario second the process appears."""
     end_s: float | None = None
     """Scenario second the process exits (None: never)."""
+    torch: ScenarioTorch | None = None
+    """The process runs :mod:`hwdash.probe` and publishes these allocator numbers."""
+    container: str | None = None
+    """The container the host sees it in (``docker:3f2a1b9c0d4e``); None: on the host."""
 
     @field_validator("used_mib")
     @classmethod
@@ -443,6 +474,7 @@ class ScenarioProcessTable:
                     cmdline=process.cmdline or process.name,
                     cpu_percent=process.cpu_percent,
                     rss_bytes=None if process.rss_mib is None else _mib(process.rss_mib),
+                    container=process.container,
                 )
         if unknown:
             if self._fallback is not None:
@@ -486,6 +518,10 @@ class FakeNvml:
     def now(self) -> float:
         """Current scenario second."""
         return self._clock()
+
+    def probe_source(self) -> FakeProbes:
+        """What the scenario's probed processes publish (a stand-in for the probe folder)."""
+        return FakeProbes(self)
 
     def process_table(self, fallback: ProcessTable | None = None) -> ScenarioProcessTable:
         """A host view of the scenario's PIDs (user, command line, visibility) for the host sampler."""
@@ -843,3 +879,65 @@ def make_fake_pynvml(
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     return FakeNvml(scenario, clock)
+
+
+class FakeProbes:
+    """The probe readings of a scenario's processes at the scenario's current second; the same
+    ``read()`` as :class:`hwdash.telemetry.probes.ProbeDirectory`, so the monitor joins them with
+    its real code. UUIDs are given as ``torch`` prints them (without NVML's ``GPU-`` prefix)."""
+
+    def __init__(self, fake: FakeNvml) -> None:
+        self.fake = fake
+        self._peaks: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def read(self) -> dict[int, ProbeReading]:
+        now = self.fake.now()
+        devices: dict[int, list[TorchDevice]] = {}
+        ready: dict[int, bool] = {}
+        steps: dict[int, int | None] = {}
+        for index, gpu in enumerate(self.fake.scenario.gpus):
+            for process in gpu.processes:
+                torch = process.torch
+                if torch is None or not self.fake._alive(process):
+                    continue
+                ready[process.pid] = now >= torch.cuda_ready_s
+                steps[process.pid] = (
+                    None
+                    if torch.steps_per_s is None
+                    else int(max(0.0, now - torch.cuda_ready_s) * torch.steps_per_s)
+                )
+                if not ready[process.pid]:
+                    continue
+                allocated = _mib(series_value(torch.allocated_mib, now))
+                reserved = max(allocated, _mib(series_value(torch.reserved_mib, now)))
+                peak_allocated, peak_reserved = self._peaks.get((process.pid, index), (0, 0))
+                peak_allocated, peak_reserved = (
+                    max(peak_allocated, allocated),
+                    max(peak_reserved, reserved),
+                )
+                self._peaks[process.pid, index] = (peak_allocated, peak_reserved)
+                uuid = gpu.uuid or f"GPU-fake-{index}"
+                devices.setdefault(process.pid, []).append(
+                    TorchDevice(
+                        uuid=uuid.removeprefix("GPU-"),
+                        allocated_bytes=allocated,
+                        reserved_bytes=reserved,
+                        max_allocated_bytes=peak_allocated,
+                        max_reserved_bytes=peak_reserved,
+                        alloc_retries=int(series_value(torch.alloc_retries, now)),
+                        ooms=torch.ooms,
+                        inactive_split_bytes=_mib(series_value(torch.inactive_split_mib, now)),
+                    )
+                )
+        written = time.time()
+        return {
+            pid: ProbeReading(
+                pid=pid,
+                written_at=written,
+                interval_s=1.0,
+                cuda_ready=is_ready,
+                step=steps.get(pid),
+                devices=tuple(devices.get(pid, ())),
+            )
+            for pid, is_ready in ready.items()
+        }

@@ -7,13 +7,25 @@ snapshots (no process lists are kept).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass
 
+from hwdash.core.forecast import forecast_full
 from hwdash.telemetry.types import GpuState, Snapshot
 
 DEFAULT_WINDOW_S = 600.0
+FORECAST_WINDOW_S = 60.0
+"""The recent window the OOM forecast fits its trend over."""
+PROCESS_POINTS = 120
+"""Points kept per process (its sparkline and detail view); fewer than a GPU's: there can be many."""
+
+
+def process_key(gpu_index: int, mig_index: int | None, pid: int) -> str:
+    """``gpu:pid``, or ``gpu/slot:pid`` on a MIG device: one process on one GPU (the row key)."""
+    gpu = str(gpu_index) if mig_index is None else f"{gpu_index}/{mig_index}"
+    return f"{gpu}:{pid}"
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ class History:
         """Points kept per ring."""
         self._gpus: dict[int, deque[GpuPoint]] = {}
         self._host: deque[HostPoint] = deque(maxlen=self.capacity)
+        self._processes: dict[str, deque[tuple[float, int | None]]] = {}
 
     def add(self, snapshot: Snapshot) -> None:
         """Record one snapshot (stale snapshots are skipped: they repeat old values)."""
@@ -72,6 +85,17 @@ class History:
                     power_w=gpu.power_w,
                 )
             )
+        seen = set()
+        for gpu in snapshot.gpus:
+            for process in gpu.processes:
+                key = process_key(gpu.index, process.mig_index, process.pid)
+                seen.add(key)
+                points = self._processes.get(key)
+                if points is None:
+                    points = self._processes[key] = deque(maxlen=min(self.capacity, PROCESS_POINTS))
+                points.append((snapshot.timestamp, process.used_bytes))
+        for gone in set(self._processes) - seen:
+            del self._processes[gone]  # the process ended (a new one with its PID starts afresh)
         host = snapshot.host
         if host is not None:
             self._host.append(
@@ -95,6 +119,39 @@ class History:
     def host(self) -> tuple[HostPoint, ...]:
         """Host points, oldest first."""
         return tuple(self._host)
+
+    def process(self, key: str) -> tuple[tuple[float, int | None], ...]:
+        """(timestamp, NVML used bytes) of one process (key from :func:`process_key`), oldest first."""
+        return tuple(self._processes.get(key, ()))
+
+    def process_keys(self) -> list[str]:
+        """Processes with history (those in the last snapshot)."""
+        return list(self._processes)
+
+    def with_forecasts(self, snapshot: Snapshot, window_s: float = FORECAST_WINDOW_S) -> Snapshot:
+        """``snapshot`` with each GPU's OOM forecast from this history (add the snapshot first).
+        Memory counts as full when nothing is free (``total - free``: used plus reserved)."""
+        if snapshot.stale:
+            return snapshot
+        gpus = []
+        for gpu in snapshot.gpus:
+            points = [
+                (point.timestamp, round(point.pressure * point.total_bytes), point.total_bytes)
+                for point in self._gpus.get(gpu.index, ())
+                if point.pressure is not None and point.total_bytes
+            ]
+            seconds = None
+            if len(points) > 1:
+                # The trend over the window and over its recent half must both say "climbing";
+                # the later of the two times counts. Memory that climbed fast and is levelling
+                # off (a model loading, then its first steps) would otherwise be forecast to fill
+                # within seconds although it never does.
+                whole = forecast_full(points, window_s=window_s)
+                recent = forecast_full(points, window_s=window_s / 2, min_points=6)
+                if whole is not None and recent is not None:
+                    seconds = round(max(whole.seconds_to_full, recent.seconds_to_full), 1)
+            gpus.append(dataclasses.replace(gpu, forecast_full_s=seconds))
+        return dataclasses.replace(snapshot, gpus=tuple(gpus))
 
     def pressures(self, index: int) -> list[float]:
         """A GPU's known pressures, oldest first (for a sparkline)."""

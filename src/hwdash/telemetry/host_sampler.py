@@ -31,6 +31,8 @@ class HostProcessInfo:
     cpu_percent: float | None = None
     """Percent of one core since the previous round; None on the first round of a PID."""
     rss_bytes: int | None = None
+    container: str | None = None
+    """The container the process runs in (see :mod:`hwdash.telemetry.containers`)."""
 
 
 INVISIBLE = HostProcessInfo(visible=False)

@@ -10,7 +10,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from hwdash.core.alerts import AlertEvent
-from hwdash.telemetry.types import GpuSample, HostSample, MigSample, ProcessSample, Snapshot
+from hwdash.telemetry.types import (
+    GpuSample,
+    HostSample,
+    MigSample,
+    ProcessSample,
+    Snapshot,
+    TorchSample,
+)
 
 
 def process_to_dict(process: ProcessSample) -> dict[str, Any]:
@@ -29,6 +36,23 @@ def process_to_dict(process: ProcessSample) -> dict[str, Any]:
         "cmdline": process.cmdline,
         "cpu_percent": process.cpu_percent,
         "rss_bytes": process.rss_bytes,
+        "container": process.container,
+        "torch": torch_to_dict(process.torch),
+    }
+
+
+def torch_to_dict(torch: TorchSample | None) -> dict[str, Any] | None:
+    """What the process's PyTorch allocator says (:mod:`hwdash.probe`), or None without a probe."""
+    if torch is None:
+        return None
+    return {
+        "allocated_bytes": torch.allocated_bytes,
+        "reserved_bytes": torch.reserved_bytes,
+        "max_allocated_bytes": torch.max_allocated_bytes,
+        "max_reserved_bytes": torch.max_reserved_bytes,
+        "alloc_retries": torch.alloc_retries,
+        "ooms": torch.ooms,
+        "step": torch.step,
     }
 
 
@@ -69,6 +93,7 @@ def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
         "power_limit_w": gpu.power_limit_w,
         "sm_clock_mhz": gpu.sm_clock_mhz,
         "memory_clock_mhz": gpu.memory_clock_mhz,
+        "forecast_full_s": gpu.forecast_full_s,
         "processes": [process_to_dict(process) for process in gpu.processes],
         "processes_reliable": gpu.processes_reliable,
         "mig": [mig_to_dict(mig) for mig in gpu.mig],

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from hwdash.telemetry.host_sampler import HostSampler, PsutilProcessTable, in_host_pid_namespace
 from hwdash.telemetry.nvml_sampler import NvmlSampler
+from hwdash.telemetry.probes import ProbeDirectory, ProbeJoiner
 from hwdash.telemetry.system_sampler import SystemSampler
 
 if TYPE_CHECKING:
-    from hwdash.telemetry.fake_nvml import FakeNvml
+    from hwdash.telemetry.fake_nvml import FakeNvml, Scenario
 
 FAKE_NVML_ENV = "HWDASH_FAKE_NVML"
 DEMO_SCENARIO = "a100x4-training"
@@ -62,11 +63,13 @@ def make_sampler(
     environ: Mapping[str, str] | None = None,
     clock: Callable[[], float] | None = None,
     round_timeout_s: float = 2.0,
+    loaded: Scenario | None = None,
 ) -> SystemSampler:
     """Build the GPU+host sampler.
 
     ``fake_nvml`` is a scenario path or a packaged scenario name (``a100x4-training``, ``h100x8``...);
     when None, ``HWDASH_FAKE_NVML`` is consulted; when neither is set, the real ``pynvml`` is used.
+    ``loaded`` is that scenario already read (the dashboard checks it before the screen opens).
     A missing or broken scenario raises :class:`hwdash.telemetry.fake_nvml.ScenarioError` (a
     ``UsageError``). ``clock`` gives scenario time (tests); by default it is real time.
     """
@@ -78,14 +81,16 @@ def make_sampler(
         # training box starts without them.
         from hwdash.telemetry.fake_nvml import make_fake_pynvml
 
-        fake = make_fake_pynvml(scenario, clock)
+        fake = make_fake_pynvml(scenario if loaded is None else loaded, clock)
         nvml: Any = fake.module
         host = HostSampler(fake.process_table(fallback=PsutilProcessTable()))
         host_namespace = not fake.scenario.monitor_in_container
+        probes = ProbeJoiner(fake.probe_source())
     else:
         nvml = _real_pynvml()
         version = bindings_version()
         host = HostSampler()
         host_namespace = in_host_pid_namespace()
+        probes = ProbeJoiner(ProbeDirectory())
     gpu_sampler = NvmlSampler(nvml, round_timeout_s=round_timeout_s, bindings_version=version)
-    return SystemSampler(gpu_sampler, host, fake, host_pid_namespace=host_namespace)
+    return SystemSampler(gpu_sampler, host, fake, host_pid_namespace=host_namespace, probes=probes)

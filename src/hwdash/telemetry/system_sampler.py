@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from hwdash.telemetry.host_sampler import HostProcessInfo, HostSampler
 from hwdash.telemetry.nvml_sampler import NvmlSampler
+from hwdash.telemetry.probes import ProbeJoiner, ProbeReading, uuid_key
 from hwdash.telemetry.types import GpuSample, HostSample, ProcessSample, Snapshot
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def _join(process: ProcessSample, info: HostProcessInfo | None) -> ProcessSample
         cmdline=info.cmdline,
         cpu_percent=info.cpu_percent,
         rss_bytes=info.rss_bytes,
+        container=info.container,
     )
 
 
@@ -64,6 +66,7 @@ class SystemSampler:
         fake: FakeNvml | None = None,
         *,
         host_pid_namespace: bool = True,
+        probes: ProbeJoiner | None = None,
     ) -> None:
         self.gpu_sampler = gpu_sampler
         self.host_sampler = host_sampler
@@ -72,6 +75,9 @@ class SystemSampler:
         self.host_pid_namespace = host_pid_namespace
         """False in a container with its own PID namespace: NVML's (host) PIDs are not looked up
         locally, where the same number belongs to an unrelated process."""
+        self.probes = probes
+        """Readings of :mod:`hwdash.probe` in training processes, joined by PID and GPU UUID (not
+        in a PID namespace of its own, where the probe's PIDs are not NVML's)."""
 
     def sample(self) -> Snapshot:
         """GPUs (never blocking longer than the NVML round timeout), host, processes joined by PID."""
@@ -80,23 +86,53 @@ class SystemSampler:
         host = self.host_sampler.sample()
         pids = {process.pid for gpu in snapshot.gpus for process in gpu.processes}
         infos = self.host_sampler.processes(pids) if pids and self.host_pid_namespace else {}
+        readings: dict[int, ProbeReading] = {}
+        if self.probes is not None and pids and self.host_pid_namespace:
+            readings = self.probes.read()
         gpus: list[GpuSample] = []
+        probed: set[tuple[int, str]] = set()
         for gpu in snapshot.gpus:
             if gpu.processes:
                 if self.host_pid_namespace:
-                    joined = tuple(_join(p, infos.get(p.pid)) for p in gpu.processes)
+                    joined = tuple(
+                        self._with_torch(_join(p, infos.get(p.pid)), gpu, readings, probed)
+                        for p in gpu.processes
+                    )
                 else:
                     joined = tuple(_unverifiable(p) for p in gpu.processes)
                 gpu = dataclasses.replace(gpu, processes=joined)
             if gpu.unified_memory and gpu.total_bytes is None:
                 gpu = _host_memory(gpu, host)
             gpus.append(gpu)
+        if self.probes is not None:
+            self.probes.forget_except(probed)
         return dataclasses.replace(
             snapshot,
             gpus=tuple(gpus),
             host=host,
             sample_seconds=time.perf_counter() - started,
         )
+
+    def _with_torch(
+        self,
+        process: ProcessSample,
+        gpu: GpuSample,
+        readings: dict[int, ProbeReading],
+        probed: set[tuple[int, str]],
+    ) -> ProcessSample:
+        """The process with its allocator's numbers on this GPU (or its MIG device), if probed."""
+        reading = readings.get(process.pid)
+        if reading is None or self.probes is None:
+            return process
+        uuid = gpu.uuid
+        if process.mig_index is not None:
+            mig = next((m for m in gpu.mig if m.index == process.mig_index), None)
+            uuid = mig.uuid if mig is not None and mig.uuid else uuid
+        torch = self.probes.sample_for(reading, process.pid, uuid)
+        if torch is None:
+            return process
+        probed.add((process.pid, uuid_key(uuid) or ""))
+        return dataclasses.replace(process, torch=torch)
 
     def close(self) -> None:
         """Stop the NVML worker (``nvmlShutdown``)."""

@@ -28,6 +28,40 @@ ProcessKind = Literal["compute", "graphics", "compute+graphics"]
 """Which NVML process list a process was found in; both lists: ``compute+graphics`` (``C+G``)."""
 
 
+RETRIES_WARN_S = 60.0
+"""How long after the allocator last retried an allocation a process is still flagged."""
+
+
+@dataclass(frozen=True)
+class TorchSample:
+    """The allocator's numbers for one process on one GPU, as the monitor shows them."""
+
+    allocated_bytes: int
+    reserved_bytes: int
+    max_allocated_bytes: int
+    max_reserved_bytes: int
+    alloc_retries: int
+    ooms: int
+    step: int | None
+    inactive_split_bytes: int = 0
+    retries_rising: bool = False
+    """The retry count went up within the last :data:`RETRIES_WARN_S` seconds: the allocator had to
+    free its cache to satisfy an allocation (it is thrashing; an out-of-memory error is near)."""
+
+    @property
+    def cache_bytes(self) -> int:
+        """Reserved but not allocated: the allocator's cache (free for this process only)."""
+        return max(0, self.reserved_bytes - self.allocated_bytes)
+
+    @property
+    def fragmentation(self) -> float | None:
+        """Share of the reserved pool in inactive split blocks (free pieces of larger blocks that a
+        larger tensor cannot use); None with nothing reserved."""
+        if self.reserved_bytes <= 0:
+            return None
+        return min(1.0, self.inactive_split_bytes / self.reserved_bytes)
+
+
 @dataclass(frozen=True)
 class ProcessSample:
     """One process using a GPU, joined with what the host knows about its PID."""
@@ -53,6 +87,11 @@ class ProcessSample:
     cmdline: str | None = None
     cpu_percent: float | None = None
     rss_bytes: int | None = None
+    torch: TorchSample | None = None
+    """What the process's own PyTorch allocator says (:mod:`hwdash.probe`); None without a probe."""
+    container: str | None = None
+    """The container the process runs in (``docker:3f2a1b9c0d4e``), from its cgroup; None on the host
+    or when unknown."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +151,10 @@ class GpuSample:
     unified_memory: bool = False
     """NVML gave no memory of its own for this GPU (not supported, or total 0): a unified-memory
     part; the system sampler fills the memory numbers from the host."""
+    forecast_full_s: float | None = None
+    """Seconds until the GPU's memory is full at its current climb (:mod:`hwdash.core.forecast`),
+    set from the history by whoever keeps one (the dashboard, the streaming monitor); None when
+    memory is flat, falling or noisy, or there is no history."""
     processes_reliable: bool = True
     """False when NVML's process rows failed the sanity check (PID 0 or 0xFFFFFFFF, more memory
     than the GPU has): the rows are dropped and the reason is in ``errors``."""

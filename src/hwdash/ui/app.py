@@ -26,8 +26,11 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane, Tabs
 from hwdash.core.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
-from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
-from hwdash.telemetry.types import Sampler, Snapshot
+from hwdash.telemetry.history import DEFAULT_WINDOW_S, History, process_key
+from hwdash.telemetry.replay import ReplaySampler
+from hwdash.telemetry.signals import Signaller, SignalName, SignalRefused, refusal
+from hwdash.telemetry.types import ProcessSample, Sampler, Snapshot
+from hwdash.ui import startup_gc
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.sampling import (
@@ -42,6 +45,8 @@ from hwdash.ui.sampling import (
 )
 from hwdash.ui.screen_diff import ScreenDiff, diffing_driver
 from hwdash.ui.widgets.monitor_cells import TextCell
+from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
+from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
 
 if TYPE_CHECKING:
     from hwdash.core.catalog import Catalog
@@ -83,6 +88,13 @@ HELP_TEXT = """\
   O             reverse the order (when the table has focus)
   up / down     move in the process table
   home / end    its first or last process
+  enter         the selected process in detail (memory history, command,
+                PyTorch allocated/reserved where it runs hwdash.probe)
+  k / K         SIGTERM / SIGKILL the selected process (asks first; your
+                own processes unless root; off with --readonly)
+  space         replay (--replay FILE): pause or resume
+  left / right  replay: one recorded snapshot back or forward
+  OOM in        time until a GPU is full at its current climb
   bar           ▒ reserved by the driver  █ used  │ alert level  ┃ plan
 
 [b]Planner[/b] (anywhere on the planner tab; in a text field, ctrl+ keys)
@@ -189,6 +201,12 @@ class HwdashApp(App[None]):
         Binding("c", "show_tab('compare')", "Compare"),
         Binding("m", "show_tab('monitor')", "Monitor"),
         Binding("o", "sort_processes", "Sort processes"),
+        Binding("enter", "process_detail", "Process detail", show=False),
+        Binding("k", "signal_process('TERM')", "Terminate process", show=False),
+        Binding("K", "signal_process('KILL')", "Kill process", show=False),
+        Binding("space", "replay_pause", "Pause replay", show=False, priority=True),
+        Binding("left", "replay_step(-1)", "Replay back", show=False, priority=True),
+        Binding("right", "replay_step(1)", "Replay forward", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "leave_field", "Leave field", show=False),
@@ -210,8 +228,13 @@ class HwdashApp(App[None]):
         on_exit_callbacks: tuple[Callable[[], object], ...] = (),
         stall_after_s: float = STALL_AFTER_SECONDS,
         first_snapshot: Snapshot | None = None,
+        signaller: Signaller | None = None,
     ) -> None:
         super().__init__()
+        self.signaller = signaller
+        self.replay = sampler if isinstance(sampler, ReplaySampler) else None
+        """The recording being replayed (``--replay``), or None for live samples."""
+        """Sends SIGTERM/SIGKILL to a process the user picked and confirmed (None: ``--readonly``)."""
         self._first_snapshot = first_snapshot
         self._catalog_source = catalog
         self.catalog_error: CatalogError | None = None
@@ -354,6 +377,8 @@ class HwdashApp(App[None]):
         for tab, pane in panes.items():
             if not pane.is_mounted and not pane.is_attached:
                 self.query_one(f"#{tab}", TabPane).mount(pane)
+        # Start-up is over once they are on screen: the garbage collector comes back.
+        self.call_after_refresh(startup_gc.resume)
 
     @property
     def active_tab(self) -> str:
@@ -416,7 +441,12 @@ class HwdashApp(App[None]):
             # The monitor's first full frame goes out first; the other panes are built after it.
             self.call_after_refresh(self.mount_hidden_panes)
         with self.batch_update():
+            self._show_replay_note()
             self.monitor.show_frame(frame)
+            screen = self.screen
+            if isinstance(screen, ProcessDetailScreen):
+                process, history, total = self._process_view(screen.key)
+                screen.follow(process, history, total)
             status = self.alert_status
             status.set_class(bool(frame.active), "-active")
             status.show(alert_status_text(frame))
@@ -492,12 +522,131 @@ class HwdashApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Offer "sort processes" only on the monitor tab (on the planner, the tab bar passes
         ``o`` to the planner, where it shows only the flavors that fit)."""
-        if action == "sort_processes":
+        if action in ("replay_pause", "replay_step"):
+            if self.replay is None:
+                return False  # space and the arrows keep their usual meaning
+            try:
+                return self.active_tab == "monitor" and self.screen is self.screen_stack[0]
+            except NoMatches:
+                return False
+        if action in ("sort_processes", "process_detail", "signal_process"):
             try:
                 return self.active_tab == "monitor"
             except NoMatches:  # asked before the tabs exist
                 return False
         return True
+
+    def _process_view(
+        self, key: str
+    ) -> tuple[ProcessSample | None, tuple[int | None, ...], int | None]:
+        """A process of the last frame by row key, its memory history and its GPU's memory."""
+        frame = self.monitor.frame
+        if frame is None:
+            return None, (), None
+        for gpu in frame.snapshot.gpus:
+            for process in gpu.processes:
+                if process_key(process.gpu_index, process.mig_index, process.pid) == key:
+                    return process, frame.process_history_for(key), gpu.total_bytes
+        return None, (), None
+
+    def action_process_detail(self) -> None:
+        """``enter`` on the monitor: the selected process in detail."""
+        key = self.monitor.selected_process_key()
+        process, history, total = self._process_view(key) if key else (None, (), None)
+        if process is None:
+            self.notify("No process selected (move in the process table with up/down)", timeout=3)
+            return
+        self.push_screen(
+            ProcessDetailScreen(
+                process,
+                history,
+                total,
+                interval_s=self.interval,
+                signals=self.signaller is not None,
+            )
+        )
+
+    def action_replay_pause(self) -> None:
+        """``space`` in a replay: pause or resume."""
+        replay = self.replay
+        if replay is None:
+            return
+        replay.paused = not replay.paused
+        self._show_replay_note()
+        if not replay.paused and self.sampling is not None:
+            self.sampling.request_sample()
+
+    def action_replay_step(self, by: int) -> None:
+        """``left``/``right`` in a replay: one recorded snapshot back or forward (pauses)."""
+        replay = self.replay
+        if replay is None:
+            return
+        replay.paused = True
+        replay.step(by)
+        if self.sampling is not None:
+            self.sampling.request_sample()
+
+    def _show_replay_note(self) -> None:
+        replay = self.replay
+        if replay is None:
+            return
+        where = f"Replay {max(0, replay.position) + 1}/{len(replay.snapshots)}"
+        if replay.paused:
+            where += " paused (space resumes, left/right step)"
+        elif replay.finished:
+            where += " ended"
+        self.monitor.set_source_note(where)
+
+    def action_signal_process(self, name: str) -> None:
+        """``k``/``K``: SIGTERM/SIGKILL to the selected process, after a confirmation naming it."""
+        if self.signaller is None:
+            why = "a replay's processes are not live" if self.replay else "--readonly"
+            self.notify(f"Signals are off ({why}): hwdash sends none", timeout=4)
+            return
+        if isinstance(self.screen, ProcessDetailScreen):
+            process: ProcessSample | None = None if self.screen.ended else self.screen.process
+        else:
+            key = self.monitor.selected_process_key()
+            process = self._process_view(key)[0] if key else None
+        if process is None:
+            self.notify("No process selected (move in the process table with up/down)", timeout=3)
+            return
+        signal_name: SignalName = "KILL" if name == "KILL" else "TERM"
+        reason = refusal(process, user=self.signaller_user, root=self.signaller_root)
+        if reason is not None:
+            self.notify(reason, severity="warning", timeout=5, markup=False)
+            return
+        command = process.cmdline or process.name or "unknown command"
+        if len(command) > 60:
+            command = command[:59] + "…"
+        question = (
+            f"Send SIG{signal_name} to PID {process.pid} on GPU {process.gpu_index} "
+            f"(user {process.user or 'unknown'}: {command})?"
+        )
+        signaller = self.signaller
+        target = process
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                message = signaller.send(target, signal_name)
+            except SignalRefused as refused:
+                self.notify(str(refused), severity="warning", timeout=5, markup=False)
+            else:
+                self.notify(message, timeout=4, markup=False)
+
+        self.push_screen(ConfirmDialog(question), answered)
+
+    @property
+    def signaller_user(self) -> str | None:
+        """The user the signaller acts as (for the refusal said before asking)."""
+        return getattr(self.signaller, "user", None)
+
+    @property
+    def signaller_root(self) -> bool:
+        """Whether the signaller may signal other users' processes."""
+        return bool(getattr(self.signaller, "root", False))
 
     def action_sort_processes(self) -> None:
         """``o``: sort the process table by the next column."""
@@ -546,6 +695,8 @@ def make_app(
     alert_log: Path | Literal[False] | None = None,
     stall_after_s: float = STALL_AFTER_SECONDS,
     first_snapshot: Snapshot | None = None,
+    signaller: Signaller | None = None,
+    alert_forecast_s: float | None = None,
 ) -> HwdashApp:
     """Build the dashboard. The one factory: the CLI, ``--demo``, tests and screenshots call it.
 
@@ -559,7 +710,9 @@ def make_app(
         raise ValueError("interval must be greater than zero")
     # Raises ValueError for a threshold outside (0, 1].
     blind_after = blind_after_for(interval) if blind_after_s is None else blind_after_s
-    rule = AlertRule(threshold=alert_threshold, blind_after_s=blind_after)
+    rule = AlertRule(
+        threshold=alert_threshold, blind_after_s=blind_after, forecast_s=alert_forecast_s
+    )
     actions = AlertActions(
         AlertLog(alert_log) if alert_log is not False else None,
         AlertCommand(on_alert) if on_alert else None,
@@ -581,4 +734,5 @@ def make_app(
         on_exit_callbacks=(lambda: actions.close(ALERT_COMMAND_GRACE_SECONDS),),
         stall_after_s=stall_after_s,
         first_snapshot=first_snapshot,
+        signaller=signaller,
     )

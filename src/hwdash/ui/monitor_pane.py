@@ -217,21 +217,35 @@ def alert_banner_text(gpus: tuple[GpuSample, ...], threshold: float) -> str | No
     return "⚠ " + "; ".join(parts) if parts else None
 
 
+def live_plan_bytes(gpu: GpuSample) -> tuple[int | None, bool]:
+    """What a GPU's live memory is held against the plan: the probed processes' PyTorch peak
+    allocated (tensor bytes, what the estimate counts) when any process there runs
+    :mod:`hwdash.probe`, else NVML's used memory. The flag says which."""
+    probed = [process.torch for process in gpu.processes if process.torch is not None]
+    if probed:
+        return sum(torch.max_allocated_bytes for torch in probed), True
+    return gpu.used_bytes, False
+
+
 def plan_text(gpus: tuple[GpuSample, ...], plan_bytes: int, label: str) -> tuple[str, bool]:
     """The plan line and whether any GPU's live memory is over the plan's per-GPU total."""
     head = f"┃ Plan {label}: {format_bytes(plan_bytes, unit='GiB')} per GPU expected"
-    overs = [
-        (gpu.index, gpu.used_bytes - plan_bytes)
-        for gpu in gpus
-        if gpu.state in (GpuState.OK, GpuState.ALERT)
-        and gpu.used_bytes is not None
-        and gpu.used_bytes > plan_bytes
-    ]
+    overs = []
+    probed_any = False
+    for gpu in gpus:
+        if gpu.state not in (GpuState.OK, GpuState.ALERT):
+            continue
+        live, probed = live_plan_bytes(gpu)
+        probed_any = probed_any or probed
+        if live is not None and live > plan_bytes:
+            overs.append((gpu.index, live - plan_bytes, probed))
+    source = " (PyTorch peak allocated where probed)" if probed_any else ""
     if not overs:
-        return head + "; live memory is within it", False
+        return f"{head}; live memory{source} is within it", False
     overs.sort(key=lambda item: -item[1])
-    index, over = overs[0]
-    text = f"{head}; live memory is {format_bytes(over, unit='GiB')} over the plan on GPU {index}"
+    index, over, probed = overs[0]
+    what = "PyTorch's peak allocated" if probed else "live memory"
+    text = f"{head}; {what} is {format_bytes(over, unit='GiB')} over the plan on GPU {index}"
     if len(overs) > 1:
         text += f" (and {len(overs) - 1} more GPU" + ("s)" if len(overs) > 2 else ")")
     return text, True
@@ -258,6 +272,8 @@ class MonitorPane(Vertical):
         self._cards: dict[int, GpuCard] = {}
         self._last_processes: dict[int, tuple[ProcessSample, ...]] = {}
         self._stalled_for: float | None = None
+        self.source_note = ""
+        """Said after the status (a replay's position)."""
         self.status_cell = TextCell(status_text(None), id="monitor-status")
         self.banner_cell = TextCell(id="monitor-banner", fixed_height=False)
         self.plan_cell = TextCell(id="plan-line")
@@ -295,6 +311,13 @@ class MonitorPane(Vertical):
         self.plan_label = label
         self._redraw()
 
+    def set_source_note(self, note: str) -> None:
+        """Say ``note`` before the status (a replay's position); empty removes it."""
+        if note != self.source_note:
+            self.source_note = note
+            if self.is_mounted:
+                self._show_status()
+
     def show_stalled(self, seconds: float | None) -> None:
         """Say that the sampler has not answered for ``seconds`` (None: it answers again)."""
         self._stalled_for = seconds
@@ -310,6 +333,8 @@ class MonitorPane(Vertical):
     def _show_status(self) -> None:
         snapshot = self.frame.snapshot if self.frame else None
         text = status_text(snapshot)
+        if self.source_note:
+            text = f"{self.source_note}  ·  {text}"
         if self._stalled_for is not None:
             text = (
                 f"No answer from the GPU driver for {self._stalled_for:.0f} s (a call is hung); "
@@ -360,7 +385,11 @@ class MonitorPane(Vertical):
             )
         if snapshot is not None:
             self.host_cell.show(snapshot.host)
-            self.process_table.show(self._processes(gpus))
+            self.process_table.show(
+                self._processes(gpus),
+                frame.process_history_for if frame else None,
+                {gpu.index: gpu.total_bytes for gpu in gpus},
+            )
 
     def _processes(self, gpus: tuple[GpuSample, ...]) -> tuple[ProcessSample, ...]:
         """Every GPU's processes; a lost GPU keeps the ones it last had (the moment one wants to
@@ -376,6 +405,14 @@ class MonitorPane(Vertical):
             del self._last_processes[index]
         return tuple(shown)
 
+    def selected_process_key(self) -> str | None:
+        """Row key (``gpu:pid``) of the process under the table's cursor; None when empty."""
+        table = self.process_table
+        keys = table.row_keys_in_order
+        if not keys:
+            return None
+        return keys[min(table.cursor_row, len(keys) - 1)]
+
     def _sync_cards(self, gpus: tuple[GpuSample, ...]) -> None:
         """Mount or remove cards when the set of GPUs changes (rare: start, lost for good)."""
         indices = [gpu.index for gpu in gpus]
@@ -390,7 +427,7 @@ class MonitorPane(Vertical):
     def _update_wide(self, width: int, height: int) -> None:
         needed = 2 * len(self._cards) + WIDE_SPARE_LINES
         wide = width >= WIDE_MIN_WIDTH and height >= needed
-        self.set_class(wide, "-wide")
+        # No CSS class for it: no rule needs one, and a class change restyles the whole pane.
         self.heading.set_wide(wide)
         if wide != self.wide:
             self.wide = wide

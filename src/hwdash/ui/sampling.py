@@ -65,6 +65,16 @@ class MonitorFrame:
     """Every alert active after this round (the status line lists them)."""
     round_number: int = 0
     """1 for the first round, then counting up."""
+    process_history: tuple[tuple[str, tuple[int | None, ...]], ...] = ()
+    """Per process (key ``gpu:pid``, see :func:`hwdash.telemetry.history.process_key`), NVML's used
+    bytes over the recent history, oldest first."""
+
+    def process_history_for(self, key: str) -> tuple[int | None, ...]:
+        """Used-memory history of one process (empty when unknown)."""
+        for candidate, values in self.process_history:
+            if candidate == key:
+                return values
+        return ()
 
     def history_for(self, gpu_index: int) -> tuple[float, ...]:
         """Pressure history of one GPU (empty when unknown)."""
@@ -177,11 +187,12 @@ class AlertingFrameBuilder:
         """The alerts log and the ``--on-alert`` command (None: no actions, e.g. screenshots)."""
 
     def __call__(self, snapshot: Snapshot, round_number: int) -> MonitorFrame:
+        self.history.add(snapshot)
+        snapshot = self.history.with_forecasts(snapshot)  # the rule may alert on the forecast
         events = self.engine.update(snapshot)
         if events and self.actions is not None:
             self.actions.handle(events)  # logs its own failures; never raises for I/O trouble
         snapshot = mark_alert_states(snapshot, self.engine)
-        self.history.add(snapshot)
         by_index = {gpu.index: gpu for gpu in snapshot.gpus}
         raised = tuple(
             alert_notice(by_index[event.gpu_index], event.kind, event.mig_index)
@@ -202,6 +213,10 @@ class AlertingFrameBuilder:
             raised=raised,
             active=active,
             round_number=round_number,
+            process_history=tuple(
+                (key, tuple(used for _at, used in self.history.process(key)))
+                for key in self.history.process_keys()
+            ),
         )
 
 

@@ -16,6 +16,7 @@ from hwdash.core.plan_store import PlanStore
 from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
 from hwdash.telemetry.host_sampler import HostProcessInfo
 from hwdash.telemetry.nvml_sampler import NvmlSampler
+from hwdash.telemetry.probes import ProbeJoiner
 from hwdash.telemetry.system_sampler import SystemSampler
 from hwdash.telemetry.types import HostSample
 from hwdash.ui.app import HwdashApp, TabName, make_app
@@ -59,11 +60,25 @@ class FixedHost:
         return dict(self.process_table.lookup(pids))
 
 
-def fake_sampler(scenario: str, clock: ManualClock) -> SystemSampler:
-    """The real NVML sampler on a fake scenario whose time is ``clock``."""
+#: Wall-clock second that scenario second 0 stands for when snapshots follow scenario time.
+SCENARIO_EPOCH = 1_795_000_000.0
+
+
+def fake_sampler(
+    scenario: str, clock: ManualClock, *, scenario_time: bool = False
+) -> SystemSampler:
+    """The real NVML sampler on a fake scenario whose time is ``clock``. With ``scenario_time``
+    the snapshots' timestamps follow the scenario too (so trends over time, the OOM forecast,
+    see the scenario's seconds rather than the few real ones a test takes)."""
     fake = make_fake_pynvml(scenario, clock)
     host: Any = FixedHost(fake.process_table())
-    return SystemSampler(NvmlSampler(fake.module, round_timeout_s=2.0), host, fake)
+    wall_clock = (lambda: SCENARIO_EPOCH + clock()) if scenario_time else time.time
+    return SystemSampler(
+        NvmlSampler(fake.module, round_timeout_s=2.0, wall_clock=wall_clock),
+        host,
+        fake,
+        probes=ProbeJoiner(fake.probe_source()),
+    )
 
 
 def fake_app(
@@ -73,6 +88,7 @@ def fake_app(
     start_s: float = 0.0,
     initial_tab: TabName = "monitor",
     interval: float = FROZEN_INTERVAL,
+    scenario_time: bool = False,
     **options: Any,
 ) -> tuple[HwdashApp, ManualClock]:
     """The dashboard on ``scenario`` at scenario second ``start_s``; plans and alerts under ``data_dir``."""
@@ -81,7 +97,7 @@ def fake_app(
     options.setdefault("bell", False)
     app = make_app(
         catalog=shared_catalog(),
-        sampler=fake_sampler(scenario, clock),
+        sampler=fake_sampler(scenario, clock, scenario_time=scenario_time),
         interval=interval,
         plan_store=PlanStore(data_dir / "plans.json"),
         initial_tab=initial_tab,

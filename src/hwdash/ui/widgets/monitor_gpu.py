@@ -125,6 +125,18 @@ def detail_text(gpu: GpuSample) -> str:
     return "  ·  ".join(parts)
 
 
+def forecast_text(seconds: float | None) -> str:
+    """The OOM forecast in a few cells: ``45s``, ``12m``, ``2.5h``; empty when there is none
+    (memory flat, falling or noisy)."""
+    if seconds is None:
+        return ""
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
 @dataclass(frozen=True)
 class GpuCells:
     """The text of each cell of one GPU row."""
@@ -132,6 +144,7 @@ class GpuCells:
     name: str
     pressure: str
     memory: str
+    forecast: str
     utilization: str
     temperature: str
     power: str
@@ -143,12 +156,13 @@ def gpu_cells(gpu: GpuSample, *, wide: bool) -> GpuCells:
     label = f"{gpu.index} {short_gpu_name(gpu.name)}"
     if gpu.state in (GpuState.LOST, GpuState.ERROR):
         dash = "-"
-        return GpuCells(label, dash, dash, dash, dash, dash, problem_text(gpu) or "")
+        return GpuCells(label, dash, dash, "", dash, dash, dash, problem_text(gpu) or "")
     pressure = gpu.pressure
     return GpuCells(
         name=label,
         pressure=percent_text(None if pressure is None else pressure * 100),
         memory=gib_pair_text(taken_bytes(gpu), gpu.total_bytes, wide=wide),
+        forecast=forecast_text(gpu.forecast_full_s),
         utilization=percent_text(gpu.utilization_gpu),
         temperature=temperature_text(gpu),
         power=power_text(gpu, wide=wide),
@@ -163,6 +177,7 @@ GPU_COLUMNS: tuple[tuple[str, int, int, str], ...] = (
     ("bar", 0, 0, "bar"),
     ("pressure", 4, 4, "right"),
     ("memory", 9, 16, "right"),
+    ("forecast", 6, 8, "right"),
     ("utilization", 4, 4, "right"),
     ("temperature", 5, 5, "right"),
     ("power", 5, 10, "right"),
@@ -225,6 +240,7 @@ class GpuHeading(Widget):
         "name": "GPU",
         "pressure": "full",
         "memory": "in use",
+        "forecast": "OOM in",
         "utilization": "util",
         "temperature": "temp",
         "power": "power",
@@ -287,6 +303,7 @@ class GpuCard(Widget):
         self.name_cell = _Shown()
         self.pressure_cell = _Shown()
         self.memory_cell = _Shown()
+        self.forecast_cell = _Shown()
         self.util_cell = _Shown()
         self.temp_cell = _Shown()
         self.power_cell = _Shown()
@@ -338,6 +355,7 @@ class GpuCard(Widget):
         self.name_cell.shown = cells.name
         self.pressure_cell.shown = cells.pressure
         self.memory_cell.shown = cells.memory
+        self.forecast_cell.shown = cells.forecast
         self.util_cell.shown = cells.utilization
         self.temp_cell.shown = cells.temperature
         self.power_cell.shown = cells.power
@@ -384,6 +402,7 @@ class GpuCard(Widget):
             self.name_cell.shown,
             self.pressure_cell.shown,
             self.memory_cell.shown,
+            self.forecast_cell.shown,
             self.util_cell.shown,
             self.temp_cell.shown,
             self.power_cell.shown,
@@ -422,6 +441,7 @@ class GpuCard(Widget):
             "name": self.name_cell.shown,
             "pressure": self.pressure_cell.shown,
             "memory": self.memory_cell.shown,
+            "forecast": self.forecast_cell.shown,
             "utilization": self.util_cell.shown,
             "temperature": self.temp_cell.shown,
             "power": self.power_cell.shown,
@@ -441,7 +461,7 @@ class GpuCard(Widget):
                     Segment(sparkline(self._history, size), base + Style.parse(SPARK_STYLE))
                 )
             else:
-                style = hot if key in ("name", "pressure", "memory") else base
+                style = hot if key in ("name", "pressure", "memory", "forecast") else base
                 segments.append(Segment(fit_text(texts[key], size, align), style))
             x = start + size
         return Strip(segments).crop_extend(0, width, base)

@@ -6,6 +6,7 @@ processes and removes the ones that ended, so an idle table sends nothing to the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import ClassVar, cast
@@ -20,7 +21,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from hwdash.core.units import format_bytes
+from hwdash.telemetry.history import process_key
 from hwdash.telemetry.types import ProcessSample
+from hwdash.ui.widgets.monitor_cells import sparkline
 
 #: Marker for a PID that psutil cannot see from here (another container or PID namespace).
 OTHER_CONTAINER = "(other container)"
@@ -35,13 +38,27 @@ PROCESS_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("pid", "PID", 7),
     ("user", "User", 8),
     ("gpu_memory", "GPU mem", 8),
+    ("trend", "Trend", 8),
+    ("torch", "Alloc/Rsv", 11),
     ("cpu", "CPU", 4),
     ("rss", "RSS", 8),
     ("command", "Command", 24),
 )
-#: Columns other than the command, with one cell of padding each side, plus the scrollbar.
-_FIXED_WIDTH = sum(width + 2 for key, _h, width in PROCESS_COLUMNS if key != "command") + 4
 COLUMN_KEYS = tuple(key for key, _heading, _width in PROCESS_COLUMNS)
+#: The memory sparkline needs this many columns (below, the command keeps the room).
+TREND_MIN_WIDTH = 110
+#: Marker before a process whose allocator is retrying allocations (an OOM is near).
+RETRYING = "!"
+
+
+def active_columns(width: int, *, torch: bool) -> tuple[str, ...]:
+    """The columns shown at ``width``: the trend only where there is room, PyTorch's
+    allocated/reserved only when some process runs :mod:`hwdash.probe`."""
+    return tuple(
+        key
+        for key in COLUMN_KEYS
+        if (key != "trend" or width >= TREND_MIN_WIDTH) and (key != "torch" or torch)
+    )
 
 
 @total_ordering
@@ -70,8 +87,33 @@ def _word(value: str | None) -> tuple[int, float | str]:
     return (0, "") if value is None else (1, value.lower())
 
 
-def process_cells(process: ProcessSample) -> dict[str, ProcessCell]:
-    """The cells of one process row, by column key."""
+def _torch_cell(process: ProcessSample) -> ProcessCell:
+    torch = process.torch
+    if torch is None:
+        return ProcessCell("", (0, 0.0))
+    allocated = torch.allocated_bytes / 2**30
+    reserved = torch.reserved_bytes / 2**30
+    text = f"{allocated:.1f}/{reserved:.1f}G"
+    if torch.retries_rising:
+        return ProcessCell(RETRYING + text, _number(torch.allocated_bytes), "bold red")
+    return ProcessCell(text, _number(torch.allocated_bytes))
+
+
+def _trend_cell(history: tuple[int | None, ...], total: int | None) -> ProcessCell:
+    if not total:
+        return ProcessCell("", (0, 0.0))
+    values = tuple(used / total for used in history if used is not None)
+    growth = values[-1] - values[0] if len(values) > 1 else 0.0
+    return ProcessCell(sparkline(values, 8), _number(growth))
+
+
+def process_cells(
+    process: ProcessSample,
+    history: tuple[int | None, ...] = (),
+    total_bytes: int | None = None,
+) -> dict[str, ProcessCell]:
+    """The cells of one process row, by column key; ``history`` is its used memory over time,
+    drawn as a share of ``total_bytes`` (its GPU's memory)."""
     hidden = not process.visible
     unknown = "?" if hidden else "n/a"
     command = process.cmdline or process.name or ""
@@ -81,6 +123,8 @@ def process_cells(process: ProcessSample) -> dict[str, ProcessCell]:
         command = f"{OTHER_CONTAINER} {command}".rstrip()
     if process.kind == "compute+graphics":
         command = f"{BOTH_CONTEXTS} {command}"
+    if process.container:
+        command = f"[{process.container}] {command}"
     memory = process.used_bytes
     gpu = str(process.gpu_index)
     if process.mig_index is not None:
@@ -94,6 +138,8 @@ def process_cells(process: ProcessSample) -> dict[str, ProcessCell]:
         "gpu_memory": ProcessCell(
             "n/a" if memory is None else format_bytes(memory, unit="GiB"), _number(memory)
         ),
+        "trend": _trend_cell(history, total_bytes),
+        "torch": _torch_cell(process),
         "cpu": ProcessCell(
             unknown if process.cpu_percent is None else f"{process.cpu_percent:.0f}%",
             _number(process.cpu_percent),
@@ -108,10 +154,7 @@ def process_cells(process: ProcessSample) -> dict[str, ProcessCell]:
 
 def process_row_key(process: ProcessSample) -> str:
     """``gpu:pid``, or ``gpu/slot:pid`` for a process on a MIG device."""
-    gpu = str(process.gpu_index)
-    if process.mig_index is not None:
-        gpu += f"/{process.mig_index}"
-    return f"{gpu}:{process.pid}"
+    return process_key(process.gpu_index, process.mig_index, process.pid)
 
 
 class ProcessTable(ScrollView, can_focus=True):
@@ -155,6 +198,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._rows: dict[str, dict[str, ProcessCell]] = {}
         self._order: list[str] = []
         self._drawn: dict[int, tuple[object, ...]] = {}
+        self._torch_shown = False
         self._strips: dict[tuple[object, ...], Strip] = {}
 
     # -- what the pane and the tests call -----------------------------------------------------
@@ -170,17 +214,41 @@ class ProcessTable(ScrollView, can_focus=True):
         return list(self._order)
 
     def get_row(self, key: str) -> list[ProcessCell]:
-        """The cells of one row, in column order."""
+        """The cells of one row, in the order of the columns shown."""
         cells = self._rows[key]
-        return [cells[column] for column in COLUMN_KEYS]
+        return [cells[column] for column in self.columns]
 
-    def show(self, processes: tuple[ProcessSample, ...]) -> None:
-        """Bring the table in line with these processes, touching only what changed."""
-        self.show_cells({process_row_key(process): process_cells(process) for process in processes})
+    def get_cells(self, key: str) -> dict[str, ProcessCell]:
+        """Every cell of one row (shown or not), by column key."""
+        return dict(self._rows[key])
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Keys of the columns shown at the table's width."""
+        return active_columns(self.size.width, torch=self._torch_shown)
+
+    def show(
+        self,
+        processes: tuple[ProcessSample, ...],
+        histories: Callable[[str], tuple[int | None, ...]] | None = None,
+        totals: dict[int, int | None] | None = None,
+    ) -> None:
+        """Bring the table in line with these processes, touching only what changed;
+        ``histories`` gives a row's used-memory history, ``totals`` each GPU's memory."""
+        rows = {}
+        for process in processes:
+            key = process_row_key(process)
+            rows[key] = process_cells(
+                process,
+                histories(key) if histories is not None else (),
+                (totals or {}).get(process.gpu_index),
+            )
+        self.show_cells(rows)
 
     def show_cells(self, wanted: dict[str, dict[str, ProcessCell]]) -> None:
         """Bring the table in line with these rows (key ``gpu:pid``), repainting only what changed."""
         self._rows = dict(wanted)
+        self._torch_shown = any(cells["torch"].text for cells in self._rows.values())
         self._order = self._sorted_keys()
         self.cursor_row = min(self.cursor_row, max(0, len(self._order) - 1))
         self.virtual_size = Size(self.size.width, len(self._order) + 1)
@@ -192,7 +260,7 @@ class ProcessTable(ScrollView, can_focus=True):
             raise ValueError(f"no process column {column!r}")
         if reverse is None:
             # Numbers read best largest first; words alphabetically.
-            reverse = column in ("gpu_memory", "cpu", "rss")
+            reverse = column in ("gpu_memory", "trend", "torch", "cpu", "rss")
         self.sort_column = column
         self.sort_reverse = reverse
         self._order = self._sorted_keys()
@@ -200,8 +268,9 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def action_next_sort(self) -> None:
         """Sort by the next column."""
-        index = COLUMN_KEYS.index(self.sort_column)
-        self.sort_by(COLUMN_KEYS[(index + 1) % len(COLUMN_KEYS)])
+        shown = self.columns
+        index = shown.index(self.sort_column) if self.sort_column in shown else -1
+        self.sort_by(shown[(index + 1) % len(shown)])
         heading = dict(PROCESS_COLUMNS_HEADINGS)[self.sort_column]
         self.notify(f"processes sorted by {heading}", timeout=2)
 
@@ -234,11 +303,13 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def _widths(self, width: int) -> list[tuple[str, int, int]]:
         """(column key, x, width) with one cell of padding each side; the command takes the rest."""
-        command = max(16, width - _FIXED_WIDTH)
+        shown = self.columns
+        fixed = sum(_WIDTHS[key] + 2 for key in shown if key != "command") + 4
+        command = max(16, width - fixed)
         layout = []
         x = 0
-        for key, _heading, size in PROCESS_COLUMNS:
-            size = command if key == "command" else size
+        for key in shown:
+            size = command if key == "command" else _WIDTHS[key]
             layout.append((key, x + 1, size))
             x += size + 2
         return layout
@@ -256,14 +327,14 @@ class ProcessTable(ScrollView, can_focus=True):
         """What line ``y`` of the widget shows (equal keys draw equal lines)."""
         width = self.size.width
         if y == 0:
-            return ("heading", width, self.sort_column, self.sort_reverse)
+            return ("heading", width, self.sort_column, self.sort_reverse, self.columns)
         index = self.scroll_offset.y + y - 1
         if index >= len(self._order):
             return ("blank", width)
         key = self._order[index]
         cells = self._rows[key]
         cursor = index == self.cursor_row and self.has_focus
-        return ("row", width, cursor, tuple(cells[column] for column in COLUMN_KEYS))
+        return ("row", width, cursor, tuple(cells[column] for column in self.columns))
 
     def _refresh_changed(self) -> None:
         if not self.is_mounted:
@@ -350,4 +421,5 @@ class ProcessTable(ScrollView, can_focus=True):
 
 
 PROCESS_COLUMNS_HEADINGS = tuple((key, heading) for key, heading, _width in PROCESS_COLUMNS)
+_WIDTHS = {key: width for key, _heading, width in PROCESS_COLUMNS}
 PROCESS_COLUMNS_WIDTHS = tuple((key, width) for key, _heading, width in PROCESS_COLUMNS)

@@ -1,0 +1,288 @@
+"""The training process's own view of its GPU memory, published for ``hwdash monitor``.
+
+NVML sees what the driver sees: the memory a process holds. PyTorch's caching allocator knows more:
+``memory_allocated`` (live tensors), ``memory_reserved`` (the allocator's pool, what NVML counts
+minus the CUDA context), the peaks, and how often an allocation had to free the cache and retry
+(``num_alloc_retries``: the allocator is thrashing, an out-of-memory error is near). See the PyTorch
+documentation, "CUDA semantics: memory management" and :func:`torch.cuda.memory_stats`.
+
+One line in a training script starts it::
+
+    import hwdash.probe; hwdash.probe.start()
+
+or ``python -m hwdash.probe train.py ARGS...`` runs a script with it started, and
+:class:`hwdash.probe.hf.HwdashProbeCallback` adds the Trainer's global step.
+
+A daemon thread wakes every ``interval_s`` (1 s by default) and writes one small JSON file,
+``<probe dir>/<pid>.json`` (see :func:`probe_dir`), atomically (a temporary file renamed over it),
+removed when the process exits. It never initialises CUDA: until the script has (``torch`` imported and
+``torch.cuda.is_initialized()``), the file says ``"cuda": "waiting"``. It reads only the calls listed
+in :func:`read_torch`, imports neither Textual nor pydantic, and ``mem_get_info`` (which would create a
+CUDA context on a device the process has not used) is asked only of devices the allocator already
+holds memory on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import stat
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+"""Version of the file's layout (readers skip files of another version)."""
+
+DEFAULT_INTERVAL_S = 1.0
+THREAD_NAME = "hwdash-probe"
+
+
+class ProbeDirError(OSError):
+    """The probe folder cannot be used safely (another user's, a symlink, open to others)."""
+
+
+def probe_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where probes publish: ``$XDG_RUNTIME_DIR/hwdash/probes`` (a per-user, private folder on
+    systemd machines, per the XDG Base Directory specification), else ``hwdash-<uid>/probes`` under
+    the temporary folder (created with mode 0700 by :func:`private_dir`)."""
+    env = os.environ if environ is None else environ
+    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        return Path(runtime) / "hwdash" / "probes"
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"hwdash-{uid}" / "probes"
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and the folder above it) with mode 0700 and check it is ours.
+
+    A folder in a shared temporary directory could have been made by someone else to read or plant
+    probe files: it must be a real folder (not a symlink), owned by this user, closed to others.
+    """
+    for folder in (path.parent, path):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise ProbeDirError(f"{folder} is not a folder")
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            raise ProbeDirError(f"{folder} belongs to another user")
+        if info.st_mode & 0o077:
+            os.chmod(folder, 0o700)  # ours, but open to others: close it
+    return path
+
+
+def process_start_ticks(pid: int | str = "self", proc_root: str = "/proc") -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22, see
+    proc(5)); with the PID it names one process even after the number is reused. None off Linux."""
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as stat:
+            text = stat.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.
+    fields = text.rpartition(")")[2].split()
+    try:
+        return int(fields[19])  # field 22 overall: the 20th after the name and state
+    except (IndexError, ValueError):
+        return None
+
+
+def _stat(stats: Mapping[str, Any], key: str) -> int:
+    value = stats.get(key, 0)
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def read_torch(torch: Any) -> tuple[str, list[dict[str, Any]]]:
+    """``("waiting", [])`` until the process has initialised CUDA, then ``("ready", devices)``.
+
+    Calls only: ``torch.cuda.is_initialized``, ``is_available``, ``device_count``, ``current_device``,
+    ``get_device_properties(i)`` (``uuid``, ``name``, ``total_memory``), ``memory_allocated``,
+    ``memory_reserved``, ``max_memory_allocated``, ``max_memory_reserved``, ``memory_stats``
+    (``num_alloc_retries``, ``num_ooms``, ``inactive_split_bytes.all.current``) and ``mem_get_info``.
+    A device is listed when the allocator holds or has held memory on it, or it is the current one.
+    """
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized() or not cuda.is_available():
+        return "waiting", []
+    current = cuda.current_device()
+    devices: list[dict[str, Any]] = []
+    for index in range(cuda.device_count()):
+        stats = cuda.memory_stats(index)
+        reserved = int(cuda.memory_reserved(index))
+        max_reserved = int(cuda.max_memory_reserved(index))
+        if index != current and reserved == 0 and max_reserved == 0:
+            continue  # not a device of this process
+        properties = cuda.get_device_properties(index)
+        free: int | None = None
+        device_total: int | None = None
+        if reserved > 0:  # a context exists there already: asking creates nothing
+            free, device_total = (int(value) for value in cuda.mem_get_info(index))
+        devices.append(
+            {
+                "index": index,
+                "uuid": str(getattr(properties, "uuid", "") or "") or None,
+                "name": str(properties.name),
+                "total_bytes": int(properties.total_memory),
+                "allocated_bytes": int(cuda.memory_allocated(index)),
+                "reserved_bytes": reserved,
+                "max_allocated_bytes": int(cuda.max_memory_allocated(index)),
+                "max_reserved_bytes": max_reserved,
+                "alloc_retries": _stat(stats, "num_alloc_retries"),
+                "ooms": _stat(stats, "num_ooms"),
+                "inactive_split_bytes": _stat(stats, "inactive_split_bytes.all.current"),
+                "free_bytes": free,
+                "device_total_bytes": device_total,
+            }
+        )
+    return "ready", devices
+
+
+class Probe:
+    """Publishes this process's allocator numbers every ``interval_s`` seconds (see the module)."""
+
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        directory: Path | None = None,
+        *,
+        torch_module: Callable[[], Any] | None = None,
+    ) -> None:
+        if not interval_s > 0 or interval_s != interval_s or interval_s == float("inf"):
+            raise ValueError(
+                f"the probe interval must be a positive number of seconds, got {interval_s}"
+            )
+        self.interval_s = float(interval_s)
+        self.directory = directory if directory is not None else probe_dir()
+        self.pid = os.getpid()
+        self.path = self.directory / f"{self.pid}.json"
+        self.step: int | None = None
+        """The training step, when something sets it (the Trainer callback)."""
+        self.last_error: str | None = None
+        """Why the last round failed (published in the file; never raised in the training process)."""
+        self.rounds = 0
+        self._torch = torch_module or (lambda: sys.modules.get("torch"))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_ticks = process_start_ticks()
+
+    def reading(self) -> dict[str, Any]:
+        """The object this round publishes."""
+        torch = self._torch()
+        error: str | None = None
+        cuda = "waiting"
+        devices: list[dict[str, Any]] = []
+        if torch is not None:
+            try:
+                cuda, devices = read_torch(torch)
+            except Exception as exc:  # the training run matters more than its monitor
+                error = f"{type(exc).__name__}: {exc}"
+        self.last_error = error
+        return {
+            "format": FORMAT,
+            "pid": self.pid,
+            "start_ticks": self._start_ticks,
+            "written_at": time.time(),
+            "interval_s": self.interval_s,
+            "cuda": cuda,
+            "step": self.step,
+            "devices": devices,
+            "error": error,
+        }
+
+    def publish(self) -> None:
+        """Write one reading, atomically (readers never see half a file)."""
+        private_dir(self.directory)
+        data = json.dumps(self.reading(), separators=(",", ":")).encode()
+        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".probe-", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        self.rounds += 1
+
+    def start(self) -> Probe:
+        """Start the thread (once); the file is removed at exit."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+            self._thread.start()
+            atexit.register(self.stop)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop publishing and remove the file (only the process that made it removes it)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and thread.is_alive():
+            thread.join(timeout)
+        if os.getpid() == self.pid:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.publish()
+            except OSError as exc:
+                # A full disk or a folder we may not use: say it once, keep the run going.
+                if self.last_error is None:
+                    print(
+                        f"hwdash.probe: cannot publish to {self.directory}: {exc}", file=sys.stderr
+                    )
+                self.last_error = str(exc)
+            self._stop.wait(self.interval_s)
+
+
+_probe: Probe | None = None
+_lock = threading.Lock()
+
+
+def start(
+    interval_s: float = DEFAULT_INTERVAL_S, directory: str | os.PathLike[str] | None = None
+) -> Probe:
+    """Start this process's probe (a second call returns the running one)."""
+    global _probe
+    with _lock:
+        if _probe is None or not _probe.alive or _probe.pid != os.getpid():
+            _probe = Probe(interval_s, None if directory is None else Path(directory)).start()
+        return _probe
+
+
+def stop() -> None:
+    """Stop the probe and remove its file."""
+    global _probe
+    with _lock:
+        if _probe is not None:
+            _probe.stop()
+            _probe = None
+
+
+def set_step(step: int | None) -> None:
+    """Record the training step (published with the next reading)."""
+    if _probe is not None:
+        _probe.step = None if step is None else int(step)
+
+
+def _forget_in_child() -> None:
+    # A forked child (a DataLoader worker) has no probe thread and must not remove the parent's file.
+    global _probe
+    _probe = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)

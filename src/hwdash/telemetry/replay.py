@@ -1,0 +1,266 @@
+"""Replaying what ``hwdash monitor --json`` wrote: one more sampler behind the same protocol.
+
+Each line of the file is one snapshot object (:mod:`hwdash.telemetry.snapshot_json`); the replay turns
+them back into :class:`~hwdash.telemetry.types.Snapshot` objects, so the monitor and the dashboard
+show a recorded run with the code that showed it live. A last line cut short (the run was killed
+while writing) is skipped with a warning; any other line that is not a snapshot is an error naming
+the line. Alert states are recomputed by the reader's own rule, as they were live.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hwdash.errors import UsageError
+from hwdash.telemetry.types import (
+    GpuSample,
+    GpuState,
+    HostSample,
+    MigSample,
+    NvmlStatus,
+    ProcessSample,
+    Snapshot,
+    TorchSample,
+)
+
+
+class ReplayError(UsageError):
+    """A replay file that cannot be read; the message names the file and the line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, flag="--replay")
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _torch(data: Any) -> TorchSample | None:
+    if not isinstance(data, dict):
+        return None
+    return TorchSample(
+        allocated_bytes=_int(data.get("allocated_bytes")) or 0,
+        reserved_bytes=_int(data.get("reserved_bytes")) or 0,
+        max_allocated_bytes=_int(data.get("max_allocated_bytes")) or 0,
+        max_reserved_bytes=_int(data.get("max_reserved_bytes")) or 0,
+        alloc_retries=_int(data.get("alloc_retries")) or 0,
+        ooms=_int(data.get("ooms")) or 0,
+        step=_int(data.get("step")),
+    )
+
+
+def _process(data: dict[str, Any], gpu_index: int) -> ProcessSample:
+    kind = data.get("kind")
+    return ProcessSample(
+        pid=_int(data.get("pid")) or 0,
+        gpu_index=gpu_index,
+        kind=kind if kind in ("compute", "graphics", "compute+graphics") else "compute",
+        used_bytes=_int(data.get("used_bytes")),
+        visible=data.get("visible") is not False,
+        verifiable=data.get("verifiable") is not False,
+        mig_index=_int(data.get("mig_index")),
+        gpu_instance_id=_int(data.get("gpu_instance_id")),
+        compute_instance_id=_int(data.get("compute_instance_id")),
+        name=_str(data.get("name")),
+        user=_str(data.get("user")),
+        cmdline=_str(data.get("cmdline")),
+        cpu_percent=_float(data.get("cpu_percent")),
+        rss_bytes=_int(data.get("rss_bytes")),
+        torch=_torch(data.get("torch")),
+        container=_str(data.get("container")),
+    )
+
+
+def _mig(data: dict[str, Any]) -> MigSample:
+    return MigSample(
+        index=_int(data.get("index")) or 0,
+        name=_str(data.get("name")),
+        uuid=_str(data.get("uuid")),
+        total_bytes=_int(data.get("memory_total_bytes")),
+        used_bytes=_int(data.get("memory_used_bytes")),
+        free_bytes=_int(data.get("memory_free_bytes")),
+        gpu_instance_id=_int(data.get("gpu_instance_id")),
+        compute_instance_id=_int(data.get("compute_instance_id")),
+    )
+
+
+def _gpu(data: dict[str, Any]) -> GpuSample:
+    index = _int(data.get("index"))
+    if index is None:
+        raise ValueError("a GPU without an index")
+    state = data.get("state")
+    # alert and blind are the rule's verdicts: the replay's own rule decides them again.
+    recorded = GpuState(state) if state in ("lost", "error") else GpuState.OK
+    errors = data.get("errors")
+    source = data.get("memory_source")
+    return GpuSample(
+        index=index,
+        name=_str(data.get("name")),
+        uuid=_str(data.get("uuid")),
+        state=recorded,
+        total_bytes=_int(data.get("memory_total_bytes")),
+        reserved_bytes=_int(data.get("memory_reserved_bytes")),
+        used_bytes=_int(data.get("memory_used_bytes")),
+        free_bytes=_int(data.get("memory_free_bytes")),
+        utilization_gpu=_float(data.get("utilization_gpu")),
+        utilization_memory=_float(data.get("utilization_memory")),
+        temperature_c=_float(data.get("temperature_c")),
+        power_w=_float(data.get("power_w")),
+        power_limit_w=_float(data.get("power_limit_w")),
+        sm_clock_mhz=_int(data.get("sm_clock_mhz")),
+        memory_clock_mhz=_int(data.get("memory_clock_mhz")),
+        processes=tuple(
+            _process(item, index) for item in data.get("processes") or () if isinstance(item, dict)
+        ),
+        mig=tuple(_mig(item) for item in data.get("mig") or () if isinstance(item, dict)),
+        errors=tuple((str(key), str(value)) for key, value in (errors or {}).items())
+        if isinstance(errors, dict)
+        else (),
+        memory_source="host" if source == "host" else "device",
+        processes_reliable=data.get("processes_reliable") is not False,
+    )
+
+
+def _host(data: Any) -> HostSample | None:
+    if not isinstance(data, dict):
+        return None
+    load = data.get("load_average")
+    loads = (
+        tuple(float(value) for value in load[:3])
+        if isinstance(load, list)
+        and len(load) >= 3
+        and all(_float(value) is not None for value in load[:3])
+        else None
+    )
+    return HostSample(
+        cpu_percent=_float(data.get("cpu_percent")),
+        per_cpu_percent=tuple(
+            float(value) for value in data.get("per_cpu_percent") or () if _float(value) is not None
+        ),
+        load_average=loads,  # type: ignore[arg-type]
+        ram_total_bytes=_int(data.get("ram_total_bytes")),
+        ram_used_bytes=_int(data.get("ram_used_bytes")),
+        ram_available_bytes=_int(data.get("ram_available_bytes")),
+        swap_total_bytes=_int(data.get("swap_total_bytes")),
+        swap_used_bytes=_int(data.get("swap_used_bytes")),
+    )
+
+
+def snapshot_from_dict(data: Any) -> Snapshot:
+    """A snapshot back from its JSON form (raises ValueError when ``data`` is not one)."""
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        raise ValueError("not a hwdash monitor snapshot (no 'gpus' list)")
+    timestamp = _float(data.get("timestamp"))
+    if timestamp is None:
+        raise ValueError("a snapshot without a timestamp")
+    recorded = data.get("nvml")
+    nvml: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    return Snapshot(
+        timestamp=timestamp,
+        nvml=NvmlStatus(
+            available=nvml.get("available") is True,
+            driver_version=_str(nvml.get("driver_version")),
+            error=_str(nvml.get("error")),
+            bindings_version=_str(nvml.get("bindings_version")),
+        ),
+        gpus=tuple(_gpu(item) for item in data["gpus"] if isinstance(item, dict)),
+        host=_host(data.get("host")),
+        sample_seconds=_float(data.get("sample_seconds")) or 0.0,
+        errors=tuple(str(item) for item in data.get("errors") or ()),
+        stale=data.get("stale") is True,
+    )
+
+
+def read_replay(path: Path) -> tuple[list[Snapshot], list[str]]:
+    """Every snapshot of a recording, and warnings (a cut last line). Raises :class:`ReplayError`."""
+    try:
+        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise ReplayError(f"cannot read {path}: {exc.strerror or exc}") from None
+    snapshots: list[Snapshot] = []
+    warnings: list[str] = []
+    numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    for position, (number, line) in enumerate(numbered):
+        try:
+            snapshots.append(snapshot_from_dict(json.loads(line)))
+        except json.JSONDecodeError as exc:
+            if position == len(numbered) - 1 and snapshots:
+                warnings.append(
+                    f"{path}:{number}: the last line is cut short (the recording was stopped "
+                    "while writing it); skipped"
+                )
+                continue
+            raise ReplayError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        except ValueError as exc:
+            raise ReplayError(f"{path}:{number}: {exc}") from None
+    if not snapshots:
+        raise ReplayError(f"{path}: no snapshots (record one with `hwdash monitor --json > FILE`)")
+    return snapshots, warnings
+
+
+class ReplaySampler:
+    """Implements :class:`~hwdash.telemetry.types.Sampler` over a recording: each ``sample()`` is the
+    next snapshot; at the end the last one repeats and :attr:`finished` is True.
+
+    ``step(n)`` moves the position (the dashboard's arrow keys) and ``paused`` holds it; the
+    recorded gap to the next snapshot divided by ``speed`` is :meth:`wait_s` (0 = as fast as
+    possible)."""
+
+    def __init__(self, snapshots: list[Snapshot], *, speed: float = 1.0) -> None:
+        if not snapshots:
+            raise ValueError("nothing to replay")
+        self.snapshots = snapshots
+        self.speed = speed
+        self.position = -1
+        """Index of the snapshot last returned (-1: none yet)."""
+        self.paused = False
+        self._hold = False
+
+    @classmethod
+    def from_file(cls, path: Path, *, speed: float = 1.0) -> tuple[ReplaySampler, list[str]]:
+        snapshots, warnings = read_replay(path)
+        return cls(snapshots, speed=speed), warnings
+
+    @property
+    def finished(self) -> bool:
+        """The last snapshot has been returned."""
+        return self.position >= len(self.snapshots) - 1
+
+    def sample(self) -> Snapshot:
+        if self._hold:
+            self._hold = False  # a step already moved the position
+        elif not self.paused and not self.finished:
+            self.position += 1
+        return self.snapshots[max(0, self.position)]
+
+    def step(self, by: int) -> None:
+        """Move ``by`` snapshots (negative: back); the next ``sample()`` returns that snapshot."""
+        self.position = max(0, min(len(self.snapshots) - 1, max(0, self.position) + by))
+        self._hold = True
+
+    def wait_s(self) -> float:
+        """Seconds to wait before the next snapshot (the recorded gap over ``speed``)."""
+        if self.speed == 0 or self.finished or self.position < 0:
+            return 0.0
+        gap = self.snapshots[self.position + 1].timestamp - self.snapshots[self.position].timestamp
+        return max(0.0, gap / self.speed)
+
+    def __iter__(self) -> Iterator[Snapshot]:
+        while not self.finished:
+            yield self.sample()
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,184 @@
+"""One GPU process in detail (``enter`` on the monitor): its memory history, command line, host
+numbers and, where the process runs :mod:`hwdash.probe`, what its PyTorch allocator says.
+
+The screen follows the process live (the app hands it every frame); when the process ends it says
+so and keeps the last numbers.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from hwdash.core.units import format_bytes
+from hwdash.telemetry.history import process_key
+from hwdash.telemetry.types import ProcessSample
+from hwdash.ui.widgets.monitor_cells import sparkline
+
+#: How to start the probe, said where a process has none.
+PROBE_HINT = (
+    "no PyTorch numbers: start the probe in the script (import hwdash.probe; "
+    "hwdash.probe.start()) or run it with python -m hwdash.probe"
+)
+
+
+def detail_text(
+    process: ProcessSample,
+    history: tuple[int | None, ...],
+    total_bytes: int | None,
+    *,
+    width: int,
+    ended: bool = False,
+    interval_s: float = 1.0,
+) -> Text:
+    """The screen's text (plain: every string from outside is shown as is)."""
+    text = Text()
+    head = f"PID {process.pid}  ·  GPU {process.gpu_index}"
+    if process.mig_index is not None:
+        head += f"/{process.mig_index}"
+    head += f"  ·  user {process.user or 'unknown'}"
+    if process.container:
+        head += f"  ·  container {process.container}"
+    text.append(head + "\n", style="bold")
+    if ended:
+        text.append("This process has ended; the numbers are the last seen.\n", style="bold yellow")
+    elif not process.verifiable:
+        text.append("A host PID that this container cannot check.\n", style="italic")
+    elif not process.visible:
+        text.append("Not visible from here (another container or PID namespace).\n", style="italic")
+    text.append("Command  ", style="bold")
+    text.append((process.cmdline or process.name or "unknown") + "\n\n")
+
+    known = [used for used in history if used is not None]
+    used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
+    text.append("GPU memory (NVML)  ", style="bold")
+    text.append(used)
+    if known:
+        span = len(history) * interval_s
+        text.append(
+            f"   min {format_bytes(min(known))}, max {format_bytes(max(known))} "
+            f"over the last {span:.0f} s"
+        )
+    text.append("\n")
+    if known and total_bytes:
+        line = sparkline(tuple(value / total_bytes for value in known), max(8, width - 4))
+        text.append(f"  {line}\n", style="green")
+        text.append("  (height: share of the GPU's memory)\n", style="dim")
+
+    torch = process.torch
+    text.append("\n")
+    if torch is None:
+        text.append(PROBE_HINT + "\n", style="dim")
+    else:
+        step = "" if torch.step is None else f", step {torch.step}"
+        text.append(f"PyTorch allocator (hwdash.probe{step})\n", style="bold")
+        fragmented = torch.fragmentation
+        text.append(
+            f"  allocated {format_bytes(torch.allocated_bytes)}  ·  reserved "
+            f"{format_bytes(torch.reserved_bytes)}  ·  cache {format_bytes(torch.cache_bytes)}"
+            + ("" if fragmented is None else f"  ·  {fragmented:.0%} of the pool fragmented")
+            + "\n"
+        )
+        text.append(
+            f"  peak allocated {format_bytes(torch.max_allocated_bytes)}  ·  peak reserved "
+            f"{format_bytes(torch.max_reserved_bytes)}\n"
+        )
+        retries = f"  alloc retries {torch.alloc_retries}  ·  OOMs caught {torch.ooms}"
+        text.append(retries)
+        if torch.retries_rising:
+            text.append(
+                "  rising: the allocator frees its cache to fit allocations, an OOM is near",
+                style="bold red",
+            )
+        text.append("\n")
+    cpu = "n/a" if process.cpu_percent is None else f"{process.cpu_percent:.0f}%"
+    rss = "n/a" if process.rss_bytes is None else format_bytes(process.rss_bytes)
+    text.append(f"\nHost  CPU {cpu}  ·  RSS {rss}\n")
+    return text
+
+
+class ProcessDetailScreen(ModalScreen[None]):
+    """The detail of one process, following it frame by frame."""
+
+    DEFAULT_CSS = """
+    ProcessDetailScreen { align: center middle; }
+    ProcessDetailScreen > VerticalScroll {
+        width: 100; max-width: 100%; height: auto; max-height: 100%;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    ProcessDetailScreen #process-detail-keys { color: $text-muted; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,enter", "dismiss", "Close"),
+        Binding("k", "signal('TERM')", "Terminate"),
+        Binding("K", "signal('KILL')", "Kill"),
+    ]
+
+    def __init__(
+        self,
+        process: ProcessSample,
+        history: tuple[int | None, ...],
+        total_bytes: int | None,
+        *,
+        interval_s: float,
+        signals: bool,
+    ) -> None:
+        super().__init__()
+        self.process = process
+        self.key = process_key(process.gpu_index, process.mig_index, process.pid)
+        self.history = history
+        self.total_bytes = total_bytes
+        self.ended = False
+        self.interval_s = interval_s
+        self.signals = signals
+        self.body = Static(id="process-detail-body", markup=False)
+        self.shown = ""
+        """The plain text on screen (tests read it)."""
+
+    def compose(self) -> ComposeResult:
+        self._draw()
+        with VerticalScroll():
+            yield self.body
+            keys = "escape close" + (
+                "  ·  k SIGTERM  ·  K SIGKILL (asks first)" if self.signals else ""
+            )
+            yield Static(keys, id="process-detail-keys", markup=False)
+
+    def follow(
+        self,
+        process: ProcessSample | None,
+        history: tuple[int | None, ...],
+        total_bytes: int | None,
+    ) -> None:
+        """The next frame's view of the process (None: it is gone)."""
+        if process is None:
+            self.ended = True
+        else:
+            self.process, self.history, self.total_bytes = process, history, total_bytes
+            self.ended = False
+        self._draw()
+
+    def _draw(self) -> None:
+        width = min(100, self.app.size.width) - 4
+        text = detail_text(
+            self.process,
+            self.history,
+            self.total_bytes,
+            width=width,
+            ended=self.ended,
+            interval_s=self.interval_s,
+        )
+        self.shown = text.plain
+        self.body.update(text)
+
+    def action_signal(self, name: str) -> None:
+        """Ask the app to signal this process (it confirms first)."""
+        if not self.ended:
+            self.app.call_later(self.app.run_action, f"signal_process({name!r})")
