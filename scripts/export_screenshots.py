@@ -27,6 +27,7 @@ from snapshot_apps.fake_dashboard import fake_app, replay, shared_catalog  # noq
 from hwdash.core.fit import evaluate_plan  # noqa: E402
 from hwdash.core.plan import Method, Plan, Precision  # noqa: E402
 from hwdash.core.plan_store import PlanStore, PlanSummary  # noqa: E402
+from hwdash.telemetry.signals import SimulatedSignaller  # noqa: E402
 from hwdash.ui.app import TabName  # noqa: E402
 from hwdash.ui.widgets.planner_flavors import FlavorTable  # noqa: E402
 
@@ -130,6 +131,8 @@ async def take(shot: Shot, out_dir: Path) -> Path:
             data_dir=data_dir,
             initial_tab=shot.tab,
             scenario_time=shot.scenario_time,
+            # The k/K keys shown as on a real box; a fake scenario's signaller sends nothing.
+            signaller=SimulatedSignaller(),
         )
         async with app.run_test(size=shot.size, notifications=True) as pilot:
             await replay(pilot, app, clock, until_s=shot.until_s, step_s=shot.step_s)

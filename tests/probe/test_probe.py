@@ -372,3 +372,17 @@ def test_with_real_cpu_only_torch_the_probe_waits_without_initialising_cuda(
     seen = json.loads(done.stdout)
     assert seen["cuda_initialized"] is False
     assert seen["reading"]["cuda"] == "waiting" and seen["reading"]["devices"] == []
+
+
+def test_an_unchanged_reading_is_rewritten_only_every_few_seconds(tmp_path: Path) -> None:
+    cuda = two_gpus()
+    writer = Probe(1.0, tmp_path, torch_module=lambda: StandInTorch(cuda))
+    writer.publish(force=False)
+    writer.publish(force=False)  # same numbers a second later: no file system call
+    assert (writer.rounds, writer.writes) == (2, 1)
+    cuda.devices[0].allocated += GIB
+    writer.publish(force=False)
+    assert writer.writes == 2  # a change is written at once
+    writer._last_write -= probe.REWRITE_S  # ...and an unchanged one after REWRITE_S
+    writer.publish(force=False)
+    assert writer.writes == 3

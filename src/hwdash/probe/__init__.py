@@ -42,6 +42,8 @@ FORMAT = 1
 
 DEFAULT_INTERVAL_S = 1.0
 THREAD_NAME = "hwdash-probe"
+REWRITE_S = 3.0
+"""An unchanged reading is rewritten this often (readers skip files older than 5 intervals + 5 s)."""
 
 
 class ProbeDirError(OSError):
@@ -162,6 +164,12 @@ class Probe:
         self.directory = directory if directory is not None else probe_dir()
         self.pid = os.getpid()
         self.path = self.directory / f"{self.pid}.json"
+        self._temporary = self.directory / f".{self.pid}.json.tmp"
+        self._dir_checked = False
+        self._last_reading: dict[str, Any] | None = None
+        self._last_write = 0.0
+        self.writes = 0
+        """Files written so far (``rounds`` counts readings)."""
         self.step: int | None = None
         """The training step, when something sets it (the Trainer callback)."""
         self.last_error: str | None = None
@@ -196,20 +204,39 @@ class Probe:
             "error": error,
         }
 
-    def publish(self) -> None:
-        """Write one reading, atomically (readers never see half a file)."""
-        private_dir(self.directory)
-        data = json.dumps(self.reading(), separators=(",", ":")).encode()
-        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".probe-", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.replace(temporary, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+    def publish(self, *, force: bool = True) -> None:
+        """Write one reading, atomically (readers never see half a file). Without ``force`` an
+        unchanged reading is written only every :data:`REWRITE_S` seconds (enough for readers to
+        see the probe is alive; most seconds of a steady run then cost no file system call)."""
+        reading = self.reading()
+        written_at = reading.pop("written_at")
         self.rounds += 1
+        if (
+            not force
+            and reading == self._last_reading
+            and written_at - self._last_write < max(REWRITE_S, 2 * self.interval_s)
+        ):
+            return
+        self._last_reading, self._last_write = dict(reading), written_at
+        reading["written_at"] = written_at
+        if not self._dir_checked:
+            private_dir(self.directory)
+            self._dir_checked = True
+        data = json.dumps(reading, separators=(",", ":")).encode()
+        # A fixed temporary name is safe in a folder only this user can enter (private_dir);
+        # O_NOFOLLOW refuses a planted link all the same.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            handle = os.open(self._temporary, flags, 0o600)
+        except FileNotFoundError:
+            self._dir_checked = False  # the folder was removed (a cleaner of /tmp): make it again
+            raise
+        try:
+            os.write(handle, data)
+        finally:
+            os.close(handle)
+        os.replace(self._temporary, self.path)
+        self.writes += 1
 
     def start(self) -> Probe:
         """Start the thread (once); the file is removed at exit."""
@@ -231,13 +258,14 @@ class Probe:
         if thread is not None and thread is not threading.current_thread() and thread.is_alive():
             thread.join(timeout)
         if os.getpid() == self.pid:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+            for path in (self.path, self._temporary):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.publish()
+                self.publish(force=False)
             except OSError as exc:
                 # A full disk or a folder we may not use: say it once, keep the run going.
                 if self.last_error is None:

@@ -538,7 +538,7 @@ class HwdashApp(App[None]):
 
     def _process_view(
         self, key: str
-    ) -> tuple[ProcessSample | None, tuple[int | None, ...], int | None]:
+    ) -> tuple[ProcessSample | None, tuple[tuple[float, int | None], ...], int | None]:
         """A process of the last frame by row key, its memory history and its GPU's memory."""
         frame = self.monitor.frame
         if frame is None:
@@ -546,7 +546,7 @@ class HwdashApp(App[None]):
         for gpu in frame.snapshot.gpus:
             for process in gpu.processes:
                 if process_key(process.gpu_index, process.mig_index, process.pid) == key:
-                    return process, frame.process_history_for(key), gpu.total_bytes
+                    return process, frame.process_points_for(key), gpu.total_bytes
         return None, (), None
 
     def action_process_detail(self) -> None:
@@ -561,7 +561,6 @@ class HwdashApp(App[None]):
                 process,
                 history,
                 total,
-                interval_s=self.interval,
                 signals=self.signaller is not None,
             )
         )

@@ -65,16 +65,20 @@ class MonitorFrame:
     """Every alert active after this round (the status line lists them)."""
     round_number: int = 0
     """1 for the first round, then counting up."""
-    process_history: tuple[tuple[str, tuple[int | None, ...]], ...] = ()
-    """Per process (key ``gpu:pid``, see :func:`hwdash.telemetry.history.process_key`), NVML's used
-    bytes over the recent history, oldest first."""
+    process_history: tuple[tuple[str, tuple[tuple[float, int | None], ...]], ...] = ()
+    """Per process (key ``gpu:pid``, see :func:`hwdash.telemetry.history.process_key`),
+    (timestamp, NVML's used bytes) over the recent history, oldest first."""
+
+    def process_points_for(self, key: str) -> tuple[tuple[float, int | None], ...]:
+        """(timestamp, used bytes) history of one process (empty when unknown)."""
+        for candidate, points in self.process_history:
+            if candidate == key:
+                return points
+        return ()
 
     def process_history_for(self, key: str) -> tuple[int | None, ...]:
         """Used-memory history of one process (empty when unknown)."""
-        for candidate, values in self.process_history:
-            if candidate == key:
-                return values
-        return ()
+        return tuple(used for _at, used in self.process_points_for(key))
 
     def history_for(self, gpu_index: int) -> tuple[float, ...]:
         """Pressure history of one GPU (empty when unknown)."""
@@ -214,8 +218,7 @@ class AlertingFrameBuilder:
             active=active,
             round_number=round_number,
             process_history=tuple(
-                (key, tuple(used for _at, used in self.history.process(key)))
-                for key in self.history.process_keys()
+                (key, self.history.process(key)) for key in self.history.process_keys()
             ),
         )
 

@@ -30,12 +30,11 @@ PROBE_HINT = (
 
 def detail_text(
     process: ProcessSample,
-    history: tuple[int | None, ...],
+    history: tuple[tuple[float, int | None], ...],
     total_bytes: int | None,
     *,
     width: int,
     ended: bool = False,
-    interval_s: float = 1.0,
 ) -> Text:
     """The screen's text (plain: every string from outside is shown as is)."""
     text = Text()
@@ -55,12 +54,12 @@ def detail_text(
     text.append("Command  ", style="bold")
     text.append((process.cmdline or process.name or "unknown") + "\n\n")
 
-    known = [used for used in history if used is not None]
+    known = [used for _at, used in history if used is not None]
     used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
     text.append("GPU memory (NVML)  ", style="bold")
     text.append(used)
     if known:
-        span = len(history) * interval_s
+        span = history[-1][0] - history[0][0]
         text.append(
             f"   min {format_bytes(min(known))}, max {format_bytes(max(known))} "
             f"over the last {span:.0f} s"
@@ -124,10 +123,9 @@ class ProcessDetailScreen(ModalScreen[None]):
     def __init__(
         self,
         process: ProcessSample,
-        history: tuple[int | None, ...],
+        history: tuple[tuple[float, int | None], ...],
         total_bytes: int | None,
         *,
-        interval_s: float,
         signals: bool,
     ) -> None:
         super().__init__()
@@ -136,7 +134,6 @@ class ProcessDetailScreen(ModalScreen[None]):
         self.history = history
         self.total_bytes = total_bytes
         self.ended = False
-        self.interval_s = interval_s
         self.signals = signals
         self.body = Static(id="process-detail-body", markup=False)
         self.shown = ""
@@ -154,7 +151,7 @@ class ProcessDetailScreen(ModalScreen[None]):
     def follow(
         self,
         process: ProcessSample | None,
-        history: tuple[int | None, ...],
+        history: tuple[tuple[float, int | None], ...],
         total_bytes: int | None,
     ) -> None:
         """The next frame's view of the process (None: it is gone)."""
@@ -173,7 +170,6 @@ class ProcessDetailScreen(ModalScreen[None]):
             self.total_bytes,
             width=width,
             ended=self.ended,
-            interval_s=self.interval_s,
         )
         self.shown = text.plain
         self.body.update(text)
