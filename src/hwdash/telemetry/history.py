@@ -18,6 +18,8 @@ from hwdash.telemetry.types import GpuState, Snapshot
 DEFAULT_WINDOW_S = 600.0
 FORECAST_WINDOW_S = 60.0
 """The recent window the OOM forecast fits its trend over."""
+FORECAST_EVERY_S = 5.0
+"""How often the forecast is fitted again; between fits it counts down."""
 PROCESS_POINTS = 120
 """Points kept per process (its sparkline and detail view); fewer than a GPU's: there can be many."""
 
@@ -64,6 +66,7 @@ class History:
         self._gpus: dict[int, deque[GpuPoint]] = {}
         self._host: deque[HostPoint] = deque(maxlen=self.capacity)
         self._processes: dict[str, deque[tuple[float, int | None]]] = {}
+        self._forecasts: dict[int, tuple[float, float | None]] = {}
 
     def add(self, snapshot: Snapshot) -> None:
         """Record one snapshot (stale snapshots are skipped: they repeat old values)."""
@@ -134,7 +137,15 @@ class History:
         if snapshot.stale:
             return snapshot
         gpus = []
+        now = snapshot.timestamp
         for gpu in snapshot.gpus:
+            cached = self._forecasts.get(gpu.index)
+            if cached is not None and 0 <= now - cached[0] < FORECAST_EVERY_S:
+                # Between fits the last forecast counts down (a fit costs ~0.1 ms a GPU).
+                at, seconds = cached
+                left = None if seconds is None else round(max(0.0, seconds - (now - at)), 1)
+                gpus.append(dataclasses.replace(gpu, forecast_full_s=left))
+                continue
             points = [
                 (point.timestamp, round(point.pressure * point.total_bytes), point.total_bytes)
                 for point in self._gpus.get(gpu.index, ())
@@ -150,6 +161,7 @@ class History:
                 recent = forecast_full(points, window_s=window_s / 2, min_points=6)
                 if whole is not None and recent is not None:
                     seconds = round(max(whole.seconds_to_full, recent.seconds_to_full), 1)
+            self._forecasts[gpu.index] = (now, seconds)
             gpus.append(dataclasses.replace(gpu, forecast_full_s=seconds))
         return dataclasses.replace(snapshot, gpus=tuple(gpus))
 
