@@ -260,6 +260,7 @@ class HwdashApp(App[None]):
         self._on_exit_callbacks = on_exit_callbacks
         self._stall_after_s = max(stall_after_s, 3 * interval)
         self._recent_toasts: list[tuple[float, AlertNotice]] = []
+        self._thrashing: set[tuple[int, int]] = set()
         self._local_flavor_added = False
         self.sampling: SamplingThread | None = None
         """The one sampling thread, once mounted."""
@@ -450,10 +451,33 @@ class HwdashApp(App[None]):
             status = self.alert_status
             status.set_class(bool(frame.active), "-active")
             status.show(alert_status_text(frame))
+        self._warn_thrashing(frame)
         if frame.raised:
             self._toast_alerts(frame)
             if self.bell_on_alert:
                 self.bell()
+
+    def _warn_thrashing(self, frame: MonitorFrame) -> None:
+        """A warning when a probed process's allocator starts retrying allocations (once per
+        process until it calms down; the process table keeps its ``!`` meanwhile)."""
+        rising = {
+            (process.gpu_index, process.pid): process
+            for gpu in frame.snapshot.gpus
+            for process in gpu.processes
+            if process.torch is not None and process.torch.retries_rising
+        }
+        for key in rising.keys() - self._thrashing:
+            process = rising[key]
+            assert process.torch is not None
+            self.notify(
+                f"PID {process.pid} on GPU {process.gpu_index}: PyTorch's allocator is freeing its "
+                f"cache to fit allocations ({process.torch.alloc_retries} retries): an OOM is near",
+                title="Allocator thrashing",
+                severity="warning",
+                timeout=ALERT_TOAST_SECONDS,
+                markup=False,
+            )
+        self._thrashing = set(rising)
 
     def _toast_alerts(self, frame: MonitorFrame) -> None:
         """One toast for the alerts raised lately: GPUs of one job cross within seconds of each
