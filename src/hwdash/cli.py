@@ -74,6 +74,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
     help_asked = any(arg in ("-h", "--help") for arg in given) and chosen is None
+    starting_dashboard = chosen is None and not help_asked
+    if not starting_dashboard:
+        return _dispatch(given, chosen, help_asked)
+    from hwdash.ui import startup_gc
+
+    startup_gc.pause()  # the dashboard starts: see the module (the app resumes it)
+    try:
+        return _dispatch(given, chosen, help_asked)
+    finally:
+        startup_gc.cancel()  # an error (or --version) before the first frame
+
+
+def _dispatch(given: list[str], chosen: str | None, help_asked: bool) -> int:
+    """Parse ``given`` and run the subcommand (or the dashboard)."""
     # The dashboard (no subcommand) registers the subcommands by name only, as a subcommand run
     # does for the others: the planner's modules load when the planner is built, not at start.
     parser = build_parser(None if help_asked else (chosen or "dashboard"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,32 @@ def test_pause_does_not_take_over_a_collector_that_is_already_off(collector: Non
     startup_gc.pause()
     startup_gc.resume()
     assert not gc.isenabled()
+
+
+def test_a_dashboard_that_fails_before_its_first_frame_turns_the_collector_back_on(
+    collector: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hwdash.cli import main
+
+    frozen = gc.get_freeze_count()
+    assert main(["--interval", "0"]) == 2  # refused before any screen
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert "--interval" in capsys.readouterr().err
+
+
+async def test_the_dashboard_resumes_the_collector_after_its_first_frame(
+    collector: None, tmp_path: Path
+) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ui"))
+    from snapshot_apps.fake_dashboard import fake_app, wait_for_frames, wait_for_hidden_panes
+
+    startup_gc.pause()
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        await pilot.pause()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0  # start-up's objects moved out of the collector's way

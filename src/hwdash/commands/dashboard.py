@@ -91,7 +91,7 @@ def run(
     try:
         return _run(args, stdout=stdout, initial_tab=initial_tab)
     finally:
-        startup_gc.resume()  # no-op once the app has resumed it
+        startup_gc.cancel()  # ended before its first frame (an error): no freeze; else a no-op
 
 
 def _run(

@@ -34,3 +34,12 @@ def resume() -> None:
     gc.collect()
     gc.freeze()
     gc.enable()
+
+
+def cancel() -> None:
+    """Turn the collector back on without freezing anything (start-up ended early: an error, a
+    flag that only prints); nothing if it is not paused."""
+    global _paused
+    if _paused:
+        _paused = False
+        gc.enable()
