@@ -15,7 +15,7 @@ from hwdash import __version__
 from hwdash.errors import CatalogError, UsageError
 
 #: Subcommand modules under hwdash.commands, in the order ``--help`` lists them.
-SUBCOMMANDS = ("plan", "catalog", "monitor", "compare")
+SUBCOMMANDS = ("plan", "catalog", "monitor", "compare", "exporter")
 
 
 def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:

@@ -41,7 +41,9 @@ async def test_probed_processes_show_allocated_and_reserved_and_the_retry_warnin
         assert table.get_cells("2:31339")["torch"].text == ""  # no probe on rank 2
         thrashing = [n for n in app._notifications if n.title == "Allocator thrashing"]
         assert len(thrashing) == 1  # once, although the retries kept rising over several frames
-        assert "PID 31337 on GPU 0: PyTorch's allocator is freeing its cache" in thrashing[0].message
+        assert (
+            "PID 31337 on GPU 0: PyTorch's allocator is freeing its cache" in thrashing[0].message
+        )
         assert table.get_cells("0:31337")["trend"].text.strip()  # a sparkline, not blank
 
 

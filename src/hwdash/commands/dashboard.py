@@ -103,6 +103,7 @@ def _run(
     # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
     from hwdash.commands.monitor import (
         open_replay,
+        open_source,
         parse_blind_after,
         parse_forecast,
         parse_fraction,
@@ -132,7 +133,8 @@ def _run(
     from hwdash.telemetry.source import make_sampler
 
     replay = open_replay(args)
-    sampler: Any = make_sampler(scenario, loaded=loaded) if replay is None else replay
+    remote = open_source(args) if replay is None else None  # --prometheus
+    sampler: Any = replay or remote or make_sampler(scenario, loaded=loaded)
     if replay is not None:
         # The recording's own pace: its median gap between snapshots, over --speed.
         gaps = sorted(
@@ -165,7 +167,9 @@ def _run(
         plan_store=None,  # opened when the planner or compare pane is built
         first_snapshot=first_snapshot,
         initial_tab=tab,
-        signaller=None if replay is not None else _signaller(args, simulated=scenario is not None),
+        signaller=None
+        if replay is not None or remote is not None
+        else _signaller(args, simulated=scenario is not None),
         alert_forecast_s=forecast,
         # Simulated alerts (--demo, fake scenarios) go to their own log, never the real one.
         alert_log=default_alert_log_path(simulated=True)

@@ -151,6 +151,14 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
     )
     source.add_argument("--demo", action="store_true", help=demo_help)
     source.add_argument(
+        "--prometheus",
+        default=None,
+        metavar="URL",
+        help="read every GPU of a cluster from a Prometheus server (dcgm-exporter, hwdash "
+        "exporter or nvitop-exporter series); credentials from HWDASH_PROMETHEUS_TOKEN or "
+        "HWDASH_PROMETHEUS_USER/HWDASH_PROMETHEUS_PASSWORD",
+    )
+    source.add_argument(
         "--replay",
         default=None,
         metavar="FILE",
@@ -265,6 +273,16 @@ def parse_speed(text: str | None) -> float:
     if not 0 <= value < float("inf"):
         raise UsageError(f"must be 0 or more, got {text}", flag="--speed")
     return value
+
+
+def open_source(args: argparse.Namespace) -> Sampler | None:
+    """The sampler of ``--prometheus`` (``--replay``: :func:`open_replay`); None for NVML."""
+    url = getattr(args, "prometheus", None)
+    if url is None:
+        return None
+    from hwdash.telemetry.prometheus_source import PrometheusSampler
+
+    return PrometheusSampler(url)
 
 
 def open_replay(args: argparse.Namespace) -> ReplaySampler | None:
@@ -518,9 +536,10 @@ def run(args: argparse.Namespace) -> int:
     rule = build_rule(args, interval)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
     replay = open_replay(args)
+    source = replay if replay is not None else open_source(args)
     sampler: Sampler = (
-        replay
-        if replay is not None
+        source
+        if source is not None
         else make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2)))
     )
     engine = AlertEngine(rule)

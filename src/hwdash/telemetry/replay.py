@@ -130,6 +130,8 @@ def _gpu(data: dict[str, Any]) -> GpuSample:
         if isinstance(errors, dict)
         else (),
         memory_source="host" if source == "host" else "device",
+        host=_str(data.get("host")),
+        host_gpu=_int(data.get("host_gpu")),
         processes_reliable=data.get("processes_reliable") is not False,
     )
 

@@ -94,6 +94,8 @@ def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
         "sm_clock_mhz": gpu.sm_clock_mhz,
         "memory_clock_mhz": gpu.memory_clock_mhz,
         "forecast_full_s": gpu.forecast_full_s,
+        "host": gpu.host,
+        "host_gpu": gpu.host_gpu,
         "processes": [process_to_dict(process) for process in gpu.processes],
         "processes_reliable": gpu.processes_reliable,
         "mig": [mig_to_dict(mig) for mig in gpu.mig],

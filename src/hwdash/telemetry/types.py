@@ -155,6 +155,12 @@ class GpuSample:
     """Seconds until the GPU's memory is full at its current climb (:mod:`hwdash.core.forecast`),
     set from the history by whoever keeps one (the dashboard, the streaming monitor); None when
     memory is flat, falling or noisy, or there is no history."""
+    host: str | None = None
+    """The machine the GPU is in, when the snapshot covers several (a Prometheus source); None for
+    this machine's own GPUs. ``index`` is then a place in the cluster, ``host_gpu`` the GPU's
+    number on its host."""
+    host_gpu: int | None = None
+    """The GPU's index on its own host (a Prometheus source); None for this machine's GPUs."""
     processes_reliable: bool = True
     """False when NVML's process rows failed the sanity check (PID 0 or 0xFFFFFFFF, more memory
     than the GPU has): the rows are dropped and the reason is in ``errors``."""

@@ -589,6 +589,12 @@ class HwdashApp(App[None]):
             )
         )
 
+    @property
+    def is_cluster(self) -> bool:
+        """The snapshots cover several hosts (a Prometheus source)."""
+        frame = self.monitor.frame
+        return frame is not None and any(gpu.host for gpu in frame.snapshot.gpus)
+
     def action_replay_pause(self) -> None:
         """``space`` in a replay: pause or resume."""
         replay = self.replay
@@ -623,7 +629,13 @@ class HwdashApp(App[None]):
     def action_signal_process(self, name: str) -> None:
         """``k``/``K``: SIGTERM/SIGKILL to the selected process, after a confirmation naming it."""
         if self.signaller is None:
-            why = "a replay's processes are not live" if self.replay else "--readonly"
+            why = (
+                "a replay's processes are not live"
+                if self.replay
+                else "another machine's processes"
+                if self.is_cluster
+                else "--readonly"
+            )
             self.notify(f"Signals are off ({why}): hwdash sends none", timeout=4)
             return
         if isinstance(self.screen, ProcessDetailScreen):

@@ -1,0 +1,177 @@
+"""What ``hwdash exporter`` serves: the last snapshot as Prometheus metrics.
+
+Per GPU, under **dcgm-exporter's names and units** (NVIDIA's dcgm-exporter, ``default-counters.csv``
+and its metrics table: framebuffer memory in MiB, utilization in percent, temperature in degrees C,
+power in watts; labels ``gpu``, ``UUID``, ``modelName``, ``Hostname``), so Grafana dashboards built for
+dcgm-exporter work unchanged:
+
+``DCGM_FI_DEV_FB_USED``, ``DCGM_FI_DEV_FB_FREE``, ``DCGM_FI_DEV_FB_RESERVED``, ``DCGM_FI_DEV_GPU_UTIL``,
+``DCGM_FI_DEV_GPU_TEMP``, ``DCGM_FI_DEV_POWER_USAGE``.
+
+Plus ``hwdash_*`` series for what DCGM lacks: memory total in bytes, pressure, the alert state, the OOM
+forecast, per-process memory and, where a process runs :mod:`hwdash.probe`, PyTorch's allocated and
+reserved bytes; and the exporter's own health (when it last sampled, whether NVML answered).
+
+A scrape never calls NVML: the sampling thread keeps the last snapshot and the collector reads it, so
+a hung driver call delays nothing (the snapshot then says ``stale`` and so does
+``hwdash_exporter_stale``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from hwdash.core.units import MIB
+from hwdash.telemetry.types import GpuSample, GpuState, Snapshot
+
+#: Label names of the DCGM series (dcgm-exporter's; ``Hostname`` became ``hostname`` in 2026:
+#: readers accept both, this exporter writes dcgm-exporter's long-standing spelling).
+DCGM_LABELS = ("gpu", "UUID", "modelName", "Hostname")
+HWDASH_GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
+PROCESS_LABELS = ("gpu", "UUID", "Hostname", "pid", "user", "command")
+
+
+def _mib(value: int | None) -> float | None:
+    return None if value is None else value / MIB
+
+
+class SnapshotCollector(Collector):
+    """A ``prometheus_client`` collector over the last snapshot (set by the sampling loop)."""
+
+    def __init__(self, hostname: str) -> None:
+        self.hostname = hostname
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+
+    def update(self, snapshot: Snapshot) -> None:
+        """The snapshot the next scrape reports."""
+        with self._lock:
+            self._snapshot = snapshot
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        with self._lock:
+            return self._snapshot
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())  # families depend on what the GPUs report: collected at scrape time
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        snapshot = self.snapshot
+        health = GaugeMetricFamily(
+            "hwdash_exporter_last_sample_timestamp_seconds",
+            "When the snapshot served was taken (Unix time).",
+            labels=["Hostname"],
+        )
+        stale = GaugeMetricFamily(
+            "hwdash_exporter_stale",
+            "1 when NVML did not answer in time and the values are the last good ones.",
+            labels=["Hostname"],
+        )
+        nvml = GaugeMetricFamily(
+            "hwdash_nvml_available", "1 when NVML answered.", labels=["Hostname"]
+        )
+        if snapshot is None:
+            return
+        host = [self.hostname]
+        health.add_metric(host, snapshot.timestamp)
+        stale.add_metric(host, 1.0 if snapshot.stale else 0.0)
+        nvml.add_metric(host, 1.0 if snapshot.nvml.available else 0.0)
+        yield health
+        yield stale
+        yield nvml
+        yield from self._gpu_families(snapshot.gpus)
+
+    def _gpu_families(self, gpus: tuple[GpuSample, ...]) -> Iterator[GaugeMetricFamily]:
+        def family(name: str, documentation: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, documentation, labels=list(labels))
+
+        used = family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", DCGM_LABELS)
+        free = family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", DCGM_LABELS)
+        reserved = family(
+            "DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", DCGM_LABELS
+        )
+        util = family("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", DCGM_LABELS)
+        temp = family("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", DCGM_LABELS)
+        power = family("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", DCGM_LABELS)
+        total = family(
+            "hwdash_gpu_memory_total_bytes",
+            "Memory of the GPU as NVML reports it.",
+            HWDASH_GPU_LABELS,
+        )
+        pressure = family(
+            "hwdash_gpu_memory_pressure",
+            "1 - free/total: how much a new allocation can no longer get (0..1).",
+            HWDASH_GPU_LABELS,
+        )
+        alert = family(
+            "hwdash_gpu_alert",
+            "1 while hwdash's alert rule holds an alert for the GPU (memory, blind or lost).",
+            HWDASH_GPU_LABELS,
+        )
+        lost = family("hwdash_gpu_lost", "1 when the GPU stopped answering.", HWDASH_GPU_LABELS)
+        forecast = family(
+            "hwdash_gpu_forecast_full_seconds",
+            "Seconds until memory is full at its current climb (absent: no such trend).",
+            HWDASH_GPU_LABELS,
+        )
+        process_used = family(
+            "hwdash_process_memory_used_bytes", "GPU memory NVML charges a process.", PROCESS_LABELS
+        )
+        allocated = family(
+            "hwdash_process_torch_allocated_bytes",
+            "PyTorch memory_allocated of a process running hwdash.probe.",
+            PROCESS_LABELS,
+        )
+        torch_reserved = family(
+            "hwdash_process_torch_reserved_bytes",
+            "PyTorch memory_reserved (the caching allocator's pool) of a probed process.",
+            PROCESS_LABELS,
+        )
+        retries = family(
+            "hwdash_process_torch_alloc_retries",
+            "PyTorch num_alloc_retries of a probed process (rising: an OOM is near).",
+            PROCESS_LABELS,
+        )
+        for gpu in gpus:
+            labels = [str(gpu.index), gpu.uuid or "", gpu.name or "", self.hostname]
+            for target, value in (
+                (used, _mib(gpu.used_bytes)),
+                (free, _mib(gpu.free_bytes)),
+                (reserved, _mib(gpu.reserved_bytes)),
+                (util, gpu.utilization_gpu),
+                (temp, gpu.temperature_c),
+                (power, gpu.power_w),
+                (total, gpu.total_bytes),
+                (pressure, gpu.pressure),
+                (forecast, gpu.forecast_full_s),
+            ):
+                if value is not None:
+                    target.add_metric(labels, float(value))
+            alert.add_metric(labels, 1.0 if gpu.state is not GpuState.OK else 0.0)
+            lost.add_metric(labels, 1.0 if gpu.state is GpuState.LOST else 0.0)
+            for process in gpu.processes:
+                command = (process.cmdline or process.name or "")[:200]
+                process_labels = [
+                    str(gpu.index),
+                    gpu.uuid or "",
+                    self.hostname,
+                    str(process.pid),
+                    process.user or "",
+                    command,
+                ]
+                if process.used_bytes is not None:
+                    process_used.add_metric(process_labels, float(process.used_bytes))
+                if process.torch is not None:
+                    allocated.add_metric(process_labels, float(process.torch.allocated_bytes))
+                    torch_reserved.add_metric(process_labels, float(process.torch.reserved_bytes))
+                    retries.add_metric(process_labels, float(process.torch.alloc_retries))
+        yield from (
+            used, free, reserved, util, temp, power, total, pressure, alert, lost, forecast,
+            process_used, allocated, torch_reserved, retries,
+        )  # fmt: skip

@@ -1,0 +1,343 @@
+"""A cluster's GPUs read back from a Prometheus server: one more sampler behind the same protocol.
+
+Each round is one instant query over the HTTP API (``/api/v1/query``, Prometheus' documented query
+API) for every series hwdash understands, selected by name:
+
+* dcgm-exporter's (``DCGM_FI_DEV_FB_USED``/``FREE``/``RESERVED`` in MiB, ``DCGM_FI_DEV_GPU_UTIL``,
+  ``DCGM_FI_DEV_GPU_TEMP``, ``DCGM_FI_DEV_POWER_USAGE``; labels ``gpu``, ``UUID``, ``modelName`` and
+  ``Hostname``, which dcgm-exporter renamed ``hostname`` in 2026: both are read);
+* ``hwdash exporter``'s (the same DCGM series plus ``hwdash_*``: total bytes, the forecast,
+  per-process memory and the PyTorch probe's numbers);
+* nvitop-exporter's, whose names carry the unit (``gpu_memory_used_MiB``, ``gpu_utilization_Percentage``;
+  labels ``hostname``, ``index``, ``devicename``, ``uuid``).
+
+GPUs are numbered across the cluster in the order first seen (host, then the host's GPU number), so
+history and alerts stay with their GPU; ``host`` and ``host_gpu`` say where each is. A host whose series
+stop (Prometheus drops a failed target's series) keeps its last values, marked stale with how long ago
+they were read; an unreachable server or a failed query is said in words and the last values are shown
+as stale. Credentials come from the environment, never the command line:
+``HWDASH_PROMETHEUS_TOKEN`` (a bearer token) or ``HWDASH_PROMETHEUS_USER`` and
+``HWDASH_PROMETHEUS_PASSWORD`` (basic auth).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hwdash.core.units import MIB
+from hwdash.errors import UsageError
+from hwdash.telemetry.types import GpuSample, NvmlStatus, ProcessSample, Snapshot, TorchSample
+
+if TYPE_CHECKING:  # urllib.request (http.client, email) loads only when a query is made
+    import urllib.request
+
+#: Series name -> (field, scale to hwdash's units).
+SERIES: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_FB_USED": ("used_bytes", MIB),
+    "DCGM_FI_DEV_FB_FREE": ("free_bytes", MIB),
+    "DCGM_FI_DEV_FB_RESERVED": ("reserved_bytes", MIB),
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "hwdash_gpu_memory_total_bytes": ("total_bytes", 1.0),
+    "hwdash_gpu_forecast_full_seconds": ("forecast_full_s", 1.0),
+    # nvitop-exporter: the unit is part of the name.
+    "gpu_memory_used_MiB": ("used_bytes", MIB),
+    "gpu_memory_free_MiB": ("free_bytes", MIB),
+    "gpu_memory_total_MiB": ("total_bytes", MIB),
+    "gpu_utilization_Percentage": ("utilization_gpu", 1.0),
+    "gpu_temperature_C": ("temperature_c", 1.0),
+    "gpu_power_usage_W": ("power_w", 1.0),
+    "gpu_power_limit_W": ("power_limit_w", 1.0),
+}
+PROCESS_SERIES = {
+    "hwdash_process_memory_used_bytes": "used_bytes",
+    "hwdash_process_torch_allocated_bytes": "allocated_bytes",
+    "hwdash_process_torch_reserved_bytes": "reserved_bytes",
+    "hwdash_process_torch_alloc_retries": "alloc_retries",
+}
+INTEGER_FIELDS = {"used_bytes", "free_bytes", "reserved_bytes", "total_bytes"}
+QUERY = "{__name__=~%s}" % json.dumps("|".join([*SERIES, *PROCESS_SERIES]))  # noqa: UP031
+STALE_AFTER_S = 30.0
+"""A host whose series have not been seen for this long is shown as stale."""
+
+TOKEN_ENV = "HWDASH_PROMETHEUS_TOKEN"
+USER_ENV = "HWDASH_PROMETHEUS_USER"
+PASSWORD_ENV = "HWDASH_PROMETHEUS_PASSWORD"
+
+
+class PrometheusError(Exception):
+    """The server could not be asked, or answered with an error; the message says which."""
+
+
+def _label(labels: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return None
+
+
+def auth_header(environ: Mapping[str, str]) -> str | None:
+    """The Authorization header from the environment (a token wins over user and password)."""
+    token = environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return f"Bearer {token}"
+    user = environ.get(USER_ENV, "")
+    if user:
+        secret = f"{user}:{environ.get(PASSWORD_ENV, '')}".encode()
+        return "Basic " + base64.b64encode(secret).decode("ascii")
+    return None
+
+
+def check_url(url: str) -> str:
+    """An http(s) URL without credentials in it (they belong in the environment)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise UsageError(f"{url!r} is not an http:// or https:// URL", flag="--prometheus")
+    if parsed.username or parsed.password:
+        raise UsageError(
+            f"put credentials in {TOKEN_ENV} or {USER_ENV}/{PASSWORD_ENV}, not in the URL "
+            "(command lines are visible to every user of the machine)",
+            flag="--prometheus",
+        )
+    return url.rstrip("/")
+
+
+class PrometheusSampler:
+    """Implements :class:`~hwdash.telemetry.types.Sampler` over a Prometheus server."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 3.0,
+        environ: Mapping[str, str] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        fetch: Callable[[urllib.request.Request, float], bytes] | None = None,
+    ) -> None:
+        import os
+
+        self.url = check_url(url)
+        self.timeout_s = timeout_s
+        self._auth = auth_header(os.environ if environ is None else environ)
+        self._clock = wall_clock
+        self._fetch = fetch or _fetch
+        self._indices: dict[tuple[str, str], int] = {}
+        self._last: dict[int, GpuSample] = {}
+        self._seen_at: dict[str, float] = {}
+
+    # -- the query ----------------------------------------------------------------------------
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """An instant query's result vector. Raises :class:`PrometheusError`."""
+        import urllib.error
+        import urllib.request
+
+        address = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        request = urllib.request.Request(address, headers={"Accept": "application/json"})
+        if self._auth:
+            request.add_header("Authorization", self._auth)
+        try:
+            body = self._fetch(request, self.timeout_s)
+        except urllib.error.HTTPError as exc:
+            detail = _error_detail(exc)
+            raise PrometheusError(
+                f"Prometheus at {self.url} answered HTTP {exc.code}{detail}"
+            ) from None
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PrometheusError(f"Prometheus at {self.url} cannot be reached: {reason}") from None
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise PrometheusError(f"{self.url} did not answer with Prometheus' JSON") from None
+        if not isinstance(data, dict) or data.get("status") != "success":
+            error = data.get("error") if isinstance(data, dict) else None
+            raise PrometheusError(f"the query failed: {error or 'no reason given'}")
+        result = data.get("data", {}).get("result")
+        if not isinstance(result, list):
+            raise PrometheusError("the query did not return an instant vector")
+        return [item for item in result if isinstance(item, dict)]
+
+    # -- the sampler ----------------------------------------------------------------------------
+
+    def sample(self) -> Snapshot:
+        started = time.perf_counter()
+        now = self._clock()
+        try:
+            result = self.query(QUERY)
+        except PrometheusError as exc:
+            return self._unreachable(now, str(exc), started)
+        gpus = self._gpus(result, now)
+        status = NvmlStatus(available=True, driver_version=f"Prometheus {self.url}")
+        errors = tuple(self._stale_hosts(now))
+        if not gpus:
+            status = NvmlStatus(
+                available=False,
+                error=f"Prometheus at {self.url} has no GPU series (dcgm-exporter, hwdash exporter "
+                "or nvitop-exporter)",
+            )
+        return Snapshot(
+            timestamp=now,
+            nvml=status,
+            gpus=gpus,
+            errors=errors,
+            sample_seconds=time.perf_counter() - started,
+        )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _unreachable(self, now: float, message: str, started: float) -> Snapshot:
+        last = tuple(self._mark_stale(gpu, now) for _index, gpu in sorted(self._last.items()))
+        return Snapshot(
+            timestamp=now,
+            nvml=NvmlStatus(
+                available=bool(last), error=message, driver_version=f"Prometheus {self.url}"
+            ),
+            gpus=last,
+            errors=(message,),
+            stale=bool(last),
+            sample_seconds=time.perf_counter() - started,
+        )
+
+    def _mark_stale(self, gpu: GpuSample, now: float) -> GpuSample:
+        seen = self._seen_at.get(gpu.host or "", now)
+        note = f"stale: no data from {gpu.host} for {now - seen:.0f} s (last values shown)"
+        errors = (*(item for item in gpu.errors if item[0] != "host"), ("host", note))
+        return dataclasses.replace(gpu, errors=errors)
+
+    def _stale_hosts(self, now: float) -> list[str]:
+        return [
+            f"{host}: no data for {now - seen:.0f} s (its last values are shown, marked stale)"
+            for host, seen in sorted(self._seen_at.items())
+            if now - seen >= STALE_AFTER_S
+        ]
+
+    def _gpus(self, result: list[dict[str, Any]], now: float) -> tuple[GpuSample, ...]:
+        fields: dict[tuple[str, str], dict[str, Any]] = {}
+        processes: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        for item in result:
+            labels = item.get("metric") or {}
+            value = _value(item.get("value"))
+            name = labels.get("__name__", "")
+            host = _label(labels, "Hostname", "hostname", "instance")
+            gpu = _label(labels, "gpu", "index")
+            if host is None or gpu is None or value is None:
+                continue
+            key = (host, gpu)
+            entry = fields.setdefault(key, {})
+            entry.setdefault("name", _label(labels, "modelName", "devicename"))
+            entry.setdefault("uuid", _label(labels, "UUID", "uuid"))
+            if name in SERIES:
+                field, scale = SERIES[name]
+                entry[field] = value * scale
+            elif name in PROCESS_SERIES:
+                pid = labels.get("pid", "")
+                row = processes.setdefault(key, {}).setdefault(pid, {"labels": labels})
+                row[PROCESS_SERIES[name]] = value
+        present: set[int] = set()
+        for (host, gpu), entry in fields.items():
+            index = self._indices.setdefault((host, gpu), len(self._indices))
+            present.add(index)
+            self._seen_at[host] = now
+            self._last[index] = self._sample(
+                index, host, gpu, entry, processes.get((host, gpu), {})
+            )
+        shown: list[GpuSample] = []
+        for index, last in sorted(self._last.items()):
+            shown.append(last if index in present else self._mark_stale(last, now))
+        return tuple(shown)
+
+    def _sample(
+        self,
+        index: int,
+        host: str,
+        gpu: str,
+        entry: dict[str, Any],
+        processes: dict[str, dict[str, Any]],
+    ) -> GpuSample:
+        values = {
+            field: (round(value) if field in INTEGER_FIELDS else value)
+            for field, value in entry.items()
+            if field not in ("name", "uuid")
+        }
+        used, free, reserved = (
+            values.get(f) for f in ("used_bytes", "free_bytes", "reserved_bytes")
+        )
+        if "total_bytes" not in values and used is not None and free is not None:
+            # dcgm-exporter has no total: framebuffer total = used + free + reserved.
+            values["total_bytes"] = used + free + (reserved or 0)
+        return GpuSample(
+            index=index,
+            name=entry.get("name"),
+            uuid=entry.get("uuid"),
+            host=host,
+            host_gpu=int(gpu) if gpu.isdigit() else None,
+            processes=tuple(
+                _process(index, pid, row) for pid, row in sorted(processes.items()) if pid.isdigit()
+            ),
+            **values,
+        )
+
+
+def _process(index: int, pid: str, row: dict[str, Any]) -> ProcessSample:
+    labels = row["labels"]
+    torch = None
+    if "allocated_bytes" in row or "reserved_bytes" in row:
+        torch = TorchSample(
+            allocated_bytes=round(row.get("allocated_bytes", 0)),
+            reserved_bytes=round(row.get("reserved_bytes", 0)),
+            max_allocated_bytes=0,
+            max_reserved_bytes=0,
+            alloc_retries=round(row.get("alloc_retries", 0)),
+            ooms=0,
+            step=None,
+        )
+    used = row.get("used_bytes")
+    return ProcessSample(
+        pid=int(pid),
+        gpu_index=index,
+        kind="compute",
+        used_bytes=None if used is None else round(used),
+        visible=False,  # another machine's PID: never looked up here
+        verifiable=False,
+        user=labels.get("user") or None,
+        cmdline=labels.get("command") or None,
+        torch=torch,
+    )
+
+
+def _value(pair: Any) -> float | None:
+    if not isinstance(pair, list) or len(pair) != 2:
+        return None
+    try:
+        value = float(pair[1])
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _error_detail(exc: Any) -> str:
+    try:
+        data = json.loads(exc.read())
+    except (ValueError, OSError):
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    return f": {error}" if error else ""
+
+
+def _fetch(request: urllib.request.Request, timeout: float) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # check_url: http(s) only
+        body: bytes = response.read()
+    return body
