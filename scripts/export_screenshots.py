@@ -22,13 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # The fake-GPU app builder shared with the snapshot tests (real sampler, fake pynvml, fixed host).
 sys.path.insert(0, str(ROOT / "tests" / "ui"))
 
-from snapshot_apps.fake_dashboard import fake_app, replay, shared_catalog  # noqa: E402
+from snapshot_apps.fake_dashboard import (  # noqa: E402
+    ClusterSampler,
+    fake_app,
+    replay,
+    shared_catalog,
+    wait_for_frames,
+)
 
 from hwdash.core.fit import evaluate_plan  # noqa: E402
 from hwdash.core.plan import Method, Plan, Precision  # noqa: E402
 from hwdash.core.plan_store import PlanStore, PlanSummary  # noqa: E402
 from hwdash.telemetry.signals import SimulatedSignaller  # noqa: E402
-from hwdash.ui.app import TabName  # noqa: E402
+from hwdash.ui.app import TabName, make_app  # noqa: E402
 from hwdash.ui.widgets.planner_flavors import FlavorTable  # noqa: E402
 
 
@@ -155,11 +161,32 @@ async def take(shot: Shot, out_dir: Path) -> Path:
     return path
 
 
+async def take_cluster(out_dir: Path) -> Path:
+    """The monitor over a cluster as a Prometheus source gives it (four hosts, one stale)."""
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=ClusterSampler(),
+        interval=3600,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+    )
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        path = Path(app.save_screenshot(filename="cluster.svg", path=str(out_dir)))
+    app.finish()
+    return path
+
+
 async def main(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for shot in SHOTS:
         path = await take(shot, out_dir)
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    path = await take_cluster(out_dir)
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":

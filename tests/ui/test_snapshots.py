@@ -109,3 +109,24 @@ def test_monitor_with_probed_processes_and_a_forecast(
         await replay(pilot, app, clock, until_s=100, step_s=4)
 
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
+
+
+def test_cluster_of_32_gpus_at_120x40(snap_compare: SnapCompare, tmp_path: Path) -> None:
+    from snapshot_apps.fake_dashboard import ClusterSampler, shared_catalog, wait_for_frames
+
+    from hwdash.ui.app import make_app
+
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=ClusterSampler(),
+        interval=3600,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+    )
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

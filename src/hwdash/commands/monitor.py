@@ -314,9 +314,14 @@ def _memory(gpu: GpuSample) -> str:
     return f"mem {taken / 2**30:5.1f}/{format_bytes(gpu.total_bytes, unit='GiB')} {pressure:6.1%}"
 
 
+def _gpu_number(gpu: GpuSample) -> str:
+    """``3``, or ``node-c:1`` for a cluster's GPU (its host and its number there)."""
+    return f"{gpu.host}:{gpu.host_gpu}" if gpu.host else str(gpu.index)
+
+
 def gpu_line(gpu: GpuSample, clock: str) -> str:
     """One streaming line for one GPU (plain text: written to stdout, never through rich)."""
-    head = f"{clock} gpu{gpu.index} {gpu.name or 'unknown GPU'}"
+    head = f"{clock} gpu{_gpu_number(gpu)} {gpu.name or 'unknown GPU'}"
     if gpu.state in (GpuState.LOST, GpuState.ERROR):
         reason = "; ".join(f"{name}: {why}" for name, why in gpu.errors) or gpu.state.value
         return f"{head} {gpu.state.value.upper()} ({reason})"
@@ -438,7 +443,7 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
                 *(
                     Text(cell)
                     for cell in (
-                        str(gpu.index),
+                        _gpu_number(gpu),
                         gpu.name or "unknown",
                         memory,
                         reserved,

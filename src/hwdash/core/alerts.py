@@ -167,7 +167,10 @@ def _taken_bytes(unit: _Unit) -> int | None:
 
 
 def _label(gpu: GpuReading, mig: MigReading | None = None) -> str:
-    label = f"GPU {gpu.index} ({gpu.name})" if gpu.name else f"GPU {gpu.index}"
+    # A cluster's GPU (a Prometheus source) is named by its host and its number there.
+    host = getattr(gpu, "host", None)
+    number = f"{host} GPU {getattr(gpu, 'host_gpu', None)}" if host else f"GPU {gpu.index}"
+    label = f"{number} ({gpu.name})" if gpu.name else number
     if mig is not None:
         label += f" MIG slot {mig.index}" + (f" ({mig.name})" if mig.name else "")
     return label
@@ -215,6 +218,11 @@ class AlertEngine:
 
     rule: AlertRule = field(default_factory=AlertRule)
     _states: dict[UnitKey, _UnitState] = field(default_factory=dict, init=False, repr=False)
+    _migs: dict[int, set[int]] = field(default_factory=dict, init=False, repr=False)
+    """MIG slots with a state, per GPU (a cluster's hundreds of GPUs are not scanned per GPU)."""
+
+    def _mig_slots(self, gpu_index: int) -> set[int]:
+        return set(self._migs.get(gpu_index, ()))
 
     def update(self, snapshot: SnapshotReading) -> list[AlertEvent]:
         """Events caused by this snapshot (usually none)."""
@@ -264,22 +272,23 @@ class AlertEngine:
             events.extend(self._pressure(gpu, None, state, now))
             present = {mig.index for mig in gpu.mig}
             for mig in gpu.mig:
+                self._migs.setdefault(gpu.index, set()).add(mig.index)
                 mig_state = self._states.setdefault(
                     (gpu.index, mig.index), _UnitState(seen_fresh_at=now)
                 )
                 events.extend(self._pressure(gpu, mig, mig_state, now))
-            for (index, slot), gone in list(self._states.items()):
-                if index == gpu.index and slot is not None and slot not in present:
-                    if gone.raised is not None:
-                        events.append(
-                            replace(
-                                gone.raised,
-                                kind="cleared",
-                                timestamp=now,
-                                message=f"{_label(gpu)} MIG slot {slot} is gone",
-                            )
+            for slot in sorted(self._mig_slots(gpu.index) - present):
+                gone = self._states.pop((gpu.index, slot))
+                self._migs[gpu.index].discard(slot)
+                if gone.raised is not None:
+                    events.append(
+                        replace(
+                            gone.raised,
+                            kind="cleared",
+                            timestamp=now,
+                            message=f"{_label(gpu)} MIG slot {slot} is gone",
                         )
-                    del self._states[(index, slot)]
+                    )
         return events
 
     def _pressure(
@@ -309,8 +318,8 @@ class AlertEngine:
         return []
 
     def _forget_mig(self, gpu_index: int) -> None:
-        for key in [key for key in self._states if key[0] == gpu_index and key[1] is not None]:
-            del self._states[key]
+        for slot in self._migs.pop(gpu_index, set()):
+            self._states.pop((gpu_index, slot), None)
 
     def _event(
         self,

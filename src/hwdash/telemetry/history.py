@@ -66,7 +66,8 @@ class History:
         self._gpus: dict[int, deque[GpuPoint]] = {}
         self._host: deque[HostPoint] = deque(maxlen=self.capacity)
         self._processes: dict[str, deque[tuple[float, int | None]]] = {}
-        self._forecasts: dict[int, tuple[float, float | None]] = {}
+        self._forecasts: dict[int, tuple[float, float | None, float]] = {}
+        """Per GPU: when its forecast was fitted, the forecast, when to fit it again."""
 
     def add(self, snapshot: Snapshot) -> None:
         """Record one snapshot (stale snapshots are skipped: they repeat old values)."""
@@ -140,9 +141,9 @@ class History:
         now = snapshot.timestamp
         for gpu in snapshot.gpus:
             cached = self._forecasts.get(gpu.index)
-            if cached is not None and 0 <= now - cached[0] < FORECAST_EVERY_S:
+            if cached is not None and cached[0] <= now < cached[2]:
                 # Between fits the last forecast counts down (a fit costs ~0.1 ms a GPU).
-                at, seconds = cached
+                at, seconds, _due = cached
                 left = None if seconds is None else round(max(0.0, seconds - (now - at)), 1)
                 gpus.append(dataclasses.replace(gpu, forecast_full_s=left))
                 continue
@@ -161,7 +162,10 @@ class History:
                 recent = forecast_full(points, window_s=window_s / 2, min_points=6)
                 if whole is not None and recent is not None:
                     seconds = round(max(whole.seconds_to_full, recent.seconds_to_full), 1)
-            self._forecasts[gpu.index] = (now, seconds)
+            # GPUs take turns: GPU i's first refit comes i/5 of a period early, so a cluster's
+            # hundreds of GPUs are not all fitted again in the same round.
+            spread = 0.0 if cached is not None else (gpu.index % 5) * FORECAST_EVERY_S / 5
+            self._forecasts[gpu.index] = (now, seconds, now + FORECAST_EVERY_S - spread)
             gpus.append(dataclasses.replace(gpu, forecast_full_s=seconds))
         return dataclasses.replace(snapshot, gpus=tuple(gpus))
 

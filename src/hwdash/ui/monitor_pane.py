@@ -23,6 +23,7 @@ from hwdash.core.units import GIB, format_bytes
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
 from hwdash.ui.sampling import MonitorFrame, short_gpu_name
 from hwdash.ui.widgets.monitor_cells import TextCell
+from hwdash.ui.widgets.monitor_cluster import ClusterTable
 from hwdash.ui.widgets.monitor_gpu import GpuCard, GpuHeading
 from hwdash.ui.widgets.monitor_processes import ProcessTable
 
@@ -112,10 +113,14 @@ def status_text(snapshot: Snapshot | None) -> str:
     if not nvml.available:
         return "No GPU telemetry (the message below says why)."
     count = len(snapshot.gpus)
+    hosts = {gpu.host for gpu in snapshot.gpus if gpu.host}
+    source = nvml.driver_version or "n/a"
     parts = [
-        f"NVIDIA driver {nvml.driver_version or 'n/a'}",
+        source if source.startswith("Prometheus") else f"NVIDIA driver {source}",
         f"{count} GPU" + ("" if count == 1 else "s"),
     ]
+    if hosts:
+        parts[-1] += f" on {len(hosts)} host" + ("" if len(hosts) == 1 else "s")
     if snapshot.errors:
         parts.append("; ".join(snapshot.errors))
     return "  ·  ".join(parts)
@@ -164,10 +169,9 @@ def _alert_units(gpus: tuple[GpuSample, ...]) -> list[_AlertUnit]:
             taken = None
             if gpu.total_bytes is not None and gpu.free_bytes is not None:
                 taken = gpu.total_bytes - gpu.free_bytes
+            label = f"{gpu.host}:{gpu.host_gpu}" if gpu.host else str(gpu.index)
             units.append(
-                _AlertUnit(
-                    str(gpu.index), short_gpu_name(gpu.name), gpu.pressure, taken, gpu.total_bytes
-                )
+                _AlertUnit(label, short_gpu_name(gpu.name), gpu.pressure, taken, gpu.total_bytes)
             )
     return units
 
@@ -280,6 +284,8 @@ class MonitorPane(Vertical):
         self.nvml_cell = TextCell(id="nvml-message", fixed_height=False)
         self.heading = GpuHeading(threshold, id="gpu-heading")
         self.gpu_list = Vertical(id="gpu-list")
+        self.cluster_table = ClusterTable(id="cluster-table")
+        self.cluster_table.display = False
         self.host_cell = HostLine(id="host-line")
         self.process_table = ProcessTable(id="process-table")
 
@@ -290,6 +296,7 @@ class MonitorPane(Vertical):
         yield self.nvml_cell
         yield self.heading
         yield self.gpu_list
+        yield self.cluster_table
         yield self.host_cell
         yield self.process_table
 
@@ -372,10 +379,21 @@ class MonitorPane(Vertical):
         message = self.nvml_cell
         message.set_class(problem is not None, "-active")
         message.show(problem or "")
-        self.heading.display = bool(gpus)
-
-        self._sync_cards(gpus)
-        for gpu in gpus:
+        cluster = any(gpu.host for gpu in gpus)
+        self.heading.display = bool(gpus) and not cluster
+        self.gpu_list.display = not cluster
+        self.cluster_table.display = cluster
+        # Many hosts' GPUs: one line each in one widget, grouped by host (not a card each); the
+        # host line and the process table are this machine's, so they give the cluster the room.
+        self.host_cell.display = not cluster
+        self.process_table.display = not cluster
+        if cluster:
+            self.cluster_table.show(gpus, self.threshold)
+            gpus_for_cards: tuple[GpuSample, ...] = ()
+        else:
+            gpus_for_cards = gpus
+        self._sync_cards(gpus_for_cards)
+        for gpu in gpus_for_cards:
             self._cards[gpu.index].show(
                 gpu,
                 frame.history_for(gpu.index) if frame else (),

@@ -116,7 +116,10 @@ def short_gpu_name(name: str | None) -> str:
 
 
 def short_gpu_label(gpu: GpuSample) -> str:
-    """``GPU 2 A100-SXM4-80GB``: the index and the name without the vendor prefix."""
+    """``GPU 2 A100-SXM4-80GB``: the index and the name without the vendor prefix; a cluster's GPU
+    is named by its host and its number there (``node-c GPU 1 A100-SXM4-80GB``)."""
+    if gpu.host:
+        return f"{gpu.host} GPU {gpu.host_gpu} {short_gpu_name(gpu.name)}"
     return f"GPU {gpu.index} {short_gpu_name(gpu.name)}"
 
 
@@ -135,7 +138,7 @@ def alert_notice(gpu: GpuSample, kind: str = "raised", mig_index: int | None = N
     """The words for one alert (``raised``, ``lost`` or ``blind``) on a GPU or one of its MIG
     instances, from the current sample (so the status line stays live)."""
     label = short_gpu_label(gpu)
-    who = f"GPU {gpu.index}"
+    who = f"{gpu.host} GPU {gpu.host_gpu}" if gpu.host else f"GPU {gpu.index}"
     pressure = gpu.pressure
     mig = next((m for m in gpu.mig if m.index == mig_index), None)
     if mig_index is not None:

@@ -18,7 +18,7 @@ from hwdash.telemetry.host_sampler import HostProcessInfo
 from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.probes import ProbeJoiner
 from hwdash.telemetry.system_sampler import SystemSampler
-from hwdash.telemetry.types import HostSample
+from hwdash.telemetry.types import GpuSample, HostSample, NvmlStatus, Snapshot
 from hwdash.ui.app import HwdashApp, TabName, make_app
 
 GIB = 1024**3
@@ -148,3 +148,41 @@ async def wait_for_hidden_panes(pilot: Any, app: HwdashApp, timeout_s: float = 1
         await pilot.pause(0.01)
     await pilot.pause()
     await pilot.pause()
+
+
+class ClusterSampler:
+    """Four hosts of eight GPUs as a Prometheus source gives them: node-02's GPU 5 is 95% full,
+    node-03 stopped reporting."""
+
+    def sample(self) -> Snapshot:
+        gib = 1024**3
+        gpus = []
+        for host in range(4):
+            for gpu in range(8):
+                full = 95 if (host, gpu) == (2, 5) else (host * 13 + gpu * 7) % 55 + 30
+                gpus.append(
+                    GpuSample(
+                        index=host * 8 + gpu,
+                        name="NVIDIA H100 80GB HBM3",
+                        uuid=None,
+                        host=f"node-{host:02d}",
+                        host_gpu=gpu,
+                        total_bytes=80 * gib,
+                        free_bytes=round(80 * gib * (1 - full / 100)),
+                        reserved_bytes=gib // 2,
+                        utilization_gpu=95.0,
+                        temperature_c=61.0,
+                        power_w=512.0,
+                        errors=(("host", "stale: no data from node-03 for 42 s"),)
+                        if host == 3
+                        else (),
+                    )
+                )
+        return Snapshot(
+            timestamp=1_795_000_000.0,
+            nvml=NvmlStatus(available=True, driver_version="Prometheus http://prometheus:9090"),
+            gpus=tuple(gpus),
+        )
+
+    def close(self) -> None:
+        pass

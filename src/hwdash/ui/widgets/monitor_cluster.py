@@ -1,0 +1,189 @@
+"""Every GPU of a cluster (a Prometheus source), one line each, grouped by host, hottest first.
+
+A single widget drawing its own lines (Textual's line API): only the lines on screen are rendered,
+each line is cached by its text, and a round that changes a few GPUs repaints a few lines, so 100
+hosts x 8 GPUs stay cheap (``bench/cluster_bench.py``). Hosts are ordered by their fullest GPU, the
+GPUs of a host by pressure; a host whose data stopped is marked stale on its heading and its rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from hwdash.core.units import GIB
+from hwdash.telemetry.types import GpuSample, GpuState
+from hwdash.ui.sampling import short_gpu_name
+from hwdash.ui.widgets.monitor_cells import BarModel, bar_runs
+from hwdash.ui.widgets.monitor_gpu import fit_text, forecast_text, percent_text
+
+#: Columns of a GPU line after the bar: (width, alignment).
+BAR_MIN = 10
+HOST_WIDTH = 16
+NAME_WIDTH = 17
+
+
+@dataclass(frozen=True)
+class ClusterLine:
+    """One line of the table: a host heading or one GPU."""
+
+    kind: str
+    """``gpu`` (one line per GPU)."""
+    text: tuple[str, ...]
+    """The cells' text (what the line's cache is keyed on)."""
+    bar: BarModel | None = None
+    alert: bool = False
+    stale: bool = False
+
+
+def _stale_note(gpu: GpuSample) -> str | None:
+    return next((why for field, why in gpu.errors if field == "host"), None)
+
+
+def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[ClusterLine]:
+    """One line per GPU, grouped by host (the host whose fullest GPU is fullest first), each host's
+    GPUs fullest first; the host's name is on its first line (32 GPUs fit a 120x40 screen)."""
+    hosts: dict[str, list[tuple[float, int, GpuSample]]] = {}
+    for gpu in gpus:
+        pressure = gpu.pressure
+        heat = -1.0 if pressure is None else pressure
+        hosts.setdefault(gpu.host or "this machine", []).append((-heat, gpu.host_gpu or 0, gpu))
+    for members in hosts.values():
+        members.sort(key=lambda item: (item[0], item[1]))  # fullest first
+    order = sorted(hosts, key=lambda host: (hosts[host][0][0], host))
+    lines: list[ClusterLine] = []
+    for host in order:
+        for place, (minus_heat, _number, gpu) in enumerate(hosts[host]):
+            stale = _stale_note(gpu) is not None
+            host_cell = ""
+            if place == 0:
+                host_cell = host + (" (stale)" if stale else "")
+            taken = None
+            if gpu.total_bytes is not None and gpu.free_bytes is not None:
+                taken = gpu.total_bytes - gpu.free_bytes
+            memory = (
+                "n/a"
+                if taken is None or gpu.total_bytes is None
+                else f"{taken / GIB:.1f}/{gpu.total_bytes / GIB:.0f}G"
+            )
+            alert = gpu.state is not GpuState.OK
+            used = gpu.used_bytes
+            if used is None and taken is not None:
+                used = taken - (gpu.reserved_bytes or 0)
+            bar = BarModel(
+                total=gpu.total_bytes,
+                reserved=gpu.reserved_bytes,
+                used=used,
+                threshold=threshold,
+                alert=alert,
+                message="GPU lost" if gpu.state is GpuState.LOST else None,
+            )
+            number = "?" if gpu.host_gpu is None else str(gpu.host_gpu)
+            text = (
+                host_cell,
+                f"{number:>2} {short_gpu_name(gpu.name)}",
+                percent_text(None if minus_heat > 0 else -minus_heat * 100),
+                memory,
+                forecast_text(gpu.forecast_full_s),
+                percent_text(gpu.utilization_gpu),
+                "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}°C",
+                "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f}W",
+            )
+            lines.append(ClusterLine("gpu", text, bar=bar, alert=alert, stale=stale))
+    return lines
+
+
+#: Widths of the cells after the name: pressure, memory, forecast, util, temp, power.
+CELL_WIDTHS = (4, 10, 5, 4, 5, 5)
+
+
+class ClusterTable(ScrollView, can_focus=True):
+    """The cluster's GPUs (see the module); scroll with the arrows, the wheel or page keys."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "cluster-table--host",
+        "cluster-table--alert",
+        "cluster-table--stale",
+    }
+    DEFAULT_CSS = """
+    ClusterTable { height: 1fr; min-height: 3; }
+    ClusterTable > .cluster-table--host { text-style: bold; color: $accent; }
+    ClusterTable > .cluster-table--alert { color: $error; text-style: bold; }
+    ClusterTable > .cluster-table--stale { text-style: dim italic; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.lines: list[ClusterLine] = []
+        self._strips: dict[tuple[object, ...], Strip] = {}
+        self._drawn: dict[int, tuple[object, ...]] = {}
+
+    def show(self, gpus: tuple[GpuSample, ...], threshold: float) -> None:
+        """Bring the table in line with these GPUs, repainting only the lines that changed."""
+        self.lines = cluster_lines(gpus, threshold)
+        self.virtual_size = Size(self.size.width, len(self.lines))
+        if not self.is_mounted:
+            return
+        width = self.size.width
+        for y in range(self.size.height):
+            if self._drawn.get(y) != self._line_key(y):
+                self.refresh(Region(0, y, width, 1))
+
+    def _line_key(self, y: int) -> tuple[object, ...]:
+        index = self.scroll_offset.y + y
+        if index >= len(self.lines):
+            return ("blank", self.size.width)
+        line = self.lines[index]
+        return (self.size.width, line)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+        self._drawn.clear()
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        key = self._line_key(y)
+        self._drawn[y] = key
+        strip = self._strips.get(key)
+        if strip is None:
+            if len(self._strips) > 512:
+                self._strips.clear()
+            strip = self._strips[key] = self._build(key)
+        return strip
+
+    def _build(self, key: tuple[object, ...]) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        if key[0] == "blank":
+            return Strip.blank(width, base)
+        line = key[1]
+        assert isinstance(line, ClusterLine)
+        style = base
+        host_style = base + self.get_component_rich_style("cluster-table--host", partial=True)
+        if line.alert:
+            style += self.get_component_rich_style("cluster-table--alert", partial=True)
+        if line.stale:
+            style += self.get_component_rich_style("cluster-table--stale", partial=True)
+        cells = sum(CELL_WIDTHS) + len(CELL_WIDTHS)
+        # Two cells are the scroll bar's when the table is taller than the screen.
+        bar_width = max(BAR_MIN, width - HOST_WIDTH - NAME_WIDTH - cells - 4)
+        segments = [
+            Segment(fit_text(line.text[0], HOST_WIDTH, "left") + " ", host_style),
+            Segment(fit_text(line.text[1], NAME_WIDTH, "left") + " ", style),
+        ]
+        if line.bar is not None:
+            for text, bar_style in bar_runs(line.bar, bar_width):
+                segments.append(Segment(text, base + Style.parse(bar_style) if bar_style else base))
+        for text, size in zip(line.text[2:], CELL_WIDTHS, strict=True):
+            segments.append(Segment(" " + fit_text(text, size, "right"), style))
+        return Strip(segments).crop_extend(0, width, base)
