@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from hwdash import __version__
 from hwdash.errors import CatalogError, UsageError
@@ -29,11 +30,19 @@ def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: a wrong value is said in one line and where help is, not
+    under a usage summary that runs to twenty lines for ``hwdash plan``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser, subcommands included. With ``only`` (the subcommand about to run), the other
     subcommands are registered by name alone: their modules (the planner's pydantic models, the
     catalog) are not imported, so ``hwdash monitor --once`` starts without them."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="hwdash",
         description=(
             "Will this training run fit on that GPU, what will it cost, and is it about to OOM "
@@ -41,7 +50,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"hwdash {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in SUBCOMMANDS:
         if only is not None and name != only:
             subparsers.add_parser(name)  # a placeholder: this run does not use it

@@ -866,3 +866,25 @@ async def test_the_sort_arrow_says_which_way_the_numbers_run(
         assert label("headroom").endswith("▼")  # most headroom first: the numbers go down
         await pilot.press("3")
         assert label("headroom").endswith("▲")
+
+
+@pytest.mark.parametrize(
+    "field, typed, message",
+    [
+        ("batch", "4.5", "'4.5' is not a whole number"),
+        ("batch", "1e9", "'1e9' is not a whole number"),
+        ("lora-dropout", "0.1.2", "'0.1.2' is not a number"),
+        ("epochs", "inf", "'inf' is not a finite number"),
+    ],
+)
+async def test_number_fields_keep_what_was_typed_and_say_what_is_wrong(
+    catalog: Catalog, store: PlanStore, field: str, typed: str, message: str
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        await replace_text(pilot, f"#plan-{field}", typed)
+        # Typed key by key, as a user would: no character is dropped (4.5 used to become 45).
+        assert app.query_one(f"#plan-{field}", Input).value == typed
+        assert message in str(app.query_one(f"#plan-error-{field}", Static).render())
+        assert app.query_one(PlannerPane).has_class("-stale")  # the last estimate, marked stale

@@ -179,7 +179,9 @@ def assert_result_or_exit_2(status: int, out: str, err: str, *, json_out: bool) 
     assert "not a JSON number" not in err  # the output guard fired: a number went non-finite
     if status == 2:
         lines = err.strip().splitlines()
-        assert lines and lines[-1].startswith(("hwdash: ", "usage: ", "hwdash plan: ")), err
+        # One error line (and where help is), never a usage dump for one wrong value.
+        assert any(line.startswith(("hwdash: ", "hwdash plan: ")) for line in lines), err
+        assert not any(line.startswith("usage:") for line in lines), err
         return
     assert status == 0, err
     if json_out:

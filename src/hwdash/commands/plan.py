@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hwdash.core import strict_json
+from hwdash.core.numbers import parse_number, parse_whole_number
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
@@ -35,6 +36,22 @@ from hwdash.errors import UsageError
 
 PIPED_WIDTH = 160
 """Columns of the tables when stdout is not a terminal (a file or a pipe is never cropped)."""
+
+
+def whole_number(text: str) -> int:
+    """argparse type: a whole number, refused in the dashboard form's words."""
+    try:
+        return parse_whole_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def number(text: str) -> float:
+    """argparse type: a finite number, refused in the dashboard form's words."""
+    try:
+        return parse_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def output_width() -> int | None:
@@ -175,7 +192,7 @@ def add_parser(subparsers: Any) -> None:
         "(default foreach)",
     )
     what.add_argument(
-        "--lora-r", type=int, default=16, metavar="R", help="LoRA/DoRA rank (default 16)"
+        "--lora-r", type=whole_number, default=16, metavar="R", help="LoRA/DoRA rank (default 16)"
     )
     what.add_argument(
         "--lora-targets",
@@ -185,22 +202,24 @@ def add_parser(subparsers: Any) -> None:
     )
     what.add_argument(
         "--lora-dropout",
-        type=float,
+        type=number,
         default=0.05,
         metavar="P",
         help="LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
     )
     shape = parser.add_argument_group("batch and memory savers")
-    shape.add_argument("--batch", type=int, default=1, help="micro-batch per GPU (default 1)")
     shape.add_argument(
-        "--seq", type=int, default=2048, help="sequence length in tokens (default 2048)"
+        "--batch", type=whole_number, default=1, help="micro-batch per GPU (default 1)"
+    )
+    shape.add_argument(
+        "--seq", type=whole_number, default=2048, help="sequence length in tokens (default 2048)"
     )
     shape.add_argument(
         "--grad-ckpt", action="store_true", help="gradient checkpointing (recompute activations)"
     )
     shape.add_argument(
         "--grad-accum",
-        type=int,
+        type=whole_number,
         default=1,
         metavar="N",
         help="gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
@@ -212,7 +231,9 @@ def add_parser(subparsers: Any) -> None:
         default=Attention.SDPA.value,
         help="attention implementation: flash and sdpa keep no s^2 scores, eager does (default sdpa)",
     )
-    shape.add_argument("--zero", type=int, default=0, help="DeepSpeed ZeRO stage 0-3 (default 0)")
+    shape.add_argument(
+        "--zero", type=whole_number, default=0, help="DeepSpeed ZeRO stage 0-3 (default 0)"
+    )
     shape.add_argument(
         "--offload",
         choices=[o.value for o in Offload],
@@ -220,7 +241,10 @@ def add_parser(subparsers: Any) -> None:
         help="ZeRO CPU offload",
     )
     shape.add_argument(
-        "--gpus", type=int, default=1, help="data-parallel GPUs for the breakdown (default 1)"
+        "--gpus",
+        type=whole_number,
+        default=1,
+        help="data-parallel GPUs for the breakdown (default 1)",
     )
     rl = parser.add_argument_group("RL (ppo, grpo)")
     rl.add_argument(
@@ -250,7 +274,7 @@ def add_parser(subparsers: Any) -> None:
     )
     rl.add_argument(
         "--vllm-util",
-        type=float,
+        type=number,
         default=0.3,
         metavar="F",
         help="vLLM gpu_memory_utilization share (0: the policy generates; default 0.3)",
@@ -262,13 +286,13 @@ def add_parser(subparsers: Any) -> None:
         help="training examples (with --epochs and --seq give the tokens)",
     )
     data.add_argument(
-        "--epochs", type=float, default=1.0, help="passes over the examples (default 1)"
+        "--epochs", type=number, default=1.0, help="passes over the examples (default 1)"
     )
     data.add_argument(
         "--tokens", type=_count, help="total training tokens (or tokens to generate for inference)"
     )
     data.add_argument(
-        "--mfu", type=float, help="model FLOPs utilisation (default: the catalog's per GPU)"
+        "--mfu", type=number, help="model FLOPs utilisation (default: the catalog's per GPU)"
     )
     data.add_argument(
         "--flavor",

@@ -45,6 +45,7 @@ from hwdash.core.local_flavor import (
     with_local_machine,
 )
 from hwdash.core.models import resolve_model
+from hwdash.core.numbers import parse_number, parse_whole_number
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
@@ -411,13 +412,14 @@ class PlannerPane(Widget):
         if name == "vllm_memory_utilization":
             return Input(
                 f"{plan.vllm_memory_utilization:g}",
-                type="number",
                 placeholder="0: no vLLM engine",
                 compact=True,
                 id=cid,
             )
         if name in _INTEGER_FIELDS:
-            return Input(str(getattr(plan, name)), type="integer", compact=True, id=cid)
+            # Plain text: a restricted Input drops the characters it does not allow, so "4.5"
+            # became 45; the form keeps what was typed and says what is wrong with it.
+            return Input(str(getattr(plan, name)), compact=True, id=cid)
         if name == "examples":
             return Input(
                 "" if plan.examples is None else str(plan.examples),
@@ -426,11 +428,10 @@ class PlannerPane(Widget):
                 id=cid,
             )
         if name in ("epochs", "lora_dropout"):
-            return Input(f"{getattr(plan, name):g}", type="number", compact=True, id=cid)
+            return Input(f"{getattr(plan, name):g}", compact=True, id=cid)
         if name == "mfu":
             return Input(
                 "" if plan.mfu is None else f"{plan.mfu:g}",
-                type="number",
                 placeholder="catalog default",
                 compact=True,
                 id=cid,
@@ -472,10 +473,7 @@ class PlannerPane(Widget):
         if name in _INTEGER_FIELDS:
             if not text:
                 raise ValueError("required: a whole number")
-            try:
-                return int(text)
-            except ValueError:
-                raise ValueError(f"'{text}' is not a whole number") from None
+            return parse_whole_number(text)  # the command line's words
         if name == "examples":
             return parse_count(text) if text else None
         if name in _NUMBER_FIELDS:
@@ -483,10 +481,7 @@ class PlannerPane(Widget):
                 if name == "mfu":
                     return None
                 raise ValueError("required: a number such as 1 or 0.5")
-            try:
-                return float(text)
-            except ValueError:
-                raise ValueError(f"'{text}' is not a number") from None
+            return parse_number(text)
         raise AssertionError(name)
 
     def _build_plan(self) -> tuple[Plan | None, dict[str, str]]:
