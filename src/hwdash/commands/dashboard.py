@@ -108,6 +108,7 @@ def _run(
         parse_forecast,
         parse_fraction,
         parse_interval,
+        with_subset,
     )
 
     interval = parse_interval(args.interval)
@@ -134,7 +135,7 @@ def _run(
 
     replay = open_replay(args)
     remote = open_source(args) if replay is None else None  # --prometheus
-    sampler: Any = replay or remote or make_sampler(scenario, loaded=loaded)
+    sampler: Any = with_subset(replay or remote or make_sampler(scenario, loaded=loaded), args)
     if replay is not None:
         # The recording's own pace: its median gap between snapshots, over --speed.
         gaps = sorted(

@@ -79,7 +79,13 @@ def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from hwdash.commands.monitor import build_rule, open_replay, open_source, parse_interval
+    from hwdash.commands.monitor import (
+        build_rule,
+        open_replay,
+        open_source,
+        parse_interval,
+        with_subset,
+    )
     from hwdash.telemetry.alert_actions import mark_alert_states
     from hwdash.telemetry.exporter import SnapshotCollector
     from hwdash.telemetry.history import History
@@ -103,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     sampler: Any = replay or make_sampler(
         scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))
     )
+    sampler = with_subset(sampler, args)
     engine = AlertEngine(rule)
     history = History(interval_s=interval)
     print(

@@ -129,6 +129,13 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
         ),
     )
     parser.add_argument(
+        "--gpus",
+        default=None,
+        metavar="LIST",
+        help="only these GPUs: indices or UUIDs, e.g. 0,2 (default: CUDA_VISIBLE_DEVICES when "
+        "set, else all; 'all' shows every GPU)",
+    )
+    parser.add_argument(
         "--alert-forecast",
         default=None,
         metavar="S",
@@ -275,6 +282,18 @@ def parse_speed(text: str | None) -> float:
     return value
 
 
+def with_subset(sampler: Sampler, args: argparse.Namespace) -> Sampler:
+    """``sampler`` showing only ``--gpus`` (or ``CUDA_VISIBLE_DEVICES``) when set."""
+    import os
+
+    from hwdash.telemetry.subset import SubsetSampler, selection_from
+
+    entries, source = selection_from(getattr(args, "gpus", None), os.environ)
+    if entries is None or source is None:
+        return sampler
+    return SubsetSampler(sampler, entries, source)
+
+
 def open_source(args: argparse.Namespace) -> Sampler | None:
     """The sampler of ``--prometheus`` (``--replay``: :func:`open_replay`); None for NVML."""
     url = getattr(args, "prometheus", None)
@@ -416,7 +435,7 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
         driver = snapshot.nvml.driver_version or "unknown"
         bindings = snapshot.nvml.bindings_version
         console.print(
-            f"NVIDIA driver {driver}, {len(snapshot.gpus)} GPU(s)"
+            f"NVIDIA driver {driver}, {snapshot.subset or f'{len(snapshot.gpus)} GPU(s)'}"
             + (f", nvidia-ml-py {bindings}" if bindings else "")
         )
         gpus = Table(show_edge=False, pad_edge=False)
@@ -542,10 +561,11 @@ def run(args: argparse.Namespace) -> int:
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
     replay = open_replay(args)
     source = replay if replay is not None else open_source(args)
-    sampler: Sampler = (
+    sampler: Sampler = with_subset(
         source
         if source is not None
-        else make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2)))
+        else make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))),
+        args,
     )
     engine = AlertEngine(rule)
     history = History(interval_s=interval)

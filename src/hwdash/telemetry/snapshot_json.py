@@ -138,6 +138,7 @@ def snapshot_to_dict(
         "alerts": [event.to_dict() for event in active_alerts],
         "events": [event.to_dict() for event in events],
         "stale": snapshot.stale,
+        "subset": snapshot.subset,
         "errors": list(snapshot.errors),
         "sample_seconds": round(snapshot.sample_seconds, 6),
     }

@@ -218,6 +218,8 @@ class Snapshot:
     """Round-level problems (a call that timed out, a GPU that vanished)."""
     stale: bool = False
     """True when NVML did not answer in time: ``gpus`` are the last good values, ``errors`` says why."""
+    subset: str | None = None
+    """Set when only some GPUs are shown (``2 of 8 GPUs (--gpus 0,2)``); None: all of them."""
 
 
 class Sampler(Protocol):

@@ -121,6 +121,8 @@ def status_text(snapshot: Snapshot | None) -> str:
     ]
     if hosts:
         parts[-1] += f" on {len(hosts)} host" + ("" if len(hosts) == 1 else "s")
+    if snapshot.subset:
+        parts[-1] = snapshot.subset
     if snapshot.errors:
         parts.append("; ".join(snapshot.errors))
     return "  ·  ".join(parts)
@@ -134,6 +136,8 @@ def nvml_problem_text(snapshot: Snapshot) -> str | None:
         reason = reason.removesuffix(": the planner still works")
         return f"No NVIDIA GPU can be read: {reason}. The planner and compare views still work."
     if not snapshot.gpus:
+        if snapshot.subset:
+            return f"No GPU to show: {snapshot.subset}."
         return "The NVIDIA driver answered but lists no GPUs."
     return None
 
