@@ -44,6 +44,11 @@ from hwdash.ui.widgets.monitor_processes import (
 GIB = 1024**3
 
 
+def alert_toasts(app: HwdashApp) -> list[Any]:
+    """The app's toasts but the allocator warnings (the demo's rank 0 runs the probe)."""
+    return [n for n in app._notifications if n.title != "Allocator thrashing"]
+
+
 def sampling_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == SAMPLING_THREAD_NAME]
 
@@ -62,7 +67,7 @@ async def test_crossing_90_percent_turns_the_gpu_red_everywhere(tmp_path: Path) 
         assert not app.monitor.banner_cell.has_class("-active")
         assert not app.alert_status.has_class("-active")
         assert not any(card.has_class("-alert") for card in app.monitor.gpu_cards.values())
-        assert len(list(app._notifications)) == 0 and not bells
+        assert len(alert_toasts(app)) == 0 and not bells
 
         await step(pilot, app, clock, 25)  # 65 s: GPU 3 (77.5 GB of 80) and the others pass 90%
         cards = app.monitor.gpu_cards
@@ -71,7 +76,8 @@ async def test_crossing_90_percent_turns_the_gpu_red_everywhere(tmp_path: Path) 
         assert banner.has_class("-active") and banner.display
         assert "above the 90% alert threshold" in banner.shown
         assert "GPU 3 is 9" in banner.shown or "GPU 3 A100-SXM4-80GB is 9" in banner.shown
-        notifications = list(app._notifications)
+        # The memory alert's toast (rank 0's allocator warning, its own toast, is not counted).
+        notifications = [n for n in app._notifications if n.title != "Allocator thrashing"]
         assert len(notifications) == 1
         assert notifications[0].severity == "error"
         assert "GPU 3 A100-SXM4-80GB at 9" in notifications[0].message
@@ -86,7 +92,7 @@ async def test_crossing_90_percent_turns_the_gpu_red_everywhere(tmp_path: Path) 
 
         # Staying above the threshold raises nothing new: one event per crossing.
         await step(pilot, app, clock, 5)
-        assert len(list(app._notifications)) == 1 and bells == [1]
+        assert len(alert_toasts(app)) == 1 and bells == [1]
 
     events = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
     assert sorted(event["gpu_index"] for event in events) == [0, 1, 2, 3]

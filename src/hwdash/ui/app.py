@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.driver import Driver
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane, Tabs
 
@@ -444,7 +444,7 @@ class HwdashApp(App[None]):
         with self.batch_update():
             self._show_replay_note()
             self.monitor.show_frame(frame)
-            screen = self.screen
+            screen = self._top_screen()
             if isinstance(screen, ProcessDetailScreen):
                 process, history, total = self._process_view(screen.key)
                 screen.follow(process, history, total)
@@ -456,6 +456,13 @@ class HwdashApp(App[None]):
             self._toast_alerts(frame)
             if self.bell_on_alert:
                 self.bell()
+
+    def _top_screen(self) -> Screen[object] | None:
+        """The screen on top, or None while there is none (starting, shutting down)."""
+        try:
+            return self.screen
+        except ScreenStackError:
+            return None
 
     def _warn_thrashing(self, frame: MonitorFrame) -> None:
         """A warning when a probed process's allocator starts retrying allocations (once per
