@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 
 import psutil
 
+from hwdash.telemetry.containers import container_of
 from hwdash.telemetry.types import HostSample
 
 
@@ -70,8 +71,11 @@ class ProcessTable(Protocol):
 class PsutilProcessTable:
     """The real host view of PIDs, through psutil."""
 
-    def __init__(self) -> None:
+    def __init__(self, proc_root: str = "/proc") -> None:
         self._processes: dict[int, psutil.Process] = {}
+        self._containers: dict[int, str | None] = {}
+        """Each PID's container, read once (a process does not change container)."""
+        self._proc_root = proc_root
 
     def _read(self, pid: int) -> HostProcessInfo:
         process = self._processes.get(pid)
@@ -96,6 +100,9 @@ class PsutilProcessTable:
         except psutil.NoSuchProcess:
             self._processes.pop(pid, None)
             return INVISIBLE
+        if first_round or pid not in self._containers:
+            found = container_of(pid, self._proc_root)
+            self._containers[pid] = None if found is None else found.short
         return HostProcessInfo(
             visible=True,
             name=name,
@@ -103,11 +110,13 @@ class PsutilProcessTable:
             cmdline=" ".join(arguments) if arguments else None,
             cpu_percent=None if first_round or cpu is None else float(cpu),
             rss_bytes=None if memory is None else int(memory.rss),
+            container=self._containers[pid],
         )
 
     def lookup(self, pids: set[int]) -> dict[int, HostProcessInfo]:
         for gone in set(self._processes) - pids:
             del self._processes[gone]
+            self._containers.pop(gone, None)
         return {pid: self._read(pid) for pid in pids}
 
 
