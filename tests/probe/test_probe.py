@@ -270,7 +270,8 @@ def test_rising_retries_are_flagged_for_a_minute(tmp_path: Path) -> None:
 
 
 def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path), PYTHONPATH=SRC, **env)
+    path = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
+    environ = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path), PYTHONPATH=path, **env)
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=environ, timeout=60
     )
