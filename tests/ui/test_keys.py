@@ -17,8 +17,9 @@ from hwdash.ui.app import HELP_TEXT, DashboardTabs, HwdashApp
 from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.monitor_processes import ProcessTable
-from hwdash.ui.widgets.planner_dialogs import NameDialog
+from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
 
@@ -260,3 +261,51 @@ async def test_the_stale_trace_hint_names_a_key_that_works_in_the_field(tmp_path
         await pilot.pause()
         assert app.focused is field and field.value == "1024"
         assert not pane.trace_is_stale
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+#: Where the README's keys table lists each class's keys (the app's own, which act on the tab shown:
+#: any section).
+README_SECTIONS: tuple[tuple[type[object], str | None], ...] = (
+    (HwdashApp, None),
+    (DashboardTabs, "planner"),
+    (PlannerPane, "planner"),
+    (ComparePane, "compare"),
+    (MonitorPane, "monitor"),
+    (ProcessTable, "monitor"),
+    (ProcessDetailScreen, "monitor"),
+    (ConfirmDialog, "monitor"),
+)
+
+
+def _readme_keys() -> dict[str, set[str]]:
+    """The keys of the README's keys table, by its first column (``| where | `a` / `b` | ... |``)."""
+    text = README.read_text(encoding="utf-8")
+    table = text.split("### Keys", 1)[1]
+    sections: dict[str, set[str]] = {}
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[1].startswith("`"):
+            if sections and not line.startswith("|"):
+                break  # the end of the table
+            continue
+        sections.setdefault(cells[0], set()).update(re.findall(r"`([^`]+)`", cells[1]))
+    return sections
+
+
+def test_the_readme_keys_table_lists_every_binding() -> None:
+    sections = _readme_keys()
+    assert {"everywhere", "monitor", "planner", "compare"} <= set(sections)
+    for owner, section in README_SECTIONS:
+        bindings = [b for b in getattr(owner, "BINDINGS", []) if isinstance(b, Binding)]
+        assert bindings, owner
+        for binding in bindings:
+            for key in binding.key.split(","):
+                shown = {"question_mark": "?"}.get(key.strip(), key.strip())
+                listed = (
+                    sections[section] | sections["everywhere"]
+                    if section
+                    else set().union(*sections.values())
+                )
+                assert shown in listed, f"{owner.__name__}: {shown} is not in the README's keys"

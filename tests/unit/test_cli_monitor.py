@@ -288,3 +288,50 @@ def test_simulated_alerts_never_land_in_the_real_alert_log(
     assert status == 0 and "ALERT raised" in out
     assert (private_state / "hwdash" / "alerts-simulated.jsonl").is_file()
     assert not (private_state / "hwdash" / "alerts.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--watch", "--json"], "--watch: cannot be combined with --json"),
+        (["--watch", "--once"], "--watch: cannot be combined with --once"),
+        (["--watch"], "--watch: redraws a terminal"),  # captured stdout is not a terminal
+    ],
+)
+def test_watch_is_refused_where_it_cannot_redraw(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    status, out, err = run_monitor(capsys, *args, "--fake-nvml", "h100x8")
+    assert status == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_watch_redraws_one_table_in_place_on_a_terminal(tmp_path: Path) -> None:
+    """Like `gpustat -i`: the alternate screen, each frame from the top left with the rest of the
+    screen erased, the shell's screen back at the end."""
+    import pty
+
+    from hwdash.commands.monitor import ENTER_WATCH, ERASE_BELOW, HOME, LEAVE_WATCH
+
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "COLUMNS": "120", "LINES": "40"}
+    argv = [sys.executable, "-m", "hwdash", "monitor", "--watch", "--fake-nvml", "h100x8"]
+    argv += ["--interval", "0.2", "--count", "3"]
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(argv, stdout=terminal, stderr=subprocess.PIPE, env=env)
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(controller)
+    assert process.wait(timeout=30) == 0
+    written = b"".join(chunks).decode()
+    assert written.startswith(ENTER_WATCH) and written.endswith(LEAVE_WATCH)
+    assert written.count(HOME) == 3 and written.count(ERASE_BELOW) == 3
+    frame = written.split(HOME)[-1]
+    assert "H100" in frame and "°C" in frame and "hwdash monitor --watch" in frame

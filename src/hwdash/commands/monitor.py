@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from datetime import datetime
@@ -35,7 +36,12 @@ from hwdash.core.alerts import (
     blind_after_for,
 )
 from hwdash.core.strict_json import finite_or_none
-from hwdash.core.units import format_bytes
+from hwdash.core.units import (
+    format_bytes,
+    format_gib_pair,
+    format_power,
+    format_temperature,
+)
 from hwdash.errors import UsageError
 from hwdash.telemetry.alert_actions import (
     AlertActions,
@@ -57,6 +63,8 @@ from hwdash.telemetry.types import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from hwdash.telemetry.replay import ReplaySampler
 
 PIPED_WIDTH = 132
@@ -75,6 +83,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="JSON (one object, or JSON lines)")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="redraw the --once tables in place every interval, like `gpustat -i` (a terminal only)",
+    )
     parser.add_argument(
         "--count", default=None, metavar="N", help="stop after N samples (default: until Ctrl-C)"
     )
@@ -330,7 +343,7 @@ def _memory(gpu: GpuSample) -> str:
         return "mem n/a"
     taken = gpu.total_bytes - gpu.free_bytes
     pressure = gpu.pressure or 0.0
-    return f"mem {taken / 2**30:5.1f}/{format_bytes(gpu.total_bytes, unit='GiB')} {pressure:6.1%}"
+    return f"mem {format_gib_pair(taken, gpu.total_bytes, compact=True):>14} {pressure:6.1%}"
 
 
 def _gpu_number(gpu: GpuSample) -> str:
@@ -346,8 +359,8 @@ def gpu_line(gpu: GpuSample, clock: str) -> str:
         return f"{head} {gpu.state.value.upper()} ({reason})"
     if gpu.state == GpuState.BLIND and gpu.pressure is None:
         return f"{head} BLIND (no memory reading)"
-    temperature = "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C"
-    power = "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f}W"
+    temperature = "n/a" if gpu.temperature_c is None else format_temperature(gpu.temperature_c)
+    power = "n/a" if gpu.power_w is None else format_power(gpu.power_w)
     processes = len(gpu.processes)
     line = (
         f"{head} {_memory(gpu)} util {_percent(gpu.utilization_gpu)} {temperature} {power} "
@@ -385,7 +398,7 @@ def host_line(host: HostSample | None, clock: str) -> str:
         return f"{clock} host n/a"
     ram = "n/a"
     if host.ram_used_bytes is not None and host.ram_total_bytes is not None:
-        ram = f"{host.ram_used_bytes / 2**30:.1f}/{format_bytes(host.ram_total_bytes, unit='GiB')}"
+        ram = format_gib_pair(host.ram_used_bytes, host.ram_total_bytes, compact=True)
     load = "n/a" if host.load_average is None else f"{host.load_average[0]:.2f}"
     return f"{clock} host cpu {_percent(host.cpu_percent)} ram {ram} load {load}"
 
@@ -417,8 +430,11 @@ def torch_line(process: ProcessSample) -> str:
     return text
 
 
-def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
-    """The ``--once`` view: GPU table, process table, host summary (rich)."""
+def print_readable(
+    snapshot: Snapshot, alerts: list[AlertEvent], console: Console | None = None
+) -> None:
+    """The ``--once`` view: GPU table, process table, host summary (rich); ``--watch`` passes the
+    console that records each frame."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -426,9 +442,10 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
     # Piped output (no terminal) gets a fixed, roomy width instead of rich's default of 80 columns.
     # Markup is off: GPU, MIG and process names, users and command lines come from outside and
     # may hold brackets (``[/x]`` would end rich with MarkupError; ``[bold]`` would style).
-    console = Console(
-        highlight=False, markup=False, width=None if sys.stdout.isatty() else PIPED_WIDTH
-    )
+    if console is None:
+        console = Console(
+            highlight=False, markup=False, width=None if sys.stdout.isatty() else PIPED_WIDTH
+        )
     if not snapshot.nvml.available:
         console.print(snapshot.nvml.error or "NVML is not available")
     else:
@@ -439,60 +456,65 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
             + (f", nvidia-ml-py {bindings}" if bindings else "")
         )
         gpus = Table(show_edge=False, pad_edge=False)
-        for title in ("GPU", "name", "memory", "reserved", "pressure", "util", "temp", "power"):
+        forecasts = any(gpu.forecast_full_s is not None for gpu in snapshot.gpus)
+        titles = ["GPU", "name", "memory", "reserved", "pressure", "util", "temp", "power"]
+        if forecasts:
+            titles.insert(5, "OOM in")
+        for title in titles:
             gpus.add_column(title, justify="left" if title == "name" else "right", no_wrap=True)
         gpus.add_column("state")
         for gpu in snapshot.gpus:
             memory = "n/a"
             if gpu.total_bytes is not None and gpu.free_bytes is not None:
                 taken = gpu.total_bytes - gpu.free_bytes
-                memory = f"{taken / 2**30:.1f}/{format_bytes(gpu.total_bytes, unit='GiB')}"
+                memory = format_gib_pair(taken, gpu.total_bytes, compact=True)
             reserved = "n/a" if gpu.reserved_bytes is None else format_bytes(gpu.reserved_bytes)
             pressure = "n/a" if gpu.pressure is None else f"{gpu.pressure:.1%}"
-            temperature = "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f} C"
-            power = "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f} W"
-            if gpu.power_w is not None and gpu.power_limit_w is not None:
-                power += f" / {gpu.power_limit_w:.0f}"
+            temperature = (
+                "n/a" if gpu.temperature_c is None else format_temperature(gpu.temperature_c)
+            )
+            power = "n/a" if gpu.power_w is None else format_power(gpu.power_w, gpu.power_limit_w)
             state = gpu.state.value
             if gpu.state in (GpuState.LOST, GpuState.ERROR) and gpu.errors:
                 state += ": " + gpu.errors[0][1]
             if gpu.memory_source == "host":
                 memory += " host RAM"
-            gpus.add_row(
-                *(
-                    Text(cell)
-                    for cell in (
-                        _gpu_number(gpu),
-                        gpu.name or "unknown",
-                        memory,
-                        reserved,
-                        pressure,
-                        _percent(gpu.utilization_gpu),
-                        temperature,
-                        power,
-                        state,
-                    )
-                )
-            )
+            row = [
+                _gpu_number(gpu),
+                gpu.name or "unknown",
+                memory,
+                reserved,
+                pressure,
+                _percent(gpu.utilization_gpu),
+                temperature,
+                power,
+                state,
+            ]
+            if forecasts:
+                row.insert(5, _forecast_text(gpu.forecast_full_s))
+            gpus.add_row(*(Text(cell) for cell in row))
             for mig in gpu.mig:
                 mig_memory = "n/a"
                 if mig.total_bytes is not None and mig.free_bytes is not None:
                     taken = mig.total_bytes - mig.free_bytes
-                    mig_memory = f"{taken / 2**30:.1f}/{format_bytes(mig.total_bytes, unit='GiB')}"
+                    mig_memory = format_gib_pair(taken, mig.total_bytes, compact=True)
                 ids = ""
                 if mig.gpu_instance_id is not None:
                     ids = f" GI {mig.gpu_instance_id}"
-                gpus.add_row(
-                    Text(f"{gpu.index}/{mig.index}"),
-                    Text(f"  {mig.name or 'MIG'}{ids}"),
-                    Text(mig_memory),
-                    Text(""),
-                    Text("n/a" if mig.pressure is None else f"{mig.pressure:.1%}"),
-                    Text(""),
-                    Text(""),
-                    Text(""),
-                    Text(mig.state.value),
-                )
+                mig_cells = [
+                    f"{gpu.index}/{mig.index}",
+                    f"  {mig.name or 'MIG'}{ids}",
+                    mig_memory,
+                    "",
+                    "n/a" if mig.pressure is None else f"{mig.pressure:.1%}",
+                    "",
+                    "",
+                    "",
+                    mig.state.value,
+                ]
+                if forecasts:
+                    mig_cells.insert(5, "")
+                gpus.add_row(*(Text(cell) for cell in mig_cells))
         console.print(gpus)
         processes = [process for gpu in snapshot.gpus for process in gpu.processes]
         if processes:
@@ -547,14 +569,76 @@ def print_readable(snapshot: Snapshot, alerts: list[AlertEvent]) -> None:
 # -- the command ----------------------------------------------------------------------------------
 
 
+def _forecast_text(seconds: float | None) -> str:
+    """The OOM forecast in the tables: ``45 s``, ``12 min``, ``2.5 h``; blank when there is none."""
+    if seconds is None:
+        return ""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+#: Terminal sequences of ``--watch``: the alternate screen (the shell's screen comes back on exit),
+#: cursor home, erase to the end of the line / of the screen, hide and show the cursor (ECMA-48 and
+#: xterm's private modes 1049 and 25).
+ENTER_WATCH = "\x1b[?1049h\x1b[?25l"
+LEAVE_WATCH = "\x1b[?25h\x1b[?1049l"
+HOME = "\x1b[H"
+ERASE_LINE = "\x1b[K"
+ERASE_BELOW = "\x1b[J"
+
+
+def watch_frame(snapshot: Snapshot, alerts: list[AlertEvent], width: int, height: int) -> str:
+    """One ``--watch`` frame: the ``--once`` tables drawn over the last frame from the top left,
+    each line erased to its end and the rest of the screen cleared (nothing of a longer last frame
+    stays), cut to the terminal's height."""
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        highlight=False,
+        markup=False,
+        force_terminal=True,
+        color_system="standard",
+        legacy_windows=False,
+    )
+    clock = time.strftime("%H:%M:%S", time.localtime(snapshot.timestamp))
+    console.print(f"hwdash monitor --watch  {clock}  (Ctrl-C quits)")
+    print_readable(snapshot, alerts, console)
+    lines = buffer.getvalue().rstrip("\n").split("\n")[: max(1, height)]
+    return HOME + (ERASE_LINE + "\n").join(lines) + ERASE_LINE + ERASE_BELOW
+
+
 def _emit_json(payload: dict[str, Any]) -> None:
     # NaN and Infinity are not JSON: a reading that is not finite becomes null and the stream goes on.
     sys.stdout.write(json.dumps(finite_or_none(payload), allow_nan=False) + "\n")
     sys.stdout.flush()
 
 
+def check_watch(args: argparse.Namespace, *, terminal: bool) -> None:
+    """``--watch`` redraws a terminal: refuse it with ``--once`` or ``--json`` and off a terminal."""
+    if not getattr(args, "watch", False):
+        return
+    for other in ("once", "json"):
+        if getattr(args, other, False):
+            raise UsageError(f"cannot be combined with --{other}", flag="--watch")
+    if not terminal:
+        raise UsageError(
+            "redraws a terminal, and standard output is not one; for a log use "
+            "`hwdash monitor` (a line per GPU) or `hwdash monitor --json`",
+            flag="--watch",
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
+    check_watch(args, terminal=sys.stdout.isatty())
     interval = parse_interval(args.interval)
     count = parse_count(args.count)
     rule = build_rule(args, interval)
@@ -569,6 +653,7 @@ def run(args: argparse.Namespace) -> int:
     )
     engine = AlertEngine(rule)
     history = History(interval_s=interval)
+    watch = getattr(args, "watch", False)
     if args.once:
         try:
             # No wait for the host's CPU percent: a one-shot reports it only when the round took
@@ -593,6 +678,8 @@ def run(args: argparse.Namespace) -> int:
     said_no_driver = False
     rounds = 0
     next_at = time.monotonic()
+    if watch:
+        sys.stdout.write(ENTER_WATCH)
     try:
         while True:
             snapshot = sampler.sample()
@@ -603,6 +690,10 @@ def run(args: argparse.Namespace) -> int:
             actions.handle(events)
             if args.json:
                 _emit_json(snapshot_to_dict(snapshot, engine.active, events))
+            elif watch:
+                size = shutil.get_terminal_size()
+                sys.stdout.write(watch_frame(snapshot, engine.active, size.columns, size.lines))
+                sys.stdout.flush()
             else:
                 clock = _clock_text(snapshot.timestamp)
                 lines: list[str] = []
@@ -632,6 +723,9 @@ def run(args: argparse.Namespace) -> int:
             else:
                 next_at = time.monotonic()  # fell behind: do not try to catch up in a burst
     finally:
+        if watch:
+            sys.stdout.write(LEAVE_WATCH)
+            sys.stdout.flush()
         sampler.close()
         actions.close()
         if command is not None and command.skipped:

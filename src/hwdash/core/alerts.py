@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from hwdash.core.units import GIB, format_bytes
+from hwdash.core.units import format_gib_pair
 
 AlertKind = Literal["raised", "cleared", "lost", "blind", "recovered"]
 
@@ -184,7 +184,7 @@ def _pressure_message(
     taken = _taken_bytes(unit)
     amounts = ""
     if taken is not None and unit.total_bytes is not None:
-        amounts = f" ({taken / GIB:.1f} of {format_bytes(unit.total_bytes, unit='GiB')})"
+        amounts = f" ({format_gib_pair(taken, unit.total_bytes, joiner=' of ')})"
     if kind == "raised":
         return (
             f"{_label(gpu, mig)} memory {pressure:.0%} full{amounts}, above the "

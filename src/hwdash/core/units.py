@@ -63,9 +63,47 @@ def format_hours(hours: float | None) -> str:
 
 
 def format_money(dollars: float | None) -> str:
-    """Format a dollar amount: $0.19, $30, $1,234."""
+    """Format a dollar amount, always to the cent: ``$0.19``, ``$30.00``, ``$1,234.50``."""
     if dollars is None:
         return "-"
-    if dollars < 10:
-        return f"${dollars:.2f}"
-    return f"${dollars:,.0f}"
+    return f"${dollars:,.2f}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Display formats shared by the dashboard, ``hwdash monitor`` and the planner's sentences: one
+# spelling for each unit (issue 16). Tables whose heading names the unit print bare numbers.
+# --------------------------------------------------------------------------------------------------
+
+
+def _binary_unit(n: float) -> tuple[float, str]:
+    """The divisor and name of the unit ``n`` bytes read best in: GiB, TiB from 1024 GiB."""
+    return (TIB, "TiB") if abs(n) >= TIB else (GIB, "GiB")
+
+
+def format_gib(n: float, *, signed: bool = False) -> str:
+    """Memory for display: ``76.9 GiB`` (``1.2 TiB`` from 1024 GiB); ``+3.1 GiB`` when ``signed``."""
+    divisor, name = _binary_unit(n)
+    return f"{n / divisor:+.1f} {name}" if signed else f"{n / divisor:.1f} {name}"
+
+
+def format_gib_pair(
+    part: float, total: float, *, compact: bool = False, joiner: str | None = None
+) -> str:
+    """A part of a whole in the whole's unit: ``76.9 / 80.0 GiB`` (``76.9/80.0 GiB`` compact,
+    ``76.9 of 80.0 GiB`` with ``joiner=" of "``)."""
+    divisor, name = _binary_unit(total)
+    separator = joiner if joiner is not None else "/" if compact else " / "
+    return f"{part / divisor:.1f}{separator}{total / divisor:.1f} {name}"
+
+
+def format_temperature(celsius: float) -> str:
+    """A temperature: ``64°C``."""
+    return f"{celsius:.0f}°C"
+
+
+def format_power(watts: float, limit: float | None = None, *, compact: bool = False) -> str:
+    """Power draw: ``310 W``, with the limit ``310 / 400 W`` (``310/400 W`` compact)."""
+    if limit is None:
+        return f"{watts:.0f} W"
+    separator = "/" if compact else " / "
+    return f"{watts:.0f}{separator}{limit:.0f} W"

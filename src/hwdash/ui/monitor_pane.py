@@ -19,7 +19,7 @@ from textual.containers import Vertical
 from textual.strip import Strip
 from textual.widget import Widget
 
-from hwdash.core.units import GIB, format_bytes
+from hwdash.core.units import format_gib, format_gib_pair
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
 from hwdash.ui.sampling import MonitorFrame, short_gpu_name
 from hwdash.ui.widgets.monitor_cells import TextCell
@@ -39,11 +39,13 @@ def host_parts(host: HostSample | None) -> tuple[str, str, str, str]:
         return ("CPU n/a", "RAM n/a", "", "")
     cpu = "CPU " + ("n/a" if host.cpu_percent is None else f"{host.cpu_percent:.0f}%")
     if host.ram_total_bytes is not None and host.ram_used_bytes is not None:
-        ram = f"RAM {host.ram_used_bytes / GIB:.1f}/{host.ram_total_bytes / GIB:.1f} GiB"
+        ram = "RAM " + format_gib_pair(host.ram_used_bytes, host.ram_total_bytes, compact=True)
     else:
         ram = "RAM n/a"
     if host.swap_total_bytes:
-        swap = f"swap {(host.swap_used_bytes or 0) / GIB:.1f}/{host.swap_total_bytes / GIB:.1f} GiB"
+        swap = "swap " + format_gib_pair(
+            host.swap_used_bytes or 0, host.swap_total_bytes, compact=True
+        )
     else:
         swap = "swap none"
     load = ""
@@ -191,7 +193,7 @@ def _pressure_banner(units: list[_AlertUnit], threshold: float) -> str | None:
             return f"{name}: memory {limit}"
         return (
             f"{name} is {unit.pressure * 100:.0f}% full "
-            f"({unit.taken / GIB:.1f} of {unit.total / GIB:.1f} GiB), {limit}"
+            f"({format_gib_pair(unit.taken, unit.total, joiner=' of ')}), {limit}"
         )
     fullest = max(units, key=lambda unit: unit.pressure or 0.0)
     indices = ", ".join(unit.index_label for unit in units)
@@ -237,7 +239,7 @@ def live_plan_bytes(gpu: GpuSample) -> tuple[int | None, bool]:
 
 def plan_text(gpus: tuple[GpuSample, ...], plan_bytes: int, label: str) -> tuple[str, bool]:
     """The plan line and whether any GPU's live memory is over the plan's per-GPU total."""
-    head = f"┃ Plan {label}: {format_bytes(plan_bytes, unit='GiB')} per GPU expected"
+    head = f"┃ Plan {label}: {format_gib(plan_bytes)} per GPU expected"
     overs = []
     probed_any = False
     for gpu in gpus:
@@ -253,7 +255,7 @@ def plan_text(gpus: tuple[GpuSample, ...], plan_bytes: int, label: str) -> tuple
     overs.sort(key=lambda item: -item[1])
     index, over, probed = overs[0]
     what = "PyTorch's peak allocated" if probed else "live memory"
-    text = f"{head}; {what} is {format_bytes(over, unit='GiB')} over the plan on GPU {index}"
+    text = f"{head}; {what} is {format_gib(over)} over the plan on GPU {index}"
     if len(overs) > 1:
         text += f" (and {len(overs) - 1} more GPU" + ("s)" if len(overs) > 2 else ")")
     return text, True

@@ -67,6 +67,7 @@ from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
 from hwdash.errors import UsageError
 from hwdash.ui.planner_keys import PLANNER_BINDINGS
+from hwdash.ui.widgets.check import Check
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
 from hwdash.ui.widgets.planner_export import ExportDialog
@@ -357,7 +358,7 @@ class PlannerPane(Widget):
                 yield Static("", id="plan-details", markup=False)
             with Vertical(id="plan-flavors"):
                 with Horizontal(id="plan-flavor-controls"):
-                    yield Checkbox("fits only", id="plan-fits-only", compact=True)
+                    yield Check("fits only", id="plan-fits-only", compact=True)
                     yield Select(
                         [(label, key) for key, label in PROVIDER_LABELS.items()],
                         value="all",
@@ -396,7 +397,7 @@ class PlannerPane(Widget):
                 id=cid,
             )
         if name == "grad_ckpt":
-            return Checkbox("recompute", plan.grad_ckpt, compact=True, id=cid)
+            return Check("recompute", plan.grad_ckpt, compact=True, id=cid)
         if name == "rl_method":
             return Select(
                 [(member.value, member) for member in RL_TRAINABLE_METHODS],
@@ -406,9 +407,9 @@ class PlannerPane(Widget):
                 id=cid,
             )
         if name == "rl_reference":
-            return Checkbox("frozen reference", plan.rl_reference, compact=True, id=cid)
+            return Check("frozen reference", plan.rl_reference, compact=True, id=cid)
         if name == "rl_reward_model":
-            return Checkbox("reward model", plan.rl_reward_model, compact=True, id=cid)
+            return Check("reward model", plan.rl_reward_model, compact=True, id=cid)
         if name == "vllm_memory_utilization":
             return Input(
                 f"{plan.vllm_memory_utilization:g}",

@@ -47,6 +47,32 @@ class TextCell(Static):
         return True
 
 
+#: Colours of a reading's intensity, as nvitop shows them (``INTENSITY2COLOR`` in nvitop's device
+#: module: light green, moderate yellow, heavy red).
+INTENSITY_STYLES = ("green", "yellow", "red")
+#: Utilization (%) where a GPU's load turns moderate and heavy: nvitop's defaults
+#: (``GPU_UTILIZATION_THRESHOLDS = (10, 75)``, also its ``NVITOP_GPU_UTILIZATION_THRESHOLDS``).
+UTILIZATION_THRESHOLDS = (10.0, 75.0)
+#: Temperature (°C) shown as warm and hot. NVIDIA's data-center GPUs begin to slow their clocks in
+#: the high 80s (``nvidia-smi -q``, "GPU Slowdown Temp"); these margins under it are our choice.
+TEMPERATURE_THRESHOLDS = (70.0, 85.0)
+#: Power draw as a fraction of the power limit: from 75% the GPU works hard, from 95% it is at its
+#: cap and the driver holds its clocks down (power capping, ``nvidia-smi -q`` "Clocks Event
+#: Reasons: SW Power Cap"). Our choice of margins.
+POWER_THRESHOLDS = (0.75, 0.95)
+
+
+def intensity_style(value: float | None, thresholds: tuple[float, float]) -> str:
+    """The colour of a reading: green under the first threshold, yellow under the second, red from
+    it; no colour when the reading is unknown."""
+    if value is None:
+        return ""
+    moderate, heavy = thresholds
+    if value >= heavy:
+        return INTENSITY_STYLES[2]
+    return INTENSITY_STYLES[1] if value >= moderate else INTENSITY_STYLES[0]
+
+
 def sparkline(values: tuple[float, ...], width: int) -> str:
     """The last ``width`` values (each 0..1) as block characters, right-aligned, padded with spaces."""
     if width <= 0:

@@ -17,11 +17,17 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from hwdash.core.units import GIB
 from hwdash.telemetry.types import GpuSample, GpuState
 from hwdash.ui.sampling import short_gpu_name
 from hwdash.ui.widgets.monitor_cells import BarModel, bar_runs
-from hwdash.ui.widgets.monitor_gpu import fit_text, forecast_text, percent_text
+from hwdash.ui.widgets.monitor_gpu import (
+    fit_text,
+    forecast_text,
+    gib_pair_text,
+    percent_text,
+    power_text,
+    temperature_text,
+)
 
 #: Columns of a GPU line after the bar: (width, alignment).
 BAR_MIN = 10
@@ -67,11 +73,7 @@ def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[Cluster
             taken = None
             if gpu.total_bytes is not None and gpu.free_bytes is not None:
                 taken = gpu.total_bytes - gpu.free_bytes
-            memory = (
-                "n/a"
-                if taken is None or gpu.total_bytes is None
-                else f"{taken / GIB:.1f}/{gpu.total_bytes / GIB:.0f}G"
-            )
+            memory = gib_pair_text(taken, gpu.total_bytes, wide=False)
             alert = gpu.state is not GpuState.OK
             used = gpu.used_bytes
             if used is None and taken is not None:
@@ -92,15 +94,15 @@ def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[Cluster
                 memory,
                 forecast_text(gpu.forecast_full_s),
                 percent_text(gpu.utilization_gpu),
-                "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}°C",
-                "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f}W",
+                temperature_text(gpu),
+                power_text(gpu, wide=False),
             )
             lines.append(ClusterLine("gpu", text, bar=bar, alert=alert, stale=stale))
     return lines
 
 
 #: Widths of the cells after the name: pressure, memory, forecast, util, temp, power.
-CELL_WIDTHS = (4, 10, 5, 4, 5, 5)
+CELL_WIDTHS = (4, 13, 5, 4, 5, 6)
 
 
 class ClusterTable(ScrollView, can_focus=True):

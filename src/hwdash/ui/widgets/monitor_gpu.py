@@ -17,15 +17,24 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from hwdash.core.units import GIB, format_bytes
+from hwdash.core.units import (
+    format_bytes,
+    format_gib_pair,
+    format_power,
+    format_temperature,
+)
 from hwdash.telemetry.types import GpuSample, GpuState
 from hwdash.ui.sampling import LOST_HINT, short_gpu_name
 from hwdash.ui.widgets.monitor_cells import (
+    POWER_THRESHOLDS,
     SPARK_STYLE,
+    TEMPERATURE_THRESHOLDS,
+    UTILIZATION_THRESHOLDS,
     BarModel,
     bar_cells,
     bar_runs,
     bar_used_style,
+    intensity_style,
     sparkline,
 )
 
@@ -38,12 +47,10 @@ def percent_text(value: float | None) -> str:
 
 
 def gib_pair_text(part: int | None, total: int | None, *, wide: bool) -> str:
-    """``74.5/80.0G`` (compact) or ``74.5 / 80.0 GiB`` (wide); ``n/a`` when unknown."""
+    """``74.5/80.0 GiB`` (compact) or ``74.5 / 80.0 GiB`` (wide); ``n/a`` when unknown."""
     if part is None or total is None:
         return NOT_AVAILABLE
-    if wide:
-        return f"{part / GIB:.1f} / {total / GIB:.1f} GiB"
-    return f"{part / GIB:.1f}/{total / GIB:.0f}G"
+    return format_gib_pair(part, total, compact=not wide)
 
 
 def taken_bytes(gpu: GpuSample) -> int | None:
@@ -54,17 +61,15 @@ def taken_bytes(gpu: GpuSample) -> int | None:
 
 
 def power_text(gpu: GpuSample, *, wide: bool) -> str:
-    """``310W``, or ``310/400 W`` with the limit when there is room."""
+    """``310 W``, or ``310 / 400 W`` with the limit when there is room."""
     if gpu.power_w is None:
         return NOT_AVAILABLE
-    if wide and gpu.power_limit_w is not None:
-        return f"{gpu.power_w:.0f}/{gpu.power_limit_w:.0f} W"
-    return f"{gpu.power_w:.0f}W"
+    return format_power(gpu.power_w, gpu.power_limit_w if wide else None)
 
 
 def temperature_text(gpu: GpuSample) -> str:
     """``64°C`` or ``n/a``."""
-    return NOT_AVAILABLE if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}°C"
+    return NOT_AVAILABLE if gpu.temperature_c is None else format_temperature(gpu.temperature_c)
 
 
 def problem_text(gpu: GpuSample) -> str | None:
@@ -149,6 +154,20 @@ class GpuCells:
     temperature: str
     power: str
     detail: str
+    #: Colours of the utilization, temperature and power cells by intensity ("" for none).
+    styles: tuple[str, str, str] = ("", "", "")
+
+
+def reading_styles(gpu: GpuSample) -> tuple[str, str, str]:
+    """Utilization, temperature and power coloured by how hard the GPU works, as nvitop does."""
+    power_share = None
+    if gpu.power_w is not None and gpu.power_limit_w:
+        power_share = gpu.power_w / gpu.power_limit_w
+    return (
+        intensity_style(gpu.utilization_gpu, UTILIZATION_THRESHOLDS),
+        intensity_style(gpu.temperature_c, TEMPERATURE_THRESHOLDS),
+        intensity_style(power_share, POWER_THRESHOLDS),
+    )
 
 
 def gpu_cells(gpu: GpuSample, *, wide: bool) -> GpuCells:
@@ -167,6 +186,7 @@ def gpu_cells(gpu: GpuSample, *, wide: bool) -> GpuCells:
         temperature=temperature_text(gpu),
         power=power_text(gpu, wide=wide),
         detail=detail_text(gpu),
+        styles=reading_styles(gpu),
     )
 
 
@@ -176,11 +196,11 @@ GPU_COLUMNS: tuple[tuple[str, int, int, str], ...] = (
     ("name", 16, 20, "left"),
     ("bar", 0, 0, "bar"),
     ("pressure", 4, 4, "right"),
-    ("memory", 9, 16, "right"),
+    ("memory", 13, 17, "right"),
     ("forecast", 6, 8, "right"),
     ("utilization", 4, 4, "right"),
     ("temperature", 5, 5, "right"),
-    ("power", 5, 10, "right"),
+    ("power", 6, 12, "right"),
     ("spark", 8, -18, "left"),
 )
 #: The narrowest memory bar.
@@ -309,6 +329,7 @@ class GpuCard(Widget):
         self.power_cell = _Shown()
         self.detail_cell = _Shown()
         self.detail_cell.display = False
+        self.reading_styles: tuple[str, str, str] = ("", "", "")
         self.bar = _BarShown()
         self._history: tuple[float, ...] = ()
         self.wide = False
@@ -360,6 +381,7 @@ class GpuCard(Widget):
         self.temp_cell.shown = cells.temperature
         self.power_cell.shown = cells.power
         self.detail_cell.shown = cells.detail
+        self.reading_styles = cells.styles
         two_lines = wide or problem is not None
         self.detail_cell.display = two_lines
         self.set_class(two_lines, "-two-lines")
@@ -406,6 +428,7 @@ class GpuCard(Widget):
             self.util_cell.shown,
             self.temp_cell.shown,
             self.power_cell.shown,
+            self.reading_styles,
             bar_cells(model, bar_width),
             model.message,
             bar_used_style(model),
@@ -446,6 +469,8 @@ class GpuCard(Widget):
             "temperature": self.temp_cell.shown,
             "power": self.power_cell.shown,
         }
+        utilization, temperature, power = self.reading_styles
+        reading_colours = {"utilization": utilization, "temperature": temperature, "power": power}
         segments: list[Segment] = []
         x = 0
         for key, start, size, align in self._layout():
@@ -462,6 +487,9 @@ class GpuCard(Widget):
                 )
             else:
                 style = hot if key in ("name", "pressure", "memory", "forecast") else base
+                colour = reading_colours.get(key)
+                if colour:
+                    style = style + Style.parse(colour)
                 segments.append(Segment(fit_text(texts[key], size, align), style))
             x = start + size
         return Strip(segments).crop_extend(0, width, base)

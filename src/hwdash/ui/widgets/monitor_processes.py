@@ -20,7 +20,7 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from hwdash.core.units import format_bytes
+from hwdash.core.units import format_bytes, format_gib, format_gib_pair
 from hwdash.telemetry.history import process_key
 from hwdash.telemetry.types import ProcessSample
 from hwdash.ui.widgets.monitor_cells import sparkline
@@ -39,7 +39,7 @@ PROCESS_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("user", "User", 8),
     ("gpu_memory", "GPU mem", 8),
     ("trend", "Trend", 8),
-    ("torch", "Alloc/Rsv", 11),
+    ("torch", "Alloc/Rsv", 13),
     ("cpu", "CPU", 4),
     ("rss", "RSS", 8),
     ("command", "Command", 24),
@@ -91,9 +91,7 @@ def _torch_cell(process: ProcessSample) -> ProcessCell:
     torch = process.torch
     if torch is None:
         return ProcessCell("", (0, 0.0))
-    allocated = torch.allocated_bytes / 2**30
-    reserved = torch.reserved_bytes / 2**30
-    text = f"{allocated:.1f}/{reserved:.1f}G"
+    text = format_gib_pair(torch.allocated_bytes, torch.reserved_bytes, compact=True)
     if torch.retries_rising:
         return ProcessCell(RETRYING + text, _number(torch.allocated_bytes), "bold red")
     return ProcessCell(text, _number(torch.allocated_bytes))
@@ -135,9 +133,7 @@ def process_cells(
         ),
         "pid": ProcessCell(str(process.pid), _number(process.pid)),
         "user": ProcessCell(process.user or unknown, _word(process.user)),
-        "gpu_memory": ProcessCell(
-            "n/a" if memory is None else format_bytes(memory, unit="GiB"), _number(memory)
-        ),
+        "gpu_memory": ProcessCell("n/a" if memory is None else format_gib(memory), _number(memory)),
         "trend": _trend_cell(history, total_bytes),
         "torch": _torch_cell(process),
         "cpu": ProcessCell(

@@ -1,0 +1,80 @@
+"""What nvitop and gpustat users expect to see at a glance (issue 16): readings coloured by how hard
+the GPU works, and checkboxes whose on and off states differ without colour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.style import Style
+from snapshot_apps.fake_dashboard import fake_app
+
+from hwdash.telemetry.types import GpuSample, GpuState
+from hwdash.ui.widgets.check import Check
+from hwdash.ui.widgets.monitor_cells import intensity_style
+from hwdash.ui.widgets.monitor_gpu import GpuCard, reading_styles
+
+GIB = 1024**3
+
+
+def sample(utilization: float, temperature: float, power: float) -> GpuSample:
+    return GpuSample(
+        index=0,
+        name="NVIDIA A100-SXM4-80GB",
+        uuid=None,
+        state=GpuState.OK,
+        total_bytes=80 * GIB,
+        free_bytes=40 * GIB,
+        used_bytes=40 * GIB,
+        utilization_gpu=utilization,
+        temperature_c=temperature,
+        power_w=power,
+        power_limit_w=400,
+    )
+
+
+def test_intensity_follows_the_thresholds_at_their_edges() -> None:
+    assert intensity_style(None, (10, 75)) == ""
+    assert intensity_style(9.9, (10, 75)) == "green"
+    assert intensity_style(10, (10, 75)) == "yellow"
+    assert intensity_style(74.9, (10, 75)) == "yellow"
+    assert intensity_style(75, (10, 75)) == "red"
+
+
+def test_utilization_temperature_and_power_are_coloured_by_load() -> None:
+    assert reading_styles(sample(5, 40, 60)) == ("green", "green", "green")
+    assert reading_styles(sample(50, 75, 320)) == ("yellow", "yellow", "yellow")
+    assert reading_styles(sample(99, 88, 395)) == ("red", "red", "red")
+    unknown = GpuSample(index=0, name=None, uuid=None, state=GpuState.OK, power_w=100)
+    assert reading_styles(unknown) == ("", "", "")  # no limit: no share to colour
+
+
+async def test_a_busy_gpus_row_draws_its_readings_in_red(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="monitor")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        card = app.query_one(GpuCard)
+        card.show(sample(99, 88, 395), (), wide=False, threshold=0.9, plan_bytes=None)
+        await pilot.pause()
+        strip = card.render_line(0)
+        red = Style.parse("red").color
+        coloured = {seg.text.strip() for seg in strip if seg.style and seg.style.color == red}
+        assert {"99%", "88°C", "395 W"} <= coloured
+        card.show(sample(5, 40, 60), (), wide=False, threshold=0.9, plan_bytes=None)
+        await pilot.pause()
+        strip = card.render_line(0)
+        assert not any(seg.style and seg.style.color == red for seg in strip)
+
+
+async def test_the_fits_only_box_shows_its_state_without_colour(tmp_path: Path) -> None:
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        box = app.query_one("#plan-fits-only", Check)
+        before = box.value
+        text_before = box.render().plain
+        await pilot.press("o")
+        await pilot.pause()
+        assert box.value != before
+        text_after = box.render().plain
+        on, off = (text_after, text_before) if box.value else (text_before, text_after)
+        assert "▐X▌" in on and "▐ ▌" in off
