@@ -78,3 +78,27 @@ async def test_the_fits_only_box_shows_its_state_without_colour(tmp_path: Path) 
         text_after = box.render().plain
         on, off = (text_after, text_before) if box.value else (text_before, text_after)
         assert "▐X▌" in on and "▐ ▌" in off
+
+
+async def test_a_filter_that_leaves_no_flavor_says_so_instead_of_an_empty_table(
+    tmp_path: Path,
+) -> None:
+    from hwdash.ui.widgets.planner_flavors import EMPTY_ROW, FlavorTable
+
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        table = app.query_one(FlavorTable)
+        assert table.report is not None and table.shown
+        table.provider = "hf-tpu"
+        table.fits_only = True
+        await pilot.pause()
+        assert not table.shown  # the starting plan fits no TPU flavor
+        row = table.get_row(EMPTY_ROW)
+        text = " ".join(str(cell) for cell in row)
+        assert "no flavor of TPU fits" in text
+        assert f"the recommended {table.report.recommended} is filtered out" in text
+        table.provider = "all"
+        table.fits_only = False
+        await pilot.pause()
+        assert table.shown and EMPTY_ROW not in table.rows

@@ -23,6 +23,9 @@ PROVIDER_LABELS = {
     "hf-tpu": "TPU",
 }
 
+#: The key of the row that says no flavor passes the filters.
+EMPTY_ROW = "--no-flavor--"
+
 #: Colour and word for each verdict.
 VERDICT_STYLES = {
     FitVerdict.FITS: "bold green",
@@ -209,10 +212,28 @@ class FlavorTable(DataTable[Text | str]):
         recommended = report.recommended if report is not None else None
         for fit in self.shown:
             self.add_row(*self._cells(fit, recommended), key=fit.flavor.id)
+        if report is not None and not self.shown and report.flavors:
+            message = self.empty_message(report)
+            self.add_row(
+                *(Text(message, style="yellow") if key == "flavor" else "" for key, *_ in COLUMNS),
+                key=EMPTY_ROW,
+            )
         if selected is not None:
             ids = [fit.flavor.id for fit in self.shown]
             if selected in ids:
                 self.move_cursor(row=ids.index(selected), animate=False)
+
+    def empty_message(self, report: PlanReport) -> str:
+        """What the table says when its filters leave no flavor (instead of an empty table under a
+        headline that recommends a flavor the filter hides)."""
+        text = "no flavor"
+        if self.provider != "all":
+            text += f" of {PROVIDER_LABELS.get(self.provider, self.provider)}"
+        if self.fits_only:
+            text += " fits"
+        if report.recommended:
+            text += f"; the recommended {report.recommended} is filtered out"
+        return text + " (v: next provider, o: every verdict)"
 
     @staticmethod
     def _cells(fit: FlavorFit, recommended: str | None) -> list[Text | str]:
