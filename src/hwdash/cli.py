@@ -35,6 +35,8 @@ class Parser(argparse.ArgumentParser):
     under a usage summary that runs to twenty lines for ``hwdash plan``."""
 
     def error(self, message: str) -> NoReturn:
+        # "argument --batch: ..." becomes "--batch: ...", as hwdash's own checks say it.
+        message = message.removeprefix("argument ")
         self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
 
 
@@ -104,10 +106,12 @@ def _dispatch(given: list[str], chosen: str | None, help_asked: bool) -> int:
     args.argv = given  # which flags were typed (``hwdash plan --from``: typed flags win)
     name = args.command or "dashboard"
     module = importlib.import_module(f"hwdash.commands.{name}")
+    # Errors are said in one style whoever finds them, argparse or hwdash: "hwdash plan: error:".
+    prog = f"hwdash {args.command}" if args.command else "hwdash"
     try:
         status: int = module.run(args)
     except UsageError as exc:
-        print(f"hwdash: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except CatalogError as exc:
         print(f"hwdash: catalog error: {exc}", file=sys.stderr)

@@ -157,11 +157,11 @@ def test_save_stores_the_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path
 @pytest.mark.parametrize(
     ("argv", "flag", "fragment"),
     [
-        (["--model", "qwen2.5-7b", "--batch", "0"], "--batch", "greater than or equal to 1"),
-        (["--model", "qwen2.5-7b", "--zero", "5"], "--zero", "less than or equal to 3"),
-        (["--model", "qwen2.5-7b", "--seq", "-3"], "--seq", "greater than or equal to 1"),
-        (["--model", "qwen2.5-7b", "--mfu", "1.5"], "--mfu", "less than or equal to 1"),
-        (["--model", "qwen2.5-7b", "--vllm-util", "1"], "--vllm-util", "less than 1"),
+        (["--model", "qwen2.5-7b", "--batch", "0"], "--batch", "must be at least 1, got 0"),
+        (["--model", "qwen2.5-7b", "--zero", "5"], "--zero", "must be at most 3, got 5"),
+        (["--model", "qwen2.5-7b", "--seq", "-3"], "--seq", "must be at least 1, got -3"),
+        (["--model", "qwen2.5-7b", "--mfu", "1.5"], "--mfu", "must be at most 1, got 1.5"),
+        (["--model", "qwen2.5-7b", "--vllm-util", "1"], "--vllm-util", "must be less than 1"),
         (["--model", "nope-7b"], "--model", "unknown model"),
         (["--model", "qwen2.5-7"], "--model", "did you mean"),
         (["--params", "seven"], "--params", "is not a count"),
@@ -181,7 +181,7 @@ def test_save_stores_the_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path
         (["--model", "1000T"], "--model", "too large to size"),
         (["--model", "9" * 400], "--model", "unknown model"),  # parses as float infinity
         (["--model", "x" * 300], "--model", "unknown model"),  # too long for a file name
-        (["--model", "7B", "--mfu", "1e-300"], "--mfu", "greater than or equal to 0.001"),
+        (["--model", "7B", "--mfu", "1e-300"], "--mfu", "must be at least 0.001, got 1e-300"),
     ],
 )
 def test_bad_input_exits_2_naming_the_flag(
@@ -192,7 +192,7 @@ def test_bad_input_exits_2_naming_the_flag(
     assert status == 2
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, captured.err
-    assert lines[0].startswith(f"hwdash: error: {flag}: ")
+    assert lines[0].startswith(f"hwdash plan: error: {flag}: ")
     assert fragment in lines[0]
     assert "Traceback" not in captured.err
 
@@ -214,7 +214,9 @@ def test_argparse_rejections_exit_2(capsys: pytest.CaptureFixture[str], argv: li
     with pytest.raises(SystemExit) as info:
         main(["plan", *argv])
     assert info.value.code == 2
-    assert "error: argument" in capsys.readouterr().err
+    # argparse's refusals read like hwdash's own: "hwdash plan: error: --batch: ..."
+    err = capsys.readouterr().err
+    assert err.startswith(f"hwdash plan: error: {argv[2]}: ") and "argument" not in err
 
 
 def test_help_documents_every_precision_layout(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hwdash.core import strict_json
-from hwdash.core.numbers import parse_number, parse_whole_number
+from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
@@ -425,7 +425,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             flag = _flag_from_message(message)
             raise UsageError(message, flag=flag) from None
         value = first.get("input")
-        raise UsageError(f"{value!r} is not allowed: {first['msg']}", flag=flag) from None
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        raise UsageError(f"{validation_phrase(first)}, got {shown}", flag=flag) from None
 
 
 def _typed_flags(argv: list[str]) -> set[str]:

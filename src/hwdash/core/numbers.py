@@ -6,6 +6,8 @@ Text is never rewritten: ``4.5`` for a whole number is refused with the reason, 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 
 def parse_whole_number(text: str) -> int:
@@ -27,3 +29,25 @@ def parse_number(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"'{cleaned}' is not a finite number")
     return value
+
+
+#: Pydantic's bound errors in our words (the planner form and ``hwdash plan`` say them alike).
+_BOUND_WORDS = {
+    "greater_than_equal": ("at least", "ge"),
+    "greater_than": ("more than", "gt"),
+    "less_than_equal": ("at most", "le"),
+    "less_than": ("less than", "lt"),
+}
+
+
+def validation_phrase(problem: Mapping[str, Any]) -> str:
+    """One pydantic error (an item of ``ValidationError.errors()``) as a short phrase: ``must be at
+    least 1`` instead of "Input should be greater than or equal to 1"."""
+    context = problem.get("ctx") or {}
+    if problem.get("type") in _BOUND_WORDS:
+        words, key = _BOUND_WORDS[problem["type"]]
+        bound = context.get(key)
+        return (
+            f"must be {words} {bound:g}" if isinstance(bound, float) else f"must be {words} {bound}"
+        )
+    return str(problem.get("msg", "")).removeprefix("Value error, ")

@@ -45,7 +45,7 @@ from hwdash.core.local_flavor import (
     with_local_machine,
 )
 from hwdash.core.models import resolve_model
-from hwdash.core.numbers import parse_number, parse_whole_number
+from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
@@ -1028,18 +1028,8 @@ def _examples_placeholder(plan: Plan) -> str:
 
 
 def _friendly(problem: Any) -> str:
-    """A pydantic error as a short phrase for the field's error line."""
-    context = problem.get("ctx") or {}
-    bounds = {
-        "greater_than_equal": ("at least", "ge"),
-        "greater_than": ("more than", "gt"),
-        "less_than_equal": ("at most", "le"),
-        "less_than": ("less than", "lt"),
-    }
-    if problem["type"] in bounds:
-        words, key = bounds[problem["type"]]
-        return f"must be {words} {context.get(key)}"
-    return str(problem["msg"]).removeprefix("Value error, ")
+    """A pydantic error as a short phrase for the field's error line (the CLI's words)."""
+    return validation_phrase(problem)
 
 
 def _plain(exc: Exception, flag: str | None) -> str:
