@@ -440,6 +440,10 @@ class PlannerPane(Widget):
         raise AssertionError(f"no control for {name}")
 
     def on_mount(self) -> None:
+        if not self.query(f"#{_control_id('method')}"):
+            # The app quit while this pane was being mounted after the first frame (seen when it
+            # exits within a fraction of a second of starting): its form is gone, nothing to do.
+            return
         self._recompute()
 
     def on_resize(self, event: Resize) -> None:
