@@ -102,3 +102,15 @@ async def test_a_filter_that_leaves_no_flavor_says_so_instead_of_an_empty_table(
         table.fits_only = False
         await pilot.pause()
         assert table.shown and EMPTY_ROW not in table.rows
+
+
+def test_cluster_lines_colour_readings_unless_the_line_is_in_alert_or_stale() -> None:
+    from dataclasses import replace
+
+    from hwdash.ui.widgets.monitor_cluster import cluster_lines
+
+    busy = replace(sample(99, 88, 395), host="node-a", host_gpu=0)
+    calm = replace(sample(5, 40, 60), index=1, host="node-b", host_gpu=0)
+    lines = {line.text[0]: line for line in cluster_lines((busy, calm), 0.9)}
+    assert lines["node-a"].colours == ("red", "red", "red")
+    assert lines["node-b"].colours == ("green", "green", "green")

@@ -26,6 +26,7 @@ from hwdash.ui.widgets.monitor_gpu import (
     gib_pair_text,
     percent_text,
     power_text,
+    reading_styles,
     temperature_text,
 )
 
@@ -46,6 +47,8 @@ class ClusterLine:
     bar: BarModel | None = None
     alert: bool = False
     stale: bool = False
+    colours: tuple[str, str, str] = ("", "", "")
+    """Utilization, temperature and power coloured by load (as on this machine's GPU rows)."""
 
 
 def _stale_note(gpu: GpuSample) -> str | None:
@@ -97,7 +100,11 @@ def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[Cluster
                 temperature_text(gpu),
                 power_text(gpu, wide=False),
             )
-            lines.append(ClusterLine("gpu", text, bar=bar, alert=alert, stale=stale))
+            lines.append(
+                ClusterLine(
+                    "gpu", text, bar=bar, alert=alert, stale=stale, colours=reading_styles(gpu)
+                )
+            )
     return lines
 
 
@@ -186,6 +193,9 @@ class ClusterTable(ScrollView, can_focus=True):
         if line.bar is not None:
             for text, bar_style in bar_runs(line.bar, bar_width):
                 segments.append(Segment(text, base + Style.parse(bar_style) if bar_style else base))
-        for text, size in zip(line.text[2:], CELL_WIDTHS, strict=True):
-            segments.append(Segment(" " + fit_text(text, size, "right"), style))
+        # An alert or a stale host colours the whole line; else the readings show their load.
+        colours = ("",) * 3 + (line.colours if not (line.alert or line.stale) else ("",) * 3)
+        for text, size, colour in zip(line.text[2:], CELL_WIDTHS, colours, strict=True):
+            cell_style = style + Style.parse(colour) if colour else style
+            segments.append(Segment(" " + fit_text(text, size, "right"), cell_style))
         return Strip(segments).crop_extend(0, width, base)
