@@ -59,8 +59,8 @@ def _plan(**changes: object) -> Plan:
 
 def test_pure_bf16_keeps_every_state_bf16() -> None:
     memory = estimate_memory(_plan(precision="bf16"), SMALL).per_gpu
-    # weights: the 1/4 shard (2 P / 4 = 66,327,040) + the gathered units in bf16 (2 x 49,548,288)
-    assert memory.weights == 2 * P // 4 + 2 * GATHERED == 165_423_616
+    # weights: the 1/4 shard, 2 P / 4 = 66,327,040
+    assert memory.weights == 2 * P // 4 == 66_327_040
     # bf16 gradients and two bf16 AdamW states, sharded: no fp32 master copy
     assert memory.gradients == 2 * P // 4
     assert memory.optimizer == 4 * P // 4
@@ -71,8 +71,8 @@ def test_pure_bf16_keeps_every_state_bf16() -> None:
 
 def test_mixed_precision_policy_shards_fp32_and_gathers_bf16() -> None:
     memory = estimate_memory(_plan(precision="mixed"), SMALL).per_gpu
-    # fp32 sharded parameters (4 P / 4) with bf16 gathered copies
-    assert memory.weights == 4 * P // 4 + 2 * GATHERED
+    # fp32 sharded parameters (4 P / 4); the bf16 gathered copies: see below
+    assert memory.weights == 4 * P // 4
     # fp32 gradient shard (the sharded parameter's dtype) and fp32 Adam states: 16 bytes / N in all
     assert memory.gradients == 4 * P // 4
     assert memory.optimizer == 8 * P // 4
@@ -84,7 +84,13 @@ def test_mixed_policy_activations_are_those_of_a_bf16_model() -> None:
     mixed = estimate_memory(_plan(precision="mixed", grad_accum=1, batch=8, seq=2048), SMALL)
     plain_bf16 = estimate_memory(Plan(model="small-llama", method="full", batch=8), SMALL)
     assert mixed.peak_phase == plain_bf16.peak_phase == "start of backward"
-    assert mixed.per_gpu.activations == plain_bf16.per_gpu.activations
+    # ... plus the gathered units in bf16 (2 x 49,548,288 = 99,096,576 bytes), alive only while
+    # forward and backward run
+    assert mixed.per_gpu.activations == plain_bf16.per_gpu.activations + 2 * GATHERED
+    assert dict(mixed.details)["model gathered units (running + prefetched, 2-byte)"] == 99_096_576
+    # amp gathers the fp32 parameters themselves: 4 bytes each
+    amp = estimate_memory(_plan(precision="amp", grad_accum=1, batch=8, seq=2048), SMALL)
+    assert dict(amp.details)["model gathered units (running + prefetched, 4-byte)"] == 4 * GATHERED
 
 
 def test_hybrid_shards_within_a_node() -> None:
@@ -92,7 +98,7 @@ def test_hybrid_shards_within_a_node() -> None:
     assert fsdp_shard_size(16, FsdpMode.FULL, 8) == 16
     assert fsdp_shard_size(4, FsdpMode.HYBRID, None) == 4
     hybrid = estimate_memory(_plan(fsdp="hybrid", gpus=16, gpus_per_node=8), SMALL).per_gpu
-    assert hybrid.weights == 2 * P // 8 + 2 * GATHERED
+    assert hybrid.weights == 2 * P // 8
     assert hybrid.optimizer == 4 * P // 8
     full = estimate_memory(_plan(fsdp="full", gpus=16), SMALL).per_gpu
     assert full.optimizer == 4 * P // 16
@@ -101,26 +107,30 @@ def test_hybrid_shards_within_a_node() -> None:
 def test_cpu_offload_moves_the_shards_to_the_host() -> None:
     estimate = estimate_memory(_plan(fsdp_offload=True, precision="bf16"), SMALL)
     memory = estimate.per_gpu
-    # the GPU keeps only the gathered units; parameters, gradients and AdamW states (2 + 2 + 4
-    # bytes per parameter) are in host RAM, all four shards of the node together
-    assert memory.weights == 2 * GATHERED
+    # the GPU keeps only the gathered units (with the activations); parameters, gradients and
+    # AdamW states (2 + 2 + 4 bytes per parameter) are in host RAM, all four shards together
+    assert memory.weights == 0
+    assert dict(estimate.details)["model gathered units (running + prefetched, 2-byte)"] == (
+        2 * GATHERED
+    )
     assert memory.optimizer == 0
     assert memory.gradients == 0
     assert estimate.host_bytes == 8 * P
 
 
 def test_end_of_backward_holds_one_unsharded_unit_gradient() -> None:
-    plan = _plan(grad_accum=1, optimizer_impl="foreach")
-    estimate = estimate_memory(plan, SMALL)
+    # a short sequence: the peak is the end of backward, every gradient shard there
+    estimate = estimate_memory(_plan(grad_accum=1, optimizer_impl="foreach", seq=64), SMALL)
+    assert estimate.peak_phase == "end of backward"
     details = dict(estimate.details)
-    if estimate.peak_phase == "end of backward":
-        assert details["model unsharded gradient of one unit (before reduce-scatter)"] == 2 * (
-            32_768_000
-        )
-    # foreach AdamW's temporary (one state per parameter) over the local shard at the step
-    step = estimate_memory(plan.with_changes({"batch": 1}), SMALL)
-    if step.peak_phase == "optimizer step":
-        assert step.per_gpu.optimizer == 4 * P // 4 + 2 * P // 4
+    # the largest unit (the LM head, 32,768,000 parameters) waits for its reduce-scatter in bf16
+    label = "model unsharded gradient of one unit (before reduce-scatter)"
+    assert details[label] == 2 * 32_768_000
+    assert details["model gathered units (running + prefetched, 2-byte)"] == 2 * GATHERED
+    assert estimate.per_gpu.gradients == 2 * P // 4
+    # foreach AdamW's temporary (one bf16 state per parameter) over the local shard, at the step
+    step_only = [label for label, _ in estimate.details if "temporaries" in label]
+    assert step_only == []
 
 
 def test_lora_under_fsdp_shards_the_frozen_base() -> None:

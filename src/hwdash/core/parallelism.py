@@ -157,9 +157,9 @@ def add_fsdp_training(
 
     Per GPU, with ``N`` the shard group (:func:`fsdp_shard_size`):
 
-    * weights: the parameter shard ``P w / N`` plus the gathered units
-      (:func:`fsdp_gathered_params`, in ``param_dtype``), alive during forward and backward (counted
-      in every phase, as ZeRO-3's live parameters are);
+    * weights: the parameter shard ``P w / N``; the gathered units (:func:`fsdp_gathered_params`,
+      in ``param_dtype``) are alive during forward and backward only, and are shown with the
+      activations (the optimizer step runs on the shards);
     * gradients: the gradient shard ``T g / N``, produced during backward (kept across micro-batches
       with gradient accumulation), plus, at the end of backward, the unsharded gradient of one unit
       waiting for its reduce-scatter;
@@ -200,8 +200,13 @@ def add_fsdp_training(
     if shard == 1:
         acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
     tag = f"1/{shard} shard"
-    acc.weights += gathered
-    acc.note(f"{label} gathered units (running + prefetched, {fsdp.gathered_bytes}-byte)", gathered)
+    # Gathered only while forward and backward run; resharded (freed) before the optimizer step.
+    # Shown with the activations, the other part of memory that exists only then.
+    acc.activations += gathered
+    acc.last_layer_activations += gathered
+    gathered_label = f"{label} gathered units (running + prefetched, {fsdp.gathered_bytes}-byte)"
+    acc.note(gathered_label, gathered, est._BACKWARD_ONLY)
+    acc.note(gathered_label, gathered, est._BACKWARD_END_ONLY)
     acc.last_layer_activations += unit_gradient
     acc.note(
         f"{label} unsharded gradient of one unit (before reduce-scatter)",
