@@ -24,6 +24,7 @@ from hwdash.core.numbers import parse_number, parse_whole_number, validation_phr
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
+    FsdpMode,
     Method,
     Offload,
     Optimizer,
@@ -89,6 +90,14 @@ FIELD_FLAGS = {
     "rl_reference": "--no-reference",
     "rl_reward_model": "--reward-model/--no-reward-model",
     "vllm_memory_utilization": "--vllm-util",
+    "fsdp": "--fsdp",
+    "fsdp_offload": "--fsdp-offload",
+    "gpus_per_node": "--gpus-per-node",
+    "tp": "--tp",
+    "pp": "--pp",
+    "sequence_parallel": "--no-sequence-parallel",
+    "selective_recompute": "--selective-recompute",
+    "hidden_dropout": "--hidden-dropout",
 }
 
 
@@ -245,6 +254,61 @@ def add_parser(subparsers: Any) -> None:
         type=whole_number,
         default=1,
         help="data-parallel GPUs for the breakdown (default 1)",
+    )
+    sharding = parser.add_argument_group("FSDP and Megatron tensor/pipeline parallelism")
+    sharding.add_argument(
+        "--fsdp",
+        choices=[mode.value for mode in FsdpMode],
+        default=FsdpMode.NONE.value,
+        help="PyTorch FSDP instead of DeepSpeed ZeRO: full (shard over every GPU) or hybrid "
+        "(shard within a node of --gpus-per-node, replicate across); states stay in --precision "
+        "(bf16: all bf16; mixed: fp32 shards, bf16 gathered copies) (default none)",
+    )
+    sharding.add_argument(
+        "--fsdp-offload",
+        action="store_true",
+        help="FSDP CPU offload: sharded parameters, gradients and optimizer states in host RAM",
+    )
+    sharding.add_argument(
+        "--gpus-per-node",
+        type=whole_number,
+        default=None,
+        metavar="N",
+        help="GPUs per node for --fsdp hybrid (default: all --gpus are one node)",
+    )
+    sharding.add_argument(
+        "--tp",
+        type=whole_number,
+        default=1,
+        metavar="N",
+        help="Megatron-LM tensor-parallel size (default 1)",
+    )
+    sharding.add_argument(
+        "--pp",
+        type=whole_number,
+        default=1,
+        metavar="N",
+        help="Megatron-LM pipeline-parallel size, 1F1B (default 1); data parallelism is "
+        "--gpus / (tp x pp), --zero 1 is the distributed optimizer",
+    )
+    sharding.add_argument(
+        "--no-sequence-parallel",
+        action="store_true",
+        help="under --tp, keep the norm and dropout activations whole (sequence parallelism is "
+        "on by default)",
+    )
+    sharding.add_argument(
+        "--selective-recompute",
+        action="store_true",
+        help="Megatron selective recomputation: the attention core is recomputed in backward",
+    )
+    sharding.add_argument(
+        "--hidden-dropout",
+        type=number,
+        default=0.0,
+        metavar="P",
+        help="dropout in Megatron's layers; above 0 its masks are kept (default 0; Megatron's "
+        "own default is 0.1)",
     )
     rl = parser.add_argument_group("RL (ppo, grpo)")
     rl.add_argument(
@@ -409,6 +473,14 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "rl_method": args.rl_method,
         "rl_reference": not args.no_reference,
         "vllm_memory_utilization": args.vllm_util,
+        "fsdp": args.fsdp,
+        "fsdp_offload": args.fsdp_offload,
+        "gpus_per_node": args.gpus_per_node,
+        "tp": args.tp,
+        "pp": args.pp,
+        "sequence_parallel": not args.no_sequence_parallel,
+        "selective_recompute": args.selective_recompute,
+        "hidden_dropout": args.hidden_dropout,
     }
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
@@ -483,6 +555,9 @@ def export(kind: str, report: Any, catalog: Any, output: str | None) -> int:
 
 
 def _flag_from_message(message: str) -> str | None:
+    if message.startswith("--"):
+        # the parallelism checks name their flag first (core.plan.Plan._check_parallelism)
+        return message.split()[0].split("/")[0]
     lowered = message.lower()
     if "offload" in lowered:
         return "--offload"
@@ -603,6 +678,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parallel_words(plan: Plan, gpus: int) -> str:
+    """How the GPUs are used, for the title: FSDP's shard group or Megatron's tp x pp x dp."""
+    if plan.fsdp is not FsdpMode.NONE:
+        from hwdash.core.parallelism import fsdp_shard_size
+
+        shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
+        offload = ", CPU offload" if plan.fsdp_offload else ""
+        return f" (FSDP {plan.fsdp.value} shard over {shard}{offload})"
+    if plan.tp > 1 or plan.pp > 1:
+        dp = max(1, gpus // (plan.tp * plan.pp))
+        sp = ", sequence parallel" if plan.sequence_parallel and plan.tp > 1 else ""
+        return f" (tp {plan.tp} x pp {plan.pp} x dp {dp}{sp})"
+    return ""
+
+
 _VERDICT_STYLE = {"fits": "green", "tight": "yellow", "no": "red"}
 
 
@@ -637,7 +727,7 @@ def render_report(
         f": {plan.method.value}, {precision}, batch {plan.batch} x seq "
         f"{plan.seq}, {format_count(estimate.total_params)} params "
         f"({format_count(estimate.trainable_params)} trainable), {estimate.gpus} GPU"
-        f"{'s' if estimate.gpus != 1 else ''}",
+        f"{'s' if estimate.gpus != 1 else ''}{_parallel_words(plan, estimate.gpus)}",
     )
     console.print(title, highlight=False)
     breakdown = Table()

@@ -44,6 +44,10 @@ def plan_arguments(plan: Plan) -> list[str]:
         ("offload", "--offload"),
         ("gpus", "--gpus"),
         ("rl_method", "--rl-method"),
+        ("fsdp", "--fsdp"),
+        ("gpus_per_node", "--gpus-per-node"),
+        ("tp", "--tp"),
+        ("pp", "--pp"),
     )
     for name, flag in simple:
         if differs(name):
@@ -54,6 +58,14 @@ def plan_arguments(plan: Plan) -> list[str]:
         args += ["--lora-dropout", _number(plan.lora_dropout)]
     if plan.grad_ckpt:
         args.append("--grad-ckpt")
+    if plan.fsdp_offload:
+        args.append("--fsdp-offload")
+    if not plan.sequence_parallel:
+        args.append("--no-sequence-parallel")
+    if plan.selective_recompute:
+        args.append("--selective-recompute")
+    if differs("hidden_dropout"):
+        args += ["--hidden-dropout", _number(plan.hidden_dropout)]
     if not plan.rl_reference:
         args.append("--no-reference")
     if differs("rl_reward_model"):

@@ -30,6 +30,7 @@ from hwdash.core.catalog import Accelerator, ModelSpec
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     Attention,
+    FsdpMode,
     Method,
     Offload,
     Optimizer,
@@ -989,6 +990,11 @@ def _base_weight_bytes(arch: Architecture, method: Method, layout: Layout) -> tu
     return float(arch.total_params * layout.weight_bytes), float(layout.weight_bytes)
 
 
+def _sharded_elsewhere(plan: Plan) -> bool:
+    """Whether PyTorch FSDP or Megatron TP/PP shard the plan (:mod:`hwdash.core.parallelism`)."""
+    return plan.fsdp is not FsdpMode.NONE or plan.tp > 1 or plan.pp > 1
+
+
 def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
     """The layout, adjusted where DeepSpeed overrides it.
 
@@ -999,6 +1005,8 @@ def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
     unchanged (its base is already 16-bit, its adapters get the master copy either way).
     """
     layout = LAYOUTS[plan.precision]
+    if _sharded_elsewhere(plan):
+        return layout  # FSDP and Megatron keep their own layouts (hwdash.core.parallelism)
     if plan.zero == 0 or plan.precision in (Precision.FP32, Precision.MIXED):
         return layout
     trained = plan.rl_method if plan.is_rl else plan.method
@@ -1023,6 +1031,14 @@ def _train_one_model(
     with_logits: bool,
 ) -> int:
     """Add the model states and activations of one trained model; return its trainable params."""
+    if _sharded_elsewhere(plan):
+        from hwdash.core import parallelism
+
+        if plan.fsdp is not FsdpMode.NONE:
+            return parallelism.add_fsdp_training(
+                plan, arch, method, dp, acc, label, with_logits=with_logits
+            )
+        return parallelism.add_megatron_training(plan, arch, dp, acc, label)
     zero, offload = plan.zero, plan.offload
     element_bytes = layout.activation_bytes
     targets: tuple[LinearShape, ...] = ()

@@ -179,6 +179,10 @@ def evaluate_flavor(
     reasons: list[str] = []
     if verdict is FitVerdict.NO:
         reasons.append(f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB")
+    model_parallel = plan.tp * plan.pp
+    if gpus % model_parallel:
+        verdict = FitVerdict.NO
+        reasons.append(f"{gpus} GPUs is not a multiple of tp x pp = {model_parallel}")
     unsupported = _unsupported_on(plan, accelerator)
     if unsupported is not None:
         verdict = FitVerdict.NO
@@ -263,6 +267,7 @@ def check_plan_for_model(plan: Plan, model: ModelSpec) -> None:
     """Reject what the model cannot do, naming the flag: LoRA on modules it does not have
     (``--lora-targets``), or a rank wider than an adapted matrix (``--lora-r``)."""
     method = plan.rl_method if plan.is_rl else plan.method
+    _check_model_parallel(plan, model)
     if model.checkpoint_bits is not None and method is Method.FULL:
         raise UsageError(
             f"{model.name} is a {model.checkpoint_bits}-bit checkpoint: full fine-tuning cannot "
@@ -281,6 +286,20 @@ def check_plan_for_model(plan: Plan, model: ModelSpec) -> None:
         raise UsageError(
             f"rank {plan.lora_r} is wider than {model.name}'s narrowest adapted matrix ({narrowest})",
             flag="--lora-r",
+        )
+
+
+def _check_model_parallel(plan: Plan, model: ModelSpec) -> None:
+    """Megatron splits the heads (and KV heads) over ``--tp`` and the layers over ``--pp``
+    (``megatron/training/arguments.py`` asserts both divisions)."""
+    for heads, what in ((model.heads, "attention heads"), (model.kv_heads, "KV heads")):
+        if heads % plan.tp:
+            raise UsageError(
+                f"{model.name} has {heads} {what}, not divisible by --tp {plan.tp}", flag="--tp"
+            )
+    if model.layers % plan.pp:
+        raise UsageError(
+            f"{model.name} has {model.layers} layers, not divisible by --pp {plan.pp}", flag="--pp"
         )
 
 

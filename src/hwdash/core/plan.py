@@ -93,6 +93,22 @@ class Offload(str, Enum):
     """Optimizer states and parameters live in host RAM (ZeRO-Infinity to CPU; needs ZeRO-3)."""
 
 
+class FsdpMode(str, Enum):
+    """PyTorch FSDP sharding (``--fsdp``), distinct from DeepSpeed ZeRO (``--zero``).
+
+    Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel",
+    arXiv:2304.11277, section 3.2 (full and hybrid sharding). FSDP keeps the model states in the
+    plan's dtype: no fp32 master copy unless the layout asks for one (see :mod:`hwdash.core.parallelism`).
+    """
+
+    NONE = "none"
+    FULL = "full"
+    """Parameters, gradients and optimizer states sharded over every GPU (``FULL_SHARD``,
+    ``fully_shard``)."""
+    HYBRID = "hybrid"
+    """Sharded within a node of ``gpus_per_node`` GPUs, replicated across nodes (``HYBRID_SHARD``)."""
+
+
 class Plan(BaseModel):
     """Inputs of one estimate. Defaults are what a user gets when they pass nothing."""
 
@@ -160,6 +176,27 @@ class Plan(BaseModel):
     vllm_memory_utilization: float = Field(default=0.3, ge=0, lt=1)
     """PPO/GRPO: share of each GPU a colocated vLLM engine reserves (``gpu_memory_utilization``);
     0 generates with the policy itself."""
+    fsdp: FsdpMode = FsdpMode.NONE
+    """PyTorch FSDP sharding (see :class:`FsdpMode`): the states stay in the plan's dtype."""
+    fsdp_offload: bool = False
+    """FSDP CPU offload: sharded parameters, gradients and optimizer states live in host RAM and
+    the optimizer steps there; the GPU holds the layers being gathered."""
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
+    """GPUs per node for hybrid sharding (None: all the plan's GPUs are one node)."""
+    tp: int = Field(default=1, ge=1, le=1024)
+    """Megatron-LM tensor-parallel size (``--tensor-model-parallel-size``)."""
+    pp: int = Field(default=1, ge=1, le=1024)
+    """Megatron-LM pipeline-parallel size (``--pipeline-model-parallel-size``), 1F1B schedule."""
+    sequence_parallel: bool = True
+    """Megatron sequence parallelism under tensor parallelism (``--sequence-parallel``): the norm
+    and dropout activations are split over the TP group as well."""
+    selective_recompute: bool = False
+    """Megatron selective activation recomputation (``--recompute-granularity selective``): the
+    attention core (scores, softmax, dropout) is recomputed in backward."""
+    hidden_dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout in Megatron's transformer layers (``--hidden-dropout``, ``--attention-dropout``);
+    above 0 the masks are kept (1 byte per element). Megatron's own default is 0.1; Llama-style
+    recipes set 0. Only TP/PP plans read it."""
 
     @model_validator(mode="after")
     def _check(self) -> Plan:
@@ -171,7 +208,45 @@ class Plan(BaseModel):
             raise ValueError(f"rl_method must be one of {[m.value for m in RL_TRAINABLE_METHODS]}")
         if self.method is Method.INFERENCE and self.zero:
             raise ValueError("ZeRO applies to training; inference plans use zero=0")
+        self._check_parallelism()
         return self
+
+    def _check_parallelism(self) -> None:
+        """FSDP and Megatron TP/PP: what combines with what (messages name the flag first)."""
+        if self.fsdp is not FsdpMode.NONE:
+            if self.zero or self.offload is not Offload.NONE:
+                raise ValueError(
+                    "--fsdp and --zero/--offload are two ways to shard (PyTorch FSDP vs DeepSpeed "
+                    "ZeRO): pick one"
+                )
+            if self.method is Method.INFERENCE or self.is_rl:
+                raise ValueError(
+                    "--fsdp is modelled for fine-tuning (full, lora, ...), not RL or inference"
+                )
+        elif self.fsdp_offload:
+            raise ValueError("--fsdp-offload needs --fsdp full or hybrid")
+        megatron = self.tp > 1 or self.pp > 1
+        if not megatron:
+            return
+        if self.method is not Method.FULL:
+            raise ValueError(
+                f"--tp/--pp are modelled for full training (Megatron-LM), not {self.method.value}"
+            )
+        if self.fsdp is not FsdpMode.NONE:
+            raise ValueError("--fsdp with --tp/--pp (2-D parallelism) is not modelled: pick one")
+        if self.zero > 1 or self.offload is not Offload.NONE:
+            raise ValueError(
+                "--zero with --tp/--pp: Megatron's distributed optimizer is ZeRO stage 1 (--zero 1); "
+                "stages 2-3 and offload are not modelled"
+            )
+        if self.grad_ckpt and self.selective_recompute:
+            raise ValueError(
+                "--selective-recompute and --grad-ckpt (full recomputation) exclude each other"
+            )
+        if self.gpus % (self.tp * self.pp):
+            raise ValueError(
+                f"--gpus {self.gpus} is not a multiple of --tp x --pp = {self.tp * self.pp}"
+            )
 
     def with_changes(self, updates: dict[str, Any]) -> Plan:
         """A validated copy with ``updates``. Fields the plan left at their defaults stay unset, so
@@ -199,6 +274,8 @@ class Plan(BaseModel):
 _LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout")
 #: Settings that only RL plans read.
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
+#: Settings that only Megatron TP/PP plans read.
+_MEGATRON_FIELDS = ("sequence_parallel", "selective_recompute", "hidden_dropout")
 #: Settings that only training reads.
 _TRAINING_FIELDS = ("grad_ckpt", "grad_accum", "optimizer", "optimizer_impl", "examples", "epochs")
 
@@ -222,4 +299,10 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
         elif name in _RL_FIELDS and not plan.is_rl:
             unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))
+        elif name in _MEGATRON_FIELDS and plan.tp == 1 and plan.pp == 1:
+            unused.append((name, "only Megatron plans (--tp or --pp above 1) use it"))
+        elif name == "sequence_parallel" and plan.tp == 1 and plan.pp > 1:
+            unused.append((name, "sequence parallelism splits over the TP group: --tp is 1"))
+        elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
+            unused.append((name, "only --fsdp hybrid shards within a node"))
     return unused
