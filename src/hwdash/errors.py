@@ -8,7 +8,9 @@ class UsageError(Exception):
 
     def __init__(self, message: str, *, flag: str | None = None) -> None:
         self.flag = flag
-        super().__init__(f"{flag}: {message}" if flag else message)
+        # "--gpus 3 is not a multiple of ..." names its flag already: not "--gpus: --gpus 3 ...".
+        named = flag is None or message.startswith(f"{flag} ")
+        super().__init__(message if named else f"{flag}: {message}")
 
 
 class CatalogError(Exception):
