@@ -30,6 +30,7 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
+    Quant,
 )
 from hwdash.core.results import FitVerdict
 from hwdash.errors import UsageError
@@ -89,6 +90,7 @@ FIELD_FLAGS = {
     "rl_reference": "--no-reference",
     "rl_reward_model": "--reward-model/--no-reward-model",
     "vllm_memory_utilization": "--vllm-util",
+    "quant": "--quant",
 }
 
 
@@ -206,6 +208,14 @@ def add_parser(subparsers: Any) -> None:
         default=0.05,
         metavar="P",
         help="LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
+    )
+    what.add_argument(
+        "--quant",
+        choices=[q.value for q in Quant],
+        default=Quant.NONE.value,
+        help="inference only: quantize the block linears: nf4 (bitsandbytes 4-bit, double "
+        "quantization), int8 (LLM.int8()), gptq-4 or awq-4 (group 128); embeddings, norms and the "
+        "LM head stay 16-bit (default none)",
     )
     shape = parser.add_argument_group("batch and memory savers")
     shape.add_argument(
@@ -409,6 +419,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "rl_method": args.rl_method,
         "rl_reference": not args.no_reference,
         "vllm_memory_utilization": args.vllm_util,
+        "quant": args.quant,
     }
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
@@ -483,6 +494,8 @@ def export(kind: str, report: Any, catalog: Any, output: str | None) -> int:
 
 def _flag_from_message(message: str) -> str | None:
     lowered = message.lower()
+    if lowered.startswith("quant "):
+        return "--quant"
     if "offload" in lowered:
         return "--offload"
     if "zero" in lowered:
@@ -631,6 +644,8 @@ def render_report(
     precision = plan.precision.value
     if estimate.compute_dtype != precision:
         precision = f"{precision} ({estimate.compute_dtype} compute)"
+    if plan.quant is not Quant.NONE:
+        precision = f"{precision}, {plan.quant.value} weights"
     title = Text.assemble(
         (report.model.name, "bold"),
         f": {plan.method.value}, {precision}, batch {plan.batch} x seq "

@@ -44,6 +44,7 @@ def plan_arguments(plan: Plan) -> list[str]:
         ("offload", "--offload"),
         ("gpus", "--gpus"),
         ("rl_method", "--rl-method"),
+        ("quant", "--quant"),
     )
     for name, flag in simple:
         if differs(name):

@@ -36,6 +36,7 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
+    Quant,
 )
 from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 from hwdash.core.units import MIB
@@ -1338,6 +1339,10 @@ def estimate_memory(
     if plan.method is Method.INFERENCE:
         element_bytes = layout.activation_bytes
         weights = checkpoint_weight_bytes(arch, layout.weight_bytes) / dp
+        if plan.quant is not Quant.NONE:
+            from hwdash.core.quantization import quantized_inference
+
+            weights = quantized_inference(plan, arch, layout.weight_bytes, dp, acc, weights)
         kv = kv_cache_bytes(arch, plan.batch, plan.seq, element_bytes) / dp
         activations = inference_activation_bytes(
             arch, plan.batch, plan.seq, element_bytes, plan.attention
