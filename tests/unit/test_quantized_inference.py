@@ -171,3 +171,27 @@ def test_cli_shows_quant_in_text_and_json(capsys: pytest.CaptureFixture[str]) ->
     assert main(["plan", "--model", "qwen2.5-7b", "--method", "inference", "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert document["memory"]["weights"] < plain["memory"]["weights"] / 2
+
+
+def test_fit_offers_int8_then_nf4_for_inference_only() -> None:
+    from hwdash.core.fit_options import _slowdown_keys_of, knobs_for
+
+    inference = Plan(model="s", method=Method.INFERENCE)
+    knob = next(k for k in knobs_for(inference, SMALL, 1) if k.name == "quant")
+    assert [setting.updates["quant"] for setting in knob.settings] == [Quant.INT8, Quant.NF4]
+    assert not knob.keeps_experiment
+    assert knob.settings[0].slowdown_keys == ("int8-inference",)
+    assert _slowdown_keys_of(inference.with_changes({"quant": Quant.INT8})) == {"int8-inference"}
+    # not for training, nor when already quantized, nor on a quantized checkpoint
+    assert all(k.name != "quant" for k in knobs_for(Plan(model="s"), SMALL, 1))
+    quantized = inference.with_changes({"quant": Quant.NF4})
+    assert all(k.name != "quant" for k in knobs_for(quantized, SMALL, 1))
+    checkpoint = SMALL.model_copy(update={"checkpoint_bits": 4})
+    assert all(k.name != "quant" for k in knobs_for(inference, checkpoint, 1))
+
+
+def test_catalog_has_the_int8_inference_slowdown() -> None:
+    from hwdash.core.catalog import load_catalog
+
+    entry = load_catalog(include_user=False).slowdowns["int8-inference"]
+    assert entry.factor > 1 and "arXiv:2208.07339" in entry.source
