@@ -12,7 +12,7 @@ from textual.widgets._footer import FooterKey
 
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.fit import evaluate_plan
-from hwdash.core.plan import Method, Offload, OptimizerImpl, Plan
+from hwdash.core.plan import Method, Offload, OptimizerImpl, Plan, Quant
 from hwdash.core.plan_store import PlanStore
 from hwdash.core.results import FitVerdict, PlanReport
 from hwdash.ui.planner_pane import PlannerPane
@@ -445,6 +445,29 @@ async def test_rl_rows_appear_for_grpo_and_feed_the_plan(
         await pilot.pause()
         assert pane.report.plan.rl_method is Method.LORA
         assert pane.errors == {}
+
+
+async def test_quantize_row_is_for_inference_only(catalog: Catalog, store: PlanStore) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 40), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        row = app.query_one("#plan-row-quant")
+        assert not row.display or row.region.height == 0
+        app.query_one("#plan-method", Select).value = Method.INFERENCE
+        await pilot.pause()
+        assert pane.has_class("-inference") and row.region.height > 0
+        assert pane.report is not None
+        full_weights = pane.report.estimate.per_gpu.weights
+        app.query_one("#plan-quant", Select).value = Quant.NF4
+        await pilot.pause()
+        assert pane.report.plan.quant is Quant.NF4
+        assert pane.report.estimate.per_gpu.weights < full_weights / 2
+        # back to training: the hidden row does not make the plan invalid
+        app.query_one("#plan-method", Select).value = Method.LORA
+        await pilot.pause()
+        assert pane.errors == {}
+        assert pane.report.plan.method is Method.LORA and pane.report.plan.quant is Quant.NONE
 
 
 def test_warnings_name_form_fields_instead_of_flags() -> None:

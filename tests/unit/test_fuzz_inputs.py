@@ -387,6 +387,18 @@ CONFIG_KEYS = [
     "text_config",
     "quantization_config",
     "_name_or_path",
+    # keys of the families in hwdash.core.families
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_inner",
+    "multi_query",
+    "d_model",
+    "num_layers",
+    "num_heads",
+    "feed_forward_proj",
+    "new_decoder_architecture",
+    "num_kv_heads",
 ]
 SANE_CONFIG = {
     "model_type": "llama",
@@ -398,7 +410,20 @@ SANE_CONFIG = {
 }
 config_values = st.one_of(
     hostile_values,
-    st.sampled_from(["llama", "qwen2_moe", "mixtral", "gemma2", "phi", "gpt2"]),
+    st.sampled_from(
+        [
+            "llama",
+            "qwen2_moe",
+            "mixtral",
+            "gemma2",
+            "phi",
+            "gpt2",
+            "gpt_neox",
+            "bloom",
+            "falcon",
+            "t5",
+        ]
+    ),
     st.integers(1, 10**5),
     st.sampled_from(
         [

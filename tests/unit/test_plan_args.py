@@ -17,6 +17,7 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
+    Quant,
 )
 
 
@@ -29,6 +30,7 @@ def plans(draw: st.DrawFn) -> Plan:
         offload = draw(st.sampled_from(list(Offload)))
     elif zero:
         offload = draw(st.sampled_from([Offload.NONE, Offload.OPTIMIZER]))
+    quant = draw(st.sampled_from(list(Quant))) if method is Method.INFERENCE else Quant.NONE
     return Plan(
         model=draw(st.sampled_from(["qwen2.5-7b", "7B", "./my model/config.json"])),
         method=method,
@@ -55,6 +57,7 @@ def plans(draw: st.DrawFn) -> Plan:
         rl_reference=draw(st.booleans()),
         rl_reward_model=draw(st.booleans()),
         vllm_memory_utilization=draw(st.sampled_from([0.0, 0.3, 0.55])),
+        quant=quant,
     )
 
 

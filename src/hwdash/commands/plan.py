@@ -31,6 +31,7 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
+    Quant,
 )
 from hwdash.core.results import FitVerdict
 from hwdash.errors import UsageError
@@ -98,6 +99,7 @@ FIELD_FLAGS = {
     "sequence_parallel": "--no-sequence-parallel",
     "selective_recompute": "--selective-recompute",
     "hidden_dropout": "--hidden-dropout",
+    "quant": "--quant",
 }
 
 
@@ -215,6 +217,14 @@ def add_parser(subparsers: Any) -> None:
         default=0.05,
         metavar="P",
         help="LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
+    )
+    what.add_argument(
+        "--quant",
+        choices=[q.value for q in Quant],
+        default=Quant.NONE.value,
+        help="inference only: quantize the block linears: nf4 (bitsandbytes 4-bit, double "
+        "quantization), int8 (LLM.int8()), gptq-4 or awq-4 (group 128); embeddings, norms and the "
+        "LM head stay 16-bit (default none)",
     )
     shape = parser.add_argument_group("batch and memory savers")
     shape.add_argument(
@@ -481,6 +491,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "sequence_parallel": not args.no_sequence_parallel,
         "selective_recompute": args.selective_recompute,
         "hidden_dropout": args.hidden_dropout,
+        "quant": args.quant,
     }
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
@@ -559,6 +570,8 @@ def _flag_from_message(message: str) -> str | None:
         # the parallelism checks name their flag first (core.plan.Plan._check_parallelism)
         return message.split()[0].split("/")[0]
     lowered = message.lower()
+    if lowered.startswith("quant "):
+        return "--quant"
     if "offload" in lowered:
         return "--offload"
     if "zero" in lowered:
@@ -722,6 +735,8 @@ def render_report(
     precision = plan.precision.value
     if estimate.compute_dtype != precision:
         precision = f"{precision} ({estimate.compute_dtype} compute)"
+    if plan.quant is not Quant.NONE:
+        precision = f"{precision}, {plan.quant.value} weights"
     title = Text.assemble(
         (report.model.name, "bold"),
         f": {plan.method.value}, {precision}, batch {plan.batch} x seq "

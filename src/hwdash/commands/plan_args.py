@@ -48,6 +48,7 @@ def plan_arguments(plan: Plan) -> list[str]:
         ("gpus_per_node", "--gpus-per-node"),
         ("tp", "--tp"),
         ("pp", "--pp"),
+        ("quant", "--quant"),
     )
     for name, flag in simple:
         if differs(name):

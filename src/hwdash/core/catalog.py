@@ -189,10 +189,10 @@ class ModelSpec(_Strict):
     qk_norm: bool = False
     """Per-head RMSNorm on the queries and keys before RoPE (Qwen3's and Gemma 3's ``q_norm`` and
     ``k_norm``): two more norms per layer, over Q and K."""
-    mlp_activation: Literal["silu", "gelu", "gelu_pytorch_tanh", "gelu_new"] = "silu"
+    mlp_activation: Literal["silu", "gelu", "gelu_pytorch_tanh", "gelu_new", "relu"] = "silu"
     """The MLP's activation, by its transformers ``ACT2FN`` name (``hidden_act``): ``silu``
     (SwiGLU), ``gelu_pytorch_tanh`` (one fused torch op; Gemma), ``gelu_new`` (the tanh
-    approximation written as several elementwise ops, each keeping a tensor; Phi-2)."""
+    approximation written as several elementwise ops, each keeping a tensor; Phi-2), ``relu`` (T5 v1)."""
     attn_logit_softcap: float | None = Field(default=None, gt=0, le=1_000_000)
     """Attention-score soft cap, ``cap * tanh(scores / cap)`` (Gemma 2's ``attn_logit_softcapping``);
     SDPA refuses it, so such a model trains with eager attention."""
@@ -207,6 +207,40 @@ class ModelSpec(_Strict):
     checkpoint_bits: Literal[4, 8] | None = None
     """The checkpoint's block linear layers are stored quantized at this many bits
     (``quantization_config``: bitsandbytes 4/8-bit, GPTQ, AWQ); None: 16-bit weights."""
+    mlp_bias: bool | None = None
+    """Biases on the attention output and the MLP matrices; None: as ``mlp`` implies (a standard
+    MLP has them, as Phi-2 and GPT-2; a gated one has none). Falcon and T5 have none."""
+    norm_bias: bool | None = None
+    """Whether each norm has a bias (LayerNorm) besides its weight; None: as ``mlp`` implies
+    (standard: LayerNorm with bias; gated: RMSNorm, weight only)."""
+    norm_weights_per_layer: int = Field(default=2, ge=0, le=100)
+    """Norms with parameters per block (counted in the parameters; ``norms_per_layer`` counts their
+    activations): 2 for most, 1 for Falcon-7B's single shared LayerNorm, 0 for OLMo 1's
+    parameter-free LayerNorm."""
+    learned_positions: int = Field(default=0, ge=0, le=1_000_000_000)
+    """Rows of a learned absolute position embedding (GPT-2's and GPT-BigCode's ``wpe``,
+    ``n_positions``); 0 for rotary, ALiBi or relative positions."""
+    embedding_norm: bool = False
+    """A LayerNorm right after the token embedding (BLOOM's ``word_embeddings_layernorm``)."""
+    parallel_block: bool = False
+    """Attention and MLP read the same block input and their outputs are added together
+    (GPT-NeoX's ``use_parallel_residual``, Falcon's ``parallel_attn``)."""
+    norm_saves_input: bool = False
+    """The norms are torch's native LayerNorm in the activations' dtype, which keeps its input
+    tensor itself plus an fp32 mean and reciprocal deviation per row for backward (GPT-2,
+    GPT-NeoX, BLOOM, Falcon, GPT-BigCode), instead of an fp32 upcast copy (Llama's RMSNorm)."""
+    position_encoding: Literal["rope", "alibi", "learned", "relative"] = "rope"
+    """How positions enter: rotary (Llama, GPT-NeoX, Falcon), ALiBi biases on the scores (BLOOM),
+    a learned table (GPT-2), or T5's bucketed relative attention bias."""
+    eager_attention_only: bool = False
+    """transformers has no SDPA or flash path for this architecture (BLOOM adds ALiBi with
+    ``baddbmm``, T5 its position bias to the scores): it keeps the s^2 scores whatever --attn says."""
+    decoder_layers: int = Field(default=0, ge=0, le=10_000)
+    """Encoder-decoder (T5): the decoder's blocks, each with a cross-attention over the encoder
+    output; ``layers`` is then the encoder's block count. 0 for a decoder-only model."""
+    relative_attention_buckets: int = Field(default=0, ge=0, le=100_000)
+    """T5's ``relative_attention_num_buckets``: an embedding of buckets x heads in the first
+    block of each stack."""
     params: int | None = Field(default=None, gt=0, le=10**16)
     """Published total parameter count, if known; otherwise counted from the architecture."""
     source: str = Field(min_length=1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hwdash.core import block_activations
 from hwdash.core.catalog import Accelerator, ModelSpec
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
@@ -37,6 +38,7 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
+    Quant,
 )
 from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 from hwdash.core.units import MIB
@@ -177,6 +179,17 @@ class Architecture:
     checkpoint_bits: int | None = None
     """A quantized checkpoint's bits (``ModelSpec.checkpoint_bits``): its block linears load at
     that precision (inference), and LoRA on it trains as QLoRA (4) or 8-bit LoRA (8)."""
+    cross_attention_layers: int = 0
+    """Encoder-decoder: blocks that also attend to the encoder output (T5's decoder blocks; their
+    self-attention and MLP are among ``layers``). See :mod:`hwdash.core.families`."""
+    cross_linears: tuple[LinearShape, ...] = ()
+    """The cross-attention's q, k, v and o projections (one block's)."""
+    cross_norm_params: int = 0
+    """The norm before each cross-attention."""
+    parallel_block: bool = False
+    """Attention and MLP read the same block input (``ModelSpec.parallel_block``)."""
+    norm_saves_input: bool = False
+    """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
 
     @property
     def q_dim(self) -> int:
@@ -187,6 +200,20 @@ class Architecture:
     def kv_dim(self) -> int:
         """Width of each of the key and value projections."""
         return self.kv_heads * self.head_dim
+
+    @property
+    def cross_params_per_layer(self) -> int:
+        """One cross-attention block's linears (0 for a decoder-only model)."""
+        return sum(linear.params for linear in self.cross_linears)
+
+    @property
+    def kv_cache_layers(self) -> int:
+        """Attention layers whose keys and values a generating model caches: every block of a
+        decoder-only model; an encoder-decoder's decoder blocks twice (self- and cross-attention;
+        Hugging Face's ``EncoderDecoderCache``), its encoder blocks never."""
+        if self.cross_attention_layers:
+            return 2 * self.cross_attention_layers
+        return self.layers
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -203,13 +230,16 @@ class Architecture:
     @property
     def quantizable_params(self) -> int:
         """Parameters bitsandbytes quantizes: every linear layer inside the blocks."""
-        return self.layers * self.linear_params_per_layer
+        cross = self.cross_attention_layers * self.cross_params_per_layer
+        return self.layers * self.linear_params_per_layer + cross
 
     @property
     def total_params(self) -> int:
         """Every parameter, all experts included."""
+        cross = self.cross_attention_layers * (self.cross_params_per_layer + self.cross_norm_params)
         return (
             self.layers * self.block_params
+            + cross
             + self.embedding_params
             + self.lm_head_params
             + self.final_norm_params
@@ -248,29 +278,48 @@ def architecture(model: ModelSpec) -> Architecture:
     q_dim, kv_dim = model.heads * head_dim, model.kv_heads * head_dim
     bias = model.attention_bias
     gated = model.mlp == "gated"
+    # Families read by hwdash.core.families say outright where biases are; the Llama-style ones
+    # follow the MLP kind (a standard MLP, as Phi-2, has them).
+    mlp_bias = (not gated) if model.mlp_bias is None else model.mlp_bias
     experts = model.experts
     linears: list[LinearShape] = [
         LinearShape("q_proj", hidden, q_dim, bias=bias),
         LinearShape("k_proj", hidden, kv_dim, bias=bias),
         LinearShape("v_proj", hidden, kv_dim, bias=bias),
-        LinearShape("o_proj", q_dim, hidden, bias=not gated),
+        LinearShape("o_proj", q_dim, hidden, bias=mlp_bias),
     ]
     inter = model.intermediate_size
     if gated:
         linears += [
-            LinearShape("gate_proj", hidden, inter, copies=experts),
-            LinearShape("up_proj", hidden, inter, copies=experts),
-            LinearShape("down_proj", inter, hidden, copies=experts),
+            LinearShape("gate_proj", hidden, inter, copies=experts, bias=bool(model.mlp_bias)),
+            LinearShape("up_proj", hidden, inter, copies=experts, bias=bool(model.mlp_bias)),
+            LinearShape("down_proj", inter, hidden, copies=experts, bias=bool(model.mlp_bias)),
         ]
     else:
         linears += [
-            LinearShape("fc1", hidden, inter, copies=experts, bias=True),
-            LinearShape("fc2", inter, hidden, copies=experts, bias=True),
+            LinearShape("fc1", hidden, inter, copies=experts, bias=mlp_bias),
+            LinearShape("fc2", inter, hidden, copies=experts, bias=mlp_bias),
         ]
-    norm = hidden if gated else 2 * hidden  # RMSNorm weight vs LayerNorm weight + bias
+    # RMSNorm weight vs LayerNorm weight + bias
+    norm_bias = (not gated) if model.norm_bias is None else model.norm_bias
+    norm = 2 * hidden if norm_bias else hidden
+    # The token embedding, plus a learned position table (GPT-2's wpe), BLOOM's embedding
+    # LayerNorm and T5's relative-position bias tables (an nn.Embedding of buckets x heads in the
+    # first block of the encoder and of the decoder): all lookups, all left unquantized.
     embedding = model.vocab_size * hidden
+    extra_lookups = model.learned_positions * hidden + (norm if model.embedding_norm else 0)
+    stacks = 2 if model.decoder_layers else 1
+    extra_lookups += stacks * model.relative_attention_buckets * model.heads
+    cross: list[LinearShape] = []
+    if model.decoder_layers:
+        cross = [
+            LinearShape("cross_q_proj", hidden, q_dim, bias=bias),
+            LinearShape("cross_k_proj", hidden, kv_dim, bias=bias),
+            LinearShape("cross_v_proj", hidden, kv_dim, bias=bias),
+            LinearShape("cross_o_proj", q_dim, hidden, bias=mlp_bias),
+        ]
     return Architecture(
-        layers=model.layers,
+        layers=model.layers + model.decoder_layers,
         hidden=hidden,
         heads=model.heads,
         kv_heads=model.kv_heads,
@@ -281,17 +330,23 @@ def architecture(model: ModelSpec) -> Architecture:
         experts_per_token=model.experts_per_token,
         gated_mlp=gated,
         linears=tuple(linears),
-        norm_params_per_layer=2 * norm,
+        norm_params_per_layer=model.norm_weights_per_layer * norm,
         router_params_per_layer=hidden * experts if experts > 1 else 0,
-        embedding_params=embedding,
+        embedding_params=embedding + extra_lookups,
         lm_head_params=0 if model.tied_embeddings else embedding,
-        final_norm_params=norm,
+        # an encoder-decoder ends each stack with a norm
+        final_norm_params=stacks * norm if model.norm_weights_per_layer else 0,
         qk_norm=model.qk_norm,
         norms_per_layer=model.norms_per_layer,
         norm_scale_in_fp32=model.norm_type == "rmsnorm_offset",
         attn_logit_softcap=model.attn_logit_softcap is not None,
         final_logit_softcap=model.final_logit_softcap is not None,
         checkpoint_bits=model.checkpoint_bits,
+        cross_attention_layers=model.decoder_layers,
+        cross_linears=tuple(cross),
+        cross_norm_params=norm if model.decoder_layers and model.norm_weights_per_layer else 0,
+        parallel_block=model.parallel_block,
+        norm_saves_input=model.norm_saves_input,
     )
 
 
@@ -727,6 +782,9 @@ def layer_activation_bytes(
     gqa = arch.kv_heads != arch.heads
     frozen = bool(lora_targets)
     norms = arch.norms_per_layer * _rms_norm_bytes(arch, tokens, h, 1, w, frozen)
+    if arch.norm_saves_input:
+        # GPT-2, GPT-NeoX, BLOOM, Falcon, GPT-BigCode: torch's own LayerNorm (block_activations)
+        norms = block_activations.layer_norm_bytes(arch, tokens, w)
     if arch.qk_norm:
         # q_norm and k_norm (Qwen3, Gemma 3): the same norm over each head's head_dim, applied to the
         # projections' outputs (model dtype, or bf16 under autocast: e). Traced per layer, to the
@@ -825,9 +883,12 @@ def training_activation_bytes(
         lora_dropout=lora_dropout,
     )
     lm_head_copy = 2 * arch.vocab * arch.hidden if (w == 4 and element_bytes == 2) else 0
+    # An encoder-decoder's cross-attentions and the encoder output they read (0 otherwise); with
+    # checkpointing the decoder blocks recompute them, and we keep them whole (on the safe side).
+    cross = block_activations.cross_attention_total_bytes(arch, batch, seq, element_bytes)
     if not grad_ckpt:
-        return arch.layers * one_layer + lm_head_copy
-    return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy
+        return arch.layers * one_layer + lm_head_copy + cross
+    return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy + cross
 
 
 def inference_activation_bytes(
@@ -850,7 +911,9 @@ def inference_activation_bytes(
     if arch.experts > 1:
         mlp *= arch.experts_per_token
     layer = max(norm + qkv + scores, norm + mlp)
-    return layer + batch * arch.vocab * (e + 4)
+    # an encoder-decoder keeps the encoder output for every decoder step
+    encoder = block_activations.encoder_output_bytes(arch, batch, seq, e)
+    return layer + batch * arch.vocab * (e + 4) + encoder
 
 
 def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
@@ -859,7 +922,7 @@ def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int)
     GQA-aware: only the ``kv_heads`` key/value heads are cached (Ainslie et al. 2023,
     arXiv:2305.13245); see also Hugging Face's KV-cache docs.
     """
-    return 2 * arch.layers * arch.kv_dim * seq * batch * element_bytes
+    return 2 * arch.kv_cache_layers * arch.kv_dim * seq * batch * element_bytes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1309,6 +1372,18 @@ def estimate_memory(
     acc = _Accumulator()
     compute_dtype = _compute_dtype(plan, accelerator, acc)
     layout = _effective_layout(plan, acc)
+    if model.eager_attention_only and plan.attention is not Attention.EAGER:
+        acc.warnings.append(
+            f"{model.name}: transformers has no {plan.attention.value} attention for this "
+            "architecture (its position bias is added to the scores): counted as eager, with "
+            "the s^2 scores kept"
+        )
+        plan = plan.model_copy(update={"attention": Attention.EAGER})
+    if model.decoder_layers:
+        acc.warnings.append(
+            "encoder-decoder: the encoder reads --seq tokens and the decoder is counted at --seq "
+            "tokens too (its activations, and for inference its self- and cross-attention KV cache)"
+        )
     if plan.seq > model.max_context:
         acc.warnings.append(
             f"--seq {plan.seq} is longer than {model.name}'s context ({model.max_context} tokens)"
@@ -1354,6 +1429,10 @@ def estimate_memory(
     if plan.method is Method.INFERENCE:
         element_bytes = layout.activation_bytes
         weights = checkpoint_weight_bytes(arch, layout.weight_bytes) / dp
+        if plan.quant is not Quant.NONE:
+            from hwdash.core.quantization import quantized_inference
+
+            weights = quantized_inference(plan, arch, layout.weight_bytes, dp, acc, weights)
         kv = kv_cache_bytes(arch, plan.batch, plan.seq, element_bytes) / dp
         activations = inference_activation_bytes(
             arch, plan.batch, plan.seq, element_bytes, plan.attention

@@ -43,6 +43,7 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
+    Quant,
 )
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 
@@ -293,6 +294,27 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
                     ),
                 )
             )
+    if (
+        plan.method is Method.INFERENCE
+        and plan.quant is Quant.NONE
+        and model.checkpoint_bits is None
+    ):
+        # 16-bit -> int8 -> 4-bit: quantized weights change what is measured (the outputs), so the
+        # knob does not keep the experiment. int8 brings in the catalog's LLM.int8() factor; NF4
+        # has none (bitsandbytes 0.40.0's release notes measure its batch-1 kernels faster than
+        # 16-bit matmuls: 2.2x on Turing to 4.0x on Hopper).
+        knobs.append(
+            Knob(
+                "quant",
+                False,
+                (
+                    Setting(
+                        {"quant": Quant.INT8}, "int8 weights (LLM.int8())", ("int8-inference",)
+                    ),
+                    Setting({"quant": Quant.NF4}, "4-bit NF4 weights (bitsandbytes)"),
+                ),
+            )
+        )
     shorter = _halvings(plan.seq, SHORTEST_SEQUENCE)[:2]
     if shorter:
         knobs.append(
@@ -514,6 +536,8 @@ def _slowdown_keys_of(plan: Plan) -> set[str]:
     method = _trained_method(plan)
     if method in (Method.QLORA, Method.LORA_8BIT):
         keys.add(method.value)
+    if plan.quant is Quant.INT8:
+        keys.add("int8-inference")
     if plan.offload is Offload.OPTIMIZER:
         keys.add("offload-optimizer")
     if plan.offload is Offload.PARAMS:

@@ -80,8 +80,27 @@ def parameter_breakdown(model: ModelSpec) -> ParameterBreakdown:
     )
 
 
+def _outside_llama_layout(model: ModelSpec) -> bool:
+    """Whether the model sets a field of the families :mod:`hwdash.core.families` reads (an
+    encoder-decoder, learned positions, bias or norm layouts of its own): those are counted by
+    the estimator's :func:`~hwdash.core.estimator.architecture`, which knows them."""
+    return bool(
+        model.decoder_layers
+        or model.learned_positions
+        or model.embedding_norm
+        or model.relative_attention_buckets
+        or model.mlp_bias is not None
+        or model.norm_bias is not None
+        or model.norm_weights_per_layer != 2
+    )
+
+
 def count_parameters(model: ModelSpec) -> int:
     """Total parameters held in memory (all MoE experts included), counted from the architecture."""
+    if _outside_llama_layout(model):
+        from hwdash.core.estimator import architecture
+
+        return architecture(model).total_params
     return parameter_breakdown(model).total
 
 

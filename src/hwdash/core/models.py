@@ -258,8 +258,12 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
         )
     if model_type not in SUPPORTED_MODEL_TYPES and outer_type in SUPPORTED_MODEL_TYPES:
         model_type = outer_type
+    from hwdash.core.families import FAMILY_READERS, family_model
+
+    if model_type in FAMILY_READERS:
+        return family_model(model_type, fields, name=name, source=source)
     if model_type not in SUPPORTED_MODEL_TYPES:
-        supported = ", ".join(sorted(SUPPORTED_MODEL_TYPES))
+        supported = ", ".join(sorted({*SUPPORTED_MODEL_TYPES, *FAMILY_READERS}, key=str.lower))
         raise UsageError(
             f"{source}: model_type '{model_type or '?'}' is not supported (supported: {supported})",
             flag=FLAG,

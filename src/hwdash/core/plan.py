@@ -109,6 +109,21 @@ class FsdpMode(str, Enum):
     """Sharded within a node of ``gpus_per_node`` GPUs, replicated across nodes (``HYBRID_SHARD``)."""
 
 
+class Quant(str, Enum):
+    """Weight quantization of an inference plan (``--quant``); training has qlora and lora-8bit."""
+
+    NONE = "none"
+    """Weights as the checkpoint stores them (16-bit, or its own ``quantization_config``)."""
+    NF4 = "nf4"
+    """bitsandbytes 4-bit NormalFloat with double quantization (``load_in_4bit``, QLoRA's NF4)."""
+    INT8 = "int8"
+    """bitsandbytes LLM.int8() (``load_in_8bit``): int8 weights with one fp32 scale per row."""
+    GPTQ_4 = "gptq-4"
+    """A GPTQ 4-bit checkpoint, group size 128 (fp16 scales, 4-bit zeros, int32 ``g_idx``)."""
+    AWQ_4 = "awq-4"
+    """An AWQ 4-bit checkpoint, group size 128 (fp16 scales, 4-bit zeros)."""
+
+
 class Plan(BaseModel):
     """Inputs of one estimate. Defaults are what a user gets when they pass nothing."""
 
@@ -198,6 +213,10 @@ class Plan(BaseModel):
     above 0 the masks are kept (1 byte per element). Megatron's own default is 0.1; Llama-style
     recipes set 0. Only TP/PP plans read it."""
 
+    quant: Quant = Quant.NONE
+    """Inference only: quantize the block linear layers as bitsandbytes (nf4, int8) or a GPTQ/AWQ
+    checkpoint (gptq-4, awq-4) does; embeddings, norms and the LM head stay 16-bit."""
+
     @model_validator(mode="after")
     def _check(self) -> Plan:
         if self.offload is Offload.PARAMS and self.zero != 3:
@@ -209,6 +228,11 @@ class Plan(BaseModel):
         if self.method is Method.INFERENCE and self.zero:
             raise ValueError("ZeRO applies to training; inference plans use zero=0")
         self._check_parallelism()
+        if self.quant is not Quant.NONE and self.method is not Method.INFERENCE:
+            raise ValueError(
+                f"quant {self.quant.value} quantizes an inference plan; to train over quantized "
+                "weights use --method qlora (NF4) or lora-8bit (int8)"
+            )
         return self
 
     def _check_parallelism(self) -> None:

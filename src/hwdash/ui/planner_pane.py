@@ -55,6 +55,7 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
+    Quant,
 )
 from hwdash.core.plan_store import (
     PlanStore,
@@ -100,10 +101,13 @@ FORM_FIELDS: tuple[tuple[str, str], ...] = (
     ("rl_reference", "RL ref"),
     ("rl_reward_model", "RL reward"),
     ("vllm_memory_utilization", "vLLM share"),
+    ("quant", "quantize"),
 )
 _FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
 #: Rows shown only for PPO and GRPO plans.
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
+#: Rows shown only for inference plans.
+_INFERENCE_FIELDS = ("quant",)
 _INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum")
 #: Fields typed as decimal numbers.
 _NUMBER_FIELDS = ("epochs", "mfu", "vllm_memory_utilization", "lora_dropout")
@@ -115,6 +119,7 @@ _ENUM_FIELDS: dict[str, Any] = {
     "optimizer": Optimizer,
     "optimizer_impl": OptimizerImpl,
     "offload": Offload,
+    "quant": Quant,
 }
 
 #: Width from which results use two columns (breakdown beside the flavor table).
@@ -128,6 +133,8 @@ MODEL_MATCHES = 8
 def _field_for_message(message: str) -> str | None:
     """The form field a plan-level error is about, if its message names one (``offload``, ``zero``)."""
     lowered = message.lower()
+    if lowered.startswith("quant "):
+        return "quant"
     for name in ("offload", "zero", "method", "rl_method"):
         if name in lowered:
             return name if name in _FIELD_NAMES else None
@@ -179,6 +186,12 @@ class PlannerPane(Widget):
         display: none;
     }
     PlannerPane.-rl .plan-field.-rl-only {
+        display: block;
+    }
+    PlannerPane .plan-field.-inference-only {
+        display: none;
+    }
+    PlannerPane.-inference .plan-field.-inference-only {
         display: block;
     }
     PlannerPane .plan-error {
@@ -336,6 +349,8 @@ class PlannerPane(Widget):
         with VerticalScroll(id="plan-form", can_focus=False):
             for name, label in FORM_FIELDS:
                 classes = "plan-field -rl-only" if name in _RL_FIELDS else "plan-field"
+                if name in _INFERENCE_FIELDS:
+                    classes = "plan-field -inference-only"
                 with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
                     with Horizontal():
                         yield Label(label)
@@ -493,6 +508,9 @@ class PlannerPane(Widget):
         values, errors = self.read_form()
         data = self._base.model_dump()
         data.update({k: v for k, v in values.items() if k not in errors})
+        if Method(data["method"]) is not Method.INFERENCE:
+            # the quantize row is hidden for training: what it holds does not apply
+            data["quant"] = Quant.NONE
         if values.get("examples") is not None:
             # A token count carried by a loaded plan (``--tokens``) yields to examples typed here.
             data["tokens"] = None
@@ -523,6 +541,7 @@ class PlannerPane(Widget):
         self._recompute_pending = False
         method = self.query_one(f"#{_control_id('method')}", Select).value
         self.set_class(method in (Method.PPO, Method.GRPO), "-rl")
+        self.set_class(method is Method.INFERENCE, "-inference")
         plan, errors = self._build_plan()
         report: PlanReport | None = None
         if plan is not None:
@@ -999,6 +1018,7 @@ _FLAG_WORDS = {
     "--optimizer": "optimizer",
     "--optimizer-impl": "AdamW impl",
     "--precision": "precision",
+    "--quant": "quantize",
     "--seq": "seq length",
     "--tokens": "tokens",
     "--vllm-util": "vLLM share",

@@ -1,0 +1,307 @@
+"""Model families read from their config.json: parameter counts against the published ones, the
+config keys each family maps, and where their activations and KV cache differ (hand counts).
+
+The config files under ``tests/data/model_configs/families/`` carry the published values of each
+model's ``config.json`` on the Hugging Face Hub (https://huggingface.co/<id>/blob/main/config.json):
+EleutherAI/pythia-1.4b, EleutherAI/gpt-neox-20b, bigscience/bloom-560m, bigscience/bloom-7b1,
+bigcode/starcoderbase-1b, bigcode/gpt_bigcode-santacoder, openai-community/gpt2 and gpt2-xl,
+tiiuae/falcon-7b and falcon-40b, allenai/OLMo-1B-hf, allenai/OLMo-2-1124-7B, google-t5/t5-base and
+google/flan-t5-large.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hwdash.cli import main
+from hwdash.core.catalog import ModelSpec
+from hwdash.core.estimator import (
+    architecture,
+    estimate_memory,
+    kv_cache_bytes,
+    layer_activation_bytes,
+    training_activation_bytes,
+)
+from hwdash.core.model_params import count_parameters
+from hwdash.core.models import model_from_config, model_from_config_file
+from hwdash.core.plan import Attention, Method, Plan, Quant
+from hwdash.errors import UsageError
+
+FAMILIES = Path(__file__).resolve().parent.parent / "data" / "model_configs" / "families"
+
+
+def _model(name: str) -> ModelSpec:
+    return model_from_config_file(FAMILIES / name / "config.json")
+
+
+def _config(name: str) -> dict:  # type: ignore[type-arg]
+    config: dict = json.loads((FAMILIES / name / "config.json").read_text())  # type: ignore[type-arg]
+    return config
+
+
+#: (config folder, published count, where it is published). Exact counts must match within 1.5%.
+PUBLISHED_EXACT = [
+    # model card, "nparameters 20554567680" (huggingface.co/EleutherAI/gpt-neox-20b)
+    ("gpt-neox-20b", 20_554_567_680, "https://huggingface.co/EleutherAI/gpt-neox-20b"),
+    # model cards, Technical Specifications: "559,214,592 parameters" / "7,069,016,064 parameters"
+    ("bloom-560m", 559_214_592, "https://huggingface.co/bigscience/bloom-560m"),
+    ("bloom-7b1", 7_069_016_064, "https://huggingface.co/bigscience/bloom-7b1"),
+    # "the smallest version of GPT-2, with 124M parameters"
+    ("gpt2", 124_000_000, "https://huggingface.co/openai-community/gpt2"),
+    # Radford et al. 2019, "Language Models are Unsupervised Multitask Learners", Table 2: 1542M
+    ("gpt2-xl", 1_542_000_000, "GPT-2 paper, Table 2"),
+    # Raffel et al. 2020 (arXiv:1910.10683) section 3.1.1: the baseline (T5-Base) "about 220 million"
+    ("t5-base", 220_000_000, "arXiv:1910.10683 section 3.1.1"),
+    # Chung et al. 2022 (arXiv:2210.11416) Table 2 / the Flan-T5 model cards: Flan-T5-Large 780M
+    ("flan-t5-large", 780_000_000, "arXiv:2210.11416"),
+]
+
+#: Published only as a rounded size: our count must round to it.
+PUBLISHED_ROUNDED = [
+    # "Falcon-7B is a 7B parameters causal decoder-only model" (model card)
+    ("falcon-7b", 7.0, 0, "https://huggingface.co/tiiuae/falcon-7b"),
+    # Allal et al. 2023 (arXiv:2301.03988), abstract: "1.1B parameter models"
+    ("gpt_bigcode-santacoder", 1.1, 1, "arXiv:2301.03988"),
+    # Groeneveld et al. 2024 (arXiv:2402.00838) Table 1: OLMo 1B
+    ("OLMo-1B-hf", 1.0, 0, "arXiv:2402.00838 Table 1"),
+    # OLMo 2 (arXiv:2501.00656): OLMo 2 7B; the Hub page lists 7.3B
+    ("OLMo-2-1124-7B", 7.3, 1, "https://huggingface.co/allenai/OLMo-2-1124-7B"),
+]
+
+
+@pytest.mark.parametrize(("name", "published", "source"), PUBLISHED_EXACT)
+def test_parameter_count_matches_the_published_one(name: str, published: int, source: str) -> None:
+    model = _model(name)
+    counted = architecture(model).total_params
+    assert abs(counted - published) / published < 0.015, (name, counted, published, source)
+    # the catalog listing's counter agrees with the estimator's
+    assert count_parameters(model) == counted
+
+
+@pytest.mark.parametrize(("name", "billions", "digits", "source"), PUBLISHED_ROUNDED)
+def test_parameter_count_rounds_to_the_published_size(
+    name: str, billions: float, digits: int, source: str
+) -> None:
+    counted = architecture(_model(name)).total_params
+    assert round(counted / 1e9, digits) == billions, (name, counted, source)
+
+
+def test_pythia_non_embedding_parameters_match_the_model_card() -> None:
+    # EleutherAI/pythia-1.4b model card: 1,208,602,624 non-embedding parameters (embed_in and
+    # embed_out excluded: 2 x 50304 x 2048).
+    arch = architecture(_model("pythia-1.4b"))
+    assert arch.total_params - arch.embedding_params - arch.lm_head_params == 1_208_602_624
+
+
+def test_falcon_40b_by_hand() -> None:
+    # 60 blocks of: fused qkv 8192 x (128 + 2 x 8) x 64, dense 8192^2, MLP 2 x 8192 x 32768 (no
+    # biases), ln_attn + ln_mlp (weight + bias); tied embedding 65024 x 8192; ln_f.
+    block = 8192 * (128 + 16) * 64 + 8192**2 + 2 * 8192 * 32768 + 2 * 2 * 8192
+    expected = 60 * block + 65024 * 8192 + 2 * 8192
+    assert architecture(_model("falcon-40b")).total_params == expected
+
+
+def test_starcoderbase_1b_by_hand() -> None:
+    # 24 blocks of: c_attn 2048 -> 2048 + 2 x 128 (MQA) with bias, c_proj with bias, c_fc
+    # 2048 -> 8192 and back with biases, two LayerNorms; tied wte 49152 x 2048, wpe 8192 x 2048, ln_f.
+    block = (2048 * 2304 + 2304) + (2048 * 2048 + 2048) + (2048 * 8192 + 8192) + (8192 * 2048)
+    block += 2048 + 2 * 2 * 2048
+    expected = 24 * block + 49152 * 2048 + 8192 * 2048 + 2 * 2048
+    assert architecture(_model("starcoderbase-1b")).total_params == expected
+
+
+def test_each_family_maps_its_keys() -> None:
+    neox = _model("pythia-1.4b")
+    assert (neox.layers, neox.hidden_size, neox.heads, neox.intermediate_size) == (
+        24,
+        2048,
+        16,
+        8192,
+    )
+    assert neox.parallel_block and not neox.tied_embeddings and neox.attention_bias
+    bloom = _model("bloom-7b1")
+    assert (bloom.layers, bloom.hidden_size, bloom.heads) == (30, 4096, 32)
+    assert bloom.intermediate_size == 4 * 4096 and bloom.embedding_norm
+    assert bloom.position_encoding == "alibi" and bloom.eager_attention_only
+    bigcode = _model("starcoderbase-1b")
+    assert (bigcode.kv_heads, bigcode.heads, bigcode.learned_positions) == (1, 16, 8192)
+    gpt2 = _model("gpt2")
+    assert (gpt2.kv_heads, gpt2.learned_positions, gpt2.intermediate_size) == (12, 1024, 3072)
+    assert gpt2.tied_embeddings
+    falcon7 = _model("falcon-7b")
+    assert (falcon7.kv_heads, falcon7.norms_per_layer, falcon7.head_dim) == (1, 1, 64)
+    assert falcon7.parallel_block and falcon7.mlp_bias is False
+    falcon40 = _model("falcon-40b")
+    assert (falcon40.kv_heads, falcon40.norms_per_layer) == (8, 2)
+    olmo2 = _model("OLMo-2-1124-7B")
+    assert olmo2.qk_norm and olmo2.mlp == "gated"
+    assert _model("OLMo-1B-hf").norm_weights_per_layer == 0
+    flan = _model("flan-t5-large")
+    assert (flan.layers, flan.decoder_layers, flan.head_dim, flan.mlp) == (24, 24, 64, "gated")
+    t5 = _model("t5-base")
+    assert (t5.mlp, t5.mlp_activation, t5.tied_embeddings) == ("standard", "relu", True)
+
+
+def test_old_key_spellings_read_the_same() -> None:
+    # Falcon's RefinedWebModel configs (n_head, n_layer) and BLOOM's n_embed.
+    new = _config("falcon-7b")
+    old = {
+        key: value
+        for key, value in new.items()
+        if key not in ("num_attention_heads", "num_hidden_layers", "model_type")
+    }
+    old.update({"model_type": "RefinedWebModel", "n_head": 71, "n_layer": 32})
+    assert (
+        architecture(model_from_config(old, name="rw", source="t")).total_params
+        == architecture(_model("falcon-7b")).total_params
+    )
+    bloom = {k: v for k, v in _config("bloom-560m").items() if k != "hidden_size"}
+    bloom["n_embed"] = 1024
+    assert model_from_config(bloom, name="b", source="t").hidden_size == 1024
+
+
+# -- activations and KV cache ----------------------------------------------------------------------
+
+
+def test_mqa_caches_one_key_value_head() -> None:
+    model = _model("starcoderbase-1b")
+    arch = architecture(model)
+    # 2 (K and V) x 24 layers x 1 head x 128 x seq x batch x 2 bytes
+    assert kv_cache_bytes(arch, 3, 1000, 2) == 2 * 24 * 128 * 1000 * 3 * 2
+    multi_head = architecture(
+        model_from_config(
+            {**_config("starcoderbase-1b"), "multi_query": False}, name="m", source="t"
+        )
+    )
+    assert kv_cache_bytes(multi_head, 3, 1000, 2) == 16 * kv_cache_bytes(arch, 3, 1000, 2)
+
+
+def test_encoder_decoder_caches_decoder_self_and_cross_attention() -> None:
+    arch = architecture(_model("flan-t5-large"))
+    # 24 decoder blocks, each a self- and a cross-attention cache of K and V, 16 heads x 64
+    assert kv_cache_bytes(arch, 2, 512, 2) == 2 * (2 * 24) * 16 * 64 * 512 * 2 * 2
+    inference = estimate_memory(
+        Plan(model="t5", method=Method.INFERENCE, batch=2, seq=512), _model("flan-t5-large")
+    )
+    assert inference.per_gpu.kv_cache == kv_cache_bytes(arch, 2, 512, 2)
+
+
+def test_gpt2_layer_is_korthikantis_count_without_dropout() -> None:
+    # Korthikanti et al. 2022 (arXiv:2205.05198) section 4.1 count 34 s b h for a GPT layer with a
+    # fused attention kernel, 2 s b h of which are the two dropout masks. A GPT-2 layer in bf16
+    # with SDPA, counted tensor by tensor:
+    #   two LayerNorms: their inputs (2 x 2 t h) + fp32 mean and rstd (2 x 8 t)
+    #   Q, K, V (3 x 2 t h) + the kernel's fp32 log-sum-exp (4 b a s)
+    #   the inputs of c_attn (2 t h), attn c_proj (2 t h) and c_fc (2 t h)
+    #   the c_fc output kept by GELU (2 t i) and the GELU output kept by c_proj (2 t i), i = 4 h
+    b, s, h, a = 2, 256, 768, 12
+    t = b * s
+    expected = 2 * 2 * t * h + 2 * 8 * t + 3 * 2 * t * h + 4 * b * a * s + 3 * 2 * t * h
+    expected += 2 * 2 * t * 4 * h
+    assert expected == 32 * t * h + 16 * t + 4 * b * a * s
+    arch = architecture(_model("gpt2"))
+    assert layer_activation_bytes(arch, b, s, 2, Attention.SDPA) == expected
+
+
+def test_parallel_block_keeps_the_shared_norm_input_once() -> None:
+    parallel = _model("pythia-1.4b")
+    sequential = model_from_config(
+        {**_config("pythia-1.4b"), "use_parallel_residual": False}, name="seq", source="t"
+    )
+    b, s = 1, 512
+    difference = layer_activation_bytes(
+        architecture(sequential), b, s, 2, Attention.SDPA
+    ) - layer_activation_bytes(architecture(parallel), b, s, 2, Attention.SDPA)
+    # the second LayerNorm's own input: 2 bytes x t x hidden
+    assert difference == 2 * b * s * 2048
+
+
+def test_falcon_7b_single_norm() -> None:
+    arch = architecture(_model("falcon-7b"))
+    gpt_like = layer_activation_bytes(arch, 1, 128, 2, Attention.SDPA)
+    # one LayerNorm: its input (2 t h) and its statistics (8 t); the rest as any layer
+    t, h = 128, 4544
+    norms = 2 * t * h + 8 * t
+    attention = 2 * t * (h + 2 * 64) + 4 * 71 * 128
+    inputs = 2 * t * h + 2 * t * h + 2 * t * h + 2 * t * 4 * h  # qkv, dense, h_to_4h, 4h_to_h
+    mlp = 2 * t * 4 * h  # GELU's input
+    assert gpt_like == norms + attention + inputs + mlp
+
+
+def test_t5_training_counts_the_cross_attention() -> None:
+    model = _model("flan-t5-large")
+    arch = architecture(model)
+    b, s = 1, 256
+    t, h, inner, heads = b * s, 1024, 16 * 64, 16
+    one_layer = layer_activation_bytes(arch, b, s, 2, Attention.EAGER)
+    # per decoder block: its norm (fp32 copy 4 t h, fp32 variance 4 t, output 2 t h), Q, K, V and
+    # the o projection's input (4 x 2 t inner), the eager scores (fp32 softmax + bf16 probs)
+    cross = 4 * t * h + 4 * t + 2 * t * h + 4 * 2 * t * inner + (4 + 2) * b * heads * s * s
+    encoder_output = 2 * t * h
+    expected = 48 * one_layer + 24 * cross + encoder_output
+    assert training_activation_bytes(arch, b, s, 2, Attention.EAGER, False) == expected
+
+
+def test_attention_without_sdpa_is_counted_eager() -> None:
+    model = _model("bloom-560m")
+    sdpa = estimate_memory(Plan(model="b", method=Method.FULL, attention=Attention.SDPA), model)
+    eager = estimate_memory(Plan(model="b", method=Method.FULL, attention=Attention.EAGER), model)
+    assert sdpa.per_gpu == eager.per_gpu
+    assert any("counted as eager" in warning for warning in sdpa.warnings)
+    gpt2 = _model("gpt2")
+    plan = Plan(model="g", method=Method.FULL)
+    assert estimate_memory(plan.with_changes({"attention": Attention.EAGER}), gpt2).per_gpu != (
+        estimate_memory(plan, gpt2).per_gpu
+    )
+
+
+def test_quantization_leaves_position_tables_in_16_bit() -> None:
+    arch = architecture(_model("gpt2"))
+    # wte 50257 x 768 (tied head) + wpe 1024 x 768 + 25 LayerNorms of 2 x 768
+    assert arch.unquantized_params == 50257 * 768 + 1024 * 768 + 25 * 2 * 768
+    plan = Plan(model="g", method=Method.INFERENCE, quant=Quant.INT8)
+    weights = estimate_memory(plan, _model("gpt2")).per_gpu.weights
+    # int8 blocks: 1 byte per weight and bias + an fp32 scale per output row (c_attn 3 x 768,
+    # attn c_proj 768, c_fc 3072, mlp c_proj 768 per block)
+    rows = 12 * (3 * 768 + 768 + 3072 + 768)
+    assert weights == 2 * arch.unquantized_params + arch.quantizable_params + 4 * rows
+
+
+# -- refusals ----------------------------------------------------------------------------------------
+
+
+def test_unknown_family_is_refused_naming_it_and_the_supported_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "mpt", "d_model": 4096}))
+    assert main(["plan", "--model", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "model_type 'mpt' is not supported" in err
+    for family in ("gpt_neox", "bloom", "gpt_bigcode", "gpt2", "falcon", "olmo2", "t5", "llama"):
+        assert family in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"n_layer": None}, "'n_layer'"),
+        ({"n_head": 0}, "'n_head' must be a whole number"),
+        ({"multi_query": "yes"}, "'multi_query' must be true or false"),
+    ],
+)
+def test_bad_family_configs_name_the_key(change: dict, message: str) -> None:  # type: ignore[type-arg]
+    config = {**_config("starcoderbase-1b"), **change}
+    with pytest.raises(UsageError, match=message):
+        model_from_config(config, name="bad", source="bad.json")
+
+
+def test_bad_t5_projection_is_refused() -> None:
+    with pytest.raises(UsageError, match="feed_forward_proj"):
+        model_from_config(
+            {**_config("t5-base"), "feed_forward_proj": "gated-nonsense"}, name="t", source="t"
+        )
