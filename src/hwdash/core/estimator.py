@@ -1196,6 +1196,11 @@ def _train_one_model(
             arch.hidden,
             element_bytes,
             arch.final_logit_softcap,
+            head_gradient_bytes=(
+                arch.vocab * arch.hidden * state_layout.gradient_bytes
+                if method is Method.FULL
+                else 0
+            ),
         )
         if with_logits
         else 0

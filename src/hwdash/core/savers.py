@@ -119,7 +119,7 @@ def command_line_defaults(
     return {
         name: settings[name]
         for name in names
-        if name in settings and name not in typed_fields and name not in ("",)
+        if name in settings and name not in typed_fields
     }
 
 
@@ -139,8 +139,9 @@ def loss_bytes_per_logit(
     * chunked (torchtune's ``CEWithChunkedOutputLoss``): each chunk's 16-bit logits are upcast on
       their own, so across the loss the 16-bit logits (e) and every chunk's saved fp32 log-softmax
       output (4) are alive, plus one chunk's fp32 copy and gradient (8 / chunks). Compiled
-      (torchtune compiles the per-chunk loss), the upcast and log-softmax fuse and each chunk keeps
-      only its 16-bit input: e + 8 / chunks;
+      (torchtune compiles the per-chunk loss), the upcast, log-softmax and NLL fuse: each chunk
+      keeps only its 16-bit input and a log-sum-exp per row, and one fused backward kernel writes
+      the chunk's gradient straight in the 16-bit dtype (the cast's backward fused in): e + e / chunks;
     * fused-linear: no logits at all (see :func:`fused_linear_loss_bytes`).
     """
     standard = float(max(element_bytes + 8, STANDARD_BYTES_PER_LOGIT))
@@ -152,7 +153,9 @@ def loss_bytes_per_logit(
         return standard + LEGACY_EXTRA_BYTES_PER_LOGIT
     if loss is Loss.CHUNKED:
         one_chunk = 8 / max(1, chunks)
-        return element_bytes + one_chunk if compiled else element_bytes + 4 + one_chunk
+        if compiled:
+            return element_bytes + element_bytes / max(1, chunks)
+        return element_bytes + 4 + one_chunk
     return 0.0
 
 
@@ -177,19 +180,25 @@ def logits_and_loss_bytes(
     hidden: int,
     element_bytes: int,
     softcap: bool,
+    head_gradient_bytes: int = 0,
 ) -> int:
     """The loss's bytes at the start of backward for ``savers.loss`` (see the two functions above).
 
     Gemma 2's soft-capped logits keep one more 16-bit tensor (tanh's output) wherever the logits
-    are materialised: the estimator's trace on gemma-2-2b.
+    are materialised: the estimator's trace on gemma-2-2b. ``head_gradient_bytes`` is the output
+    layer's weight gradient when it trains: a chunked or fused loss differentiates the output
+    layer chunk by chunk (Liger allocates its ``grad_weight`` in the forward), so that gradient is
+    alive next to the other chunks' saved tensors; the standard path only creates it after the
+    fp32 tensors are freed.
     """
     tokens = batch * seq
     if savers.loss is Loss.FUSED_LINEAR:
-        return fused_linear_loss_bytes(tokens, hidden, element_bytes)
+        return fused_linear_loss_bytes(tokens, hidden, element_bytes) + head_gradient_bytes
     per_logit = loss_bytes_per_logit(savers.loss, savers.compile, element_bytes)
     if softcap:
         per_logit += element_bytes
-    return round(tokens * vocab * per_logit)
+    head = head_gradient_bytes if savers.loss is Loss.CHUNKED else 0
+    return round(tokens * vocab * per_logit) + head
 
 
 # --------------------------------------------------------------------------------------------------
