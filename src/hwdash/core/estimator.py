@@ -1082,9 +1082,7 @@ def _train_one_model(
         targets = resolve_lora_targets(arch, plan.lora_targets)
         dora = method is Method.DORA
         trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
-        base_bytes, per_param = _base_weight_bytes(
-            arch, method, layout, savers.qlora_frozen_bytes
-        )
+        base_bytes, per_param = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
         gpu_base, host_base = _frozen_weights_on_gpu(arch, base_bytes, zero, dp, offload, per_param)
         # DeepSpeed casts the whole module to bf16 and keeps an fp32 master copy of what trains;
         # without DeepSpeed PEFT keeps fp32 adapters. Both come to 16 bytes per adapter parameter
@@ -1135,7 +1133,13 @@ def _train_one_model(
         gradients = min(gradients, float(one_tensor * state_layout.gradient_bytes))
         if offload is Offload.NONE:
             step_temporaries = optimizer_step_temporary_bytes(
-                arch, method, trainable, state_layout, plan.optimizer, zero, dp,
+                arch,
+                method,
+                trainable,
+                state_layout,
+                plan.optimizer,
+                zero,
+                dp,
                 OptimizerImpl.FOR_LOOP,
             )
     acc.optimizer += optimizer
@@ -1158,7 +1162,9 @@ def _train_one_model(
         shard = dp if zero >= 1 else 1
         fp32_gradients = trainable * 4 / shard
         if savers.optimizer_in_backward:
-            fp32_gradients = min(fp32_gradients, 4.0 * _largest_trained_tensor(arch, method, trainable))
+            fp32_gradients = min(
+                fp32_gradients, 4.0 * _largest_trained_tensor(arch, method, trainable)
+            )
         acc.master_gradients += fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
         acc.note(
             f"{label} fp32 gradients for the master copy",
@@ -1238,7 +1244,7 @@ def _train_one_model(
             # the checkpoints go to host RAM, all but the layers in flight (savers.py)
             on_gpu, on_host = offloaded_activations(arch.layers, checkpoints / arch.layers)
             acc.host += on_host
-            checkpoints = on_gpu
+            checkpoints = round(on_gpu)
         acc.activations += checkpoints + max(recomputed, logits)
         acc.note(f"{label} activations (checkpoints)", checkpoints, _BACKWARD_ONLY)
         if logits >= recomputed:

@@ -116,11 +116,7 @@ def command_line_defaults(
     :meth:`Plan.with_changes`. Typed flags always win."""
     settings = framework_settings(framework, plan.rl_method if plan.is_rl else plan.method)
     names = ("precision", "grad_ckpt", "optimizer", "optimizer_impl")
-    return {
-        name: settings[name]
-        for name in names
-        if name in settings and name not in typed_fields
-    }
+    return {name: settings[name] for name in names if name in settings and name not in typed_fields}
 
 
 # --------------------------------------------------------------------------------------------------
