@@ -44,6 +44,11 @@ def plan_arguments(plan: Plan) -> list[str]:
         ("offload", "--offload"),
         ("gpus", "--gpus"),
         ("rl_method", "--rl-method"),
+        ("framework", "--framework"),
+        ("loss", "--loss"),
+        ("qlora_frozen_dtype", "--qlora-frozen-dtype"),
+        ("adapter_dtype", "--adapter-dtype"),
+        ("value_head", "--value-head"),
     )
     for name, flag in simple:
         if differs(name):
@@ -54,6 +59,14 @@ def plan_arguments(plan: Plan) -> list[str]:
         args += ["--lora-dropout", _number(plan.lora_dropout)]
     if plan.grad_ckpt:
         args.append("--grad-ckpt")
+    for name, flag in (
+        ("compile", "compile"),
+        ("activation_offload", "activation-offload"),
+        ("optimizer_in_backward", "optimizer-in-backward"),
+    ):
+        setting = getattr(plan, name)
+        if setting is not None:
+            args.append(f"--{flag}" if setting else f"--no-{flag}")
     if not plan.rl_reference:
         args.append("--no-reference")
     if differs("rl_reward_model"):

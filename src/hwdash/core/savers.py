@@ -119,6 +119,23 @@ def command_line_defaults(
     return {name: settings[name] for name in names if name in settings and name not in typed_fields}
 
 
+def describe_savers(savers: Savers) -> str:
+    """One line for the plan's output: the loss path and the savers in force."""
+    parts = [f"loss {savers.loss.value}"]
+    for name, on in (
+        ("compile", savers.compile),
+        ("activation offload", savers.activation_offload),
+        ("optimizer in backward", savers.optimizer_in_backward),
+    ):
+        if on:
+            parts.append(name)
+    parts.append(f"adapters {savers.adapter_dtype.value}")
+    parts.append(f"QLoRA extras {'bf16' if savers.qlora_frozen_bytes == 2 else 'fp32'}")
+    if savers.value_head is ValueHead.SHARED:
+        parts.append("shared value head")
+    return ", ".join(parts)
+
+
 # --------------------------------------------------------------------------------------------------
 # The loss.
 # --------------------------------------------------------------------------------------------------
