@@ -1511,6 +1511,12 @@ def estimate_memory(
             plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
         )
 
+    if acc.managed:
+        acc.warnings.append(
+            f"paged optimizer states ({acc.managed / 2**30:.1f} GiB) live in CUDA managed memory: "
+            "counted on the GPU as NVML sees them; torch.cuda statistics leave them out, and the "
+            "driver pages them to host RAM (slower) when the GPU runs short"
+        )
     phase = _peak_phase(plan, acc)
     rest = acc.phase_total(phase)
     overhead = CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * rest
