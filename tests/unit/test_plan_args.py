@@ -11,6 +11,8 @@ from hwdash.commands.plan_args import plan_arguments
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
+    Framework,
+    Loss,
     Method,
     Offload,
     Optimizer,
@@ -18,6 +20,8 @@ from hwdash.core.plan import (
     Plan,
     Precision,
     Quant,
+    StoreDtype,
+    ValueHead,
 )
 
 
@@ -25,6 +29,9 @@ from hwdash.core.plan import (
 def plans(draw: st.DrawFn) -> Plan:
     method = draw(st.sampled_from(list(Method)))
     zero = 0 if method is Method.INFERENCE else draw(st.integers(0, 3))
+    grad_accum = draw(st.integers(1, 64))
+    optional = st.none() | st.booleans()
+    in_backward = draw(optional) if grad_accum == 1 else draw(st.none() | st.just(False))
     offload = Offload.NONE
     if zero == 3:
         offload = draw(st.sampled_from(list(Offload)))
@@ -38,7 +45,7 @@ def plans(draw: st.DrawFn) -> Plan:
         batch=draw(st.integers(1, 64)),
         seq=draw(st.integers(1, 32768)),
         grad_ckpt=draw(st.booleans()),
-        grad_accum=draw(st.integers(1, 64)),
+        grad_accum=grad_accum,
         attention=draw(st.sampled_from(list(Attention))),
         optimizer=draw(st.sampled_from(list(Optimizer))),
         optimizer_impl=draw(st.sampled_from(list(OptimizerImpl))),
@@ -58,6 +65,14 @@ def plans(draw: st.DrawFn) -> Plan:
         rl_reward_model=draw(st.booleans()),
         vllm_memory_utilization=draw(st.sampled_from([0.0, 0.3, 0.55])),
         quant=quant,
+        framework=draw(st.sampled_from(list(Framework))),
+        loss=draw(st.none() | st.sampled_from(list(Loss))),
+        compile=draw(optional),
+        activation_offload=draw(optional),
+        optimizer_in_backward=in_backward,
+        qlora_frozen_dtype=draw(st.none() | st.sampled_from(list(StoreDtype))),
+        adapter_dtype=draw(st.none() | st.sampled_from(list(StoreDtype))),
+        value_head=draw(st.none() | st.sampled_from(list(ValueHead))),
     )
 
 

@@ -24,7 +24,9 @@ from hwdash.core.numbers import parse_number, parse_whole_number, validation_phr
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
+    Framework,
     FsdpMode,
+    Loss,
     Method,
     Offload,
     Optimizer,
@@ -32,6 +34,8 @@ from hwdash.core.plan import (
     Plan,
     Precision,
     Quant,
+    StoreDtype,
+    ValueHead,
 )
 from hwdash.core.results import FitVerdict
 from hwdash.errors import UsageError
@@ -100,6 +104,14 @@ FIELD_FLAGS = {
     "selective_recompute": "--selective-recompute",
     "hidden_dropout": "--hidden-dropout",
     "quant": "--quant",
+    "framework": "--framework",
+    "loss": "--loss",
+    "compile": "--compile/--no-compile",
+    "activation_offload": "--activation-offload/--no-activation-offload",
+    "optimizer_in_backward": "--optimizer-in-backward/--no-optimizer-in-backward",
+    "qlora_frozen_dtype": "--qlora-frozen-dtype",
+    "adapter_dtype": "--adapter-dtype",
+    "value_head": "--value-head",
 }
 
 
@@ -108,13 +120,15 @@ def unused_flag_warnings(plan: Plan, argv: list[str]) -> list[str]:
     from hwdash.core.plan import unused_settings
 
     by_flag = {flag: field for field, flag in FIELD_FLAGS.items()}
-    by_flag.update({"--reward-model": "rl_reward_model", "--no-reward-model": "rl_reward_model"})
-    typed = [by_flag[arg.split("=", 1)[0]] for arg in argv if arg.split("=", 1)[0] in by_flag]
+    for field, flags in FIELD_FLAGS.items():
+        by_flag.update({flag: field for flag in flags.split("/")})
+    typed_flags = [arg.split("=", 1)[0] for arg in argv if arg.split("=", 1)[0] in by_flag]
+    typed = [by_flag[flag] for flag in typed_flags]
     warnings = []
     for field, why in unused_settings(plan, typed):
         flag = FIELD_FLAGS[field]
-        if field == "rl_reward_model":
-            flag = "--reward-model" if plan.rl_reward_model else "--no-reward-model"
+        if "/" in flag:
+            flag = next(f for f in typed_flags if by_flag[f] == field)
         warnings.append(f"{flag} does nothing here: {why}")
     return warnings
 
@@ -320,6 +334,56 @@ def add_parser(subparsers: Any) -> None:
         help="dropout in Megatron's layers; above 0 its masks are kept (default 0; Megatron's "
         "own default is 0.1)",
     )
+    savers = parser.add_argument_group(
+        "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
+    )
+    savers.add_argument(
+        "--framework",
+        choices=[f.value for f in Framework],
+        default=Framework.HF.value,
+        help="training stack whose defaults fill the savers below and, where their flags are not "
+        "typed, --precision, --grad-ckpt, --optimizer and --optimizer-impl (default hf)",
+    )
+    savers.add_argument(
+        "--loss",
+        choices=[loss.value for loss in Loss],
+        help="standard (fp32 logits), chunked (torchtune), fused-linear (Liger, Cut Cross-Entropy: "
+        "no logits) or legacy (older transformers: one more fp32 copy)",
+    )
+    savers.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile: fused norms and loss keep fewer activations",
+    )
+    savers.add_argument(
+        "--activation-offload",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="saved activations go to host RAM (torchtune; Unsloth's offloaded checkpointing)",
+    )
+    savers.add_argument(
+        "--optimizer-in-backward",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="step and free each gradient as backward produces it (needs --grad-accum 1)",
+    )
+    savers.add_argument(
+        "--qlora-frozen-dtype",
+        choices=[d.value for d in StoreDtype],
+        help="qlora/lora-8bit: embeddings, LM head and norms in fp32 (PEFT) or bf16 (torchtune, "
+        "Unsloth)",
+    )
+    savers.add_argument(
+        "--adapter-dtype",
+        choices=[d.value for d in StoreDtype],
+        help="LoRA adapters in fp32 (PEFT, Unsloth) or bf16 (torchtune)",
+    )
+    savers.add_argument(
+        "--value-head",
+        choices=[v.value for v in ValueHead],
+        help="ppo: a separate value backbone, or a head shared with the policy (TRL)",
+    )
     rl = parser.add_argument_group("RL (ppo, grpo)")
     rl.add_argument(
         "--rl-method",
@@ -495,6 +559,18 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     }
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
+    fields["framework"] = args.framework
+    for name in (
+        "loss",
+        "compile",
+        "activation_offload",
+        "optimizer_in_backward",
+        "qlora_frozen_dtype",
+        "adapter_dtype",
+        "value_head",
+    ):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
     try:
         return Plan(**fields)
     except ValidationError as exc:
@@ -510,6 +586,26 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         value = first.get("input")
         shown = f"{value:g}" if isinstance(value, float) else str(value)
         raise UsageError(f"{validation_phrase(first)}, got {shown}", flag=flag) from None
+
+
+def apply_framework_defaults(plan: Plan, catalog: Any, argv: list[str]) -> Plan:
+    """The plan with its framework's precision, checkpointing and optimizer defaults where their
+    flags were not typed (typed flags always win); the savers themselves resolve in the estimator."""
+    from hwdash.core.savers import command_line_defaults
+
+    framework = catalog.frameworks.get(plan.framework.value)
+    if framework is None:
+        return plan
+    typed = _typed_flags(argv)
+    typed_fields = {name for name, flags in FIELD_FLAGS.items() if set(flags.split("/")) & typed}
+    updates = command_line_defaults(plan, framework, typed_fields)
+    if not updates:
+        return plan
+    try:
+        return plan.with_changes(updates)
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise UsageError(message, flag="--framework") from None
 
 
 def _typed_flags(argv: list[str]) -> set[str]:
@@ -572,6 +668,8 @@ def _flag_from_message(message: str) -> str | None:
     lowered = message.lower()
     if lowered.startswith("quant "):
         return "--quant"
+    if "optimizer_in_backward" in lowered:
+        return "--optimizer-in-backward"
     if "offload" in lowered:
         return "--offload"
     if "zero" in lowered:
@@ -605,6 +703,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check and len(plan.flavors) != 1:
         raise UsageError("give exactly one --flavor ID to check against", flag="--check")
     catalog = load_catalog(args.catalog)
+    plan = apply_framework_defaults(plan, catalog, getattr(args, "argv", []))
     # This machine's GPUs become the `local` flavor (NVML, or the fake scenario).
     local = plan_fit.probe_local_gpus(args.fake_nvml)
     catalog, machines = plan_fit.add_local_flavors(
@@ -745,6 +844,14 @@ def render_report(
         f"{'s' if estimate.gpus != 1 else ''}{_parallel_words(plan, estimate.gpus)}",
     )
     console.print(title, highlight=False)
+    if plan.is_training:
+        from hwdash.core.savers import describe_savers, resolve_savers
+
+        console.print(
+            f"framework {plan.framework.value}: {describe_savers(resolve_savers(plan))}",
+            style="dim",
+            highlight=False,
+        )
     breakdown = Table()
     breakdown.add_column("component")
     breakdown.add_column("GiB per GPU", justify="right")

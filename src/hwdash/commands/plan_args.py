@@ -49,6 +49,11 @@ def plan_arguments(plan: Plan) -> list[str]:
         ("tp", "--tp"),
         ("pp", "--pp"),
         ("quant", "--quant"),
+        ("framework", "--framework"),
+        ("loss", "--loss"),
+        ("qlora_frozen_dtype", "--qlora-frozen-dtype"),
+        ("adapter_dtype", "--adapter-dtype"),
+        ("value_head", "--value-head"),
     )
     for name, flag in simple:
         if differs(name):
@@ -67,6 +72,14 @@ def plan_arguments(plan: Plan) -> list[str]:
         args.append("--selective-recompute")
     if differs("hidden_dropout"):
         args += ["--hidden-dropout", _number(plan.hidden_dropout)]
+    for name, flag in (
+        ("compile", "compile"),
+        ("activation_offload", "activation-offload"),
+        ("optimizer_in_backward", "optimizer-in-backward"),
+    ):
+        setting = getattr(plan, name)
+        if setting is not None:
+            args.append(f"--{flag}" if setting else f"--no-{flag}")
     if not plan.rl_reference:
         args.append("--no-reference")
     if differs("rl_reward_model"):

@@ -280,12 +280,82 @@ class Slowdown(_Strict):
     """Caveats."""
 
 
-CatalogKind = Literal["accelerator", "flavor", "model", "slowdown"]
+class FrameworkSettings(_Strict):
+    """Saver settings a training stack uses unless told otherwise (Plan field names and values).
+
+    None leaves the setting to the next level: the framework's general defaults for the
+    ``full`` overrides, hwdash's plain Hugging Face behaviour for the general ones.
+    """
+
+    loss: Literal["standard", "chunked", "fused-linear", "legacy"] | None = None
+    """Cross-entropy path (``Plan.loss``)."""
+    compile: bool | None = None
+    """torch.compile on by default."""
+    activation_offload: bool | None = None
+    """Saved activations offloaded to host RAM by default."""
+    optimizer_in_backward: bool | None = None
+    """Optimizer step fused into backward by default."""
+    qlora_frozen_dtype: Literal["fp32", "bf16"] | None = None
+    """Dtype of a quantized base's unquantized parts."""
+    adapter_dtype: Literal["fp32", "bf16"] | None = None
+    """Dtype of LoRA adapters."""
+    value_head: Literal["shared", "separate"] | None = None
+    """PPO value model."""
+    precision: Literal["fp32", "amp", "bf16", "mixed"] | None = None
+    """Storage layout (``Plan.precision``); applied by the command line where ``--precision`` is not
+    typed."""
+    grad_ckpt: bool | None = None
+    """Activation checkpointing on by default (command line, where ``--grad-ckpt`` is not typed)."""
+    optimizer: Literal["adamw", "adamw-8bit", "adamw-8bit-paged", "sgd", "adafactor"] | None = None
+    """Default optimizer (command line, where ``--optimizer`` is not typed)."""
+    optimizer_impl: Literal["fused", "foreach", "for-loop"] | None = None
+    """Default AdamW implementation (command line, where ``--optimizer-impl`` is not typed)."""
+
+    def given(self) -> dict[str, Any]:
+        """The settings this entry states (None left out)."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+
+class Framework(FrameworkSettings):
+    """A training stack's defaults (``catalog/frameworks.toml``), each with its source."""
+
+    id: Literal["hf", "torchtune", "unsloth", "deepspeed", "fsdp", "megatron"]
+    """The ``--framework`` value."""
+    name: str = Field(min_length=1)
+    """Display name."""
+    full: FrameworkSettings = FrameworkSettings()
+    """Overrides for full fine-tuning (torchtune's full recipes fuse the step into backward)."""
+    sources: dict[str, str]
+    """Where each stated default comes from, by setting name (``full.<name>`` for overrides)."""
+    notes: str = ""
+    """Caveats."""
+
+    @model_validator(mode="after")
+    def _every_default_cited(self) -> Framework:
+        stated = list(self.given()) + [f"full.{name}" for name in self.full.given()]
+        for name in stated:
+            if not self.sources.get(name, "").strip():
+                raise _FieldProblem("sources", f"the default '{name}' has no source")
+        for name in self.sources:
+            if name not in stated:
+                raise _FieldProblem("sources", f"a source for '{name}', which is not set")
+        return self
+
+    def given(self) -> dict[str, Any]:
+        """The general defaults this framework states (not ``full``, ids and sources)."""
+        out = FrameworkSettings.given(self)
+        for name in ("id", "name", "full", "sources", "notes"):
+            out.pop(name, None)
+        return out
+
+
+CatalogKind = Literal["accelerator", "flavor", "model", "slowdown", "framework"]
 _SCHEMAS: dict[str, type[_Strict]] = {
     "accelerator": Accelerator,
     "flavor": Flavor,
     "model": ModelSpec,
     "slowdown": Slowdown,
+    "framework": Framework,
 }
 
 
@@ -298,6 +368,8 @@ class Catalog:
     models: dict[str, ModelSpec] = field(default_factory=dict)
     slowdowns: dict[str, Slowdown] = field(default_factory=dict)
     """Step-time factors for ``--fit`` options, by id."""
+    frameworks: dict[str, Framework] = field(default_factory=dict)
+    """Training stacks' saver defaults (``--framework``), by id."""
     files: tuple[str, ...] = ()
     """The files this catalog was read from, in order (later files override earlier ones)."""
 
@@ -403,8 +475,8 @@ def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
         if key not in _SCHEMAS:
             raise CatalogError(
                 path,
-                f"unknown table '{key}' (expected [[accelerator]], [[flavor]], [[model]] or "
-                "[[slowdown]])",
+                f"unknown table '{key}' (expected [[accelerator]], [[flavor]], [[model]], "
+                "[[slowdown]] or [[framework]])",
             )
         if not isinstance(value, list):
             raise CatalogError(path, f"'{key}' must be an array of tables: write [[{key}]]")
@@ -463,6 +535,7 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
         flavors=tables["flavor"],
         models=tables["model"],
         slowdowns=tables["slowdown"],
+        frameworks=tables["framework"],
         files=tuple(files),
     )
     for ident, flavor in catalog.flavors.items():

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from hwdash.core import block_activations
-from hwdash.core.catalog import Accelerator, ModelSpec
+from hwdash.core.catalog import Accelerator, Framework, ModelSpec
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     Attention,
@@ -39,8 +39,19 @@ from hwdash.core.plan import (
     Plan,
     Precision,
     Quant,
+    StoreDtype,
+    ValueHead,
 )
 from hwdash.core.results import MemoryBreakdown, MemoryEstimate
+from hwdash.core.savers import (
+    Savers,
+    compiled_norm_saving,
+    is_paged,
+    logits_and_loss_bytes,
+    offloaded_activations,
+    resolve_savers,
+    value_head_params,
+)
 from hwdash.core.units import MIB
 
 # --------------------------------------------------------------------------------------------------
@@ -436,7 +447,7 @@ def optimizer_state_bytes_per_param(optimizer: Optimizer, layout: Layout) -> flo
     """
     if optimizer is Optimizer.ADAMW:
         return 2 * layout.state_bytes
-    if optimizer is Optimizer.ADAMW_8BIT:
+    if optimizer in (Optimizer.ADAMW_8BIT, Optimizer.ADAMW_8BIT_PAGED):
         return ADAM_8BIT_STATE_BYTES
     if optimizer is Optimizer.SGD:
         return 0
@@ -584,6 +595,7 @@ def _input_copies_kept(
     attention: Attention,
     targets: tuple[LinearShape, ...],
     autocast_from_fp32: bool,
+    adapter_casts: bool | None = None,
 ) -> int:
     """The 16-bit inputs the linear layers keep, as they depend on freezing and casting.
 
@@ -604,6 +616,10 @@ def _input_copies_kept(
     e = element_bytes
     lora = bool(targets)
     casts = element_bytes != 4 if lora else autocast_from_fp32
+    if lora and adapter_casts is not None:
+        # 16-bit adapters (torchtune, --adapter-dtype bf16): no cast to the adapter dtype, so
+        # lora_A keeps the shared tensor itself, as in plain fp32
+        casts = adapter_casts
     names = {linear.name for linear in targets} if lora else {lin.name for lin in arch.linears}
     by_name = {linear.name: linear for linear in arch.linears}
 
@@ -641,6 +657,7 @@ def _adapter_extras(
     rank: int,
     dora: bool,
     dropout: bool = False,
+    adapter_casts: bool | None = None,
 ) -> int:
     """What adapters keep besides their inputs (see :func:`_input_copies_kept` for those).
 
@@ -656,7 +673,7 @@ def _adapter_extras(
       (CPU's mask dtype) per adapted input element more than the ``-d0`` rows, to within 1%.
     """
     e = element_bytes
-    casts = element_bytes != 4
+    casts = element_bytes != 4 if adapter_casts is None else adapter_casts
     extras = 0
     if dropout:
         extras += DROPOUT_MASK_BYTES * lora_dropout_mask_elements(arch, tokens, targets)
@@ -742,6 +759,8 @@ def layer_activation_bytes(
     lora_rank: int = 0,
     dora: bool = False,
     lora_dropout: bool = False,
+    compiled: bool = False,
+    adapter_casts: bool | None = None,
 ) -> int:
     """Bytes one decoder layer keeps for backward, without recomputation.
 
@@ -785,6 +804,9 @@ def layer_activation_bytes(
     if arch.norm_saves_input:
         # GPT-2, GPT-NeoX, BLOOM, Falcon, GPT-BigCode: torch's own LayerNorm (block_activations)
         norms = block_activations.layer_norm_bytes(arch, tokens, w)
+    elif compiled and not arch.norm_scale_in_fp32:
+        # torch.compile fuses each norm: it keeps its 16-bit input, not the fp32 upcast (savers)
+        norms -= compiled_norm_saving(tokens, h, arch.norms_per_layer, e, w, frozen)
     if arch.qk_norm:
         # q_norm and k_norm (Qwen3, Gemma 3): the same norm over each head's head_dim, applied to the
         # projections' outputs (model dtype, or bf16 under autocast: e). Traced per layer, to the
@@ -808,9 +830,13 @@ def layer_activation_bytes(
         # counted with the other projection inputs.
         k = arch.experts_per_token
         mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
-    inputs = _input_copies_kept(arch, tokens, e, attention, lora_targets, autocast_from_fp32)
+    inputs = _input_copies_kept(
+        arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts
+    )
     weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
-    adapters = _adapter_extras(arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout)
+    adapters = _adapter_extras(
+        arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout, adapter_casts
+    )
     return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters
 
 
@@ -861,6 +887,8 @@ def training_activation_bytes(
     lora_rank: int = 0,
     dora: bool = False,
     lora_dropout: bool = False,
+    compiled: bool = False,
+    adapter_casts: bool | None = None,
 ) -> int:
     """Activations of all layers at the start of backward (logits excluded).
 
@@ -881,6 +909,8 @@ def training_activation_bytes(
         lora_rank=lora_rank,
         dora=dora,
         lora_dropout=lora_dropout,
+        compiled=compiled,
+        adapter_casts=adapter_casts,
     )
     lm_head_copy = 2 * arch.vocab * arch.hidden if (w == 4 and element_bytes == 2) else 0
     # An encoder-decoder's cross-attentions and the encoder output they read (0 otherwise); with
@@ -969,6 +999,8 @@ class _Accumulator:
     last_layer_activations: float = 0.0
     kv_cache: float = 0.0
     host: float = 0.0
+    managed: float = 0.0
+    """Paged optimizer states (CUDA managed memory): in ``optimizer`` too (NVML sees them)."""
 
     def __post_init__(self) -> None:
         self.details: list[tuple[str, int, frozenset[str]]] = []
@@ -1028,14 +1060,17 @@ def checkpoint_weight_bytes(arch: Architecture, weight_bytes: int) -> float:
     return quantized + 2.0 * arch.unquantized_params
 
 
-def _base_weight_bytes(arch: Architecture, method: Method, layout: Layout) -> tuple[float, float]:
+def _base_weight_bytes(
+    arch: Architecture, method: Method, layout: Layout, frozen_bytes: int = 4
+) -> tuple[float, float]:
     """Bytes of the frozen base for a LoRA-style method, and the bytes per parameter ZeRO-3 gathers.
 
     * lora/dora: the layout's weight dtype (bf16 for ``bf16``/``mixed``; fp32 for ``fp32``/``amp``,
       since ``amp`` means the model is loaded in fp32 and autocast does the matmuls).
     * qlora: NF4 plus double-quantized constants for every linear layer inside the blocks; the rest
       (embeddings, LM head, norms) is upcast to fp32 by PEFT's ``prepare_model_for_kbit_training``,
-      which casts every non-quantized 16-bit parameter to fp32.
+      which casts every non-quantized 16-bit parameter to fp32; ``frozen_bytes`` 2 keeps them
+      16-bit as torchtune, torchao and Unsloth do (``Plan.qlora_frozen_dtype``).
     * lora-8bit: LLM.int8() weights with a per-row fp32 scale; the rest upcast to fp32 as above.
     """
     if method in (Method.LORA, Method.DORA) and arch.checkpoint_bits is not None:
@@ -1043,12 +1078,12 @@ def _base_weight_bytes(arch: Architecture, method: Method, layout: Layout) -> tu
         method = Method.QLORA if arch.checkpoint_bits == 4 else Method.LORA_8BIT
     if method is Method.QLORA:
         quantized = arch.quantizable_params * (NF4_BYTES_PER_PARAM + NF4_CONSTANT_BYTES_PER_PARAM)
-        total = quantized + 4 * arch.unquantized_params
+        total = quantized + frozen_bytes * arch.unquantized_params
         return total, total / arch.total_params
     if method is Method.LORA_8BIT:
         rows = arch.layers * sum(linear.out_features * linear.copies for linear in arch.linears)
         quantized = arch.quantizable_params * INT8_BYTES_PER_PARAM + rows * INT8_ROW_SCALE_BYTES
-        total = quantized + 4 * arch.unquantized_params
+        total = quantized + frozen_bytes * arch.unquantized_params
         return total, total / arch.total_params
     return float(arch.total_params * layout.weight_bytes), float(layout.weight_bytes)
 
@@ -1092,8 +1127,14 @@ def _train_one_model(
     label: str,
     *,
     with_logits: bool,
+    savers: Savers | None = None,
 ) -> int:
-    """Add the model states and activations of one trained model; return its trainable params."""
+    """Add the model states and activations of one trained model; return its trainable params.
+
+    ``savers`` (:mod:`hwdash.core.savers`) switches the loss path, compile, activation offloading,
+    the optimizer step in backward, paged states and the adapters' and QLoRA extras' dtypes."""
+    if savers is None:
+        savers = resolve_savers(plan)
     if _sharded_elsewhere(plan):
         from hwdash.core import parallelism
 
@@ -1120,12 +1161,15 @@ def _train_one_model(
         targets = resolve_lora_targets(arch, plan.lora_targets)
         dora = method is Method.DORA
         trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
-        base_bytes, per_param = _base_weight_bytes(arch, method, layout)
+        base_bytes, per_param = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
         gpu_base, host_base = _frozen_weights_on_gpu(arch, base_bytes, zero, dp, offload, per_param)
         # DeepSpeed casts the whole module to bf16 and keeps an fp32 master copy of what trains;
         # without DeepSpeed PEFT keeps fp32 adapters. Both come to 16 bytes per adapter parameter
         # with Adam.
         state_layout = LAYOUTS[Precision.MIXED] if zero > 0 else ADAPTER_LAYOUT
+        if zero == 0 and savers.adapter_dtype is StoreDtype.BF16:
+            # torchtune builds the adapters in the model's bf16 (--adapter-dtype bf16)
+            state_layout = LAYOUTS[Precision.BF16]
         states = model_state_bytes(trainable, trainable, state_layout, plan.optimizer, zero, dp)
         acc.weights += gpu_base + states.weights
         acc.host += host_base
@@ -1158,8 +1202,31 @@ def _train_one_model(
         acc.host += trainable * (k_bytes + state_layout.gradient_bytes)
         optimizer = 0.0
         step_temporaries = 0.0
+    if savers.optimizer_in_backward:
+        # torchtune's optimizer_in_bwd: a hook steps each parameter and frees its gradient as soon
+        # as backward produces it (torchtune/training/_optimizer_in_backward? see
+        # torchtune.training.create_optim_in_bwd_wrapper and register_optim_in_bwd_hooks; PyTorch
+        # tutorial "How to save memory by fusing the optimizer step into the backward pass"): at most
+        # one parameter's gradient and its step's temporaries exist at a time.
+        one_tensor = _largest_trained_tensor(arch, method, trainable)
+        gradients = min(gradients, float(one_tensor * state_layout.gradient_bytes))
+        if offload is Offload.NONE:
+            step_temporaries = optimizer_step_temporary_bytes(
+                arch,
+                method,
+                trainable,
+                state_layout,
+                plan.optimizer,
+                zero,
+                dp,
+                OptimizerImpl.FOR_LOOP,
+            )
     acc.optimizer += optimizer
-    acc.note(f"{label} optimizer states", optimizer)
+    if is_paged(plan.optimizer):
+        acc.managed += optimizer
+        acc.note(f"{label} optimizer states (paged: CUDA managed memory)", optimizer)
+    else:
+        acc.note(f"{label} optimizer states", optimizer)
     if _gradients_persist(plan):
         acc.persistent_gradients += gradients
         acc.note(f"{label} gradients", gradients)
@@ -1173,6 +1240,10 @@ def _train_one_model(
         # each 16-bit gradient as it is copied: traced qwen2.5-7b mixed, optimizer phase.
         shard = dp if zero >= 1 else 1
         fp32_gradients = trainable * 4 / shard
+        if savers.optimizer_in_backward:
+            fp32_gradients = min(
+                fp32_gradients, 4.0 * _largest_trained_tensor(arch, method, trainable)
+            )
         acc.master_gradients += fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
         acc.note(
             f"{label} fp32 gradients for the master copy",
@@ -1187,6 +1258,10 @@ def _train_one_model(
         "lora_rank": plan.lora_r if targets else 0,
         "dora": method is Method.DORA,
         "lora_dropout": bool(targets) and plan.lora_dropout > 0,
+        "compiled": savers.compile,
+        "adapter_casts": (
+            False if targets and state_layout.weight_bytes == element_bytes == 2 else None
+        ),
     }
     activations = training_activation_bytes(
         arch,
@@ -1197,7 +1272,24 @@ def _train_one_model(
         plan.grad_ckpt,
         **layer_kwargs,  # type: ignore[arg-type]
     )
-    logits = logits_bytes(arch, plan.batch, plan.seq, element_bytes) if with_logits else 0
+    logits = (
+        logits_and_loss_bytes(
+            savers,
+            plan.batch,
+            plan.seq,
+            arch.vocab,
+            arch.hidden,
+            element_bytes,
+            arch.final_logit_softcap,
+            head_gradient_bytes=(
+                arch.vocab * arch.hidden * state_layout.gradient_bytes
+                if method is Method.FULL
+                else 0
+            ),
+        )
+        if with_logits
+        else 0
+    )
     # The end of backward: the first layer's activations (recomputed, with checkpointing) while
     # every other gradient exists. Traced: mixtral-8x7b LoRA with checkpointing peaks there
     # (bench/data/calibration.csv, gradients 97% complete at the backward peak).
@@ -1227,6 +1319,11 @@ def _train_one_model(
             **layer_kwargs,  # type: ignore[arg-type]
         )
         checkpoints = activations - recomputed
+        if savers.activation_offload:
+            # the checkpoints go to host RAM, all but the layers in flight (savers.py)
+            on_gpu, on_host = offloaded_activations(arch.layers, checkpoints / arch.layers)
+            acc.host += on_host
+            checkpoints = round(on_gpu)
         acc.activations += checkpoints + max(recomputed, logits)
         acc.note(f"{label} activations (checkpoints)", checkpoints, _BACKWARD_ONLY)
         if logits >= recomputed:
@@ -1234,11 +1331,27 @@ def _train_one_model(
         else:
             acc.note(f"{label} recomputed layer", recomputed, _BACKWARD_ONLY)
         return trainable
+    if savers.activation_offload:
+        on_gpu, on_host = offloaded_activations(arch.layers, activations / arch.layers)
+        acc.host += on_host
+        activations = round(on_gpu)
     acc.activations += activations + logits
     acc.note(f"{label} activations", activations, _BACKWARD_ONLY)
     if with_logits:
         acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
     return trainable
+
+
+def _largest_trained_tensor(arch: Architecture, method: Method, trainable: int) -> int:
+    """Elements of the largest trained tensor: the embedding, LM head or largest block matrix for
+    full training; one layer's adapters bound it for LoRA-style methods."""
+    if method is Method.FULL:
+        return max(
+            arch.embedding_params,
+            arch.lm_head_params,
+            max(linear.in_features * linear.out_features for linear in arch.linears),
+        )
+    return trainable // max(1, arch.layers)
 
 
 def _gradients_persist(plan: Plan) -> bool:
@@ -1349,6 +1462,7 @@ def estimate_memory(
     *,
     gpus: int | None = None,
     accelerator: Accelerator | None = None,
+    framework: Framework | None = None,
 ) -> MemoryEstimate:
     """Peak bytes per GPU for ``plan`` on ``gpus`` data-parallel GPUs (default ``plan.gpus``).
 
@@ -1370,6 +1484,9 @@ def estimate_memory(
     dp = plan.gpus if gpus is None else max(1, gpus)
     arch = architecture(model)
     acc = _Accumulator()
+    # ``framework``: the catalog's entry for plan.framework (a user catalog may override it); None
+    # reads the packaged frameworks.toml
+    savers = resolve_savers(plan, framework)
     compute_dtype = _compute_dtype(plan, accelerator, acc)
     layout = _effective_layout(plan, acc)
     if model.eager_attention_only and plan.attention is not Attention.EAGER:
@@ -1452,12 +1569,29 @@ def estimate_memory(
         train_method = plan.rl_method
         lora_style = train_method in LORA_STYLE_METHODS
         trainable = _train_one_model(
-            plan, arch, train_method, layout, dp, acc, "policy", with_logits=True
+            plan, arch, train_method, layout, dp, acc, "policy", with_logits=True, savers=savers
         )
-        if plan.method is Method.PPO:
+        if plan.method is Method.PPO and savers.value_head is ValueHead.SHARED:
+            # TRL's AutoModelForCausalLMWithValueHead: a scalar head on the policy's own backbone,
+            # trained with it (savers.value_head_params); no second backbone, no second activations
+            head = value_head_params(arch.hidden)
+            head_layout = LAYOUTS[Precision.MIXED] if plan.zero > 0 else ADAPTER_LAYOUT
+            head_states = model_state_bytes(head, head, head_layout, plan.optimizer, 0, 1)
+            acc.weights += head_states.total
+            acc.note("value head (shared backbone)", head_states.total)
+            trainable += head
+        elif plan.method is Method.PPO:
             # The value model: the same backbone with a scalar head, trained the same way; no logits.
             trainable += _train_one_model(
-                plan, arch, train_method, layout, dp, acc, "value model", with_logits=False
+                plan,
+                arch,
+                train_method,
+                layout,
+                dp,
+                acc,
+                "value model",
+                with_logits=False,
+                savers=savers,
             )
         if plan.rl_reference:
             if lora_style:
@@ -1469,9 +1603,15 @@ def estimate_memory(
         _generation_engine(plan, arch, accelerator, acc)
     else:
         trainable = _train_one_model(
-            plan, arch, plan.method, layout, dp, acc, "model", with_logits=True
+            plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
         )
 
+    if acc.managed:
+        acc.warnings.append(
+            f"paged optimizer states ({acc.managed / 2**30:.1f} GiB) live in CUDA managed memory: "
+            "counted on the GPU as NVML sees them; torch.cuda statistics leave them out, and the "
+            "driver pages them to host RAM (slower) when the GPU runs short"
+        )
     phase = _peak_phase(plan, acc)
     rest = acc.phase_total(phase)
     overhead = CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * rest
@@ -1502,6 +1642,7 @@ def estimate_memory(
         per_gpu=breakdown,
         gpus=dp,
         host_bytes=math.ceil(acc.host),
+        managed_bytes=math.ceil(acc.managed),
         total_params=arch.total_params,
         trainable_params=trainable,
         compute_dtype=compute_dtype,

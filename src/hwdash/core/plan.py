@@ -58,6 +58,9 @@ class Optimizer(str, Enum):
 
     ADAMW = "adamw"
     ADAMW_8BIT = "adamw-8bit"
+    ADAMW_8BIT_PAGED = "adamw-8bit-paged"
+    """bitsandbytes' ``PagedAdamW8bit``: 8-bit states in CUDA managed memory, which the driver
+    pages to host RAM when the GPU is full. NVML counts them; ``torch.cuda`` statistics do not."""
     SGD = "sgd"
     ADAFACTOR = "adafactor"
 
@@ -81,6 +84,48 @@ class Attention(str, Enum):
     FLASH = "flash"
     SDPA = "sdpa"
     EAGER = "eager"
+
+
+class Framework(str, Enum):
+    """The training stack whose defaults fill the memory-saver settings left unset
+    (``catalog/frameworks.toml``, each default with its source)."""
+
+    HF = "hf"
+    """Hugging Face transformers + PEFT + Trainer/TRL: today's defaults, no savers."""
+    TORCHTUNE = "torchtune"
+    UNSLOTH = "unsloth"
+    DEEPSPEED = "deepspeed"
+    FSDP = "fsdp"
+    MEGATRON = "megatron"
+
+
+class Loss(str, Enum):
+    """How the cross-entropy loss meets the logits (see :mod:`hwdash.core.savers`)."""
+
+    STANDARD = "standard"
+    """Full logits, upcast to fp32 before the loss (transformers' ``ForCausalLMLoss``)."""
+    CHUNKED = "chunked"
+    """torchtune's ``CEWithChunkedOutputLoss``: the logits in chunks, each upcast on its own."""
+    FUSED_LINEAR = "fused-linear"
+    """Liger's fused linear cross-entropy, Apple's Cut Cross-Entropy: logits never materialised."""
+    LEGACY = "legacy"
+    """Older transformers (before the loss refactor of 4.46): one more fp32 copy of the logits."""
+
+
+class ValueHead(str, Enum):
+    """PPO's value model."""
+
+    SEPARATE = "separate"
+    """A second backbone with a scalar head (TRL's ``PPOTrainer`` value model)."""
+    SHARED = "shared"
+    """A scalar head on the policy's own backbone (TRL's ``AutoModelForCausalLMWithValueHead``)."""
+
+
+class StoreDtype(str, Enum):
+    """Storage dtype of adapters or of a quantized base's unquantized parts."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
 
 
 class Offload(str, Enum):
@@ -216,6 +261,25 @@ class Plan(BaseModel):
     quant: Quant = Quant.NONE
     """Inference only: quantize the block linear layers as bitsandbytes (nf4, int8) or a GPTQ/AWQ
     checkpoint (gptq-4, awq-4) does; embeddings, norms and the LM head stay 16-bit."""
+    framework: Framework = Framework.HF
+    """Training stack whose defaults fill the saver settings below left at None."""
+    loss: Loss | None = None
+    """Cross-entropy path (None: the framework's default)."""
+    compile: bool | None = None
+    """torch.compile: fused norms and loss keep fewer activations (None: the framework's)."""
+    activation_offload: bool | None = None
+    """Saved activations go to host RAM (torchtune, Unsloth's offloaded checkpointing)."""
+    optimizer_in_backward: bool | None = None
+    """Each gradient is stepped and freed as backward produces it (torchtune's
+    ``optimizer_in_bwd``): no full gradient set. Needs ``grad_accum`` 1."""
+    qlora_frozen_dtype: StoreDtype | None = None
+    """QLoRA / 8-bit LoRA: dtype of the unquantized base parts (embeddings, LM head, norms):
+    fp32 as PEFT's ``prepare_model_for_kbit_training`` upcasts them, bf16 as torchtune, torchao
+    and Unsloth keep them."""
+    adapter_dtype: StoreDtype | None = None
+    """LoRA/DoRA adapters' dtype: fp32 (PEFT, Unsloth) or bf16 (torchtune)."""
+    value_head: ValueHead | None = None
+    """PPO: the value model as a second backbone or a head on the policy's."""
 
     @model_validator(mode="after")
     def _check(self) -> Plan:
@@ -232,6 +296,10 @@ class Plan(BaseModel):
             raise ValueError(
                 f"quant {self.quant.value} quantizes an inference plan; to train over quantized "
                 "weights use --method qlora (NF4) or lora-8bit (int8)"
+            )
+        if self.optimizer_in_backward and self.grad_accum > 1:
+            raise ValueError(
+                "optimizer_in_backward steps each gradient as it is produced: it needs grad_accum 1"
             )
         return self
 
@@ -301,7 +369,22 @@ _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utili
 #: Settings that only Megatron TP/PP plans read.
 _MEGATRON_FIELDS = ("sequence_parallel", "selective_recompute", "hidden_dropout")
 #: Settings that only training reads.
-_TRAINING_FIELDS = ("grad_ckpt", "grad_accum", "optimizer", "optimizer_impl", "examples", "epochs")
+_TRAINING_FIELDS = (
+    "grad_ckpt",
+    "grad_accum",
+    "optimizer",
+    "optimizer_impl",
+    "examples",
+    "epochs",
+    "loss",
+    "compile",
+    "activation_offload",
+    "optimizer_in_backward",
+)
+#: Settings that only adapters on a quantized base read.
+_QUANTIZED_BASE_FIELDS = ("qlora_frozen_dtype",)
+#: Settings that only PPO reads.
+_PPO_FIELDS = ("value_head",)
 
 
 def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
@@ -319,6 +402,12 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             if name == "grad_ckpt" and not plan.grad_ckpt:
                 continue
             unused.append((name, why))
+        elif name in _QUANTIZED_BASE_FIELDS and trained not in (Method.QLORA, Method.LORA_8BIT):
+            unused.append((name, f"only qlora and lora-8bit use it, not {trained.value}"))
+        elif name == "adapter_dtype" and trained not in LORA_STYLE_METHODS:
+            unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
+        elif name in _PPO_FIELDS and plan.method is not Method.PPO:
+            unused.append((name, f"only ppo has a value model, not {plan.method.value}"))
         elif name in _LORA_FIELDS and trained not in LORA_STYLE_METHODS:
             unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
         elif name in _RL_FIELDS and not plan.is_rl:

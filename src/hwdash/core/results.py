@@ -61,6 +61,10 @@ class MemoryEstimate:
     """The data-parallel GPU count this estimate assumes."""
     host_bytes: int = 0
     """Host RAM that CPU offload needs (the whole machine, not per GPU)."""
+    managed_bytes: int = 0
+    """Paged optimizer states in CUDA managed memory, included in ``per_gpu.optimizer``: NVML
+    counts them while they sit on the GPU, ``torch.cuda`` memory statistics never do, and the driver
+    pages them to host RAM when the GPU runs short (slower, not out of memory)."""
     total_params: int = 0
     """Parameters of the model (all experts)."""
     trainable_params: int = 0
@@ -161,6 +165,7 @@ class PlanReport:
             "plan": plan,
             "memory": self.estimate.per_gpu.as_dict(),
             "host_memory": self.estimate.host_bytes,
+            "managed_memory": self.estimate.managed_bytes,
             "flavors": [fit.to_json() for fit in self.flavors],
             "recommended": self.recommended,
             "fastest": self.fastest,
