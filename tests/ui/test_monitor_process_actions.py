@@ -36,7 +36,7 @@ async def test_probed_processes_show_allocated_and_reserved_and_the_retry_warnin
         assert "torch" in table.columns and "trend" in table.columns
         rank0 = table.get_cells("0:31337")
         assert rank0["torch"].text.startswith("!")  # retries rose: the allocator thrashes
-        assert "/" in rank0["torch"].text and rank0["torch"].text.endswith("G")
+        assert "/" in rank0["torch"].text and rank0["torch"].text.endswith(" GiB")
         assert not table.get_cells("1:31338")["torch"].text.startswith("!")
         assert table.get_cells("2:31339")["torch"].text == ""  # no probe on rank 2
         thrashing = [n for n in app._notifications if n.title == "Allocator thrashing"]

@@ -470,6 +470,40 @@ async def test_quantize_row_is_for_inference_only(catalog: Catalog, store: PlanS
         assert pane.report.plan.method is Method.LORA and pane.report.plan.quant is Quant.NONE
 
 
+async def test_lora_rows_show_only_for_plans_that_train_adapters(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 40), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        rows = [app.query_one(f"#plan-row-{name}") for name in ("lora-r", "lora-dropout")]
+        method = app.query_one("#plan-method", Select)
+        method.value = Method.LORA
+        await pilot.pause()
+        assert pane.has_class("-lora") and all(row.region.height > 0 for row in rows)
+        for hidden_for in (Method.FULL, Method.INFERENCE):
+            method.value = hidden_for
+            await pilot.pause()
+            assert not pane.has_class("-lora"), hidden_for
+            assert all(not row.display or row.region.height == 0 for row in rows), hidden_for
+        # a half-typed rank in the hidden row does not block a full fine-tune
+        method.value = Method.FULL
+        await pilot.pause()
+        app.query_one("#plan-lora-r", Input).value = "4.5"
+        await pilot.pause()
+        assert pane.errors == {} and pane.report is not None
+        assert pane.report.plan.method is Method.FULL
+        # an RL plan shows them when its policy trains adapters
+        method.value = Method.PPO
+        app.query_one("#plan-rl-method", Select).value = Method.DORA
+        await pilot.pause()
+        assert pane.has_class("-lora")
+        app.query_one("#plan-rl-method", Select).value = Method.FULL
+        await pilot.pause()
+        assert not pane.has_class("-lora")
+
+
 def test_warnings_name_form_fields_instead_of_flags() -> None:
     from hwdash.ui.planner_pane import form_words
 

@@ -47,6 +47,7 @@ from hwdash.core.local_flavor import (
 from hwdash.core.models import resolve_model
 from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
 from hwdash.core.plan import (
+    LORA_STYLE_METHODS,
     RL_TRAINABLE_METHODS,
     Attention,
     Method,
@@ -108,6 +109,9 @@ _FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
 #: Rows shown only for inference plans.
 _INFERENCE_FIELDS = ("quant",)
+#: Fields of the adapters: hidden unless the plan trains LoRA-style adapters (directly, or as the
+#: policy of an RL plan); what they hold then does not apply and never blocks the plan.
+_LORA_FIELDS = ("lora_r", "lora_dropout")
 _INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum")
 #: Fields typed as decimal numbers.
 _NUMBER_FIELDS = ("epochs", "mfu", "vllm_memory_utilization", "lora_dropout")
@@ -190,6 +194,12 @@ class PlannerPane(Widget):
     }
     PlannerPane .plan-field.-inference-only {
         display: none;
+    }
+    PlannerPane .plan-field.-lora-only {
+        display: none;
+    }
+    PlannerPane.-lora .plan-field.-lora-only {
+        display: block;
     }
     PlannerPane.-inference .plan-field.-inference-only {
         display: block;
@@ -351,6 +361,8 @@ class PlannerPane(Widget):
                 classes = "plan-field -rl-only" if name in _RL_FIELDS else "plan-field"
                 if name in _INFERENCE_FIELDS:
                     classes = "plan-field -inference-only"
+                if name in _LORA_FIELDS:
+                    classes = "plan-field -lora-only"
                 with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
                     with Horizontal():
                         yield Label(label)
@@ -511,6 +523,11 @@ class PlannerPane(Widget):
         if Method(data["method"]) is not Method.INFERENCE:
             # the quantize row is hidden for training: what it holds does not apply
             data["quant"] = Quant.NONE
+        if not _trains_adapters(Method(data["method"]), Method(data["rl_method"])):
+            # the LoRA rows are hidden: a half-typed rank there must not block a full fine-tune
+            for name in _LORA_FIELDS:
+                errors.pop(name, None)
+                data[name] = self._base.model_dump()[name]
         if values.get("examples") is not None:
             # A token count carried by a loaded plan (``--tokens``) yields to examples typed here.
             data["tokens"] = None
@@ -542,6 +559,12 @@ class PlannerPane(Widget):
         method = self.query_one(f"#{_control_id('method')}", Select).value
         self.set_class(method in (Method.PPO, Method.GRPO), "-rl")
         self.set_class(method is Method.INFERENCE, "-inference")
+        rl_method = self.query_one(f"#{_control_id('rl_method')}", Select).value
+        self.set_class(
+            isinstance(method, Method)
+            and _trains_adapters(method, rl_method if isinstance(rl_method, Method) else None),
+            "-lora",
+        )
         plan, errors = self._build_plan()
         report: PlanReport | None = None
         if plan is not None:
@@ -1037,6 +1060,14 @@ def _field_for_flag(flag: str | None) -> str:
 
 
 _FLAG_RE = re.compile(r"--[a-z][a-z-]*")
+
+
+def _trains_adapters(method: Method, rl_method: Method | None) -> bool:
+    """Whether a plan trains LoRA-style adapters: LoRA, QLoRA, 8-bit LoRA, DoRA, or an RL plan
+    whose policy is one of them."""
+    if method in (Method.PPO, Method.GRPO):
+        return rl_method in LORA_STYLE_METHODS
+    return method in LORA_STYLE_METHODS
 
 
 def form_words(text: str) -> str:

@@ -39,7 +39,7 @@ PROCESS_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("user", "User", 8),
     ("gpu_memory", "GPU mem", 8),
     ("trend", "Trend", 8),
-    ("torch", "Alloc/Rsv", 13),
+    ("torch", "Alloc/Rsv", 14),
     ("cpu", "CPU", 4),
     ("rss", "RSS", 8),
     ("command", "Command", 24),
