@@ -75,3 +75,12 @@ def test_monitor_once_and_stream_use_the_same_units(capsys: pytest.CaptureFixtur
     for text in (once, stream):
         assert "°C" in text and " W" in text and " GiB" in text
         assert "G " not in text.replace("GiB", "")  # no bare "80G"
+
+
+def test_the_forecast_reads_alike_in_the_tables_and_the_narrow_column() -> None:
+    from hwdash.core.units import format_forecast
+
+    assert format_forecast(None) == format_forecast(None, compact=True) == ""
+    assert (format_forecast(45), format_forecast(45, compact=True)) == ("45 s", "45s")
+    assert (format_forecast(600), format_forecast(600, compact=True)) == ("10 min", "10m")
+    assert (format_forecast(9000), format_forecast(9000, compact=True)) == ("2.5 h", "2.5h")

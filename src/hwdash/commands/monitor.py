@@ -38,6 +38,7 @@ from hwdash.core.alerts import (
 from hwdash.core.strict_json import finite_or_none
 from hwdash.core.units import (
     format_bytes,
+    format_forecast,
     format_gib_pair,
     format_power,
     format_temperature,
@@ -491,7 +492,7 @@ def print_readable(
                 state,
             ]
             if forecasts:
-                row.insert(5, _forecast_text(gpu.forecast_full_s))
+                row.insert(5, format_forecast(gpu.forecast_full_s))
             gpus.add_row(*(Text(cell) for cell in row))
             for mig in gpu.mig:
                 mig_memory = "n/a"
@@ -567,17 +568,6 @@ def print_readable(
 
 
 # -- the command ----------------------------------------------------------------------------------
-
-
-def _forecast_text(seconds: float | None) -> str:
-    """The OOM forecast in the tables: ``45 s``, ``12 min``, ``2.5 h``; blank when there is none."""
-    if seconds is None:
-        return ""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 #: Terminal sequences of ``--watch``: the alternate screen (the shell's screen comes back on exit),

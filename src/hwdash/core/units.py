@@ -107,3 +107,16 @@ def format_power(watts: float, limit: float | None = None, *, compact: bool = Fa
         return f"{watts:.0f} W"
     separator = "/" if compact else " / "
     return f"{watts:.0f}{separator}{limit:.0f} W"
+
+
+def format_forecast(seconds: float | None, *, compact: bool = False) -> str:
+    """Time until something happens (the OOM forecast): ``45 s``, ``12 min``, ``2.5 h`` (``45s``,
+    ``12m``, ``2.5h`` compact, for a narrow column); empty when there is no forecast."""
+    if seconds is None:
+        return ""
+    space = "" if compact else " "
+    if seconds < 90:
+        return f"{seconds:.0f}{space}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}{space}{'m' if compact else 'min'}"
+    return f"{seconds / 3600:.1f}{space}h"

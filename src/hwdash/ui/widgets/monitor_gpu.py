@@ -19,6 +19,7 @@ from textual.widget import Widget
 
 from hwdash.core.units import (
     format_bytes,
+    format_forecast,
     format_gib_pair,
     format_power,
     format_temperature,
@@ -133,13 +134,7 @@ def detail_text(gpu: GpuSample) -> str:
 def forecast_text(seconds: float | None) -> str:
     """The OOM forecast in a few cells: ``45s``, ``12m``, ``2.5h``; empty when there is none
     (memory flat, falling or noisy)."""
-    if seconds is None:
-        return ""
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
+    return format_forecast(seconds, compact=True)
 
 
 @dataclass(frozen=True)
