@@ -215,8 +215,8 @@ def test_every_option_fits_when_rechecked_and_no_milder_subset_does(
         # Minimal: undoing any one knob's change no longer reaches the same verdict or better.
         if len(option.changes) > 1 and option.fit.verdict is FitVerdict.FITS:
             for change in option.changes:
-                if change.field in ("grad_accum", "zero"):
-                    continue  # moves together with batch / offload
+                if change.field in ("grad_accum", "zero", "gpus"):
+                    continue  # moves together with batch / offload / ZeRO and FSDP
                 undone = Plan.model_validate(
                     {**dict(option.plan), change.field: getattr(plan, change.field)}
                     | (

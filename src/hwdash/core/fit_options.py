@@ -359,15 +359,18 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
 def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
     """ZeRO stages that shard over ``gpu_count`` GPUs, then CPU offload (slowest last)."""
     settings: list[Setting] = []
+    # Sharding over the flavor's GPUs: the plan's own breakdown (``--gpus``) follows, so the
+    # option's command line shows the sharded memory.
+    gpus = {"gpus": gpu_count} if gpu_count > 1 else {}
     if gpu_count > 1:
         for stage in (1, 2, 3):
             if stage > plan.zero and plan.offload is Offload.NONE:
-                settings.append(Setting({"zero": stage}, f"ZeRO-{stage}"))
+                settings.append(Setting({"zero": stage, **gpus}, f"ZeRO-{stage}"))
     if plan.offload is Offload.NONE:
         stage = max(plan.zero, 2)
         settings.append(
             Setting(
-                {"zero": stage, "offload": Offload.OPTIMIZER},
+                {"zero": stage, "offload": Offload.OPTIMIZER, **gpus},
                 f"ZeRO-{stage} + optimizer offload to CPU",
                 ("offload-optimizer",),
             )
@@ -375,7 +378,7 @@ def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
     if plan.offload is not Offload.PARAMS:
         settings.append(
             Setting(
-                {"zero": 3, "offload": Offload.PARAMS},
+                {"zero": 3, "offload": Offload.PARAMS, **gpus},
                 "ZeRO-3 + parameter offload to CPU",
                 ("offload-params",),
             )
@@ -464,9 +467,11 @@ def _fsdp_settings(plan: Plan, gpu_count: int) -> list[Setting]:
     ):
         return []
     return [
-        Setting({"fsdp": FsdpMode.FULL}, f"FSDP full shard over {gpu_count} GPUs"),
         Setting(
-            {"fsdp": FsdpMode.FULL, "fsdp_offload": True},
+            {"fsdp": FsdpMode.FULL, "gpus": gpu_count}, f"FSDP full shard over {gpu_count} GPUs"
+        ),
+        Setting(
+            {"fsdp": FsdpMode.FULL, "fsdp_offload": True, "gpus": gpu_count},
             f"FSDP full shard over {gpu_count} GPUs + CPU offload",
             ("offload-params",),
         ),
