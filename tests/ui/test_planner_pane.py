@@ -12,7 +12,7 @@ from textual.widgets._footer import FooterKey
 
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.fit import evaluate_plan
-from hwdash.core.plan import Method, Offload, OptimizerImpl, Plan, Quant
+from hwdash.core.plan import Framework, FsdpMode, Loss, Method, Offload, OptimizerImpl, Plan, Quant
 from hwdash.core.plan_store import PlanStore
 from hwdash.core.results import FitVerdict, PlanReport
 from hwdash.ui.planner_pane import PlannerPane
@@ -502,6 +502,110 @@ async def test_lora_rows_show_only_for_plans_that_train_adapters(
         app.query_one("#plan-rl-method", Select).value = Method.FULL
         await pilot.pause()
         assert not pane.has_class("-lora")
+
+
+def shown(app: PlannerApp, row: str) -> bool:
+    widget = app.query_one(f"#plan-row-{row}")
+    return bool(widget.display) and widget.region.height > 0
+
+
+async def test_framework_and_loss_rows_feed_the_savers_and_hide_for_inference(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PlannerApp(catalog, store, BASE.model_copy(update={"seq": 4096}))
+    async with app.run_test(size=(100, 50), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert shown(app, "framework") and shown(app, "loss")
+        assert pane.report is not None and pane.report.plan.loss is None  # framework default
+        standard = pane.report.estimate.per_gpu.total
+        app.query_one("#plan-loss", Select).value = Loss.FUSED_LINEAR
+        await pilot.pause()
+        assert pane.report.plan.loss is Loss.FUSED_LINEAR
+        assert pane.report.estimate.per_gpu.total < standard  # no fp32 logits
+        # back to the framework's default; torchtune's is the chunked loss (and bf16 adapters)
+        app.query_one("#plan-loss", Select).value = "framework default"
+        app.query_one("#plan-framework", Select).value = Framework.TORCHTUNE
+        await pilot.pause()
+        assert pane.report.plan.loss is None and pane.report.plan.framework is Framework.TORCHTUNE
+        assert pane.report.estimate.per_gpu.total < standard
+        app.query_one("#plan-method", Select).value = Method.INFERENCE
+        await pilot.pause()
+        assert not shown(app, "framework") and not shown(app, "loss")
+        assert pane.errors == {}
+
+
+async def test_fsdp_rows_for_fine_tuning_and_tp_pp_for_full_training(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    full = BASE.model_copy(update={"method": Method.FULL, "gpus": 4})
+    app = PlannerApp(catalog, store, full)
+    async with app.run_test(size=(100, 60), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert shown(app, "fsdp") and shown(app, "tp") and shown(app, "pp")
+        assert not shown(app, "fsdp-offload")  # only once FSDP is chosen
+        assert pane.report is not None
+        plain = pane.report.estimate.per_gpu.total
+        app.query_one("#plan-fsdp", Select).value = FsdpMode.FULL
+        await pilot.pause()
+        assert shown(app, "fsdp-offload")
+        assert pane.report.plan.fsdp is FsdpMode.FULL
+        sharded = pane.report.estimate.per_gpu.total
+        assert sharded < plain / 2  # states over 4 GPUs
+        await pilot.click("#plan-fsdp-offload")
+        await pilot.pause()
+        assert pane.report.plan.fsdp_offload
+        assert pane.report.estimate.per_gpu.total < sharded
+        # FSDP with --tp is refused: the error lands on a field, the last estimate stays
+        await replace_text(pilot, "#plan-tp", "2")
+        assert pane.errors and set(pane.errors) <= {"fsdp", "tp", ""}
+        app.query_one("#plan-fsdp", Select).value = FsdpMode.NONE
+        await pilot.pause()
+        assert pane.errors == {}
+        assert pane.report.plan.tp == 2 and not pane.report.plan.fsdp_offload
+        assert not shown(app, "fsdp-offload")
+        # 4 GPUs is not a multiple of tp x pp = 2 x 3: the GPUs field says so
+        await replace_text(pilot, "#plan-pp", "3")
+        assert "gpus" in pane.errors
+        await replace_text(pilot, "#plan-pp", "2")
+        assert pane.errors == {} and (pane.report.plan.tp, pane.report.plan.pp) == (2, 2)
+        # LoRA: the Megatron rows hide and their values no longer apply; FSDP stays
+        app.query_one("#plan-method", Select).value = Method.LORA
+        await pilot.pause()
+        assert not shown(app, "tp") and shown(app, "fsdp")
+        assert pane.errors == {} and (pane.report.plan.tp, pane.report.plan.pp) == (1, 1)
+        # RL: no FSDP row (modelled for fine-tuning)
+        app.query_one("#plan-method", Select).value = Method.GRPO
+        await pilot.pause()
+        assert not shown(app, "fsdp") and pane.errors == {}
+
+
+async def test_load_plan_fills_the_issue_13_fields(catalog: Catalog, store: PlanStore) -> None:
+    loaded = BASE.model_copy(
+        update={
+            "method": Method.FULL,
+            "gpus": 8,
+            "framework": Framework.UNSLOTH,
+            "loss": Loss.CHUNKED,
+            "fsdp": FsdpMode.HYBRID,
+            "fsdp_offload": True,
+        }
+    )
+    app = PlannerApp(catalog, store, BASE)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        pane.load_plan(loaded)
+        await pilot.pause()
+        assert app.query_one("#plan-framework", Select).value is Framework.UNSLOTH
+        assert app.query_one("#plan-loss", Select).value is Loss.CHUNKED
+        assert app.query_one("#plan-fsdp", Select).value is FsdpMode.HYBRID
+        assert pane.report is not None and pane.report.plan == loaded
+        pane.load_plan(BASE)  # loss None: the framework-default choice again
+        await pilot.pause()
+        assert app.query_one("#plan-loss", Select).value == "framework default"
+        assert pane.report.plan == BASE
 
 
 def test_warnings_name_form_fields_instead_of_flags() -> None:

@@ -13,7 +13,8 @@ import yaml
 
 from hwdash.cli import main
 from hwdash.core import exports
-from hwdash.core.plan import Method, Offload, Plan, Precision
+from hwdash.core.plan import FsdpMode, Loss, Method, Offload, Optimizer, Plan, Precision
+from hwdash.errors import UsageError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "data" / "configs"
 
@@ -160,6 +161,11 @@ def test_deepspeed_round_trip(
 
 TRAINER_PLANS = [
     "--model qwen2.5-7b --method qlora --batch 2 --grad-accum 8 --grad-ckpt --lora-r 64 --seq 4096".split(),
+    # issue 13: the savers the Trainer/TRL have a field for, and FSDP
+    "--model qwen2.5-3b --method lora --grad-ckpt --compile --loss fused-linear --activation-offload --optimizer adamw-8bit-paged".split(),
+    "--model qwen2.5-3b --method full --compile --optimizer adamw-8bit-paged".split(),
+    "--model qwen2.5-3b --method full --fsdp full --gpus 4".split(),
+    "--model qwen2.5-3b --method full --precision mixed --fsdp hybrid --fsdp-offload --gpus 8 --grad-ckpt".split(),
     "--model qwen2.5-7b --method dora --lora-targets q_proj,v_proj --optimizer adamw-8bit --epochs 3".split(),
     "--model qwen2.5-3b --method full --precision amp --optimizer-impl fused".split(),
     "--model qwen2.5-3b --method lora-8bit --batch 8".split(),
@@ -174,7 +180,9 @@ def test_trainer_round_trip(
     path = tmp_path / "train_args.py"
     assert run(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
     original = plan_of(capsys, *args)
-    again = plan_of(capsys, "--from", str(path))  # the model comes from the snippet too
+    # the model comes from the snippet too; the GPU count is the launcher's, not the snippet's
+    gpus = args[args.index("--gpus") :][:2] if "--gpus" in args else []
+    again = plan_of(capsys, "--from", str(path), *gpus)
     assert again["memory"] == original["memory"]
     assert again["plan"]["model_id"] == original["plan"]["model_id"]
 
@@ -205,6 +213,9 @@ def test_trainer_with_zero_round_trips_with_its_deepspeed_file(
 ACCELERATE_PLANS = [
     "--model qwen2.5-7b --method full --precision mixed --zero 3 --offload params --gpus 8 --grad-accum 2".split(),
     "--model qwen2.5-7b --method lora --precision amp --gpus 2".split(),
+    "--model qwen2.5-7b --method full --fsdp full --gpus 4".split(),
+    "--model qwen2.5-7b --method full --fsdp full --fsdp-offload --gpus 8".split(),
+    "--model qwen2.5-7b --method lora --fsdp hybrid --gpus-per-node 4 --gpus 8".split(),
 ]
 
 
@@ -217,6 +228,110 @@ def test_accelerate_round_trip(
     original = plan_of(capsys, *args)
     again = plan_of(capsys, *args[:4], "--from", str(path))
     assert again["memory"] == original["memory"]
+
+
+def test_trainer_snippet_carries_the_savers_it_has_fields_for() -> None:
+    plan = Plan(
+        model="qwen2.5-3b",
+        method=Method.LORA,
+        compile=True,
+        loss=Loss.FUSED_LINEAR,
+        activation_offload=True,
+        optimizer=Optimizer.ADAMW_8BIT_PAGED,
+        fsdp=FsdpMode.HYBRID,
+        fsdp_offload=True,
+    )
+    text = exports.trainer_snippet(plan, "Qwen/Qwen2.5-3B")
+    compile(text, "snippet.py", "exec")
+    for argument in (
+        "torch_compile=True,",
+        "use_liger_kernel=True,",
+        "activation_offloading=True,",
+        "optim='paged_adamw_8bit',",
+        "fsdp='hybrid_shard offload auto_wrap',",
+    ):
+        assert argument in text
+    plain = exports.trainer_snippet(Plan(model="qwen2.5-3b", method=Method.LORA), "m")
+    for name in ("torch_compile", "use_liger_kernel", "activation_offloading", "fsdp="):
+        assert name not in plain
+    # TrainingArguments (full fine-tuning) has no activation_offloading: not written, and said
+    full = plan.with_changes({"method": Method.FULL})
+    assert "activation_offloading" not in exports.trainer_snippet(full, "m")
+    assert "--activation-offload" in exports.uncarried_settings(full, "trainer")
+    assert "--activation-offload" not in exports.uncarried_settings(plan, "trainer")
+
+
+def test_accelerate_fsdp_block() -> None:
+    plan = Plan(
+        model="qwen2.5-7b",
+        method=Method.FULL,
+        fsdp=FsdpMode.HYBRID,
+        gpus_per_node=8,
+        gpus=16,
+        fsdp_offload=True,
+    )
+    config = yaml.safe_load(yaml.safe_dump(exports.accelerate_config(plan, 16)))
+    assert config["distributed_type"] == "FSDP"
+    assert config["num_processes"] == 16 and config["num_machines"] == 2
+    assert config["mixed_precision"] == "bf16"
+    block = config["fsdp_config"]
+    assert block["fsdp_sharding_strategy"] == "HYBRID_SHARD"
+    assert block["fsdp_offload_params"] is True
+    full = exports.accelerate_config(plan.with_changes({"fsdp": FsdpMode.FULL}), 16)
+    assert full["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
+    assert "fsdp_config" not in exports.accelerate_config(Plan(model="qwen2.5-7b"), 2)
+
+
+def test_what_no_format_carries_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    args = "--model qwen2.5-3b --method full --framework torchtune --fsdp full --gpus 2".split()
+    status, _, err = run(capsys, *args, "--export", "accelerate")
+    assert status == 0
+    # torchtune's chunked loss and optimizer-in-backward have no accelerate field
+    assert "--loss chunked" in err and "--optimizer-in-backward" in err
+    assert "--fsdp" not in err.split("no field for")[1].split(":")[0]
+    status, _, err = run(
+        capsys, *"--model qwen2.5-7b --method full --tp 2 --gpus 2".split(), "--export", "deepspeed"
+    )
+    assert status == 0 and "--tp 2 --pp 1" in err
+
+
+def test_fsdp_files_of_other_spellings(tmp_path: Path) -> None:
+    from hwdash.core.plan_import import read_plan_file
+
+    fsdp2 = tmp_path / "fsdp2.yaml"
+    fsdp2.write_text(
+        "distributed_type: FSDP\nnum_processes: 4\nmixed_precision: bf16\n"
+        "fsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: true\n"
+        "  fsdp_offload_params: false\n"
+    )
+    found = read_plan_file(fsdp2)
+    assert found.updates["fsdp"] is FsdpMode.FULL and found.updates["fsdp_offload"] is False
+    assert found.updates["precision"] is Precision.BF16 and found.notes
+    numbered = tmp_path / "old.yaml"
+    numbered.write_text(
+        "distributed_type: FSDP\nnum_processes: 8\nnum_machines: 2\n"
+        "fsdp_config:\n  fsdp_sharding_strategy: 4\n  fsdp_offload_params: true\n"
+    )
+    found = read_plan_file(numbered)
+    assert found.updates["fsdp"] is FsdpMode.HYBRID and found.updates["gpus_per_node"] == 4
+    grad_op = tmp_path / "grad_op.yaml"
+    grad_op.write_text(
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n"
+    )
+    assert any("not modelled" in note for note in read_plan_file(grad_op).notes)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: maybe\n")
+    with pytest.raises(UsageError, match="fsdp_offload_params"):
+        read_plan_file(broken)
+    trainer = tmp_path / "args.json"
+    trainer.write_text(
+        json.dumps({"per_device_train_batch_size": 2, "fsdp": ["full_shard", "offload"]})
+    )
+    found = read_plan_file(trainer)
+    assert found.updates["fsdp"] is FsdpMode.FULL and found.updates["fsdp_offload"] is True
+    trainer.write_text(json.dumps({"per_device_train_batch_size": 2, "fsdp": 3}))
+    with pytest.raises(UsageError, match="'fsdp'"):
+        read_plan_file(trainer)
 
 
 # -- other tools' files ---------------------------------------------------------------------------
@@ -238,7 +353,7 @@ def test_an_axolotl_qlora_yaml_gives_the_plan_it_describes(
     assert (plan["grad_ckpt"], plan["attention"], plan["optimizer"], plan["epochs"]) == (
         True,
         "flash",
-        "adamw-8bit",
+        "adamw-8bit-paged",  # axolotl's optimizer: paged_adamw_8bit
         3.0,
     )
     err = capsys.readouterr().err

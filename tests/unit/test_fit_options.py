@@ -11,7 +11,7 @@ from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.fit import evaluate_flavor, training_tokens
 from hwdash.core.fit_options import FitOption, find_fit_options, knobs_for, search_flavor
 from hwdash.core.models import resolve_model
-from hwdash.core.plan import Method, Plan
+from hwdash.core.plan import Framework, FsdpMode, Loss, Method, Optimizer, Plan
 from hwdash.core.results import FitVerdict
 
 
@@ -184,6 +184,8 @@ def plans(draw: st.DrawFn) -> Plan:
         seq=draw(st.sampled_from([256, 512, 1024, 2048, 4096, 8192])),
         grad_ckpt=draw(st.booleans()) if method is not Method.INFERENCE else False,
         lora_r=draw(st.sampled_from([8, 16, 64])),
+        # the framework's defaults decide which savers are already on (and so which knobs exist)
+        framework=draw(st.sampled_from([Framework.HF, Framework.TORCHTUNE, Framework.UNSLOTH])),
     )
 
 
@@ -213,8 +215,8 @@ def test_every_option_fits_when_rechecked_and_no_milder_subset_does(
         # Minimal: undoing any one knob's change no longer reaches the same verdict or better.
         if len(option.changes) > 1 and option.fit.verdict is FitVerdict.FITS:
             for change in option.changes:
-                if change.field in ("grad_accum", "zero"):
-                    continue  # moves together with batch / offload
+                if change.field in ("grad_accum", "zero", "gpus"):
+                    continue  # moves together with batch / offload / ZeRO and FSDP
                 undone = Plan.model_validate(
                     {**dict(option.plan), change.field: getattr(plan, change.field)}
                     | (
@@ -223,6 +225,13 @@ def test_every_option_fits_when_rechecked_and_no_milder_subset_does(
                         else {}
                     )
                     | ({"zero": plan.zero} if change.field == "offload" else {})
+                    # FSDP's offload goes with FSDP; activation offloading with checkpointing
+                    | ({"fsdp_offload": plan.fsdp_offload} if change.field == "fsdp" else {})
+                    | (
+                        {"activation_offload": plan.activation_offload}
+                        if change.field == "grad_ckpt"
+                        else {}
+                    )
                 )
                 verdict, _ = evaluate_flavor(
                     undone, model, flavor, accelerator, training_tokens(undone)
@@ -252,3 +261,136 @@ def test_options_of_a_grpo_plan_add_no_reward_model(catalog: Catalog) -> None:
     for option in options_for(catalog, plan, "l4x1"):
         assert "rl_reward_model" not in option.plan.model_fields_set
         assert not any(change.field == "rl_reward_model" for change in option.changes)
+
+
+# -- the training stacks' savers and FSDP as knobs (issue 13) ---------------------------------------
+
+LONG_FULL_3B = Plan(model="llama-3.2-3b", method=Method.FULL, batch=1, seq=8192, grad_ckpt=True)
+"""A 3B full fine-tune at 8k tokens: over an L4 by a few GiB, logits of a 128k vocabulary."""
+
+
+def all_options(catalog: Catalog, plan: Plan, flavor_id: str) -> list[FitOption]:
+    flavor = catalog.flavors[flavor_id]
+    accelerator = catalog.accelerator_for(flavor)
+    assert accelerator is not None
+    model = resolve_model(plan.model, catalog)
+    already, options, _count = search_flavor(
+        plan, model, flavor, accelerator, slowdowns=catalog.slowdowns
+    )
+    assert not already
+    return options
+
+
+def knob_names(catalog: Catalog, plan: Plan, gpus: int = 1) -> dict[str, list[str]]:
+    model = resolve_model(plan.model, catalog)
+    return {
+        knob.name: [setting.words for setting in knob.settings]
+        for knob in knobs_for(plan, model, gpus)
+    }
+
+
+def test_saver_knobs_follow_what_the_framework_already_does(catalog: Catalog) -> None:
+    plain = knob_names(catalog, LONG_FULL_3B)
+    assert plain["loss"] == [
+        "chunked cross-entropy (from standard)",
+        "fused-linear cross-entropy (from standard)",
+    ]
+    assert "activation_offload" in plain and "optimizer_in_backward" in plain
+    # torchtune already chunks its loss and steps the optimizer in backward for full fine-tuning
+    torchtune = knob_names(catalog, LONG_FULL_3B.with_changes({"framework": Framework.TORCHTUNE}))
+    assert torchtune["loss"] == ["fused-linear cross-entropy (from chunked)"]
+    assert "optimizer_in_backward" not in torchtune
+    # Unsloth: fused-linear loss and offloaded checkpointing already
+    unsloth = knob_names(catalog, LONG_FULL_3B.with_changes({"framework": Framework.UNSLOTH}))
+    assert "loss" not in unsloth and "activation_offload" not in unsloth
+    # optimizer-in-backward needs no accumulation, and is a full fine-tuning saver
+    assert "optimizer_in_backward" not in knob_names(
+        catalog, LONG_FULL_3B.with_changes({"grad_accum": 2})
+    )
+    assert "optimizer_in_backward" not in knob_names(
+        catalog, LONG_FULL_3B.with_changes({"method": Method.LORA})
+    )
+    # without checkpointing, offloading comes only with it (the grad_ckpt knob's second setting)
+    unchecked = knob_names(catalog, LONG_FULL_3B.with_changes({"grad_ckpt": False}))
+    assert "activation_offload" not in unchecked
+    assert unchecked["grad_ckpt"] == [
+        "gradient checkpointing",
+        "gradient checkpointing + activation offloading to CPU",
+    ]
+    # none of them for inference
+    inference = knob_names(catalog, Plan(model="llama-3.2-3b", method=Method.INFERENCE))
+    assert not {"loss", "activation_offload", "optimizer_in_backward", "fsdp"} & set(inference)
+
+
+def test_saver_options_keep_the_experiment_and_recheck(catalog: Catalog) -> None:
+    options = all_options(catalog, LONG_FULL_3B, "l4x1")
+    savers = [
+        o
+        for o in options
+        if {c.field for c in o.changes} & {"loss", "activation_offload", "optimizer_in_backward"}
+    ]
+    assert savers
+    kept = [o for o in savers if o.keeps_experiment]
+    assert kept, "a saver alone (no method or optimizer change) makes the 3B fit an L4"
+    for option in savers:
+        assert recheck(catalog, option) is option.fit.verdict
+        assert option.plan.grad_ckpt or not option.plan.activation_offload
+        if option.plan.optimizer_in_backward:
+            assert option.plan.grad_accum == 1 and option.plan.zero == 0
+    losses = {o.plan.loss for o in kept}
+    assert losses & {Loss.CHUNKED, Loss.FUSED_LINEAR}
+
+
+def test_activation_offload_carries_its_catalog_slowdown(catalog: Catalog) -> None:
+    assert catalog.slowdowns["activation-offload"].factor >= 1
+    plan = Plan(model="qwen2.5-7b", batch=4, seq=2048)  # LoRA, too big for an L4, speed known
+    offloaded = [
+        o for o in all_options(catalog, plan, "l4x1") if o.plan.activation_offload and o.slowdown
+    ]
+    assert offloaded
+    for option in offloaded:
+        assert any(src.startswith("activation-offload:") for src in option.slowdown_sources)
+
+
+def test_fsdp_is_offered_beside_zero_on_several_gpus_and_never_with_it(catalog: Catalog) -> None:
+    plan = Plan(model="qwen2.5-7b", method=Method.FULL, batch=4, seq=1024)
+    assert "fsdp" not in knob_names(catalog, plan, 1)
+    assert knob_names(catalog, plan, 4)["fsdp"] == [
+        "FSDP full shard over 4 GPUs",
+        "FSDP full shard over 4 GPUs + CPU offload",
+    ]
+    options = all_options(catalog, plan, "l4x4")
+    sharded = [o for o in options if o.plan.fsdp is not FsdpMode.NONE]
+    assert sharded and any(o.plan.zero for o in options)
+    assert any(option.keeps_experiment for option in sharded)
+    for option in sharded:
+        assert option.plan.zero == 0
+        assert recheck(catalog, option) is option.fit.verdict
+    # bf16 under FSDP keeps no fp32 master copy: it needs less than ZeRO-3's DeepSpeed semantics
+    model = resolve_model(plan.model, catalog)
+    flavor = catalog.flavors["l4x4"]
+    accelerator = catalog.accelerator_for(flavor)
+
+    def need(changed: Plan) -> int:
+        return evaluate_flavor(changed, model, flavor, accelerator, None)[0].need_bytes
+
+    assert need(plan.with_changes({"fsdp": FsdpMode.FULL})) < need(plan.with_changes({"zero": 3}))
+
+
+def test_paged_8bit_adamw_is_tight_where_its_states_spill(catalog: Catalog) -> None:
+    flavor = catalog.flavors["l4x1"]
+    accelerator = catalog.accelerator_for(flavor)
+    model = resolve_model(LONG_FULL_3B.model, catalog)
+    paged = LONG_FULL_3B.with_changes({"optimizer": Optimizer.ADAMW_8BIT_PAGED})
+    eight_bit = LONG_FULL_3B.with_changes({"optimizer": Optimizer.ADAMW_8BIT})
+    fit, estimate = evaluate_flavor(paged, model, flavor, accelerator, None)
+    plain_fit, plain = evaluate_flavor(eight_bit, model, flavor, accelerator, None)
+    # the same GPU bytes (NVML counts managed memory), but paged states may leave the GPU
+    assert estimate.per_gpu.total == plain.per_gpu.total > fit.usable_bytes
+    assert estimate.per_gpu.total - estimate.managed_bytes <= fit.usable_bytes
+    assert plain_fit.verdict is FitVerdict.NO
+    assert fit.verdict is FitVerdict.TIGHT and "spill to host RAM" in fit.reason
+    options = all_options(catalog, LONG_FULL_3B, "l4x1")
+    proposed = [o for o in options if o.plan.optimizer is Optimizer.ADAMW_8BIT_PAGED]
+    assert proposed and all(not o.keeps_experiment for o in proposed)
+    assert all(o.fit.verdict is FitVerdict.TIGHT for o in proposed)

@@ -206,7 +206,8 @@ def add_parser(subparsers: Any) -> None:
         "--optimizer",
         choices=[o.value for o in Optimizer],
         default=Optimizer.ADAMW.value,
-        help="default adamw",
+        help="default adamw; adamw-8bit-paged: bitsandbytes' paged 8-bit states (CUDA managed "
+        "memory, which the driver may move to host RAM)",
     )
     what.add_argument(
         "--optimizer-impl",
@@ -240,7 +241,7 @@ def add_parser(subparsers: Any) -> None:
         "quantization), int8 (LLM.int8()), gptq-4 or awq-4 (group 128); embeddings, norms and the "
         "LM head stay 16-bit (default none)",
     )
-    shape = parser.add_argument_group("batch and memory savers")
+    shape = parser.add_argument_group("batch, checkpointing and DeepSpeed ZeRO")
     shape.add_argument(
         "--batch", type=whole_number, default=1, help="micro-batch per GPU (default 1)"
     )

@@ -14,8 +14,21 @@ the CLI writes it. What each field means in the target tool:
   ``adafactor``, ``sgd``), ``deepspeed``, ``num_train_epochs``; PEFT's ``LoraConfig`` (``r``,
   ``lora_alpha``, ``target_modules``, ``lora_dropout``, ``use_dora``); transformers'
   ``BitsAndBytesConfig`` (``load_in_4bit`` with NF4, ``load_in_8bit``).
+  Issue 13's savers where the Trainer has a field: ``torch_compile``, ``use_liger_kernel`` (Liger's
+  kernels, whose fused linear cross-entropy is ``--loss fused-linear``; transformers
+  ``TrainingArguments`` docs), TRL ``SFTConfig``'s ``activation_offloading``, ``optim``
+  ``paged_adamw_8bit`` (bitsandbytes' ``PagedAdamW8bit``) and ``fsdp`` (``"full_shard"`` or
+  ``"hybrid_shard"``, ``"offload"``, ``"auto_wrap"``; the Trainer's FSDP options).
 * accelerate config (``accelerate config`` writes it): ``distributed_type``, ``num_processes``,
-  ``mixed_precision`` and a ``deepspeed_config`` block.
+  ``num_machines``, ``mixed_precision`` and a ``deepspeed_config`` or ``fsdp_config`` block
+  (``fsdp_sharding_strategy`` FULL_SHARD / HYBRID_SHARD, ``fsdp_offload_params``; accelerate's FSDP
+  plugin takes its mixed-precision policy from ``mixed_precision``: docs "Fully Sharded Data
+  Parallel", huggingface.co/docs/accelerate/usage_guides/fsdp).
+
+No format here carries: the chunked or legacy loss path, the optimizer step in backward, the
+QLoRA extras' and the adapters' dtype (PEFT decides them in code), PPO's shared value head, the
+``--framework`` name itself, and Megatron's ``--tp``/``--pp`` (its own launcher arguments):
+:func:`uncarried_settings` names those a plan uses, and the CLI says so.
 * ``hf jobs uv run --flavor FLAVOR --timeout T SCRIPT`` (huggingface_hub's jobs CLI).
 """
 
@@ -25,8 +38,20 @@ import math
 from typing import Any
 
 from hwdash.core.catalog import Catalog
-from hwdash.core.plan import Method, Offload, Optimizer, OptimizerImpl, Plan, Precision
+from hwdash.core.plan import (
+    FsdpMode,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+    StoreDtype,
+    ValueHead,
+)
 from hwdash.core.results import PlanReport
+from hwdash.core.savers import resolve_savers
 
 EXPORT_FORMATS = ("deepspeed", "trainer", "accelerate", "hf-jobs")
 
@@ -91,6 +116,7 @@ OPTIM_NAMES = {
     (Optimizer.ADAMW, OptimizerImpl.FOREACH): "adamw_torch",
     (Optimizer.ADAMW, OptimizerImpl.FOR_LOOP): "adamw_torch",
     (Optimizer.ADAMW_8BIT, None): "adamw_bnb_8bit",
+    (Optimizer.ADAMW_8BIT_PAGED, None): "paged_adamw_8bit",
     (Optimizer.ADAFACTOR, None): "adafactor",
     (Optimizer.SGD, None): "sgd",
 }
@@ -110,6 +136,53 @@ def _config_class(plan: Plan) -> str:
     return "SFTConfig" if trained_method(plan) is not Method.FULL else "TrainingArguments"
 
 
+FSDP_STRATEGIES = {FsdpMode.FULL: "FULL_SHARD", FsdpMode.HYBRID: "HYBRID_SHARD"}
+"""accelerate's ``fsdp_sharding_strategy`` for each ``--fsdp`` mode."""
+
+
+def trainer_fsdp(plan: Plan) -> str | None:
+    """The Trainer's ``fsdp`` option string (``"full_shard auto_wrap"``...), or None."""
+    if plan.fsdp is FsdpMode.NONE:
+        return None
+    words = ["full_shard" if plan.fsdp is FsdpMode.FULL else "hybrid_shard"]
+    if plan.fsdp_offload:
+        words.append("offload")
+    words.append("auto_wrap")
+    return " ".join(words)
+
+
+def uncarried_settings(plan: Plan, kind: str) -> list[str]:
+    """The plan's settings (in flag words) that the ``kind`` export cannot write, so the tool
+    would run without them and ``--from`` cannot read them back."""
+    savers = resolve_savers(plan)
+    trained = trained_method(plan)
+    missing: list[str] = []
+    if plan.is_training:
+        if savers.loss in (Loss.CHUNKED, Loss.LEGACY) or (
+            savers.loss is Loss.FUSED_LINEAR and kind != "trainer"
+        ):
+            missing.append(f"--loss {savers.loss.value}")
+        if savers.compile and kind != "trainer":
+            missing.append("--compile")
+        if savers.activation_offload and (kind != "trainer" or _config_class(plan) != "SFTConfig"):
+            missing.append("--activation-offload")
+        if savers.optimizer_in_backward:
+            missing.append("--optimizer-in-backward")
+        if trained in (Method.QLORA, Method.LORA_8BIT) and savers.qlora_frozen_bytes == 2:
+            missing.append("--qlora-frozen-dtype bf16")
+        if trained in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT) and (
+            savers.adapter_dtype is StoreDtype.BF16
+        ):
+            missing.append("--adapter-dtype bf16")
+        if plan.method is Method.PPO and savers.value_head is ValueHead.SHARED:
+            missing.append("--value-head shared")
+        if plan.fsdp is not FsdpMode.NONE and kind == "deepspeed":
+            missing.append(f"--fsdp {plan.fsdp.value}")
+    if plan.tp > 1 or plan.pp > 1:
+        missing.append(f"--tp {plan.tp} --pp {plan.pp}")
+    return missing
+
+
 def _py(value: Any) -> str:
     """A Python literal (``repr`` of str, int, float, bool, list)."""
     if isinstance(value, tuple):
@@ -126,8 +199,12 @@ def trainer_snippet(plan: Plan, model_id: str, *, bf16_hardware: bool = True) ->
         raise ValueError("Trainer arguments are for training plans; inference has none")
     method = trained_method(plan)
     half = half_precision(plan, bf16_hardware)
-    # How the weights are loaded: fp32 for amp/fp32 (the Trainer autocasts), 16-bit otherwise.
-    dtype = "float32" if plan.precision in (Precision.FP32, Precision.AMP) else "bfloat16"
+    # How the weights are loaded: fp32 for amp/fp32 (the Trainer autocasts), 16-bit otherwise;
+    # under FSDP, mixed means fp32 shards with the bf16 mixed-precision policy: loaded in fp32.
+    fp32_loaded: tuple[Precision, ...] = (Precision.FP32, Precision.AMP)
+    if plan.fsdp is not FsdpMode.NONE:
+        fp32_loaded = (Precision.FP32, Precision.AMP, Precision.MIXED)
+    dtype = "float32" if plan.precision in fp32_loaded else "bfloat16"
     if dtype == "bfloat16" and not bf16_hardware:
         dtype = "float16"
     config_class = _config_class(plan)
@@ -167,6 +244,16 @@ def trainer_snippet(plan: Plan, model_id: str, *, bf16_hardware: bool = True) ->
     ]
     if config_class == "SFTConfig":
         arguments.append(("max_length", plan.seq))
+    savers = resolve_savers(plan)
+    if savers.compile:
+        arguments.append(("torch_compile", True))
+    if savers.loss is Loss.FUSED_LINEAR:
+        arguments.append(("use_liger_kernel", True))  # Liger's fused linear cross-entropy
+    if savers.activation_offload and config_class == "SFTConfig":
+        arguments.append(("activation_offloading", True))
+    fsdp = trainer_fsdp(plan)
+    if fsdp is not None:
+        arguments.append(("fsdp", fsdp))
     if plan.zero:
         arguments.append(("deepspeed", DEEPSPEED_CONFIG_NAME))
     lines.append("args = " + config_class + "(")
@@ -206,10 +293,17 @@ def trainer_snippet(plan: Plan, model_id: str, *, bf16_hardware: bool = True) ->
 def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> dict[str, Any]:
     """The accelerate config (what ``accelerate config`` writes to default_config.yaml)."""
     half = half_precision(plan, bf16_hardware)
+    distributed = "DEEPSPEED" if plan.zero else ("MULTI_GPU" if gpus > 1 else "NO")
+    machines = 1
+    if plan.fsdp is not FsdpMode.NONE:
+        distributed = "FSDP"
+        if plan.fsdp is FsdpMode.HYBRID and plan.gpus_per_node:
+            # hybrid shard: sharded within a node, replicated over the nodes
+            machines = max(1, gpus // plan.gpus_per_node)
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
-        "distributed_type": "DEEPSPEED" if plan.zero else ("MULTI_GPU" if gpus > 1 else "NO"),
-        "num_machines": 1,
+        "distributed_type": distributed,
+        "num_machines": machines,
         "machine_rank": 0,
         "num_processes": gpus,
         "mixed_precision": half or "no",
@@ -223,6 +317,17 @@ def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> d
             "offload_optimizer_device": "cpu" if plan.offload is not Offload.NONE else "none",
             "offload_param_device": "cpu" if plan.offload is Offload.PARAMS else "none",
             "zero3_init_flag": plan.zero == 3,
+        }
+    if plan.fsdp is not FsdpMode.NONE:
+        config["fsdp_config"] = {
+            "fsdp_sharding_strategy": FSDP_STRATEGIES[plan.fsdp],
+            "fsdp_offload_params": plan.fsdp_offload,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",  # one unit per decoder layer
+            "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_use_orig_params": True,  # PEFT's frozen and trained weights in one unit
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_sync_module_states": True,
         }
     return config
 
@@ -283,6 +388,12 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
     if plan.flavors and flavor is not None and flavor.gpu_count:
         gpus = flavor.gpu_count
     notes: list[str] = []
+    missing = uncarried_settings(plan, kind) if kind != "hf-jobs" else []
+    if missing:
+        notes.append(
+            f"{kind} has no field for {', '.join(missing)}: set it in the training code "
+            "(--from cannot read it back)"
+        )
     if kind == "deepspeed":
         if plan.precision in (Precision.BF16, Precision.AMP):
             notes.append(
@@ -299,6 +410,12 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
             )
         return trainer_snippet(plan, model_id, bf16_hardware=bf16), notes
     if kind == "accelerate":
+        if plan.fsdp is not FsdpMode.NONE and plan.precision is not Precision.BF16:
+            notes.append(
+                "accelerate's FSDP config cannot say the model's dtype: load it in fp32 for "
+                f"--precision {plan.precision.value} (--from reads mixed_precision bf16 under FSDP "
+                "as --precision bf16)"
+            )
         config = accelerate_config(plan, gpus, bf16_hardware=bf16)
         return yaml.safe_dump(config, sort_keys=False), notes
     if kind == "hf-jobs":

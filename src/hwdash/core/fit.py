@@ -177,7 +177,20 @@ def evaluate_flavor(
     usable = accelerator.usable_bytes
     verdict = fit_verdict(need, usable)
     reasons: list[str] = []
-    if verdict is FitVerdict.NO:
+    if (
+        verdict is FitVerdict.NO
+        and estimate.managed_bytes
+        and need - estimate.managed_bytes <= usable
+    ):
+        # Paged optimizer states (CUDA managed memory) are evicted to host RAM when the GPU runs
+        # short and paged back for the optimizer step (Dettmers et al. 2023, "QLoRA",
+        # arXiv:2305.14314, section 2, "Paged Optimizers"): the run goes on, slower. Tight, not fits.
+        verdict = FitVerdict.TIGHT
+        reasons.append(
+            f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB: the paged "
+            f"optimizer states ({estimate.managed_bytes / 2**30:.1f} GiB) spill to host RAM (slower)"
+        )
+    elif verdict is FitVerdict.NO:
         reasons.append(f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB")
     model_parallel = plan.tp * plan.pp
     if gpus % model_parallel:

@@ -9,8 +9,9 @@ then lower cost.
 
 "Keeps the experiment" means the same model, method, data, numerics and global batch: gradient
 checkpointing, a smaller micro-batch with more accumulation, the attention kernel, a fused optimizer
-step, DeepSpeed ZeRO and CPU offload. Everything else (method, LoRA rank and targets, optimizer,
-precision, sequence length) changes what is trained.
+step, a chunked or fused-linear loss, activation offloading, the optimizer step fused into backward,
+DeepSpeed ZeRO or PyTorch FSDP and CPU offload. Everything else (method, LoRA rank and targets,
+optimizer, precision, sequence length) changes what is trained.
 
 Speed: the time of each option comes from the same FLOPs model as the flavor table
 (:mod:`hwdash.core.fit`: recomputation is one more forward, 2N FLOPs per token; LoRA skips the weight
@@ -37,6 +38,8 @@ from hwdash.core.fit import evaluate_flavor, training_tokens
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     Attention,
+    FsdpMode,
+    Loss,
     Method,
     Offload,
     Optimizer,
@@ -46,6 +49,7 @@ from hwdash.core.plan import (
     Quant,
 )
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
+from hwdash.core.savers import resolve_savers
 
 MAX_CHANGES = 3
 """Knobs changed at once at most (a fourth is tried only when three find nothing)."""
@@ -58,6 +62,10 @@ SMALLEST_RANK = 4
 
 CLOSE_RATIO = 1.5
 """A flavor "comes close" when the plan needs at most this many times its usable memory."""
+
+EXCLUSIVE_KNOBS = (("zero", "fsdp"),)
+"""Knobs never turned together (the plan refuses DeepSpeed ZeRO with PyTorch FSDP), in the order
+:func:`knobs_for` lists them."""
 
 ATTENTION_ONLY_TARGETS = ("q_proj", "v_proj")
 """LoRA on the query and value projections only: the original LoRA paper's choice (Hu et al. 2021,
@@ -183,10 +191,20 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
     training = plan.is_training
     method = _trained_method(plan)
     method_field = "rl_method" if plan.is_rl else "method"
+    savers = resolve_savers(plan) if training else None
     if training and not plan.grad_ckpt:
-        knobs.append(
-            Knob("grad_ckpt", True, (Setting({"grad_ckpt": True}, "gradient checkpointing"),))
-        )
+        # Checkpointing, then checkpointing with the checkpoints offloaded to host RAM (Unsloth's
+        # offloaded checkpointing; torchtune's activation offloading on top of checkpointing).
+        settings = [Setting({"grad_ckpt": True}, "gradient checkpointing")]
+        if savers is not None and not savers.activation_offload:
+            settings.append(
+                Setting(
+                    {"grad_ckpt": True, "activation_offload": True},
+                    "gradient checkpointing + activation offloading to CPU",
+                    ("activation-offload",),
+                )
+            )
+        knobs.append(Knob("grad_ckpt", True, tuple(settings)))
     smaller = [b for b in range(plan.batch - 1, 0, -1) if plan.batch % b == 0]
     if smaller:
         settings = []
@@ -226,16 +244,27 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
             )
         )
     if training:
+        knobs += _saver_knobs(plan)
         zero_settings = _zero_settings(plan, gpu_count)
         if zero_settings:
             knobs.append(Knob("zero", True, tuple(zero_settings)))
+        fsdp_settings = _fsdp_settings(plan, gpu_count)
+        if fsdp_settings:
+            knobs.append(Knob("fsdp", True, tuple(fsdp_settings)))
     if training and plan.optimizer is Optimizer.ADAMW:
+        # Paged 8-bit AdamW holds as many GPU bytes as 8-bit AdamW (NVML counts managed memory);
+        # it goes further only because the driver may page its states out to host RAM, which the
+        # flavor verdict calls tight (hwdash.core.fit.evaluate_flavor): so it comes after 8-bit.
         knobs.append(
             Knob(
                 "optimizer",
                 False,
                 (
                     Setting({"optimizer": Optimizer.ADAMW_8BIT}, "8-bit AdamW"),
+                    Setting(
+                        {"optimizer": Optimizer.ADAMW_8BIT_PAGED},
+                        "paged 8-bit AdamW (states may spill to host RAM)",
+                    ),
                     Setting({"optimizer": Optimizer.ADAFACTOR}, "Adafactor"),
                 ),
             )
@@ -330,15 +359,18 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
 def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
     """ZeRO stages that shard over ``gpu_count`` GPUs, then CPU offload (slowest last)."""
     settings: list[Setting] = []
+    # Sharding over the flavor's GPUs: the plan's own breakdown (``--gpus``) follows, so the
+    # option's command line shows the sharded memory.
+    gpus = {"gpus": gpu_count} if gpu_count > 1 else {}
     if gpu_count > 1:
         for stage in (1, 2, 3):
             if stage > plan.zero and plan.offload is Offload.NONE:
-                settings.append(Setting({"zero": stage}, f"ZeRO-{stage}"))
+                settings.append(Setting({"zero": stage, **gpus}, f"ZeRO-{stage}"))
     if plan.offload is Offload.NONE:
         stage = max(plan.zero, 2)
         settings.append(
             Setting(
-                {"zero": stage, "offload": Offload.OPTIMIZER},
+                {"zero": stage, "offload": Offload.OPTIMIZER, **gpus},
                 f"ZeRO-{stage} + optimizer offload to CPU",
                 ("offload-optimizer",),
             )
@@ -346,12 +378,104 @@ def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
     if plan.offload is not Offload.PARAMS:
         settings.append(
             Setting(
-                {"zero": 3, "offload": Offload.PARAMS},
+                {"zero": 3, "offload": Offload.PARAMS, **gpus},
                 "ZeRO-3 + parameter offload to CPU",
                 ("offload-params",),
             )
         )
     return settings
+
+
+def _saver_knobs(plan: Plan) -> list[Knob]:
+    """The training stacks' memory savers that keep the experiment (:mod:`hwdash.core.savers`),
+    each offered only where the plan (or its ``--framework``'s defaults) has it off.
+
+    * loss: chunked, then fused-linear cross-entropy: the same loss, computed without the full
+      fp32 logits (torchtune's ``CEWithChunkedOutputLoss``; Liger's fused linear cross-entropy);
+    * activation offloading: the checkpoints go to host RAM. Only with gradient checkpointing
+      (here when the plan has it; else the grad_ckpt knob's second setting): torchtune's
+      memory_optimizations tutorial advises against it otherwise, as every saved tensor would
+      cross PCIe;
+    * optimizer in backward: full fine-tuning only (torchtune's ``optimizer_in_bwd`` exists in its
+      full fine-tuning recipes), with no accumulation (the plan refuses it) and not under ZeRO
+      (DeepSpeed runs its own optimizer step).
+    """
+    savers = resolve_savers(plan)
+    knobs: list[Knob] = []
+    losses = {
+        Loss.STANDARD: (Loss.CHUNKED, Loss.FUSED_LINEAR),
+        Loss.LEGACY: (Loss.CHUNKED, Loss.FUSED_LINEAR),
+        Loss.CHUNKED: (Loss.FUSED_LINEAR,),
+    }.get(savers.loss, ())
+    if losses:
+        knobs.append(
+            Knob(
+                "loss",
+                True,
+                tuple(
+                    Setting(
+                        {"loss": loss}, f"{loss.value} cross-entropy (from {savers.loss.value})"
+                    )
+                    for loss in losses
+                ),
+            )
+        )
+    if plan.grad_ckpt and not savers.activation_offload:
+        knobs.append(
+            Knob(
+                "activation_offload",
+                True,
+                (
+                    Setting(
+                        {"activation_offload": True},
+                        "activation offloading to CPU",
+                        ("activation-offload",),
+                    ),
+                ),
+            )
+        )
+    if (
+        not savers.optimizer_in_backward
+        and _trained_method(plan) is Method.FULL
+        and not plan.is_rl
+        and plan.grad_accum == 1
+        and plan.zero == 0
+        and plan.tp == 1
+        and plan.pp == 1
+    ):
+        knobs.append(
+            Knob(
+                "optimizer_in_backward",
+                True,
+                (Setting({"optimizer_in_backward": True}, "optimizer step fused into backward"),),
+            )
+        )
+    return knobs
+
+
+def _fsdp_settings(plan: Plan, gpu_count: int) -> list[Setting]:
+    """PyTorch FSDP full shard over the flavor's GPUs, then with CPU offload: an alternative to
+    ZeRO (the plan takes one or the other), for a fine-tuning plan not sharded yet."""
+    if (
+        gpu_count < 2
+        or plan.is_rl
+        or plan.fsdp is not FsdpMode.NONE
+        or plan.zero
+        or plan.offload is not Offload.NONE
+        or plan.tp > 1
+        or plan.pp > 1
+    ):
+        return []
+    return [
+        Setting(
+            {"fsdp": FsdpMode.FULL, "gpus": gpu_count}, f"FSDP full shard over {gpu_count} GPUs"
+        ),
+        Setting(
+            {"fsdp": FsdpMode.FULL, "fsdp_offload": True, "gpus": gpu_count},
+            f"FSDP full shard over {gpu_count} GPUs + CPU offload",
+            ("offload-params",),
+        ),
+    ]
 
 
 def _method_ladder(method: Method) -> list[Method]:
@@ -402,9 +526,12 @@ def _apply(plan: Plan, knobs: Sequence[Knob], candidate: _Candidate) -> Plan | N
         if method not in LORA_STYLE_METHODS:
             return None  # a rank for a plan that no longer has adapters changes nothing
     try:
-        return plan.with_changes(updates)
+        changed = plan.with_changes(updates)
     except ValidationError:
         return None
+    if changed.optimizer_in_backward and (changed.zero or changed.offload is not Offload.NONE):
+        return None  # DeepSpeed steps the optimizer itself
+    return changed
 
 
 def _changes(original: Plan, changed: Plan) -> tuple[Change, ...]:
@@ -471,8 +598,14 @@ def search_flavor(
     evaluated = 1
     fitting: list[tuple[_Candidate, FlavorFit, Plan]] = []
     tight: list[tuple[_Candidate, FlavorFit, Plan]] = []
+    names = [knob.name for knob in knobs]
+    exclusive = {
+        (names.index(a), names.index(b)) for a, b in EXCLUSIVE_KNOBS if a in names and b in names
+    }
     for size in range(1, max_changes + 1):
         for chosen in itertools.combinations(range(len(knobs)), size):
+            if any(pair in exclusive for pair in itertools.combinations(chosen, 2)):
+                continue  # two ways to do one thing (ZeRO or FSDP): never both
             for levels in itertools.product(*(range(len(knobs[k].settings)) for k in chosen)):
                 candidate = _Candidate(tuple(zip(chosen, levels, strict=True)))
                 if any(_dominates(found, candidate) for found, _fit, _plan in fitting):
@@ -485,9 +618,11 @@ def search_flavor(
                 key = (changed, flavor.gpu_count, accelerator.id)
                 need = cache.get(key)
                 if need is None:
-                    need = estimate_memory(
+                    estimate = estimate_memory(
                         changed, model, gpus=flavor.gpu_count, accelerator=accelerator
-                    ).per_gpu.total
+                    )
+                    # paged optimizer states may spill to host RAM (see evaluate_flavor)
+                    need = estimate.per_gpu.total - estimate.managed_bytes
                     cache[key] = need
                 if need > usable:
                     continue
@@ -540,8 +675,10 @@ def _slowdown_keys_of(plan: Plan) -> set[str]:
         keys.add("int8-inference")
     if plan.offload is Offload.OPTIMIZER:
         keys.add("offload-optimizer")
-    if plan.offload is Offload.PARAMS:
+    if plan.offload is Offload.PARAMS or plan.fsdp_offload:
         keys.add("offload-params")
+    if resolve_savers(plan).activation_offload:
+        keys.add("activation-offload")
     return keys
 
 
@@ -724,6 +861,8 @@ def _on_more_gpus(
     moved = plan.model_copy(
         update={
             "flavors": (bigger.id,),
+            # the plan's own breakdown follows the GPUs (ZeRO and FSDP shard over them)
+            "gpus": plan.gpus * ratio,
             "grad_accum": plan.grad_accum // ratio if keeps else plan.grad_accum,
         }
     )

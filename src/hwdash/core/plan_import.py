@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hwdash.core.plan import Attention, Method, Offload, Optimizer, OptimizerImpl, Precision
+from hwdash.core.plan import (
+    Attention,
+    FsdpMode,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+)
 from hwdash.errors import UsageError
 
 FLAG = "--from"
@@ -250,11 +259,63 @@ def _read_accelerate(reader: _Reader, out: ImportedPlan) -> None:
             out.updates["offload"] = Offload.OPTIMIZER
         else:
             out.updates["offload"] = Offload.NONE
+    fsdp = reader.mapping("fsdp_config")
+    if fsdp or distributed == "FSDP":
+        _fsdp_block(reader, fsdp, out)
     if precision in ("bf16", "fp16"):
-        # accelerate autocasts an fp32 model; under DeepSpeed the fp32 master copy is kept.
-        out.updates["precision"] = Precision.MIXED if out.updates.get("zero") else Precision.AMP
+        # accelerate autocasts an fp32 model; under DeepSpeed the fp32 master copy is kept. Under
+        # FSDP the config cannot say the model's dtype: read as a bf16-loaded model, everything
+        # bf16 (torchtune's and hwdash's FSDP default), and said so.
+        if out.updates.get("zero"):
+            out.updates["precision"] = Precision.MIXED
+        elif out.updates.get("fsdp"):
+            out.updates["precision"] = Precision.BF16
+            out.notes.append(
+                "FSDP with mixed_precision bf16 read as a model loaded in bf16 (--precision bf16); "
+                "a model loaded in fp32 is --precision mixed"
+            )
+        else:
+            out.updates["precision"] = Precision.AMP
     elif precision == "no":
         out.updates["precision"] = Precision.FP32
+
+
+#: accelerate's ``fsdp_sharding_strategy``, by name or by the number older configs wrote
+#: (torch.distributed.fsdp.ShardingStrategy: 1 FULL_SHARD, 2 SHARD_GRAD_OP, 3 NO_SHARD,
+#: 4 HYBRID_SHARD, 5 _HYBRID_SHARD_ZERO2).
+_FSDP_STRATEGIES = {
+    "FULL_SHARD": FsdpMode.FULL,
+    "1": FsdpMode.FULL,
+    "HYBRID_SHARD": FsdpMode.HYBRID,
+    "4": FsdpMode.HYBRID,
+}
+
+
+def _fsdp_block(reader: _Reader, fsdp: Mapping[str, Any], out: ImportedPlan) -> None:
+    strategy = fsdp.get("fsdp_sharding_strategy")
+    if strategy is None:
+        # FSDP2 configs (fsdp_version: 2) say fsdp_reshard_after_forward instead: true is full
+        # shard, false keeps the gathered parameters as ZeRO-2 does (not modelled)
+        strategy = "FULL_SHARD" if fsdp.get("fsdp_reshard_after_forward", True) else "ZERO2"
+    key = str(strategy).upper()
+    mode = _FSDP_STRATEGIES.get(key)
+    if mode is None:
+        if isinstance(strategy, bool) or not isinstance(strategy, (str, int)):
+            raise reader.bad("fsdp_config.fsdp_sharding_strategy", "a sharding strategy", strategy)
+        out.notes.append(
+            f"FSDP sharding strategy {strategy!r} is not modelled: planned as full shard (less "
+            "memory than it needs)"
+        )
+        mode = FsdpMode.FULL
+    out.updates["fsdp"] = mode
+    offload = fsdp.get("fsdp_offload_params", False)
+    if not isinstance(offload, bool):
+        raise reader.bad("fsdp_config.fsdp_offload_params", "true or false", offload)
+    out.updates["fsdp_offload"] = offload
+    machines = reader.integer("num_machines")
+    processes = out.updates.get("gpus")
+    if mode is FsdpMode.HYBRID and machines and processes and processes % machines == 0:
+        out.updates["gpus_per_node"] = processes // machines
 
 
 # -- TrainingArguments / TRL --------------------------------------------------------------------
@@ -265,7 +326,7 @@ OPTIMIZERS = {
     "adamw_hf": (Optimizer.ADAMW, OptimizerImpl.FOREACH),
     "adamw_bnb_8bit": (Optimizer.ADAMW_8BIT, None),
     "adamw_8bit": (Optimizer.ADAMW_8BIT, None),
-    "paged_adamw_8bit": (Optimizer.ADAMW_8BIT, None),
+    "paged_adamw_8bit": (Optimizer.ADAMW_8BIT_PAGED, None),
     "adafactor": (Optimizer.ADAFACTOR, None),
     "sgd": (Optimizer.SGD, None),
 }
@@ -284,10 +345,15 @@ def _optimizer(reader: _Reader, key: str, out: ImportedPlan) -> None:
         out.updates["optimizer_impl"] = impl
 
 
-def _precision_from(bf16: bool | None, fp16: bool | None, dtype: str | None) -> Precision | None:
+def _precision_from(
+    bf16: bool | None, fp16: bool | None, dtype: str | None, fsdp: bool = False
+) -> Precision | None:
     if bf16 or fp16:
-        # Weights loaded in 16 bits train in 16 bits; loaded in fp32 they are autocast (amp).
-        return Precision.BF16 if dtype in ("bfloat16", "float16", "bf16", "fp16") else Precision.AMP
+        # Weights loaded in 16 bits train in 16 bits; loaded in fp32 they are autocast (amp), or
+        # under FSDP sharded in fp32 and gathered in 16 bits (FSDP's mixed-precision policy).
+        if dtype in ("bfloat16", "float16", "bf16", "fp16"):
+            return Precision.BF16
+        return Precision.MIXED if fsdp else Precision.AMP
     if bf16 is False and fp16 is False:
         return Precision.FP32
     return None
@@ -311,12 +377,45 @@ def _read_trainer_mapping(reader: _Reader, out: ImportedPlan) -> None:
     reader.get("max_grad_norm")
     reader.get("output_dir")
     _optimizer(reader, "optim", out)
+    if reader.flag("torch_compile"):
+        out.updates["compile"] = True
+    if reader.flag("use_liger_kernel"):
+        out.updates["loss"] = Loss.FUSED_LINEAR  # Liger's fused linear cross-entropy
+    if reader.flag("activation_offloading"):
+        out.updates["activation_offload"] = True
+    _trainer_fsdp(reader, out)
     init = reader.mapping("model_init_kwargs")
     dtype = init.get("torch_dtype") or init.get("dtype")
-    precision = _precision_from(reader.flag("bf16"), reader.flag("fp16"), dtype)
+    precision = _precision_from(
+        reader.flag("bf16"), reader.flag("fp16"), dtype, fsdp="fsdp" in out.updates
+    )
     if precision is not None:
         out.updates["precision"] = precision
     _deepspeed_path(reader, "deepspeed", out)
+
+
+def _trainer_fsdp(reader: _Reader, out: ImportedPlan) -> None:
+    """The Trainer's ``fsdp`` option: a string of words or a list of them (``full_shard``,
+    ``hybrid_shard``, ``offload``, ``auto_wrap``...)."""
+    value = reader.get("fsdp")
+    if value in (None, "", False, []):
+        return
+    if isinstance(value, str):
+        words = value.split()
+    elif isinstance(value, list) and all(isinstance(word, str) for word in value):
+        words = list(value)
+    else:
+        raise reader.bad("fsdp", "FSDP options such as 'full_shard auto_wrap'", value)
+    if "hybrid_shard" in words:
+        out.updates["fsdp"] = FsdpMode.HYBRID
+    elif "full_shard" in words:
+        out.updates["fsdp"] = FsdpMode.FULL
+    else:
+        out.notes.append(
+            f"fsdp {' '.join(words)!r} is not modelled (full or hybrid shard): ignored"
+        )
+        return
+    out.updates["fsdp_offload"] = "offload" in words
 
 
 def _deepspeed_path(reader: _Reader, key: str, out: ImportedPlan) -> None:

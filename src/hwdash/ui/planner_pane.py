@@ -50,6 +50,9 @@ from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     RL_TRAINABLE_METHODS,
     Attention,
+    Framework,
+    FsdpMode,
+    Loss,
     Method,
     Offload,
     Optimizer,
@@ -103,6 +106,13 @@ FORM_FIELDS: tuple[tuple[str, str], ...] = (
     ("rl_reward_model", "RL reward"),
     ("vllm_memory_utilization", "vLLM share"),
     ("quant", "quantize"),
+    # Issue 13: the training stacks' defaults and savers, FSDP and Megatron parallelism.
+    ("framework", "framework"),
+    ("loss", "loss"),
+    ("fsdp", "FSDP"),
+    ("fsdp_offload", "FSDP offl."),
+    ("tp", "tensor par."),
+    ("pp", "pipeline"),
 )
 _FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
 #: Rows shown only for PPO and GRPO plans.
@@ -112,7 +122,17 @@ _INFERENCE_FIELDS = ("quant",)
 #: Fields of the adapters: hidden unless the plan trains LoRA-style adapters (directly, or as the
 #: policy of an RL plan); what they hold then does not apply and never blocks the plan.
 _LORA_FIELDS = ("lora_r", "lora_dropout")
-_INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum")
+#: Rows hidden for inference (what they set only training reads).
+_TRAINING_FIELDS = ("framework", "loss")
+#: Rows for fine-tuning plans (not inference, not RL): PyTorch FSDP.
+_FSDP_FIELDS = ("fsdp",)
+#: Rows shown only once FSDP shards the plan.
+_FSDP_ONLY_FIELDS = ("fsdp_offload",)
+#: Rows shown only for full training (Megatron-LM tensor and pipeline parallelism).
+_FULL_ONLY_FIELDS = ("tp", "pp")
+#: The loss row's first choice: leave it to the framework (``Plan.loss`` None).
+LOSS_DEFAULT = "framework default"
+_INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum", "tp", "pp")
 #: Fields typed as decimal numbers.
 _NUMBER_FIELDS = ("epochs", "mfu", "vllm_memory_utilization", "lora_dropout")
 #: Enum fields shown as drop-downs of every member.
@@ -124,6 +144,8 @@ _ENUM_FIELDS: dict[str, Any] = {
     "optimizer_impl": OptimizerImpl,
     "offload": Offload,
     "quant": Quant,
+    "framework": Framework,
+    "fsdp": FsdpMode,
 }
 
 #: Width from which results use two columns (breakdown beside the flavor table).
@@ -134,8 +156,14 @@ EXAMPLES_PLACEHOLDER = "e.g. 50k"
 MODEL_MATCHES = 8
 
 
+_LEADING_FLAG = re.compile(r"--(fsdp-offload|fsdp|tp|pp|gpus|loss|framework)\b")
+
+
 def _field_for_message(message: str) -> str | None:
     """The form field a plan-level error is about, if its message names one (``offload``, ``zero``)."""
+    leading = _LEADING_FLAG.match(message)
+    if leading is not None:  # FSDP and Megatron messages start with their flag
+        return leading.group(1).replace("-", "_")
     lowered = message.lower()
     if lowered.startswith("quant "):
         return "quant"
@@ -202,6 +230,18 @@ class PlannerPane(Widget):
         display: block;
     }
     PlannerPane.-inference .plan-field.-inference-only {
+        display: block;
+    }
+    PlannerPane.-inference .plan-field.-training-only {
+        display: none;
+    }
+    PlannerPane.-inference .plan-field.-fine-tuning-only, PlannerPane.-rl .plan-field.-fine-tuning-only {
+        display: none;
+    }
+    PlannerPane .plan-field.-fsdp-only, PlannerPane .plan-field.-full-only {
+        display: none;
+    }
+    PlannerPane.-fsdp .plan-field.-fsdp-only, PlannerPane.-full .plan-field.-full-only {
         display: block;
     }
     PlannerPane .plan-error {
@@ -361,7 +401,15 @@ class PlannerPane(Widget):
                 classes = "plan-field -rl-only" if name in _RL_FIELDS else "plan-field"
                 if name in _INFERENCE_FIELDS:
                     classes = "plan-field -inference-only"
-                if name in _LORA_FIELDS:
+                elif name in _TRAINING_FIELDS:
+                    classes = "plan-field -training-only"
+                elif name in _FSDP_FIELDS:
+                    classes = "plan-field -fine-tuning-only"
+                elif name in _FSDP_ONLY_FIELDS:
+                    classes = "plan-field -fsdp-only"
+                elif name in _FULL_ONLY_FIELDS:
+                    classes = "plan-field -full-only"
+                elif name in _LORA_FIELDS:
                     classes = "plan-field -lora-only"
                 with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
                     with Horizontal():
@@ -425,6 +473,18 @@ class PlannerPane(Widget):
             )
         if name == "grad_ckpt":
             return Check("recompute", plan.grad_ckpt, compact=True, id=cid)
+        if name == "loss":
+            choices: list[tuple[str, Any]] = [(LOSS_DEFAULT, LOSS_DEFAULT)]
+            choices += [(member.value, member) for member in Loss]
+            return Select(
+                choices,
+                value=LOSS_DEFAULT if plan.loss is None else plan.loss,
+                allow_blank=False,
+                compact=True,
+                id=cid,
+            )
+        if name == "fsdp_offload":
+            return Check("params, grads, optimizer", plan.fsdp_offload, compact=True, id=cid)
         if name == "rl_method":
             return Select(
                 [(member.value, member) for member in RL_TRAINABLE_METHODS],
@@ -487,7 +547,7 @@ class PlannerPane(Widget):
         for name in _FIELD_NAMES:
             control = self.query_one(f"#{_control_id(name)}")
             if isinstance(control, (Select, Checkbox)):
-                values[name] = control.value
+                values[name] = None if control.value == LOSS_DEFAULT else control.value
             elif isinstance(control, Input):
                 try:
                     values[name] = self._parse_text(name, control.value)
@@ -520,7 +580,8 @@ class PlannerPane(Widget):
         values, errors = self.read_form()
         data = self._base.model_dump()
         data.update({k: v for k, v in values.items() if k not in errors})
-        if Method(data["method"]) is not Method.INFERENCE:
+        method = Method(data["method"])
+        if method is not Method.INFERENCE:
             # the quantize row is hidden for training: what it holds does not apply
             data["quant"] = Quant.NONE
         if not _trains_adapters(Method(data["method"]), Method(data["rl_method"])):
@@ -528,6 +589,14 @@ class PlannerPane(Widget):
             for name in _LORA_FIELDS:
                 errors.pop(name, None)
                 data[name] = self._base.model_dump()[name]
+        if method is Method.INFERENCE or method in (Method.PPO, Method.GRPO):
+            # the FSDP rows are hidden there (FSDP is modelled for fine-tuning)
+            data["fsdp"] = FsdpMode.NONE
+        if FsdpMode(data["fsdp"]) is FsdpMode.NONE:
+            data["fsdp_offload"] = False
+        if method is not Method.FULL:
+            # the tensor/pipeline rows are for full training only (Megatron-LM)
+            data["tp"] = data["pp"] = 1
         if values.get("examples") is not None:
             # A token count carried by a loaded plan (``--tokens``) yields to examples typed here.
             data["tokens"] = None
@@ -565,6 +634,10 @@ class PlannerPane(Widget):
             and _trains_adapters(method, rl_method if isinstance(rl_method, Method) else None),
             "-lora",
         )
+        self.set_class(method is Method.FULL, "-full")
+        fsdp = self.query_one(f"#{_control_id('fsdp')}", Select).value
+        fine_tuning = method not in (Method.INFERENCE, Method.PPO, Method.GRPO)
+        self.set_class(fine_tuning and fsdp not in (FsdpMode.NONE, Select.BLANK), "-fsdp")
         plan, errors = self._build_plan()
         report: PlanReport | None = None
         if plan is not None:
@@ -1009,7 +1082,7 @@ class PlannerPane(Widget):
             control = self.query_one(f"#{_control_id(name)}")
             value = getattr(plan, name)
             if isinstance(control, Select):
-                control.value = value
+                control.value = LOSS_DEFAULT if name == "loss" and value is None else value
             elif isinstance(control, Checkbox):
                 control.value = bool(value)
             elif isinstance(control, Input):
@@ -1030,6 +1103,12 @@ _FLAG_WORDS = {
     "--attn": "attention",
     "--batch": "micro-batch",
     "--examples": "examples",
+    "--framework": "framework",
+    "--fsdp": "FSDP",
+    "--fsdp-offload": "FSDP offl.",
+    "--loss": "loss",
+    "--pp": "pipeline",
+    "--tp": "tensor par.",
     "--grad-accum": "grad accum",
     "--grad-ckpt": "grad ckpt",
     "--gpus": "GPUs",
