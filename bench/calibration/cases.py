@@ -241,6 +241,7 @@ def held_out_grid() -> list[CalibrationCase]:
             replace(base, seq=4096),
             lora,
             replace(lora, lora_r=64),
+            replace(lora, seq=4096),
             replace(base, method="inference", batch=1, seq=min(8192, contexts.get(model, 8192))),
         ]
     gemma = CalibrationCase(model="gemma-2-2b", attention="eager")
