@@ -77,14 +77,14 @@ def _measure_one(case: CalibrationCase, full_depth: bool) -> dict[str, Any]:
 def run_cases(cases: list[CalibrationCase], jobs: int, full_depth: bool, out: Path) -> list[dict]:
     """Trace every case (``jobs`` processes), appending each record to ``out`` as it finishes."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    from calibration.tracing import TRACE_RULES
+    from calibration.tracing import COMPATIBLE_TRACE_RULES
 
     done: dict[str, dict[str, Any]] = {}
     if out.exists():
         for line in out.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             # a record made under older tracing rules is traced again
-            if "failed" not in record and record.get("trace_rules", 1) >= TRACE_RULES:
+            if "failed" not in record and record.get("trace_rules", 1) >= COMPATIBLE_TRACE_RULES:
                 done[record["case_id"]] = record
     todo = [c for c in cases if c.case_id not in done]
     print(f"{len(cases)} cases, {len(cases) - len(todo)} already traced, {len(todo)} to trace")

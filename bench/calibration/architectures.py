@@ -66,15 +66,13 @@ def layer_period(spec: ModelSpec) -> int:
     return LAYER_PERIOD.get(family_of(spec), 1)
 
 
-def build_config(spec: ModelSpec, layers: int, attention: str) -> Any:
-    """A transformers config with the catalog's dimensions and ``layers`` blocks.
-
-    ``attention`` is ``sdpa`` or ``eager`` (``flash`` needs flash-attn and CUDA: not traceable here).
-    """
-    from transformers import AutoConfig
-
+def config_fields(spec: ModelSpec, layers: int) -> dict[str, Any]:
+    """The transformers config fields (``model_type`` included) with the catalog's dimensions and
+    ``layers`` blocks: what :func:`hwdash.tracing.trace_plan` builds the traced model from
+    (``hf_config``)."""
     family = family_of(spec)
     fields: dict[str, Any] = {
+        "model_type": family,
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": layers,
@@ -125,10 +123,23 @@ def build_config(spec: ModelSpec, layers: int, attention: str) -> Any:
     if family in ("gemma2", "gemma3_text"):
         # Keep the published layer pattern (sliding/global) but the window must not exceed the context.
         fields["sliding_window"] = min(4096, spec.max_context) if family == "gemma2" else 512
+    return fields
+
+
+def build_config(spec: ModelSpec, layers: int, attention: str) -> Any:
+    """A transformers config with the catalog's dimensions and ``layers`` blocks.
+
+    ``attention`` is ``sdpa`` or ``eager`` (``flash`` needs flash-attn and CUDA: not traceable here).
+    """
+    from transformers import AutoConfig
+
+    fields = config_fields(spec, layers)
+    family = fields.pop("model_type")
     config = AutoConfig.for_model(family, **fields)
     config._attn_implementation = attention
     if family in GROUPED_MM_FAMILIES:
         # The eager expert loop iterates over data-dependent expert ids, which fake tensors cannot
-        # do; grouped_mm has static shapes (tokens x top-k) and is transformers' CUDA path.
+        # do; grouped_mm has static shapes (tokens x top-k) and is transformers' CUDA path
+        # (hwdash.tracing sets the same for every config with experts).
         config._experts_implementation = "grouped_mm"
     return config
