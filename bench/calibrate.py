@@ -11,7 +11,8 @@ weights. Usage, from the repository root:
 
 Writes ``bench/out/calibration.jsonl`` (every trace, git-ignored), ``bench/data/calibration.csv``
 (the committed ground truth) and the generated blocks of ``docs/accuracy.md``. Records traced under
-older tracing rules (``calibration.tracing.TRACE_RULES``) are traced again; the rest are reused.
+older tracing rules (``calibration.tracing.COMPATIBLE_TRACE_RULES``) are traced again; the rest are
+reused. The step itself is ``hwdash.tracing.trace_plan``'s (``calibration/tracing.py``).
 """
 
 from __future__ import annotations
