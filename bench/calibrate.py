@@ -11,7 +11,8 @@ weights. Usage, from the repository root:
 
 Writes ``bench/out/calibration.jsonl`` (every trace, git-ignored), ``bench/data/calibration.csv``
 (the committed ground truth) and the generated blocks of ``docs/accuracy.md``. Records traced under
-older tracing rules (``calibration.tracing.TRACE_RULES``) are traced again; the rest are reused.
+older tracing rules (``calibration.tracing.COMPATIBLE_TRACE_RULES``) are traced again; the rest are
+reused. The step itself is ``hwdash.tracing.trace_plan``'s (``calibration/tracing.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from calibration.cases import CalibrationCase, calibration_grid, quick_grid  # noqa: E402
+from calibration.cases import (  # noqa: E402
+    CalibrationCase,
+    calibration_grid,
+    held_out_case_ids,
+    held_out_grid,
+    quick_grid,
+)
 from calibration.compare import kernel_matches_cuda  # noqa: E402
-from calibration.report import csv_row, update_findings_doc, write_csv  # noqa: E402
+from calibration.report import csv_row, read_csv, update_findings_doc, write_csv  # noqa: E402
 from report_accuracy import DATA_CSV, regenerate  # noqa: E402
 
 OUT_JSONL = REPO / "bench" / "out" / "calibration.jsonl"
@@ -50,9 +57,10 @@ DEPTH_VALIDATION = (
 
 
 def _catalog() -> Any:
-    from hwdash.core.catalog import load_catalog
+    # the built-in catalog plus the held-out architectures (bench/calibration/heldout_models.toml)
+    from estimator_errors import calibration_catalog
 
-    return load_catalog(include_user=False)
+    return calibration_catalog()
 
 
 def _measure_one(case: CalibrationCase, full_depth: bool) -> dict[str, Any]:
@@ -70,14 +78,14 @@ def _measure_one(case: CalibrationCase, full_depth: bool) -> dict[str, Any]:
 def run_cases(cases: list[CalibrationCase], jobs: int, full_depth: bool, out: Path) -> list[dict]:
     """Trace every case (``jobs`` processes), appending each record to ``out`` as it finishes."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    from calibration.tracing import TRACE_RULES
+    from calibration.tracing import COMPATIBLE_TRACE_RULES
 
     done: dict[str, dict[str, Any]] = {}
     if out.exists():
         for line in out.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             # a record made under older tracing rules is traced again
-            if "failed" not in record and record.get("trace_rules", 1) >= TRACE_RULES:
+            if "failed" not in record and record.get("trace_rules", 1) >= COMPATIBLE_TRACE_RULES:
                 done[record["case_id"]] = record
     todo = [c for c in cases if c.case_id not in done]
     print(f"{len(cases)} cases, {len(cases) - len(todo)} already traced, {len(todo)} to trace")
@@ -113,13 +121,21 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 
 def compare_and_write(records: list[dict[str, Any]]) -> None:
-    """Write the measured columns of the CSV from the records, then score it and rewrite the doc."""
+    """Write the measured columns of the CSV from the records, then score it and rewrite the doc.
+
+    Rows of the committed CSV that no record replaces are kept (``bench/out`` is not committed, so a
+    run that traces a few cases must not drop the rest of the table).
+    """
     catalog = _catalog()
-    rows = []
+    held_out = held_out_case_ids()
+    rows = {row["case_id"]: row for row in read_csv(DATA_CSV)} if DATA_CSV.exists() else {}
     for record in records:
         spec = catalog.models[record["plan"]["model"]]
-        rows.append(csv_row({**record, "kernel_matches_cuda": kernel_matches_cuda(record, spec)}))
-    write_csv(rows, DATA_CSV)
+        matches = kernel_matches_cuda(record, spec)
+        rows[record["case_id"]] = csv_row({**record, "kernel_matches_cuda": matches})
+    for case_id, row in rows.items():
+        row["held_out"] = case_id in held_out
+    write_csv(list(rows.values()), DATA_CSV)
     regenerate()
 
 
@@ -177,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fresh and OUT_JSONL.exists():
         OUT_JSONL.unlink()
-    cases = quick_grid() if args.quick else calibration_grid()
+    cases = quick_grid() if args.quick else calibration_grid() + held_out_grid()
     if args.only:
         cases = [c for c in cases if args.only in c.case_id]
     run_cases(cases, args.jobs, args.full_depth, OUT_JSONL)

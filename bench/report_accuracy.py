@@ -18,8 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calibration.report import read_csv, score_rows, update_accuracy_doc, write_csv  # noqa: E402
-
-from hwdash.core.catalog import load_catalog  # noqa: E402
+from estimator_errors import calibration_catalog  # noqa: E402
 
 DATA_CSV = REPO / "bench" / "data" / "calibration.csv"
 ACCURACY_DOC = REPO / "docs" / "accuracy.md"
@@ -28,7 +27,7 @@ PUBLISHED_PEAKS = REPO / "tests" / "data" / "published_peaks.toml"
 
 def regenerate() -> int:
     """Score the CSV, write it back and rewrite the doc's generated blocks; 2 when a marker is gone."""
-    catalog = load_catalog(include_user=False)
+    catalog = calibration_catalog()
     rows = score_rows(read_csv(DATA_CSV), catalog)
     write_csv(rows, DATA_CSV)
     print(f"scored {DATA_CSV.relative_to(REPO)} ({len(rows)} rows)")

@@ -104,15 +104,19 @@ def _attention_for(model: str) -> str:
     return "eager" if model.startswith("gemma-2-") else "sdpa"
 
 
+#: MoE models whose fused 3-D expert weights the trace runs through ``torch._grouped_mm``.
+MOE_PREFIXES = ("mixtral-", "qwen3-30b-a3b")
+
+
 def _precisions_for(model: str) -> tuple[str, ...]:
-    # Mixtral's experts run through torch._grouped_mm, which on CPU takes bf16 only and which CPU
+    # MoE experts run through torch._grouped_mm, which on CPU takes bf16 only and which CPU
     # autocast does not cast: fp32 weights (amp) cannot be traced here.
-    return ("bf16",) if model.startswith("mixtral-") else ("bf16", "amp")
+    return ("bf16",) if model.startswith(MOE_PREFIXES) else ("bf16", "amp")
 
 
 def _lora_dropout_for(model: str) -> float:
-    # peft adapts Mixtral's fused 3-D expert weights with lora.ParamWrapper, which refuses dropout.
-    return 0.0 if model.startswith("mixtral-") else 0.05
+    # peft adapts fused 3-D expert weights with lora.ParamWrapper, which refuses dropout.
+    return 0.0 if model.startswith(MOE_PREFIXES) else 0.05
 
 
 def calibration_grid() -> list[CalibrationCase]:
@@ -174,6 +178,98 @@ def calibration_grid() -> list[CalibrationCase]:
     for case in cases:
         unique.setdefault(case.case_id, case)
     return list(unique.values())
+
+
+#: Architectures added in issue 14 that the estimator was never tuned or checked on (their specs:
+#: ``bench/calibration/heldout_models.toml``). Chosen for what they change: OLMo 2's post-norm blocks
+#: and whole-projection q/k norms, Granite's scalar multipliers (embedding, residual, logits),
+#: Falcon 3's wide heads (256) and 131K vocabulary, StableLM 2's LayerNorm with bias and partial
+#: rotary, Qwen3-MoE's 128 fine-grained experts with top-8 routing.
+HELD_OUT_MODELS = (
+    "olmo-2-7b",
+    "granite-3.1-2b",
+    "falcon3-3b",
+    "stablelm-2-1.6b",
+    "qwen3-30b-a3b",
+)
+
+#: Architectures the issue asked for that hwdash's ``ModelSpec``/estimator cannot express, with why.
+#: They are not traced: a trace without an estimate scores nothing, and faking the spec (say, MLA as
+#: plain multi-head attention) would score a different model.
+NOT_EXPRESSIBLE = {
+    "DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite)": (
+        "multi-head latent attention: K and V come from a shared 512-wide latent (kv_lora_rank 512) "
+        "with a separate 64-wide rotary key (qk_rope_head_dim 64) and 128-wide value heads "
+        "(v_head_dim 128 vs qk head 192), so neither the weights, the saved activations nor the KV "
+        "cache (the latent is cached, not per-head K/V) follow heads x head_dim; also 2 shared "
+        "experts beside 64 routed ones and a dense first layer (first_k_dense_replace 1), which "
+        "ModelSpec's single experts/intermediate_size cannot hold (config.json as copied by "
+        "huggingface.co/ModelCloud/DeepSeek-V2-Lite-gptq-4bit)"
+    ),
+    "Qwen1.5-MoE / Qwen2-MoE (qwen2_moe)": (
+        "a shared expert (shared_expert_intermediate_size, with its own sigmoid gate) runs beside "
+        "the routed experts in every layer; ModelSpec has one expert width and no shared expert "
+        "(hwdash.core.models reads qwen2_moe configs and says the shared expert is not counted), "
+        "so Qwen3-MoE, which has none, stands in for the Qwen MoE family"
+    ),
+}
+
+
+def held_out_grid() -> list[CalibrationCase]:
+    """The held-out cases of issue 14: new architectures, and settings the grid had not traced.
+
+    Per new architecture: full bf16 with and without checkpointing and at 4096 tokens, LoRA r16 and
+    r64 on all linear
+    layers, and a long bf16 prefill (8192 tokens, or the model's context when shorter). On models
+    already in the grid, the settings a new user tried and found off (issue 14): Gemma 2 bf16 full
+    fine-tuning and an 8k prefill, Qwen3 LoRA r64 and Llama 3.2 LoRA r8 on all linear layers, at the
+    grid's batch 2 x 1024 and at hwdash's plan defaults (batch 1 x 2048), and a 16k prefill.
+    """
+    from hwdash.core.catalog import load_catalog
+
+    contexts = {m.id: m.max_context for m in held_out_catalog_models(load_catalog)}
+    cases: list[CalibrationCase] = []
+    for model in HELD_OUT_MODELS:
+        attention = _attention_for(model)
+        dropout = _lora_dropout_for(model)
+        base = CalibrationCase(model=model, attention=attention, lora_dropout=dropout)
+        lora = replace(base, method="lora")
+        cases += [
+            base,
+            replace(base, grad_ckpt=True),
+            # long enough that the activations, not the optimizer step, make the peak
+            replace(base, seq=4096),
+            lora,
+            replace(lora, lora_r=64),
+            replace(lora, seq=4096),
+            replace(base, method="inference", batch=1, seq=min(8192, contexts.get(model, 8192))),
+        ]
+    gemma = CalibrationCase(model="gemma-2-2b", attention="eager")
+    qwen3_lora = CalibrationCase(model="qwen3-0.6b", method="lora", lora_r=64)
+    llama_lora = CalibrationCase(model="llama-3.2-1b", method="lora", lora_r=8)
+    cases += [
+        replace(gemma, batch=1, seq=2048),
+        replace(gemma, method="inference", batch=1, seq=8192),
+        qwen3_lora,
+        replace(qwen3_lora, batch=1, seq=2048),
+        llama_lora,
+        replace(llama_lora, batch=1, seq=2048),
+        CalibrationCase(model="qwen2.5-1.5b", method="inference", batch=1, seq=16384),
+    ]
+    return cases
+
+
+def held_out_catalog_models(load_catalog: Any) -> list[Any]:
+    """The specs of the held-out architectures (``heldout_models.toml`` beside this module)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "heldout_models.toml"
+    return list(load_catalog([path], include_user=False).models.values())
+
+
+def held_out_case_ids() -> frozenset[str]:
+    """The ids of every held-out case."""
+    return frozenset(case.case_id for case in held_out_grid())
 
 
 def quick_grid() -> list[CalibrationCase]:

@@ -40,6 +40,7 @@ CSV_COLUMNS = (
     "lora_targets",
     "lora_dropout",
     "sdpa_backend",
+    "held_out",
     "kernel_matches_cuda",
     "layers",
     "traced_depths",
@@ -207,6 +208,74 @@ def _comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r["kernel_matches_cuda"] == "True"]
 
 
+def is_held_out(row: dict[str, Any]) -> bool:
+    """A held-out case of issue 14 (new architecture or untried setting; ``held_out`` column)."""
+    return str(row.get("held_out", "")) == "True"
+
+
+def _grid(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if not is_held_out(r)]
+
+
+def _under_stats(errors: list[float]) -> str:
+    under = [e for e in errors if e < 0]
+    return f"{min(under) * 100:+.1f}%" if under else "none"
+
+
+def held_out_summary(rows: list[dict[str, Any]]) -> str:
+    """Markdown: hwdash's error per method on the held-out cases, then on the tuning grid."""
+    rows = [r for r in _comparable(rows) if r.get("error", "") != ""]
+    lines = [
+        "| method | held-out rows | held-out median abs. error | held-out worst | held-out worst "
+        "underestimate | grid rows | grid median abs. error | grid worst |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    methods = sorted({r["method"] for r in rows if is_held_out(r)})
+    for method in [*methods, "all"]:
+        group = [r for r in rows if method in ("all", r["method"])]
+        held = _floats([r for r in group if is_held_out(r)], "error")
+        grid = _floats(_grid(group), "error")
+        held_stats = _error_stats(held).strip("|").strip()
+        grid_stats = _error_stats(grid).strip("|").strip()
+        lines.append(
+            f"| {method} | {held_stats} | {_under_stats(held)} | {grid_stats} |".replace(
+                " |  | ", " | "
+            )
+        )
+    return "\n".join(lines)
+
+
+def held_out_rows(rows: list[dict[str, Any]]) -> str:
+    """Markdown: every held-out case with its traced peak, hwdash's estimate and the error."""
+    rows = sorted(
+        (r for r in rows if is_held_out(r) and r.get("error", "") != ""),
+        key=lambda r: float(r["error"]),
+    )
+    lines = [
+        "| case | traced peak GiB (CUDA masks) | hwdash GiB (no overhead) | error | traced peak at "
+        "| hwdash peak at |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        note = "" if r["kernel_matches_cuda"] == "True" else " (kernel differs from CUDA's)"
+        lines.append(
+            f"| `{r['case_id']}`{note} | {int(r['cuda_peak_bytes']) / GIB:.2f} | "
+            f"{int(r['est_without_overhead']) / GIB:.2f} | {float(r['error']) * 100:+.1f}% | "
+            f"step {r['peak_step']} {r['peak_phase']} | {r['est_peak_phase']} |"
+        )
+    return "\n".join(lines)
+
+
+def not_expressible_table() -> str:
+    """Markdown: the architectures issue 14 asked for that hwdash cannot express, and why."""
+    from calibration.cases import NOT_EXPRESSIBLE
+
+    lines = ["| architecture | why hwdash cannot express it |", "| --- | --- |"]
+    for name, why in NOT_EXPRESSIBLE.items():
+        lines.append(f"| {name} | {why} |")
+    return "\n".join(lines)
+
+
 def known_gap(row: dict[str, Any]) -> str:
     """Why the estimator is known to miss this row's mechanism, or ''."""
     if row["model"] in estimator_errors.KNOWN_GAP_MODELS:
@@ -220,8 +289,9 @@ def known_gap(row: dict[str, Any]) -> str:
 
 def error_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: median |error| and worst signed error per method: hwdash on tuned and held-out
-    models (and held out without the known gaps), then each anchor on all rows."""
-    rows = _comparable(rows)
+    models (and held out without the known gaps), then each anchor on all rows. Tuning-grid rows
+    only: the held-out cases of issue 14 have their own table (:func:`held_out_summary`)."""
+    rows = _comparable(_grid(rows))
     tuned_models = estimator_errors.TUNED_MODELS
     lines = [
         "| method | rule | models | rows | median abs. error | worst error |",
@@ -250,8 +320,8 @@ def error_table(rows: list[dict[str, Any]]) -> str:
 
 
 def gap_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown: hwdash's error on the rows of each known gap."""
-    rows = _comparable(rows)
+    """Markdown: hwdash's error on the rows of each known gap (tuning grid)."""
+    rows = _comparable(_grid(rows))
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         why = known_gap(r)
@@ -268,8 +338,8 @@ def gap_table(rows: list[dict[str, Any]]) -> str:
 
 
 def worst_rows(rows: list[dict[str, Any]], count: int = 12) -> str:
-    """Markdown: the rows where hwdash is furthest off."""
-    rows = [r for r in _comparable(rows) if r.get("error", "") != ""]
+    """Markdown: the rows of the tuning grid where hwdash is furthest off."""
+    rows = [r for r in _comparable(_grid(rows)) if r.get("error", "") != ""]
     rows.sort(key=lambda r: abs(float(r["error"])), reverse=True)
     lines = [
         "| case | measured GiB (CUDA masks) | hwdash GiB (no overhead) | error | traced peak | hwdash peak | known gap |",
@@ -382,9 +452,29 @@ def generated_block(rows: list[dict[str, Any]]) -> str:
     autocast_rows = sum(1 for r in rows if r.get("autocast") == "True" and r["precision"] != "amp")
     full_depth = sum(1 for r in rows if r.get("depth_note"))
     tuned = ", ".join(sorted(estimator_errors.TUNED_MODELS))
-    held = ", ".join(sorted({r["model"] for r in rows} - estimator_errors.TUNED_MODELS))
+    grid_models = {r["model"] for r in _grid(rows)}
+    held = ", ".join(sorted(grid_models - estimator_errors.TUNED_MODELS))
+    held_cases = [r for r in rows if is_held_out(r)]
+    new_models = ", ".join(sorted({r["model"] for r in held_cases} - grid_models))
     parts = [
         BEGIN_MARK,
+        "",
+        "### Held-out cases (issue 14): scored first",
+        "",
+        f"{len(held_cases)} cases no formula was derived from or checked on before they were traced:",
+        f"new architectures ({new_models or 'none'}) and settings the grid had not traced on",
+        "known models. hwdash without its `overhead` component against the traced peak with CUDA's",
+        "dropout masks; the grid's columns repeat the tuning grid's scores for comparison.",
+        "",
+        held_out_summary(rows),
+        "",
+        held_out_rows(rows),
+        "",
+        "Asked for but not expressible in hwdash's model spec, so not traced or scored:",
+        "",
+        not_expressible_table(),
+        "",
+        "### The tuning grid",
         "",
         f"Rows: {len(rows)} traced cases; {left_out} left out of the scores because their attention",
         f"kernel differs from CUDA's; {autocast_rows} bf16 LoRA/DoRA rows traced under autocast;",

@@ -19,11 +19,10 @@ import gc
 import math
 import time
 from collections.abc import Iterator
-from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
-from calibration.architectures import build_config, family_of, layer_period
+from calibration.architectures import config_fields, family_of, layer_period
 from calibration.cases import CalibrationCase
 from hwdash.core.catalog import ModelSpec
 
@@ -31,15 +30,16 @@ from hwdash.core.catalog import ModelSpec
 #: (c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize); MemTracker applies that to cuda devices only.
 CUDA_MIN_BLOCK_BYTES = 512
 
-#: MemTracker's reference types, renamed to the snake-case keys our records use.
+#: :data:`hwdash.tracing.TRACE_COMPONENTS` (MemTracker's categories), renamed to the keys the
+#: records and the CSV's ``peak_*`` columns use.
 COMPONENT_NAMES = {
-    "Parameter": "parameter",
-    "Buffer": "buffer",
-    "Gradient": "gradient",
-    "Activation": "activation",
-    "Temp": "temp",
-    "Optstate": "optimizer",
-    "Other": "other",
+    "parameters": "parameter",
+    "buffers": "buffer",
+    "gradients": "gradient",
+    "activations": "activation",
+    "temporaries": "temp",
+    "optimizer": "optimizer",
+    "other": "other",
 }
 
 #: Dispatcher ops whose presence tells which attention kernel ran.
@@ -87,102 +87,6 @@ class DepthTrace:
     seconds: float = 0.0
 
 
-@contextlib.contextmanager
-def cuda_block_rounding() -> Iterator[None]:
-    """Make MemTracker round every storage up to 512 bytes, as the CUDA caching allocator does."""
-    from torch.distributed._tools import mem_tracker
-
-    original = mem_tracker._WeakRefInfo._calculate_mem_consumed
-
-    def rounded(self: Any) -> int:
-        raw = int(self.size * self.element_size)
-        return math.ceil(raw / CUDA_MIN_BLOCK_BYTES) * CUDA_MIN_BLOCK_BYTES
-
-    mem_tracker._WeakRefInfo._calculate_mem_consumed = rounded
-    try:
-        yield
-    finally:
-        mem_tracker._WeakRefInfo._calculate_mem_consumed = original
-
-
-def _snapshot_components(snapshot: dict[Any, dict[Any, int]]) -> tuple[int, dict[str, int]]:
-    components = dict.fromkeys(COMPONENT_NAMES.values(), 0)
-    total = 0
-    for device_snapshot in snapshot.values():
-        for key, value in device_snapshot.items():
-            name = getattr(key, "value", key)
-            if name == "Total":
-                total += value
-            elif name in COMPONENT_NAMES:
-                components[COMPONENT_NAMES[name]] += value
-    return total, components
-
-
-def _close_phase(tracker: Any, step: int, phase: str, *, collect: bool = False) -> PhasePeak:
-    """Read the peak since the last phase boundary, then restart peak tracking from now.
-
-    ``collect`` runs Python's cyclic garbage collector first. DoRA's forward (peft 0.21) leaves
-    reference cycles that hold activation-sized tensors until a collection, which made its traces
-    differ run to run by up to 15%; collecting at every boundary makes them repeatable. Full and
-    LoRA traces are identical with the collector disabled (checked on Llama-3.2-1B), and a
-    collection costs about half a second, so only DoRA cases collect.
-    """
-    if collect:
-        gc.collect()
-    total, components = _snapshot_components(tracker.get_tracker_snapshot("peak"))
-    current = tracker.get_tracker_snapshot("current")
-    # MemTracker keeps one running peak; restart it so each phase reports its own (private fields,
-    # torch 2.13: ``_peak_mem`` and ``_peak_mem_snap``).
-    tracker._peak_mem = {dev: snap["Total"] for dev, snap in current.items()}
-    tracker._peak_mem_snap = deepcopy(current)
-    end_total, end_components = _snapshot_components(current)
-    return PhasePeak(
-        step=step,
-        phase=phase,
-        total=total,
-        components=components,
-        end_total=end_total,
-        end_components=end_components,
-    )
-
-
-class _NoHook:
-    """Stands in for a hook handle on a frozen parameter (nothing to remove)."""
-
-    def remove(self) -> None:
-        return None
-
-
-def _new_tracker() -> Any:
-    """A MemTracker that tolerates frozen parameters and keeps only the global peak.
-
-    Two changes to torch 2.13's MemTracker, both in a subclass:
-
-    - it registers a gradient hook on every parameter of a module it meets and fails on frozen ones
-      ("cannot register a hook on a tensor that doesn't require gradient"), so LoRA and inference
-      could not be traced: frozen parameters are marked as already hooked;
-    - after every op it refreshes the peak of every module seen so far, which makes a trace
-      quadratic in the number of modules (LoRA adds three per adapted linear); we read only the
-      global peak, so only that is kept. Totals and categories are unchanged.
-    """
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    class PeakOnlyMemTracker(MemTracker):
-        def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True):  # type: ignore[no-untyped-def]
-            for param in module.parameters():
-                if not param.requires_grad and param not in self._param_to_grad_hook_handles:
-                    self._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
-            return super()._track_module_params_and_buffers(module, install_grad_hooks)
-
-        def _update_peak_stats(self, peak_state: Any) -> None:
-            for device, snapshot in self._curr_mem_snap.items():
-                if self._peak_mem.get(device, 0) < snapshot["Total"]:
-                    self._peak_mem[device] = snapshot["Total"]
-                    self._peak_mem_snap[device] = deepcopy(snapshot)
-
-    return PeakOnlyMemTracker()
-
-
 def _op_recorder() -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -202,208 +106,78 @@ def _op_recorder() -> Any:
     return AttentionOpRecorder()
 
 
-def _compute_dtype(precision: str) -> Any:
-    import torch
-
-    return torch.bfloat16 if precision in ("bf16", "mixed") else torch.float32
-
-
-def _build_model(case: CalibrationCase, spec: ModelSpec, layers: int) -> Any:
-    """Build the model (and its adapters) on the meta device; :func:`_materialize_fake` follows.
-
-    Built on meta rather than under the fake mode because ``Module.to`` and peft's adapter moves
-    cannot swap fake parameters in torch 2.13 ("Couldn't swap Linear.weight").
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    config = build_config(spec, layers, case.attention)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(
-            config, attn_implementation=case.attention, dtype=_compute_dtype(case.precision)
-        )
-    if case.method == "inference":
-        model.eval()
-        model.requires_grad_(False)
-        return model
-    model.train()
-    if case.grad_ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if case.method in ("lora", "dora"):
-        from peft import LoraConfig, get_peft_model
-
-        targets: str | list[str] = (
-            "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
-        )
-        lora = LoraConfig(
-            r=case.lora_r,
-            lora_alpha=2 * case.lora_r,
-            lora_dropout=case.lora_dropout,
-            target_modules=targets,
-            use_dora=case.method == "dora",
-            task_type="CAUSAL_LM",
-        )
-        # peft keeps adapter weights in fp32 when the base model is bf16 (autocast_adapter_dtype=True,
-        # its default), exactly as a real run does.
-        model = get_peft_model(model, lora)
-    return model
-
-
-def _materialize_fake(model: Any) -> None:
-    """Replace every meta parameter and buffer by a fake CPU tensor of the same shape and dtype.
-
-    Must run inside ``FakeTensorMode``. Shared (tied) parameters stay shared.
-    """
-    import torch
-
-    replaced: dict[int, Any] = {}
-    for module in model.modules():
-        for name, param in list(module._parameters.items()):
-            if param is None:
-                continue
-            if id(param) not in replaced:
-                fake = torch.empty(param.shape, dtype=param.dtype, device="cpu")
-                replaced[id(param)] = torch.nn.Parameter(fake, requires_grad=param.requires_grad)
-            module._parameters[name] = replaced[id(param)]
-        for name, buffer in list(module._buffers.items()):
-            if buffer is None:
-                continue
-            if id(buffer) not in replaced:
-                replaced[id(buffer)] = torch.empty(buffer.shape, dtype=buffer.dtype, device="cpu")
-            module._buffers[name] = replaced[id(buffer)]
-
-
-def _build_optimizer(case: CalibrationCase, params: list[Any]) -> Any:
-    import torch
-
-    if case.optimizer == "adamw":
-        if case.optimizer_impl == "fused":
-            return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0, fused=True)
-        return torch.optim.AdamW(
-            params, lr=1e-4, weight_decay=0.0, foreach=case.optimizer_impl == "foreach"
-        )
-    if case.optimizer == "sgd":
-        # The Hugging Face Trainer's "sgd" is torch.optim.SGD without momentum: no state.
-        return torch.optim.SGD(params, lr=1e-3, foreach=case.optimizer_impl == "foreach")
-    if case.optimizer == "adafactor":
-        from transformers.optimization import Adafactor
-
-        return Adafactor(
-            params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False
-        )
-    raise ValueError(f"optimizer {case.optimizer!r} is not traceable here")
-
-
-def _sdpa_backend(case: CalibrationCase) -> Any:
-    """Force SDPA's math kernel when the case asks for it (what CUDA runs for fp32 inputs)."""
-    if case.sdpa_backend == "auto":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([SDPBackend.MATH])
-
-
-def _label(inventory: Any, text: str) -> None:
-    if inventory is not None:
-        inventory.phase = text
+#: The phases whose attention ops are recorded: the first forward (training) or the prefill; the
+#: backward's kernels are named after the forward's and would only repeat them.
+_RECORDED_PHASES = {(1, "forward"), (0, "prefill")}
 
 
 #: Version of the tracing rules a record was made with; ``bench/calibrate.py`` re-traces records made
 #: under older rules. 2: bf16/mixed LoRA and DoRA under autocast (:func:`forward_autocast`), full-depth
-#: fallback when the two-depth line goes negative (:func:`measure`).
-TRACE_RULES = 2
+#: fallback when the two-depth line goes negative (:func:`measure`). 3 (issue 14): the step itself is
+#: :func:`hwdash.tracing.trace_plan`'s (one tracer); rules-2 records are kept because
+#: ``bench/trace_parity.py`` found the two tracers' peaks identical on the grid.
+TRACE_RULES = 3
+#: Records made under these rules are reused as they are (see :data:`TRACE_RULES`).
+COMPATIBLE_TRACE_RULES = 2
 
 
 def forward_autocast(case: CalibrationCase) -> bool:
     """Whether the forward runs under bf16 autocast, as the Hugging Face Trainer would run it.
 
-    ``amp`` is an fp32 model under autocast by definition. With ``bf16=True`` the Trainer (through
-    accelerate) also wraps a bf16 model's forward in ``torch.autocast``; for full fine-tuning that
-    changes nothing we can see (every weight is bf16 already), but PEFT's adapters are fp32
-    (``autocast_adapter_dtype=True``), so for LoRA and DoRA autocast decides whether the adapted
-    inputs they keep are 2 or 4 bytes per element. ``mixed`` models the same 16-bit forward.
+    Decided by :func:`hwdash.tracing.trace_settings` (``amp``; bf16 LoRA and DoRA, whose fp32 PEFT
+    adapters make autocast decide whether the inputs they keep are 2 or 4 bytes per element).
     """
-    if case.precision == "amp":
-        return True
-    return case.precision in ("bf16", "mixed") and case.method in ("lora", "dora")
+    from hwdash.core.plan import Plan
+    from hwdash.tracing import trace_settings
+
+    return trace_settings(Plan(**case.plan_fields())).autocast
 
 
-def _train(
-    case: CalibrationCase, model: Any, tracker: Any, recorder: Any, inventory: Any = None
-) -> list[PhasePeak]:
-    import torch
+def _hooks(recorder: Any, inventory: Any) -> Any:
+    """The harness's extras as :class:`hwdash.tracing.TraceHooks`: the attention-op recorder and,
+    for the findings, the inventory of live storages (with the phase labels it files them under).
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    masters: list[Any] = []
-    if case.precision == "mixed":
-        # DeepSpeed-style bf16 training emulated: bf16 weights and gradients, an fp32 master copy,
-        # fp32 gradients for the step, fp32 Adam states on the masters.
-        masters = [p.detach().float() for p in params]
-        optimizer = _build_optimizer(case, masters)
+    The recorder is a dispatch mode entered only for the recorded phases (:data:`_RECORDED_PHASES`)
+    and left when the next phase starts: kept on for the whole run, an extra Python dispatch mode
+    changed Phi-2's amp LoRA step-2 peak by -1.9% (tensor lifetimes under autocast), so it runs
+    exactly where the harness's own step used to enter it.
+    """
+    from hwdash.tracing import TraceHooks
 
-        def to_masters(opt: Any, args: Any, kwargs: Any) -> None:
-            for p, m in zip(params, masters, strict=True):
-                m.grad = None if p.grad is None else p.grad.float()
-                p.grad = None
+    recording = contextlib.ExitStack()
 
-        def from_masters(opt: Any, args: Any, kwargs: Any) -> None:
-            with torch.no_grad():
-                for p, m in zip(params, masters, strict=True):
-                    p.copy_(m)
+    @contextlib.contextmanager
+    def around_run(model: Any) -> Iterator[None]:
+        with contextlib.ExitStack() as extras:
+            if inventory is not None:
+                for param in model.parameters():
+                    inventory.add(param, "parameter")
+                extras.enter_context(inventory)
+            try:
+                yield
+            finally:
+                recording.close()
 
-        optimizer.register_step_pre_hook(to_masters)
-        optimizer.register_step_post_hook(from_masters)
-    else:
-        optimizer = _build_optimizer(case, params)
-    tracker.track_external(model, optimizer, *masters)
-    ids = torch.randint(0, model.config.vocab_size, (case.batch, case.seq))
-    autocast = (
-        torch.autocast("cpu", dtype=torch.bfloat16)
-        if forward_autocast(case)
-        else contextlib.nullcontext()
+    def on_phase(step: int, phase: str) -> None:
+        recording.close()
+        if (step, phase) in _RECORDED_PHASES:
+            recording.enter_context(recorder)
+        if inventory is not None:
+            inventory.phase = f"step {step} {phase}"
+
+    return TraceHooks(around_run=around_run, on_phase=on_phase)
+
+
+def _phase_peak(phase: Any) -> PhasePeak:
+    """A :class:`hwdash.tracing.TracePhase` in the harness's record terms."""
+    return PhasePeak(
+        step=phase.step,
+        phase=phase.phase,
+        total=phase.total,
+        components={COMPONENT_NAMES[k]: v for k, v in phase.components.items()},
+        end_total=phase.end_total,
+        end_components={COMPONENT_NAMES[k]: v for k, v in phase.end_components.items()},
     )
-    phases: list[PhasePeak] = []
-    collect = case.method == "dora"
-    with tracker, _sdpa_backend(case):
-        for step in (1, 2):
-            if step == 2:
-                tracker.reset_mod_stats()
-            _label(inventory, f"step {step} forward")
-            with recorder if step == 1 else contextlib.nullcontext(), autocast:
-                loss = model(input_ids=ids, labels=ids).loss
-            phases.append(_close_phase(tracker, step, "forward", collect=collect))
-            _label(inventory, f"step {step} backward")
-            loss.backward()
-            del loss
-            phases.append(_close_phase(tracker, step, "backward", collect=collect))
-            _label(inventory, f"step {step} optimizer")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            phases.append(_close_phase(tracker, step, "optimizer", collect=collect))
-    return phases
-
-
-def _infer(
-    case: CalibrationCase, model: Any, tracker: Any, recorder: Any, inventory: Any = None
-) -> list[PhasePeak]:
-    import torch
-
-    tracker.track_external(model)
-    ids = torch.randint(0, model.config.vocab_size, (case.batch, case.seq))
-    phases: list[PhasePeak] = []
-    with torch.no_grad(), tracker, _sdpa_backend(case):
-        # generate() asks the model for the last position's logits only (logits_to_keep=1).
-        with recorder:
-            out = model(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
-        del out
-        phases.append(_close_phase(tracker, 0, "prefill"))
-        _label(inventory, "decode")
-        tracker.reset_mod_stats()
-        out = model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        del out, cache
-        phases.append(_close_phase(tracker, 0, "decode"))
-    return phases
 
 
 def trace_at_depth(
@@ -411,50 +185,38 @@ def trace_at_depth(
 ) -> DepthTrace:
     """Trace ``case`` with ``layers`` decoder blocks on fake tensors.
 
-    ``inventory`` (from :func:`calibration.inventory.make_inventory`) also records every live
-    storage at the peak.
+    The step is :func:`hwdash.tracing.trace_plan`'s (the tracer ``hwdash plan --trace`` runs), at
+    exactly this depth, with the harness's transformers config
+    (:func:`calibration.architectures.config_fields`), the SDPA kernel the case asks for and the
+    harness's extras as hooks. ``inventory`` (from :func:`calibration.inventory.make_inventory`) also
+    records every live storage at the peak.
     """
+    from hwdash.core.plan import Plan
+    from hwdash.tracing import trace_plan
+
     started = time.perf_counter()
+    recorder = _op_recorder()
     # Collect what earlier traces left, then freeze the survivors (imported modules, the catalog) so
-    # that the collections at phase boundaries scan only this trace's objects: a full collection of
-    # the transformers/peft heap costs about half a second.
+    # that the collections at DoRA's phase boundaries scan only this trace's objects.
     gc.collect()
     gc.freeze()
     try:
-        return _trace(case, spec, layers, inventory, started)
+        trace = trace_plan(
+            Plan(**case.plan_fields()),
+            spec,
+            device="cpu",
+            full_depth=True,
+            sdpa_math=case.sdpa_backend == "math",
+            hf_config=config_fields(spec, layers),
+            hooks=_hooks(recorder, inventory),
+        )
     finally:
         gc.unfreeze()
-
-
-def _trace(
-    case: CalibrationCase, spec: ModelSpec, layers: int, inventory: Any, started: float
-) -> DepthTrace:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    model = _build_model(case, spec, layers)
-    with cuda_block_rounding(), FakeTensorMode():
-        _materialize_fake(model)
-        if inventory is not None:
-            for param in model.parameters():
-                inventory.add(param, "parameter")
-        inventory_context = inventory if inventory is not None else contextlib.nullcontext()
-        seen: dict[int, Any] = {}
-        for p in model.parameters():
-            seen[id(p)] = p
-        total_params = sum(p.numel() for p in seen.values())
-        trainable = sum(p.numel() for p in seen.values() if p.requires_grad)
-        tracker = _new_tracker()
-        recorder = _op_recorder()
-        with inventory_context:
-            if case.method == "inference":
-                phases = _infer(case, model, tracker, recorder, inventory)
-            else:
-                phases = _train(case, model, tracker, recorder, inventory)
     return DepthTrace(
         layers=layers,
-        total_params=int(total_params),
-        trainable_params=int(trainable),
-        phases=phases,
+        total_params=trace.total_params,
+        trainable_params=trace.trainable_params,
+        phases=[_phase_peak(phase) for phase in trace.phases],
         attention_ops=sorted(recorder.seen),
         seconds=time.perf_counter() - started,
     )

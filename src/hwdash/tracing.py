@@ -32,7 +32,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -153,9 +153,13 @@ class TracePhase:
     """Peak bytes of all live storages during the phase."""
     components: dict[str, int]
     """Bytes by component (:data:`TRACE_COMPONENTS`) at the peak instant."""
+    end_total: int = 0
+    """Bytes alive when the phase ended (after forward: what backward will consume)."""
+    end_components: dict[str, int] = field(default_factory=dict)
+    """Bytes by component when the phase ended."""
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form (the peak only; the end-of-phase bytes are for the calibration harness)."""
         return {
             "step": self.step,
             "phase": self.phase,
@@ -469,6 +473,11 @@ def extrapolate_phases(
             components={
                 name: line(a.components[name], b.components[name]) for name in a.components
             },
+            end_total=line(a.end_total, b.end_total),
+            end_components={
+                name: line(a.end_components[name], b.end_components[name])
+                for name in a.end_components
+            },
         )
         for a, b in zip(low_phases, high_phases, strict=True)
     ]
@@ -581,6 +590,29 @@ def check_trace_dependencies(plan: Plan) -> dict[str, str]:
     return versions
 
 
+@dataclass(frozen=True)
+class TraceHooks:
+    """What a caller may run inside the trace besides the step itself (the calibration harness's
+    extras: it records which attention ops run and inventories the live storages at the peak).
+
+    Neither changes what is allocated; both default to nothing.
+    """
+
+    around_run: Callable[[Any], contextlib.AbstractContextManager[Any]] | None = None
+    """Given the fake model, a context entered inside the fake-tensor mode around the whole run."""
+    on_phase: Callable[[int, str], None] | None = None
+    """Called as each phase starts, with its step and name (``forward``, ``backward``,
+    ``optimizer``, ``prefill``, ``decode``)."""
+
+    def phase(self, step: int, name: str) -> None:
+        """Tell the caller a phase starts."""
+        if self.on_phase is not None:
+            self.on_phase(step, name)
+
+
+_NO_HOOKS = TraceHooks()
+
+
 def trace_plan(
     plan: Plan,
     model: ModelSpec,
@@ -588,6 +620,8 @@ def trace_plan(
     device: str | None = None,
     full_depth: bool = False,
     sdpa_math: bool | None = None,
+    hf_config: dict[str, Any] | None = None,
+    hooks: TraceHooks | None = None,
 ) -> TraceResult:
     """Run ``plan``'s step for ``model`` on fake tensors and return its traced peak memory.
 
@@ -597,6 +631,9 @@ def trace_plan(
     maximum over both. Deep stacks are traced at two small depths and extrapolated unless
     ``full_depth``. ``sdpa_math`` forces (True) or forbids (False) SDPA's math kernel; None forces
     it where CUDA would take it and a CPU trace would not (fp32 on a grouped-query model).
+    ``hf_config`` (transformers config fields, ``model_type`` included) builds the model instead of
+    the catalog's dimensions or the plan's own config.json; ``hooks`` run the caller's extras inside
+    the trace (:class:`TraceHooks`). The calibration harness uses both.
 
     Raises :class:`TraceUnavailable` when a package is missing, the setting cannot be traced, or
     the trace itself fails.
@@ -615,7 +652,9 @@ def trace_plan(
     started = time.perf_counter()
     with _TRACE_LOCK:
         try:
-            requested = _RequestedOptions(device, full_depth, sdpa_math)
+            requested = _RequestedOptions(
+                device, full_depth, sdpa_math, hf_config, hooks or _NO_HOOKS
+            )
             return _trace(plan, model, settings, versions, requested, started)
         except TraceUnavailable:
             raise
@@ -646,6 +685,8 @@ class _RequestedOptions:
     device: str | None
     full_depth: bool
     sdpa_math: bool | None
+    hf_config: dict[str, Any] | None = None
+    hooks: TraceHooks = _NO_HOOKS
 
 
 @dataclass(frozen=True)
@@ -654,6 +695,7 @@ class _RunOptions:
 
     device: str
     sdpa_math: bool
+    hooks: TraceHooks = _NO_HOOKS
 
 
 def _trace(
@@ -669,7 +711,10 @@ def _trace(
     device = _pick_device(requested.device)
     notes = list(settings.notes)
     local = local_config_dict(plan)
-    if local is not None:
+    if requested.hf_config is not None:
+        notes.append("model built from the caller's transformers config")
+        base_fields = dict(requested.hf_config)
+    elif local is not None:
         notes.append("model built from the plan's own config.json")
         base_fields = local
     else:
@@ -708,6 +753,7 @@ def _trace(
         options = _RunOptions(
             device=device,
             sdpa_math=sdpa_math and settings.attention == "sdpa",
+            hooks=requested.hooks,
         )
         traces = []
         for depth in depths:
@@ -905,6 +951,12 @@ def _make_tracker() -> Any:
             self.record_current()
 
         def record_current(self) -> None:
+            total, snapshot = self.current()
+            if total > self.phase_peak or not self.phase_snapshot:
+                self.phase_peak = total
+                self.phase_snapshot = snapshot
+
+        def current(self) -> tuple[int, dict[str, int]]:
             total = 0
             snapshot = dict.fromkeys(TRACE_COMPONENTS, 0)
             for device_snapshot in self._curr_mem_snap.values():
@@ -914,16 +966,20 @@ def _make_tracker() -> Any:
                         total += int(value)
                     elif name in _TRACKER_CATEGORIES:
                         snapshot[_TRACKER_CATEGORIES[name]] += int(value)
-            if total > self.phase_peak or not self.phase_snapshot:
-                self.phase_peak = total
-                self.phase_snapshot = snapshot
+            return total, snapshot
 
         def close_phase(self, step: int, phase: str, collect: bool) -> TracePhase:
             if collect:
                 gc.collect()
             self.record_current()
+            end_total, end_components = self.current()
             closed = TracePhase(
-                step=step, phase=phase, total=self.phase_peak, components=self.phase_snapshot
+                step=step,
+                phase=phase,
+                total=self.phase_peak,
+                components=self.phase_snapshot,
+                end_total=end_total,
+                end_components=end_components,
             )
             self.phase_peak = 0
             self.phase_snapshot = {}
@@ -949,10 +1005,12 @@ def _trace_at_depth(
             total_params = sum(int(p.numel()) for p in unique.values())
             trainable = sum(int(p.numel()) for p in unique.values() if p.requires_grad)
             tracker = _make_tracker()
-            if settings.method == "inference":
-                phases = _run_inference(model, settings, tracker, options)
-            else:
-                phases = _run_training(model, settings, tracker, options)
+            around = options.hooks.around_run
+            with around(model) if around is not None else contextlib.nullcontext():
+                if settings.method == "inference":
+                    phases = _run_inference(model, settings, tracker, options)
+                else:
+                    phases = _run_training(model, settings, tracker, options)
     return _DepthTrace(depth, phases, total_params, trainable)
 
 
@@ -1098,12 +1156,15 @@ def _run_training(
                 # MemTracker refuses a module that runs twice unless its per-module stats are
                 # cleared first.
                 tracker.reset_mod_stats()
+                options.hooks.phase(step, "forward" + suffix)
                 with autocast:
                     loss = model(input_ids=ids, labels=ids).loss
                 phases.append(tracker.close_phase(step, "forward" + suffix, collect))
+                options.hooks.phase(step, "backward" + suffix)
                 loss.backward()
                 del loss
                 phases.append(tracker.close_phase(step, "backward" + suffix, collect))
+            options.hooks.phase(step, "optimizer")
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             phases.append(tracker.close_phase(step, "optimizer", collect))
@@ -1121,10 +1182,12 @@ def _run_inference(
     phases: list[TracePhase] = []
     with torch.no_grad(), tracker, _attention_kernel(options):
         tracker.close_phase(0, "setup", False)
+        options.hooks.phase(0, "prefill")
         output = model(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1)
         cache = output.past_key_values
         del output
         phases.append(tracker.close_phase(0, "prefill", False))
+        options.hooks.phase(0, "decode")
         tracker.reset_mod_stats()
         output = model(
             input_ids=ids[:, -1:], past_key_values=cache, use_cache=True, logits_to_keep=1

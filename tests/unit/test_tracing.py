@@ -369,6 +369,52 @@ def test_lora_and_inference_traces(traced_packages: None) -> None:
     assert inference.components["gradients"] == inference.components["optimizer"] == 0
 
 
+def test_hooks_and_caller_config_leave_the_peak_unchanged(traced_packages: None) -> None:
+    # issue 14: the calibration harness traces through trace_plan with its own transformers config
+    # and hooks (an op recorder, an inventory); hooks see every phase in order and the model, the
+    # caller's config builds the model, and none of it changes what is allocated.
+    import contextlib
+
+    from hwdash.tracing import TraceHooks, build_hf_config_dict, trace_plan
+
+    spec = _seed_model()
+    plan = Plan(model="seed-2m", method="lora", lora_r=4, seq=64)
+    plain = trace_plan(plan, spec, device="cpu")
+    seen: list[tuple[int, str]] = []
+    models: list[object] = []
+
+    @contextlib.contextmanager
+    def around(model: object):  # type: ignore[no-untyped-def]
+        models.append(model)
+        yield
+
+    hooked = trace_plan(
+        plan,
+        spec,
+        device="cpu",
+        hf_config=build_hf_config_dict(spec),
+        hooks=TraceHooks(around_run=around, on_phase=lambda step, name: seen.append((step, name))),
+    )
+    assert hooked.peak_bytes == plain.peak_bytes
+    assert [p.total for p in hooked.phases] == [p.total for p in plain.phases]
+    assert len(models) == 1
+    assert seen == [
+        (step, name) for step in (1, 2) for name in ("forward", "backward", "optimizer")
+    ]
+    assert any("caller's transformers config" in note for note in hooked.notes)
+    # the end of each forward holds what backward will consume: more than the weights alone
+    forward = hooked.phases[0]
+    assert forward.components["parameters"] < forward.end_total <= forward.total
+    # a different caller config is really used: twice the layers, more parameters
+    deeper = trace_plan(
+        plan,
+        spec,
+        device="cpu",
+        hf_config={**build_hf_config_dict(spec), "num_hidden_layers": 2 * spec.layers},
+    )
+    assert deeper.total_params > hooked.total_params and deeper.layers == 2 * spec.layers
+
+
 def test_extrapolated_depth_matches_the_full_depth(traced_packages: None) -> None:
     from hwdash.tracing import trace_plan
 
