@@ -28,6 +28,15 @@ from dataclasses import dataclass
 
 from hwdash.core import block_activations
 from hwdash.core.catalog import Accelerator, Framework, ModelSpec
+from hwdash.core.estimator.architecture import (
+    ALL_LINEAR,
+    MODULE_ALIASES,
+    Architecture,
+    LinearShape,
+    architecture,
+    lora_adapter_params,
+    resolve_lora_targets,
+)
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     Attention,
@@ -122,278 +131,7 @@ LOSS_FP32_BYTES_PER_LOGIT = 12
 #: (:func:`lora_dropout_mask_elements` gives the count to convert them).
 DROPOUT_MASK_BYTES = 1
 
-#: Modules ``all-linear`` adapts: every linear layer inside the transformer blocks (PEFT excludes
-#: the LM head), per https://huggingface.co/docs/peft/developer_guides/lora ("all-linear").
-ALL_LINEAR = "all-linear"
-#: Common alternative names of the same projections (Mixtral's w1/w2/w3, Phi's dense).
-MODULE_ALIASES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj", "dense": "o_proj"}
-
 QUANTIZED_METHODS = (Method.QLORA, Method.LORA_8BIT)
-
-
-# --------------------------------------------------------------------------------------------------
-# Architecture: the linear layers of one block, the embeddings, the norms.
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LinearShape:
-    """One linear projection of a transformer block (``copies`` > 1 for MoE experts)."""
-
-    name: str
-    in_features: int
-    out_features: int
-    copies: int = 1
-    bias: bool = False
-
-    @property
-    def params(self) -> int:
-        """Parameters of every copy together."""
-        return self.copies * (
-            self.in_features * self.out_features + (self.out_features if self.bias else 0)
-        )
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """Parameter layout of a decoder-only transformer, derived from a :class:`ModelSpec`."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    experts: int
-    experts_per_token: int
-    gated_mlp: bool
-    linears: tuple[LinearShape, ...]
-    """The linear layers of one block."""
-    norm_params_per_layer: int
-    router_params_per_layer: int
-    embedding_params: int
-    lm_head_params: int
-    """0 when tied to the embedding."""
-    final_norm_params: int
-    qk_norm: bool = False
-    """Per-head RMSNorms on Q and K (``ModelSpec.qk_norm``: Qwen3, Gemma 3)."""
-    norms_per_layer: int = 2
-    """Norms on the residual stream per block (``ModelSpec.norms_per_layer``)."""
-    norm_scale_in_fp32: bool = False
-    """Gemma's RMSNorm (``ModelSpec.norm_type = "rmsnorm_offset"``): scales by ``1 + weight`` in
-    fp32 before casting back, so it keeps an fp32 normalised tensor and an fp32 ``1 + weight``."""
-    attn_logit_softcap: bool = False
-    """Gemma 2's ``cap * tanh(scores / cap)`` on the attention scores (eager attention)."""
-    final_logit_softcap: bool = False
-    """Gemma 2's ``cap * tanh(logits / cap)`` on the output logits."""
-    checkpoint_bits: int | None = None
-    """A quantized checkpoint's bits (``ModelSpec.checkpoint_bits``): its block linears load at
-    that precision (inference), and LoRA on it trains as QLoRA (4) or 8-bit LoRA (8)."""
-    cross_attention_layers: int = 0
-    """Encoder-decoder: blocks that also attend to the encoder output (T5's decoder blocks; their
-    self-attention and MLP are among ``layers``). See :mod:`hwdash.core.families`."""
-    cross_linears: tuple[LinearShape, ...] = ()
-    """The cross-attention's q, k, v and o projections (one block's)."""
-    cross_norm_params: int = 0
-    """The norm before each cross-attention."""
-    parallel_block: bool = False
-    """Attention and MLP read the same block input (``ModelSpec.parallel_block``)."""
-    norm_saves_input: bool = False
-    """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
-
-    @property
-    def q_dim(self) -> int:
-        """Width of the query projection (heads x head_dim)."""
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of each of the key and value projections."""
-        return self.kv_heads * self.head_dim
-
-    @property
-    def cross_params_per_layer(self) -> int:
-        """One cross-attention block's linears (0 for a decoder-only model)."""
-        return sum(linear.params for linear in self.cross_linears)
-
-    @property
-    def kv_cache_layers(self) -> int:
-        """Attention layers whose keys and values a generating model caches: every block of a
-        decoder-only model; an encoder-decoder's decoder blocks twice (self- and cross-attention;
-        Hugging Face's ``EncoderDecoderCache``), its encoder blocks never."""
-        if self.cross_attention_layers:
-            return 2 * self.cross_attention_layers
-        return self.layers
-
-    @property
-    def linear_params_per_layer(self) -> int:
-        """Parameters in one block's linear layers (what NF4/int8 quantize)."""
-        return sum(linear.params for linear in self.linears)
-
-    @property
-    def block_params(self) -> int:
-        """Parameters of one transformer block."""
-        return (
-            self.linear_params_per_layer + self.norm_params_per_layer + self.router_params_per_layer
-        )
-
-    @property
-    def quantizable_params(self) -> int:
-        """Parameters bitsandbytes quantizes: every linear layer inside the blocks."""
-        cross = self.cross_attention_layers * self.cross_params_per_layer
-        return self.layers * self.linear_params_per_layer + cross
-
-    @property
-    def total_params(self) -> int:
-        """Every parameter, all experts included."""
-        cross = self.cross_attention_layers * (self.cross_params_per_layer + self.cross_norm_params)
-        return (
-            self.layers * self.block_params
-            + cross
-            + self.embedding_params
-            + self.lm_head_params
-            + self.final_norm_params
-        )
-
-    @property
-    def unquantized_params(self) -> int:
-        """Embeddings, LM head, norms, routers: left in 16 bits by bitsandbytes."""
-        return self.total_params - self.quantizable_params
-
-    @property
-    def largest_linear(self) -> LinearShape:
-        """The single largest weight matrix of a block (one expert's, for MoE)."""
-        return max(self.linears, key=lambda linear: linear.in_features * linear.out_features)
-
-    @property
-    def matmul_params_per_token(self) -> int:
-        """Parameters one token multiplies through (MoE: only its routed experts; embedding lookup
-        excluded, LM head included even when tied). The N of 2N FLOPs per token (Kaplan et al. 2020)."""
-        per_layer = 0
-        for linear in self.linears:
-            single = linear.params // linear.copies
-            per_layer += single * (self.experts_per_token if linear.copies > 1 else 1)
-        return self.layers * (per_layer + self.router_params_per_layer) + self.vocab * self.hidden
-
-
-def architecture(model: ModelSpec) -> Architecture:
-    """The parameter layout of ``model``: Llama-style blocks (q, k, v, o + gated or plain MLP).
-
-    Counts follow the Hugging Face implementations (``modeling_llama.py``, ``modeling_qwen2.py``,
-    ``modeling_mixtral.py``, ``modeling_phi.py``): q/k/v biases when ``attention_bias``; a gated MLP
-    has gate, up and down projections, a plain one fc1 and fc2 with biases; MoE repeats the MLP per
-    expert and adds a router of hidden x experts; RMSNorm has ``hidden`` weights (LayerNorm twice that).
-    """
-    hidden, head_dim = model.hidden_size, model.head_dim
-    q_dim, kv_dim = model.heads * head_dim, model.kv_heads * head_dim
-    bias = model.attention_bias
-    gated = model.mlp == "gated"
-    # Families read by hwdash.core.families say outright where biases are; the Llama-style ones
-    # follow the MLP kind (a standard MLP, as Phi-2, has them).
-    mlp_bias = (not gated) if model.mlp_bias is None else model.mlp_bias
-    experts = model.experts
-    linears: list[LinearShape] = [
-        LinearShape("q_proj", hidden, q_dim, bias=bias),
-        LinearShape("k_proj", hidden, kv_dim, bias=bias),
-        LinearShape("v_proj", hidden, kv_dim, bias=bias),
-        LinearShape("o_proj", q_dim, hidden, bias=mlp_bias),
-    ]
-    inter = model.intermediate_size
-    if gated:
-        linears += [
-            LinearShape("gate_proj", hidden, inter, copies=experts, bias=bool(model.mlp_bias)),
-            LinearShape("up_proj", hidden, inter, copies=experts, bias=bool(model.mlp_bias)),
-            LinearShape("down_proj", inter, hidden, copies=experts, bias=bool(model.mlp_bias)),
-        ]
-    else:
-        linears += [
-            LinearShape("fc1", hidden, inter, copies=experts, bias=mlp_bias),
-            LinearShape("fc2", inter, hidden, copies=experts, bias=mlp_bias),
-        ]
-    # RMSNorm weight vs LayerNorm weight + bias
-    norm_bias = (not gated) if model.norm_bias is None else model.norm_bias
-    norm = 2 * hidden if norm_bias else hidden
-    # The token embedding, plus a learned position table (GPT-2's wpe), BLOOM's embedding
-    # LayerNorm and T5's relative-position bias tables (an nn.Embedding of buckets x heads in the
-    # first block of the encoder and of the decoder): all lookups, all left unquantized.
-    embedding = model.vocab_size * hidden
-    extra_lookups = model.learned_positions * hidden + (norm if model.embedding_norm else 0)
-    stacks = 2 if model.decoder_layers else 1
-    extra_lookups += stacks * model.relative_attention_buckets * model.heads
-    cross: list[LinearShape] = []
-    if model.decoder_layers:
-        cross = [
-            LinearShape("cross_q_proj", hidden, q_dim, bias=bias),
-            LinearShape("cross_k_proj", hidden, kv_dim, bias=bias),
-            LinearShape("cross_v_proj", hidden, kv_dim, bias=bias),
-            LinearShape("cross_o_proj", q_dim, hidden, bias=mlp_bias),
-        ]
-    return Architecture(
-        layers=model.layers + model.decoder_layers,
-        hidden=hidden,
-        heads=model.heads,
-        kv_heads=model.kv_heads,
-        head_dim=head_dim,
-        intermediate=inter,
-        vocab=model.vocab_size,
-        experts=experts,
-        experts_per_token=model.experts_per_token,
-        gated_mlp=gated,
-        linears=tuple(linears),
-        norm_params_per_layer=model.norm_weights_per_layer * norm,
-        router_params_per_layer=hidden * experts if experts > 1 else 0,
-        embedding_params=embedding + extra_lookups,
-        lm_head_params=0 if model.tied_embeddings else embedding,
-        # an encoder-decoder ends each stack with a norm
-        final_norm_params=stacks * norm if model.norm_weights_per_layer else 0,
-        qk_norm=model.qk_norm,
-        norms_per_layer=model.norms_per_layer,
-        norm_scale_in_fp32=model.norm_type == "rmsnorm_offset",
-        attn_logit_softcap=model.attn_logit_softcap is not None,
-        final_logit_softcap=model.final_logit_softcap is not None,
-        checkpoint_bits=model.checkpoint_bits,
-        cross_attention_layers=model.decoder_layers,
-        cross_linears=tuple(cross),
-        cross_norm_params=norm if model.decoder_layers and model.norm_weights_per_layer else 0,
-        parallel_block=model.parallel_block,
-        norm_saves_input=model.norm_saves_input,
-    )
-
-
-def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[LinearShape, ...]:
-    """The block's linear layers LoRA adapts. ``all-linear`` means all of them.
-
-    Raises ``ValueError`` naming a module the model does not have.
-    """
-    by_name = {linear.name: linear for linear in arch.linears}
-    if any(target == ALL_LINEAR for target in targets):
-        return arch.linears
-    chosen: dict[str, LinearShape] = {}
-    for target in targets:
-        name = MODULE_ALIASES.get(target, target)
-        if name not in by_name:
-            known = ", ".join([*by_name, ALL_LINEAR])
-            raise ValueError(f"the model has no module '{target}' (it has {known})")
-        chosen[name] = by_name[name]
-    return tuple(chosen.values())
-
-
-def lora_adapter_params(
-    arch: Architecture, targets: tuple[LinearShape, ...], rank: int, *, dora: bool = False
-) -> int:
-    """Adapter parameters: A (r x in) and B (out x r) per targeted matrix per layer, per expert.
-
-    LoRA: Hu et al. 2021, arXiv:2106.09685, section 4. DoRA adds a magnitude vector of ``out``
-    values per adapted matrix (Liu et al. 2024, arXiv:2402.09353, section 4.1).
-    """
-    per_layer = 0
-    for linear in targets:
-        per_copy = rank * (linear.in_features + linear.out_features)
-        if dora:
-            per_copy += linear.out_features
-        per_layer += per_copy * linear.copies
-    return arch.layers * per_layer
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1650,3 +1388,58 @@ def estimate_memory(
         details=tuple(details),
         warnings=tuple(acc.warnings),
     )
+
+
+#: The public names callers import from ``hwdash.core.estimator`` (the module before it became a
+#: package), plus the internal ones :mod:`hwdash.core.parallelism` and
+#: :mod:`hwdash.core.quantization` reach into.
+__all__ = [
+    "ADAFACTOR_STATE_FRACTION",
+    "ADAFACTOR_STEP_BYTES_PER_ELEMENT",
+    "ADAM_8BIT_STATE_BYTES",
+    "ADAPTER_LAYOUT",
+    "ALLOCATOR_FRAGMENTATION",
+    "ALL_LINEAR",
+    "CUDA_CONTEXT_BYTES",
+    "DROPOUT_MASK_BYTES",
+    "GROUPED_4BIT_BYTES_PER_PARAM",
+    "INT8_BYTES_PER_PARAM",
+    "INT8_ROW_SCALE_BYTES",
+    "LAYOUTS",
+    "LOSS_FP32_BYTES_PER_LOGIT",
+    "MODULE_ALIASES",
+    "NF4_BYTES_PER_PARAM",
+    "NF4_CONSTANT_BYTES_PER_PARAM",
+    "PHASE_BACKWARD",
+    "PHASE_BACKWARD_END",
+    "PHASE_INFERENCE",
+    "PHASE_OPTIMIZER_STEP",
+    "QUANTIZED_METHODS",
+    "ZERO3_MAX_LIVE_PARAMETERS",
+    "_BACKWARD_END_ONLY",
+    "_BACKWARD_ONLY",
+    "_PRODUCED",
+    "_STEP_ONLY",
+    "Architecture",
+    "Layout",
+    "LinearShape",
+    "ModelStates",
+    "_Accumulator",
+    "_base_weight_bytes",
+    "_train_one_model",
+    "architecture",
+    "checkpoint_weight_bytes",
+    "dora_weight_norm_transient_bytes",
+    "estimate_memory",
+    "inference_activation_bytes",
+    "kv_cache_bytes",
+    "layer_activation_bytes",
+    "logits_bytes",
+    "lora_adapter_params",
+    "lora_dropout_mask_elements",
+    "model_state_bytes",
+    "optimizer_state_bytes_per_param",
+    "optimizer_step_temporary_bytes",
+    "resolve_lora_targets",
+    "training_activation_bytes",
+]
