@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 
-from hwdash.core import block_activations
 from hwdash.core.catalog import Accelerator, Framework, ModelSpec
 from hwdash.core.estimator.activations import (
     DROPOUT_MASK_BYTES,
@@ -45,6 +44,11 @@ from hwdash.core.estimator.architecture import (
     architecture,
     lora_adapter_params,
     resolve_lora_targets,
+)
+from hwdash.core.estimator.inference import (
+    _add_inference,
+    inference_activation_bytes,
+    kv_cache_bytes,
 )
 from hwdash.core.estimator.phases import (
     _BACKWARD_END_ONLY,
@@ -91,7 +95,6 @@ from hwdash.core.plan import (
     OptimizerImpl,
     Plan,
     Precision,
-    Quant,
     StoreDtype,
     ValueHead,
 )
@@ -124,45 +127,6 @@ CUDA_CONTEXT_BYTES = 500 * MIB
 #: (PyTorch's caching allocator rounds and caches blocks; ``memory_reserved`` typically exceeds
 #: ``memory_allocated`` by a few to ~10 percent in training loops); not calibrated (see above).
 ALLOCATOR_FRAGMENTATION = 0.08
-
-
-# --------------------------------------------------------------------------------------------------
-# Inference: prefill activations and the KV cache.
-# --------------------------------------------------------------------------------------------------
-
-
-def inference_activation_bytes(
-    arch: Architecture, batch: int, seq: int, element_bytes: int, attention: Attention
-) -> int:
-    """Prefill transients: one layer at a time (no grad, nothing saved), plus last-token logits.
-
-    Without autograd only the layer being computed holds intermediates: the fp32 norm upcast, Q/K/V,
-    the scores for eager attention, and the MLP's gate, up and activated tensors together. Logits:
-    transformers' ``generate`` computes them for the last position only (``logits_to_keep=1``), in
-    16 bits plus an fp32 copy for sampling; a plain forward over the whole prompt would hold
-    ``b * s * vocab`` logits instead.
-    """
-    tokens = batch * seq
-    e = element_bytes
-    norm = 4 * tokens * arch.hidden + e * tokens * arch.hidden
-    qkv = e * tokens * (arch.q_dim + 2 * arch.kv_dim)
-    scores = (4 + e) * batch * arch.heads * seq * seq if attention is Attention.EAGER else 0
-    mlp = (3 if arch.gated_mlp else 2) * e * tokens * arch.intermediate
-    if arch.experts > 1:
-        mlp *= arch.experts_per_token
-    layer = max(norm + qkv + scores, norm + mlp)
-    # an encoder-decoder keeps the encoder output for every decoder step
-    encoder = block_activations.encoder_output_bytes(arch, batch, seq, e)
-    return layer + batch * arch.vocab * (e + 4) + encoder
-
-
-def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
-    """Key and value cache: ``2 * layers * kv_heads * head_dim * seq * batch * bytes``.
-
-    GQA-aware: only the ``kv_heads`` key/value heads are cached (Ainslie et al. 2023,
-    arXiv:2305.13245); see also Hugging Face's KV-cache docs.
-    """
-    return 2 * arch.kv_cache_layers * arch.kv_dim * seq * batch * element_bytes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -584,27 +548,7 @@ def estimate_memory(
             )
     trainable = 0
     if plan.method is Method.INFERENCE:
-        element_bytes = layout.activation_bytes
-        weights = checkpoint_weight_bytes(arch, layout.weight_bytes) / dp
-        if plan.quant is not Quant.NONE:
-            from hwdash.core.quantization import quantized_inference
-
-            weights = quantized_inference(plan, arch, layout.weight_bytes, dp, acc, weights)
-        kv = kv_cache_bytes(arch, plan.batch, plan.seq, element_bytes) / dp
-        activations = inference_activation_bytes(
-            arch, plan.batch, plan.seq, element_bytes, plan.attention
-        )
-        acc.weights += weights
-        acc.kv_cache += kv
-        acc.activations += activations
-        acc.note("weights", weights)
-        acc.note("KV cache", kv)
-        acc.note("prefill activations (one layer) + last-token logits", activations, _BACKWARD_ONLY)
-        if dp > 1:
-            acc.warnings.append(
-                f"inference on {dp} GPUs assumes the weights and KV cache are split evenly "
-                "(tensor parallel, as vLLM does)"
-            )
+        _add_inference(plan, arch, layout, dp, acc)
     elif plan.is_rl:
         train_method = plan.rl_method
         lora_style = train_method in LORA_STYLE_METHODS
