@@ -29,7 +29,6 @@ from hwdash.core.catalog import Accelerator, Framework, ModelSpec
 from hwdash.core.estimator.activations import (
     DROPOUT_MASK_BYTES,
     LOSS_FP32_BYTES_PER_LOGIT,
-    _merged_expert_gradient_bytes,
     dora_weight_norm_transient_bytes,
     layer_activation_bytes,
     logits_bytes,
@@ -60,7 +59,6 @@ from hwdash.core.estimator.phases import (
     PHASE_INFERENCE,
     PHASE_OPTIMIZER_STEP,
     _Accumulator,
-    _gradients_persist,
     _peak_phase,
 )
 from hwdash.core.estimator.states import (
@@ -80,30 +78,23 @@ from hwdash.core.estimator.states import (
     ModelStates,
     _base_weight_bytes,
     _frozen_weights_on_gpu,
-    _largest_trained_tensor,
     checkpoint_weight_bytes,
     model_state_bytes,
     optimizer_state_bytes_per_param,
     optimizer_step_temporary_bytes,
 )
+from hwdash.core.estimator.training import _effective_layout, _train_one_model
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     Attention,
-    FsdpMode,
     Method,
     Offload,
-    OptimizerImpl,
     Plan,
     Precision,
-    StoreDtype,
     ValueHead,
 )
 from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 from hwdash.core.savers import (
-    Savers,
-    is_paged,
-    logits_and_loss_bytes,
-    offloaded_activations,
     resolve_savers,
     value_head_params,
 )
@@ -132,260 +123,6 @@ ALLOCATOR_FRAGMENTATION = 0.08
 # --------------------------------------------------------------------------------------------------
 # The estimate.
 # --------------------------------------------------------------------------------------------------
-
-
-def _sharded_elsewhere(plan: Plan) -> bool:
-    """Whether PyTorch FSDP or Megatron TP/PP shard the plan (:mod:`hwdash.core.parallelism`)."""
-    return plan.fsdp is not FsdpMode.NONE or plan.tp > 1 or plan.pp > 1
-
-
-def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
-    """The layout, adjusted where DeepSpeed overrides it.
-
-    With ZeRO and bf16/fp16 enabled, DeepSpeed casts the whole module to 16 bits and its ZeRO
-    optimizer keeps an fp32 master copy and fp32 states of what trains (DeepSpeed config docs,
-    "bf16"/"fp16" sections; ZeRO paper section 3.1). So ``amp`` (fp32 weights under autocast)
-    becomes ``mixed``, and so does ``bf16`` for full training; a LoRA-style ``bf16`` plan is
-    unchanged (its base is already 16-bit, its adapters get the master copy either way).
-    """
-    layout = LAYOUTS[plan.precision]
-    if _sharded_elsewhere(plan):
-        return layout  # FSDP and Megatron keep their own layouts (hwdash.core.parallelism)
-    if plan.zero == 0 or plan.precision in (Precision.FP32, Precision.MIXED):
-        return layout
-    trained = plan.rl_method if plan.is_rl else plan.method
-    if plan.precision is Precision.BF16 and trained is not Method.FULL:
-        return layout
-    acc.warnings.append(
-        "DeepSpeed ZeRO casts the model to 16 bits and keeps an fp32 master copy and fp32 "
-        "optimizer states: counted as --precision mixed"
-    )
-    return LAYOUTS[Precision.MIXED]
-
-
-def _train_one_model(
-    plan: Plan,
-    arch: Architecture,
-    method: Method,
-    layout: Layout,
-    dp: int,
-    acc: _Accumulator,
-    label: str,
-    *,
-    with_logits: bool,
-    savers: Savers | None = None,
-) -> int:
-    """Add the model states and activations of one trained model; return its trainable params.
-
-    ``savers`` (:mod:`hwdash.core.savers`) switches the loss path, compile, activation offloading,
-    the optimizer step in backward, paged states and the adapters' and QLoRA extras' dtypes."""
-    if savers is None:
-        savers = resolve_savers(plan)
-    if _sharded_elsewhere(plan):
-        from hwdash.core import parallelism
-
-        if plan.fsdp is not FsdpMode.NONE:
-            return parallelism.add_fsdp_training(
-                plan, arch, method, dp, acc, label, with_logits=with_logits
-            )
-        return parallelism.add_megatron_training(plan, arch, dp, acc, label)
-    zero, offload = plan.zero, plan.offload
-    element_bytes = layout.activation_bytes
-    targets: tuple[LinearShape, ...] = ()
-    if method is Method.FULL:
-        trainable = arch.total_params
-        states = model_state_bytes(arch.total_params, trainable, layout, plan.optimizer, zero, dp)
-        weights_full = float(arch.total_params * layout.weight_bytes)
-        gpu_weights, host_weights = _frozen_weights_on_gpu(
-            arch, weights_full, zero, dp, offload, layout.weight_bytes
-        )
-        acc.weights += gpu_weights
-        acc.host += host_weights
-        acc.note(f"{label} weights", gpu_weights)
-        state_layout = layout
-    else:
-        targets = resolve_lora_targets(arch, plan.lora_targets)
-        dora = method is Method.DORA
-        trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
-        base_bytes, per_param = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
-        gpu_base, host_base = _frozen_weights_on_gpu(arch, base_bytes, zero, dp, offload, per_param)
-        # DeepSpeed casts the whole module to bf16 and keeps an fp32 master copy of what trains;
-        # without DeepSpeed PEFT keeps fp32 adapters. Both come to 16 bytes per adapter parameter
-        # with Adam.
-        state_layout = LAYOUTS[Precision.MIXED] if zero > 0 else ADAPTER_LAYOUT
-        if zero == 0 and savers.adapter_dtype is StoreDtype.BF16:
-            # torchtune builds the adapters in the model's bf16 (--adapter-dtype bf16)
-            state_layout = LAYOUTS[Precision.BF16]
-        states = model_state_bytes(trainable, trainable, state_layout, plan.optimizer, zero, dp)
-        acc.weights += gpu_base + states.weights
-        acc.host += host_base
-        acc.note(f"{label} frozen base ({method.value})", gpu_base)
-        acc.note(f"{label} adapters", states.weights)
-        if method in QUANTIZED_METHODS:
-            # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
-            largest = arch.largest_linear
-            dequantized = 2 * largest.in_features * largest.out_features
-            acc.activations += dequantized
-            acc.note(f"{label} dequantized weight (transient)", dequantized, _BACKWARD_ONLY)
-        if dora:
-            transient = dora_weight_norm_transient_bytes(
-                targets, state_layout.weight_bytes, element_bytes
-            )
-            acc.activations += transient
-            acc.note(f"{label} DoRA weight-norm transient", transient, _BACKWARD_ONLY)
-    gradients, optimizer = states.gradients, states.optimizer
-    step_temporaries = optimizer_step_temporary_bytes(
-        arch, method, trainable, state_layout, plan.optimizer, zero, dp, plan.optimizer_impl
-    )
-    if offload is not Offload.NONE:
-        # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on
-        # the host; all shards of one machine add up to the full size there. We keep the 16-bit
-        # gradient partition on the GPU too (DeepSpeed streams it out bucket by bucket), which
-        # errs on the safe side.
-        k_bytes = state_layout.master_bytes + optimizer_state_bytes_per_param(
-            plan.optimizer, state_layout
-        )
-        acc.host += trainable * (k_bytes + state_layout.gradient_bytes)
-        optimizer = 0.0
-        step_temporaries = 0.0
-    if savers.optimizer_in_backward:
-        # torchtune's optimizer_in_bwd: a hook steps each parameter and frees its gradient as soon
-        # as backward produces it (torchtune/training/_optimizer_in_backward? see
-        # torchtune.training.create_optim_in_bwd_wrapper and register_optim_in_bwd_hooks; PyTorch
-        # tutorial "How to save memory by fusing the optimizer step into the backward pass"): at most
-        # one parameter's gradient and its step's temporaries exist at a time.
-        one_tensor = _largest_trained_tensor(arch, method, trainable)
-        gradients = min(gradients, float(one_tensor * state_layout.gradient_bytes))
-        if offload is Offload.NONE:
-            step_temporaries = optimizer_step_temporary_bytes(
-                arch,
-                method,
-                trainable,
-                state_layout,
-                plan.optimizer,
-                zero,
-                dp,
-                OptimizerImpl.FOR_LOOP,
-            )
-    acc.optimizer += optimizer
-    if is_paged(plan.optimizer):
-        acc.managed += optimizer
-        acc.note(f"{label} optimizer states (paged: CUDA managed memory)", optimizer)
-    else:
-        acc.note(f"{label} optimizer states", optimizer)
-    if _gradients_persist(plan):
-        acc.persistent_gradients += gradients
-        acc.note(f"{label} gradients", gradients)
-    else:
-        acc.produced_gradients += gradients
-        acc.note(f"{label} gradients", gradients, _PRODUCED)
-    if state_layout.master_bytes and offload is Offload.NONE:
-        # The step reads fp32 gradients: DeepSpeed upcasts the 16-bit gradients into fp32
-        # partitions for its fp32 master copy (stage_1_and_2.py, single_partition_of_fp32_groups),
-        # as does our trace's emulation (bench/calibration/tracing.py, ``to_masters``), which frees
-        # each 16-bit gradient as it is copied: traced qwen2.5-7b mixed, optimizer phase.
-        shard = dp if zero >= 1 else 1
-        fp32_gradients = trainable * 4 / shard
-        if savers.optimizer_in_backward:
-            fp32_gradients = min(
-                fp32_gradients, 4.0 * _largest_trained_tensor(arch, method, trainable)
-            )
-        acc.master_gradients += fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
-        acc.note(
-            f"{label} fp32 gradients for the master copy",
-            fp32_gradients - (0.0 if _gradients_persist(plan) else gradients),
-            _STEP_ONLY,
-        )
-    acc.step_temporaries += step_temporaries
-    acc.note(f"{label} optimizer step temporaries", step_temporaries, _STEP_ONLY)
-    layer_kwargs = {
-        "weight_bytes": layout.weight_bytes,
-        "lora_targets": targets,
-        "lora_rank": plan.lora_r if targets else 0,
-        "dora": method is Method.DORA,
-        "lora_dropout": bool(targets) and plan.lora_dropout > 0,
-        "compiled": savers.compile,
-        "adapter_casts": (
-            False if targets and state_layout.weight_bytes == element_bytes == 2 else None
-        ),
-    }
-    activations = training_activation_bytes(
-        arch,
-        plan.batch,
-        plan.seq,
-        element_bytes,
-        plan.attention,
-        plan.grad_ckpt,
-        **layer_kwargs,  # type: ignore[arg-type]
-    )
-    logits = (
-        logits_and_loss_bytes(
-            savers,
-            plan.batch,
-            plan.seq,
-            arch.vocab,
-            arch.hidden,
-            element_bytes,
-            arch.final_logit_softcap,
-            head_gradient_bytes=(
-                arch.vocab * arch.hidden * state_layout.gradient_bytes
-                if method is Method.FULL
-                else 0
-            ),
-        )
-        if with_logits
-        else 0
-    )
-    # The end of backward: the first layer's activations (recomputed, with checkpointing) while
-    # every other gradient exists. Traced: mixtral-8x7b LoRA with checkpointing peaks there
-    # (bench/data/calibration.csv, gradients 97% complete at the backward peak).
-    last_layer = layer_activation_bytes(
-        arch,
-        plan.batch,
-        plan.seq,
-        element_bytes,
-        plan.attention,
-        **layer_kwargs,  # type: ignore[arg-type]
-    ) + _merged_expert_gradient_bytes(targets, layout.weight_bytes)
-    acc.last_layer_activations += last_layer
-    acc.note(f"{label} first layer's backward", last_layer, _BACKWARD_END_ONLY)
-    if plan.grad_ckpt:
-        # With recomputation the loss's fp32 tensors and the recomputed layer are not alive at the
-        # same time: backward starts with the loss and the LM head (freed once the hidden state's
-        # gradient exists), and only then recomputes the last block. So the start of backward holds
-        # the checkpoints plus the larger of the two. Traced: every checkpointed row of
-        # bench/data/calibration.csv peaks at the start of backward (end of forward + 8 fp32 bytes
-        # per logit), without the recomputed layer on top.
-        recomputed = layer_activation_bytes(
-            arch,
-            plan.batch,
-            plan.seq,
-            element_bytes,
-            plan.attention,
-            **layer_kwargs,  # type: ignore[arg-type]
-        )
-        checkpoints = activations - recomputed
-        if savers.activation_offload:
-            # the checkpoints go to host RAM, all but the layers in flight (savers.py)
-            on_gpu, on_host = offloaded_activations(arch.layers, checkpoints / arch.layers)
-            acc.host += on_host
-            checkpoints = round(on_gpu)
-        acc.activations += checkpoints + max(recomputed, logits)
-        acc.note(f"{label} activations (checkpoints)", checkpoints, _BACKWARD_ONLY)
-        if logits >= recomputed:
-            acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
-        else:
-            acc.note(f"{label} recomputed layer", recomputed, _BACKWARD_ONLY)
-        return trainable
-    if savers.activation_offload:
-        on_gpu, on_host = offloaded_activations(arch.layers, activations / arch.layers)
-        acc.host += on_host
-        activations = round(on_gpu)
-    acc.activations += activations + logits
-    acc.note(f"{label} activations", activations, _BACKWARD_ONLY)
-    if with_logits:
-        acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
-    return trainable
 
 
 def _frozen_copy(
