@@ -61,6 +61,7 @@ from hwdash.core.estimator.phases import (
     _Accumulator,
     _peak_phase,
 )
+from hwdash.core.estimator.rl import _add_rl
 from hwdash.core.estimator.states import (
     ADAFACTOR_STATE_FRACTION,
     ADAFACTOR_STEP_BYTES_PER_ELEMENT,
@@ -77,7 +78,6 @@ from hwdash.core.estimator.states import (
     Layout,
     ModelStates,
     _base_weight_bytes,
-    _frozen_weights_on_gpu,
     checkpoint_weight_bytes,
     model_state_bytes,
     optimizer_state_bytes_per_param,
@@ -91,12 +91,10 @@ from hwdash.core.plan import (
     Offload,
     Plan,
     Precision,
-    ValueHead,
 )
 from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 from hwdash.core.savers import (
     resolve_savers,
-    value_head_params,
 )
 from hwdash.core.units import MIB
 
@@ -123,61 +121,6 @@ ALLOCATOR_FRAGMENTATION = 0.08
 # --------------------------------------------------------------------------------------------------
 # The estimate.
 # --------------------------------------------------------------------------------------------------
-
-
-def _frozen_copy(
-    plan: Plan, arch: Architecture, layout: Layout, dp: int, acc: _Accumulator, label: str
-) -> None:
-    """A frozen model (reference, reward) in the layout's weight dtype, sharded under ZeRO-3."""
-    full = float(arch.total_params * layout.weight_bytes)
-    gpu, host = _frozen_weights_on_gpu(arch, full, plan.zero, dp, plan.offload, layout.weight_bytes)
-    acc.weights += gpu
-    acc.host += host
-    acc.note(label, gpu)
-
-
-def _generation_engine(
-    plan: Plan,
-    arch: Architecture,
-    accelerator: Accelerator | None,
-    acc: _Accumulator,
-) -> None:
-    """RL rollouts: a colocated vLLM engine's reservation, or the policy's own KV cache."""
-    kv = kv_cache_bytes(arch, plan.batch, plan.seq, 2)
-    if plan.vllm_memory_utilization == 0:
-        acc.kv_cache += kv
-        acc.note("generation KV cache (policy generates)", kv)
-        return
-    # vLLM holds its own copy of the weights in 16 bits plus a KV cache; at the least one batch.
-    engine_minimum = arch.total_params * 2 + kv
-    if accelerator is None:
-        acc.kv_cache += engine_minimum
-        acc.note("vLLM engine (weights + KV cache minimum)", engine_minimum)
-        acc.warnings.append(
-            "no GPU given: the vLLM engine is counted at its minimum (bf16 weights + KV cache for "
-            "batch x seq), not its gpu_memory_utilization share"
-        )
-        return
-    share = plan.vllm_memory_utilization * accelerator.usable_bytes
-    acc.kv_cache += share
-    acc.note(f"vLLM engine ({plan.vllm_memory_utilization:.0%} of the GPU)", share)
-    if share < engine_minimum:
-        acc.warnings.append(
-            f"vLLM's {plan.vllm_memory_utilization:.0%} share ({share / 2**30:.1f} GiB) is smaller than "
-            f"its weights plus one batch of KV cache ({engine_minimum / 2**30:.1f} GiB): raise "
-            "--vllm-util or generate with the policy (--vllm-util 0)"
-        )
-
-
-def _rl_counts_reward_model(plan: Plan) -> bool:
-    """PPO: the flag as given (default on). GRPO: only when asked for explicitly.
-
-    GRPO in TRL usually scores with reward functions; ``Plan.rl_reward_model`` defaults to True for
-    PPO's sake, so for GRPO we count a reward model only when the user set the field.
-    """
-    if plan.method is Method.PPO:
-        return plan.rl_reward_model
-    return plan.rl_reward_model and "rl_reward_model" in plan.model_fields_set
 
 
 def _compute_dtype(plan: Plan, accelerator: Accelerator | None, acc: _Accumulator) -> str:
@@ -287,41 +230,7 @@ def estimate_memory(
     if plan.method is Method.INFERENCE:
         _add_inference(plan, arch, layout, dp, acc)
     elif plan.is_rl:
-        train_method = plan.rl_method
-        lora_style = train_method in LORA_STYLE_METHODS
-        trainable = _train_one_model(
-            plan, arch, train_method, layout, dp, acc, "policy", with_logits=True, savers=savers
-        )
-        if plan.method is Method.PPO and savers.value_head is ValueHead.SHARED:
-            # TRL's AutoModelForCausalLMWithValueHead: a scalar head on the policy's own backbone,
-            # trained with it (savers.value_head_params); no second backbone, no second activations
-            head = value_head_params(arch.hidden)
-            head_layout = LAYOUTS[Precision.MIXED] if plan.zero > 0 else ADAPTER_LAYOUT
-            head_states = model_state_bytes(head, head, head_layout, plan.optimizer, 0, 1)
-            acc.weights += head_states.total
-            acc.note("value head (shared backbone)", head_states.total)
-            trainable += head
-        elif plan.method is Method.PPO:
-            # The value model: the same backbone with a scalar head, trained the same way; no logits.
-            trainable += _train_one_model(
-                plan,
-                arch,
-                train_method,
-                layout,
-                dp,
-                acc,
-                "value model",
-                with_logits=False,
-                savers=savers,
-            )
-        if plan.rl_reference:
-            if lora_style:
-                acc.note("reference = policy with adapters disabled (PEFT)", 0)
-            else:
-                _frozen_copy(plan, arch, layout, dp, acc, "reference model weights")
-        if _rl_counts_reward_model(plan):
-            _frozen_copy(plan, arch, layout, dp, acc, "reward model weights")
-        _generation_engine(plan, arch, accelerator, acc)
+        trainable = _add_rl(plan, arch, layout, dp, acc, accelerator, savers)
     else:
         trainable = _train_one_model(
             plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
