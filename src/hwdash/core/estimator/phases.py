@@ -12,9 +12,11 @@ when gradients outlive backward.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hwdash.core.plan import Plan
+from hwdash.core.results import MemoryBreakdown
 
 #: Names of the phases whose peaks :func:`~hwdash.core.estimator.estimate_memory` compares (``MemoryEstimate.peak_phase``).
 PHASE_BACKWARD = "start of backward"
@@ -104,3 +106,30 @@ def _peak_phase(plan: Plan, acc: _Accumulator) -> str:
         return PHASE_INFERENCE
     phases = (PHASE_BACKWARD, PHASE_BACKWARD_END, PHASE_OPTIMIZER_STEP)
     return max(phases, key=acc.phase_total)
+
+
+def _peak_breakdown(acc: _Accumulator, phase: str, overhead: float) -> MemoryBreakdown:
+    """The components as they are at the peak of ``phase``, rounded up to whole bytes: the
+    gradients produced by backward from its end on, the fp32 master gradients and the step's
+    temporaries at the optimizer step only, the activations at the start of backward (or prefill),
+    the first layer's at the end of backward, none at the step."""
+    at_step = phase == PHASE_OPTIMIZER_STEP
+    at_end = phase == PHASE_BACKWARD_END
+    peak_gradients = acc.persistent_gradients
+    if at_step or at_end:
+        peak_gradients += acc.produced_gradients
+    if at_step:
+        peak_gradients += acc.master_gradients
+    peak_activations = acc.activations
+    if at_step:
+        peak_activations = 0.0
+    elif at_end:
+        peak_activations = acc.last_layer_activations
+    return MemoryBreakdown(
+        weights=math.ceil(acc.weights),
+        gradients=math.ceil(peak_gradients),
+        optimizer=math.ceil(acc.optimizer + (acc.step_temporaries if at_step else 0.0)),
+        activations=math.ceil(peak_activations),
+        kv_cache=math.ceil(acc.kv_cache),
+        overhead=math.ceil(overhead),
+    )
