@@ -178,65 +178,25 @@ def architecture(model: ModelSpec) -> Architecture:
     has gate, up and down projections, a plain one fc1 and fc2 with biases; MoE repeats the MLP per
     expert and adds a router of hidden x experts; RMSNorm has ``hidden`` weights (LayerNorm twice that).
     """
-    hidden, head_dim = model.hidden_size, model.head_dim
-    q_dim, kv_dim = model.heads * head_dim, model.kv_heads * head_dim
-    bias = model.attention_bias
-    gated = model.mlp == "gated"
-    # Families read by hwdash.core.families say outright where biases are; the Llama-style ones
-    # follow the MLP kind (a standard MLP, as Phi-2, has them).
-    mlp_bias = (not gated) if model.mlp_bias is None else model.mlp_bias
-    experts = model.experts
-    linears: list[LinearShape] = [
-        LinearShape("q_proj", hidden, q_dim, bias=bias),
-        LinearShape("k_proj", hidden, kv_dim, bias=bias),
-        LinearShape("v_proj", hidden, kv_dim, bias=bias),
-        LinearShape("o_proj", q_dim, hidden, bias=mlp_bias),
-    ]
-    inter = model.intermediate_size
-    if gated:
-        linears += [
-            LinearShape("gate_proj", hidden, inter, copies=experts, bias=bool(model.mlp_bias)),
-            LinearShape("up_proj", hidden, inter, copies=experts, bias=bool(model.mlp_bias)),
-            LinearShape("down_proj", inter, hidden, copies=experts, bias=bool(model.mlp_bias)),
-        ]
-    else:
-        linears += [
-            LinearShape("fc1", hidden, inter, copies=experts, bias=mlp_bias),
-            LinearShape("fc2", inter, hidden, copies=experts, bias=mlp_bias),
-        ]
-    # RMSNorm weight vs LayerNorm weight + bias
-    norm_bias = (not gated) if model.norm_bias is None else model.norm_bias
-    norm = 2 * hidden if norm_bias else hidden
-    # The token embedding, plus a learned position table (GPT-2's wpe), BLOOM's embedding
-    # LayerNorm and T5's relative-position bias tables (an nn.Embedding of buckets x heads in the
-    # first block of the encoder and of the decoder): all lookups, all left unquantized.
+    hidden, experts = model.hidden_size, model.experts
+    norm = _norm_params(model)
     embedding = model.vocab_size * hidden
-    extra_lookups = model.learned_positions * hidden + (norm if model.embedding_norm else 0)
     stacks = 2 if model.decoder_layers else 1
-    extra_lookups += stacks * model.relative_attention_buckets * model.heads
-    cross: list[LinearShape] = []
-    if model.decoder_layers:
-        cross = [
-            LinearShape("cross_q_proj", hidden, q_dim, bias=bias),
-            LinearShape("cross_k_proj", hidden, kv_dim, bias=bias),
-            LinearShape("cross_v_proj", hidden, kv_dim, bias=bias),
-            LinearShape("cross_o_proj", q_dim, hidden, bias=mlp_bias),
-        ]
     return Architecture(
         layers=model.layers + model.decoder_layers,
         hidden=hidden,
         heads=model.heads,
         kv_heads=model.kv_heads,
-        head_dim=head_dim,
-        intermediate=inter,
+        head_dim=model.head_dim,
+        intermediate=model.intermediate_size,
         vocab=model.vocab_size,
         experts=experts,
         experts_per_token=model.experts_per_token,
-        gated_mlp=gated,
-        linears=tuple(linears),
+        gated_mlp=model.mlp == "gated",
+        linears=tuple(_attention_linears(model) + _mlp_linears(model)),
         norm_params_per_layer=model.norm_weights_per_layer * norm,
         router_params_per_layer=hidden * experts if experts > 1 else 0,
-        embedding_params=embedding + extra_lookups,
+        embedding_params=embedding + _extra_lookup_params(model, norm),
         lm_head_params=0 if model.tied_embeddings else embedding,
         # an encoder-decoder ends each stack with a norm
         final_norm_params=stacks * norm if model.norm_weights_per_layer else 0,
@@ -247,11 +207,62 @@ def architecture(model: ModelSpec) -> Architecture:
         final_logit_softcap=model.final_logit_softcap is not None,
         checkpoint_bits=model.checkpoint_bits,
         cross_attention_layers=model.decoder_layers,
-        cross_linears=tuple(cross),
+        cross_linears=tuple(_attention_linears(model, "cross_") if model.decoder_layers else ()),
         cross_norm_params=norm if model.decoder_layers and model.norm_weights_per_layer else 0,
         parallel_block=model.parallel_block,
         norm_saves_input=model.norm_saves_input,
     )
+
+
+def _mlp_bias(model: ModelSpec) -> bool:
+    """Whether the MLP (and the attention output) has biases. Families read by
+    hwdash.core.families say outright where biases are; the Llama-style ones follow the MLP kind
+    (a standard MLP, as Phi-2, has them)."""
+    return (model.mlp != "gated") if model.mlp_bias is None else model.mlp_bias
+
+
+def _attention_linears(model: ModelSpec, prefix: str = "") -> list[LinearShape]:
+    """q, k, v and o of one block's attention (``prefix`` "cross_": an encoder-decoder's
+    cross-attention, shaped the same); q/k/v biases when ``attention_bias``."""
+    hidden, head_dim, bias = model.hidden_size, model.head_dim, model.attention_bias
+    q_dim, kv_dim = model.heads * head_dim, model.kv_heads * head_dim
+    return [
+        LinearShape(f"{prefix}q_proj", hidden, q_dim, bias=bias),
+        LinearShape(f"{prefix}k_proj", hidden, kv_dim, bias=bias),
+        LinearShape(f"{prefix}v_proj", hidden, kv_dim, bias=bias),
+        LinearShape(f"{prefix}o_proj", q_dim, hidden, bias=_mlp_bias(model)),
+    ]
+
+
+def _mlp_linears(model: ModelSpec) -> list[LinearShape]:
+    """One block's MLP, once per expert: gate, up and down (gated) or fc1 and fc2 (plain)."""
+    hidden, inter, experts = model.hidden_size, model.intermediate_size, model.experts
+    if model.mlp == "gated":
+        bias = bool(model.mlp_bias)
+        return [
+            LinearShape("gate_proj", hidden, inter, copies=experts, bias=bias),
+            LinearShape("up_proj", hidden, inter, copies=experts, bias=bias),
+            LinearShape("down_proj", inter, hidden, copies=experts, bias=bias),
+        ]
+    return [
+        LinearShape("fc1", hidden, inter, copies=experts, bias=_mlp_bias(model)),
+        LinearShape("fc2", inter, hidden, copies=experts, bias=_mlp_bias(model)),
+    ]
+
+
+def _norm_params(model: ModelSpec) -> int:
+    """Parameters of one norm: RMSNorm weight vs LayerNorm weight + bias."""
+    norm_bias = (model.mlp != "gated") if model.norm_bias is None else model.norm_bias
+    return 2 * model.hidden_size if norm_bias else model.hidden_size
+
+
+def _extra_lookup_params(model: ModelSpec, norm: int) -> int:
+    """Lookups besides the token embedding: a learned position table (GPT-2's wpe), BLOOM's
+    embedding LayerNorm and T5's relative-position bias tables (an nn.Embedding of buckets x heads
+    in the first block of the encoder and of the decoder): all left unquantized."""
+    extra = model.learned_positions * model.hidden_size + (norm if model.embedding_norm else 0)
+    stacks = 2 if model.decoder_layers else 1
+    return extra + stacks * model.relative_attention_buckets * model.heads
 
 
 def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[LinearShape, ...]:
