@@ -28,8 +28,16 @@ importable from here.
 from __future__ import annotations
 
 from hwdash.core.estimator.activations import (
+    _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD,
+    _SHARED_INPUT_GROUPS,
     DROPOUT_MASK_BYTES,
     LOSS_FP32_BYTES_PER_LOGIT,
+    _adapter_extras,
+    _input_copies_kept,
+    _merged_expert_gradient_bytes,
+    _merged_expert_weight_bytes,
+    _rms_norm_bytes,
+    _score_bytes_per_element,
     dora_weight_norm_transient_bytes,
     layer_activation_bytes,
     logits_bytes,
@@ -48,12 +56,17 @@ from hwdash.core.estimator.architecture import (
 from hwdash.core.estimator.estimate import (
     ALLOCATOR_FRAGMENTATION,
     CUDA_CONTEXT_BYTES,
+    _compute_dtype,
     estimate_memory,
 )
-from hwdash.core.estimator.inference import inference_activation_bytes, kv_cache_bytes
+from hwdash.core.estimator.inference import (
+    inference_activation_bytes,
+    kv_cache_bytes,
+)
 from hwdash.core.estimator.phases import (
     _BACKWARD_END_ONLY,
     _BACKWARD_ONLY,
+    _EVERY_PHASE,
     _PRODUCED,
     _STEP_ONLY,
     PHASE_BACKWARD,
@@ -61,6 +74,13 @@ from hwdash.core.estimator.phases import (
     PHASE_INFERENCE,
     PHASE_OPTIMIZER_STEP,
     _Accumulator,
+    _gradients_persist,
+    _peak_phase,
+)
+from hwdash.core.estimator.rl import (
+    _frozen_copy,
+    _generation_engine,
+    _rl_counts_reward_model,
 )
 from hwdash.core.estimator.states import (
     ADAFACTOR_STATE_FRACTION,
@@ -78,16 +98,22 @@ from hwdash.core.estimator.states import (
     Layout,
     ModelStates,
     _base_weight_bytes,
+    _frozen_weights_on_gpu,
+    _largest_trained_tensor,
+    _zero3_live_bytes,
     checkpoint_weight_bytes,
     model_state_bytes,
     optimizer_state_bytes_per_param,
     optimizer_step_temporary_bytes,
 )
-from hwdash.core.estimator.training import _train_one_model
+from hwdash.core.estimator.training import (
+    _effective_layout,
+    _sharded_elsewhere,
+    _train_one_model,
+)
 
-#: The public names callers import from ``hwdash.core.estimator`` (the module before it became a
-#: package), plus the internal ones :mod:`hwdash.core.parallelism` and
-#: :mod:`hwdash.core.quantization` reach into.
+#: Every name the module had before it became a package: the public API, and the internal names
+#: that :mod:`hwdash.core.parallelism`, :mod:`hwdash.core.quantization` and tests reach into.
 __all__ = [
     "ADAFACTOR_STATE_FRACTION",
     "ADAFACTOR_STEP_BYTES_PER_ELEMENT",
@@ -113,15 +139,35 @@ __all__ = [
     "ZERO3_MAX_LIVE_PARAMETERS",
     "_BACKWARD_END_ONLY",
     "_BACKWARD_ONLY",
+    "_EVERY_PHASE",
+    "_INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD",
     "_PRODUCED",
+    "_SHARED_INPUT_GROUPS",
     "_STEP_ONLY",
     "Architecture",
     "Layout",
     "LinearShape",
     "ModelStates",
     "_Accumulator",
+    "_adapter_extras",
     "_base_weight_bytes",
+    "_compute_dtype",
+    "_effective_layout",
+    "_frozen_copy",
+    "_frozen_weights_on_gpu",
+    "_generation_engine",
+    "_gradients_persist",
+    "_input_copies_kept",
+    "_largest_trained_tensor",
+    "_merged_expert_gradient_bytes",
+    "_merged_expert_weight_bytes",
+    "_peak_phase",
+    "_rl_counts_reward_model",
+    "_rms_norm_bytes",
+    "_score_bytes_per_element",
+    "_sharded_elsewhere",
     "_train_one_model",
+    "_zero3_live_bytes",
     "architecture",
     "checkpoint_weight_bytes",
     "dora_weight_norm_transient_bytes",
