@@ -21,8 +21,8 @@
   them in ``custom_sharded_layers`` (its Llama 3 full fine-tuning configs do), becomes its own
   unit; the root keeps the rest (the final norm) and is not resharded after forward. The model is
   loaded in the config's ``dtype`` (bf16), so parameters, gradients and AdamW states are all bf16:
-  no fp32 master copy (unlike DeepSpeed's bf16 + ZeRO, which :func:`~hwdash.core.estimator.
-  _effective_layout` turns into ``mixed``).
+  no fp32 master copy (unlike DeepSpeed's bf16 + ZeRO, which
+  :func:`~hwdash.core.estimator.training._effective_layout` turns into ``mixed``).
 * Megatron-LM: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
   Models", arXiv:2205.05198: section 4.1 (activations of one GPT layer, ``sbh(34 + 5as/h)`` bytes),
   4.2.2 and Table 2 (tensor parallelism: ``sbh(10 + 24/t + 5as/(ht))``; with sequence parallelism

@@ -1,0 +1,409 @@
+"""Activations a training step keeps for backward: per layer, over all layers, the logits and loss.
+
+:func:`layer_activation_bytes` counts, tensor by tensor, what autograd keeps for one decoder layer;
+:func:`training_activation_bytes` adds the layers up (with or without recomputation);
+:func:`logits_bytes` sizes the logits and the loss at their peak; the adapters' own tensors (LoRA,
+DoRA, dropout masks, merged MoE expert weights) are counted here too.
+
+Sources:
+
+* Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+  arXiv:2205.05198, section 4.1 (``s*b*h*(34 + 5*a*s/h)`` bytes per layer in 16-bit, and
+  ``2*s*b*h`` per layer with full recomputation). We recount the same saved tensors for today's
+  Hugging Face decoder layers (RMSNorm with an fp32 upcast, SwiGLU MLP, GQA, no dropout), checked
+  against the tensors autograd keeps for a small Llama layer traced on CPU (transformers 5, PEFT
+  0.21; ``bench/trace_layer_activations.py``) and the fake-tensor traces of
+  ``bench/data/calibration.csv``.
+* FlashAttention: Dao et al. 2022, arXiv:2205.14135 (no s^2 scores kept, a log-sum-exp per row).
+* transformers' ``ForCausalLMLoss`` (``transformers/loss/loss_utils.py``): the fp32 upcast of the
+  logits before cross-entropy.
+* PyTorch's fused dropout (``aten/src/ATen/native/Dropout.cpp``): the bool mask on CUDA.
+* PEFT 0.21's LoRA, DoRA (``DoraLinearLayer``) and ``lora.ParamWrapper`` (fused MoE experts);
+  LoRA: Hu et al. 2021, arXiv:2106.09685; DoRA: Liu et al. 2024, arXiv:2402.09353.
+* Other block layouts (LayerNorm keeping its input, encoder-decoder cross-attention):
+  :mod:`hwdash.core.block_activations`; the savers (compile, chunked or fused losses):
+  :mod:`hwdash.core.savers`.
+"""
+
+from __future__ import annotations
+
+from hwdash.core import block_activations
+from hwdash.core.estimator.architecture import Architecture, LinearShape
+from hwdash.core.plan import Attention
+from hwdash.core.savers import compiled_norm_saving
+
+#: Bytes per logit at the loss's peak. transformers' ``ForCausalLMLoss`` upcasts the logits to fp32
+#: before cross-entropy (``logits = logits.float()`` in ``transformers/loss/loss_utils.py``);
+#: log-softmax saves its fp32 output for backward. In forward the 16-bit logits, the fp32 copy and
+#: the fp32 log-softmax output coexist (e + 4 + 4 bytes); at the start of backward the saved output,
+#: the fp32 gradient out of NLL and the fp32 gradient log-softmax produces coexist (12 bytes), while
+#: the 16-bit logits are gone (the Trainer drops the model outputs before ``backward``).
+LOSS_FP32_BYTES_PER_LOGIT = 12
+
+#: Bytes per element of the mask a LoRA dropout keeps for backward on CUDA: ``torch.nn.Dropout``
+#: runs the fused ``native_dropout`` there, which returns a bool mask (``aten/src/ATen/native/
+#: Dropout.cpp``, ``is_fused_kernel_acceptable``: CUDA, XPU, lazy and private-use devices). On CPU the
+#: composite path keeps a mask in the input's dtype instead (fp32 inside PEFT's adapters: 4 bytes),
+#: which is what the CPU traces of ``bench/data/calibration.csv`` hold
+#: (:func:`lora_dropout_mask_elements` gives the count to convert them).
+DROPOUT_MASK_BYTES = 1
+
+
+def _score_bytes_per_element(attention: Attention, element_bytes: int, gqa: bool) -> int:
+    """Bytes stored per attention-score element (b x heads x s x s) for backward.
+
+    * flash / SDPA's flash or memory-efficient kernels: none, they recompute the scores in backward
+      and keep only a log-sum-exp per row (Dao et al. 2022, arXiv:2205.14135). Korthikanti's
+      ``5as/h`` term disappears.
+    * SDPA in fp32 on a GQA model: we assume PyTorch's math fallback (the fused kernels want 16-bit
+      inputs or matching head counts), which saves the probabilities in the compute dtype.
+    * eager: transformers computes ``softmax(..., dtype=torch.float32)`` and casts back, so the fp32
+      softmax output (saved by softmax) and the 16-bit probabilities (saved by the matmul with V)
+      are both kept. Korthikanti counts 2 + 1 (dropout mask) + 2 (dropout output) bytes; modern LLMs
+      train without attention dropout, so there is no mask and no separate dropout output.
+    """
+    if attention is Attention.EAGER:
+        return 4 + (element_bytes if element_bytes != 4 else 0)
+    if attention is Attention.SDPA and element_bytes == 4 and gqa:
+        return element_bytes
+    return 0
+
+
+#: Linear layers that read the same input tensor (a norm's output), for counting LoRA's input copies.
+_SHARED_INPUT_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("fc1",))
+#: Linear layers whose input only the layer itself keeps (the MLP's product or activation): with a
+#: frozen, unadapted layer nobody keeps it.
+_INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD = ("down_proj", "fc2")
+
+
+def _input_copies_kept(
+    arch: Architecture,
+    tokens: int,
+    element_bytes: int,
+    attention: Attention,
+    targets: tuple[LinearShape, ...],
+    autocast_from_fp32: bool,
+    adapter_casts: bool | None = None,
+) -> int:
+    """The 16-bit inputs the linear layers keep, as they depend on freezing and casting.
+
+    From how autograd, autocast and PEFT work, and checked by tracing the tensors autograd keeps
+    for a small Llama layer (transformers 5, PEFT 0.21, CPU; see :func:`layer_activation_bytes`):
+
+    * full training keeps each shared input once (q, k and v read one norm output) unless autocast
+      casts an fp32 input: then every linear keeps its own 16-bit cast (``amp``: three copies for
+      q/k/v, two for gate/up);
+    * autograd keeps an op's input only when a gradient needs it, so a frozen, unadapted linear
+      keeps nothing: an unadapted q/k/v (gate/up) group drops the norm output, an unadapted
+      down_proj (fc2) the MLP product, an unadapted eager o_proj its input copy;
+    * PEFT casts an adapted module's input to the adapter's dtype (fp32) and autocast casts it back
+      for lora_A, so every adapted module keeps its own 16-bit copy (q, k and v keep three). In
+      plain fp32 there is no cast: lora_A keeps the shared tensor itself. An adapted o_proj keeps
+      a copy next to the attention kernel's output (flash and SDPA keep that output themselves).
+    """
+    e = element_bytes
+    lora = bool(targets)
+    casts = element_bytes != 4 if lora else autocast_from_fp32
+    if lora and adapter_casts is not None:
+        # 16-bit adapters (torchtune, --adapter-dtype bf16): no cast to the adapter dtype, so
+        # lora_A keeps the shared tensor itself, as in plain fp32
+        casts = adapter_casts
+    names = {linear.name for linear in targets} if lora else {lin.name for lin in arch.linears}
+    by_name = {linear.name: linear for linear in arch.linears}
+
+    def tokens_through(linear: LinearShape) -> int:
+        return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+
+    kept_bytes = 0
+    for group in _SHARED_INPUT_GROUPS:
+        members = [by_name[name] for name in group if name in by_name]
+        if not members:
+            continue
+        adapted = [linear for linear in members if linear.name in names]
+        kept = (len(adapted) if casts else 1) if adapted else 0
+        kept_bytes += kept * e * tokens_through(members[0]) * members[0].in_features
+    o_input = e * tokens * by_name["o_proj"].in_features
+    if attention is Attention.EAGER:
+        # eager's o_proj input is its own tensor (the transposed attention output)
+        kept_bytes += o_input if "o_proj" in names else 0
+    else:
+        # flash and SDPA keep their output, which is o_proj's input (already 16-bit); PEFT's cast
+        # to the adapter dtype makes an adapted o_proj keep a copy of its own
+        kept_bytes += o_input + (o_input if lora and "o_proj" in names and casts else 0)
+    for name in _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD:
+        linear = by_name.get(name)
+        if linear is not None and name in names:
+            kept_bytes += e * tokens_through(linear) * linear.in_features
+    return kept_bytes
+
+
+def _adapter_extras(
+    arch: Architecture,
+    tokens: int,
+    element_bytes: int,
+    targets: tuple[LinearShape, ...],
+    rank: int,
+    dora: bool,
+    dropout: bool = False,
+    adapter_casts: bool | None = None,
+) -> int:
+    """What adapters keep besides their inputs (see :func:`_input_copies_kept` for those).
+
+    * lora_A's output (e t r), kept by lora_B;
+    * autocast's 16-bit copies of the fp32 adapter weights (e bytes per adapter parameter);
+    * DoRA: the base output and the LoRA output of each adapted module, kept for the magnitude
+      scaling (2 e t out), plus three fp32 vectors of ``out`` (magnitude / norm scale). PEFT's
+      weight-norm path (an ``in x in`` identity through the adapter, then detached) is freed module
+      by module: a transient, not a kept activation.
+    * LoRA dropout (p > 0): its mask over each adapted module's input, :data:`DROPOUT_MASK_BYTES`
+      per element. The dropped-out tensor itself is not kept: lora_A keeps its own (cast) input,
+      counted with the inputs. Checked on the calibration traces: the ``-d0.05`` rows hold 4 bytes
+      (CPU's mask dtype) per adapted input element more than the ``-d0`` rows, to within 1%.
+    """
+    e = element_bytes
+    casts = element_bytes != 4 if adapter_casts is None else adapter_casts
+    extras = 0
+    if dropout:
+        extras += DROPOUT_MASK_BYTES * lora_dropout_mask_elements(arch, tokens, targets)
+    extras += _merged_expert_weight_bytes(targets, element_bytes)
+    for linear in targets:
+        routed = tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+        extras += e * routed * rank
+        if casts:
+            extras += e * rank * (linear.in_features + linear.out_features) * linear.copies
+        if dora:
+            extras += (
+                2 * e * routed * linear.out_features + 3 * 4 * linear.out_features * linear.copies
+            )
+    return extras
+
+
+def _merged_expert_weight_bytes(targets: tuple[LinearShape, ...], element_bytes: int) -> int:
+    """Adapted MoE expert weights PEFT merges per layer and autograd keeps (transformers 5).
+
+    transformers 5 stores a layer's experts as one 3-D weight per projection, which PEFT adapts with
+    ``lora.ParamWrapper``: the forward builds ``W + scale * B A`` for all experts at once in the
+    compute dtype and the grouped matmul keeps it for the input gradient. Traced:
+    mixtral-8x7b LoRA bf16 without checkpointing holds 2.02 bytes per expert parameter per layer
+    more than the per-expert-linear count (bench/data/calibration.csv).
+    """
+    return sum(
+        element_bytes * linear.in_features * linear.out_features * linear.copies
+        for linear in targets
+        if linear.copies > 1
+    )
+
+
+def _merged_expert_gradient_bytes(targets: tuple[LinearShape, ...], weight_bytes: int) -> int:
+    """The gradient of one merged expert weight (all experts of the largest adapted projection),
+    alive while its layer is differentiated: the LoRA delta needs it. A transient of the backward.
+    """
+    expert_targets = [linear for linear in targets if linear.copies > 1]
+    if not expert_targets:
+        return 0
+    largest = max(expert_targets, key=lambda linear: linear.in_features * linear.out_features)
+    return weight_bytes * largest.in_features * largest.out_features * largest.copies
+
+
+def lora_dropout_mask_elements(
+    arch: Architecture, tokens: int, targets: tuple[LinearShape, ...]
+) -> int:
+    """Elements LoRA dropout masks in one layer: every adapted module's input.
+
+    MoE expert weights are left out: PEFT adapts transformers 5's fused 3-D expert weights with
+    ``lora.ParamWrapper``, which refuses dropout (the plan warns).
+    """
+    return sum(tokens * linear.in_features for linear in targets if linear.copies == 1)
+
+
+def _rms_norm_bytes(
+    arch: Architecture, tokens: int, width: int, rows: int, out_bytes: int, frozen: bool
+) -> int:
+    """What one RMSNorm over ``width`` features (``rows`` normalised rows per token) keeps.
+
+    The fp32 upcast input (4 t width; ``LlamaRMSNorm`` computes in fp32) and the fp32 reciprocal
+    RMS per row (4 t rows); when the weight trains, the normalised tensor that the weight multiply
+    keeps: in ``out_bytes`` for Llama's norm (cast back before the scale), in fp32 for Gemma's
+    (``(1 + weight)`` scale in fp32), which also keeps that fp32 ``1 + weight`` (4 bytes per weight
+    element, width / rows of them) whether the weight trains or not. Traced per layer to the byte (gemma-2-2b and qwen3-0.6b, b1/s512).
+    """
+    kept = 4 * tokens * width + 4 * tokens * rows
+    if arch.norm_scale_in_fp32:
+        kept += 4 * (width // rows) + (0 if frozen else 4 * tokens * width)
+    elif not frozen:
+        kept += out_bytes * tokens * width
+    return kept
+
+
+def layer_activation_bytes(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    element_bytes: int,
+    attention: Attention,
+    *,
+    weight_bytes: int | None = None,
+    lora_targets: tuple[LinearShape, ...] = (),
+    lora_rank: int = 0,
+    dora: bool = False,
+    lora_dropout: bool = False,
+    compiled: bool = False,
+    adapter_casts: bool | None = None,
+) -> int:
+    """Bytes one decoder layer keeps for backward, without recomputation.
+
+    Korthikanti et al. 2022 (section 4.1) count ``34 s b h + 5 a s^2 b`` bytes for a GPT layer in
+    16-bit with dropout. We count the same way, tensor by tensor, for a Hugging Face Llama-style layer
+    (``e`` = bytes per activation element, ``w`` = bytes per weight, ``t`` = b * s tokens). The
+    count matches, to the byte, the tensors autograd keeps for a small Llama layer traced on CPU
+    with transformers 5 and PEFT 0.21 (full, LoRA and DoRA; bf16 with sdpa and eager; amp):
+
+    * two RMSNorms, each keeping its fp32 upcast input (4 t h; ``LlamaRMSNorm`` computes in fp32),
+      the fp32 reciprocal RMS (4 t) and, when its weight trains, the normalised tensor in the model's
+      dtype (w t h);
+    * ``norms_per_layer`` norms (2; Gemma 4), Gemma's keeping more (:func:`_rms_norm_bytes`); with
+      ``qk_norm``, the same for the per-head norms of Q and K (in the activations' dtype);
+    * the inputs the projections keep (:func:`_input_copies_kept`): the norm outputs, the attention
+      output, the MLP product;
+    * Q (e t q_dim) and K, V: flash and SDPA keep them at ``kv_heads`` (both handle GQA natively in
+      current transformers), eager keeps them expanded to all heads by ``repeat_kv`` (e t q_dim each);
+      plus the kernel's fp32 log-sum-exp (4 b a s; not for eager);
+    * the scores where the kernel keeps them (:func:`_score_bytes_per_element`), and Gemma 2's
+      soft-capped scores (tanh output) in eager attention;
+    * gated MLP (SwiGLU): gate and up outputs and SiLU(gate), 3 e t i (+ the product, kept by
+      down_proj); a plain MLP (fc1, GELU, fc2) keeps the fc1 output (+ the GELU output, kept by fc2).
+      Korthikanti's 8 s b h + 8 s b h for i = 4h. No dropout masks (Korthikanti counts 2 s b h of
+      masks; modern LLMs train without dropout);
+    * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
+      expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
+      router logits (4 t experts);
+    * ``amp`` (fp32 weights under autocast): autocast's 16-bit copy of every weight matrix, kept for
+      the input gradient (2 bytes per linear parameter, frozen or not);
+    * LoRA-style methods: the adapters' own tensors (:func:`_adapter_extras`).
+    """
+    tokens = batch * seq
+    e = element_bytes
+    w = element_bytes if weight_bytes is None else weight_bytes
+    autocast_from_fp32 = w == 4 and e == 2
+    h = arch.hidden
+    gqa = arch.kv_heads != arch.heads
+    frozen = bool(lora_targets)
+    norms = arch.norms_per_layer * _rms_norm_bytes(arch, tokens, h, 1, w, frozen)
+    if arch.norm_saves_input:
+        # GPT-2, GPT-NeoX, BLOOM, Falcon, GPT-BigCode: torch's own LayerNorm (block_activations)
+        norms = block_activations.layer_norm_bytes(arch, tokens, w)
+    elif compiled and not arch.norm_scale_in_fp32:
+        # torch.compile fuses each norm: it keeps its 16-bit input, not the fp32 upcast (savers)
+        norms -= compiled_norm_saving(tokens, h, arch.norms_per_layer, e, w, frozen)
+    if arch.qk_norm:
+        # q_norm and k_norm (Qwen3, Gemma 3): the same norm over each head's head_dim, applied to the
+        # projections' outputs (model dtype, or bf16 under autocast: e). Traced per layer, to the
+        # byte: qwen3-0.6b at b1/s512, full bf16, amp and fp32 and LoRA bf16 and amp (18528, 18528,
+        # 24672, 12384, 12384 bytes per token; end-of-forward slope between two and four layers).
+        for heads in (arch.heads, arch.kv_heads):
+            norms += _rms_norm_bytes(arch, tokens, heads * arch.head_dim, heads, e, frozen)
+    kv_saved = arch.q_dim if attention is Attention.EAGER else arch.kv_dim
+    attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
+    if attention is not Attention.EAGER:
+        attention_bytes += 4 * batch * arch.heads * seq  # the kernel's log-sum-exp per row
+    scores = _score_bytes_per_element(attention, e, gqa) * batch * arch.heads * seq * seq
+    if arch.attn_logit_softcap and attention is Attention.EAGER:
+        # Gemma 2: tanh keeps its output (scores / cap -> tanh -> * cap, in the scores' dtype).
+        # Traced per layer: gemma-2-2b at b1/s512 eager (with the norms above, to the byte).
+        scores += e * batch * arch.heads * seq * seq
+    mlp = (3 if arch.gated_mlp else 1) * e * tokens * arch.intermediate
+    if arch.experts > 1:
+        # k routed copies; the expert outputs kept by the routing-weight multiply (k e t h); the
+        # router's input (e t h) and its fp32 logits (4 t experts). The gathered expert inputs are
+        # counted with the other projection inputs.
+        k = arch.experts_per_token
+        mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
+    inputs = _input_copies_kept(
+        arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts
+    )
+    weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
+    adapters = _adapter_extras(
+        arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout, adapter_casts
+    )
+    return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters
+
+
+def dora_weight_norm_transient_bytes(
+    targets: tuple[LinearShape, ...], adapter_bytes: int, element_bytes: int
+) -> int:
+    """The largest transient of DoRA's weight norm, module by module (then freed).
+
+    PEFT's ``DoraLinearLayer`` (0.21) builds ``B @ A`` by pushing an ``in x in`` identity in the
+    adapter's dtype through lora_A and lora_B (an FSDP-friendly trick), giving an ``in x out``
+    matrix in the adapter's dtype; casts it to the compute dtype, scales it and adds the base weight
+    (three 16-bit ``in x out`` tensors). Read from the PEFT source, sized for the adapted module
+    where this is largest (usually down_proj, whose ``in`` is the MLP width).
+    """
+    largest = 0
+    for linear in targets:
+        size = adapter_bytes * linear.in_features**2
+        size += (adapter_bytes + 3 * element_bytes) * linear.in_features * linear.out_features
+        largest = max(largest, size)
+    return largest
+
+
+def logits_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
+    """Logits and the loss at their peak: ``b * s * vocab * max(e + 8, 12)`` bytes.
+
+    See :data:`LOSS_FP32_BYTES_PER_LOGIT`. For large vocabularies (Qwen's 152k, Gemma's 262k) this is
+    often the peak of a short training step. Recent transformers shift the labels instead of slicing
+    the logits, so no extra shifted copy is counted.
+    """
+    per_logit = max(element_bytes + 8, LOSS_FP32_BYTES_PER_LOGIT)
+    if arch.final_logit_softcap:
+        # Gemma 2 soft-caps the 16-bit logits before the loss upcasts them; tanh keeps its output
+        # for backward. Traced: gemma-2-2b's training rows were short by 2.0-2.1 bytes per logit.
+        per_logit += element_bytes
+    return batch * seq * arch.vocab * per_logit
+
+
+def training_activation_bytes(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    element_bytes: int,
+    attention: Attention,
+    grad_ckpt: bool,
+    *,
+    weight_bytes: int | None = None,
+    lora_targets: tuple[LinearShape, ...] = (),
+    lora_rank: int = 0,
+    dora: bool = False,
+    lora_dropout: bool = False,
+    compiled: bool = False,
+    adapter_casts: bool | None = None,
+) -> int:
+    """Activations of all layers at the start of backward (logits excluded).
+
+    Without recomputation every layer's :func:`layer_activation_bytes`. With full recomputation
+    (gradient checkpointing) Korthikanti's ``2 s b h`` per layer: each layer's input (in the model's
+    dtype: fp32 under ``amp``), plus one layer's full activations while it is recomputed.
+    Under ``amp``, autocast's 16-bit copy of the LM head is kept for backward as well.
+    """
+    w = element_bytes if weight_bytes is None else weight_bytes
+    one_layer = layer_activation_bytes(
+        arch,
+        batch,
+        seq,
+        element_bytes,
+        attention,
+        weight_bytes=w,
+        lora_targets=lora_targets,
+        lora_rank=lora_rank,
+        dora=dora,
+        lora_dropout=lora_dropout,
+        compiled=compiled,
+        adapter_casts=adapter_casts,
+    )
+    lm_head_copy = 2 * arch.vocab * arch.hidden if (w == 4 and element_bytes == 2) else 0
+    # An encoder-decoder's cross-attentions and the encoder output they read (0 otherwise); with
+    # checkpointing the decoder blocks recompute them, and we keep them whole (on the safe side).
+    cross = block_activations.cross_attention_total_bytes(arch, batch, seq, element_bytes)
+    if not grad_ckpt:
+        return arch.layers * one_layer + lm_head_copy + cross
+    return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy + cross

@@ -1,0 +1,229 @@
+"""The estimate: one plan, one model, the peak bytes per GPU and the phase it happens in.
+
+:func:`estimate_memory` resolves the plan's layout, savers and compute dtype, warns about settings
+that do not do what they say on this model or GPU, hands the plan to the concern that counts it
+(:mod:`~hwdash.core.estimator.inference`, :mod:`~hwdash.core.estimator.rl` or
+:mod:`~hwdash.core.estimator.training`), then takes the peak phase
+(:mod:`~hwdash.core.estimator.phases`) and adds the overhead.
+
+Sources:
+
+* The overhead guesses: PyTorch's CUDA memory-management notes
+  (https://pytorch.org/docs/stable/notes/cuda.html#memory-management) and the CUDA programming
+  guide's lazy-loading section (https://docs.nvidia.com/cuda/cuda-c-programming-guide/#lazy-loading).
+* The phases and the gradients alive in each: the fake-tensor traces of
+  ``bench/data/calibration.csv`` (``peak_phase``).
+* The warnings name the kernel or library whose limit they state (FlashAttention 2, transformers'
+  attention implementations, PEFT's ``lora.ParamWrapper`` for fused MoE expert weights, DeepSpeed
+  ZeRO on one GPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+from hwdash.core.catalog import Accelerator, Framework, ModelSpec
+from hwdash.core.estimator.architecture import Architecture, architecture
+from hwdash.core.estimator.inference import _add_inference
+from hwdash.core.estimator.phases import _Accumulator, _peak_breakdown, _peak_phase
+from hwdash.core.estimator.rl import _add_rl
+from hwdash.core.estimator.states import Layout
+from hwdash.core.estimator.training import _effective_layout, _train_one_model
+from hwdash.core.plan import LORA_STYLE_METHODS, Attention, Method, Offload, Plan, Precision
+from hwdash.core.results import MemoryEstimate
+from hwdash.core.savers import resolve_savers
+from hwdash.core.units import MIB
+
+# --------------------------------------------------------------------------------------------------
+# The overhead. Both constants (CUDA context, allocator) are guesses, not calibrated: the fake-tensor
+# traces behind bench/data/calibration.csv allocate no CUDA context and no cached blocks, so the
+# accuracy figures (bench/estimator_errors.py, docs/accuracy.md) compare the total without the
+# overhead component. They stay guesses until a real GPU measures ``torch.cuda.memory_reserved``
+# against the estimate.
+# --------------------------------------------------------------------------------------------------
+
+#: CUDA context plus cuBLAS/cuDNN workspaces and loaded kernels, per GPU. A guess: PyTorch forum
+#: threads and the CUDA "lazy loading" notes put the context at roughly 300-500 MiB depending on GPU,
+#: driver and CUDA version (https://pytorch.org/docs/stable/notes/cuda.html#memory-management,
+#: https://docs.nvidia.com/cuda/cuda-c-programming-guide/#lazy-loading). We take the high end.
+CUDA_CONTEXT_BYTES = 500 * MIB
+
+#: Allocator fragmentation and cached-but-unused blocks, as a fraction of everything else. A guess
+#: (PyTorch's caching allocator rounds and caches blocks; ``memory_reserved`` typically exceeds
+#: ``memory_allocated`` by a few to ~10 percent in training loops); not calibrated (see above).
+ALLOCATOR_FRAGMENTATION = 0.08
+
+
+def estimate_memory(
+    plan: Plan,
+    model: ModelSpec,
+    *,
+    gpus: int | None = None,
+    accelerator: Accelerator | None = None,
+    framework: Framework | None = None,
+) -> MemoryEstimate:
+    """Peak bytes per GPU for ``plan`` on ``gpus`` data-parallel GPUs (default ``plan.gpus``).
+
+    ``accelerator`` decides the compute dtype (fp16 on a GPU without bf16) and the size of a vLLM
+    engine's share for RL plans; without it the estimate is hardware-neutral.
+
+    The peak is the largest of the step's phases (:func:`~hwdash.core.estimator.phases._peak_phase`),
+    and the breakdown shows the components as they are at that phase (``MemoryEstimate.peak_phase``):
+
+    * start of backward: weights + optimizer states + the saved activations and the loss's fp32
+      tensors + the gradients that persist across backward
+      (:func:`~hwdash.core.estimator.phases._gradients_persist`);
+    * end of backward: the gradients backward produced and the first layer's activations;
+    * optimizer step: weights + optimizer states + every gradient + the step's temporaries
+      (:func:`~hwdash.core.estimator.states.optimizer_step_temporary_bytes`), no activations.
+
+    Gradients fill in as backward frees the activations layer by layer, so between the two ends the
+    sum of activations and gradients moves from one to the other; the traces show no peak in
+    between (``bench/data/calibration.csv``, ``peak_phase``).
+    """
+    dp = plan.gpus if gpus is None else max(1, gpus)
+    arch = architecture(model)
+    acc = _Accumulator()
+    # ``framework``: the catalog's entry for plan.framework (a user catalog may override it); None
+    # reads the packaged frameworks.toml
+    savers = resolve_savers(plan, framework)
+    compute_dtype = _compute_dtype(plan, accelerator, acc)
+    layout = _effective_layout(plan, acc)
+    plan = _attention_the_model_has(plan, model, acc)
+    _warn_about_settings(plan, model, dp, accelerator, layout, acc)
+    _warn_about_moe_adapters(plan, model, acc)
+    trainable = 0
+    if plan.method is Method.INFERENCE:
+        _add_inference(plan, arch, layout, dp, acc)
+    elif plan.is_rl:
+        trainable = _add_rl(plan, arch, layout, dp, acc, accelerator, savers)
+    else:
+        trainable = _train_one_model(
+            plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
+        )
+    return _memory_estimate(plan, arch, acc, dp, trainable, compute_dtype)
+
+
+def _compute_dtype(plan: Plan, accelerator: Accelerator | None, acc: _Accumulator) -> str:
+    """The dtype the matmuls run in: fp32, or bf16 unless the GPU has none (then fp16, warned)."""
+    if plan.precision is Precision.FP32:
+        return "fp32"
+    if accelerator is not None and accelerator.kind == "gpu" and not accelerator.bf16:
+        acc.warnings.append(
+            f"{accelerator.name} has no bf16: the plan runs in fp16 (same bytes); "
+            + (
+                "pure 16-bit weights and optimizer states in fp16 are numerically risky: prefer "
+                "--precision mixed or amp"
+                if plan.precision is Precision.BF16
+                else "use loss scaling (fp16=True)"
+            )
+        )
+        return "fp16"
+    return "bf16"
+
+
+def _attention_the_model_has(plan: Plan, model: ModelSpec, acc: _Accumulator) -> Plan:
+    """The plan with eager attention where transformers offers no other for ``model``."""
+    if model.eager_attention_only and plan.attention is not Attention.EAGER:
+        acc.warnings.append(
+            f"{model.name}: transformers has no {plan.attention.value} attention for this "
+            "architecture (its position bias is added to the scores): counted as eager, with "
+            "the s^2 scores kept"
+        )
+        return plan.model_copy(update={"attention": Attention.EAGER})
+    return plan
+
+
+def _warn_about_settings(
+    plan: Plan,
+    model: ModelSpec,
+    dp: int,
+    accelerator: Accelerator | None,
+    layout: Layout,
+    acc: _Accumulator,
+) -> None:
+    """Warn where a setting does not do what it says on this model, GPU count or GPU."""
+    if model.decoder_layers:
+        acc.warnings.append(
+            "encoder-decoder: the encoder reads --seq tokens and the decoder is counted at --seq "
+            "tokens too (its activations, and for inference its self- and cross-attention KV cache)"
+        )
+    if plan.seq > model.max_context:
+        acc.warnings.append(
+            f"--seq {plan.seq} is longer than {model.name}'s context ({model.max_context} tokens)"
+        )
+    if plan.zero and dp == 1:
+        acc.warnings.append(
+            f"ZeRO stage {plan.zero} shards over data-parallel GPUs: with 1 GPU it saves nothing"
+            + (
+                " (offload still moves state to host RAM)"
+                if plan.offload is not Offload.NONE
+                else ""
+            )
+        )
+    if (
+        plan.attention is Attention.FLASH
+        and accelerator is not None
+        and accelerator.kind == "gpu"
+        and not accelerator.bf16
+    ):
+        acc.warnings.append(
+            f"FlashAttention 2 needs an Ampere or newer GPU, not {accelerator.name}: use --attn sdpa "
+            "(its memory-efficient kernel also keeps no s^2 scores, so the memory is the same)"
+        )
+    if plan.attention is Attention.FLASH and layout.activation_bytes == 4:
+        acc.warnings.append(
+            "flash attention needs fp16/bf16 inputs; with --precision fp32 it falls back to SDPA"
+        )
+
+
+def _warn_about_moe_adapters(plan: Plan, model: ModelSpec, acc: _Accumulator) -> None:
+    """Warn how LoRA on MoE experts is counted (transformers 5's fused expert weights)."""
+    trained_method = plan.rl_method if plan.is_rl else plan.method
+    if model.experts > 1 and trained_method in LORA_STYLE_METHODS:
+        acc.warnings.append(
+            "LoRA on MoE experts is counted as transformers 5 runs it: experts stored as fused 3D "
+            "weights, which PEFT merges with their adapters layer by layer and keeps for backward "
+            "(a 16-bit copy of every adapted expert weight per layer); transformers 4.x adapts "
+            "each expert's linears and needs less"
+        )
+        if plan.lora_dropout > 0:
+            acc.warnings.append(
+                "PEFT adapts fused MoE expert weights with lora.ParamWrapper, which refuses LoRA "
+                "dropout: use --lora-dropout 0 (no masks are counted for the experts)"
+            )
+
+
+def _memory_estimate(
+    plan: Plan,
+    arch: Architecture,
+    acc: _Accumulator,
+    dp: int,
+    trainable: int,
+    compute_dtype: str,
+) -> MemoryEstimate:
+    """The estimate at the peak phase: its components, the overhead guesses, the parts alive then."""
+    if acc.managed:
+        acc.warnings.append(
+            f"paged optimizer states ({acc.managed / 2**30:.1f} GiB) live in CUDA managed memory: "
+            "counted on the GPU as NVML sees them; torch.cuda statistics leave them out, and the "
+            "driver pages them to host RAM (slower) when the GPU runs short"
+        )
+    phase = _peak_phase(plan, acc)
+    rest = acc.phase_total(phase)
+    overhead = CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * rest
+    details = [(label, value) for label, value, phases in acc.details if phase in phases]
+    details.append(("CUDA context (guess)", CUDA_CONTEXT_BYTES))
+    details.append(("allocator fragmentation (guess)", round(ALLOCATOR_FRAGMENTATION * rest)))
+    return MemoryEstimate(
+        per_gpu=_peak_breakdown(acc, phase, overhead),
+        gpus=dp,
+        host_bytes=math.ceil(acc.host),
+        managed_bytes=math.ceil(acc.managed),
+        total_params=arch.total_params,
+        trainable_params=trainable,
+        compute_dtype=compute_dtype,
+        peak_phase=phase,
+        details=tuple(details),
+        warnings=tuple(acc.warnings),
+    )

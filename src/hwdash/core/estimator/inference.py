@@ -1,0 +1,82 @@
+"""Inference: the weights as loaded, the KV cache and the prefill's transients.
+
+Sources:
+
+* GQA: Ainslie et al. 2023, arXiv:2305.13245 (only the ``kv_heads`` key/value heads are cached);
+  Hugging Face's KV-cache docs, and its ``EncoderDecoderCache`` for an encoder-decoder's self- and
+  cross-attention caches.
+* transformers' ``generate`` (``logits_to_keep=1``: logits for the last position only).
+* Quantized checkpoints and ``--quant``: :func:`~hwdash.core.estimator.states.checkpoint_weight_bytes`
+  and :mod:`hwdash.core.quantization`.
+"""
+
+from __future__ import annotations
+
+from hwdash.core import block_activations
+from hwdash.core.estimator.architecture import Architecture
+from hwdash.core.estimator.phases import _BACKWARD_ONLY, _Accumulator
+from hwdash.core.estimator.states import Layout, checkpoint_weight_bytes
+from hwdash.core.plan import Attention, Plan, Quant
+
+
+def inference_activation_bytes(
+    arch: Architecture, batch: int, seq: int, element_bytes: int, attention: Attention
+) -> int:
+    """Prefill transients: one layer at a time (no grad, nothing saved), plus last-token logits.
+
+    Without autograd only the layer being computed holds intermediates: the fp32 norm upcast, Q/K/V,
+    the scores for eager attention, and the MLP's gate, up and activated tensors together. Logits:
+    transformers' ``generate`` computes them for the last position only (``logits_to_keep=1``), in
+    16 bits plus an fp32 copy for sampling; a plain forward over the whole prompt would hold
+    ``b * s * vocab`` logits instead.
+    """
+    tokens = batch * seq
+    e = element_bytes
+    norm = 4 * tokens * arch.hidden + e * tokens * arch.hidden
+    qkv = e * tokens * (arch.q_dim + 2 * arch.kv_dim)
+    scores = (4 + e) * batch * arch.heads * seq * seq if attention is Attention.EAGER else 0
+    mlp = (3 if arch.gated_mlp else 2) * e * tokens * arch.intermediate
+    if arch.experts > 1:
+        mlp *= arch.experts_per_token
+    layer = max(norm + qkv + scores, norm + mlp)
+    # an encoder-decoder keeps the encoder output for every decoder step
+    encoder = block_activations.encoder_output_bytes(arch, batch, seq, e)
+    return layer + batch * arch.vocab * (e + 4) + encoder
+
+
+def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
+    """Key and value cache: ``2 * layers * kv_heads * head_dim * seq * batch * bytes``.
+
+    GQA-aware: only the ``kv_heads`` key/value heads are cached (Ainslie et al. 2023,
+    arXiv:2305.13245); see also Hugging Face's KV-cache docs.
+    """
+    return 2 * arch.kv_cache_layers * arch.kv_dim * seq * batch * element_bytes
+
+
+def _add_inference(
+    plan: Plan, arch: Architecture, layout: Layout, dp: int, acc: _Accumulator
+) -> None:
+    """Add an inference plan's weights (quantized as the checkpoint or ``--quant`` says), KV cache
+    and prefill activations to ``acc``; weights and cache split over ``dp`` GPUs."""
+    element_bytes = layout.activation_bytes
+    weights = checkpoint_weight_bytes(arch, layout.weight_bytes) / dp
+    if plan.quant is not Quant.NONE:
+        # imported here: hwdash.core.quantization imports this package
+        from hwdash.core.quantization import quantized_inference
+
+        weights = quantized_inference(plan, arch, layout.weight_bytes, dp, acc, weights)
+    kv = kv_cache_bytes(arch, plan.batch, plan.seq, element_bytes) / dp
+    activations = inference_activation_bytes(
+        arch, plan.batch, plan.seq, element_bytes, plan.attention
+    )
+    acc.weights += weights
+    acc.kv_cache += kv
+    acc.activations += activations
+    acc.note("weights", weights)
+    acc.note("KV cache", kv)
+    acc.note("prefill activations (one layer) + last-token logits", activations, _BACKWARD_ONLY)
+    if dp > 1:
+        acc.warnings.append(
+            f"inference on {dp} GPUs assumes the weights and KV cache are split evenly "
+            "(tensor parallel, as vLLM does)"
+        )

@@ -1,0 +1,431 @@
+"""One trained model: its model states, gradients, optimizer step and activations, step by step.
+
+:func:`_train_one_model` adds one trained model (the plan's model, an RL policy or value model) to
+the accumulator: the weights (full, or a frozen base with adapters), the optimizer states and the
+gradients in the phases they are alive in, the optimizer step's temporaries, then the activations
+and the logits. Plans sharded by PyTorch FSDP or Megatron TP/PP go to :mod:`hwdash.core.parallelism`;
+the memory savers come from :mod:`hwdash.core.savers`.
+
+Sources:
+
+* ZeRO: Rajbhandari et al. 2020, arXiv:1910.02054, section 3.1 (the fp32 master copy) and 5
+  (sharding); DeepSpeed's config docs, https://www.deepspeed.ai/docs/config-json/ ("bf16"/"fp16":
+  the module cast to 16 bits under ZeRO) and ``stage_1_and_2.py`` (fp32 gradient partitions,
+  ``single_partition_of_fp32_groups``).
+* ZeRO-Offload: Ren et al. 2021, arXiv:2101.06840, section 4: fp32 master weights and Adam states
+  (and the gradients they are updated from) live in host memory; the GPU keeps the 16-bit parameters.
+* PEFT (fp32 adapters; ``prepare_model_for_kbit_training``) and bitsandbytes (one weight
+  dequantized at a time); torchtune (bf16 adapters, ``optimizer_in_bwd``) and PyTorch's tutorial
+  "How to save memory by fusing the optimizer step into the backward pass".
+* The phases each part is alive in, and the recomputation rules, are traced on
+  ``bench/data/calibration.csv`` (see the comments in place).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hwdash.core.estimator.activations import (
+    _merged_expert_gradient_bytes,
+    dora_weight_norm_transient_bytes,
+    layer_activation_bytes,
+    training_activation_bytes,
+)
+from hwdash.core.estimator.architecture import (
+    Architecture,
+    LinearShape,
+    lora_adapter_params,
+    resolve_lora_targets,
+)
+from hwdash.core.estimator.phases import (
+    _BACKWARD_END_ONLY,
+    _BACKWARD_ONLY,
+    _PRODUCED,
+    _STEP_ONLY,
+    _Accumulator,
+    _gradients_persist,
+)
+from hwdash.core.estimator.states import (
+    ADAPTER_LAYOUT,
+    LAYOUTS,
+    QUANTIZED_METHODS,
+    Layout,
+    ModelStates,
+    _base_weight_bytes,
+    _frozen_weights_on_gpu,
+    _largest_trained_tensor,
+    model_state_bytes,
+    optimizer_state_bytes_per_param,
+    optimizer_step_temporary_bytes,
+)
+from hwdash.core.plan import FsdpMode, Method, Offload, OptimizerImpl, Plan, Precision, StoreDtype
+from hwdash.core.savers import (
+    Savers,
+    is_paged,
+    logits_and_loss_bytes,
+    offloaded_activations,
+    resolve_savers,
+)
+
+
+def _sharded_elsewhere(plan: Plan) -> bool:
+    """Whether PyTorch FSDP or Megatron TP/PP shard the plan (:mod:`hwdash.core.parallelism`)."""
+    return plan.fsdp is not FsdpMode.NONE or plan.tp > 1 or plan.pp > 1
+
+
+def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
+    """The layout, adjusted where DeepSpeed overrides it.
+
+    With ZeRO and bf16/fp16 enabled, DeepSpeed casts the whole module to 16 bits and its ZeRO
+    optimizer keeps an fp32 master copy and fp32 states of what trains (DeepSpeed config docs,
+    "bf16"/"fp16" sections; ZeRO paper section 3.1). So ``amp`` (fp32 weights under autocast)
+    becomes ``mixed``, and so does ``bf16`` for full training; a LoRA-style ``bf16`` plan is
+    unchanged (its base is already 16-bit, its adapters get the master copy either way).
+    """
+    layout = LAYOUTS[plan.precision]
+    if _sharded_elsewhere(plan):
+        return layout  # FSDP and Megatron keep their own layouts (hwdash.core.parallelism)
+    if plan.zero == 0 or plan.precision in (Precision.FP32, Precision.MIXED):
+        return layout
+    trained = plan.rl_method if plan.is_rl else plan.method
+    if plan.precision is Precision.BF16 and trained is not Method.FULL:
+        return layout
+    acc.warnings.append(
+        "DeepSpeed ZeRO casts the model to 16 bits and keeps an fp32 master copy and fp32 "
+        "optimizer states: counted as --precision mixed"
+    )
+    return LAYOUTS[Precision.MIXED]
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """What the model-state step of :func:`_train_one_model` hands to the steps after it."""
+
+    trainable: int
+    """Parameters with gradients and optimizer states (the adapters, for LoRA-style methods)."""
+    states: ModelStates
+    """Their weights, gradients and optimizer states on one GPU (before offload)."""
+    state_layout: Layout
+    """The layout the trained parameters are stored in (the adapters' own, for LoRA-style)."""
+    targets: tuple[LinearShape, ...] = ()
+    """The adapted linear layers (none for full training)."""
+
+
+def _train_one_model(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+    *,
+    with_logits: bool,
+    savers: Savers | None = None,
+) -> int:
+    """Add the model states and activations of one trained model; return its trainable params.
+
+    ``savers`` (:mod:`hwdash.core.savers`) switches the loss path, compile, activation offloading,
+    the optimizer step in backward, paged states and the adapters' and QLoRA extras' dtypes."""
+    if savers is None:
+        savers = resolve_savers(plan)
+    if _sharded_elsewhere(plan):
+        # imported here: hwdash.core.parallelism imports this package
+        from hwdash.core import parallelism
+
+        if plan.fsdp is not FsdpMode.NONE:
+            return parallelism.add_fsdp_training(
+                plan, arch, method, dp, acc, label, with_logits=with_logits
+            )
+        return parallelism.add_megatron_training(plan, arch, dp, acc, label)
+    if method is Method.FULL:
+        trained = _add_full_weights(plan, arch, layout, dp, acc, label)
+    else:
+        trained = _add_adapted_weights(plan, arch, method, layout, dp, acc, label, savers)
+    gradients, step_temporaries = _add_optimizer_states(
+        plan, arch, method, trained, dp, acc, label, savers
+    )
+    _add_gradients(plan, arch, method, trained, gradients, dp, acc, label, savers)
+    acc.step_temporaries += step_temporaries
+    acc.note(f"{label} optimizer step temporaries", step_temporaries, _STEP_ONLY)
+    _add_activations(plan, arch, method, layout, trained, acc, label, with_logits, savers)
+    return trained.trainable
+
+
+def _add_full_weights(
+    plan: Plan, arch: Architecture, layout: Layout, dp: int, acc: _Accumulator, label: str
+) -> _Trained:
+    """Full training: every parameter trains in ``layout``; ZeRO-3 shards or offloads the weights."""
+    trainable = arch.total_params
+    states = model_state_bytes(arch.total_params, trainable, layout, plan.optimizer, plan.zero, dp)
+    weights_full = float(arch.total_params * layout.weight_bytes)
+    gpu_weights, host_weights = _frozen_weights_on_gpu(
+        arch, weights_full, plan.zero, dp, plan.offload, layout.weight_bytes
+    )
+    acc.weights += gpu_weights
+    acc.host += host_weights
+    acc.note(f"{label} weights", gpu_weights)
+    return _Trained(trainable, states, layout)
+
+
+def _add_adapted_weights(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+    savers: Savers,
+) -> _Trained:
+    """LoRA-style training: the frozen base (quantized for QLoRA and 8-bit LoRA) and the adapters,
+    plus the transients of a quantized base's dequantized weight and of DoRA's weight norm."""
+    zero = plan.zero
+    targets = resolve_lora_targets(arch, plan.lora_targets)
+    dora = method is Method.DORA
+    trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
+    base_bytes, per_param = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
+    gpu_base, host_base = _frozen_weights_on_gpu(
+        arch, base_bytes, zero, dp, plan.offload, per_param
+    )
+    # DeepSpeed casts the whole module to bf16 and keeps an fp32 master copy of what trains;
+    # without DeepSpeed PEFT keeps fp32 adapters. Both come to 16 bytes per adapter parameter
+    # with Adam.
+    state_layout = LAYOUTS[Precision.MIXED] if zero > 0 else ADAPTER_LAYOUT
+    if zero == 0 and savers.adapter_dtype is StoreDtype.BF16:
+        # torchtune builds the adapters in the model's bf16 (--adapter-dtype bf16)
+        state_layout = LAYOUTS[Precision.BF16]
+    states = model_state_bytes(trainable, trainable, state_layout, plan.optimizer, zero, dp)
+    acc.weights += gpu_base + states.weights
+    acc.host += host_base
+    acc.note(f"{label} frozen base ({method.value})", gpu_base)
+    acc.note(f"{label} adapters", states.weights)
+    if method in QUANTIZED_METHODS:
+        # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
+        largest = arch.largest_linear
+        dequantized = 2 * largest.in_features * largest.out_features
+        acc.activations += dequantized
+        acc.note(f"{label} dequantized weight (transient)", dequantized, _BACKWARD_ONLY)
+    if dora:
+        transient = dora_weight_norm_transient_bytes(
+            targets, state_layout.weight_bytes, layout.activation_bytes
+        )
+        acc.activations += transient
+        acc.note(f"{label} DoRA weight-norm transient", transient, _BACKWARD_ONLY)
+    return _Trained(trainable, states, state_layout, targets)
+
+
+def _add_optimizer_states(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    trained: _Trained,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+    savers: Savers,
+) -> tuple[float, float]:
+    """Add the optimizer states (to the host under ZeRO-Offload, to managed memory when paged);
+    return the gradients on the GPU and the optimizer step's temporaries, as offload and the
+    optimizer step in backward leave them."""
+    zero, offload = plan.zero, plan.offload
+    trainable, state_layout = trained.trainable, trained.state_layout
+    gradients, optimizer = trained.states.gradients, trained.states.optimizer
+    step_temporaries = optimizer_step_temporary_bytes(
+        arch, method, trainable, state_layout, plan.optimizer, zero, dp, plan.optimizer_impl
+    )
+    if offload is not Offload.NONE:
+        # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on
+        # the host; all shards of one machine add up to the full size there. We keep the 16-bit
+        # gradient partition on the GPU too (DeepSpeed streams it out bucket by bucket), which
+        # errs on the safe side.
+        k_bytes = state_layout.master_bytes + optimizer_state_bytes_per_param(
+            plan.optimizer, state_layout
+        )
+        acc.host += trainable * (k_bytes + state_layout.gradient_bytes)
+        optimizer = 0.0
+        step_temporaries = 0.0
+    if savers.optimizer_in_backward:
+        # torchtune's optimizer_in_bwd: a hook steps each parameter and frees its gradient as soon
+        # as backward produces it (torchtune/training/_optimizer_in_backward? see
+        # torchtune.training.create_optim_in_bwd_wrapper and register_optim_in_bwd_hooks; PyTorch
+        # tutorial "How to save memory by fusing the optimizer step into the backward pass"): at most
+        # one parameter's gradient and its step's temporaries exist at a time.
+        one_tensor = _largest_trained_tensor(arch, method, trainable)
+        gradients = min(gradients, float(one_tensor * state_layout.gradient_bytes))
+        if offload is Offload.NONE:
+            step_temporaries = optimizer_step_temporary_bytes(
+                arch,
+                method,
+                trainable,
+                state_layout,
+                plan.optimizer,
+                zero,
+                dp,
+                OptimizerImpl.FOR_LOOP,
+            )
+    acc.optimizer += optimizer
+    if is_paged(plan.optimizer):
+        acc.managed += optimizer
+        acc.note(f"{label} optimizer states (paged: CUDA managed memory)", optimizer)
+    else:
+        acc.note(f"{label} optimizer states", optimizer)
+    return gradients, step_temporaries
+
+
+def _add_gradients(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    trained: _Trained,
+    gradients: float,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+    savers: Savers,
+) -> None:
+    """Add the gradients, alive across backward or produced by it (:func:`_gradients_persist`),
+    and the fp32 copies a master copy's step reads."""
+    if _gradients_persist(plan):
+        acc.persistent_gradients += gradients
+        acc.note(f"{label} gradients", gradients)
+    else:
+        acc.produced_gradients += gradients
+        acc.note(f"{label} gradients", gradients, _PRODUCED)
+    if trained.state_layout.master_bytes and plan.offload is Offload.NONE:
+        # The step reads fp32 gradients: DeepSpeed upcasts the 16-bit gradients into fp32
+        # partitions for its fp32 master copy (stage_1_and_2.py, single_partition_of_fp32_groups),
+        # as does our trace's emulation (bench/calibration/tracing.py, ``to_masters``), which frees
+        # each 16-bit gradient as it is copied: traced qwen2.5-7b mixed, optimizer phase.
+        trainable = trained.trainable
+        shard = dp if plan.zero >= 1 else 1
+        fp32_gradients = trainable * 4 / shard
+        if savers.optimizer_in_backward:
+            fp32_gradients = min(
+                fp32_gradients, 4.0 * _largest_trained_tensor(arch, method, trainable)
+            )
+        extra = fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
+        acc.master_gradients += extra
+        acc.note(f"{label} fp32 gradients for the master copy", extra, _STEP_ONLY)
+
+
+def _layer_settings(
+    plan: Plan, method: Method, layout: Layout, trained: _Trained, savers: Savers
+) -> dict[str, Any]:
+    """The keyword arguments of :func:`layer_activation_bytes` and
+    :func:`training_activation_bytes` for this model: weights, adapters, compile."""
+    targets = trained.targets
+    return {
+        "weight_bytes": layout.weight_bytes,
+        "lora_targets": targets,
+        "lora_rank": plan.lora_r if targets else 0,
+        "dora": method is Method.DORA,
+        "lora_dropout": bool(targets) and plan.lora_dropout > 0,
+        "compiled": savers.compile,
+        "adapter_casts": (
+            False
+            if targets and trained.state_layout.weight_bytes == layout.activation_bytes == 2
+            else None
+        ),
+    }
+
+
+def _logits_and_loss(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    trained: _Trained,
+    savers: Savers,
+) -> int:
+    """The logits and the loss at their peak, as the loss path (``savers``) computes them; full
+    training also holds the LM head's gradient while the fused losses run."""
+    return logits_and_loss_bytes(
+        savers,
+        plan.batch,
+        plan.seq,
+        arch.vocab,
+        arch.hidden,
+        layout.activation_bytes,
+        arch.final_logit_softcap,
+        head_gradient_bytes=(
+            arch.vocab * arch.hidden * trained.state_layout.gradient_bytes
+            if method is Method.FULL
+            else 0
+        ),
+    )
+
+
+def _add_activations(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    trained: _Trained,
+    acc: _Accumulator,
+    label: str,
+    with_logits: bool,
+    savers: Savers,
+) -> None:
+    """Add the activations at the start of backward (saved, or checkpointed with one layer
+    recomputed), the logits and loss, and the first layer's backward at the end of backward."""
+    element_bytes = layout.activation_bytes
+    settings = _layer_settings(plan, method, layout, trained, savers)
+    activations = training_activation_bytes(
+        arch, plan.batch, plan.seq, element_bytes, plan.attention, plan.grad_ckpt, **settings
+    )
+    logits = _logits_and_loss(plan, arch, method, layout, trained, savers) if with_logits else 0
+    one_layer = layer_activation_bytes(
+        arch, plan.batch, plan.seq, element_bytes, plan.attention, **settings
+    )
+    # The end of backward: the first layer's activations (recomputed, with checkpointing) while
+    # every other gradient exists. Traced: mixtral-8x7b LoRA with checkpointing peaks there
+    # (bench/data/calibration.csv, gradients 97% complete at the backward peak).
+    last_layer = one_layer + _merged_expert_gradient_bytes(trained.targets, layout.weight_bytes)
+    acc.last_layer_activations += last_layer
+    acc.note(f"{label} first layer's backward", last_layer, _BACKWARD_END_ONLY)
+    if plan.grad_ckpt:
+        _add_checkpointed(arch, activations, one_layer, logits, acc, label, savers)
+        return
+    if savers.activation_offload:
+        on_gpu, on_host = offloaded_activations(arch.layers, activations / arch.layers)
+        acc.host += on_host
+        activations = round(on_gpu)
+    acc.activations += activations + logits
+    acc.note(f"{label} activations", activations, _BACKWARD_ONLY)
+    if with_logits:
+        acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
+
+
+def _add_checkpointed(
+    arch: Architecture,
+    activations: int,
+    recomputed: int,
+    logits: int,
+    acc: _Accumulator,
+    label: str,
+    savers: Savers,
+) -> None:
+    """Start of backward with gradient checkpointing: the checkpoints plus the larger of the
+    logits and loss and the recomputed layer (``activations`` counts the checkpoints and one
+    layer, :func:`training_activation_bytes`).
+
+    With recomputation the loss's fp32 tensors and the recomputed layer are not alive at the same
+    time: backward starts with the loss and the LM head (freed once the hidden state's gradient
+    exists), and only then recomputes the last block. Traced: every checkpointed row of
+    bench/data/calibration.csv peaks at the start of backward (end of forward + 8 fp32 bytes per
+    logit), without the recomputed layer on top.
+    """
+    checkpoints = activations - recomputed
+    if savers.activation_offload:
+        # the checkpoints go to host RAM, all but the layers in flight (savers.py)
+        on_gpu, on_host = offloaded_activations(arch.layers, checkpoints / arch.layers)
+        acc.host += on_host
+        checkpoints = round(on_gpu)
+    acc.activations += checkpoints + max(recomputed, logits)
+    acc.note(f"{label} activations (checkpoints)", checkpoints, _BACKWARD_ONLY)
+    if logits >= recomputed:
+        acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
+    else:
+        acc.note(f"{label} recomputed layer", recomputed, _BACKWARD_ONLY)
