@@ -95,6 +95,40 @@ def test_one_changed_digit_sends_that_digit_and_little_else() -> None:
     assert same_look(before, through)
 
 
+def test_a_frame_sets_each_colour_once_however_many_rows_change() -> None:
+    """Eight GPU rows whose yellow utilization and red power change: the colours are written once
+    each, not once per row, and the terminal ends up looking as Textual drew it."""
+    base, yellow, red = "38;5;253;48;5;233", "33;48;5;233", "31;48;5;233"
+
+    def rows(util: int, power: int) -> str:
+        return update(
+            *(
+                part
+                for y in range(8)
+                for part in (
+                    (0, y, base, f"GPU {y}  "),
+                    (7, y, yellow, f"{util + y:>3}%"),
+                    (12, y, base, "  "),
+                    (14, y, red, f"{power + y:>3} W"),
+                )
+            )
+        )
+
+    diff = fresh()
+    through = pyte.Screen(COLUMNS, ROWS)
+    feed = pyte.Stream(through).feed
+    feed(diff.feed(full_frame("")))
+    feed(diff.feed(rows(40, 300)))
+    changed = diff.feed(rows(50, 310))
+    feed(changed)
+    assert changed.count("\x1b[33") == 1 and changed.count("\x1b[31") == 1
+    expected = screen_of(full_frame(""))
+    stream = pyte.Stream(expected)
+    stream.feed(rows(40, 300))
+    stream.feed(rows(50, 310))
+    assert same_look(expected, through)
+
+
 def test_a_colour_change_alone_is_written() -> None:
     diff = fresh()
     diff.feed(full_frame("ALERT"))

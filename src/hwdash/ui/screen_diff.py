@@ -351,10 +351,16 @@ class ScreenDiff:
     def _flush(self, out: list[str]) -> None:
         """Write the changed cells of this write and bring the copy up to date."""
         if self._dirty:
-            for y in sorted(self._dirty):
-                changed = self._dirty[y]
-                if changed:
-                    self._write_row(y, changed, out)
+            # Grouped by style: the cells of one colour are written one after the other over the
+            # whole screen, so a frame sets each colour once rather than once per row (eight GPU
+            # rows whose coloured readings change cost a colour code per reading otherwise).
+            # Where cells go on the screen does not depend on the order they are written in.
+            for style in sorted({cell[0] for row in self._dirty.values() for cell in row.values()}):
+                for y in sorted(self._dirty):
+                    changed = self._dirty[y]
+                    mine = {x: cell for x, cell in changed.items() if cell[0] == style}
+                    if mine:
+                        self._write_row(y, mine, out, pending=changed)
             self._dirty.clear()
             out.append(_transition(self._term_style, ""))
             self._term_style = ""
@@ -364,7 +370,10 @@ class ScreenDiff:
             if width is None or self._x < width:
                 self._move(self._x, self._y, out)
 
-    def _write_row(self, y: int, changed: dict[int, Cell], out: list[str]) -> None:
+    def _write_row(
+        self, y: int, changed: dict[int, Cell], out: list[str], *, pending: dict[int, Cell]
+    ) -> None:
+        """Write ``changed`` (some of the row's ``pending`` changes: those of one style)."""
         row = self._rows.setdefault(y, [])
         last = max(changed)
         if last >= len(row):
@@ -382,14 +391,23 @@ class ScreenDiff:
                 else:
                     column -= 1
                     cell = left
-            self._reach(column, y, row, out)
-            self._put(column, cell, row, changed, out)
+            self._reach(column, y, row, out, pending)
+            self._put(column, cell, row, pending, out)
+            if pending.get(column) == cell:
+                del pending[column]  # written: a later style's gap may reuse it
 
-    def _reach(self, column: int, y: int, row: list[Cell], out: list[str]) -> None:
+    def _reach(
+        self, column: int, y: int, row: list[Cell], out: list[str], pending: dict[int, Cell]
+    ) -> None:
         """Bring the cursor to ``column``: by a move, or by writing the few cells before it again
-        when that takes fewer bytes."""
+        when that takes fewer bytes (never cells still waiting for their new content)."""
         start = self._term_x
-        if self._term_y == y and start is not None and start < column <= start + 2 * _MAX_GAP:
+        if (
+            self._term_y == y
+            and start is not None
+            and start < column <= start + 2 * _MAX_GAP
+            and not any(index in pending for index in range(start, column))
+        ):
             gap = row[start:column]
             # A wide character ending the gap would carry the cursor past ``column``, and a
             # right half in it is not drawn on its own: move instead.
