@@ -88,15 +88,29 @@ def load_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+#: Held-out rows of issue 14 whose errors were looked at while a gap was being closed (case-id
+#: prefixes -> the gap): no longer blind tests of the estimator. The held-out table marks them and
+#: scores the held-out rows with and without them.
+SEEN_WHILE_FIXING = {
+    "gemma-2-2b/inference/": "eager prefill: softmax's fp32 copy, the causal mask",
+}
+
+
+def seen_while_fixing(case_id: str) -> str:
+    """The gap whose fixing looked at this row's error, or ''."""
+    for prefix, gap in SEEN_WHILE_FIXING.items():
+        if case_id.startswith(prefix):
+            return gap
+    return ""
+
+
 #: Architectures whose layers do things the estimator does not count yet, with the mechanism (read
 #: off the traces by the estimator helper; the unit tests keep their own copy).
 KNOWN_GAP_MODELS = {
     "phi-2": "tanh-GELU (gelu_new) intermediates, partial rotary, LayerNorm",
 }
 #: Known gaps of one method of one model.
-KNOWN_GAP_MODEL_METHODS = {
-    ("gemma-2-2b", "inference"): "prefill transients of the soft-capped eager attention scores",
-}
+KNOWN_GAP_MODEL_METHODS: dict[tuple[str, str], str] = {}
 #: DoRA with dropout > 0 and no checkpointing: PEFT recomputes the base layer's output on the
 #: dropped-out input for the magnitude term, which the estimator does not count.
 KNOWN_GAP_DORA_DROPOUT = "DoRA with dropout recomputes the base output on dropped inputs"
