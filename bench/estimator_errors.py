@@ -93,6 +93,7 @@ def load_rows(path: Path) -> list[dict[str, str]]:
 #: scores the held-out rows with and without them.
 SEEN_WHILE_FIXING = {
     "gemma-2-2b/inference/": "eager prefill: softmax's fp32 copy, the causal mask",
+    "olmo-2-7b/full/": "OLMo 2's RMSNorm scales in fp32",
 }
 
 

@@ -66,6 +66,45 @@ def main() -> None:
             f"step {a.step} {a.phase:9s} peak {a.total:>14,} {b.total:>14,} per layer {slope:>14,.0f}"
             f"  end per layer {end_slope:>14,.0f}"
         )
+    if case.method != "inference" and case.precision == "bf16" and not case.grad_ckpt:
+        from hwdash.core.estimator import architecture, layer_activation_bytes
+        from hwdash.core.estimator.architecture import resolve_lora_targets
+        from hwdash.core.plan import Attention
+
+        arch = architecture(spec)
+        adapted = case.method in ("lora", "dora")
+        targets = resolve_lora_targets(arch, case.lora_targets) if adapted else ()
+        counted = layer_activation_bytes(
+            arch,
+            case.batch,
+            case.seq,
+            2,
+            Attention(case.attention),
+            weight_bytes=2,
+            lora_targets=targets,
+            lora_rank=case.lora_r if adapted else 0,
+            dora=case.method == "dora",
+            lora_dropout=adapted and case.lora_dropout > 0,
+        )
+        step = 2
+        ends = [
+            next(p for p in t.phases if p.step == step and p.phase == "forward")
+            for t in (shallow, deep)
+        ]
+        traced = (ends[1].end_total - ends[0].end_total) / (high - low)
+        params = (deep.total_params - shallow.total_params) / (high - low)
+        # the end-of-forward slope holds the layer's weights (and, in step 2, its optimizer
+        # states); the activation and temp components alone are what autograd keeps
+        acts = [
+            p.end_components.get("activation", 0) + p.end_components.get("temp", 0) for p in ends
+        ]
+        kept = (acts[1] - acts[0]) / (high - low)
+        tokens = case.batch * case.seq
+        print(
+            f"per layer, end of step-2 forward: all {traced:,.0f} (params {params:,.0f}); "
+            f"activations {kept:,.0f} = {kept / tokens:,.1f} B/token; hwdash counts "
+            f"{counted:,} = {counted / tokens:,.1f} B/token (CPU dropout masks: 4 B, hwdash 1 B)"
+        )
     label = args.phase or inventory.peak_phase
     total, live = inventory.phase_peaks.get(label, (inventory.peak_total, inventory.peak_live))
     print(f"inventory at the peak of {label!r}: {total:,} bytes")

@@ -278,7 +278,8 @@ def _olmo(fields: dict[str, Any], source: str) -> dict[str, Any]:
 def _olmo2(fields: dict[str, Any], source: str) -> dict[str, Any]:
     # The q_norm / k_norm weights (q_dim + kv_dim per block, 0.004% of OLMo-2-7B) are not counted,
     # as for Qwen3; their activations are (qk_norm).
-    return {**_llama_layout(fields, source), "qk_norm": True}
+    # Olmo2RMSNorm multiplies by its weight in fp32 before casting back (rmsnorm_fp32_scale).
+    return {**_llama_layout(fields, source), "qk_norm": True, "norm_type": "rmsnorm_fp32_scale"}
 
 
 def _t5(fields: dict[str, Any], source: str) -> dict[str, Any]:

@@ -225,11 +225,18 @@ def _rms_norm_bytes(
     RMS per row (4 t rows); when the weight trains, the normalised tensor that the weight multiply
     keeps: in ``out_bytes`` for Llama's norm (cast back before the scale), in fp32 for Gemma's
     (``(1 + weight)`` scale in fp32), which also keeps that fp32 ``1 + weight`` (4 bytes per weight
-    element, width / rows of them) whether the weight trains or not. Traced per layer to the byte (gemma-2-2b and qwen3-0.6b, b1/s512).
+    element, width / rows of them) whether the weight trains or not. Traced per layer to the byte
+    (gemma-2-2b and qwen3-0.6b, b1/s512). OLMo 2's norm (transformers' ``Olmo2RMSNorm``:
+    ``(self.weight * hidden_states).to(input_dtype)`` on the fp32 normalised tensor) scales in fp32
+    by the 16-bit weight itself: the same fp32 normalised tensor when the weight trains, no
+    ``1 + weight`` vector (the weight is a parameter). Traced per layer to the byte (issue 14,
+    ``bench/probe_gaps.py``: olmo-2-7b full bf16 at b1/s512, four such norms per layer, each
+    keeping 8 bytes per element, the per-head count of its q/k norms aside).
     """
     kept = 4 * tokens * width + 4 * tokens * rows
     if arch.norm_scale_in_fp32:
-        kept += 4 * (width // rows) + (0 if frozen else 4 * tokens * width)
+        offset = 4 * (width // rows) if arch.norm_offset else 0
+        kept += offset + (0 if frozen else 4 * tokens * width)
     elif not frozen:
         kept += out_bytes * tokens * width
     return kept
