@@ -163,8 +163,9 @@ def _bloom(fields: dict[str, Any], source: str) -> dict[str, Any]:
         "embedding_norm": True,
         "position_encoding": "alibi",
         "eager_attention_only": True,
-        # bloom_gelu_forward: the tanh approximation of GELU
-        "mlp_activation": "gelu_new",
+        # the tanh approximation of GELU, but run as BloomGelu's GeLUFunction, a custom autograd
+        # function that keeps only its input (as one fused op would): counted as "gelu"
+        "mlp_activation": "gelu",
     }
 
 

@@ -115,12 +115,18 @@ def _input_copies_kept(
         return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
 
     kept_bytes = 0
+    # one norm feeding attention and MLP (Phi-2's, Falcon-7B's parallel block): without casts the
+    # q/k/v group and the MLP's first linears keep the very same tensor
+    one_norm_output = arch.parallel_block and arch.norms_per_layer == 1 and not casts
+    shared_kept = False
     for group in _SHARED_INPUT_GROUPS:
         members = [by_name[name] for name in group if name in by_name]
         if not members:
             continue
         adapted = [linear for linear in members if linear.name in names]
         kept = (len(adapted) if casts else 1) if adapted else 0
+        if kept and one_norm_output and members[0].copies == 1:
+            kept, shared_kept = (0 if shared_kept else kept), True
         kept_bytes += kept * e * tokens_through(members[0]) * members[0].in_features
     o_input = e * tokens * by_name["o_proj"].in_features
     if attention is Attention.EAGER:
@@ -319,6 +325,14 @@ def layer_activation_bytes(
         # Traced per layer: gemma-2-2b at b1/s512 eager (with the norms above, to the byte).
         scores += e * batch * arch.heads * seq * seq
     mlp = (3 if arch.gated_mlp else 1) * e * tokens * arch.intermediate
+    if arch.mlp_activation == "gelu_new":
+        # the tanh-approximated GELU written out elementwise (transformers' NewGELUActivation,
+        # ``activations.py``: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))): besides
+        # its input (pow keeps it, counted above) autograd keeps tanh's output, 0.5 * x and
+        # 1 + tanh for the final product, 3 e t i more. Traced (issue 14, bench/probe_gaps.py,
+        # phi-2 b1/s512 full and LoRA bf16): one tanh, one mul and one add of the MLP's width
+        # per layer besides fc1's output and the GELU output.
+        mlp += 3 * e * tokens * arch.intermediate
     if arch.experts > 1:
         # k routed copies; the expert outputs kept by the routing-weight multiply (k e t h); the
         # router's input (e t h) and its fp32 logits (4 t experts). The gathered expert inputs are
