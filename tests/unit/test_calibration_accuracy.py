@@ -39,7 +39,9 @@ scorer = _load_scorer()
 KNOWN_GAPS: dict[str, str] = {}
 #: Row kinds the estimator does not model yet.
 KNOWN_GAP_ROWS = {
-    "/dora/bf16/b2/s1024/nockpt": "DoRA with dropout recomputes the base output on dropped inputs",
+    "/dora/bf16/b2/s1024/nockpt": (
+        "DoRA with dropout: step-1 weight-norm transients held by reference cycles until collected"
+    ),
 }
 
 

@@ -161,6 +161,15 @@ def _adapter_extras(
       scaling (2 e t out), plus three fp32 vectors of ``out`` (magnitude / norm scale). PEFT's
       weight-norm path (an ``in x in`` identity through the adapter, then detached) is freed module
       by module: a transient, not a kept activation.
+    * DoRA with dropout (p > 0): PEFT 0.21's ``DoraLinearLayer.forward`` gets no base output then
+      and recomputes it on the dropped-out input, ``F.linear(x, weight.to(x.dtype))`` with ``x`` in
+      the adapter's fp32; under autocast that linear casts the frozen weight to 16 bits and keeps
+      the copy for the input gradient: one ``e`` byte copy of every adapted base weight per layer
+      (without autocast, in fp32, the weight itself is kept: nothing new). Traced (issue 14,
+      ``bench/probe_gaps.py``, llama-3.2-1b DoRA r16 bf16 at b1/s512): dropout 0 is counted to the
+      byte; dropout 0.05 keeps 237,568 bytes per token per layer more than the masks, which is 2
+      bytes x the layer's 60.8M linear parameters / 512 tokens, and the inventory holds 16-bit
+      ``_to_copy`` tensors of every projection's weight shape.
     * LoRA dropout (p > 0): its mask over each adapted module's input, :data:`DROPOUT_MASK_BYTES`
       per element. The dropped-out tensor itself is not kept: lora_A keeps its own (cast) input,
       counted with the inputs. Checked on the calibration traces: the ``-d0.05`` rows hold 4 bytes
@@ -181,6 +190,8 @@ def _adapter_extras(
             extras += (
                 2 * e * routed * linear.out_features + 3 * 4 * linear.out_features * linear.copies
             )
+        if dora and dropout and casts and linear.copies == 1:
+            extras += e * linear.in_features * linear.out_features
     return extras
 
 
