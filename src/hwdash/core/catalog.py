@@ -182,10 +182,11 @@ class ModelSpec(_Strict):
     """Normalisation layers per block on the residual stream: 2 for pre-norm (Llama), 4 for Gemma 2
     and 3 (a pre- and a post-norm around attention and around the MLP), 1 for Phi-2 (attention and
     MLP run in parallel on one LayerNorm). Each keeps its input for backward."""
-    norm_type: Literal["rmsnorm", "rmsnorm_offset", "layernorm"] = "rmsnorm"
+    norm_type: Literal["rmsnorm", "rmsnorm_offset", "rmsnorm_fp32_scale", "layernorm"] = "rmsnorm"
     """``rmsnorm`` (Llama, Qwen: normalise in fp32, cast back, then scale by the weight),
     ``rmsnorm_offset`` (Gemma 2 and 3: scale by ``1 + weight`` in fp32, cast back at the end; this
-    applies to their Q/K norms too) or ``layernorm`` (Phi-2: mean and variance, weight and bias)."""
+    applies to their Q/K norms too), ``rmsnorm_fp32_scale`` (OLMo 2: scale by the weight in fp32,
+    then cast back; its Q/K norms too) or ``layernorm`` (Phi-2: mean and variance, weight and bias)."""
     qk_norm: bool = False
     """Per-head RMSNorm on the queries and keys before RoPE (Qwen3's and Gemma 3's ``q_norm`` and
     ``k_norm``): two more norms per layer, over Q and K."""

@@ -163,8 +163,9 @@ def _bloom(fields: dict[str, Any], source: str) -> dict[str, Any]:
         "embedding_norm": True,
         "position_encoding": "alibi",
         "eager_attention_only": True,
-        # bloom_gelu_forward: the tanh approximation of GELU
-        "mlp_activation": "gelu_new",
+        # the tanh approximation of GELU, but run as BloomGelu's GeLUFunction, a custom autograd
+        # function that keeps only its input (as one fused op would): counted as "gelu"
+        "mlp_activation": "gelu",
     }
 
 
@@ -278,7 +279,8 @@ def _olmo(fields: dict[str, Any], source: str) -> dict[str, Any]:
 def _olmo2(fields: dict[str, Any], source: str) -> dict[str, Any]:
     # The q_norm / k_norm weights (q_dim + kv_dim per block, 0.004% of OLMo-2-7B) are not counted,
     # as for Qwen3; their activations are (qk_norm).
-    return {**_llama_layout(fields, source), "qk_norm": True}
+    # Olmo2RMSNorm multiplies by its weight in fp32 before casting back (rmsnorm_fp32_scale).
+    return {**_llama_layout(fields, source), "qk_norm": True, "norm_type": "rmsnorm_fp32_scale"}
 
 
 def _t5(fields: dict[str, Any], source: str) -> dict[str, Any]:

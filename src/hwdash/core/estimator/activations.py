@@ -115,12 +115,18 @@ def _input_copies_kept(
         return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
 
     kept_bytes = 0
+    # one norm feeding attention and MLP (Phi-2's, Falcon-7B's parallel block): without casts the
+    # q/k/v group and the MLP's first linears keep the very same tensor
+    one_norm_output = arch.parallel_block and arch.norms_per_layer == 1 and not casts
+    shared_kept = False
     for group in _SHARED_INPUT_GROUPS:
         members = [by_name[name] for name in group if name in by_name]
         if not members:
             continue
         adapted = [linear for linear in members if linear.name in names]
         kept = (len(adapted) if casts else 1) if adapted else 0
+        if kept and one_norm_output and members[0].copies == 1:
+            kept, shared_kept = (0 if shared_kept else kept), True
         kept_bytes += kept * e * tokens_through(members[0]) * members[0].in_features
     o_input = e * tokens * by_name["o_proj"].in_features
     if attention is Attention.EAGER:
@@ -155,6 +161,15 @@ def _adapter_extras(
       scaling (2 e t out), plus three fp32 vectors of ``out`` (magnitude / norm scale). PEFT's
       weight-norm path (an ``in x in`` identity through the adapter, then detached) is freed module
       by module: a transient, not a kept activation.
+    * DoRA with dropout (p > 0): PEFT 0.21's ``DoraLinearLayer.forward`` gets no base output then
+      and recomputes it on the dropped-out input, ``F.linear(x, weight.to(x.dtype))`` with ``x`` in
+      the adapter's fp32; under autocast that linear casts the frozen weight to 16 bits and keeps
+      the copy for the input gradient: one ``e`` byte copy of every adapted base weight per layer
+      (without autocast, in fp32, the weight itself is kept: nothing new). Traced (issue 14,
+      ``bench/probe_gaps.py``, llama-3.2-1b DoRA r16 bf16 at b1/s512): dropout 0 is counted to the
+      byte; dropout 0.05 keeps 237,568 bytes per token per layer more than the masks, which is 2
+      bytes x the layer's 60.8M linear parameters / 512 tokens, and the inventory holds 16-bit
+      ``_to_copy`` tensors of every projection's weight shape.
     * LoRA dropout (p > 0): its mask over each adapted module's input, :data:`DROPOUT_MASK_BYTES`
       per element. The dropped-out tensor itself is not kept: lora_A keeps its own (cast) input,
       counted with the inputs. Checked on the calibration traces: the ``-d0.05`` rows hold 4 bytes
@@ -175,6 +190,8 @@ def _adapter_extras(
             extras += (
                 2 * e * routed * linear.out_features + 3 * 4 * linear.out_features * linear.copies
             )
+        if dora and dropout and casts and linear.copies == 1:
+            extras += e * linear.in_features * linear.out_features
     return extras
 
 
@@ -225,11 +242,18 @@ def _rms_norm_bytes(
     RMS per row (4 t rows); when the weight trains, the normalised tensor that the weight multiply
     keeps: in ``out_bytes`` for Llama's norm (cast back before the scale), in fp32 for Gemma's
     (``(1 + weight)`` scale in fp32), which also keeps that fp32 ``1 + weight`` (4 bytes per weight
-    element, width / rows of them) whether the weight trains or not. Traced per layer to the byte (gemma-2-2b and qwen3-0.6b, b1/s512).
+    element, width / rows of them) whether the weight trains or not. Traced per layer to the byte
+    (gemma-2-2b and qwen3-0.6b, b1/s512). OLMo 2's norm (transformers' ``Olmo2RMSNorm``:
+    ``(self.weight * hidden_states).to(input_dtype)`` on the fp32 normalised tensor) scales in fp32
+    by the 16-bit weight itself: the same fp32 normalised tensor when the weight trains, no
+    ``1 + weight`` vector (the weight is a parameter). Traced per layer to the byte (issue 14,
+    ``bench/probe_gaps.py``: olmo-2-7b full bf16 at b1/s512, four such norms per layer, each
+    keeping 8 bytes per element, the per-head count of its q/k norms aside).
     """
     kept = 4 * tokens * width + 4 * tokens * rows
     if arch.norm_scale_in_fp32:
-        kept += 4 * (width // rows) + (0 if frozen else 4 * tokens * width)
+        offset = 4 * (width // rows) if arch.norm_offset else 0
+        kept += offset + (0 if frozen else 4 * tokens * width)
     elif not frozen:
         kept += out_bytes * tokens * width
     return kept
@@ -312,6 +336,14 @@ def layer_activation_bytes(
         # Traced per layer: gemma-2-2b at b1/s512 eager (with the norms above, to the byte).
         scores += e * batch * arch.heads * seq * seq
     mlp = (3 if arch.gated_mlp else 1) * e * tokens * arch.intermediate
+    if arch.mlp_activation == "gelu_new":
+        # the tanh-approximated GELU written out elementwise (transformers' NewGELUActivation,
+        # ``activations.py``: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))): besides
+        # its input (pow keeps it, counted above) autograd keeps tanh's output, 0.5 * x and
+        # 1 + tanh for the final product, 3 e t i more. Traced (issue 14, bench/probe_gaps.py,
+        # phi-2 b1/s512 full and LoRA bf16): one tanh, one mul and one add of the MLP's width
+        # per layer besides fc1's output and the GELU output.
+        mlp += 3 * e * tokens * arch.intermediate
     if arch.experts > 1:
         # k routed copies; the expert outputs kept by the routing-weight multiply (k e t h); the
         # router's input (e t h) and its fp32 logits (4 t experts). The gathered expert inputs are

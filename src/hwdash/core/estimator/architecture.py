@@ -74,8 +74,14 @@ class Architecture:
     norms_per_layer: int = 2
     """Norms on the residual stream per block (``ModelSpec.norms_per_layer``)."""
     norm_scale_in_fp32: bool = False
-    """Gemma's RMSNorm (``ModelSpec.norm_type = "rmsnorm_offset"``): scales by ``1 + weight`` in
+    """Gemma's and OLMo 2's RMSNorm (``ModelSpec.norm_type``: ``rmsnorm_offset``,
+    ``rmsnorm_fp32_scale``). Gemma's scales by ``1 + weight`` in
     fp32 before casting back, so it keeps an fp32 normalised tensor and an fp32 ``1 + weight``."""
+    mlp_activation: str = "silu"
+    """The MLP's activation (``ModelSpec.mlp_activation``): ``gelu_new`` keeps more."""
+    norm_offset: bool = False
+    """Gemma's ``1 + weight`` (``rmsnorm_offset``): an fp32 vector the norm makes and keeps. OLMo 2's
+    norm (``rmsnorm_fp32_scale``) also scales in fp32, by the weight itself: no such vector."""
     attn_logit_softcap: bool = False
     """Gemma 2's ``cap * tanh(scores / cap)`` on the attention scores (eager attention)."""
     final_logit_softcap: bool = False
@@ -202,7 +208,9 @@ def architecture(model: ModelSpec) -> Architecture:
         final_norm_params=stacks * norm if model.norm_weights_per_layer else 0,
         qk_norm=model.qk_norm,
         norms_per_layer=model.norms_per_layer,
-        norm_scale_in_fp32=model.norm_type == "rmsnorm_offset",
+        norm_scale_in_fp32=model.norm_type in ("rmsnorm_offset", "rmsnorm_fp32_scale"),
+        norm_offset=model.norm_type == "rmsnorm_offset",
+        mlp_activation=model.mlp_activation,
         attn_logit_softcap=model.attn_logit_softcap is not None,
         final_logit_softcap=model.final_logit_softcap is not None,
         checkpoint_bits=model.checkpoint_bits,

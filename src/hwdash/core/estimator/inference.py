@@ -19,6 +19,23 @@ from hwdash.core.estimator.states import Layout, checkpoint_weight_bytes
 from hwdash.core.plan import Attention, Plan, Quant
 
 
+def eager_prefill_score_bytes(element_bytes: int) -> int:
+    """Bytes per score element (b x heads x s x s) alive at once in an eager no-grad prefill.
+
+    transformers' eager attention calls ``softmax(scores, dim=-1, dtype=torch.float32)``. ATen's
+    ``softmax`` with a ``dtype`` (``aten/src/ATen/native/SoftMax.cpp``) runs the fused
+    half-to-float kernel only for CUDA fp16 inputs; for bf16 (and every CPU input) it converts the
+    scores to fp32 first and runs the softmax on that copy. So while the softmax runs, the 16-bit
+    scores, their fp32 copy and the fp32 probabilities are alive together: ``e + 4 + 4`` bytes
+    (fp32 scores need no copy: ``4 + 4``). Then ``.to(dtype)`` makes the 16-bit probabilities
+    while the fp32 ones and the scores still exist (``4 + 2e``, never more). Traced (issue 14,
+    ``bench/probe_gaps.py``): llama-3.2-1b and gemma-2-2b at b1/s1024 eager in bf16 hold one bf16
+    ``add`` and two fp32 (``_to_copy``, ``_softmax``) score-sized tensors at the prefill peak.
+    """
+    copy = 4 if element_bytes != 4 else 0
+    return max(element_bytes + 4 + copy, 4 + 2 * element_bytes)
+
+
 def inference_activation_bytes(
     arch: Architecture, batch: int, seq: int, element_bytes: int, attention: Attention
 ) -> int:
@@ -34,7 +51,12 @@ def inference_activation_bytes(
     e = element_bytes
     norm = 4 * tokens * arch.hidden + e * tokens * arch.hidden
     qkv = e * tokens * (arch.q_dim + 2 * arch.kv_dim)
-    scores = (4 + e) * batch * arch.heads * seq * seq if attention is Attention.EAGER else 0
+    scores = 0
+    if attention is Attention.EAGER:
+        scores = eager_prefill_score_bytes(e) * batch * arch.heads * seq * seq
+        # eager attention reads K and V expanded to every query head (repeat_kv) and adds a
+        # b x 1 x s x s additive causal mask in the activations' dtype
+        qkv += 2 * e * tokens * (arch.q_dim - arch.kv_dim) + e * batch * seq * seq
     mlp = (3 if arch.gated_mlp else 2) * e * tokens * arch.intermediate
     if arch.experts > 1:
         mlp *= arch.experts_per_token
