@@ -248,9 +248,10 @@ def _add_optimizer_states(
         step_temporaries = 0.0
     if savers.optimizer_in_backward:
         # torchtune's optimizer_in_bwd: a hook steps each parameter and frees its gradient as soon
-        # as backward produces it (torchtune/training/_optimizer_in_backward? see
-        # torchtune.training.create_optim_in_bwd_wrapper and register_optim_in_bwd_hooks; PyTorch
-        # tutorial "How to save memory by fusing the optimizer step into the backward pass"): at most
+        # as backward produces it (torchtune's training/memory.py: create_optim_in_bwd_wrapper and
+        # register_optim_in_bwd_hooks, one optimizer per parameter stepped from a post-accumulate-
+        # grad hook; PyTorch tutorial "How to save memory by fusing the optimizer step into the
+        # backward pass"): at most
         # one parameter's gradient and its step's temporaries exist at a time.
         one_tensor = _largest_trained_tensor(arch, method, trainable)
         gradients = min(gradients, float(one_tensor * state_layout.gradient_bytes))
