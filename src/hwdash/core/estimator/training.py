@@ -248,7 +248,8 @@ def _add_optimizer_states(
         step_temporaries = 0.0
     if savers.optimizer_in_backward:
         # torchtune's optimizer_in_bwd: a hook steps each parameter and frees its gradient as soon
-        # as backward produces it (torchtune's training/memory.py: create_optim_in_bwd_wrapper and
+        # as backward produces it (torchtune's memory utilities, utils/memory.py and later
+        # training/memory.py: create_optim_in_bwd_wrapper and
         # register_optim_in_bwd_hooks, one optimizer per parameter stepped from a post-accumulate-
         # grad hook; PyTorch tutorial "How to save memory by fusing the optimizer step into the
         # backward pass"): at most
