@@ -116,18 +116,10 @@ def _activation(fields: dict[str, Any], keys: tuple[str, ...], default: Activati
 
 
 def _gpt_neox(fields: dict[str, Any], source: str) -> dict[str, Any]:
-    hidden = _int(fields, ("hidden_size",), source)
-    heads = _int(fields, ("num_attention_heads",), source)
+    # The Hugging Face standard dimension keys, read as for Llama; what GPT-NeoX does otherwise:
     return {
-        "layers": _int(fields, ("num_hidden_layers",), source),
-        "hidden_size": hidden,
-        "heads": heads,
-        "kv_heads": heads,
-        "head_dim": hidden // heads,
-        "intermediate_size": _int(fields, ("intermediate_size",), source),
-        "vocab_size": _int(fields, ("vocab_size",), source),
-        "max_context": _int(fields, ("max_position_embeddings",), source, default=2048),
-        "tied_embeddings": _bool(fields, "tie_word_embeddings", source, False),
+        **_llama_layout(fields, source),
+        "kv_heads": _int(fields, ("num_attention_heads",), source),
         # GPTNeoXConfig.attention_bias defaults to True (older configs do not carry the key).
         "attention_bias": _bool(fields, "attention_bias", source, True),
         "mlp": "standard",

@@ -130,6 +130,16 @@ _FSDP_FIELDS = ("fsdp",)
 _FSDP_ONLY_FIELDS = ("fsdp_offload",)
 #: Rows shown only for full training (Megatron-LM tensor and pipeline parallelism).
 _FULL_ONLY_FIELDS = ("tp", "pp")
+#: The class that shows a row only where it applies (the pane's method classes switch them).
+_ROW_CLASSES = {
+    **dict.fromkeys(_RL_FIELDS, "-rl-only"),
+    **dict.fromkeys(_INFERENCE_FIELDS, "-inference-only"),
+    **dict.fromkeys(_TRAINING_FIELDS, "-training-only"),
+    **dict.fromkeys(_FSDP_FIELDS, "-fine-tuning-only"),
+    **dict.fromkeys(_FSDP_ONLY_FIELDS, "-fsdp-only"),
+    **dict.fromkeys(_FULL_ONLY_FIELDS, "-full-only"),
+    **dict.fromkeys(_LORA_FIELDS, "-lora-only"),
+}
 #: The loss row's first choice: leave it to the framework (``Plan.loss`` None).
 LOSS_DEFAULT = "framework default"
 _INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum", "tp", "pp")
@@ -398,19 +408,7 @@ class PlannerPane(Widget):
         # Containers take no focus stop: tab goes from field to field, and p/c/m keep working.
         with VerticalScroll(id="plan-form", can_focus=False):
             for name, label in FORM_FIELDS:
-                classes = "plan-field -rl-only" if name in _RL_FIELDS else "plan-field"
-                if name in _INFERENCE_FIELDS:
-                    classes = "plan-field -inference-only"
-                elif name in _TRAINING_FIELDS:
-                    classes = "plan-field -training-only"
-                elif name in _FSDP_FIELDS:
-                    classes = "plan-field -fine-tuning-only"
-                elif name in _FSDP_ONLY_FIELDS:
-                    classes = "plan-field -fsdp-only"
-                elif name in _FULL_ONLY_FIELDS:
-                    classes = "plan-field -full-only"
-                elif name in _LORA_FIELDS:
-                    classes = "plan-field -lora-only"
+                classes = f"plan-field {_ROW_CLASSES.get(name, '')}".rstrip()
                 with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
                     with Horizontal():
                         yield Label(label)
@@ -588,7 +586,7 @@ class PlannerPane(Widget):
             # the LoRA rows are hidden: a half-typed rank there must not block a full fine-tune
             for name in _LORA_FIELDS:
                 errors.pop(name, None)
-                data[name] = self._base.model_dump()[name]
+                data[name] = getattr(self._base, name)
         if method is Method.INFERENCE or method in (Method.PPO, Method.GRPO):
             # the FSDP rows are hidden there (FSDP is modelled for fine-tuning)
             data["fsdp"] = FsdpMode.NONE

@@ -355,12 +355,13 @@ class ScreenDiff:
             # whole screen, so a frame sets each colour once rather than once per row (eight GPU
             # rows whose coloured readings change cost a colour code per reading otherwise).
             # Where cells go on the screen does not depend on the order they are written in.
-            for style in sorted({cell[0] for row in self._dirty.values() for cell in row.values()}):
-                for y in sorted(self._dirty):
-                    changed = self._dirty[y]
-                    mine = {x: cell for x, cell in changed.items() if cell[0] == style}
-                    if mine:
-                        self._write_row(y, mine, out, pending=changed)
+            by_style: dict[str, dict[int, dict[int, Cell]]] = {}
+            for y in sorted(self._dirty):
+                for x, cell in self._dirty[y].items():
+                    by_style.setdefault(cell[0], {}).setdefault(y, {})[x] = cell
+            for style in sorted(by_style):
+                for y, mine in by_style[style].items():
+                    self._write_row(y, mine, out, pending=self._dirty[y])
             self._dirty.clear()
             out.append(_transition(self._term_style, ""))
             self._term_style = ""
