@@ -64,10 +64,44 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _top_level_value_options() -> set[str]:
+    """The dashboard's flags that take a value (``--tab monitor``: ``monitor`` is that value)."""
+    parser = Parser(prog="hwdash", add_help=False)
+    importlib.import_module("hwdash.commands.dashboard").add_arguments(parser)
+    return {
+        option
+        for action in parser._actions  # argparse keeps no public list of its actions
+        if action.nargs != 0
+        for option in action.option_strings
+    }
+
+
+def find_subcommand(given: Sequence[str]) -> str | None:
+    """The subcommand in ``given``: the first word that is not a flag or a flag's value (None for
+    the dashboard). ``hwdash --tab monitor`` opens the dashboard on the monitor tab."""
+    takes_value = _top_level_value_options()
+    skip = False
+    for arg in given:
+        if skip:
+            skip = False
+        elif arg == "--":
+            return None
+        elif arg.startswith("-") and len(arg) > 1:
+            name = arg.split("=", 1)[0]
+            if "=" in arg or not name.startswith("--"):
+                continue
+            # argparse accepts an unambiguous prefix (--ta for --tab) as the flag itself.
+            matches = [option for option in takes_value if option.startswith(name)]
+            skip = name in takes_value or len(matches) == 1
+        else:
+            return arg if arg in SUBCOMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hwdash`` console script. Returns the exit status."""
     given = list(sys.argv[1:] if argv is None else argv)
-    chosen = next((arg for arg in given if arg in SUBCOMMANDS), None)
+    chosen = find_subcommand(given)
     if chosen in SUBCOMMANDS:
         # --catalog (and --version/--help) mean the same before a subcommand; the dashboard's
         # own flags (--demo, --fake-nvml, --interval...) would be parsed and then ignored.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hwdash.cli import main
+from hwdash.cli import find_subcommand, main
 
 GPU_KEYS = {
     "index",
@@ -266,6 +266,27 @@ def test_dashboard_flags_before_a_subcommand_are_refused_not_ignored(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "must come after the subcommand: hwdash monitor" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--tab", "monitor"],
+        ["--tab=compare"],
+        ["--ta", "compare"],  # argparse's unambiguous prefix
+        ["--interval", "1", "--tab", "compare", "--demo"],
+    ],
+)
+def test_a_tab_named_after_a_subcommand_opens_the_dashboard(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # `monitor` after --tab is the flag's value, not the subcommand: the dashboard starts (and,
+    # with pytest's captured output for a terminal, says it needs one).
+    assert find_subcommand(argv) is None
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the dashboard needs a terminal" in err
+    assert "must come after" not in err
 
 
 def test_simulated_alerts_never_land_in_the_real_alert_log(

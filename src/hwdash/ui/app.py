@@ -43,7 +43,7 @@ from hwdash.ui.sampling import (
     SnapshotReady,
     plain_frame,
 )
-from hwdash.ui.screen_diff import ScreenDiff, diffing_driver
+from hwdash.ui.screen_diff import ScreenDiff, diffing_driver, terminal_hung_up
 from hwdash.ui.widgets.monitor_cells import TextCell
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
@@ -66,6 +66,12 @@ ALERT_COMMAND_GRACE_SECONDS = 3.0
 #: Seconds without an answer from the sampler after which the monitor says a call is hung
 #: (at least this, and at least three intervals; a guess at "clearly longer than a slow round").
 STALL_AFTER_SECONDS = 5.0
+
+#: Seconds between checks that the terminal is still there (a poll() call each).
+TERMINAL_CHECK_SECONDS = 0.5
+
+#: Exit status when the terminal went away: 128 + SIGHUP, as a shell reports a hung-up job.
+TERMINAL_HUNG_UP_EXIT = 129
 
 #: Every key of every tab (tests/ui/test_keys.py checks that each binding is listed). A key line
 #: is two spaces, the keys (``a / b``), two spaces or more, what they do.
@@ -389,6 +395,9 @@ class HwdashApp(App[None]):
     # -- sampling -----------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        terminal = getattr(self._driver, "fileno", None)
+        if not self.is_headless and isinstance(terminal, int):
+            self.set_interval(TERMINAL_CHECK_SECONDS, lambda: self._check_terminal(terminal))
         if self.sampler is None or self.initial_tab != "monitor":
             # Nothing to wait for: the hidden panes come right after the first frame.
             self.call_after_refresh(self.mount_hidden_panes)
@@ -410,6 +419,14 @@ class HwdashApp(App[None]):
             else:
                 self.sampling.start()
             self.set_interval(min(1.0, max(0.1, self._stall_after_s / 2)), self._check_stalled)
+
+    def _check_terminal(self, fd: int) -> None:
+        """Quit when the terminal is gone: nobody can see the app, and Textual would spin."""
+        if not self._exit_requested and terminal_hung_up(fd):
+            self._exit_requested = True
+            if self.sampling is not None:
+                self.sampling.stop(timeout=0.0)
+            self.exit(return_code=TERMINAL_HUNG_UP_EXIT)
 
     def _check_stalled(self) -> None:
         if self.sampling is None:

@@ -494,3 +494,19 @@ def diffing_driver(base: type[Driver]) -> type[Driver]:
 
     DiffingDriver.__name__ = f"Diffing{base.__name__}"
     return DiffingDriver
+
+
+def terminal_hung_up(fd: int) -> bool:
+    """Whether the terminal behind ``fd`` is gone (its other end closed: a dropped SSH link, a
+    killed tmux pane without SIGHUP to us). Textual's input thread then reads end-of-file in a
+    loop and keeps a core busy, so the app checks this and quits (False where poll() is missing)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):
+        return False
+    gone = select.POLLHUP | select.POLLERR | select.POLLNVAL
+    return any(mask & gone for _fd, mask in events)
