@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from snapshot_apps.fake_dashboard import fake_app, shared_catalog, wait_for_frames
-from textual.widgets import Input, TabbedContent
+from textual.widgets import Input
 
 from hwdash.cli import main
 from hwdash.commands import dashboard
 from hwdash.core.plan_store import PlanStore
-from hwdash.ui.app import HelpScreen, HwdashApp, make_app
+from hwdash.ui.app import DashboardTabs, HelpScreen, HwdashApp, make_app
 from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.planner_pane import PlannerPane
@@ -25,8 +25,9 @@ async def test_keys_switch_between_planner_compare_and_monitor(tmp_path: Path) -
         assert app.planner.display and isinstance(app.planner, PlannerPane)
         await pilot.press("m")
         assert app.active_tab == "monitor"
-        assert app.query_one(TabbedContent).active_pane is not None
-        assert app.query_one(TabbedContent).active_pane.query_one(MonitorPane) is app.monitor
+        tabs = app.query_one(DashboardTabs)
+        assert tabs.get_pane("monitor").query_one(MonitorPane) is app.monitor
+        assert tabs.get_pane("monitor").display and not tabs.get_pane("planner").display
         await pilot.press("c")
         assert app.active_tab == "compare"
         assert isinstance(app.compare, ComparePane)

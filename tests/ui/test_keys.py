@@ -10,7 +10,7 @@ from snapshot_apps.fake_dashboard import fake_app, wait_for_frames
 from textual.binding import Binding
 from textual.containers import ScrollableContainer
 from textual.scroll_view import ScrollView
-from textual.widgets import Input, Static, Tabs
+from textual.widgets import Input, Static
 from textual.widgets._footer import FooterKey
 
 from hwdash.ui.app import HELP_TEXT, DashboardTabs, HwdashApp
@@ -21,6 +21,7 @@ from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.monitor_processes import ProcessTable
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
+from hwdash.ui.widgets.tab_bar import TabBar
 
 
 async def test_tab_then_m_c_p_switch_tabs_and_the_first_tab_reaches_a_field(
@@ -29,7 +30,7 @@ async def test_tab_then_m_c_p_switch_tabs_and_the_first_tab_reaches_a_field(
     app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
-        assert isinstance(app.focused, Tabs)
+        assert isinstance(app.focused, TabBar)
         await pilot.press("tab")
         # No container takes a focus stop: the first tab lands on the first form field.
         assert app.focused is not None and app.focused.id == "plan-model"
@@ -57,7 +58,7 @@ async def test_m_and_c_switch_from_the_fits_only_checkbox_and_the_provider_selec
                 await pilot.pause()
                 assert app.active_tab == tab, selector
                 # The tab bar has the focus, so the next tab key works at once.
-                assert isinstance(app.focused, Tabs)
+                assert isinstance(app.focused, TabBar)
                 await pilot.press("p")
                 assert app.active_tab == "planner"
 
@@ -85,7 +86,7 @@ async def test_planner_keys_work_from_the_tab_bar(tmp_path: Path) -> None:
     app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
-        assert isinstance(app.focused, Tabs)  # where focus starts, and where escape leaves it
+        assert isinstance(app.focused, TabBar)  # where focus starts, and where escape leaves it
         table = app.query_one(FlavorTable)
         await pilot.press("2")
         assert table.sort_by == "time"
@@ -144,6 +145,7 @@ def _help_keys() -> dict[str, set[str]]:
 HELP_SECTIONS: tuple[tuple[type[object], str | None], ...] = (
     (HwdashApp, None),
     (DashboardTabs, None),
+    (TabBar, None),
     (PlannerPane, "Planner"),
     (ComparePane, "Compare"),
     (MonitorPane, "Monitor"),
@@ -198,7 +200,7 @@ async def test_from_the_tab_bar_the_planner_footer_names_its_keys_and_the_app_ke
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await pilot.pause()
-        assert isinstance(app.focused, Tabs)
+        assert isinstance(app.focused, TabBar)
         shown = _footer_keys(app)
         assert {"s", "t", "f", "p", "c", "m", "question_mark", "q"} <= set(shown), shown
         # o shows only the fitting flavors here: the monitor's "sort processes" is not offered.
@@ -224,7 +226,7 @@ async def test_ctrl_s_and_ctrl_t_work_from_the_tab_bar(tmp_path: Path) -> None:
     app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30, initial_tab="planner")
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
-        assert isinstance(app.focused, Tabs)
+        assert isinstance(app.focused, TabBar)
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert isinstance(app.screen, NameDialog)
@@ -270,6 +272,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 README_SECTIONS: tuple[tuple[type[object], str | None], ...] = (
     (HwdashApp, None),
     (DashboardTabs, "planner"),
+    (TabBar, None),
     (PlannerPane, "planner"),
     (ComparePane, "compare"),
     (MonitorPane, "monitor"),

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Container, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.driver import Driver
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import ContentSwitcher, Footer, Input, Static
 
 from hwdash.core.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
@@ -47,6 +48,7 @@ from hwdash.ui.screen_diff import ScreenDiff, diffing_driver, terminal_hung_up
 from hwdash.ui.widgets.monitor_cells import TextCell
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
+from hwdash.ui.widgets.tab_bar import TabBar
 
 if TYPE_CHECKING:
     from hwdash.core.catalog import Catalog
@@ -86,6 +88,7 @@ HELP_TEXT = """\
   q / ctrl+q    quit (ctrl+q also in a text field)
   tab           next field or table (shift+tab: the one before)
   escape        leave a field for the tab bar (where these keys work)
+  left / right  on the tab bar: the tab before / after (or click a tab)
   ctrl+l        redraw the whole screen
   ctrl+p        command palette (themes, keys)
 
@@ -147,8 +150,13 @@ class HelpScreen(ModalScreen[None]):
             yield Static(HELP_TEXT, id="help-text")
 
 
-class DashboardTabs(TabbedContent):
-    """The tabs, forwarding the planner's keys to the planner pane while its tab is shown.
+class TabPage(Container):
+    """What one tab shows (its pane is mounted into it)."""
+
+
+class DashboardTabs(Vertical):
+    """The tab bar over the three pages, forwarding the planner's keys to the planner pane
+    while its tab is shown.
 
     Focus starts on the tab bar, and escape leaves a field for it: from there (and from anywhere
     in the planner tab but a text field) the planner's keys work; inside the pane, the pane's own
@@ -168,6 +176,53 @@ class DashboardTabs(TabbedContent):
         ),
         Binding("escape", "leave_field", "Leave field"),
     ]
+
+    class TabActivated(Message):
+        """The tab shown changed to ``tab``."""
+
+        def __init__(self, tab: str) -> None:
+            super().__init__()
+            self.tab = tab
+
+    def __init__(self, initial: TabName, first_pane: Widget) -> None:
+        super().__init__(id="tabs")
+        self._active: str = initial
+        self._first_pane = first_pane
+
+    def compose(self) -> ComposeResult:
+        yield TabBar([(tab, tab.capitalize()) for tab in TAB_NAMES], self._active, id="tab-bar")
+        with ContentSwitcher(initial=self._active):
+            for tab in TAB_NAMES:
+                with TabPage(id=tab):
+                    # The other tabs get their panes once the first frame is on screen.
+                    if tab == self._active:
+                        yield self._first_pane
+
+    @property
+    def active(self) -> str:
+        """Id of the tab shown."""
+        return self._active
+
+    @active.setter
+    def active(self, tab: str) -> None:
+        if tab == self._active:
+            return
+        self._active = tab
+        self.query_one(ContentSwitcher).current = tab
+        self.tab_bar.active = tab
+        self.post_message(self.TabActivated(tab))
+
+    @property
+    def tab_bar(self) -> TabBar:
+        return self.query_one(TabBar)
+
+    def get_pane(self, tab: str) -> TabPage:
+        """The page of ``tab``."""
+        return self.query_one(f"#{tab}", TabPage)
+
+    async def on_tab_bar_chosen(self, event: TabBar.Chosen) -> None:
+        event.stop()
+        await self.app.run_action(f"show_tab({event.tab!r})")
 
     def _planner_pane(self) -> Widget | None:
         """The planner pane, when its tab is shown."""
@@ -193,7 +248,7 @@ class DashboardTabs(TabbedContent):
 
     def action_leave_field(self) -> None:
         """Leave a text field for the tab bar, where the single-letter keys work again."""
-        self.screen.set_focus(self.query_one(Tabs))
+        self.screen.set_focus(self.tab_bar)
 
 
 class HwdashApp(App[None]):
@@ -349,17 +404,9 @@ class HwdashApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield self.alert_status
-        with DashboardTabs(initial=self.initial_tab):
-            # Hidden tabs get their panes once the first frame is on screen (a faster first frame).
-            with TabPane("Planner", id="planner"):
-                if self.initial_tab == "planner":
-                    yield self.planner
-            with TabPane("Compare", id="compare"):
-                if self.initial_tab == "compare":
-                    yield self.compare
-            with TabPane("Monitor", id="monitor"):
-                if self.initial_tab == "monitor":
-                    yield self.monitor
+        # Only the first tab's pane now: the others are built once the first frame is out.
+        first: Widget = getattr(self, self.initial_tab)
+        yield DashboardTabs(self.initial_tab, first)
         # The command palette (ctrl+p) is in the help: its footer key pushed the app's keys off
         # an 80-column footer.
         yield Footer(show_command_palette=False)
@@ -383,14 +430,14 @@ class HwdashApp(App[None]):
             return
         for tab, pane in panes.items():
             if not pane.is_mounted and not pane.is_attached:
-                self.query_one(f"#{tab}", TabPane).mount(pane)
+                self.query_one(DashboardTabs).get_pane(tab).mount(pane)
         # Start-up is over once they are on screen: the garbage collector comes back.
         self.call_after_refresh(startup_gc.resume)
 
     @property
     def active_tab(self) -> str:
         """Id of the tab on screen."""
-        return self.query_one(TabbedContent).active
+        return self.query_one(DashboardTabs).active
 
     # -- sampling -----------------------------------------------------------------------------
 
@@ -552,18 +599,18 @@ class HwdashApp(App[None]):
         if tab not in TAB_NAMES:
             return
         self.mount_hidden_panes()
-        tabbed = self.query_one(TabbedContent)
+        tabbed = self.query_one(DashboardTabs)
         if tabbed.active != tab:
             # The tab bar takes the focus first (at once, not after a refresh): a widget hidden
             # with focus hands it to a sibling, and a sibling in the pane being hidden (the
             # planner's "fits only" checkbox and provider select) pulled that pane back on
             # screen. From the tab bar the new tab's keys work at once.
-            self.screen.set_focus(tabbed.query_one(Tabs))
+            self.screen.set_focus(tabbed.tab_bar)
         tabbed.active = tab
 
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+    def on_dashboard_tabs_tab_activated(self, event: DashboardTabs.TabActivated) -> None:
         """The footer's keys depend on the tab (sorting is offered on the monitor only)."""
-        if not event.pane.children:
+        if not self.query_one(DashboardTabs).get_pane(event.tab).children:
             self.mount_hidden_panes()  # a tab chosen (key or click) before they were built
         self.refresh_bindings()
 
@@ -713,7 +760,7 @@ class HwdashApp(App[None]):
 
     def action_leave_field(self) -> None:
         """Escape from a form field to the tab bar, where the single-letter keys work again."""
-        self.query_one(TabbedContent).query_one(Tabs).focus()
+        self.query_one(DashboardTabs).tab_bar.focus()
 
     def action_help(self) -> None:
         """Show the list of keys."""
