@@ -19,6 +19,7 @@ from snapshot_apps.fake_dashboard import (
     step,
     wait_for_frames,
 )
+from textual.widgets import Input
 
 from hwdash.core.plan import Plan
 from hwdash.core.plan_store import PlanStore
@@ -191,6 +192,27 @@ async def test_unsupported_fields_read_n_a_and_other_containers_are_marked(tmp_p
 
 
 # -- plan against reality -------------------------------------------------------------------------
+
+
+async def test_a_plan_loaded_before_the_planner_is_built_fills_its_form(tmp_path: Path) -> None:
+    # The dashboard opens on the monitor and builds the planner after the first frame; a plan
+    # loaded before then (from compare, or a script) must not be lost or raise.
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        planner = app.planner
+        assert not planner.query("#plan-model")  # its form is not built yet
+        planner.load_plan(Plan(model="qwen2.5-0.5b", batch=3), "early")
+        await wait_for_frames(pilot, app, 1)
+        for _ in range(20):
+            if planner.report is not None and planner.report.plan.model == "qwen2.5-0.5b":
+                break
+            await pilot.pause(0.05)
+        assert planner.query_one("#plan-model", Input).value == "qwen2.5-0.5b"
+        assert planner.query_one("#plan-batch", Input).value == "3"
+        report = planner.report
+        assert report is not None and report.plan.batch == 3
+        assert app.monitor.plan_bytes == report.estimate.per_gpu.total
+        assert "early" in app.monitor.plan_cell.shown
 
 
 async def test_plan_total_is_drawn_and_the_overrun_is_said(tmp_path: Path) -> None:

@@ -389,6 +389,8 @@ class PlannerPane(Widget):
         self.errors: dict[str, str] = {}
         """Field name -> reason, for every field the current form cannot use (``""``: the whole form)."""
         self._recompute_pending = False
+        self._load_pending = False
+        """A plan was loaded before the form was built: it fills the form on mount."""
         self._shown_errors: dict[str, str] | None = None
         self.exported: Path | None = None
         """The file the last export wrote (tests read it)."""
@@ -529,6 +531,8 @@ class PlannerPane(Widget):
             # The app quit while this pane was being mounted after the first frame (seen when it
             # exits within a fraction of a second of starting): its form is gone, nothing to do.
             return
+        if self._load_pending:
+            self.load_plan(self._base, self._chosen_name)
         self._recompute()
 
     def on_resize(self, event: Resize) -> None:
@@ -1076,6 +1080,12 @@ class PlannerPane(Widget):
         ``name``: the saved plan's name (the monitor draws the plan under it)."""
         self._base = plan
         self._chosen_name = name if name is not None else f"{plan.model} {plan.method.value}"
+        if not self.query(f"#{_control_id('model')}"):
+            # Called before the form is on screen (the pane is mounted after the first frame):
+            # the form is filled from this plan once it is.
+            self._load_pending = True
+            return
+        self._load_pending = False
         for name in _FIELD_NAMES:
             control = self.query_one(f"#{_control_id(name)}")
             value = getattr(plan, name)
