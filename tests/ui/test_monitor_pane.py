@@ -194,6 +194,17 @@ async def test_unsupported_fields_read_n_a_and_other_containers_are_marked(tmp_p
 # -- plan against reality -------------------------------------------------------------------------
 
 
+async def wait_for_plan_on_monitor(pilot: Any, app: HwdashApp, model: str) -> None:
+    """Until the planner has estimated a plan of ``model`` and the monitor has its total (a
+    message later), for at most two seconds."""
+    for _ in range(40):
+        report = app.planner.report
+        ready = report is not None and report.plan.model == model
+        if ready and app.monitor.plan_bytes is not None:
+            return
+        await pilot.pause(0.05)
+
+
 async def test_a_plan_loaded_before_the_planner_is_built_fills_its_form(tmp_path: Path) -> None:
     # The dashboard opens on the monitor and builds the planner after the first frame; a plan
     # loaded before then (from compare, or a script) must not be lost or raise.
@@ -203,10 +214,7 @@ async def test_a_plan_loaded_before_the_planner_is_built_fills_its_form(tmp_path
         assert not planner.query("#plan-model")  # its form is not built yet
         planner.load_plan(Plan(model="qwen2.5-0.5b", batch=3), "early")
         await wait_for_frames(pilot, app, 1)
-        for _ in range(20):
-            if planner.report is not None and planner.report.plan.model == "qwen2.5-0.5b":
-                break
-            await pilot.pause(0.05)
+        await wait_for_plan_on_monitor(pilot, app, "qwen2.5-0.5b")
         assert planner.query_one("#plan-model", Input).value == "qwen2.5-0.5b"
         assert planner.query_one("#plan-batch", Input).value == "3"
         report = planner.report
@@ -221,8 +229,7 @@ async def test_plan_total_is_drawn_and_the_overrun_is_said(tmp_path: Path) -> No
         await wait_for_frames(pilot, app, 1)
         # A plan the user chose is on the bars at once.
         app.planner.load_plan(Plan(model="qwen2.5-7b"), "chosen")
-        await pilot.pause()
-        await pilot.pause()
+        await wait_for_plan_on_monitor(pilot, app, "qwen2.5-7b")
         report = app.planner.report
         assert report is not None
         plan_bytes = report.estimate.per_gpu.total
