@@ -68,14 +68,27 @@ def packaged_frameworks() -> dict[str, Framework]:
     return {entry.id: entry for entry in entries if isinstance(entry, Framework)}
 
 
+#: Stated defaults already read, by (identity of the frozen Framework entry, method): every estimate
+#: resolves its savers, and the make-it-fit search makes thousands. Bounded: cleared at the limit.
+_STATED: dict[tuple[int, Method], tuple[Framework, dict[str, Any]]] = {}
+_STATED_LIMIT = 256
+
+
 def framework_settings(framework: Framework | None, method: Method) -> dict[str, Any]:
-    """The framework's stated defaults for ``method``: the general ones, then ``full``'s."""
+    """The framework's stated defaults for ``method``: the general ones, then ``full``'s (a new
+    dict the caller may change)."""
     if framework is None:
         return {}
-    settings = framework.given()
-    if method is Method.FULL:
-        settings.update(framework.full.given())
-    return settings
+    key = (id(framework), method)
+    known = _STATED.get(key)
+    if known is None or known[0] is not framework:
+        settings = framework.given()
+        if method is Method.FULL:
+            settings.update(framework.full.given())
+        if len(_STATED) >= _STATED_LIMIT:
+            _STATED.clear()
+        known = _STATED[key] = (framework, settings)
+    return dict(known[1])
 
 
 def resolve_savers(plan: Plan, framework: Framework | None = None) -> Savers:

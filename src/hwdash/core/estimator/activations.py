@@ -27,6 +27,8 @@ Sources:
 
 from __future__ import annotations
 
+import functools
+
 from hwdash.core import block_activations
 from hwdash.core.estimator.architecture import Architecture, LinearShape
 from hwdash.core.plan import Attention
@@ -259,6 +261,9 @@ def _rms_norm_bytes(
     return kept
 
 
+# A pure function of its (hashable, immutable) arguments, asked the same question thousands of times
+# by the make-it-fit search (every knob but batch, sequence and the adapters leaves it alone).
+@functools.lru_cache(maxsize=4096)
 def layer_activation_bytes(
     arch: Architecture,
     batch: int,

@@ -18,7 +18,8 @@ Sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cached_property
 
 from hwdash.core.catalog import ModelSpec
 
@@ -39,7 +40,7 @@ class LinearShape:
     copies: int = 1
     bias: bool = False
 
-    @property
+    @cached_property
     def params(self) -> int:
         """Parameters of every copy together."""
         return self.copies * (
@@ -101,22 +102,31 @@ class Architecture:
     norm_saves_input: bool = False
     """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
 
-    @property
+    def __hash__(self) -> int:
+        # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
+        # they are hashed once, not on every cache lookup of the formulas that take a layout.
+        return self._field_hash
+
+    @cached_property
+    def _field_hash(self) -> int:
+        return hash(tuple(getattr(self, field.name) for field in fields(self)))
+
+    @cached_property
     def q_dim(self) -> int:
         """Width of the query projection (heads x head_dim)."""
         return self.heads * self.head_dim
 
-    @property
+    @cached_property
     def kv_dim(self) -> int:
         """Width of each of the key and value projections."""
         return self.kv_heads * self.head_dim
 
-    @property
+    @cached_property
     def cross_params_per_layer(self) -> int:
         """One cross-attention block's linears (0 for a decoder-only model)."""
         return sum(linear.params for linear in self.cross_linears)
 
-    @property
+    @cached_property
     def kv_cache_layers(self) -> int:
         """Attention layers whose keys and values a generating model caches: every block of a
         decoder-only model; an encoder-decoder's decoder blocks twice (self- and cross-attention;
@@ -125,25 +135,25 @@ class Architecture:
             return 2 * self.cross_attention_layers
         return self.layers
 
-    @property
+    @cached_property
     def linear_params_per_layer(self) -> int:
         """Parameters in one block's linear layers (what NF4/int8 quantize)."""
         return sum(linear.params for linear in self.linears)
 
-    @property
+    @cached_property
     def block_params(self) -> int:
         """Parameters of one transformer block."""
         return (
             self.linear_params_per_layer + self.norm_params_per_layer + self.router_params_per_layer
         )
 
-    @property
+    @cached_property
     def quantizable_params(self) -> int:
         """Parameters bitsandbytes quantizes: every linear layer inside the blocks."""
         cross = self.cross_attention_layers * self.cross_params_per_layer
         return self.layers * self.linear_params_per_layer + cross
 
-    @property
+    @cached_property
     def total_params(self) -> int:
         """Every parameter, all experts included."""
         cross = self.cross_attention_layers * (self.cross_params_per_layer + self.cross_norm_params)
@@ -155,17 +165,17 @@ class Architecture:
             + self.final_norm_params
         )
 
-    @property
+    @cached_property
     def unquantized_params(self) -> int:
         """Embeddings, LM head, norms, routers: left in 16 bits by bitsandbytes."""
         return self.total_params - self.quantizable_params
 
-    @property
+    @cached_property
     def largest_linear(self) -> LinearShape:
         """The single largest weight matrix of a block (one expert's, for MoE)."""
         return max(self.linears, key=lambda linear: linear.in_features * linear.out_features)
 
-    @property
+    @cached_property
     def matmul_params_per_token(self) -> int:
         """Parameters one token multiplies through (MoE: only its routed experts; embedding lookup
         excluded, LM head included even when tied). The N of 2N FLOPs per token (Kaplan et al. 2020)."""
@@ -176,7 +186,25 @@ class Architecture:
         return self.layers * (per_layer + self.router_params_per_layer) + self.vocab * self.hidden
 
 
+#: Layouts already derived, by the identity of their (frozen, immutable) ModelSpec: the make-it-fit
+#: search estimates thousands of plans of one model. Bounded: cleared when it reaches the limit.
+_LAYOUTS: dict[int, tuple[ModelSpec, Architecture]] = {}
+_LAYOUTS_LIMIT = 256
+
+
 def architecture(model: ModelSpec) -> Architecture:
+    """The parameter layout of ``model`` (derived once per model object; see :func:`_derive`)."""
+    known = _LAYOUTS.get(id(model))
+    if known is not None and known[0] is model:
+        return known[1]
+    layout = _derive(model)
+    if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(model)] = (model, layout)
+    return layout
+
+
+def _derive(model: ModelSpec) -> Architecture:
     """The parameter layout of ``model``: Llama-style blocks (q, k, v, o + gated or plain MLP).
 
     Counts follow the Hugging Face implementations (``modeling_llama.py``, ``modeling_qwen2.py``,
