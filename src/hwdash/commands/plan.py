@@ -849,7 +849,8 @@ def render_report(
         from hwdash.core.savers import describe_savers, resolve_savers
 
         console.print(
-            f"framework {plan.framework.value}: {describe_savers(resolve_savers(plan))}",
+            f"framework {plan.framework.value}: "
+            f"{describe_savers(resolve_savers(plan, report.framework))}",
             style="dim",
             highlight=False,
         )

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,6 +24,9 @@ from hwdash.core.units import GB, MIB
 
 # Re-exported: it lives in hwdash.errors so the command line can catch it without pydantic.
 from hwdash.errors import CatalogError as CatalogError
+
+if TYPE_CHECKING:
+    from hwdash.core.plan import Plan
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -377,6 +380,11 @@ class Catalog:
     def accelerator_for(self, flavor: Flavor) -> Accelerator | None:
         """The accelerator a flavor carries, or None for CPU-only."""
         return None if flavor.accelerator is None else self.accelerators[flavor.accelerator]
+
+    def framework_for(self, plan: Plan) -> Framework | None:
+        """This catalog's entry for the plan's ``--framework`` (a user catalog's override wins); None
+        when the catalog has no such entry (the estimator then reads the packaged one)."""
+        return self.frameworks.get(plan.framework.value)
 
     def find_model(self, name: str) -> ModelSpec | None:
         """Look a model up by id, display name or Hugging Face id, ignoring case."""

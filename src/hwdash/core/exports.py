@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hwdash.core.catalog import Catalog
+from hwdash.core.catalog import Catalog, Framework
 from hwdash.core.plan import (
     FsdpMode,
     Loss,
@@ -151,10 +151,11 @@ def trainer_fsdp(plan: Plan) -> str | None:
     return " ".join(words)
 
 
-def uncarried_settings(plan: Plan, kind: str) -> list[str]:
+def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None) -> list[str]:
     """The plan's settings (in flag words) that the ``kind`` export cannot write, so the tool
-    would run without them and ``--from`` cannot read them back."""
-    savers = resolve_savers(plan)
+    would run without them and ``--from`` cannot read them back. ``framework``: the catalog's
+    entry for ``plan.framework`` (None: the packaged one)."""
+    savers = resolve_savers(plan, framework)
     trained = trained_method(plan)
     missing: list[str] = []
     if plan.is_training:
@@ -190,8 +191,11 @@ def _py(value: Any) -> str:
     return repr(value)
 
 
-def trainer_snippet(plan: Plan, model_id: str, *, bf16_hardware: bool = True) -> str:
-    """A Python snippet building the Trainer (or TRL) arguments, PEFT and bitsandbytes configs.
+def trainer_snippet(
+    plan: Plan, model_id: str, *, bf16_hardware: bool = True, framework: Framework | None = None
+) -> str:
+    """A Python snippet building the Trainer (or TRL) arguments, PEFT and bitsandbytes configs
+    (the savers as ``framework``, the catalog's entry for ``plan.framework``, sets them).
 
     Every value is a literal, so ``hwdash plan --from`` can read the snippet back.
     """
@@ -244,7 +248,7 @@ def trainer_snippet(plan: Plan, model_id: str, *, bf16_hardware: bool = True) ->
     ]
     if config_class == "SFTConfig":
         arguments.append(("max_length", plan.seq))
-    savers = resolve_savers(plan)
+    savers = resolve_savers(plan, framework)
     if savers.compile:
         arguments.append(("torch_compile", True))
     if savers.loss is Loss.FUSED_LINEAR:
@@ -388,7 +392,8 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
     if plan.flavors and flavor is not None and flavor.gpu_count:
         gpus = flavor.gpu_count
     notes: list[str] = []
-    missing = uncarried_settings(plan, kind) if kind != "hf-jobs" else []
+    framework = catalog.framework_for(plan)
+    missing = uncarried_settings(plan, kind, framework) if kind != "hf-jobs" else []
     if missing:
         notes.append(
             f"{kind} has no field for {', '.join(missing)}: set it in the training code "
@@ -408,7 +413,7 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
             notes.append(
                 f"the snippet points at {DEEPSPEED_CONFIG_NAME}: write it with --export deepspeed"
             )
-        return trainer_snippet(plan, model_id, bf16_hardware=bf16), notes
+        return trainer_snippet(plan, model_id, bf16_hardware=bf16, framework=framework), notes
     if kind == "accelerate":
         if plan.fsdp is not FsdpMode.NONE and plan.precision is not Precision.BF16:
             notes.append(

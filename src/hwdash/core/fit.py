@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, Framework, ModelSpec
 from hwdash.core.estimator import (
     LAYOUTS,
     QUANTIZED_METHODS,
@@ -158,10 +158,13 @@ def evaluate_flavor(
     flavor: Flavor,
     accelerator: Accelerator | None,
     tokens: int | None,
+    *,
+    framework: Framework | None = None,
 ) -> tuple[FlavorFit, MemoryEstimate]:
-    """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count."""
+    """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count.
+    ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one)."""
     if accelerator is None or accelerator.kind == "cpu" or flavor.gpu_count == 0:
-        estimate = estimate_memory(plan, model, gpus=1)
+        estimate = estimate_memory(plan, model, gpus=1, framework=framework)
         fit = FlavorFit(
             flavor=flavor,
             accelerator=accelerator,
@@ -172,7 +175,7 @@ def evaluate_flavor(
         )
         return fit, estimate
     gpus = flavor.gpu_count
-    estimate = estimate_memory(plan, model, gpus=gpus, accelerator=accelerator)
+    estimate = estimate_memory(plan, model, gpus=gpus, accelerator=accelerator, framework=framework)
     need = estimate.per_gpu.total
     usable = accelerator.usable_bytes
     verdict = fit_verdict(need, usable)
@@ -342,10 +345,17 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
     breakdown_accelerator = catalog.accelerator_for(flavors[0]) if plan.flavors else None
     if breakdown_accelerator is not None and breakdown_accelerator.kind == "cpu":
         breakdown_accelerator = None
-    estimate = estimate_memory(plan, model, gpus=plan.gpus, accelerator=breakdown_accelerator)
+    # The savers' defaults come from the catalog's entry for the framework (a user catalog may
+    # override the packaged frameworks.toml).
+    framework = catalog.framework_for(plan)
+    estimate = estimate_memory(
+        plan, model, gpus=plan.gpus, accelerator=breakdown_accelerator, framework=framework
+    )
     tokens = training_tokens(plan)
     fits = [
-        evaluate_flavor(plan, model, flavor, catalog.accelerator_for(flavor), tokens)[0]
+        evaluate_flavor(
+            plan, model, flavor, catalog.accelerator_for(flavor), tokens, framework=framework
+        )[0]
         for flavor in flavors
     ]
     fits.sort(key=_sort_key)
@@ -377,4 +387,5 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
         fastest=fastest,
         tokens=tokens,
         warnings=tuple(dict.fromkeys(warnings)),
+        framework=framework,
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec, Slowdown
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, Framework, ModelSpec, Slowdown
 from hwdash.core.estimator import (
     architecture,
     estimate_memory,
@@ -185,13 +185,16 @@ def _trained_method(plan: Plan) -> Method:
     return plan.rl_method if plan.is_rl else plan.method
 
 
-def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
-    """The knobs worth turning for this plan on ``gpu_count`` GPUs (none that change nothing)."""
+def knobs_for(
+    plan: Plan, model: ModelSpec, gpu_count: int, framework: Framework | None = None
+) -> list[Knob]:
+    """The knobs worth turning for this plan on ``gpu_count`` GPUs (none that change nothing).
+    ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one)."""
     knobs: list[Knob] = []
     training = plan.is_training
     method = _trained_method(plan)
     method_field = "rl_method" if plan.is_rl else "method"
-    savers = resolve_savers(plan) if training else None
+    savers = resolve_savers(plan, framework) if training else None
     if training and not plan.grad_ckpt:
         # Checkpointing, then checkpointing with the checkpoints offloaded to host RAM (Unsloth's
         # offloaded checkpointing; torchtune's activation offloading on top of checkpointing).
@@ -244,7 +247,7 @@ def knobs_for(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
             )
         )
     if training:
-        knobs += _saver_knobs(plan)
+        knobs += _saver_knobs(plan, framework)
         zero_settings = _zero_settings(plan, gpu_count)
         if zero_settings:
             knobs.append(Knob("zero", True, tuple(zero_settings)))
@@ -386,7 +389,7 @@ def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
     return settings
 
 
-def _saver_knobs(plan: Plan) -> list[Knob]:
+def _saver_knobs(plan: Plan, framework: Framework | None = None) -> list[Knob]:
     """The training stacks' memory savers that keep the experiment (:mod:`hwdash.core.savers`),
     each offered only where the plan (or its ``--framework``'s defaults) has it off.
 
@@ -400,7 +403,7 @@ def _saver_knobs(plan: Plan) -> list[Knob]:
       full fine-tuning recipes), with no accumulation (the plan refuses it) and not under ZeRO
       (DeepSpeed runs its own optimizer step).
     """
-    savers = resolve_savers(plan)
+    savers = resolve_savers(plan, framework)
     knobs: list[Knob] = []
     losses = {
         Loss.STANDARD: (Loss.CHUNKED, Loss.FUSED_LINEAR),
@@ -568,13 +571,15 @@ def search_flavor(
     keeps_only: bool = False,
     memory_cache: dict[tuple[Plan, int, str], int] | None = None,
     skip_knobs: frozenset[str] = frozenset(),
+    framework: Framework | None = None,
 ) -> tuple[bool, list[FitOption], int]:
     """(fits already, minimal options, combinations evaluated) for one flavor.
 
     ``flavor_fit`` evaluates a plan on the flavor (default: :func:`hwdash.core.fit.evaluate_flavor`);
     it is a parameter so a caller can swap in a flavor built from live GPUs. ``keeps_only`` turns
     only the knobs that keep the experiment. ``memory_cache`` shares per-GPU needs between flavors
-    with the same accelerator and GPU count.
+    with the same accelerator and GPU count. ``framework``: the catalog's entry for
+    ``plan.framework`` (None: the packaged one); no knob changes the framework.
     """
     slowdowns = slowdowns or {}
     tokens = training_tokens(plan)
@@ -582,19 +587,21 @@ def search_flavor(
     def evaluate(candidate_plan: Plan) -> FlavorFit:
         if flavor_fit is not None:
             return flavor_fit(candidate_plan)
-        return evaluate_flavor(candidate_plan, model, flavor, accelerator, tokens)[0]
+        return evaluate_flavor(
+            candidate_plan, model, flavor, accelerator, tokens, framework=framework
+        )[0]
 
     base = evaluate(plan)
     if base.verdict is FitVerdict.FITS:
         return True, [], 1
     usable = accelerator.usable_bytes
-    knobs = knobs_for(plan, model, flavor.gpu_count)
+    knobs = knobs_for(plan, model, flavor.gpu_count, framework)
     knobs = [knob for knob in knobs if knob.name not in skip_knobs]
     if keeps_only:
         knobs = [knob for knob in knobs if knob.keeps_experiment]
     cache = {} if memory_cache is None else memory_cache
     base_time = _time_of(base)
-    base_factors = _slowdown_keys_of(plan)
+    base_factors = _slowdown_keys_of(plan, framework)
     evaluated = 1
     fitting: list[tuple[_Candidate, FlavorFit, Plan]] = []
     tight: list[tuple[_Candidate, FlavorFit, Plan]] = []
@@ -619,7 +626,11 @@ def search_flavor(
                 need = cache.get(key)
                 if need is None:
                     estimate = estimate_memory(
-                        changed, model, gpus=flavor.gpu_count, accelerator=accelerator
+                        changed,
+                        model,
+                        gpus=flavor.gpu_count,
+                        accelerator=accelerator,
+                        framework=framework,
                     )
                     # paged optimizer states may spill to host RAM (see evaluate_flavor)
                     need = estimate.per_gpu.total - estimate.managed_bytes
@@ -640,7 +651,7 @@ def search_flavor(
         if not any(_dominates(found, entry[0]) for found, _fit, _plan in fitting)
     ]
     options = [
-        _option(plan, knobs, candidate, fit, changed, base_time, base_factors, slowdowns)
+        _option(plan, knobs, candidate, fit, changed, base_time, base_factors, slowdowns, framework)
         for candidate, fit, changed in chosen_set
     ]
     return False, options, evaluated
@@ -666,7 +677,7 @@ def _minimal(
     ]
 
 
-def _slowdown_keys_of(plan: Plan) -> set[str]:
+def _slowdown_keys_of(plan: Plan, framework: Framework | None = None) -> set[str]:
     keys = set()
     method = _trained_method(plan)
     if method in (Method.QLORA, Method.LORA_8BIT):
@@ -677,7 +688,7 @@ def _slowdown_keys_of(plan: Plan) -> set[str]:
         keys.add("offload-optimizer")
     if plan.offload is Offload.PARAMS or plan.fsdp_offload:
         keys.add("offload-params")
-    if resolve_savers(plan).activation_offload:
+    if resolve_savers(plan, framework).activation_offload:
         keys.add("activation-offload")
     return keys
 
@@ -691,6 +702,7 @@ def _option(
     base_time: float | None,
     base_factors: set[str],
     slowdowns: Mapping[str, Slowdown],
+    framework: Framework | None = None,
 ) -> FitOption:
     words = tuple(knobs[knob].settings[level].words for knob, level in candidate.levels)
     keeps = all(knobs[knob].keeps_experiment for knob, _level in candidate.levels)
@@ -699,7 +711,7 @@ def _option(
     option_time = _time_of(fit)
     if base_time is not None and option_time is not None:
         slowdown = option_time / base_time
-        for key in sorted(_slowdown_keys_of(changed) - base_factors):
+        for key in sorted(_slowdown_keys_of(changed, framework) - base_factors):
             entry = slowdowns.get(key)
             if entry is not None:
                 slowdown *= entry.factor
@@ -766,6 +778,7 @@ def find_fit_options(
     tokens = training_tokens(plan)
     searchable = [(f, a) for f in flavors if (a := _searchable(catalog, f)) is not None]
     cache: dict[tuple[Plan, int, str], int] = {}
+    framework = catalog.framework_for(plan)
     # Passes: across many flavors, the knobs that keep the experiment first (an option that
     # changes the experiment never ranks above one that keeps it, so when those fill the list the
     # rest need not be searched); then every knob; a fourth knob only when three found nothing.
@@ -783,11 +796,14 @@ def find_fit_options(
                 max_changes=max_changes,
                 keeps_only=keeps_only,
                 memory_cache=cache,
+                framework=framework,
             )
             evaluated += count
             fits_already = fits_already or already
             if already and across:
-                fit = evaluate_flavor(plan, model, flavor, accelerator, tokens)[0]
+                fit = evaluate_flavor(
+                    plan, model, flavor, accelerator, tokens, framework=framework
+                )[0]
                 all_options.append(FitOption(plan, (), ("as it is",), True, fit, 1.0))
             all_options.extend(options)
         enough = sum(
@@ -805,7 +821,7 @@ def find_fit_options(
         target_flavor, target_accelerator = searchable[0]
         for bigger in bigger_siblings(catalog, target_flavor):
             found, count = _on_more_gpus(
-                plan, model, target_flavor, bigger, target_accelerator, slowdowns, cache
+                plan, model, target_flavor, bigger, target_accelerator, slowdowns, cache, framework
             )
             evaluated += count
             all_options.extend(found)
@@ -853,6 +869,7 @@ def _on_more_gpus(
     accelerator: Accelerator,
     slowdowns: Mapping[str, Slowdown],
     cache: dict[tuple[Plan, int, str], int],
+    framework: Framework | None = None,
 ) -> tuple[list[FitOption], int]:
     """Options on ``bigger``: the data-parallel copies multiply the global batch, so the
     accumulation is divided by the same factor where it can be (the experiment is kept)."""
@@ -872,7 +889,7 @@ def _on_more_gpus(
     elif not keeps:
         words += f" (global batch x{ratio})"
     tokens = training_tokens(plan)
-    base_fit = evaluate_flavor(plan, model, flavor, accelerator, tokens)[0]
+    base_fit = evaluate_flavor(plan, model, flavor, accelerator, tokens, framework=framework)[0]
     base_time = _time_of(base_fit)
     fits_as_is, options, count = search_flavor(
         moved,
@@ -884,16 +901,17 @@ def _on_more_gpus(
         keeps_only=True,
         memory_cache=cache,
         skip_knobs=frozenset({"micro_batch"}),  # the accumulation already moved with the GPUs
+        framework=framework,
     )
     found: list[FitOption] = []
     if fits_as_is:
-        fit = evaluate_flavor(moved, model, bigger, accelerator, tokens)[0]
+        fit = evaluate_flavor(moved, model, bigger, accelerator, tokens, framework=framework)[0]
         options = [FitOption(moved, (), (), True, fit, None)]
     for option in options:
         fit_time = _time_of(option.fit)
         slowdown = option.slowdown
         if base_time is not None and fit_time is not None:
-            slowdown = fit_time / base_time * _factor(option.plan, plan, slowdowns)
+            slowdown = fit_time / base_time * _factor(option.plan, plan, slowdowns, framework)
         found.append(
             FitOption(
                 plan=option.plan,
@@ -909,9 +927,14 @@ def _on_more_gpus(
     return found, count
 
 
-def _factor(changed: Plan, original: Plan, slowdowns: Mapping[str, Slowdown]) -> float:
+def _factor(
+    changed: Plan,
+    original: Plan,
+    slowdowns: Mapping[str, Slowdown],
+    framework: Framework | None = None,
+) -> float:
     factor = 1.0
-    for key in _slowdown_keys_of(changed) - _slowdown_keys_of(original):
+    for key in _slowdown_keys_of(changed, framework) - _slowdown_keys_of(original, framework):
         entry = slowdowns.get(key)
         if entry is not None:
             factor *= entry.factor

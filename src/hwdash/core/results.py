@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from hwdash.core.catalog import Accelerator, Flavor, ModelSpec
+from hwdash.core.catalog import Accelerator, Flavor, Framework, ModelSpec
 from hwdash.core.plan import Plan
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
@@ -150,6 +150,9 @@ class PlanReport:
     tokens: int | None = None
     """Training tokens the time estimate uses."""
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    framework: Framework | None = field(default=None, compare=False)
+    """The catalog's entry for ``plan.framework`` the estimate used (None: the packaged one). Left
+    out of equality and the hash (a catalog entry holds a dict): the estimate it led to is in."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` object of ``hwdash plan``."""
