@@ -14,13 +14,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 FIXTURE = str(DATA / "catalog_estimator")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # No user catalog or plans file from the machine running the tests.
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("HWDASH_CATALOG", raising=False)
-    monkeypatch.setenv("COLUMNS", "160")
+pytestmark = pytest.mark.usefixtures("isolated_home")
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]

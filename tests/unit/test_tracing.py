@@ -53,12 +53,7 @@ ARCHITECTURE_FIELDS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("HWDASH_CATALOG", raising=False)
-    monkeypatch.setenv("COLUMNS", "160")
+pytestmark = pytest.mark.usefixtures("isolated_home")
 
 
 def _without_trace_packages(monkeypatch: pytest.MonkeyPatch) -> None:

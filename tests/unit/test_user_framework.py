@@ -54,13 +54,7 @@ PLAN = Plan(
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # no catalog or plans of the machine's user
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.delenv("HWDASH_CATALOG", raising=False)
-    monkeypatch.setenv("COLUMNS", "160")
+pytestmark = pytest.mark.usefixtures("isolated_home")
 
 
 def _user_catalog(tmp_path: Path, text: str) -> tuple[Path, Catalog]:
