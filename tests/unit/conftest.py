@@ -15,3 +15,13 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.delenv("HWDASH_CATALOG", raising=False)
     monkeypatch.setenv("COLUMNS", "160")
+
+
+@pytest.fixture
+def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A state folder of the test's own (alert logs, the process-name memory) and no fake NVML
+    scenario from the environment; the folder's path."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.delenv("HWDASH_FAKE_NVML", raising=False)
+    return state

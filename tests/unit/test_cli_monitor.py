@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from monitor_cli import run_monitor
 
 from hwdash.cli import find_subcommand, main
 
@@ -30,18 +31,7 @@ GPU_KEYS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    monkeypatch.delenv("HWDASH_FAKE_NVML", raising=False)
-    return state
-
-
-def run_monitor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(["monitor", *args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+pytestmark = pytest.mark.usefixtures("private_state")
 
 
 def test_once_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from monitor_cli import run_monitor
 
-from hwdash.cli import main
 from hwdash.core.alerts import AlertEvent
 from hwdash.telemetry.alert_actions import AlertCommand, AlertLog, alert_environment
 from hwdash.telemetry.fake_nvml import ManualClock, Scenario, make_fake_pynvml
@@ -29,19 +29,7 @@ from hwdash.telemetry.host_sampler import (
 from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.system_sampler import SystemSampler
 
-
-@pytest.fixture(autouse=True)
-def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    monkeypatch.delenv("HWDASH_FAKE_NVML", raising=False)
-    return state
-
-
-def run_monitor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(["monitor", *args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+pytestmark = pytest.mark.usefixtures("private_state")
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:
