@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core.catalog import ModelSpec
-from hwdash.core.plan import Attention, Method, Offload, Optimizer, Plan, Precision
+from hwdash.core.plan import Attention, Framework, Method, Offload, Optimizer, Plan, Precision
 from hwdash.core.results import MemoryEstimate
 from hwdash.errors import UsageError
 
@@ -260,6 +260,21 @@ class TraceSettings:
     """How the traced setting differs from the plan."""
 
 
+def _savers_note(plan: Plan) -> str | None:
+    """What the trace leaves out of the plan's memory savers (None when it runs them all: the
+    Hugging Face stack's own)."""
+    from hwdash.core.savers import describe_savers, resolve_savers
+
+    hf = plan.model_copy(update={"framework": Framework.HF, **dict.fromkeys(_SAVER_FIELDS)})
+    wanted, traced = resolve_savers(plan), resolve_savers(hf)
+    if replace(wanted, framework=traced.framework) == traced:
+        return None  # another framework's name, the same savers
+    return (
+        f"traced the Hugging Face stack ({describe_savers(traced)}), not the plan's savers "
+        f"({describe_savers(wanted)}); compared with the estimate for the Hugging Face stack"
+    )
+
+
 def trace_settings(plan: Plan) -> TraceSettings:
     """Map a plan onto a traceable step, or raise :class:`TraceUnavailable` saying why not."""
     if plan.method in (Method.PPO, Method.GRPO):
@@ -286,6 +301,9 @@ def trace_settings(plan: Plan) -> TraceSettings:
             f"(the plan has {plan.gpus} GPU{'s' if plan.gpus != 1 else ''}, ZeRO {plan.zero}, "
             f"offload {plan.offload.value}); compared with the estimate for 1 GPU, ZeRO 0"
         )
+    savers_note = _savers_note(plan)
+    if savers_note:
+        notes.append(savers_note)
     attention = plan.attention.value
     if plan.attention is Attention.FLASH:
         attention = Attention.SDPA.value
@@ -483,11 +501,27 @@ def extrapolate_phases(
     ]
 
 
+#: Plan fields the memory savers read (:func:`hwdash.core.savers.resolve_savers`). The trace runs
+#: the Hugging Face stack (the model's own loss, PEFT's fp32 adapters, no compile, no offload, the
+#: optimizer stepped after backward) whatever they say.
+_SAVER_FIELDS = (
+    "loss",
+    "compile",
+    "activation_offload",
+    "optimizer_in_backward",
+    "qlora_frozen_dtype",
+    "adapter_dtype",
+    "value_head",
+)
+
+
 def traced_plan(plan: Plan, model: ModelSpec) -> Plan:
-    """The plan a trace really runs: one GPU without ZeRO or offload, and, for LoRA on an MoE,
-    no dropout (PEFT adapts fused 3-D expert weights with ``lora.ParamWrapper``, which refuses
-    dropout)."""
+    """The plan a trace really runs: one GPU without ZeRO or offload, the Hugging Face stack's
+    savers (``--framework hf``, no saver set), and, for LoRA on an MoE, no dropout (PEFT adapts
+    fused 3-D expert weights with ``lora.ParamWrapper``, which refuses dropout)."""
     update: dict[str, Any] = {"gpus": 1, "zero": 0, "offload": Offload.NONE}
+    update["framework"] = Framework.HF
+    update.update(dict.fromkeys(_SAVER_FIELDS))
     if model.experts > 1 and plan.method in (Method.LORA, Method.DORA) and plan.lora_dropout > 0:
         update["lora_dropout"] = 0.0
     return plan.model_copy(update=update)

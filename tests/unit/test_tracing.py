@@ -178,6 +178,32 @@ def test_traced_plan_is_one_gpu_and_drops_dropout_on_experts() -> None:
     assert traced_plan(full, catalog.models["mixtral-8x7b"]).lora_dropout == 0.05
 
 
+def test_a_framework_s_savers_are_compared_as_the_hugging_face_stack_the_trace_runs() -> None:
+    # The trace runs transformers + PEFT as they are (the model's own fp32 loss, fp32 adapters, no
+    # compile): a torchtune plan's chunked loss and bf16 adapters are not in it, so the estimate it
+    # is compared with is the Hugging Face one, and the notes say so.
+    from hwdash.core.estimator import estimate_memory
+    from hwdash.tracing import comparable_estimate
+
+    catalog = load_catalog(include_user=False)
+    model = catalog.models["qwen2.5-7b"]
+    torchtune = Plan(model="qwen2.5-7b", method="lora", framework="torchtune", seq=1024)
+    hf = torchtune.with_changes({"framework": "hf"})
+    compared = comparable_estimate(torchtune, model).per_gpu
+    assert compared == comparable_estimate(hf, model).per_gpu
+    assert compared != estimate_memory(torchtune, model, gpus=1).per_gpu
+    (note,) = [n for n in trace_settings(torchtune).notes if "Hugging Face stack" in n]
+    assert "loss chunked" in note and "loss standard" in note
+    # a saver typed on the command line is left out the same way
+    chunked = hf.with_changes({"loss": "chunked"})
+    assert comparable_estimate(chunked, model).per_gpu == compared
+    assert any("Hugging Face stack" in n for n in trace_settings(chunked).notes)
+    # the Hugging Face stack itself, or a framework with the same savers: nothing to say
+    assert not any("Hugging Face stack" in n for n in trace_settings(hf).notes)
+    deepspeed = hf.with_changes({"framework": "deepspeed"})
+    assert not any("Hugging Face stack" in n for n in trace_settings(deepspeed).notes)
+
+
 def test_config_dict_round_trips_the_fixture_config_json() -> None:
     source = CONFIGS / "llama-style" / "config.json"
     original = json.loads(source.read_text(encoding="utf-8"))
