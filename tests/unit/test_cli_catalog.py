@@ -67,7 +67,7 @@ def test_list_json_models_adds_counted_params(capsys: pytest.CaptureFixture[str]
     assert (row["experts"], row["experts_per_token"]) == (8, 2)
 
 
-@pytest.mark.parametrize("kind", ["flavors", "accelerators", "models"])
+@pytest.mark.parametrize("kind", ["flavors", "accelerators", "models", "frameworks", "slowdowns"])
 def test_list_table_shows_every_id(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["catalog", "list", "--kind", kind]) == 0
     out = capsys.readouterr().out
@@ -76,10 +76,54 @@ def test_list_table_shows_every_id(kind: str, capsys: pytest.CaptureFixture[str]
         "flavors": catalog.flavors,
         "accelerators": catalog.accelerators,
         "models": catalog.models,
+        "frameworks": catalog.frameworks,
+        "slowdowns": catalog.slowdowns,
     }
     assert f"hwdash catalog: {kind} ({len(ids[kind])})" in out
     for ident in ids[kind]:
         assert ident in out
+
+
+def test_frameworks_list_what_each_sets_and_a_user_override_wins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["catalog", "list", "--kind", "frameworks"]) == 0
+    out = capsys.readouterr().out
+    # torchtune's stated defaults, and its full fine-tuning overrides in their own column
+    torchtune = next(line for line in out.splitlines() if "torchtune" in line)
+    assert "loss chunked" in torchtune and "optimizer in backward on" in torchtune
+    rows = {
+        row["id"]: row for row in _json(capsys, "catalog", "list", "--kind", "frameworks", "--json")
+    }
+    assert rows["torchtune"]["loss"] == "chunked"
+    assert rows["torchtune"]["sources"]["loss"]  # every stated default carries its source
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "frameworks.toml").write_text(
+        '[[framework]]\nid = "torchtune"\nname = "our fork"\nloss = "standard"\n'
+        '[framework.sources]\nloss = "our recipe"\n'
+    )
+    mine = _json(
+        capsys, "catalog", "list", "--kind", "frameworks", "--json", "--catalog", str(folder)
+    )
+    (ours,) = [row for row in mine if row["id"] == "torchtune"]
+    assert (ours["name"], ours["loss"], ours["full"]["optimizer_in_backward"]) == (
+        "our fork",
+        "standard",
+        None,
+    )
+
+
+def test_slowdowns_list_their_factor_and_source(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = {
+        row["id"]: row for row in _json(capsys, "catalog", "list", "--kind", "slowdowns", "--json")
+    }
+    catalog = load_catalog()
+    assert set(rows) == set(catalog.slowdowns)
+    assert rows["qlora"]["factor"] == catalog.slowdowns["qlora"].factor
+    assert all(row["source"] for row in rows.values())
+    assert main(["catalog", "list", "--kind", "slowdowns"]) == 0
+    assert f"x{catalog.slowdowns['qlora'].factor:g}" in capsys.readouterr().out
 
 
 def test_catalog_alone_lists_flavors(capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,7 +145,8 @@ def test_validate_builtin_prints_one_ok_line(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert out == (
         f"catalog OK: {len(catalog.files)} files, {len(catalog.accelerators)} accelerators, "
-        f"{len(catalog.flavors)} flavors, {len(catalog.models)} models\n"
+        f"{len(catalog.flavors)} flavors, {len(catalog.models)} models, "
+        f"{len(catalog.frameworks)} frameworks, {len(catalog.slowdowns)} slowdowns\n"
     )
 
 

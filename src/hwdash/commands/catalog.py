@@ -1,6 +1,7 @@
 """``hwdash catalog list|validate``: show the hardware and model catalog, or check catalog files.
 
-``list`` prints one kind of entry (flavors by default) as a table, or as JSON with every field (plus
+``list`` prints one kind of entry (flavors by default; accelerators, models, the training
+frameworks' saver defaults, the step-time slowdowns) as a table, or as JSON with every field (plus
 ``usable_bytes`` for accelerators and ``counted_params`` for models). ``validate`` loads the built-in
 catalog, the user catalog folders and the given files or folders, and prints one line of counts; a
 broken file raises :class:`~hwdash.core.catalog.CatalogError`, which ``hwdash.cli.main`` prints as one
@@ -15,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core import strict_json
-from hwdash.core.catalog import Accelerator, Catalog, Flavor, ModelSpec, load_catalog
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, Framework, ModelSpec, load_catalog
 from hwdash.core.model_params import count_parameters
 from hwdash.core.units import GIB, format_count
 from hwdash.errors import UsageError
 
-KINDS = ("flavors", "accelerators", "models")
+KINDS = ("flavors", "accelerators", "models", "frameworks", "slowdowns")
 
 
 def _add_catalog_flag(parser: argparse.ArgumentParser) -> None:
@@ -45,8 +46,9 @@ def add_parser(subparsers: Any) -> None:
         "catalog",
         help="list or validate the hardware and model catalog",
         description=(
-            "Show the catalog of accelerators, flavors (machines with a price) and models, or "
-            "check catalog files. User files in $XDG_CONFIG_HOME/hwdash/catalog/, in HWDASH_CATALOG "
+            "Show the catalog of accelerators, flavors (machines with a price), models, the "
+            "training frameworks' saver defaults and the step-time slowdowns, or check catalog "
+            "files. User files in $XDG_CONFIG_HOME/hwdash/catalog/, in HWDASH_CATALOG "
             "folders or given with --catalog add entries or override them by id."
         ),
     )
@@ -104,7 +106,8 @@ def _validate(extra: list[str], paths: list[str]) -> int:
     catalog = load_catalog([*extra, *paths])
     print(
         f"catalog OK: {len(catalog.files)} files, {len(catalog.accelerators)} accelerators, "
-        f"{len(catalog.flavors)} flavors, {len(catalog.models)} models"
+        f"{len(catalog.flavors)} flavors, {len(catalog.models)} models, "
+        f"{len(catalog.frameworks)} frameworks, {len(catalog.slowdowns)} slowdowns"
     )
     return 0
 
@@ -123,6 +126,10 @@ def catalog_as_json(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
         ]
     if kind == "flavors":
         return [flavor.model_dump(mode="json") for flavor in catalog.flavors.values()]
+    if kind == "frameworks":
+        return [framework.model_dump(mode="json") for framework in catalog.frameworks.values()]
+    if kind == "slowdowns":
+        return [slowdown.model_dump(mode="json") for slowdown in catalog.slowdowns.values()]
     raise UsageError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})", flag="--kind")
 
 
@@ -180,6 +187,23 @@ def _model_row(model: ModelSpec) -> list[str]:
     ]
 
 
+def _settings_words(settings: dict[str, Any]) -> str:
+    def word(value: Any) -> str:
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return str(value)
+
+    return ", ".join(f"{name.replace('_', ' ')} {word(v)}" for name, v in settings.items()) or "-"
+
+
+def _framework_row(framework: Framework) -> list[str]:
+    return [
+        framework.id,
+        _settings_words(framework.given()),
+        _settings_words(framework.full.given()),
+    ]
+
+
 def _print_table(catalog: Catalog, kind: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -208,12 +232,33 @@ def _print_table(catalog: Catalog, kind: str) -> None:
         headers = ["id", "params", "layers", "hidden", "heads/kv", "vocab", "context", "experts"]
         rows = [_model_row(model) for model in catalog.models.values()]
         caption = "params: published count; ~ marks a count from the architecture."
+    elif kind == "frameworks":
+        headers = ["id", "defaults", "full fine-tuning"]
+        rows = [_framework_row(framework) for framework in catalog.frameworks.values()]
+        caption = (
+            "What --framework sets where neither the plan nor a flag does; unset: Hugging Face's "
+            "behaviour. Sources: --json."
+        )
+    elif kind == "slowdowns":
+        headers = ["id", "factor", "compared with"]
+        rows = [
+            [slowdown.id, f"x{slowdown.factor:g}", slowdown.compared_with]
+            for slowdown in catalog.slowdowns.values()
+        ]
+        caption = "Step-time factors --fit multiplies an option's time by. Sources: --json."
     else:
         raise UsageError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})", flag="--kind")
     table = Table(title=f"hwdash catalog: {kind} ({len(rows)})", caption=caption)
+    # Long prose columns wrap; every other column keeps its cells on one line.
+    prose = ("defaults", "full fine-tuning", "compared with")
     for header in headers:
-        text = header in ("id", "provider", "hardware", "kind", "name", "price date")
-        table.add_column(header, no_wrap=True, justify="left" if text else "right")
+        text = header in ("id", "provider", "hardware", "kind", "name", "price date", *prose)
+        table.add_column(
+            header,
+            no_wrap=header not in prose,
+            justify="left" if text else "right",
+            ratio=(2 if header == "defaults" else 1) if header in prose else None,
+        )
     for row in rows:
         # Catalog names and ids come from user files: text, never rich markup.
         table.add_row(*(Text(str(cell)) for cell in row))
