@@ -40,6 +40,7 @@ from typing import Any
 from hwdash.core.catalog import ModelSpec
 from hwdash.core.plan import Attention, Framework, Method, Offload, Optimizer, Plan, Precision
 from hwdash.core.results import MemoryEstimate
+from hwdash.core.savers import SAVER_FIELDS, describe_savers, resolve_savers
 from hwdash.errors import UsageError
 
 #: The CUDA caching allocator rounds every block up to 512 bytes (``kMinBlockSize`` in
@@ -263,9 +264,7 @@ class TraceSettings:
 def _savers_note(plan: Plan) -> str | None:
     """What the trace leaves out of the plan's memory savers (None when it runs them all: the
     Hugging Face stack's own)."""
-    from hwdash.core.savers import describe_savers, resolve_savers
-
-    hf = plan.model_copy(update={"framework": Framework.HF, **dict.fromkeys(_SAVER_FIELDS)})
+    hf = plan.model_copy(update={"framework": Framework.HF, **dict.fromkeys(SAVER_FIELDS)})
     wanted, traced = resolve_savers(plan), resolve_savers(hf)
     if replace(wanted, framework=traced.framework) == traced:
         return None  # another framework's name, the same savers
@@ -501,27 +500,15 @@ def extrapolate_phases(
     ]
 
 
-#: Plan fields the memory savers read (:func:`hwdash.core.savers.resolve_savers`). The trace runs
-#: the Hugging Face stack (the model's own loss, PEFT's fp32 adapters, no compile, no offload, the
-#: optimizer stepped after backward) whatever they say.
-_SAVER_FIELDS = (
-    "loss",
-    "compile",
-    "activation_offload",
-    "optimizer_in_backward",
-    "qlora_frozen_dtype",
-    "adapter_dtype",
-    "value_head",
-)
-
-
 def traced_plan(plan: Plan, model: ModelSpec) -> Plan:
     """The plan a trace really runs: one GPU without ZeRO or offload, the Hugging Face stack's
     savers (``--framework hf``, no saver set), and, for LoRA on an MoE, no dropout (PEFT adapts
     fused 3-D expert weights with ``lora.ParamWrapper``, which refuses dropout)."""
     update: dict[str, Any] = {"gpus": 1, "zero": 0, "offload": Offload.NONE}
+    # The trace runs the Hugging Face stack (the model's own loss, PEFT's fp32 adapters, no
+    # compile, no offload, the optimizer stepped after backward) whatever the savers say.
     update["framework"] = Framework.HF
-    update.update(dict.fromkeys(_SAVER_FIELDS))
+    update.update(dict.fromkeys(SAVER_FIELDS))
     if model.experts > 1 and plan.method in (Method.LORA, Method.DORA) and plan.lora_dropout > 0:
         update["lora_dropout"] = 0.0
     return plan.model_copy(update=update)

@@ -561,15 +561,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
     fields["framework"] = args.framework
-    for name in (
-        "loss",
-        "compile",
-        "activation_offload",
-        "optimizer_in_backward",
-        "qlora_frozen_dtype",
-        "adapter_dtype",
-        "value_head",
-    ):
+    from hwdash.core.savers import SAVER_FIELDS
+
+    for name in SAVER_FIELDS:
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     try:

@@ -68,6 +68,17 @@ def packaged_frameworks() -> dict[str, Framework]:
     return {entry.id: entry for entry in entries if isinstance(entry, Framework)}
 
 
+#: The Plan fields the savers read (None: the framework's default), in the order of the flags.
+SAVER_FIELDS = (
+    "loss",
+    "compile",
+    "activation_offload",
+    "optimizer_in_backward",
+    "qlora_frozen_dtype",
+    "adapter_dtype",
+    "value_head",
+)
+
 #: Stated defaults already read, by (identity of the frozen Framework entry, method): every estimate
 #: resolves its savers, and the make-it-fit search makes thousands. Bounded: cleared at the limit.
 _STATED: dict[tuple[int, Method], tuple[Framework, dict[str, Any]]] = {}
