@@ -9,6 +9,8 @@ loss, fp32 adapters), so its estimate must equal the packaged ``hf`` one.
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,21 @@ def test_make_it_fit_searches_from_the_user_entry(tmp_path: Path, packaged: Cata
     ]
     assert loss_changes and all(change.old is None for change in loss_changes)
     assert {change.new for change in loss_changes} <= {"chunked", "fused-linear"}
+
+
+def test_the_suggested_command_keeps_the_catalog_and_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, _user = _user_catalog(tmp_path, USER_TORCHTUNE)
+    argv = ["plan", "--model", "llama-3.1-8b", "--method", "lora", "--framework", "torchtune"]
+    argv += ["--seq", "2048", "--grad-ckpt", "--catalog", str(folder)]
+    assert main([*argv, "--fit", "l4x1"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("try: ")]
+    suggested = shlex.split(line)[2:]  # after "try: hwdash"
+    assert suggested[-2:] == ["--catalog", str(folder)]
+    assert main([*suggested, "--flavor", "l4x1", "--json"]) == 0
+    (l4,) = json.loads(capsys.readouterr().out)["flavors"]
+    assert (l4["id"], l4["fit"]) == ("l4x1", "fits")
 
 
 def test_the_printed_savers_line_names_the_user_entry_s_loss(

@@ -772,7 +772,11 @@ def run(args: argparse.Namespace) -> int:
 
         auto = args.fit is None
         plan_fit.render_options(
-            fit_result, Console(width=output_width()), limit=3 if auto else None
+            fit_result,
+            Console(width=output_width()),
+            limit=3 if auto else None,
+            # the same catalog folders, so the suggested command estimates with the same entries
+            extra_args=[arg for folder in args.catalog for arg in ("--catalog", folder)],
         )
     if saved_message is not None:
         print(saved_message)

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,8 +126,15 @@ def fit_json(result: FitSearch) -> dict[str, Any]:
     }
 
 
-def render_options(result: FitSearch, console: Any, *, limit: int | None = None) -> None:
-    """The options as a table: changes in words, memory per GPU, headroom, time, cost, slowdown."""
+def render_options(
+    result: FitSearch,
+    console: Any,
+    *,
+    limit: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> None:
+    """The options as a table: changes in words, memory per GPU, headroom, time, cost, slowdown;
+    then the first option as a command (``extra_args`` appended: the catalog folders given)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -184,7 +191,8 @@ def render_options(result: FitSearch, console: Any, *, limit: int | None = None)
     )
     first = options[0]
     # One unbroken line, so it can be copied.
-    command = "try: hwdash plan " + " ".join(_quoted(plan_arguments(first.plan)))
+    arguments = [*plan_arguments(first.plan), *extra_args]
+    command = "try: hwdash plan " + " ".join(_quoted(arguments))
     console.print(Text(command), soft_wrap=True)
     for note in result.notes:
         console.print(Text(f"note: {note}"))
