@@ -114,6 +114,10 @@ def test_the_suggested_command_keeps_the_catalog_and_fits(
     assert main([*suggested, "--flavor", "l4x1", "--json"]) == 0
     (l4,) = json.loads(capsys.readouterr().out)["flavors"]
     assert (l4["id"], l4["fit"]) == ("l4x1", "fits")
+    # --json: every option's args end with the same folder
+    assert main([*argv, "--fit", "l4x1", "--json"]) == 0
+    options = json.loads(capsys.readouterr().out)["fit"]["options"]
+    assert options and all(o["args"][-2:] == ["--catalog", str(folder)] for o in options)
 
 
 def test_the_printed_savers_line_names_the_user_entry_s_loss(

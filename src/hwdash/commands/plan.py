@@ -737,6 +737,8 @@ def run(args: argparse.Namespace) -> int:
         closest = closest_flavor(report)
         if closest is not None and closest.verdict is not FitVerdict.TIGHT:
             fit_result = plan_fit.search(plan, model, catalog, closest.flavor.id, local)
+    # The catalog folders given: a suggested command repeats them, to estimate with the same entries.
+    catalog_args = [arg for folder in args.catalog for arg in ("--catalog", folder)]
     saved_message = None
     if args.save is not None:
         from hwdash.core.plan_store import PlanStore, PlanSummary
@@ -747,7 +749,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         document = report.to_json()
         if fit_result is not None:
-            document["fit"] = plan_fit.fit_json(fit_result)
+            document["fit"] = plan_fit.fit_json(fit_result, catalog_args)
         if machines:
             document["local"] = {
                 ident: {"name": machine.flavor.name, "notes": list(machine.notes)}
@@ -775,8 +777,7 @@ def run(args: argparse.Namespace) -> int:
             fit_result,
             Console(width=output_width()),
             limit=3 if auto else None,
-            # the same catalog folders, so the suggested command estimates with the same entries
-            extra_args=[arg for folder in args.catalog for arg in ("--catalog", folder)],
+            extra_args=catalog_args,
         )
     if saved_message is not None:
         print(saved_message)

@@ -116,12 +116,15 @@ def search(
     return find_fit_options(plan, model, catalog, target, flavors)
 
 
-def fit_json(result: FitSearch) -> dict[str, Any]:
-    """The ``"fit"`` object of ``hwdash plan --json``."""
+def fit_json(result: FitSearch, extra_args: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``"fit"`` object of ``hwdash plan --json`` (``extra_args``, the catalog folders given,
+    end every option's ``args``)."""
     return {
         "target": result.target,
         "fits_already": result.fits_already,
-        "options": [option.to_json(plan_arguments(option.plan)) for option in result.options],
+        "options": [
+            option.to_json([*plan_arguments(option.plan), *extra_args]) for option in result.options
+        ],
         "notes": list(result.notes),
     }
 
