@@ -610,8 +610,7 @@ async def test_only_a_plan_the_user_chose_is_held_against_the_gpus(tmp_path: Pat
         # Loading a saved plan draws it under its name.
         saved = Plan(model="qwen2.5-7b", batch=2)
         app.planner.load_plan(saved, "my run")
-        await pilot.pause()
-        await pilot.pause()
+        await wait_for_plan_on_monitor(pilot, app, "qwen2.5-7b")
         assert app.monitor.plan_bytes is not None
         assert "Plan my run:" in app.monitor.plan_cell.shown
 
