@@ -79,7 +79,7 @@ def _top_level_value_options() -> set[str]:
 def find_subcommand(given: Sequence[str]) -> str | None:
     """The subcommand in ``given``: the first word that is not a flag or a flag's value (None for
     the dashboard). ``hwdash --tab monitor`` opens the dashboard on the monitor tab."""
-    takes_value = _top_level_value_options()
+    takes_value: set[str] | None = None  # read from the dashboard's parser at the first flag
     skip = False
     for arg in given:
         if skip:
@@ -90,6 +90,8 @@ def find_subcommand(given: Sequence[str]) -> str | None:
             name = arg.split("=", 1)[0]
             if "=" in arg or not name.startswith("--"):
                 continue
+            if takes_value is None:
+                takes_value = _top_level_value_options()
             # argparse accepts an unambiguous prefix (--ta for --tab) as the flag itself.
             matches = [option for option in takes_value if option.startswith(name)]
             skip = name in takes_value or len(matches) == 1

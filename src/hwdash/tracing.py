@@ -261,11 +261,17 @@ class TraceSettings:
     """How the traced setting differs from the plan."""
 
 
+def _on_hugging_face_stack(plan: Plan) -> Plan:
+    """``plan`` with the savers the trace runs whatever the plan says: the Hugging Face stack's
+    (the model's own loss, PEFT's fp32 adapters, no compile, no offload, the optimizer stepped
+    after backward): ``--framework hf`` and no saver set."""
+    return plan.model_copy(update={"framework": Framework.HF, **dict.fromkeys(SAVER_FIELDS)})
+
+
 def _savers_note(plan: Plan) -> str | None:
     """What the trace leaves out of the plan's memory savers (None when it runs them all: the
     Hugging Face stack's own)."""
-    hf = plan.model_copy(update={"framework": Framework.HF, **dict.fromkeys(SAVER_FIELDS)})
-    wanted, traced = resolve_savers(plan), resolve_savers(hf)
+    wanted, traced = resolve_savers(plan), resolve_savers(_on_hugging_face_stack(plan))
     if replace(wanted, framework=traced.framework) == traced:
         return None  # another framework's name, the same savers
     return (
@@ -505,13 +511,9 @@ def traced_plan(plan: Plan, model: ModelSpec) -> Plan:
     savers (``--framework hf``, no saver set), and, for LoRA on an MoE, no dropout (PEFT adapts
     fused 3-D expert weights with ``lora.ParamWrapper``, which refuses dropout)."""
     update: dict[str, Any] = {"gpus": 1, "zero": 0, "offload": Offload.NONE}
-    # The trace runs the Hugging Face stack (the model's own loss, PEFT's fp32 adapters, no
-    # compile, no offload, the optimizer stepped after backward) whatever the savers say.
-    update["framework"] = Framework.HF
-    update.update(dict.fromkeys(SAVER_FIELDS))
     if model.experts > 1 and plan.method in (Method.LORA, Method.DORA) and plan.lora_dropout > 0:
         update["lora_dropout"] = 0.0
-    return plan.model_copy(update=update)
+    return _on_hugging_face_stack(plan).model_copy(update=update)
 
 
 def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryEstimate:

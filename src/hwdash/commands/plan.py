@@ -38,6 +38,7 @@ from hwdash.core.plan import (
     ValueHead,
 )
 from hwdash.core.results import FitVerdict
+from hwdash.core.savers import SAVER_FIELDS
 from hwdash.errors import UsageError
 
 PIPED_WIDTH = 160
@@ -561,8 +562,6 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
     fields["framework"] = args.framework
-    from hwdash.core.savers import SAVER_FIELDS
-
     for name in SAVER_FIELDS:
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)

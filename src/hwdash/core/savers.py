@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwdash.core.catalog import Framework, packaged_catalog_dir, parse_catalog_file
+from hwdash.core.memo import IdentityMemo
 from hwdash.core.plan import Loss, Method, Optimizer, Plan, StoreDtype, ValueHead
 
 #: torchtune's ``CEWithChunkedOutputLoss(num_output_chunks=8)``: the output projection and the loss
@@ -79,10 +80,9 @@ SAVER_FIELDS = (
     "value_head",
 )
 
-#: Stated defaults already read, by (identity of the frozen Framework entry, method): every estimate
-#: resolves its savers, and the make-it-fit search makes thousands. Bounded: cleared at the limit.
-_STATED: dict[tuple[int, Method], tuple[Framework, dict[str, Any]]] = {}
-_STATED_LIMIT = 256
+#: Stated defaults already read, by Framework entry and method: every estimate resolves its savers,
+#: and the make-it-fit search makes thousands.
+_STATED: IdentityMemo[dict[str, Any]] = IdentityMemo()
 
 
 def framework_settings(framework: Framework | None, method: Method) -> dict[str, Any]:
@@ -90,16 +90,14 @@ def framework_settings(framework: Framework | None, method: Method) -> dict[str,
     dict the caller may change)."""
     if framework is None:
         return {}
-    key = (id(framework), method)
-    known = _STATED.get(key)
-    if known is None or known[0] is not framework:
+
+    def read() -> dict[str, Any]:
         settings = framework.given()
         if method is Method.FULL:
             settings.update(framework.full.given())
-        if len(_STATED) >= _STATED_LIMIT:
-            _STATED.clear()
-        known = _STATED[key] = (framework, settings)
-    return dict(known[1])
+        return settings
+
+    return dict(_STATED.get(framework, read, method))
 
 
 def resolve_savers(plan: Plan, framework: Framework | None = None) -> Savers:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 
 from hwdash.core.catalog import ModelSpec
+from hwdash.core.memo import IdentityMemo
 
 #: Modules ``all-linear`` adapts: every linear layer inside the transformer blocks (PEFT excludes
 #: the LM head), per https://huggingface.co/docs/peft/developer_guides/lora ("all-linear").
@@ -186,22 +187,14 @@ class Architecture:
         return self.layers * (per_layer + self.router_params_per_layer) + self.vocab * self.hidden
 
 
-#: Layouts already derived, by the identity of their (frozen, immutable) ModelSpec: the make-it-fit
-#: search estimates thousands of plans of one model. Bounded: cleared when it reaches the limit.
-_LAYOUTS: dict[int, tuple[ModelSpec, Architecture]] = {}
-_LAYOUTS_LIMIT = 256
+#: Layouts already derived, by (frozen) ModelSpec: the make-it-fit search estimates thousands of
+#: plans of one model.
+_LAYOUTS: IdentityMemo[Architecture] = IdentityMemo()
 
 
 def architecture(model: ModelSpec) -> Architecture:
     """The parameter layout of ``model`` (derived once per model object; see :func:`_derive`)."""
-    known = _LAYOUTS.get(id(model))
-    if known is not None and known[0] is model:
-        return known[1]
-    layout = _derive(model)
-    if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
-        _LAYOUTS.clear()
-    _LAYOUTS[id(model)] = (model, layout)
-    return layout
+    return _LAYOUTS.get(model, lambda: _derive(model))
 
 
 def _derive(model: ModelSpec) -> Architecture:
