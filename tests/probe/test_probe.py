@@ -116,6 +116,37 @@ def test_publish_writes_one_private_file_that_the_monitor_parses(tmp_path: Path)
     assert not path.exists()
 
 
+def test_publishing_from_two_threads_at_once_never_fails(tmp_path: Path) -> None:
+    # The probe's own thread publishes every interval; a caller may publish at the same moment
+    # (the Trainer callback's test did, and a shared temporary file made one os.replace fail).
+    import threading
+
+    folder = tmp_path / "probes"
+    writer = Probe(directory=folder, torch_module=lambda: StandInTorch(two_gpus()))
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def hammer() -> None:
+        start.wait()
+        for _ in range(300):
+            try:
+                writer.publish()
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=hammer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert writer.writes == 600
+    path = folder / f"{os.getpid()}.json"
+    assert [p.name for p in folder.iterdir()] == [path.name]
+    assert parse_reading(json.loads(path.read_bytes())) is not None
+    writer.stop()
+
+
 def test_the_probe_folder_is_refused_when_it_is_a_symlink(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "hwdash").symlink_to(tmp_path / "elsewhere")

@@ -178,6 +178,8 @@ class Probe:
         self._torch = torch_module or (lambda: sys.modules.get("torch"))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._publishing = threading.Lock()
+        """One publish at a time: the thread and a caller share the temporary file."""
         self._start_ticks = process_start_ticks()
 
     def reading(self) -> dict[str, Any]:
@@ -207,7 +209,12 @@ class Probe:
     def publish(self, *, force: bool = True) -> None:
         """Write one reading, atomically (readers never see half a file). Without ``force`` an
         unchanged reading is written only every :data:`REWRITE_S` seconds (enough for readers to
-        see the probe is alive; most seconds of a steady run then cost no file system call)."""
+        see the probe is alive; most seconds of a steady run then cost no file system call).
+        Safe to call while the probe's thread runs (one publish at a time)."""
+        with self._publishing:
+            self._publish(force)
+
+    def _publish(self, force: bool) -> None:
         reading = self.reading()
         written_at = reading.pop("written_at")
         self.rounds += 1
