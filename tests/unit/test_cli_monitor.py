@@ -44,6 +44,7 @@ def test_once_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) 
         "driver_version": "550.54.15",
         "error": None,
         "bindings_version": None,  # the fake: no nvidia-ml-py behind it
+        "source": None,  # this machine's NVML (a cluster names its Prometheus server)
     }
     assert len(payload["gpus"]) == 4
     for gpu in payload["gpus"]:

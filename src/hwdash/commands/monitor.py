@@ -51,6 +51,7 @@ from hwdash.telemetry.alert_actions import (
     default_alert_log_path,
     mark_alert_states,
 )
+from hwdash.telemetry.cluster import gpu_label, hosts_fullest_first
 from hwdash.telemetry.history import History
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
@@ -349,7 +350,30 @@ def _memory(gpu: GpuSample) -> str:
 
 def _gpu_number(gpu: GpuSample) -> str:
     """``3``, or ``node-c:1`` for a cluster's GPU (its host and its number there)."""
-    return f"{gpu.host}:{gpu.host_gpu}" if gpu.host else str(gpu.index)
+    return gpu_label(gpu.host, gpu.host_gpu, gpu.index)
+
+
+def _source_text(snapshot: Snapshot) -> str:
+    """Where the readings come from: ``NVIDIA driver 550.54.15`` or ``Prometheus http://...``."""
+    if snapshot.nvml.source is not None:
+        return snapshot.nvml.source
+    return f"NVIDIA driver {snapshot.nvml.driver_version or 'unknown'}"
+
+
+def _gpu_count_text(snapshot: Snapshot) -> str:
+    count = len(snapshot.gpus)
+    text = f"{count} GPU" + ("" if count == 1 else "s")
+    hosts = {gpu.host for gpu in snapshot.gpus if gpu.host}
+    if hosts:
+        text += f" on {len(hosts)} host" + ("" if len(hosts) == 1 else "s")
+    return text
+
+
+def _shown_order(gpus: tuple[GpuSample, ...]) -> list[GpuSample]:
+    """This machine's GPUs by index; a cluster's hosts fullest first (as the dashboard shows)."""
+    if not any(gpu.host for gpu in gpus):
+        return list(gpus)
+    return [gpu for _host, members in hosts_fullest_first(gpus) for gpu in members]
 
 
 def gpu_line(gpu: GpuSample, clock: str) -> str:
@@ -381,7 +405,10 @@ def gpu_line(gpu: GpuSample, clock: str) -> str:
 
 
 def _process_gpu(process: ProcessSample) -> str:
-    """``0``, or ``0/3 GI 5 CI 0`` for a process on MIG slot 3 of GPU 0."""
+    """``0``, ``0/3 GI 5 CI 0`` for a process on MIG slot 3 of GPU 0, or ``node-c:1`` for a
+    process on GPU 1 of a cluster's host node-c."""
+    if process.host is not None:
+        return gpu_label(process.host, process.host_gpu, process.gpu_index)
     if process.mig_index is None:
         return str(process.gpu_index)
     ids = ""
@@ -420,8 +447,10 @@ def torch_line(process: ProcessSample) -> str:
     text = (
         f"PID {process.pid} on GPU {_process_gpu(process)} (PyTorch{step}): allocated "
         f"{format_bytes(torch.allocated_bytes)}, reserved {format_bytes(torch.reserved_bytes)} "
-        f"({cache}), peak allocated {format_bytes(torch.max_allocated_bytes)}"
+        f"({cache})"
     )
+    if torch.max_allocated_bytes is not None:  # a cluster's series carry no peak
+        text += f", peak allocated {format_bytes(torch.max_allocated_bytes)}"
     if torch.alloc_retries:
         text += f"; {torch.alloc_retries} alloc retries"
         if torch.retries_rising:
@@ -450,10 +479,9 @@ def print_readable(
     if not snapshot.nvml.available:
         console.print(snapshot.nvml.error or "NVML is not available")
     else:
-        driver = snapshot.nvml.driver_version or "unknown"
         bindings = snapshot.nvml.bindings_version
         console.print(
-            f"NVIDIA driver {driver}, {snapshot.subset or f'{len(snapshot.gpus)} GPU(s)'}"
+            f"{_source_text(snapshot)}, {snapshot.subset or _gpu_count_text(snapshot)}"
             + (f", nvidia-ml-py {bindings}" if bindings else "")
         )
         gpus = Table(show_edge=False, pad_edge=False)
@@ -464,7 +492,7 @@ def print_readable(
         for title in titles:
             gpus.add_column(title, justify="left" if title == "name" else "right", no_wrap=True)
         gpus.add_column("state")
-        for gpu in snapshot.gpus:
+        for gpu in _shown_order(snapshot.gpus):
             memory = "n/a"
             if gpu.total_bytes is not None and gpu.free_bytes is not None:
                 taken = gpu.total_bytes - gpu.free_bytes
@@ -517,7 +545,7 @@ def print_readable(
                     mig_cells.insert(5, "")
                 gpus.add_row(*(Text(cell) for cell in mig_cells))
         console.print(gpus)
-        processes = [process for gpu in snapshot.gpus for process in gpu.processes]
+        processes = [process for gpu in _shown_order(snapshot.gpus) for process in gpu.processes]
         if processes:
             table = Table(show_edge=False, pad_edge=False)
             for title in ("GPU", "PID", "type", "user", "GPU memory", "CPU", "RSS", "command"):
@@ -529,7 +557,9 @@ def print_readable(
             for process in processes:
                 used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
                 command = process.cmdline or process.name or ""
-                if not process.verifiable:
+                if process.host is not None:
+                    pass  # another machine's process: its PID is never looked up here
+                elif not process.verifiable:
                     command = f"{command} (host PID: not checkable from this container)".strip()
                 elif not process.visible:
                     command = f"{command} (PID not visible on this host)".strip()
@@ -561,10 +591,12 @@ def print_readable(
             if not gpu.processes_reliable:
                 console.print(f"GPU {gpu.index}: process list {dict(gpu.errors)['processes']}")
     for message in snapshot.errors:
-        console.print(f"warning: {message}")
+        if snapshot.nvml.available or message != snapshot.nvml.error:  # said above already
+            console.print(f"warning: {message}")
     for alert in alerts:
         console.print(f"ALERT: {alert.message}")
-    console.print(host_line(snapshot.host, "").strip())
+    if snapshot.nvml.source is None:  # this machine's host line; a cluster's hosts have none here
+        console.print(host_line(snapshot.host, "").strip())
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -657,6 +689,10 @@ def run(args: argparse.Namespace) -> int:
             _emit_json(snapshot_to_dict(snapshot, engine.active))
         else:
             print_readable(snapshot, engine.active)
+        if snapshot.nvml.source is not None and not snapshot.nvml.available:
+            # A server that cannot be reached (or has no GPU series): the script saw nothing.
+            # (No driver on this machine is not an error: the monitor says so and exits 0.)
+            return 1
         return 0
 
     simulated = fake_scenario_from(scenario) is not None or replay is not None
@@ -687,14 +723,19 @@ def run(args: argparse.Namespace) -> int:
             else:
                 clock = _clock_text(snapshot.timestamp)
                 lines: list[str] = []
+                said_now = False
                 if not snapshot.nvml.available and not said_no_driver:
                     lines.append(snapshot.nvml.error or "NVML is not available")
-                    said_no_driver = True
+                    said_no_driver = said_now = True
                 stale = " (stale)" if snapshot.stale else ""
                 lines.extend(gpu_line(gpu, clock) + stale for gpu in snapshot.gpus)
                 if not snapshot.gpus:
                     lines.append(host_line(snapshot.host, clock))
-                lines.extend(f"{clock} warning: {message}" for message in snapshot.errors)
+                lines.extend(
+                    f"{clock} warning: {message}"
+                    for message in snapshot.errors
+                    if not (said_now and message == snapshot.nvml.error)
+                )
                 lines.extend(f"{clock} ALERT {event.kind}: {event.message}" for event in events)
                 sys.stdout.write("\n".join(lines) + "\n")
                 sys.stdout.flush()

@@ -140,6 +140,11 @@ class History:
         gpus = []
         now = snapshot.timestamp
         for gpu in snapshot.gpus:
+            if gpu.host_stale is not None:
+                # Its host stopped reporting: the last values are frozen, so there is no climb.
+                self._forecasts.pop(gpu.index, None)
+                gpus.append(dataclasses.replace(gpu, forecast_full_s=None))
+                continue
             cached = self._forecasts.get(gpu.index)
             if cached is not None and cached[0] <= now < cached[2]:
                 # Between fits the last forecast counts down (a fit costs ~0.1 ms a GPU).

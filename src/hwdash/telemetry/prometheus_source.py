@@ -134,6 +134,11 @@ class PrometheusSampler:
         self._last: dict[int, GpuSample] = {}
         self._seen_at: dict[str, float] = {}
 
+    @property
+    def source(self) -> str:
+        """Where the readings come from, in words (the status line and JSON's ``nvml.source``)."""
+        return f"Prometheus {self.url}"
+
     # -- the query ----------------------------------------------------------------------------
 
     def query(self, promql: str) -> list[dict[str, Any]]:
@@ -177,11 +182,12 @@ class PrometheusSampler:
         except PrometheusError as exc:
             return self._unreachable(now, str(exc), started)
         gpus = self._gpus(result, now)
-        status = NvmlStatus(available=True, driver_version=f"Prometheus {self.url}")
+        status = NvmlStatus(available=True, source=self.source)
         errors = tuple(self._stale_hosts(now))
         if not gpus:
             status = NvmlStatus(
                 available=False,
+                source=self.source,
                 error=f"Prometheus at {self.url} has no GPU series (dcgm-exporter, hwdash exporter "
                 "or nvitop-exporter)",
             )
@@ -200,9 +206,7 @@ class PrometheusSampler:
         last = tuple(self._mark_stale(gpu, now) for _index, gpu in sorted(self._last.items()))
         return Snapshot(
             timestamp=now,
-            nvml=NvmlStatus(
-                available=bool(last), error=message, driver_version=f"Prometheus {self.url}"
-            ),
+            nvml=NvmlStatus(available=bool(last), error=message, source=self.source),
             gpus=last,
             errors=(message,),
             stale=bool(last),
@@ -213,7 +217,8 @@ class PrometheusSampler:
         seen = self._seen_at.get(gpu.host or "", now)
         note = f"stale: no data from {gpu.host} for {now - seen:.0f} s (last values shown)"
         errors = (*(item for item in gpu.errors if item[0] != "host"), ("host", note))
-        return dataclasses.replace(gpu, errors=errors)
+        # A forecast read from frozen data is not a forecast: the host's last climb may be long over.
+        return dataclasses.replace(gpu, errors=errors, forecast_full_s=None)
 
     def _stale_hosts(self, now: float) -> list[str]:
         return [
@@ -283,21 +288,23 @@ class PrometheusSampler:
             host=host,
             host_gpu=int(gpu) if gpu.isdigit() else None,
             processes=tuple(
-                _process(index, pid, row) for pid, row in sorted(processes.items()) if pid.isdigit()
+                _process(index, host, gpu, pid, row)
+                for pid, row in sorted(processes.items())
+                if pid.isdigit()
             ),
             **values,
         )
 
 
-def _process(index: int, pid: str, row: dict[str, Any]) -> ProcessSample:
+def _process(index: int, host: str, gpu: str, pid: str, row: dict[str, Any]) -> ProcessSample:
     labels = row["labels"]
     torch = None
     if "allocated_bytes" in row or "reserved_bytes" in row:
         torch = TorchSample(
             allocated_bytes=round(row.get("allocated_bytes", 0)),
             reserved_bytes=round(row.get("reserved_bytes", 0)),
-            max_allocated_bytes=0,
-            max_reserved_bytes=0,
+            max_allocated_bytes=None,  # no series carries the peak: unknown, not zero
+            max_reserved_bytes=None,
             alloc_retries=round(row.get("alloc_retries", 0)),
             ooms=0,
             step=None,
@@ -313,6 +320,8 @@ def _process(index: int, pid: str, row: dict[str, Any]) -> ProcessSample:
         user=labels.get("user") or None,
         cmdline=labels.get("command") or None,
         torch=torch,
+        host=host,
+        host_gpu=int(gpu) if gpu.isdigit() else None,
     )
 
 

@@ -54,8 +54,8 @@ def _torch(data: Any) -> TorchSample | None:
     return TorchSample(
         allocated_bytes=_int(data.get("allocated_bytes")) or 0,
         reserved_bytes=_int(data.get("reserved_bytes")) or 0,
-        max_allocated_bytes=_int(data.get("max_allocated_bytes")) or 0,
-        max_reserved_bytes=_int(data.get("max_reserved_bytes")) or 0,
+        max_allocated_bytes=_int(data.get("max_allocated_bytes")),
+        max_reserved_bytes=_int(data.get("max_reserved_bytes")),
         alloc_retries=_int(data.get("alloc_retries")) or 0,
         ooms=_int(data.get("ooms")) or 0,
         step=_int(data.get("step")),
@@ -81,6 +81,8 @@ def _process(data: dict[str, Any], gpu_index: int) -> ProcessSample:
         rss_bytes=_int(data.get("rss_bytes")),
         torch=_torch(data.get("torch")),
         container=_str(data.get("container")),
+        host=_str(data.get("host")),
+        host_gpu=_int(data.get("host_gpu")),
     )
 
 
@@ -177,6 +179,7 @@ def snapshot_from_dict(data: Any) -> Snapshot:
             driver_version=_str(nvml.get("driver_version")),
             error=_str(nvml.get("error")),
             bindings_version=_str(nvml.get("bindings_version")),
+            source=_str(nvml.get("source")),
         ),
         gpus=tuple(_gpu(item) for item in data["gpus"] if isinstance(item, dict)),
         host=_host(data.get("host")),

@@ -1,6 +1,7 @@
 """The JSON form of a snapshot (``hwdash monitor --json``): bytes as integers, unknown values as null.
 
-Top-level keys: ``timestamp``, ``nvml`` (``available``, ``driver_version``, ``error``), ``gpus``, ``host``,
+Top-level keys: ``timestamp``, ``nvml`` (``available``, ``driver_version``, ``error``,
+``bindings_version``, ``source``: a cluster's Prometheus server, else null), ``gpus``, ``host``,
 ``alerts`` (active alerts), ``events`` (alert events of this round), ``stale`` and ``errors``.
 """
 
@@ -37,6 +38,8 @@ def process_to_dict(process: ProcessSample) -> dict[str, Any]:
         "cpu_percent": process.cpu_percent,
         "rss_bytes": process.rss_bytes,
         "container": process.container,
+        "host": process.host,
+        "host_gpu": process.host_gpu,
         "torch": torch_to_dict(process.torch),
     }
 
@@ -132,6 +135,7 @@ def snapshot_to_dict(
             "driver_version": snapshot.nvml.driver_version,
             "error": snapshot.nvml.error,
             "bindings_version": snapshot.nvml.bindings_version,
+            "source": snapshot.nvml.source,
         },
         "gpus": [gpu_to_dict(gpu) for gpu in snapshot.gpus],
         "host": host_to_dict(snapshot.host),

@@ -38,8 +38,10 @@ class TorchSample:
 
     allocated_bytes: int
     reserved_bytes: int
-    max_allocated_bytes: int
-    max_reserved_bytes: int
+    max_allocated_bytes: int | None
+    """The allocator's peak since the process started (or its last reset); None where the source
+    does not carry it (a cluster read back from Prometheus)."""
+    max_reserved_bytes: int | None
     alloc_retries: int
     ooms: int
     step: int | None
@@ -92,6 +94,11 @@ class ProcessSample:
     container: str | None = None
     """The container the process runs in (``docker:3f2a1b9c0d4e``), from its cgroup; None on the host
     or when unknown."""
+    host: str | None = None
+    """The machine the process runs on when it is another one (a cluster read from Prometheus): its
+    PID means nothing here; None for this machine."""
+    host_gpu: int | None = None
+    """The GPU's number on ``host`` (``node-c:1``); None for this machine."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,11 @@ class GpuSample:
         """Memory pressure ``1 - free/total``: how much a new allocation can no longer get."""
         return _pressure(self.total_bytes, self.free_bytes)
 
+    @property
+    def host_stale(self) -> str | None:
+        """Why a cluster GPU's readings are old (its host stopped reporting); None when fresh."""
+        return next((why for field, why in self.errors if field == "host"), None)
+
 
 def _pressure(total: int | None, free: int | None) -> float | None:
     if total is None or free is None or total <= 0:
@@ -201,6 +213,9 @@ class NvmlStatus:
     """E.g. "no NVIDIA driver found: the planner still works"."""
     bindings_version: str | None = None
     """The installed nvidia-ml-py (None for the fake NVML or when unknown)."""
+    source: str | None = None
+    """Where the readings come from when it is not this machine's driver, in words
+    (``Prometheus http://prom:9090``); None for NVML (real or fake)."""
 
 
 @dataclass(frozen=True)

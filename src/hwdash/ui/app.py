@@ -333,6 +333,8 @@ class HwdashApp(App[None]):
         self._compare: ComparePane | None = None
         self._local_gpus: list[tuple[str | None, int | None, int | None]] | None = None
         self._hidden_panes_mounted = False
+        self._cluster_shown = False
+        """The last frame came from several hosts (the process keys are hidden then)."""
 
     @property
     def plan_store(self) -> PlanStore:
@@ -502,6 +504,10 @@ class HwdashApp(App[None]):
                 self._add_local_flavor(self._planner)
             else:
                 self._local_flavor_added = True  # applied when the planner is built
+        cluster = any(gpu.host for gpu in frame.snapshot.gpus)
+        if cluster != self._cluster_shown:
+            self._cluster_shown = cluster
+            self.refresh_bindings()  # the process keys come and go with the process table
         if not self._hidden_panes_mounted:
             # The monitor's first full frame goes out first; the other panes are built after it.
             self.call_after_refresh(self.mount_hidden_panes)
@@ -626,9 +632,12 @@ class HwdashApp(App[None]):
                 return False
         if action in ("sort_processes", "process_detail", "signal_process"):
             try:
-                return self.active_tab == "monitor"
+                on_monitor = self.active_tab == "monitor"
             except NoMatches:  # asked before the tabs exist
                 return False
+            if action != "signal_process" and self.is_cluster:
+                return False  # a cluster shows no process table to sort or open
+            return on_monitor
         return True
 
     def _process_view(

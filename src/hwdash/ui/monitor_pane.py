@@ -23,7 +23,7 @@ from hwdash.core.units import format_gib, format_gib_pair
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
 from hwdash.ui.sampling import MonitorFrame, short_gpu_name
 from hwdash.ui.widgets.monitor_cells import TextCell
-from hwdash.ui.widgets.monitor_cluster import ClusterTable
+from hwdash.ui.widgets.monitor_cluster import ClusterHeading, ClusterTable
 from hwdash.ui.widgets.monitor_gpu import GpuCard, GpuHeading
 from hwdash.ui.widgets.monitor_processes import ProcessTable
 
@@ -116,9 +116,8 @@ def status_text(snapshot: Snapshot | None) -> str:
         return "No GPU telemetry (the message below says why)."
     count = len(snapshot.gpus)
     hosts = {gpu.host for gpu in snapshot.gpus if gpu.host}
-    source = nvml.driver_version or "n/a"
     parts = [
-        source if source.startswith("Prometheus") else f"NVIDIA driver {source}",
+        nvml.source or f"NVIDIA driver {nvml.driver_version or 'n/a'}",
         f"{count} GPU" + ("" if count == 1 else "s"),
     ]
     if hosts:
@@ -233,7 +232,14 @@ def live_plan_bytes(gpu: GpuSample) -> tuple[int | None, bool]:
     :mod:`hwdash.probe`, else NVML's used memory. The flag says which."""
     probed = [process.torch for process in gpu.processes if process.torch is not None]
     if probed:
-        return sum(torch.max_allocated_bytes for torch in probed), True
+        # Where no peak is known (a cluster's series), what is allocated now is the best reading.
+        peaks = [
+            torch.allocated_bytes
+            if torch.max_allocated_bytes is None
+            else torch.max_allocated_bytes
+            for torch in probed
+        ]
+        return sum(peaks), True
     return gpu.used_bytes, False
 
 
@@ -292,6 +298,8 @@ class MonitorPane(Vertical):
         self.gpu_list = Vertical(id="gpu-list")
         self.cluster_table = ClusterTable(id="cluster-table")
         self.cluster_table.display = False
+        self.cluster_heading = ClusterHeading(self.cluster_table, id="cluster-heading")
+        self.cluster_heading.display = False
         self.host_cell = HostLine(id="host-line")
         self.process_table = ProcessTable(id="process-table")
 
@@ -302,6 +310,7 @@ class MonitorPane(Vertical):
         yield self.nvml_cell
         yield self.heading
         yield self.gpu_list
+        yield self.cluster_heading
         yield self.cluster_table
         yield self.host_cell
         yield self.process_table
@@ -389,6 +398,7 @@ class MonitorPane(Vertical):
         self.heading.display = bool(gpus) and not cluster
         self.gpu_list.display = not cluster
         self.cluster_table.display = cluster
+        self.cluster_heading.display = cluster
         # Many hosts' GPUs: one line each in one widget, grouped by host (not a card each); the
         # host line and the process table are this machine's, so they give the cluster the room.
         self.host_cell.display = not cluster

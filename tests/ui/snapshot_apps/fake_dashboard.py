@@ -180,7 +180,7 @@ class ClusterSampler:
                 )
         return Snapshot(
             timestamp=1_795_000_000.0,
-            nvml=NvmlStatus(available=True, driver_version="Prometheus http://prometheus:9090"),
+            nvml=NvmlStatus(available=True, source="Prometheus http://prometheus:9090"),
             gpus=tuple(gpus),
         )
 

@@ -16,7 +16,9 @@ from rich.style import Style
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
 
+from hwdash.telemetry.cluster import hosts_fullest_first
 from hwdash.telemetry.types import GpuSample, GpuState
 from hwdash.ui.sampling import short_gpu_name
 from hwdash.ui.widgets.monitor_cells import BarModel, bar_runs
@@ -51,25 +53,13 @@ class ClusterLine:
     """Utilization, temperature and power coloured by load (as on this machine's GPU rows)."""
 
 
-def _stale_note(gpu: GpuSample) -> str | None:
-    return next((why for field, why in gpu.errors if field == "host"), None)
-
-
 def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[ClusterLine]:
     """One line per GPU, grouped by host (the host whose fullest GPU is fullest first), each host's
     GPUs fullest first; the host's name is on its first line (32 GPUs fit a 120x40 screen)."""
-    hosts: dict[str, list[tuple[float, int, GpuSample]]] = {}
-    for gpu in gpus:
-        pressure = gpu.pressure
-        heat = -1.0 if pressure is None else pressure
-        hosts.setdefault(gpu.host or "this machine", []).append((-heat, gpu.host_gpu or 0, gpu))
-    for members in hosts.values():
-        members.sort(key=lambda item: (item[0], item[1]))  # fullest first
-    order = sorted(hosts, key=lambda host: (hosts[host][0][0], host))
     lines: list[ClusterLine] = []
-    for host in order:
-        for place, (minus_heat, _number, gpu) in enumerate(hosts[host]):
-            stale = _stale_note(gpu) is not None
+    for host, members in hosts_fullest_first(gpus):
+        for place, gpu in enumerate(members):
+            stale = gpu.host_stale is not None
             host_cell = ""
             if place == 0:
                 host_cell = host + (" (stale)" if stale else "")
@@ -93,7 +83,7 @@ def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[Cluster
             text = (
                 host_cell,
                 f"{number:>2} {short_gpu_name(gpu.name)}",
-                percent_text(None if minus_heat > 0 else -minus_heat * 100),
+                percent_text(None if gpu.pressure is None else gpu.pressure * 100),
                 memory,
                 forecast_text(gpu.forecast_full_s),
                 percent_text(gpu.utilization_gpu),
@@ -110,6 +100,44 @@ def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[Cluster
 
 #: Widths of the cells after the name: pressure, memory, forecast, util, temp, power.
 CELL_WIDTHS = (4, 13, 5, 4, 5, 6)
+#: What each column of a line holds, said once above the table (the GPU view's words).
+HEADINGS = ("host", "GPU", "memory", "full", "in use", "OOM", "util", "temp", "power")
+
+
+def cluster_bar_width(width: int) -> int:
+    """The memory bar's width in a table ``width`` cells wide (what is left after the cells)."""
+    cells = sum(CELL_WIDTHS) + len(CELL_WIDTHS)
+    # Two cells are the scroll bar's when the table is taller than the screen.
+    return max(BAR_MIN, width - HOST_WIDTH - NAME_WIDTH - cells - 4)
+
+
+def heading_text(width: int) -> str:
+    """The column headings over a table ``width`` cells wide, aligned with its lines."""
+    host, name, bar, *cells = HEADINGS
+    text = fit_text(host, HOST_WIDTH, "left") + " " + fit_text(name, NAME_WIDTH, "left") + " "
+    text += fit_text(bar, cluster_bar_width(width), "left")
+    for title, size in zip(cells, CELL_WIDTHS, strict=True):
+        text += " " + fit_text(title, size, "right")
+    return text
+
+
+class ClusterHeading(Widget):
+    """One line of column headings over :class:`ClusterTable`, laid out with the table's widths."""
+
+    DEFAULT_CSS = """
+    ClusterHeading { height: 1; text-style: bold; }
+    """
+
+    def __init__(self, table: ClusterTable, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.table = table
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y != 0:
+            return Strip.blank(width, self.rich_style)
+        text = heading_text(self.table.size.width or width)
+        return Strip([Segment(text, self.rich_style)]).crop_extend(0, width, self.rich_style)
 
 
 class ClusterTable(ScrollView, can_focus=True):
@@ -183,9 +211,7 @@ class ClusterTable(ScrollView, can_focus=True):
             style += self.get_component_rich_style("cluster-table--alert", partial=True)
         if line.stale:
             style += self.get_component_rich_style("cluster-table--stale", partial=True)
-        cells = sum(CELL_WIDTHS) + len(CELL_WIDTHS)
-        # Two cells are the scroll bar's when the table is taller than the screen.
-        bar_width = max(BAR_MIN, width - HOST_WIDTH - NAME_WIDTH - cells - 4)
+        bar_width = cluster_bar_width(width)
         segments = [
             Segment(fit_text(line.text[0], HOST_WIDTH, "left") + " ", host_style),
             Segment(fit_text(line.text[1], NAME_WIDTH, "left") + " ", style),

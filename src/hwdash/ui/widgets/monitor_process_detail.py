@@ -84,10 +84,11 @@ def detail_text(
             + ("" if fragmented is None else f"  ·  {fragmented:.0%} of the pool fragmented")
             + "\n"
         )
-        text.append(
-            f"  peak allocated {format_bytes(torch.max_allocated_bytes)}  ·  peak reserved "
-            f"{format_bytes(torch.max_reserved_bytes)}\n"
-        )
+        if torch.max_allocated_bytes is not None and torch.max_reserved_bytes is not None:
+            text.append(
+                f"  peak allocated {format_bytes(torch.max_allocated_bytes)}  ·  peak reserved "
+                f"{format_bytes(torch.max_reserved_bytes)}\n"
+            )
         retries = f"  alloc retries {torch.alloc_retries}  ·  OOMs caught {torch.ooms}"
         text.append(retries)
         if torch.retries_rising:

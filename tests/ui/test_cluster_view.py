@@ -1,0 +1,53 @@
+"""The dashboard's cluster view: column headings over the lines, and no process keys without a
+process table."""
+
+from __future__ import annotations
+
+from snapshot_apps.fake_dashboard import ClusterSampler, shared_catalog, wait_for_frames
+
+from hwdash.ui.app import make_app
+from hwdash.ui.widgets.monitor_cluster import ClusterHeading, ClusterTable
+
+
+def _cluster_app() -> object:
+    return make_app(
+        catalog=shared_catalog(),
+        sampler=ClusterSampler(),
+        interval=3600,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+    )
+
+
+async def test_the_cluster_view_has_column_headings_aligned_with_its_lines() -> None:
+    app = _cluster_app()
+    async with app.run_test(size=(120, 40)) as pilot:  # type: ignore[attr-defined]
+        await wait_for_frames(pilot, app, 1)  # type: ignore[arg-type]
+        heading = app.query_one(ClusterHeading)  # type: ignore[attr-defined]
+        table = app.query_one(ClusterTable)  # type: ignore[attr-defined]
+        assert heading.display and table.display
+        head = "".join(segment.text for segment in heading.render_line(0))
+        first = "".join(segment.text for segment in table.render_line(0))
+        for title in ("host", "GPU", "full", "in use", "OOM", "util", "temp", "power"):
+            assert title in head, title
+        # Each reading sits under its heading: the line's last cell (power, "512 W") ends where
+        # the heading's "power" ends, and the pressure cell ends under "full".
+        assert first.rstrip().endswith("W")
+        assert len(first.rstrip()) == len(head.rstrip())
+        assert first.startswith("node-02")  # the host of the fullest GPU leads
+
+
+async def test_the_cluster_view_offers_no_process_sort_or_detail() -> None:
+    app = _cluster_app()
+    async with app.run_test(size=(120, 40)) as pilot:  # type: ignore[attr-defined]
+        await wait_for_frames(pilot, app, 1)  # type: ignore[arg-type]
+        await pilot.pause()
+        offered = {
+            active.binding.action
+            for active in app.active_bindings.values()  # type: ignore[attr-defined]
+        }
+        assert "sort_processes" not in offered and "process_detail" not in offered
+        assert "signal_process('TERM')" in offered or any(
+            action.startswith("signal_process") for action in offered
+        )  # k still answers, to say why it sends nothing
