@@ -696,3 +696,41 @@ def test_clocks_are_shown_to_a_tenth_of_a_ghz() -> None:
     assert clock_text(1395) == clock_text(1404) == "1.4 GHz"  # the wander of a busy GPU
     assert clock_text(1100) == "1.1 GHz"  # a throttled one shows
     assert clock_text(210) == "0.2 GHz"
+
+
+async def test_a_plan_for_more_gpus_than_the_machine_has_is_named(tmp_path: Path) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        app.planner.load_plan(Plan(model="qwen2.5-7b", gpus=8, zero=3), "eight")
+        await wait_for_plan_on_monitor(pilot, app, "qwen2.5-7b")
+        line = app.monitor.plan_cell.shown
+        assert "the plan is for 8 GPUs and this machine shows 4" in line
+        assert app.monitor.plan_cell.has_class("-over")
+        # A plan for as many GPUs as are here (or fewer) says nothing of the count.
+        app.planner.load_plan(Plan(model="qwen2.5-7b", gpus=4, zero=3), "four")
+        await wait_for_plan_on_monitor(pilot, app, "qwen2.5-7b")
+        for _ in range(100):
+            if "four" in app.monitor.plan_cell.shown:
+                break
+            await pilot.pause(0.02)
+        assert "four" in app.monitor.plan_cell.shown
+        assert "this machine shows" not in app.monitor.plan_cell.shown
+
+
+async def test_with_no_gpu_a_plan_is_not_said_to_be_within_live_memory(tmp_path: Path) -> None:
+    app, _clock = fake_app("no-driver", data_dir=tmp_path, start_s=0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        app.planner.load_plan(Plan(model="qwen2.5-7b", gpus=8, zero=3), "eight")
+        await wait_for_plan_on_monitor(pilot, app, "qwen2.5-7b")
+        line = app.monitor.plan_cell.shown
+        assert "within" not in line
+        assert "no GPU is visible here" in line
+
+
+def test_plan_line_without_readable_gpus_claims_no_check() -> None:
+    lost = GpuSample(index=0, name="NVIDIA A100", uuid=None, state=GpuState.LOST)
+    text, over = plan_text((lost,), 10 * GIB, "p", plan_gpus=1)
+    assert "no GPU here gives a memory reading" in text and "within" not in text
+    assert not over

@@ -586,7 +586,9 @@ class HwdashApp(App[None]):
             # Only a plan the user chose is held against the live GPUs, not the starting form.
             self.monitor.set_plan_expectation(None)
             return
-        self.monitor.set_plan_expectation(report.estimate.per_gpu.total, message.label)
+        self.monitor.set_plan_expectation(
+            report.estimate.per_gpu.total, message.label, report.plan.gpus
+        )
 
     def on_planner_pane_plan_saved(self, message: PlannerPane.PlanSaved) -> None:
         """A saved plan shows up in the compare view at once."""

@@ -243,28 +243,41 @@ def live_plan_bytes(gpu: GpuSample) -> tuple[int | None, bool]:
     return gpu.used_bytes, False
 
 
-def plan_text(gpus: tuple[GpuSample, ...], plan_bytes: int, label: str) -> tuple[str, bool]:
-    """The plan line and whether any GPU's live memory is over the plan's per-GPU total."""
+def plan_text(
+    gpus: tuple[GpuSample, ...], plan_bytes: int, label: str, plan_gpus: int = 1
+) -> tuple[str, bool]:
+    """The plan line and whether any GPU's live memory is over the plan's per-GPU total (or the
+    plan needs more GPUs than are here). ``plan_gpus`` is the plan's GPU count."""
     head = f"┃ Plan {label}: {format_gib(plan_bytes)} per GPU expected"
+    readable = [gpu for gpu in gpus if gpu.state in (GpuState.OK, GpuState.ALERT)]
+    if not readable:
+        # Nothing to compare with: saying "within" would claim a check that was not made.
+        why = "no GPU is visible here" if not gpus else "no GPU here gives a memory reading"
+        return f"{head}; {why}, so live memory cannot be held against it", False
+    shortfall = ""
+    cluster = any(gpu.host for gpu in gpus)
+    if not cluster and plan_gpus > len(gpus):
+        shortfall = (
+            f"; the plan is for {plan_gpus} GPUs and this machine shows {len(gpus)}"
+            " (each GPU here would hold more than planned)"
+        )
     overs = []
     probed_any = False
-    for gpu in gpus:
-        if gpu.state not in (GpuState.OK, GpuState.ALERT):
-            continue
+    for gpu in readable:
         live, probed = live_plan_bytes(gpu)
         probed_any = probed_any or probed
         if live is not None and live > plan_bytes:
             overs.append((gpu.index, live - plan_bytes, probed))
     source = " (PyTorch peak allocated where probed)" if probed_any else ""
     if not overs:
-        return f"{head}; live memory{source} is within it", False
+        return f"{head}; live memory{source} is within it{shortfall}", bool(shortfall)
     overs.sort(key=lambda item: -item[1])
     index, over, probed = overs[0]
     what = "PyTorch's peak allocated" if probed else "live memory"
     text = f"{head}; {what} is {format_gib(over)} over the plan on GPU {index}"
     if len(overs) > 1:
         text += f" (and {len(overs) - 1} more GPU" + ("s)" if len(overs) > 2 else ")")
-    return text, True
+    return text + shortfall, True
 
 
 class MonitorPane(Vertical):
@@ -283,6 +296,8 @@ class MonitorPane(Vertical):
         self.plan_bytes: int | None = None
         """The plan's expected per-GPU total, drawn on every bar."""
         self.plan_label = ""
+        self.plan_gpus = 1
+        """How many GPUs the plan runs on."""
         self.wide = False
         """Cards (two lines per GPU) instead of rows."""
         self._cards: dict[int, GpuCard] = {}
@@ -327,10 +342,14 @@ class MonitorPane(Vertical):
         self._stalled_for = None
         self._redraw()
 
-    def set_plan_expectation(self, plan_bytes: int | None, label: str = "") -> None:
-        """Draw the plan's expected per-GPU total on every bar (None removes it)."""
+    def set_plan_expectation(
+        self, plan_bytes: int | None, label: str = "", plan_gpus: int = 1
+    ) -> None:
+        """Draw the plan's expected per-GPU total on every bar (None removes it); ``plan_gpus``
+        is how many GPUs the plan runs on (named when this machine has fewer)."""
         self.plan_bytes = plan_bytes
         self.plan_label = label
+        self.plan_gpus = plan_gpus
         self._redraw()
 
     def set_source_note(self, note: str) -> None:
@@ -385,7 +404,7 @@ class MonitorPane(Vertical):
             plan_line.set_class(False, "-active")
             plan_line.show("")
         else:
-            text, over = plan_text(gpus, self.plan_bytes, self.plan_label)
+            text, over = plan_text(gpus, self.plan_bytes, self.plan_label, self.plan_gpus)
             plan_line.set_class(True, "-active")
             plan_line.set_class(over, "-over")
             plan_line.show(text)
