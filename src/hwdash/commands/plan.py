@@ -921,6 +921,17 @@ def render_report(
     console.print(table)
     for reason, number in notes.items():
         console.print(f"[{number}] {reason}", highlight=False, markup=False)
+    factors = dict.fromkeys(
+        f"{entry.id} x{entry.factor:g}" for fit in report.flavors for entry in fit.slowdowns
+    )
+    if factors:
+        console.print(
+            f"hours include the catalog's slowdowns: {', '.join(factors)} "
+            "(hwdash catalog list --kind slowdowns)",
+            style="dim",
+            highlight=False,
+            markup=False,
+        )
     for note in dict.fromkeys(local_notes or ()):
         console.print(f"this machine: {note}", highlight=False, markup=False)
     if report.recommended:
