@@ -380,6 +380,12 @@ def hf_jobs_command(
 # -- one entry point for the CLI and the dashboard ------------------------------------------------
 
 
+def export_flavor_id(report: PlanReport) -> str | None:
+    """The flavor an export is written for: the plan's first ``--flavor``, else the recommended
+    one (None when neither: the export then assumes bf16 hardware and ``--gpus``)."""
+    return report.plan.flavors[0] if report.plan.flavors else report.recommended
+
+
 def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, list[str]]:
     """The plan of ``report`` as ``kind`` (one of :data:`EXPORT_FORMATS`), and notes for the user.
 
@@ -392,7 +398,7 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
     from hwdash.core import strict_json
 
     plan = report.plan
-    flavor_id = plan.flavors[0] if plan.flavors else report.recommended
+    flavor_id = export_flavor_id(report)
     flavor = catalog.flavors.get(flavor_id) if flavor_id else None
     accelerator = catalog.accelerator_for(flavor) if flavor is not None else None
     bf16 = accelerator.bf16 if accelerator is not None else True
