@@ -14,11 +14,11 @@ from hwdash.core.fit import (
     evaluate_flavor,
     evaluate_plan,
     fit_verdict,
-    flops_per_token,
     training_tokens,
 )
 from hwdash.core.plan import Method, Offload, Plan, Precision
 from hwdash.core.results import FitVerdict
+from hwdash.core.run_time import flops_per_token
 from hwdash.core.units import GB
 from hwdash.errors import UsageError
 

@@ -174,14 +174,15 @@ def test_cli_shows_quant_in_text_and_json(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_fit_offers_int8_then_nf4_for_inference_only() -> None:
-    from hwdash.core.fit_options import _slowdown_keys_of, knobs_for
+    from hwdash.core.fit_options import knobs_for
+    from hwdash.core.run_time import slowdown_ids
 
     inference = Plan(model="s", method=Method.INFERENCE)
     knob = next(k for k in knobs_for(inference, SMALL, 1) if k.name == "quant")
     assert [setting.updates["quant"] for setting in knob.settings] == [Quant.INT8, Quant.NF4]
     assert not knob.keeps_experiment
     assert knob.settings[0].slowdown_keys == ("int8-inference",)
-    assert _slowdown_keys_of(inference.with_changes({"quant": Quant.INT8})) == {"int8-inference"}
+    assert slowdown_ids(inference.with_changes({"quant": Quant.INT8})) == {"int8-inference"}
     # not for training, nor when already quantized, nor on a quantized checkpoint
     assert all(k.name != "quant" for k in knobs_for(Plan(model="s"), SMALL, 1))
     quantized = inference.with_changes({"quant": Quant.NF4})

@@ -461,7 +461,8 @@ def add_parser(subparsers: Any) -> None:
         "--check",
         action="store_true",
         help="with one --flavor: print one line and exit 0 if the plan fits it, 1 if it is tight "
-        "or does not fit (a launch guard for job scripts)",
+        "or does not fit (a launch guard for job scripts); the exit code holds with --json, "
+        "--save, --fit and --export, and an --export it fails is not written",
     )
     fit.add_argument(
         "--fake-nvml",
@@ -485,7 +486,13 @@ def add_parser(subparsers: Any) -> None:
         "config or the `hf jobs uv run` line (stdout, or -o FILE)",
     )
     handoff.add_argument(
-        "-o", "--output", metavar="FILE", help="with --export: write to FILE instead of stdout"
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="with --export: write to FILE instead of stdout (an existing FILE needs --force)",
+    )
+    handoff.add_argument(
+        "--force", action="store_true", help="with -o FILE: overwrite FILE if it exists"
     )
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument(
@@ -633,25 +640,61 @@ def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Pla
     return changed
 
 
-def export(kind: str, report: Any, catalog: Any, output: str | None) -> int:
-    """Write the plan as ``kind`` to ``output`` (stdout when None)."""
-    from hwdash.core.exports import export_text
+def _exists_message(output: str) -> str:
+    return f"'{output}' already exists: add --force to overwrite it"
+
+
+def export(
+    kind: str,
+    report: Any,
+    catalog: Any,
+    output: str | None,
+    *,
+    check: tuple[int, str] | None = None,
+    force: bool = False,
+) -> int:
+    """Write the plan as ``kind`` to ``output`` (stdout when None; an existing file only with
+    ``force``). ``check``: ``--check``'s (status, line) for the plan's flavor: a failed check
+    writes nothing and returns its status. Without one, an export for a flavor the plan does not
+    fit (or only tightly) is written with a warning."""
+    from hwdash.commands.plan_fit import check_line
+    from hwdash.core.exports import export_flavor_id, export_text
 
     try:
         text, notes = export_text(kind, report, catalog)
     except ValueError as exc:
         raise UsageError(str(exc), flag="--export") from None
+    # With the export on stdout, stdout is the export alone: the check's line goes to stderr.
+    check_stream = sys.stdout if output is not None else sys.stderr
+    if check is not None and check[0] != 0:
+        print(check[1], file=check_stream)
+        print(f"hwdash: --check failed: the {kind} export was not written", file=sys.stderr)
+        return check[0]
+    flavor_id = export_flavor_id(report)
+    if check is None and flavor_id is not None:
+        status, line = check_line(report, flavor_id)
+        if status != 0:
+            print(
+                f"hwdash: warning: {line} (the {kind} export is written for it anyway; "
+                "--check refuses it)",
+                file=sys.stderr,
+            )
     for note in notes:
         print(f"hwdash: {note}", file=sys.stderr)
     if output is None:
         sys.stdout.write(text)
-        return 0
-    try:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write '{output}': {exc.strerror or exc}", flag="-o") from None
-    print(f"wrote {output}", file=sys.stderr)
+    else:
+        try:
+            with open(output, "w" if force else "x", encoding="utf-8") as handle:
+                handle.write(text)
+        except FileExistsError:
+            raise UsageError(_exists_message(output), flag="-o") from None
+        except OSError as exc:
+            raise UsageError(f"cannot write '{output}': {exc.strerror or exc}", flag="-o") from None
+        print(f"wrote {output}", file=sys.stderr)
+    if check is not None:
+        print(check[1], file=check_stream)
+        return check[0]
     return 0
 
 
@@ -694,6 +737,15 @@ def run(args: argparse.Namespace) -> int:
         plan = apply_imported(plan, imported, getattr(args, "argv", []), args.from_file)
     if args.output is not None and args.export is None:
         raise UsageError("-o names the file --export writes: add --export FORMAT", flag="-o")
+    if args.force and args.output is None:
+        raise UsageError("--force overwrites the -o FILE of --export: add -o FILE", flag="--force")
+    if args.output is not None and not args.force and os.path.lexists(args.output):
+        raise UsageError(_exists_message(args.output), flag="-o")
+    if args.export is not None and args.json and args.output is None:
+        raise UsageError(
+            "--export and --json would both write to stdout: add -o FILE for the export",
+            flag="--export",
+        )
     if args.check and len(plan.flavors) != 1:
         raise UsageError("give exactly one --flavor ID to check against", flag="--check")
     catalog = load_catalog(args.catalog)
@@ -720,16 +772,13 @@ def run(args: argparse.Namespace) -> int:
     unused = unused_flag_warnings(plan, getattr(args, "argv", []))
     if unused:
         report = dataclasses.replace(report, warnings=(*unused, *report.warnings))
-    if args.export is not None:
-        return export(args.export, report, catalog, args.output)
-    if args.check:
-        status, line = plan_fit.check_line(report, plan.flavors[0])
-        print(line)
-        return status
+    # --check's (exit status, line): the status holds whatever else is asked.
+    check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
+    status = 0 if check is None else check[0]
     fit_result = None
-    if args.fit is not None:
+    if args.export is None and args.fit is not None:
         fit_result = plan_fit.search(plan, model, catalog, args.fit, local)
-    elif not args.json and not plan.flavors and report.recommended is None:
+    elif args.export is None and not args.json and not plan.flavors and not report.recommended:
         # Nothing fits and no --fit: the top three options for the cheapest flavor that is close.
         from hwdash.core.fit_options import closest_flavor
 
@@ -745,6 +794,12 @@ def run(args: argparse.Namespace) -> int:
         store = PlanStore()
         saved = store.save(args.save, plan, summary=PlanSummary.from_report(report))
         saved_message = f"saved plan '{saved.name}' to {store.path}"
+    if args.export is not None:
+        status = export(args.export, report, catalog, args.output, check=check, force=args.force)
+        if not args.json:
+            if saved_message is not None:
+                print(saved_message, file=sys.stderr)
+            return status
     if args.json:
         document = report.to_json()
         if fit_result is not None:
@@ -755,6 +810,10 @@ def run(args: argparse.Namespace) -> int:
                 for ident, machine in machines.items()
             }
         document["details"] = [[label, value] for label, value in report.estimate.details]
+        if check is not None:
+            document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
+            if args.export is None:  # (an export printed it)
+                print(check[1], file=sys.stderr)
         if saved_message is not None:
             document["saved_as"] = saved.name
             print(saved_message, file=sys.stderr)
@@ -766,7 +825,12 @@ def run(args: argparse.Namespace) -> int:
 
             document["trace"] = trace_json(plan, model)
         sys.stdout.write(strict_json.dumps(document, indent=2) + "\n")
-        return 0
+        return status
+    if check is not None and args.fit is None and not args.trace:
+        print(check[1])  # the guard's line alone
+        if saved_message is not None:
+            print(saved_message)
+        return status
     render_report(report, local_notes=[n for m in machines.values() for n in m.notes])
     if fit_result is not None:
         from rich.console import Console
@@ -786,7 +850,9 @@ def run(args: argparse.Namespace) -> int:
         from hwdash.commands.plan_trace import print_trace
 
         print_trace(plan, model)
-    return 0
+    if check is not None:
+        print(check[1])
+    return status
 
 
 def _parallel_words(plan: Plan, gpus: int) -> str:
@@ -921,6 +987,17 @@ def render_report(
     console.print(table)
     for reason, number in notes.items():
         console.print(f"[{number}] {reason}", highlight=False, markup=False)
+    factors = dict.fromkeys(
+        f"{entry.id} x{entry.factor:g}" for fit in report.flavors for entry in fit.slowdowns
+    )
+    if factors:
+        console.print(
+            f"hours include the catalog's slowdowns: {', '.join(factors)} "
+            "(hwdash catalog list --kind slowdowns)",
+            style="dim",
+            highlight=False,
+            markup=False,
+        )
     for note in dict.fromkeys(local_notes or ()):
         console.print(f"this machine: {note}", highlight=False, markup=False)
     if report.recommended:

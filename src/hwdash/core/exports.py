@@ -35,9 +35,10 @@ QLoRA extras' and the adapters' dtype (PEFT decides them in code), PPO's shared 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
-from hwdash.core.catalog import Catalog, Framework
+from hwdash.core.catalog import Catalog, Framework, Slowdown
 from hwdash.core.plan import (
     FsdpMode,
     Loss,
@@ -352,12 +353,19 @@ def timeout_text(minutes: int) -> str:
 
 
 def hf_jobs_command(
-    flavor_id: str, hours: float, price_per_hour: float | None, script: str = "train.py"
+    flavor_id: str,
+    hours: float,
+    price_per_hour: float | None,
+    script: str = "train.py",
+    slowdowns: Sequence[Slowdown] = (),
 ) -> str:
-    """The ``hf jobs uv run`` line with the timeout from the estimate, and what it may cost."""
+    """The ``hf jobs uv run`` line with the timeout from the estimate (``hours``, the flavor
+    table's, with the catalog's ``slowdowns`` in: they are named), and what it may cost."""
     minutes = job_timeout_minutes(hours)
+    factors = ", ".join(f"{entry.id} x{entry.factor:g}" for entry in slowdowns)
+    included = f" ({factors} included)" if factors else ""
     lines = [
-        f"# estimated {hours:.2f} h; timeout = estimate + {TIMEOUT_MARGIN:.0%} margin",
+        f"# estimated {hours:.2f} h{included}; timeout = estimate + {TIMEOUT_MARGIN:.0%} margin",
     ]
     if price_per_hour is not None:
         expected = hours * price_per_hour
@@ -372,6 +380,12 @@ def hf_jobs_command(
 # -- one entry point for the CLI and the dashboard ------------------------------------------------
 
 
+def export_flavor_id(report: PlanReport) -> str | None:
+    """The flavor an export is written for: the plan's first ``--flavor``, else the recommended
+    one (None when neither: the export then assumes bf16 hardware and ``--gpus``)."""
+    return report.plan.flavors[0] if report.plan.flavors else report.recommended
+
+
 def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, list[str]]:
     """The plan of ``report`` as ``kind`` (one of :data:`EXPORT_FORMATS`), and notes for the user.
 
@@ -384,7 +398,7 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
     from hwdash.core import strict_json
 
     plan = report.plan
-    flavor_id = plan.flavors[0] if plan.flavors else report.recommended
+    flavor_id = export_flavor_id(report)
     flavor = catalog.flavors.get(flavor_id) if flavor_id else None
     accelerator = catalog.accelerator_for(flavor) if flavor is not None else None
     bf16 = accelerator.bf16 if accelerator is not None else True
@@ -434,5 +448,8 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
             raise ValueError(
                 "hf-jobs needs the run's length for its timeout: add --examples or --tokens"
             )
-        return hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour), notes
+        return (
+            hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour, slowdowns=fit.slowdowns),
+            notes,
+        )
     raise ValueError(f"unknown export format {kind!r} (choose from {', '.join(EXPORT_FORMATS)})")

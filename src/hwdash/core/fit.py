@@ -3,31 +3,19 @@
 For each flavor the memory estimate is redone at that flavor's GPU count and accelerator (a 4-GPU
 flavor shards ZeRO state 4 ways), compared with usable memory per GPU, and timed from FLOPs.
 
-Time sources:
-
-* Training FLOPs per token: ``6 N`` for full training (Kaplan et al. 2020, arXiv:2001.08361 section
-  2.1; Hoffmann et al. 2022 "Chinchilla", arXiv:2203.15556): 2N forward, 4N backward (gradients with
-  respect to activations and to weights). LoRA-style methods skip the frozen weights' gradients:
-  2N forward + 2N backward = 4N (adapter weight gradients are negligible). Gradient checkpointing
-  recomputes the forward: +2N. N counts parameters a token multiplies through (MoE: routed experts
-  only, embedding lookups excluded). Attention-score FLOPs are left out, as in 6N.
-* Time = FLOPs / (dense 16-bit tensor rate x GPUs x MFU); MFU from the catalog (per accelerator) or
-  ``--mfu``. On a GPU without bf16 the fp16 rate is used.
-* Inference decode is bound by memory bandwidth: each generated token reads every weight once plus
-  the sequence's KV cache (a per-sequence rate; a batch of b shares the weight reads).
+Hours and throughput come from :func:`hwdash.core.run_time.estimate_run_time` (FLOPs or memory
+bandwidth, times the catalog's ``[[slowdown]]`` factors the plan brings in).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-from hwdash.core.catalog import Accelerator, Catalog, Flavor, Framework, ModelSpec
+from hwdash.core.catalog import Accelerator, Catalog, Flavor, Framework, ModelSpec, Slowdown
 from hwdash.core.estimator import (
-    LAYOUTS,
     QUANTIZED_METHODS,
     architecture,
     estimate_memory,
-    kv_cache_bytes,
     resolve_lora_targets,
 )
 from hwdash.core.models import resolve_model
@@ -39,6 +27,7 @@ from hwdash.core.results import (
     MemoryEstimate,
     PlanReport,
 )
+from hwdash.core.run_time import estimate_run_time
 from hwdash.core.units import GB
 from hwdash.errors import UsageError
 
@@ -58,71 +47,6 @@ def training_tokens(plan: Plan) -> int | None:
     if plan.examples is not None and plan.is_training:
         return round(plan.examples * plan.epochs * plan.seq)
     return None
-
-
-def _train_flops_factor(method: Method, grad_ckpt: bool) -> int:
-    """Multiple of N FLOPs per token: 6 for full, 4 for LoRA-style, +2 with recomputation."""
-    factor = 6 if method is Method.FULL else 4
-    return factor + (2 if grad_ckpt else 0)
-
-
-def flops_per_token(plan: Plan, model: ModelSpec) -> float:
-    """FLOPs to train on (or, for RL, roll out and train on) one token.
-
-    RL: the policy's generation (a forward, 2N; generation is bandwidth-bound in practice, so the
-    time from FLOPs is a lower bound), the frozen reference and reward forwards (2N each), and the
-    training of the policy and, for PPO, the value model.
-    """
-    n = architecture(model).matmul_params_per_token
-    if plan.method is Method.INFERENCE:
-        return 2.0 * n
-    if not plan.is_rl:
-        return float(_train_flops_factor(plan.method, plan.grad_ckpt) * n)
-    train = _train_flops_factor(plan.rl_method, plan.grad_ckpt)
-    factor = 2 + train  # generation + policy training
-    if plan.method is Method.PPO:
-        factor += train  # value model
-    if plan.rl_reference:
-        factor += 2  # a frozen copy, or the policy with its adapters disabled: a forward either way
-    if plan.method is Method.PPO and plan.rl_reward_model:
-        factor += 2
-    return float(factor * n)
-
-
-@dataclass(frozen=True)
-class _Timing:
-    hours: float | None
-    tokens_per_second: float | None
-
-
-def _matmul_rate(accelerator: Accelerator) -> float | None:
-    tflops, _dtype = accelerator.matmul_tflops()
-    return None if tflops is None else tflops * 1e12
-
-
-def _time_on(
-    plan: Plan, model: ModelSpec, accelerator: Accelerator, gpus: int, tokens: int | None
-) -> _Timing:
-    if plan.method is Method.INFERENCE:
-        if accelerator.memory_bandwidth_gbps is None:
-            return _Timing(None, None)
-        bandwidth = accelerator.memory_bandwidth_gbps * GB * gpus  # tensor parallel: ideal scaling
-        arch = architecture(model)
-        layout = LAYOUTS[plan.precision]
-        weight_bytes = arch.total_params * layout.weight_bytes
-        kv_one = kv_cache_bytes(arch, 1, plan.seq, layout.activation_bytes)
-        # A batch reads the weights once per step and each sequence's own KV cache.
-        step_seconds = (weight_bytes + plan.batch * kv_one) / bandwidth
-        per_sequence = 1.0 / step_seconds
-        hours = None if tokens is None else tokens / (per_sequence * plan.batch) / 3600
-        return _Timing(hours, per_sequence)
-    rate = _matmul_rate(accelerator)
-    if rate is None:
-        return _Timing(None, None)
-    mfu = plan.mfu if plan.mfu is not None else accelerator.default_mfu
-    tokens_per_second = rate * gpus * mfu / flops_per_token(plan, model)
-    hours = None if tokens is None else tokens / tokens_per_second / 3600
-    return _Timing(hours, tokens_per_second)
 
 
 def fit_verdict(need: int, usable: int) -> FitVerdict:
@@ -160,9 +84,11 @@ def evaluate_flavor(
     tokens: int | None,
     *,
     framework: Framework | None = None,
+    slowdowns: Mapping[str, Slowdown] | None = None,
 ) -> tuple[FlavorFit, MemoryEstimate]:
     """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count.
-    ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one)."""
+    ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one);
+    ``slowdowns``: the catalog's step-time factors (None: the packaged ones)."""
     if accelerator is None or accelerator.kind == "cpu" or flavor.gpu_count == 0:
         estimate = estimate_memory(plan, model, gpus=1, framework=framework)
         fit = FlavorFit(
@@ -216,7 +142,9 @@ def evaluate_flavor(
         reasons.append(TPU_REASON)
     elif accelerator.kind == "unified":
         reasons.append(UNIFIED_REASON)
-    timing = _time_on(plan, model, accelerator, gpus, tokens)
+    timing = estimate_run_time(
+        plan, model, accelerator, gpus, tokens, slowdowns=slowdowns, framework=framework
+    )
     cost = None
     if timing.hours is not None and flavor.price_per_hour is not None:
         cost = timing.hours * flavor.price_per_hour
@@ -230,6 +158,7 @@ def evaluate_flavor(
         hours=timing.hours,
         cost=cost,
         tokens_per_second=timing.tokens_per_second,
+        slowdowns=timing.slowdowns,
     )
     return fit, estimate
 
@@ -354,7 +283,13 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
     tokens = training_tokens(plan)
     fits = [
         evaluate_flavor(
-            plan, model, flavor, catalog.accelerator_for(flavor), tokens, framework=framework
+            plan,
+            model,
+            flavor,
+            catalog.accelerator_for(flavor),
+            tokens,
+            framework=framework,
+            slowdowns=catalog.slowdowns,
         )[0]
         for flavor in flavors
     ]

@@ -13,10 +13,10 @@ step, a chunked or fused-linear loss, activation offloading, the optimizer step 
 DeepSpeed ZeRO or PyTorch FSDP and CPU offload. Everything else (method, LoRA rank and targets,
 optimizer, precision, sequence length) changes what is trained.
 
-Speed: the time of each option comes from the same FLOPs model as the flavor table
-(:mod:`hwdash.core.fit`: recomputation is one more forward, 2N FLOPs per token; LoRA skips the weight
-gradients), multiplied by the catalog's slowdown factors for what FLOPs do not capture (CPU offload,
-8-bit and 4-bit dequantisation; ``[[slowdown]]`` entries, each with its source).
+Speed: the hours of each option are the flavor table's (:mod:`hwdash.core.run_time`: FLOPs, where
+recomputation is one more forward and LoRA skips the weight gradients, times the catalog's
+``[[slowdown]]`` factors for CPU offload and 8-bit and 4-bit dequantisation, each with its source), so
+re-running an option's command gives the same hours; its slowdown is its step time over the plan's.
 """
 
 from __future__ import annotations
@@ -124,10 +124,10 @@ class FitOption:
     fit: FlavorFit
     """The changed plan on the target flavor (fits, or only tight when nothing fits)."""
     slowdown: float | None
-    """Step time relative to the original plan on this flavor (1.3: 30% slower); None when the
-    flavor's speed is unknown."""
+    """Step time relative to the original plan on this flavor (1.3: 30% slower), the catalog's
+    factors of both in; None when the flavor's speed is unknown."""
     slowdown_sources: tuple[str, ...] = ()
-    """Sources of the catalog factors in ``slowdown``."""
+    """Sources of the catalog factors the option brings in (those the plan has already cancel)."""
     severity: int = 0
     """How far along its knobs the option goes (0: as it is; each knob's first setting counts 1):
     among options with as many changes, the milder comes first (LoRA before QLoRA)."""
@@ -553,10 +553,27 @@ def _changes(original: Plan, changed: Plan) -> tuple[Change, ...]:
 
 
 def _time_of(fit: FlavorFit) -> float | None:
-    """Seconds per token on the flavor (the inverse throughput), or None."""
+    """Seconds per token on the flavor (the inverse throughput, the catalog's slowdowns in), or None."""
     if fit.tokens_per_second:
         return 1.0 / fit.tokens_per_second
     return None
+
+
+def _relative_step_time(fit: FlavorFit, base: FlavorFit) -> float | None:
+    """Seconds per token of ``fit`` over those of ``base`` (the plan as given), or None."""
+    option_time, base_time = _time_of(fit), _time_of(base)
+    if option_time is None or base_time is None:
+        return None
+    return option_time / base_time
+
+
+def _new_slowdown_sources(fit: FlavorFit, base: FlavorFit) -> tuple[str, ...]:
+    """The catalog factors in ``fit``'s time that ``base``'s lacks, each with its source."""
+    return tuple(
+        f"{entry.id}: x{entry.factor:g} ({entry.source})"
+        for entry in fit.slowdowns
+        if entry not in base.slowdowns
+    )
 
 
 def search_flavor(
@@ -579,16 +596,23 @@ def search_flavor(
     it is a parameter so a caller can swap in a flavor built from live GPUs. ``keeps_only`` turns
     only the knobs that keep the experiment. ``memory_cache`` shares per-GPU needs between flavors
     with the same accelerator and GPU count. ``framework``: the catalog's entry for
-    ``plan.framework`` (None: the packaged one); no knob changes the framework.
+    ``plan.framework`` (None: the packaged one); no knob changes the framework. ``slowdowns``: the
+    catalog's step-time factors (None: the packaged ones).
     """
-    slowdowns = slowdowns or {}
-    tokens = training_tokens(plan)
 
     def evaluate(candidate_plan: Plan) -> FlavorFit:
         if flavor_fit is not None:
             return flavor_fit(candidate_plan)
+        # The candidate's own tokens: a shorter sequence truncates the examples (as re-running
+        # the option's command counts them).
         return evaluate_flavor(
-            candidate_plan, model, flavor, accelerator, tokens, framework=framework
+            candidate_plan,
+            model,
+            flavor,
+            accelerator,
+            training_tokens(candidate_plan),
+            framework=framework,
+            slowdowns=slowdowns,
         )[0]
 
     base = evaluate(plan)
@@ -600,8 +624,6 @@ def search_flavor(
     if keeps_only:
         knobs = [knob for knob in knobs if knob.keeps_experiment]
     cache = {} if memory_cache is None else memory_cache
-    base_time = _time_of(base)
-    base_factors = _slowdown_keys_of(plan, framework)
     evaluated = 1
     fitting: list[tuple[_Candidate, FlavorFit, Plan]] = []
     tight: list[tuple[_Candidate, FlavorFit, Plan]] = []
@@ -651,7 +673,7 @@ def search_flavor(
         if not any(_dominates(found, entry[0]) for found, _fit, _plan in fitting)
     ]
     options = [
-        _option(plan, knobs, candidate, fit, changed, base_time, base_factors, slowdowns, framework)
+        _option(plan, knobs, candidate, fit, changed, base)
         for candidate, fit, changed in chosen_set
     ]
     return False, options, evaluated
@@ -677,53 +699,24 @@ def _minimal(
     ]
 
 
-def _slowdown_keys_of(plan: Plan, framework: Framework | None = None) -> set[str]:
-    keys = set()
-    method = _trained_method(plan)
-    if method in (Method.QLORA, Method.LORA_8BIT):
-        keys.add(method.value)
-    if plan.quant is Quant.INT8:
-        keys.add("int8-inference")
-    if plan.offload is Offload.OPTIMIZER:
-        keys.add("offload-optimizer")
-    if plan.offload is Offload.PARAMS or plan.fsdp_offload:
-        keys.add("offload-params")
-    if resolve_savers(plan, framework).activation_offload:
-        keys.add("activation-offload")
-    return keys
-
-
 def _option(
     plan: Plan,
     knobs: Sequence[Knob],
     candidate: _Candidate,
     fit: FlavorFit,
     changed: Plan,
-    base_time: float | None,
-    base_factors: set[str],
-    slowdowns: Mapping[str, Slowdown],
-    framework: Framework | None = None,
+    base: FlavorFit,
 ) -> FitOption:
     words = tuple(knobs[knob].settings[level].words for knob, level in candidate.levels)
     keeps = all(knobs[knob].keeps_experiment for knob, _level in candidate.levels)
-    slowdown: float | None = None
-    sources: list[str] = []
-    option_time = _time_of(fit)
-    if base_time is not None and option_time is not None:
-        slowdown = option_time / base_time
-        for key in sorted(_slowdown_keys_of(changed, framework) - base_factors):
-            entry = slowdowns.get(key)
-            if entry is not None:
-                slowdown *= entry.factor
-                sources.append(f"{entry.id}: x{entry.factor:g} ({entry.source})")
     return FitOption(
         plan=changed,
         changes=_changes(plan, changed),
         words=words,
         keeps_experiment=keeps,
         fit=fit,
-        slowdown=slowdown,
-        slowdown_sources=tuple(sources),
+        slowdown=_relative_step_time(fit, base),
+        slowdown_sources=_new_slowdown_sources(fit, base),
         severity=sum(level + 1 for _knob, level in candidate.levels),
     )
 
@@ -802,7 +795,13 @@ def find_fit_options(
             fits_already = fits_already or already
             if already and across:
                 fit = evaluate_flavor(
-                    plan, model, flavor, accelerator, tokens, framework=framework
+                    plan,
+                    model,
+                    flavor,
+                    accelerator,
+                    tokens,
+                    framework=framework,
+                    slowdowns=slowdowns,
                 )[0]
                 all_options.append(FitOption(plan, (), ("as it is",), True, fit, 1.0))
             all_options.extend(options)
@@ -889,8 +888,9 @@ def _on_more_gpus(
     elif not keeps:
         words += f" (global batch x{ratio})"
     tokens = training_tokens(plan)
-    base_fit = evaluate_flavor(plan, model, flavor, accelerator, tokens, framework=framework)[0]
-    base_time = _time_of(base_fit)
+    base_fit = evaluate_flavor(
+        plan, model, flavor, accelerator, tokens, framework=framework, slowdowns=slowdowns
+    )[0]
     fits_as_is, options, count = search_flavor(
         moved,
         model,
@@ -905,13 +905,14 @@ def _on_more_gpus(
     )
     found: list[FitOption] = []
     if fits_as_is:
-        fit = evaluate_flavor(moved, model, bigger, accelerator, tokens, framework=framework)[0]
+        fit = evaluate_flavor(
+            moved, model, bigger, accelerator, tokens, framework=framework, slowdowns=slowdowns
+        )[0]
         options = [FitOption(moved, (), (), True, fit, None)]
     for option in options:
-        fit_time = _time_of(option.fit)
-        slowdown = option.slowdown
-        if base_time is not None and fit_time is not None:
-            slowdown = fit_time / base_time * _factor(option.plan, plan, slowdowns, framework)
+        slowdown = _relative_step_time(option.fit, base_fit)
+        if slowdown is None:
+            slowdown = option.slowdown
         found.append(
             FitOption(
                 plan=option.plan,
@@ -920,25 +921,11 @@ def _on_more_gpus(
                 keeps_experiment=keeps and option.keeps_experiment,
                 fit=option.fit,
                 slowdown=slowdown,
-                slowdown_sources=option.slowdown_sources,
+                slowdown_sources=_new_slowdown_sources(option.fit, base_fit),
                 severity=option.severity + 1,
             )
         )
     return found, count
-
-
-def _factor(
-    changed: Plan,
-    original: Plan,
-    slowdowns: Mapping[str, Slowdown],
-    framework: Framework | None = None,
-) -> float:
-    factor = 1.0
-    for key in _slowdown_keys_of(changed, framework) - _slowdown_keys_of(original, framework):
-        entry = slowdowns.get(key)
-        if entry is not None:
-            factor *= entry.factor
-    return factor
 
 
 def closest_flavor(report: PlanReport) -> FlavorFit | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from hwdash.core.catalog import Accelerator, Flavor, Framework, ModelSpec
+from hwdash.core.catalog import Accelerator, Flavor, Framework, ModelSpec, Slowdown
 from hwdash.core.plan import Plan
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
@@ -107,11 +107,15 @@ class FlavorFit:
     reason: str = ""
     """Why it does not fit, or a caveat (CPU-only, TPU, unified memory)."""
     hours: float | None = None
-    """Estimated wall-clock hours (training) or None when the data size is unknown."""
+    """Estimated wall-clock hours (training) or None when the data size is unknown; the
+    ``slowdowns`` are in (:func:`hwdash.core.run_time.estimate_run_time`)."""
     cost: float | None = None
     """Dollars for those hours, None without a price or hours."""
     tokens_per_second: float | None = None
-    """Training throughput (tokens/s) or, for inference, decode tokens/s per sequence."""
+    """Training throughput (tokens/s) or, for inference, decode tokens/s per sequence, slowdowns in."""
+    slowdowns: tuple[Slowdown, ...] = ()
+    """The catalog's step-time factors in ``hours`` and ``tokens_per_second`` (QLoRA's
+    dequantisation, CPU offload...), each with its source."""
 
     @property
     def headroom_bytes(self) -> int:
@@ -131,6 +135,7 @@ class FlavorFit:
             "hours": self.hours,
             "cost": self.cost,
             "tokens_per_second": self.tokens_per_second,
+            "slowdowns": [{"id": entry.id, "factor": entry.factor} for entry in self.slowdowns],
             "reason": self.reason,
         }
 
