@@ -3,8 +3,10 @@
 Each line of the file is one snapshot object (:mod:`hwdash.telemetry.snapshot_json`); the replay turns
 them back into :class:`~hwdash.telemetry.types.Snapshot` objects, so the monitor and the dashboard
 show a recorded run with the code that showed it live. A last line cut short (the run was killed
-while writing) is skipped with a warning; any other line that is not a snapshot is an error naming
-the line. Alert states are recomputed by the reader's own rule, as they were live.
+while writing) is skipped with a warning, and so is a line that is JSON but holds what hwdash never
+writes (``NaN``, an infinity, an integer past 20 digits, nesting past :data:`MAX_LINE_DEPTH`: an edited
+or corrupted file; see :func:`hwdash.core.strict_json.loads`); any other line that is not a snapshot
+is an error naming the line. Alert states are recomputed by the reader's own rule, as they were live.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hwdash.core.strict_json import UntrustedJsonError, loads
 from hwdash.errors import UsageError
 from hwdash.telemetry.types import (
     GpuSample,
@@ -25,6 +28,9 @@ from hwdash.telemetry.types import (
     Snapshot,
     TorchSample,
 )
+
+MAX_LINE_DEPTH = 16
+"""A snapshot nests six levels (snapshot, gpus, GPU, processes, process, torch)."""
 
 
 class ReplayError(UsageError):
@@ -187,7 +193,8 @@ def snapshot_from_dict(data: Any) -> Snapshot:
 
 
 def read_replay(path: Path) -> tuple[list[Snapshot], list[str]]:
-    """Every snapshot of a recording, and warnings (a cut last line). Raises :class:`ReplayError`."""
+    """Every snapshot of a recording, and warnings (a cut last line, a line with an unusable
+    number or nesting). Raises :class:`ReplayError`."""
     try:
         lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
     except OSError as exc:
@@ -197,7 +204,10 @@ def read_replay(path: Path) -> tuple[list[Snapshot], list[str]]:
     numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
     for position, (number, line) in enumerate(numbered):
         try:
-            snapshots.append(snapshot_from_dict(json.loads(line)))
+            snapshots.append(snapshot_from_dict(loads(line, max_depth=MAX_LINE_DEPTH)))
+        except UntrustedJsonError as exc:
+            warnings.append(f"{path}:{number}: {exc}; skipped")
+            continue
         except json.JSONDecodeError as exc:
             if position == len(numbered) - 1 and snapshots:
                 warnings.append(
