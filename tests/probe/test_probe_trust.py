@@ -70,6 +70,16 @@ HOSTILE_TEXTS = {
 }
 
 
+@pytest.mark.parametrize("devices", [5, "GPU-0", {"uuid": "x"}, True])
+def test_devices_that_are_not_a_list_are_no_devices(folder: Path, devices: object) -> None:
+    # Found by the fuzz test: `for item in 5` raised TypeError and ended the reader.
+    pid = other_pid()
+    (folder / f"{pid}.json").write_text(probe_text(pid, devices=devices))
+    readings = ProbeDirectory(folder).read()
+    assert set(readings) == {os.getpid(), pid}
+    assert readings[pid].devices == ()
+
+
 @pytest.mark.parametrize("kind", sorted(HOSTILE_TEXTS))
 def test_a_hostile_number_or_nesting_skips_that_file_only_with_one_warning(
     folder: Path, kind: str, caplog: pytest.LogCaptureFixture

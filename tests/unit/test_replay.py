@@ -195,3 +195,37 @@ def test_a_process_that_was_not_verifiable_stays_so_in_the_replay(tmp_path: Path
     replayed = snapshot.gpus[0].processes
     assert [p.verifiable for p in replayed[:2]] == [False, True]
     assert snapshot_to_dict(snapshot)["gpus"][0]["processes"][0]["verifiable"] is False
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("processes", 5), ("mig", 5), ("per_cpu_percent", 1), ("errors", 3), ("processes", "x")],
+)
+def test_a_list_field_holding_something_else_reads_as_empty(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    # Found by the fuzz test: `for item in 5` raised TypeError out of read_replay.
+    path = record(tmp_path, [0])
+    data = json.loads(path.read_text())
+    target = data["host"] if field == "per_cpu_percent" else data
+    target = data["gpus"][0] if field in ("processes", "mig") else target
+    target[field] = value
+    path.write_text(json.dumps(data) + "\n")
+    (snapshot,), warnings = read_replay(path)
+    assert warnings == []
+    gpu, host = snapshot.gpus[0], snapshot.host
+    assert host is not None
+    empty = {"processes": gpu.processes, "mig": gpu.mig, "per_cpu_percent": host.per_cpu_percent}
+    assert empty.get(field, snapshot.errors) == ()
+
+
+def test_a_gap_too_long_to_sleep_waits_an_hour(tmp_path: Path) -> None:
+    # 1e308 - (-1e308) is an infinity: time.sleep() of it (or of 1e300) raises OverflowError.
+    path = tmp_path / "far.jsonl"
+    path.write_text('{"timestamp": -1e308, "gpus": []}\n{"timestamp": 1e308, "gpus": []}\n')
+    replay, _ = ReplaySampler.from_file(path, speed=1.0)
+    replay.sample()
+    assert replay.wait_s() == 3600.0
+    replay, _ = ReplaySampler.from_file(record(tmp_path, [0, 2]), speed=1.0)
+    replay.sample()
+    assert replay.wait_s() == 2.0

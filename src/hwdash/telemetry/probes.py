@@ -137,7 +137,8 @@ def parse_reading(data: Any) -> ProbeReading | None:
     if isinstance(written, bool) or not isinstance(written, (int, float)):
         return None
     devices = []
-    for item in data.get("devices") or ():
+    listed = data.get("devices")
+    for item in listed if isinstance(listed, list) else ():
         if not isinstance(item, dict):
             continue
         uuid = item.get("uuid")
