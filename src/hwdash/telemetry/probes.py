@@ -46,7 +46,12 @@ _OPEN_FLAGS = (
     | getattr(os, "O_NONBLOCK", 0)  # opening a FIFO returns at once instead of waiting for a writer
     | getattr(os, "O_CLOEXEC", 0)
 )
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 
 
 EFFECTIVE_USER = -1
@@ -56,7 +61,7 @@ MAX_PID = 2**31 - 1
 
 
 class ProbeFileError(ValueError):
-    """A probe file (or the folder) that is not read; the message says why."""
+    """A probe file that is not read; the message says why."""
 
 
 def _effective_uid() -> int | None:
