@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from hwdash.core.alerts import AlertEvent
 from hwdash.telemetry.alert_actions import (
     AlertActions,
@@ -110,3 +112,25 @@ def test_close_stops_waiting_after_its_timeout_and_leaves_the_command_running(
         time.sleep(0.05)
     assert marker.exists()
     assert os.path.getsize(marker) == 0
+
+
+def test_the_command_does_not_inherit_the_prometheus_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The monitor may hold a Prometheus token for --prometheus; a webhook script has no use for it
+    # and may log its environment or send it on.
+    monkeypatch.setenv("HWDASH_PROMETHEUS_TOKEN", "s3cret-token")
+    monkeypatch.setenv("HWDASH_PROMETHEUS_USER", "grafana-reader")
+    monkeypatch.setenv("HWDASH_PROMETHEUS_PASSWORD", "s3cret-password")
+    monkeypatch.setenv("HWDASH_ALERT_TEST_KEEP", "kept")
+    out = tmp_path / "env.txt"
+    command = AlertCommand(f"env > {out}")
+    command.run(event())
+    command.close(timeout_s=10)
+    assert command.started == 1 and command.failed == 0
+    seen = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    assert seen["HWDASH_ALERT_TEST_KEEP"] == "kept"  # the rest of the environment is passed on
+    assert seen["HWDASH_GPU"] == "3"
+    assert not {"HWDASH_PROMETHEUS_TOKEN", "HWDASH_PROMETHEUS_PASSWORD"} & set(seen)
+    assert "HWDASH_PROMETHEUS_USER" not in seen
+    assert "s3cret" not in out.read_text()

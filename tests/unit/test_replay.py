@@ -136,3 +136,96 @@ def test_monitor_refuses_bad_replay_and_forecast_flags(
     done = _hwdash("monitor", "--once", *args, cwd=tmp_path)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "number",
+    [
+        "1" + "0" * 5000,  # past Python's 4,300-digit int-to-str limit: json.loads itself raises
+        "1" + "0" * 400,  # parses, but float() of it overflows
+        "1e999",  # parses to an infinity
+        "NaN",
+        "-Infinity",
+    ],
+    ids=["5001 digits", "401 digits", "1e999", "NaN", "-Infinity"],
+)
+def test_a_line_with_an_unusable_number_is_skipped_with_a_warning(
+    tmp_path: Path, number: str
+) -> None:
+    path = record(tmp_path, [0, 1, 2])
+    lines = path.read_text().splitlines()
+    lines.insert(1, '{"timestamp": %s, "gpus": []}' % number)  # noqa: UP031 - a JSON template
+    path.write_text("\n".join(lines) + "\n")
+    snapshots, warnings = read_replay(path)
+    assert [s.timestamp for s in snapshots] == [1_000_000.0, 1_000_001.0, 1_000_002.0]
+    (warning,) = warnings
+    assert f"{path}:2: " in warning and "skipped" in warning
+
+
+def test_a_line_nested_past_any_snapshot_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = record(tmp_path, [0, 1])
+    with path.open("a") as out:
+        out.write('{"timestamp": 5, "gpus": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    snapshots, warnings = read_replay(path)
+    assert len(snapshots) == 2
+    assert len(warnings) == 1 and ":3: " in warnings[0] and "nested" in warnings[0]
+
+
+def test_monitor_replay_of_a_huge_integer_line_warns_and_goes_on(tmp_path: Path) -> None:
+    path = record(tmp_path, [0, 5])
+    with path.open("a") as out:
+        out.write('{"timestamp": 1' + "0" * 5000 + ', "gpus": []}\n')
+    done = _hwdash("monitor", "--replay", str(path), "--speed", "0", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and ":3: " in done.stderr
+    assert len(done.stdout.splitlines()) == 2
+
+
+def test_a_process_that_was_not_verifiable_stays_so_in_the_replay(tmp_path: Path) -> None:
+    # A process the recording could not check (another PID namespace, another host) must not come
+    # back as one the replay may act on (the process keys refuse unverifiable rows).
+    path = record(tmp_path, [0])
+    data = json.loads(path.read_text())
+    processes = data["gpus"][0]["processes"]
+    processes[1:] = [{**processes[0], "pid": processes[0]["pid"] + 1}]
+    processes[0]["verifiable"] = False
+    processes[1]["verifiable"] = True
+    path.write_text(json.dumps(data) + "\n")
+    (snapshot,), _warnings = read_replay(path)
+    replayed = snapshot.gpus[0].processes
+    assert [p.verifiable for p in replayed[:2]] == [False, True]
+    assert snapshot_to_dict(snapshot)["gpus"][0]["processes"][0]["verifiable"] is False
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("processes", 5), ("mig", 5), ("per_cpu_percent", 1), ("errors", 3), ("processes", "x")],
+)
+def test_a_list_field_holding_something_else_reads_as_empty(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    # Found by the fuzz test: `for item in 5` raised TypeError out of read_replay.
+    path = record(tmp_path, [0])
+    data = json.loads(path.read_text())
+    target = data["host"] if field == "per_cpu_percent" else data
+    target = data["gpus"][0] if field in ("processes", "mig") else target
+    target[field] = value
+    path.write_text(json.dumps(data) + "\n")
+    (snapshot,), warnings = read_replay(path)
+    assert warnings == []
+    gpu, host = snapshot.gpus[0], snapshot.host
+    assert host is not None
+    empty = {"processes": gpu.processes, "mig": gpu.mig, "per_cpu_percent": host.per_cpu_percent}
+    assert empty.get(field, snapshot.errors) == ()
+
+
+def test_a_gap_too_long_to_sleep_waits_an_hour(tmp_path: Path) -> None:
+    # 1e308 - (-1e308) is an infinity: time.sleep() of it (or of 1e300) raises OverflowError.
+    path = tmp_path / "far.jsonl"
+    path.write_text('{"timestamp": -1e308, "gpus": []}\n{"timestamp": 1e308, "gpus": []}\n')
+    replay, _ = ReplaySampler.from_file(path, speed=1.0)
+    replay.sample()
+    assert replay.wait_s() == 3600.0
+    replay, _ = ReplaySampler.from_file(record(tmp_path, [0, 2]), speed=1.0)
+    replay.sample()
+    assert replay.wait_s() == 2.0

@@ -2,6 +2,7 @@
 
     hwdash exporter                        # http://127.0.0.1:9835/metrics
     hwdash exporter --listen 0.0.0.0:9835  # beyond this machine: the user's explicit choice
+    hwdash exporter --process-details      # also each GPU process's user name and command line
 
 One sampling loop (the monitor's sampler, with its round timeout) keeps the last snapshot, with the
 alert rule's states and the OOM forecast; a scrape only reads it.
@@ -46,6 +47,12 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         metavar="NAME",
         help="the Hostname label (default: this machine's host name)",
+    )
+    parser.add_argument(
+        "--process-details",
+        action="store_true",
+        help="label per-process series with the user name and command line (off by default: "
+        "anyone who can scrape /metrics would read them)",
     )
     parser.add_argument(
         "--alert-hysteresis", default=None, metavar="P", help="as for hwdash monitor"
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     replay = open_replay(args) or open_source(args)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
     registry = CollectorRegistry(auto_describe=False)
-    collector = SnapshotCollector(hostname)
+    collector = SnapshotCollector(hostname, process_details=args.process_details)
     registry.register(collector)
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)

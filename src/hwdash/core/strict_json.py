@@ -6,6 +6,11 @@ helpers are the guard for the day a computation slips: :func:`dumps` refuses the
 one-line error that says where the bad number is (exit status 2, never a traceback, never half a
 document on stdout), and :func:`finite_or_none` turns such numbers into ``null`` for streams that must
 keep going (a monitor's ``--json`` lines, an alert log).
+
+The other direction, :func:`loads`, reads JSON that someone else may have written (a probe file, a
+replay line): Python's :func:`json.loads` accepts ``NaN`` and ``Infinity``, turns ``1e999`` into an
+infinity, raises on integers past 4,300 digits (``sys.get_int_max_str_digits``) and recurses once per
+nesting level; :func:`loads` refuses all of these with :class:`UntrustedJsonError`, a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from hwdash.errors import UsageError
+
+
+class UntrustedJsonError(ValueError):
+    """JSON text that :func:`loads` refuses: a non-finite or oversized number, or too deep."""
 
 
 class NonFiniteNumberError(UsageError, ValueError):
@@ -78,4 +87,45 @@ def finite_or_none(document: Any) -> Any:
         return {key: finite_or_none(value) for key, value in document.items()}
     if isinstance(document, (list, tuple)):
         return [finite_or_none(value) for value in document]
+    return document
+
+
+def _refuse_constant(name: str) -> Any:
+    raise UntrustedJsonError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 overflows to an infinity
+        raise UntrustedJsonError(f"the number {text[:24]} is out of range")
+    return value
+
+
+def loads(text: str | bytes, *, max_depth: int = 32, max_int_digits: int = 20) -> Any:
+    """Parse JSON from an untrusted source: numbers finite (no ``NaN``, ``Infinity``, ``1e999``),
+    integers of at most ``max_int_digits`` digits (20 holds any 64-bit value), arrays and objects
+    nested at most ``max_depth`` deep. Raises :class:`UntrustedJsonError` for those, and
+    :class:`json.JSONDecodeError` (also a ``ValueError``) for text that is not JSON."""
+
+    def bounded_int(digits: str) -> int:
+        if len(digits) - digits.startswith("-") > max_int_digits:
+            raise UntrustedJsonError(
+                f"an integer of {len(digits)} characters (more than {max_int_digits} digits)"
+            )
+        return int(digits)
+
+    try:
+        document = json.loads(
+            text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=bounded_int
+        )
+    except RecursionError:  # the C scanner recurses per level: a deep document ends it first
+        raise UntrustedJsonError(f"nested more than {max_depth} levels deep") from None
+    stack: list[tuple[int, Any]] = [(1, document)]
+    while stack:  # iterative: the depth check itself must not recurse
+        depth, value = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > max_depth:
+                raise UntrustedJsonError(f"nested more than {max_depth} levels deep")
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((depth + 1, child) for child in children)
     return document

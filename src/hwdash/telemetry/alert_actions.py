@@ -16,6 +16,10 @@ GPU or process name can never inject shell code::
     HWDASH_TOTAL_BYTES  total memory, bytes (empty when unknown)
     HWDASH_MESSAGE      one readable line
 
+The command gets the rest of hwdash's environment too, less the credentials hwdash reads
+(:data:`CREDENTIAL_ENV`: the Prometheus token, user and password of ``--prometheus``): a webhook
+script has no use for them, and a script that logs or forwards its environment would leak them.
+
 Commands run in the background (``subprocess.Popen``); their output goes to hwdash's stderr so it never
 mixes with ``--json`` lines on stdout. At most :data:`MAX_RUNNING_COMMANDS` run at once: an event that
 finds them all still running (a webhook that hangs, eight GPUs crossing together) is skipped and
@@ -41,12 +45,16 @@ from pathlib import Path
 
 from hwdash.core.alerts import AlertEngine, AlertEvent
 from hwdash.core.strict_json import finite_or_none
+from hwdash.telemetry.prometheus_source import PASSWORD_ENV, TOKEN_ENV, USER_ENV
 from hwdash.telemetry.types import GpuSample, GpuState, Snapshot
 
 log = logging.getLogger(__name__)
 
 #: Event kinds that run the user's command (a clearing or recovery is logged but pages no one).
 COMMAND_EVENT_KINDS = frozenset({"raised", "lost", "blind"})
+
+CREDENTIAL_ENV = (TOKEN_ENV, USER_ENV, PASSWORD_ENV)
+"""Variables holding hwdash's credentials: never passed to an ``--on-alert`` command."""
 
 MAX_RUNNING_COMMANDS = 4
 """Alert commands allowed to run at once; further events are skipped (and counted) until one ends."""
@@ -86,8 +94,11 @@ class AlertLog:
 
 
 def alert_environment(event: AlertEvent, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment an ``--on-alert`` command gets: the caller's plus the ``HWDASH_*`` variables."""
+    """The environment an ``--on-alert`` command gets: the caller's less :data:`CREDENTIAL_ENV`,
+    plus the ``HWDASH_*`` variables of the alert."""
     env = dict(os.environ if base is None else base)
+    for name in CREDENTIAL_ENV:
+        env.pop(name, None)
 
     def text(value: int | None) -> str:
         return "" if value is None else str(value)

@@ -12,6 +12,11 @@ Plus ``hwdash_*`` series for what DCGM lacks: memory total in bytes, pressure, t
 forecast, per-process memory and, where a process runs :mod:`hwdash.probe`, PyTorch's allocated and
 reserved bytes; and the exporter's own health (when it last sampled, whether NVML answered).
 
+Whoever can reach ``/metrics`` reads every series. Per-process series are labelled with the GPU, the
+host and the PID only; a process's user name and command line (which may hold paths, data set names or
+a token passed as an argument) are labels only when the exporter is started with ``--process-details``
+(``SnapshotCollector(process_details=True)``).
+
 A scrape never calls NVML: the sampling thread keeps the last snapshot and the collector reads it, so
 a hung driver call delays nothing (the snapshot then says ``stale`` and so does
 ``hwdash_exporter_stale``).
@@ -33,7 +38,11 @@ from hwdash.telemetry.types import GpuSample, GpuState, Snapshot
 #: readers accept both, this exporter writes dcgm-exporter's long-standing spelling).
 DCGM_LABELS = ("gpu", "UUID", "modelName", "Hostname")
 HWDASH_GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
-PROCESS_LABELS = ("gpu", "UUID", "Hostname", "pid", "user", "command")
+PROCESS_LABELS = ("gpu", "UUID", "Hostname", "pid")
+PROCESS_DETAIL_LABELS = ("user", "command")
+"""Added to :data:`PROCESS_LABELS` with ``--process-details`` only (off by default: privacy)."""
+COMMAND_LABEL_CHARS = 200
+"""A command line is cut to this many characters in its label."""
 
 
 def _mib(value: int | None) -> float | None:
@@ -43,8 +52,10 @@ def _mib(value: int | None) -> float | None:
 class SnapshotCollector(Collector):
     """A ``prometheus_client`` collector over the last snapshot (set by the sampling loop)."""
 
-    def __init__(self, hostname: str) -> None:
+    def __init__(self, hostname: str, *, process_details: bool = False) -> None:
         self.hostname = hostname
+        self.process_details = process_details
+        """Whether process series carry the user name and command line (``--process-details``)."""
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
 
@@ -88,6 +99,10 @@ class SnapshotCollector(Collector):
         yield from self._gpu_families(snapshot.gpus)
 
     def _gpu_families(self, gpus: tuple[GpuSample, ...]) -> Iterator[GaugeMetricFamily]:
+        process_label_names = PROCESS_LABELS + (
+            PROCESS_DETAIL_LABELS if self.process_details else ()
+        )
+
         def family(name: str, documentation: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, documentation, labels=list(labels))
 
@@ -121,22 +136,24 @@ class SnapshotCollector(Collector):
             HWDASH_GPU_LABELS,
         )
         process_used = family(
-            "hwdash_process_memory_used_bytes", "GPU memory NVML charges a process.", PROCESS_LABELS
+            "hwdash_process_memory_used_bytes",
+            "GPU memory NVML charges a process.",
+            process_label_names,
         )
         allocated = family(
             "hwdash_process_torch_allocated_bytes",
             "PyTorch memory_allocated of a process running hwdash.probe.",
-            PROCESS_LABELS,
+            process_label_names,
         )
         torch_reserved = family(
             "hwdash_process_torch_reserved_bytes",
             "PyTorch memory_reserved (the caching allocator's pool) of a probed process.",
-            PROCESS_LABELS,
+            process_label_names,
         )
         retries = family(
             "hwdash_process_torch_alloc_retries",
             "PyTorch num_alloc_retries of a probed process (rising: an OOM is near).",
-            PROCESS_LABELS,
+            process_label_names,
         )
         for gpu in gpus:
             labels = [str(gpu.index), gpu.uuid or "", gpu.name or "", self.hostname]
@@ -156,15 +173,10 @@ class SnapshotCollector(Collector):
             alert.add_metric(labels, 1.0 if gpu.state is not GpuState.OK else 0.0)
             lost.add_metric(labels, 1.0 if gpu.state is GpuState.LOST else 0.0)
             for process in gpu.processes:
-                command = (process.cmdline or process.name or "")[:200]
-                process_labels = [
-                    str(gpu.index),
-                    gpu.uuid or "",
-                    self.hostname,
-                    str(process.pid),
-                    process.user or "",
-                    command,
-                ]
+                process_labels = [str(gpu.index), gpu.uuid or "", self.hostname, str(process.pid)]
+                if self.process_details:
+                    command = (process.cmdline or process.name or "")[:COMMAND_LABEL_CHARS]
+                    process_labels += [process.user or "", command]
                 if process.used_bytes is not None:
                     process_used.add_metric(process_labels, float(process.used_bytes))
                 if process.torch is not None:

@@ -5,21 +5,81 @@ PIDs are this machine's, see :func:`hwdash.telemetry.host_sampler.in_host_pid_na
 GPU by UUID, never by index: ``CUDA_VISIBLE_DEVICES`` renumbers devices inside the process, and
 ``torch`` prints a UUID without NVML's ``GPU-`` prefix. A file whose process is gone (or whose PID
 now belongs to a later process) is removed; a file not rewritten for a while is not believed.
+
+The folder may be in the shared temporary folder (``/tmp/hwdash-<uid>/probes`` without
+``XDG_RUNTIME_DIR``: sudo, cron, containers), where another local user could have made it first, and
+the monitor often runs as root. So the reader trusts nothing in it: the folder (and the one above it)
+must be a real folder owned by this user and writable by no one else, as the writer requires
+(:func:`hwdash.probe.private_dir`); each file is opened without following a link and without blocking
+(a FIFO named ``<pid>.json`` must not stop sampling), read only when it is a regular file of ours of at
+most :data:`MAX_PROBE_FILE_BYTES`, parsed strictly (:func:`hwdash.core.strict_json.loads`) and believed
+only when its ``pid`` is its name. A bad file is skipped with one warning (not one per round); the
+other files are read as usual.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from hwdash.core.strict_json import loads
 from hwdash.probe import FORMAT, probe_dir, process_start_ticks
 from hwdash.telemetry.types import RETRIES_WARN_S, TorchSample
+
+log = logging.getLogger(__name__)
+
+MAX_PROBE_FILE_BYTES = 64 * 1024
+"""A probe file is a few hundred bytes per GPU (:func:`hwdash.probe.read_torch`); larger is not one."""
+MAX_PROBE_DEPTH = 8
+"""A probe file nests three levels (object, ``devices`` list, device object)."""
+
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)  # a planted link is refused, not followed (ELOOP)
+    | getattr(os, "O_NONBLOCK", 0)  # opening a FIFO returns at once instead of waiting for a writer
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_DIR_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+EFFECTIVE_USER = -1
+"""``ProbeDirectory(owner_uid=...)``'s default: ``os.geteuid()`` (None where there is none)."""
+MAX_PID = 2**31 - 1
+"""PIDs are positive C ints (``pid_t``); 0 and negative numbers name process groups to ``kill``."""
+
+
+class ProbeFileError(ValueError):
+    """A probe file that is not read; the message says why."""
+
+
+def _effective_uid() -> int | None:
+    return os.geteuid() if hasattr(os, "geteuid") else None
+
+
+def check_probe_folder(info: os.stat_result, owner_uid: int | None) -> str | None:
+    """Why a folder (its ``lstat``) is not trusted, or None: it must be a folder, not a link, owned
+    by ``owner_uid`` and writable by neither group nor others (what :func:`private_dir` makes)."""
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    if owner_uid is not None and info.st_uid != owner_uid:
+        return f"belongs to uid {info.st_uid}, not {owner_uid}"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
 
 
 def uuid_key(uuid: str | None) -> str | None:
@@ -77,10 +137,13 @@ def parse_reading(data: Any) -> ProbeReading | None:
         return None
     pid = data.get("pid")
     written = data.get("written_at")
-    if not isinstance(pid, int) or not isinstance(written, (int, float)):
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
+        return None
+    if isinstance(written, bool) or not isinstance(written, (int, float)):
         return None
     devices = []
-    for item in data.get("devices") or ():
+    listed = data.get("devices")
+    for item in listed if isinstance(listed, list) else ():
         if not isinstance(item, dict):
             continue
         uuid = item.get("uuid")
@@ -128,7 +191,10 @@ def _pid_state(pid: int, start_ticks: Any, proc_root: str) -> bool:
 
 
 class ProbeDirectory:
-    """The probe files of this user: read each round, stale and orphaned ones dealt with."""
+    """The probe files of this user: read each round, stale and orphaned ones dealt with.
+
+    ``owner_uid`` is who the folder and its files must belong to: by default this process's
+    effective user (:data:`EFFECTIVE_USER`); None skips the owner check."""
 
     def __init__(
         self,
@@ -137,40 +203,113 @@ class ProbeDirectory:
         clock: Callable[[], float] = time.time,
         proc_root: str = "/proc",
         pid_alive: Callable[[int, Any], bool] | None = None,
+        owner_uid: int | None = EFFECTIVE_USER,
     ) -> None:
         self.directory = directory if directory is not None else probe_dir()
         self._clock = clock
         self._proc_root = proc_root
         self._pid_alive = pid_alive or (lambda pid, ticks: _pid_state(pid, ticks, proc_root))
+        self.owner_uid = _effective_uid() if owner_uid == EFFECTIVE_USER else owner_uid
+        self._warned: dict[str, str] = {}
+        """The warning last given for each file name (and ``""`` for the folder): said once."""
+
+    def _warn(self, key: str, message: str) -> None:
+        if self._warned.get(key) != message:
+            self._warned[key] = message
+            log.warning("%s", message)
+
+    def _open_folder(self) -> int | None:
+        """A descriptor of the probe folder once it and its parent pass :func:`check_probe_folder`;
+        None when there is no folder yet (nothing to read) or it is refused (warned once)."""
+        try:
+            parent = os.lstat(self.directory.parent)
+            handle = os.open(self.directory, _DIR_FLAGS)
+        except FileNotFoundError:
+            self._warned.pop("", None)
+            return None
+        except OSError as exc:
+            self._warn("", f"probe folder {self.directory} not read: {exc.strerror or exc}")
+            return None
+        # The folder is checked through the descriptor that is then listed: no swap in between.
+        for folder, info in ((self.directory.parent, parent), (self.directory, os.fstat(handle))):
+            problem = check_probe_folder(info, self.owner_uid)
+            if problem is not None:
+                os.close(handle)
+                self._warn("", f"probe folder not read: {folder} {problem}")
+                return None
+        self._warned.pop("", None)
+        return handle
+
+    def _load(self, folder: int, name: str) -> Any:
+        """The parsed content of one file. Raises :class:`ProbeFileError` (or OSError)."""
+        handle = os.open(name, _OPEN_FLAGS, dir_fd=folder)
+        try:
+            info = os.fstat(handle)  # after the open: the file read is the file checked
+            if not stat.S_ISREG(info.st_mode):
+                raise ProbeFileError("not a regular file")
+            if self.owner_uid is not None and info.st_uid != self.owner_uid:
+                raise ProbeFileError(f"belongs to uid {info.st_uid}, not {self.owner_uid}")
+            if info.st_size > MAX_PROBE_FILE_BYTES:
+                raise ProbeFileError(f"{info.st_size} bytes (at most {MAX_PROBE_FILE_BYTES})")
+            data = os.read(handle, MAX_PROBE_FILE_BYTES + 1)
+        finally:
+            os.close(handle)
+        if len(data) > MAX_PROBE_FILE_BYTES:  # it grew after the fstat
+            raise ProbeFileError(f"more than {MAX_PROBE_FILE_BYTES} bytes")
+        try:
+            return loads(data, max_depth=MAX_PROBE_DEPTH)
+        except ValueError as exc:  # also UnicodeDecodeError and JSONDecodeError
+            if not data.strip() or isinstance(exc, UnicodeDecodeError):
+                raise ProbeFileError("not JSON") from None
+            raise ProbeFileError(f"not JSON: {exc}") from None
 
     def read(self) -> dict[int, ProbeReading]:
         """Fresh readings by PID. Files of exited processes are removed; files not rewritten
-        within five intervals (and 5 s) are skipped; unreadable ones are skipped quietly."""
+        within five intervals (and 5 s) are skipped; bad files are skipped with one warning each."""
+        folder = self._open_folder()
+        if folder is None:
+            return {}
         try:
-            names = os.listdir(self.directory)
+            return self._read_files(folder)
+        finally:
+            os.close(folder)
+
+    def _read_files(self, folder: int) -> dict[int, ProbeReading]:
+        try:
+            names = os.listdir(folder)
         except OSError:
             return {}
         now = self._clock()
         readings: dict[int, ProbeReading] = {}
+        seen: set[str] = set()
         for name in names:
             stem, _dot, suffix = name.partition(".")
-            if suffix != "json" or not stem.isdigit():
+            if suffix != "json" or not stem.isdigit() or not stem.isascii():
                 continue
-            path = self.directory / name
+            seen.add(name)
             try:
-                data = json.loads(path.read_bytes())
-            except (OSError, ValueError):
+                data = self._load(folder, name)
+                reading = parse_reading(data)
+                if reading is None:
+                    raise ProbeFileError(f"not a probe file of format {FORMAT}")
+                if reading.pid != int(stem):
+                    raise ProbeFileError(f"it names PID {reading.pid}, not {int(stem)}")
+            except FileNotFoundError:
+                continue  # removed between the listing and the open: its process ended
+            except (OSError, ProbeFileError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                self._warn(name, f"probe file {self.directory / name} skipped: {reason}")
                 continue
-            reading = parse_reading(data)
-            if reading is None or reading.pid != int(stem):
-                continue
+            self._warned.pop(name, None)
             if not self._pid_alive(reading.pid, data.get("start_ticks")):
                 with contextlib.suppress(OSError):
-                    path.unlink()  # its process is gone; nobody else will remove it
+                    os.unlink(name, dir_fd=folder)  # its process is gone; nobody else removes it
                 continue
             if now - reading.written_at > 5 * reading.interval_s + 5:
                 continue  # the process lives but its probe stopped answering
             readings[reading.pid] = reading
+        for gone in set(self._warned) - seen - {""}:
+            del self._warned[gone]  # a file that comes back bad is warned about again
         return readings
 
 

@@ -3,8 +3,10 @@
 Each line of the file is one snapshot object (:mod:`hwdash.telemetry.snapshot_json`); the replay turns
 them back into :class:`~hwdash.telemetry.types.Snapshot` objects, so the monitor and the dashboard
 show a recorded run with the code that showed it live. A last line cut short (the run was killed
-while writing) is skipped with a warning; any other line that is not a snapshot is an error naming
-the line. Alert states are recomputed by the reader's own rule, as they were live.
+while writing) is skipped with a warning, and so is a line that is JSON but holds what hwdash never
+writes (``NaN``, an infinity, an integer past 20 digits, nesting past :data:`MAX_LINE_DEPTH`: an edited
+or corrupted file; see :func:`hwdash.core.strict_json.loads`); any other line that is not a snapshot
+is an error naming the line. Alert states are recomputed by the reader's own rule, as they were live.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hwdash.core.strict_json import UntrustedJsonError, loads
 from hwdash.errors import UsageError
 from hwdash.telemetry.types import (
     GpuSample,
@@ -25,6 +28,13 @@ from hwdash.telemetry.types import (
     Snapshot,
     TorchSample,
 )
+
+MAX_LINE_DEPTH = 16
+"""A snapshot nests six levels (snapshot, gpus, GPU, processes, process, torch)."""
+
+
+MAX_WAIT_S = 3600.0
+"""The longest wait between two replayed snapshots (a longer recorded gap: the recorder slept)."""
 
 
 class ReplayError(UsageError):
@@ -46,6 +56,11 @@ def _float(value: Any) -> float | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _list(value: Any) -> list[Any]:
+    """A JSON array's items; anything else (a number, a string, an object) holds none."""
+    return value if isinstance(value, list) else []
 
 
 def _torch(data: Any) -> TorchSample | None:
@@ -125,9 +140,9 @@ def _gpu(data: dict[str, Any]) -> GpuSample:
         sm_clock_mhz=_int(data.get("sm_clock_mhz")),
         memory_clock_mhz=_int(data.get("memory_clock_mhz")),
         processes=tuple(
-            _process(item, index) for item in data.get("processes") or () if isinstance(item, dict)
+            _process(item, index) for item in _list(data.get("processes")) if isinstance(item, dict)
         ),
-        mig=tuple(_mig(item) for item in data.get("mig") or () if isinstance(item, dict)),
+        mig=tuple(_mig(item) for item in _list(data.get("mig")) if isinstance(item, dict)),
         errors=tuple((str(key), str(value)) for key, value in (errors or {}).items())
         if isinstance(errors, dict)
         else (),
@@ -152,7 +167,9 @@ def _host(data: Any) -> HostSample | None:
     return HostSample(
         cpu_percent=_float(data.get("cpu_percent")),
         per_cpu_percent=tuple(
-            float(value) for value in data.get("per_cpu_percent") or () if _float(value) is not None
+            float(value)
+            for value in _list(data.get("per_cpu_percent"))
+            if _float(value) is not None
         ),
         load_average=loads,  # type: ignore[arg-type]
         ram_total_bytes=_int(data.get("ram_total_bytes")),
@@ -184,13 +201,14 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         gpus=tuple(_gpu(item) for item in data["gpus"] if isinstance(item, dict)),
         host=_host(data.get("host")),
         sample_seconds=_float(data.get("sample_seconds")) or 0.0,
-        errors=tuple(str(item) for item in data.get("errors") or ()),
+        errors=tuple(str(item) for item in _list(data.get("errors"))),
         stale=data.get("stale") is True,
     )
 
 
 def read_replay(path: Path) -> tuple[list[Snapshot], list[str]]:
-    """Every snapshot of a recording, and warnings (a cut last line). Raises :class:`ReplayError`."""
+    """Every snapshot of a recording, and warnings (a cut last line, a line with an unusable
+    number or nesting). Raises :class:`ReplayError`."""
     try:
         lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
     except OSError as exc:
@@ -200,7 +218,10 @@ def read_replay(path: Path) -> tuple[list[Snapshot], list[str]]:
     numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
     for position, (number, line) in enumerate(numbered):
         try:
-            snapshots.append(snapshot_from_dict(json.loads(line)))
+            snapshots.append(snapshot_from_dict(loads(line, max_depth=MAX_LINE_DEPTH)))
+        except UntrustedJsonError as exc:
+            warnings.append(f"{path}:{number}: {exc}; skipped")
+            continue
         except json.JSONDecodeError as exc:
             if position == len(numbered) - 1 and snapshots:
                 warnings.append(
@@ -257,11 +278,14 @@ class ReplaySampler:
         self._hold = True
 
     def wait_s(self) -> float:
-        """Seconds to wait before the next snapshot (the recorded gap over ``speed``)."""
+        """Seconds to wait before the next snapshot: the recorded gap over ``speed``, at most
+        :data:`MAX_WAIT_S`."""
         if self.speed == 0 or self.finished or self.position < 0:
             return 0.0
         gap = self.snapshots[self.position + 1].timestamp - self.snapshots[self.position].timestamp
-        return max(0.0, gap / self.speed)
+        # Two finite timestamps can be an infinity apart (1e308 and -1e308), and time.sleep raises
+        # OverflowError past about 292 years: a longer gap waits MAX_WAIT_S.
+        return min(MAX_WAIT_S, max(0.0, gap / self.speed))
 
     def __iter__(self) -> Iterator[Snapshot]:
         while not self.finished:

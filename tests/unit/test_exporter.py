@@ -1,0 +1,189 @@
+"""`hwdash exporter`'s collector: the series and labels it serves, what it keeps private by default,
+and that our own Prometheus reader gets the same GPUs and processes back."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hwdash.cli import build_parser
+from hwdash.commands.exporter import parse_listen
+from hwdash.telemetry.exporter import SnapshotCollector
+from hwdash.telemetry.prometheus_source import PrometheusSampler
+from hwdash.telemetry.source import make_sampler
+from hwdash.telemetry.types import GpuState, Snapshot
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def scenario_snapshot(scenario: str, second: float) -> Snapshot:
+    now = [0.0]
+    sampler = make_sampler(scenario, clock=lambda: now[0])
+    snapshot = sampler.sample()
+    for moment in (second / 2, second):  # the fake moves on only when sampled again
+        now[0] = moment
+        snapshot = sampler.sample()
+    return snapshot
+
+
+def scrape(snapshot: Snapshot, *, process_details: bool = False) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    collector = SnapshotCollector("node-7", process_details=process_details)
+    registry.register(collector)
+    collector.update(snapshot)
+    return generate_latest(registry).decode()
+
+
+def samples(text: str) -> list[Any]:
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def label_names(text: str) -> dict[str, set[str]]:
+    names: dict[str, set[str]] = {}
+    for sample in samples(text):
+        names.setdefault(sample.name, set()).update(sample.labels)
+    return names
+
+
+TRAINING = scenario_snapshot("a100x4-training", 30.0)
+
+
+def test_dcgm_and_hwdash_series_carry_dcgm_exporters_label_names() -> None:
+    names = label_names(scrape(TRAINING))
+    gpu_labels = {"gpu", "UUID", "modelName", "Hostname"}
+    for series in (
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "hwdash_gpu_memory_total_bytes",
+        "hwdash_gpu_memory_pressure",
+        "hwdash_gpu_alert",
+        "hwdash_gpu_lost",
+    ):
+        assert names[series] == gpu_labels, series
+    assert names["hwdash_exporter_stale"] == {"Hostname"}
+    assert names["hwdash_process_memory_used_bytes"] == {"gpu", "UUID", "Hostname", "pid"}
+
+
+def test_user_names_and_command_lines_are_not_published_by_default() -> None:
+    text = scrape(TRAINING)
+    assert TRAINING.gpus[0].processes[0].user == "alice"  # the scenario has both to leak
+    assert "alice" not in text and "train.py" not in text
+    pids = {s.labels["pid"] for s in samples(text) if s.name == "hwdash_process_memory_used_bytes"}
+    assert pids == {str(p.pid) for gpu in TRAINING.gpus for p in gpu.processes}
+
+
+def test_process_details_publish_the_user_and_a_cut_command_line() -> None:
+    text = scrape(TRAINING, process_details=True)
+    rows = [s for s in samples(text) if s.name == "hwdash_process_memory_used_bytes"]
+    first = TRAINING.gpus[0].processes[0]
+    row = next(s for s in rows if s.labels["pid"] == str(first.pid))
+    assert row.labels["user"] == "alice"
+    assert row.labels["command"] == (first.cmdline or "")[:200]
+    assert set(row.labels) == {"gpu", "UUID", "Hostname", "pid", "user", "command"}
+
+
+def test_a_lost_gpu_is_in_alert_and_lost() -> None:
+    snapshot = scenario_snapshot("gpu-lost", 30.0)
+    assert [gpu.state for gpu in snapshot.gpus] == [GpuState.OK, GpuState.LOST]
+    values = {
+        (s.name, s.labels["gpu"]): s.value
+        for s in samples(scrape(snapshot))
+        if s.name in ("hwdash_gpu_alert", "hwdash_gpu_lost")
+    }
+    assert values == {
+        ("hwdash_gpu_alert", "0"): 0.0,
+        ("hwdash_gpu_lost", "0"): 0.0,
+        ("hwdash_gpu_alert", "1"): 1.0,
+        ("hwdash_gpu_lost", "1"): 1.0,
+    }
+
+
+def as_prometheus_answer(text: str) -> bytes:
+    """What a Prometheus server that scraped ``text`` answers to an instant query for all of it."""
+    result = [
+        {"metric": {"__name__": s.name, **s.labels}, "value": [1_700_000_000.0, repr(s.value)]}
+        for s in samples(text)
+    ]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+@pytest.mark.parametrize("process_details", [False, True])
+def test_processes_round_trip_through_our_prometheus_reader(process_details: bool) -> None:
+    body = as_prometheus_answer(scrape(TRAINING, process_details=process_details)).encode()
+    sampler = PrometheusSampler(
+        "http://prometheus.invalid", environ={}, fetch=lambda request, timeout: body
+    )
+    read = sampler.sample()
+    assert [gpu.used_bytes for gpu in read.gpus] == [gpu.used_bytes for gpu in TRAINING.gpus]
+    for original, again in zip(TRAINING.gpus, read.gpus, strict=True):
+        assert again.host == "node-7" and again.host_gpu == original.index
+        assert [(p.pid, p.used_bytes) for p in again.processes] == [
+            (p.pid, p.used_bytes) for p in original.processes
+        ]
+        for p_original, p_again in zip(original.processes, again.processes, strict=True):
+            if p_original.torch is None:
+                assert p_again.torch is None
+            else:
+                assert p_again.torch is not None
+                assert p_again.torch.allocated_bytes == p_original.torch.allocated_bytes
+                assert p_again.torch.reserved_bytes == p_original.torch.reserved_bytes
+            assert p_again.user == (p_original.user if process_details else None)
+            assert not p_again.verifiable  # another machine's PID: never acted on here
+
+
+def test_the_default_listen_address_is_this_machine_only() -> None:
+    args = build_parser().parse_args(["exporter"])
+    host, port = parse_listen(args.listen)
+    assert ipaddress.ip_address(host).is_loopback and port == 9835
+    assert args.process_details is False
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_command_line_flag_reaches_the_served_metrics(tmp_path: Path) -> None:
+    bodies = []
+    for flags in ([], ["--process-details"]):
+        port = free_port()
+        command = [sys.executable, "-m", "hwdash", "exporter", "--demo", "--interval", "0.2"]
+        server = subprocess.Popen(
+            [*command, "--listen", f"127.0.0.1:{port}", *flags],
+            env={**os.environ, "PYTHONPATH": SRC, "XDG_STATE_HOME": str(tmp_path)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            body = ""
+            while "hwdash_process_memory_used_bytes{" not in body:
+                assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                assert time.monotonic() < deadline, "the exporter did not serve in 30 s"
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                        body = r.read().decode()
+                except OSError:
+                    time.sleep(0.2)
+            bodies.append(body)
+        finally:
+            server.terminate()
+            server.wait(10)
+    plain, detailed = bodies
+    assert 'user="alice"' not in plain and 'user="alice"' in detailed
