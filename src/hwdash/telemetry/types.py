@@ -92,6 +92,10 @@ class ProcessSample:
     container: str | None = None
     """The container the process runs in (``docker:3f2a1b9c0d4e``), from its cgroup; None on the host
     or when unknown."""
+    started_at: float | None = None
+    """When the process started (psutil's ``create_time``, seconds since the epoch), read when the
+    row was sampled; a signal is sent only while the PID's process still has this start time.
+    None when unknown (another machine's process, a fake scenario, a replay)."""
 
 
 @dataclass(frozen=True)
