@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from snapshot_apps.fake_dashboard import (
+    FROZEN_INTERVAL,
     fake_app,
     replay,
     shared_catalog,
@@ -15,12 +23,18 @@ from snapshot_apps.fake_dashboard import (
     wait_for_frames,
 )
 
+from hwdash.cli import build_parser
+from hwdash.commands import dashboard
+from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
+from hwdash.telemetry.host_sampler import HostSampler, PsutilProcessTable
+from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.replay import ReplaySampler
-from hwdash.telemetry.signals import OsSignaller, SimulatedSignaller, refusal
+from hwdash.telemetry.signals import OsSignaller, SignalRefused, SimulatedSignaller, refusal
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import make_sampler
+from hwdash.telemetry.system_sampler import SystemSampler
 from hwdash.telemetry.types import GpuSample, ProcessSample
-from hwdash.ui.app import make_app
+from hwdash.ui.app import HwdashApp, make_app
 from hwdash.ui.widgets.monitor_gpu import forecast_text, gpu_cells
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
@@ -104,16 +118,6 @@ async def test_k_asks_naming_the_process_and_a_fake_scenario_sends_nothing(
         assert signaller.sent == [(31337, "KILL")]
 
 
-async def test_readonly_turns_signals_off(tmp_path: Path) -> None:
-    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=30, signaller=None)
-    async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for_frames(pilot, app, 1)
-        await pilot.press("k")
-        await pilot.pause()
-        assert not isinstance(app.screen, ConfirmDialog)
-        assert any("Signals are off (--readonly)" in str(n.message) for n in app._notifications)
-
-
 def test_other_users_processes_are_refused_unless_root() -> None:
     theirs = ProcessSample(pid=5, gpu_index=0, kind="compute", used_bytes=1, user="bob")
     assert "belongs to bob; only root" in (refusal(theirs, user="alice", root=False) or "")
@@ -122,42 +126,131 @@ def test_other_users_processes_are_refused_unless_root() -> None:
     assert "not visible from here" in (refusal(hidden, user="x", root=True) or "")
 
 
-def test_the_real_signaller_refuses_a_reused_pid_and_an_exited_one() -> None:
-    import os
-    import subprocess
-    import sys
-
-    from hwdash.telemetry.signals import SignalRefused
-
-    me = OsSignaller(user="u", root=True)
-    # This test process, shown with another command line: its number was "reused".
-    other = ProcessSample(
-        pid=os.getpid(),
-        gpu_index=0,
-        kind="compute",
-        used_bytes=1,
-        user="u",
-        cmdline="python train.py",
-    )
+@contextlib.contextmanager
+def sleeping_children(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Children of this test (``sleep``), the only processes these tests signal; killed and
+    reaped at the end whatever happened."""
+    children = [subprocess.Popen(["sleep", "60"]) for _ in range(count)]
     try:
-        me.send(other, "TERM")
-    except SignalRefused as refused:
-        assert "now runs another command" in str(refused)
-    else:
-        raise AssertionError("a reused PID was signalled")
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
+        yield children
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait(10)
+
+
+def app_on_children(
+    children: list[subprocess.Popen[bytes]], tmp_path: Path, signaller: OsSignaller
+) -> HwdashApp:
+    """The dashboard over a fake GPU whose processes are ``children`` (first one the largest),
+    joined with the real host process table (psutil): users, commands and start times are real."""
+    rows = "".join(
+        f"[[gpus.processes]]\npid = {child.pid}\nused_mib = {8000 - 1000 * position}\n"
+        for position, child in enumerate(children)
     )
-    gone = ProcessSample(pid=int(done.stdout), gpu_index=0, kind="compute", used_bytes=1, user="u")
+    scenario = tmp_path / "children.toml"
+    scenario.write_text(
+        'description = "sleeping children"\n[[gpus]]\nname = "NVIDIA A100-SXM4-80GB"\n'
+        f"memory_total_mib = 81920\nused_mib = 20000\n{rows}"
+    )
+    fake = make_fake_pynvml(scenario, ManualClock(0.0))
+    sampler = SystemSampler(
+        NvmlSampler(fake.module, round_timeout_s=2.0),
+        HostSampler(PsutilProcessTable()),
+        fake,
+        host_pid_namespace=True,  # the children live in this test's own PID namespace
+    )
+    return make_app(
+        catalog=shared_catalog(),
+        sampler=sampler,
+        interval=FROZEN_INTERVAL,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+        signaller=signaller,
+    )
+
+
+def ended_by(child: subprocess.Popen[bytes]) -> int | None:
+    """The signal that ended ``child``; None while it still runs (after a short wait)."""
     try:
-        me.send(gone, "TERM")
-    except SignalRefused as refused:
-        assert "has already exited" in str(refused)
-    else:
-        raise AssertionError("an exited PID was signalled")
+        code = child.wait(5)
+    except subprocess.TimeoutExpired:
+        return None
+    return -code if code < 0 else None
+
+
+async def test_k_terminates_and_capital_k_kills_the_selected_child(tmp_path: Path) -> None:
+    with sleeping_children(3) as children:
+        app = app_on_children(children, tmp_path, OsSignaller(euid=os.geteuid()))
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_for_frames(pilot, app, 1)
+            keys = app.monitor.process_table.row_keys_in_order
+            assert keys == [f"0:{child.pid}" for child in children]
+            app.monitor.process_table.focus()  # as a click on the table does
+            await pilot.press("down")  # the second row: the cursor chooses, not the first row
+            assert app.monitor.selected_process_key() == keys[1]
+            await pilot.press("k")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmDialog)
+            assert f"SIGTERM to PID {children[1].pid} on GPU 0" in app.screen.question
+            await pilot.press("y")
+            await pilot.pause()
+            assert ended_by(children[1]) == signal.SIGTERM
+            assert children[0].poll() is None and children[2].poll() is None
+            await pilot.press("down", "K")  # the third row, SIGKILL
+            await pilot.pause()
+            assert f"SIGKILL to PID {children[2].pid} on GPU 0" in app.screen.question  # type: ignore[attr-defined]
+            await pilot.press("y")
+            await pilot.pause()
+            assert ended_by(children[2]) == signal.SIGKILL
+            assert children[0].poll() is None  # never chosen, never signalled
+            sent = [str(n.message) for n in app._notifications]
+            assert f"SIGTERM sent to PID {children[1].pid}" in sent
+            assert f"SIGKILL sent to PID {children[2].pid}" in sent
+
+
+async def test_another_users_process_is_refused_before_asking_unless_root(
+    tmp_path: Path,
+) -> None:
+    """The dashboard's root check is OsSignaller's: from the effective uid."""
+    someone = 65534 if os.geteuid() != 65534 else 65533  # neither root nor this test's user
+    with sleeping_children(1) as (child,):
+        for euid, allowed in ((someone, False), (0, True)):
+            app = app_on_children([child], tmp_path, OsSignaller(euid=euid))
+            async with app.run_test(size=(120, 36)) as pilot:
+                await wait_for_frames(pilot, app, 1)
+                await pilot.press("K")
+                await pilot.pause()
+                assert isinstance(app.screen, ConfirmDialog) is allowed
+                if not allowed:
+                    assert any(
+                        "only root may signal other users' processes" in str(n.message)
+                        for n in app._notifications
+                    )
+                    assert child.poll() is None
+                else:
+                    await pilot.press("y")
+                    await pilot.pause()
+                    assert ended_by(child) == signal.SIGKILL
+
+
+async def test_a_row_whose_process_was_replaced_is_refused(tmp_path: Path) -> None:
+    """The row was sampled from one process; the PID now belongs to a process that started at
+    another time (a reused PID): k is refused and the process lives."""
+    with sleeping_children(1) as (child,):
+        app = app_on_children([child], tmp_path, OsSignaller(euid=os.geteuid()))
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_for_frames(pilot, app, 1)
+            frame = app.monitor.frame
+            assert frame is not None
+            (row,) = frame.snapshot.gpus[0].processes
+            assert row.started_at is not None
+            reused = dataclasses.replace(row, started_at=row.started_at - 30.0)
+            with pytest.raises(SignalRefused, match="started at another time"):
+                app.signaller.send(reused, "KILL")  # type: ignore[union-attr]
+            assert child.poll() is None
 
 
 async def test_a_replay_pauses_with_space_and_steps_with_the_arrows(tmp_path: Path) -> None:
@@ -198,3 +291,41 @@ async def test_a_replay_pauses_with_space_and_steps_with_the_arrows(tmp_path: Pa
         assert any(
             "a replay's processes are not live" in str(n.message) for n in app._notifications
         )
+
+
+class Terminal(io.StringIO):
+    """Standard output as the dashboard wants it: a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("readonly", [True, False], ids=["--readonly", "without"])
+async def test_readonly_on_the_command_line_turns_k_and_capital_k_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readonly: bool
+) -> None:
+    """`hwdash --demo --tab monitor [--readonly]` parsed by the CLI's parser and built by the
+    dashboard command, as `hwdash` itself does."""
+    for name in ("XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(name, str(tmp_path / name))
+    monkeypatch.delenv("HWDASH_FAKE_NVML", raising=False)
+    monkeypatch.delenv("HWDASH_CATALOG", raising=False)
+    argv = ["--demo", "--tab", "monitor", *(["--readonly"] if readonly else [])]
+    args = build_parser("dashboard").parse_args(argv)
+    args.argv = argv
+    app, sampler = dashboard.build_app(args, stdout=Terminal(), initial_tab=None)
+    try:
+        async with app.run_test(size=(120, 36), notifications=True) as pilot:
+            await wait_for_frames(pilot, app, 1)
+            for key in ("k", "K"):
+                await pilot.press(key)
+                await pilot.pause()
+                assert isinstance(app.screen, ConfirmDialog) is not readonly
+                if not readonly:
+                    await pilot.press("n")
+                    await pilot.pause()
+            refused = [n for n in app._notifications if "Signals are off (--readonly)" in n.message]
+            assert len(refused) == (2 if readonly else 0)
+    finally:
+        app.finish()
+        sampler.close()

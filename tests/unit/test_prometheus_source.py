@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from hwdash.telemetry.prometheus_source import (
     PrometheusSampler,
     auth_header,
     check_url,
+    origin,
 )
 
 MIB = 2**20
@@ -163,3 +167,115 @@ def test_process_series_become_processes_of_their_gpu() -> None:
     assert (row.pid, row.user, row.used_bytes) == (4242, "alice", 5 * MIB)
     assert row.torch is not None and row.torch.reserved_bytes == 4 * MIB
     assert not row.visible  # another machine's PID: never looked up here
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """A Prometheus stand-in on loopback: answers the query only with the right credentials,
+    redirects where the server's ``redirects`` says, and remembers every Authorization it saw."""
+
+    server: LoopbackServer
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.server.seen.append((path, self.headers.get("Authorization")))
+        target = self.server.redirects.get(path)
+        if target is not None:
+            query = self.path.partition("?")[2]
+            self.send_response(302)
+            self.send_header("Location", f"{target}?{query}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.headers.get("Authorization") != "Bearer t0k":
+            body = b'{"status":"error","error":"unauthorized"}'
+            self.send_response(401)
+        else:
+            body = vector(*dcgm(DCGM, 1, 2))
+            self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+
+class LoopbackServer(http.server.ThreadingHTTPServer):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__((host, port), Recorder)
+        self.seen: list[tuple[str, str | None]] = []
+        self.redirects: dict[str, str] = {}
+
+    @property
+    def origin(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+@pytest.fixture
+def servers() -> Iterator[Callable[..., LoopbackServer]]:
+    started: list[LoopbackServer] = []
+
+    def start(host: str = "127.0.0.1", port: int = 0) -> LoopbackServer:
+        server = LoopbackServer(host, port)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
+TOKEN = {"HWDASH_PROMETHEUS_TOKEN": "t0k"}
+
+
+def test_credentials_are_not_sent_to_another_port_after_a_redirect(
+    servers: Callable[..., LoopbackServer],
+) -> None:
+    prometheus, elsewhere = servers(), servers()
+    prometheus.redirects["/api/v1/query"] = f"{elsewhere.origin}/api/v1/query"
+    snapshot = PrometheusSampler(prometheus.origin, environ=TOKEN).sample()
+    assert prometheus.seen == [("/api/v1/query", "Bearer t0k")]  # the origin given gets them
+    assert elsewhere.seen == [("/api/v1/query", None)]  # the other port never does
+    assert not snapshot.gpus
+    error = snapshot.nvml.error or ""
+    assert "answered HTTP 401: unauthorized" in error
+    assert f"redirected to {elsewhere.origin}" in error and "credentials" in error
+
+
+def test_credentials_are_not_sent_to_another_host_even_after_a_same_origin_hop(
+    servers: Callable[..., LoopbackServer],
+) -> None:
+    prometheus = servers()
+    try:  # the same port on another loopback address: only the host differs
+        elsewhere = servers("127.0.0.2", prometheus.server_address[1])
+    except OSError:
+        pytest.skip("127.0.0.2 is not a loopback address here")
+    prometheus.redirects["/api/v1/query"] = "/prometheus/api/v1/query"
+    prometheus.redirects["/prometheus/api/v1/query"] = f"{elsewhere.origin}/api/v1/query"
+    PrometheusSampler(prometheus.origin, environ=TOKEN).sample()
+    assert [auth for _path, auth in prometheus.seen] == ["Bearer t0k", "Bearer t0k"]
+    assert elsewhere.seen == [("/api/v1/query", None)]
+
+
+def test_a_redirect_on_the_same_origin_keeps_the_credentials(
+    servers: Callable[..., LoopbackServer],
+) -> None:
+    prometheus = servers()
+    # A relative Location and an absolute one naming the same scheme, host and port.
+    prometheus.redirects["/api/v1/query"] = "/prometheus/api/v1/query"
+    prometheus.redirects["/prometheus/api/v1/query"] = f"{prometheus.origin}/p/api/v1/query"
+    snapshot = PrometheusSampler(prometheus.origin, environ=TOKEN).sample()
+    assert [auth for _path, auth in prometheus.seen] == ["Bearer t0k"] * 3
+    assert snapshot.gpus and snapshot.nvml.error is None
+
+
+def test_an_origin_is_scheme_host_and_port() -> None:
+    assert origin("https://Prom.example/api") == ("https", "prom.example", 443)
+    assert origin("http://prom:80/") == origin("http://prom")
+    assert origin("https://prom") != origin("http://prom:443")  # https -> http is another origin
+    assert origin("http://prom:9090") != origin("http://prom:9091")
+    assert origin("http://prom:notaport") is None

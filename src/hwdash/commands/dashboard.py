@@ -20,6 +20,7 @@ from hwdash.errors import UsageError
 if TYPE_CHECKING:
     from hwdash.core.catalog import Catalog
     from hwdash.telemetry.signals import Signaller
+    from hwdash.ui.app import HwdashApp
 
 NO_TERMINAL_MESSAGE = (
     "the dashboard needs a terminal, and standard output is not one. "
@@ -100,6 +101,25 @@ def _run(
     stdout: TextIO | None,
     initial_tab: Literal["planner", "compare", "monitor"] | None,
 ) -> int:
+    app, sampler = build_app(args, stdout=stdout, initial_tab=initial_tab)
+    try:
+        app.run()
+    finally:
+        app.finish()
+        sampler.close()
+    if app.catalog_error is not None:
+        raise app.catalog_error
+    return 0 if app.return_code in (None, 0) else int(app.return_code)
+
+
+def build_app(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO | None,
+    initial_tab: Literal["planner", "compare", "monitor"] | None,
+) -> tuple[HwdashApp, Any]:
+    """The app the parsed flags ask for and its sampler (close it after the app has run); raises
+    :class:`UsageError` for bad flags or when ``stdout`` is not a terminal."""
     # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
     from hwdash.commands.monitor import (
         open_replay,
@@ -177,11 +197,4 @@ def _run(
         if scenario is not None or replay is not None
         else None,
     )
-    try:
-        app.run()
-    finally:
-        app.finish()
-        sampler.close()
-    if app.catalog_error is not None:
-        raise app.catalog_error
-    return 0 if app.return_code in (None, 0) else int(app.return_code)
+    return app, sampler

@@ -34,6 +34,8 @@ class HostProcessInfo:
     rss_bytes: int | None = None
     container: str | None = None
     """The container the process runs in (see :mod:`hwdash.telemetry.containers`)."""
+    started_at: float | None = None
+    """psutil's ``create_time`` (seconds since the epoch): with the PID, which process this is."""
 
 
 INVISIBLE = HostProcessInfo(visible=False)
@@ -97,6 +99,7 @@ class PsutilProcessTable:
                 arguments = _quietly(process.cmdline)
                 memory = _quietly(process.memory_info)
                 cpu = _quietly(lambda: process.cpu_percent(interval=None))
+                started_at = _quietly(process.create_time)
         except psutil.NoSuchProcess:
             self._processes.pop(pid, None)
             return INVISIBLE
@@ -111,6 +114,7 @@ class PsutilProcessTable:
             cpu_percent=None if first_round or cpu is None else float(cpu),
             rss_bytes=None if memory is None else int(memory.rss),
             container=self._containers[pid],
+            started_at=started_at,
         )
 
     def lookup(self, pids: set[int]) -> dict[int, HostProcessInfo]:

@@ -17,7 +17,8 @@ stop (Prometheus drops a failed target's series) keeps its last values, marked s
 they were read; an unreachable server or a failed query is said in words and the last values are shown
 as stale. Credentials come from the environment, never the command line:
 ``HWDASH_PROMETHEUS_TOKEN`` (a bearer token) or ``HWDASH_PROMETHEUS_USER`` and
-``HWDASH_PROMETHEUS_PASSWORD`` (basic auth).
+``HWDASH_PROMETHEUS_PASSWORD`` (basic auth). They are sent to the URL's origin only (its scheme,
+host and port): a redirect elsewhere, https to http included, is followed without them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import math
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
@@ -37,6 +38,7 @@ from hwdash.telemetry.types import GpuSample, NvmlStatus, ProcessSample, Snapsho
 
 if TYPE_CHECKING:  # urllib.request (http.client, email) loads only when a query is made
     import urllib.request
+    from http.client import HTTPMessage
 
 #: Series name -> (field, scale to hwdash's units).
 SERIES: dict[str, tuple[str, float]] = {
@@ -149,13 +151,26 @@ class PrometheusSampler:
         address = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
         request = urllib.request.Request(address, headers={"Accept": "application/json"})
         if self._auth:
-            request.add_header("Authorization", self._auth)
+            # An "unredirected" header: urllib's HTTPRedirectHandler.redirect_request builds the
+            # next request from ``req.headers`` (every header but the content ones, Authorization
+            # included when set with add_header) and leaves ``req.unredirected_hdrs`` behind
+            # (CPython Lib/urllib/request.py). So a redirect to another host, port or scheme
+            # (https -> http too) never carries the credentials; _OriginRedirects puts them back
+            # only on a redirect to the same origin.
+            request.add_unredirected_header("Authorization", self._auth)
         try:
             body = self._fetch(request, self.timeout_s)
         except urllib.error.HTTPError as exc:
             detail = _error_detail(exc)
+            moved = ""
+            final = origin(exc.url or "")
+            if self._auth and final is not None and final != origin(self.url):
+                moved = (
+                    f" (redirected to {format_origin(final)}, where hwdash does not send "
+                    f"credentials: they go only to {format_origin(origin(self.url))})"
+                )
             raise PrometheusError(
-                f"Prometheus at {self.url} answered HTTP {exc.code}{detail}"
+                f"Prometheus at {self.url} answered HTTP {exc.code}{detail}{moved}"
             ) from None
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -344,9 +359,69 @@ def _error_detail(exc: Any) -> str:
     return f": {error}" if error else ""
 
 
+Origin = tuple[str, str, int]
+"""(scheme, host, port): what a browser calls an origin (RFC 6454, section 4)."""
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> Origin | None:
+    """The scheme, host (lower case) and port of ``url``, the port filled in from the scheme;
+    None for a URL that has no host or whose port cannot be read."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:  # a port that is not a number, or out of range
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return (scheme, parts.hostname.lower(), port)
+
+
+def format_origin(where: Origin | None) -> str:
+    """``scheme://host:port`` (IPv6 hosts in brackets)."""
+    if where is None:
+        return "an unknown address"
+    scheme, host, port = where
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _origin_redirects() -> urllib.request.HTTPRedirectHandler:
+    """A redirect handler that carries the credentials only while every hop stays on the same
+    scheme, host and port (as curl does without --location-trusted)."""
+    import urllib.request
+
+    class _OriginRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(
+            self,
+            req: urllib.request.Request,
+            fp: IO[bytes],
+            code: int,
+            msg: str,
+            headers: HTTPMessage,
+            newurl: str,
+        ) -> urllib.request.Request | None:
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            credentials = req.unredirected_hdrs.get("Authorization")
+            # ``newurl`` is already absolute (http_error_302 joins it with the request's URL).
+            here = origin(req.full_url)
+            if (
+                new is not None
+                and credentials
+                and here is not None
+                and origin(new.full_url) == here
+            ):
+                new.add_unredirected_header("Authorization", credentials)
+            return new
+
+    return _OriginRedirects()
+
+
 def _fetch(request: urllib.request.Request, timeout: float) -> bytes:
     import urllib.request
 
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # check_url: http(s) only
+    opener = urllib.request.build_opener(_origin_redirects())  # replaces the default handler
+    with opener.open(request, timeout=timeout) as response:  # check_url: http(s) only
         body: bytes = response.read()
     return body

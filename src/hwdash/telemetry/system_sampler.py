@@ -30,6 +30,7 @@ def _join(process: ProcessSample, info: HostProcessInfo | None) -> ProcessSample
         cpu_percent=info.cpu_percent,
         rss_bytes=info.rss_bytes,
         container=info.container,
+        started_at=info.started_at,
     )
 
 

@@ -99,6 +99,10 @@ class ProcessSample:
     PID means nothing here; None for this machine."""
     host_gpu: int | None = None
     """The GPU's number on ``host`` (``node-c:1``); None for this machine."""
+    started_at: float | None = None
+    """When the process started (psutil's ``create_time``, seconds since the epoch), read when the
+    row was sampled; a signal is sent only while the PID's process still has this start time.
+    None when unknown (another machine's process, a fake scenario, a replay)."""
 
 
 @dataclass(frozen=True)
