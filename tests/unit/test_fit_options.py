@@ -377,6 +377,40 @@ def test_fsdp_is_offered_beside_zero_on_several_gpus_and_never_with_it(catalog: 
     assert need(plan.with_changes({"fsdp": FsdpMode.FULL})) < need(plan.with_changes({"zero": 3}))
 
 
+def test_sync_each_batch_is_offered_where_no_sync_is_what_does_not_fit(catalog: Catalog) -> None:
+    # Llama 3.1 8B full, 8 L40S, accumulation 4 at 3k tokens: the Trainer's no_sync keeps the
+    # whole 15 GiB bf16 gradient on every GPU (49 GiB needed); the 1/8 shard alone fits (35 GiB)
+    plan = Plan(
+        model="llama-3.1-8b",
+        method=Method.FULL,
+        fsdp=FsdpMode.FULL,
+        gpus=8,
+        grad_accum=4,
+        seq=3072,
+    )
+    alone = [
+        option
+        for option in all_options(catalog, plan, "l40sx8")
+        if [change.field for change in option.changes] == ["sync_each_batch"]
+    ]
+    assert len(alone) == 1
+    option = alone[0]
+    assert option.plan.sync_each_batch is True and option.keeps_experiment
+    assert option.fit.verdict is FitVerdict.FITS
+    assert recheck(catalog, option) is FitVerdict.FITS
+    # more communication, but no measured factor: no slowdown claimed
+    assert option.slowdown == pytest.approx(1.0) and option.slowdown_sources == ()
+    # not where it changes nothing: torchtune syncs already, one GPU, no accumulation to make
+    torchtune = plan.with_changes({"framework": Framework.TORCHTUNE})
+    assert "sync_each_batch" not in knob_names(catalog, torchtune, 8)
+    assert "sync_each_batch" not in knob_names(catalog, plan, 1)
+    assert "sync_each_batch" not in knob_names(catalog, plan.with_changes({"grad_accum": 1}), 8)
+    # a plan not sharded yet: offered beside the FSDP knob, and beside a micro-batch split that
+    # would make an accumulation
+    unsharded = Plan(model="llama-3.1-8b", method=Method.FULL, batch=4, seq=1024)
+    assert {"fsdp", "sync_each_batch"} <= set(knob_names(catalog, unsharded, 8))
+
+
 def test_paged_8bit_adamw_is_tight_where_its_states_spill(catalog: Catalog) -> None:
     flavor = catalog.flavors["l4x1"]
     accelerator = catalog.accelerator_for(flavor)
