@@ -286,6 +286,8 @@ def test_no_sync_keeps_the_whole_unsharded_gradient_between_micro_batches() -> N
     grown = _counted(no_sync.per_gpu) - _counted(synced.per_gpu)
     assert grown == 2 * LLAMA_8B - 2 * LLAMA_8B // 8
     assert 13 * GIB < no_sync.per_gpu.total - synced.per_gpu.total < 15 * GIB
+    assert any("--sync-each-batch" in warning for warning in no_sync.warnings)
+    assert not any("--sync-each-batch" in warning for warning in synced.warnings)
 
 
 def test_sync_each_batch_adds_only_the_gradient_shard_to_one_micro_batch() -> None:

@@ -235,6 +235,11 @@ def add_fsdp_training(
         est._BACKWARD_END_ONLY,
     )
     if no_sync:
+        acc.warnings.append(
+            f"FSDP with --grad-accum {plan.grad_accum}: the Trainer's no_sync keeps "
+            f"{unsynced_bytes / GIB:.1f} GiB of unsharded gradients per GPU until the last "
+            "micro-batch; --sync-each-batch keeps them sharded (a reduce-scatter per micro-batch)"
+        )
         acc.unsynced_gradients += unsynced_bytes
         acc.note(
             f"{label} unsharded gradients (no_sync between micro-batches)",
