@@ -4,8 +4,9 @@ Every catalog model and every model config under ``tests/data/model_configs`` (p
 checkpoint variants) x every method x precisions, batches, sequence lengths, attention kinds and
 checkpointing; then, on a handful of representative models, the settings that branch the
 estimator: ZeRO stages and offload, optimizers and their implementations, gradient accumulation,
-LoRA targets, ranks and dropout, FSDP, Megatron TP/PP, quantized inference, framework presets and
-memory savers, RL (PPO/GRPO, reference, reward model, vLLM share) and accelerators.
+LoRA targets, ranks and dropout, FSDP (and with gradient accumulation, ``sync_each_batch``),
+Megatron TP/PP, quantized inference, framework presets and memory savers, RL (PPO/GRPO, reference,
+reward model, vLLM share) and accelerators.
 
 Each plan's whole :class:`~hwdash.core.results.MemoryEstimate` (breakdown, host and managed bytes,
 parameters, phase, details, warnings), or the error it raised, is written as JSON keyed by the
@@ -254,6 +255,29 @@ def _sweeps() -> Iterator[dict[str, Any]]:
         if reward is not None:
             plan["rl_reward_model"] = reward
         yield plan
+    # FSDP with gradient accumulation: no_sync's unsharded gradients, sync_each_batch, and the
+    # frameworks whose default differs (hf: no_sync; torchtune: a reduce-scatter per micro-batch)
+    for method, fsdp, gpus, accum, sync, framework, precision in itertools.product(
+        trained,
+        (FsdpMode.FULL, FsdpMode.HYBRID),
+        (2, 16),
+        (1, 4),
+        (None, False, True),
+        (Framework.HF, Framework.TORCHTUNE),
+        (Precision.BF16, Precision.MIXED),
+    ):
+        fields: dict[str, Any] = {
+            "method": method,
+            "fsdp": fsdp,
+            "gpus": gpus,
+            "gpus_per_node": 8,
+            "grad_accum": accum,
+            "framework": framework,
+            "precision": precision,
+        }
+        if sync is not None:
+            fields["sync_each_batch"] = sync
+        yield fields
 
 
 #: Accelerators the sweeps run under in turn (None: hardware-neutral; t4: no bf16; cpu: not a GPU),

@@ -272,7 +272,9 @@ def _savers_note(plan: Plan) -> str | None:
     """What the trace leaves out of the plan's memory savers (None when it runs them all: the
     Hugging Face stack's own)."""
     wanted, traced = resolve_savers(plan), resolve_savers(_on_hugging_face_stack(plan))
-    if replace(wanted, framework=traced.framework) == traced:
+    # sync_each_batch only changes what FSDP keeps between micro-batches: a trace runs one process
+    same = replace(wanted, framework=traced.framework, sync_each_batch=traced.sync_each_batch)
+    if same == traced:
         return None  # another framework's name, the same savers
     return (
         f"traced the Hugging Face stack ({describe_savers(traced)}), not the plan's savers "

@@ -45,7 +45,10 @@ def test_equal_layouts_share_a_layer_count_and_a_changed_field_does_not() -> Non
     base = layer_activation_bytes(arch, 1, 512, 2, Attention.SDPA)
     assert layer_activation_bytes(copy, 1, 512, 2, Attention.SDPA) == base
     wider_mlp = dataclasses.replace(arch, intermediate=arch.intermediate * 2)
-    assert hash(wider_mlp) != hash(arch) or wider_mlp != arch
+    # a different layout compares unequal (so no cache hands it the other's counts) and hashes
+    # apart (the kept field hash covers every field; ints hash to themselves, so this is exact)
+    assert wider_mlp != arch
+    assert hash(wider_mlp) != hash(arch)
     assert layer_activation_bytes(wider_mlp, 1, 512, 2, Attention.SDPA) > base
     # derived counts are per object: a replaced layout's are its own
     kept = arch.block_params

@@ -166,6 +166,8 @@ TRAINER_PLANS = [
     "--model qwen2.5-3b --method full --compile --optimizer adamw-8bit-paged".split(),
     "--model qwen2.5-3b --method full --fsdp full --gpus 4".split(),
     "--model qwen2.5-3b --method full --precision mixed --fsdp hybrid --fsdp-offload --gpus 8 --grad-ckpt".split(),
+    # issue 22: accelerate's sync_each_batch through the Trainer's accelerator_config
+    "--model qwen2.5-3b --method full --fsdp full --gpus 4 --grad-accum 4 --sync-each-batch".split(),
     "--model qwen2.5-7b --method dora --lora-targets q_proj,v_proj --optimizer adamw-8bit --epochs 3".split(),
     "--model qwen2.5-3b --method full --precision amp --optimizer-impl fused".split(),
     "--model qwen2.5-3b --method lora-8bit --batch 8".split(),
@@ -259,6 +261,69 @@ def test_trainer_snippet_carries_the_savers_it_has_fields_for() -> None:
     assert "activation_offloading" not in exports.trainer_snippet(full, "m")
     assert "--activation-offload" in exports.uncarried_settings(full, "trainer")
     assert "--activation-offload" not in exports.uncarried_settings(plan, "trainer")
+
+
+def test_sync_each_batch_is_written_where_the_trainer_has_a_field_for_it() -> None:
+    plan = Plan(
+        model="qwen2.5-3b",
+        method=Method.FULL,
+        fsdp=FsdpMode.FULL,
+        gpus=4,
+        grad_accum=4,
+        sync_each_batch=True,
+    )
+    # transformers' TrainingArguments.accelerator_config takes GradientAccumulationPlugin's kwargs
+    # under gradient_accumulation_kwargs (transformers/trainer_pt_utils.py AcceleratorConfig)
+    text = exports.trainer_snippet(plan, "Qwen/Qwen2.5-3B")
+    compile(text, "snippet.py", "exec")
+    assert "accelerator_config={'gradient_accumulation_kwargs': {'sync_each_batch': True}}," in text
+    for unset in (plan.with_changes({"sync_each_batch": None}), Plan(model="qwen2.5-3b")):
+        assert "accelerator_config" not in exports.trainer_snippet(unset, "m")
+    # accelerate's config file has no such key: said, and the Trainer export carries it
+    assert "--sync-each-batch" in exports.uncarried_settings(plan, "accelerate")
+    assert "--sync-each-batch" not in exports.uncarried_settings(plan, "trainer")
+    one_batch = plan.with_changes({"grad_accum": 1})
+    assert "--sync-each-batch" not in exports.uncarried_settings(one_batch, "accelerate")
+
+
+def test_sync_each_batch_is_read_from_trainer_configs(tmp_path: Path) -> None:
+    from hwdash.core.plan_import import read_plan_file
+
+    kwargs = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
+    inline = tmp_path / "args.yaml"
+    inline.write_text(
+        yaml.safe_dump(
+            {"per_device_train_batch_size": 1, "fsdp": "full_shard", "accelerator_config": kwargs}
+        )
+    )
+    assert read_plan_file(inline).updates["sync_each_batch"] is True
+    # a path: the Trainer reads the JSON file it names (AcceleratorConfig.from_json_file)
+    (tmp_path / "accelerator.json").write_text(
+        json.dumps({"gradient_accumulation_kwargs": {"sync_each_batch": False}})
+    )
+    by_path = tmp_path / "by_path.json"
+    by_path.write_text(
+        json.dumps({"gradient_accumulation_steps": 4, "accelerator_config": "accelerator.json"})
+    )
+    assert read_plan_file(by_path).updates["sync_each_batch"] is False
+    missing = tmp_path / "missing.json"
+    missing.write_text(
+        json.dumps({"gradient_accumulation_steps": 4, "accelerator_config": "no.json"})
+    )
+    imported = read_plan_file(missing)
+    assert "sync_each_batch" not in imported.updates
+    assert any("no.json" in note for note in imported.notes)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(
+        yaml.safe_dump(
+            {
+                "per_device_train_batch_size": 1,
+                "accelerator_config": {"gradient_accumulation_kwargs": {"sync_each_batch": "yes"}},
+            }
+        )
+    )
+    with pytest.raises(UsageError, match="sync_each_batch"):
+        read_plan_file(wrong)
 
 
 def test_accelerate_fsdp_block() -> None:

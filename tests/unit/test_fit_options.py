@@ -377,6 +377,82 @@ def test_fsdp_is_offered_beside_zero_on_several_gpus_and_never_with_it(catalog: 
     assert need(plan.with_changes({"fsdp": FsdpMode.FULL})) < need(plan.with_changes({"zero": 3}))
 
 
+def test_sync_each_batch_is_offered_where_no_sync_is_what_does_not_fit(catalog: Catalog) -> None:
+    # Llama 3.1 8B full, 8 L40S, accumulation 4 at 3k tokens: the Trainer's no_sync keeps the
+    # whole 15 GiB bf16 gradient on every GPU (49 GiB needed); the 1/8 shard alone fits (35 GiB)
+    plan = Plan(
+        model="llama-3.1-8b",
+        method=Method.FULL,
+        fsdp=FsdpMode.FULL,
+        gpus=8,
+        grad_accum=4,
+        seq=3072,
+    )
+    alone = [
+        option
+        for option in all_options(catalog, plan, "l40sx8")
+        if [change.field for change in option.changes] == ["sync_each_batch"]
+    ]
+    assert len(alone) == 1
+    option = alone[0]
+    assert option.plan.sync_each_batch is True and option.keeps_experiment
+    assert option.fit.verdict is FitVerdict.FITS
+    assert recheck(catalog, option) is FitVerdict.FITS
+    # more communication, but no measured factor: no slowdown claimed
+    assert option.slowdown == pytest.approx(1.0) and option.slowdown_sources == ()
+    # not where it changes nothing: torchtune syncs already, one GPU, no accumulation to make
+    torchtune = plan.with_changes({"framework": Framework.TORCHTUNE})
+    assert "sync_each_batch" not in knob_names(catalog, torchtune, 8)
+    assert "sync_each_batch" not in knob_names(catalog, plan, 1)
+    assert "sync_each_batch" not in knob_names(catalog, plan.with_changes({"grad_accum": 1}), 8)
+    # a plan not sharded yet: offered beside the FSDP knob, and beside a micro-batch split that
+    # would make an accumulation
+    unsharded = Plan(model="llama-3.1-8b", method=Method.FULL, batch=4, seq=1024)
+    assert {"fsdp", "sync_each_batch"} <= set(knob_names(catalog, unsharded, 8))
+
+
+def _only_change(options: list[FitOption], field: str) -> list[FitOption]:
+    return [o for o in options if [change.field for change in o.changes] == [field]]
+
+
+def test_the_shortest_sequence_is_offered_when_it_is_the_fix(catalog: Catalog) -> None:
+    # A 3B LoRA at batch 8 x 512 tokens needs about 15 GiB, over a T4's; at 256 tokens about 11.
+    # 256 is the floor (SHORTEST_SEQUENCE) and is itself offered.
+    plan = Plan(model="qwen2.5-3b", method=Method.LORA, batch=8, seq=512, grad_ckpt=True)
+    assert knob_names(catalog, plan)["seq"] == ["sequence 512->256"]
+    shorter = _only_change(all_options(catalog, plan, "t4-small"), "seq")
+    assert [o.plan.seq for o in shorter] == [256]
+    assert recheck(catalog, shorter[0]) is FitVerdict.FITS
+
+
+def test_the_smallest_rank_is_offered_when_it_is_the_fix(catalog: Catalog) -> None:
+    # rank 4 is the floor (SMALLEST_RANK) and is itself offered from 8
+    base = Plan(model="qwen2.5-7b", method=Method.LORA, lora_r=8, seq=256, grad_ckpt=True)
+    assert knob_names(catalog, base)["lora_r"] == ["LoRA rank 8->4"]
+    # The longest sequence at which rank 8 still fits an L4, plus one token: there rank 8 is
+    # over the line, and rank 4 (about 120 MiB less: adapters, their states and activations)
+    # is under it.
+    flavor = catalog.flavors["l4x1"]
+    accelerator = catalog.accelerator_for(flavor)
+    assert accelerator is not None
+    model = resolve_model(base.model, catalog)
+
+    def fits(seq: int) -> bool:
+        plan = base.with_changes({"seq": seq})
+        fit = evaluate_flavor(plan, model, flavor, accelerator, None)[0]
+        return fit.verdict is FitVerdict.FITS
+
+    low, high = 256, 32768
+    assert fits(low) and not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    plan = base.with_changes({"seq": high})
+    smaller = _only_change(all_options(catalog, plan, "l4x1"), "lora_r")
+    assert [o.plan.lora_r for o in smaller] == [4]
+    assert recheck(catalog, smaller[0]) is FitVerdict.FITS
+
+
 def test_paged_8bit_adamw_is_tight_where_its_states_spill(catalog: Catalog) -> None:
     flavor = catalog.flavors["l4x1"]
     accelerator = catalog.accelerator_for(flavor)

@@ -21,6 +21,7 @@ from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.parallelism import fsdp_shard_size
 from hwdash.core.plan import FsdpMode, Plan
+from hwdash.core.results import MemoryBreakdown
 
 SMALL = ModelSpec(
     id="small-llama",
@@ -43,7 +44,8 @@ GATHERED = 32_768_000 + BLOCK + 1024
 
 def _plan(**changes: object) -> Plan:
     # fused AdamW (no step temporaries) and gradient accumulation (gradients alive in every phase)
-    # keep each component independent of the phase the peak falls in
+    # keep each component independent of the phase the peak falls in; sync_each_batch keeps the
+    # accumulated gradients sharded (no no_sync: see the tests at the end)
     fields: dict[str, object] = {
         "model": "small-llama",
         "method": "full",
@@ -51,6 +53,7 @@ def _plan(**changes: object) -> Plan:
         "gpus": 4,
         "optimizer_impl": "fused",
         "grad_accum": 2,
+        "sync_each_batch": True,
         "seq": 256,
     }
     fields.update(changes)
@@ -235,3 +238,123 @@ def test_cli_json_and_title_carry_the_parallel_layout() -> None:
     )  # fmt: skip
     assert text.returncode == 0, text.stderr
     assert "FSDP full shard over 4" in text.stdout
+
+
+# -- gradient accumulation under no_sync (issue 22) ------------------------------------------------
+
+#: Llama 3.1 8B's parameter count (the model card's 8.03B; 32 blocks of 218,112,000, embedding and
+#: LM head 525,336,576 each, final norm 4096).
+LLAMA_8B = 32 * 218_112_000 + 2 * 525_336_576 + 4096
+GIB = 1024**3
+
+
+def _llama(**changes: object) -> Plan:
+    fields: dict[str, object] = {
+        "model": "llama-3.1-8b",
+        "method": "full",
+        "precision": "bf16",
+        "fsdp": "full",
+        "gpus": 8,
+        "grad_accum": 4,
+    }
+    fields.update(changes)
+    return Plan.model_validate(fields)
+
+
+def _counted(memory: MemoryBreakdown) -> int:
+    """The components without the overhead guess (a share of them)."""
+    return memory.total - memory.overhead
+
+
+def _llama_spec() -> ModelSpec:
+    from hwdash.core.catalog import load_catalog
+
+    return load_catalog().models["llama-3.1-8b"]
+
+
+def test_no_sync_keeps_the_whole_unsharded_gradient_between_micro_batches() -> None:
+    # the Hugging Face Trainer (framework hf) runs micro-batches 1-3 of 4 under no_sync: FSDP
+    # keeps every parameter's bf16 gradient unsharded, 2 x 8.03e9 bytes = 14.96 GiB per GPU
+    model = _llama_spec()
+    no_sync = estimate_memory(_llama(), model)
+    synced = estimate_memory(_llama(sync_each_batch=True), model)
+    assert no_sync.peak_phase == synced.peak_phase == "start of backward"
+    assert no_sync.per_gpu.gradients == 2 * LLAMA_8B
+    assert synced.per_gpu.gradients == 2 * LLAMA_8B // 8
+    # the 1/8 shard counted before, the whole gradient now: about 13 GiB more per GPU (and the
+    # allocator's share of it on top)
+    grown = _counted(no_sync.per_gpu) - _counted(synced.per_gpu)
+    assert grown == 2 * LLAMA_8B - 2 * LLAMA_8B // 8
+    assert 13 * GIB < no_sync.per_gpu.total - synced.per_gpu.total < 15 * GIB
+    assert any("--sync-each-batch" in warning for warning in no_sync.warnings)
+    assert not any("--sync-each-batch" in warning for warning in synced.warnings)
+
+
+def test_sync_each_batch_adds_only_the_gradient_shard_to_one_micro_batch() -> None:
+    model = _llama_spec()
+    one = estimate_memory(_llama(grad_accum=1), model).per_gpu
+    synced = estimate_memory(_llama(sync_each_batch=True), model).per_gpu
+    # one micro-batch: the gradients appear as backward frees the activations; accumulating with
+    # a reduce-scatter per micro-batch keeps the 1/8 shard across backward, nothing more
+    assert _counted(synced) - _counted(one) == 2 * LLAMA_8B // 8
+
+
+def test_the_unsharded_gradient_is_in_the_gathered_dtype_and_gone_at_the_step() -> None:
+    # mixed: fp32 shards gathered in bf16; autograd accumulates into the bf16 unsharded
+    # parameters' gradients (accelerate's policy reduces in bf16 too), 2 bytes per parameter
+    estimate = estimate_memory(_plan(precision="mixed", sync_each_batch=False), SMALL)
+    assert estimate.peak_phase == "start of backward"
+    assert estimate.per_gpu.gradients == 2 * P
+    # the unit waiting for its reduce-scatter is one of the accumulated gradients, not one more
+    label = "model unsharded gradient of one unit (before reduce-scatter)"
+    assert dict(estimate.details).get(label, 0) == 0
+    # at the optimizer step the last micro-batch has reduce-scattered them: the fp32 shards only,
+    # as with a reduce-scatter after every micro-batch (the phase is never the peak here, so the
+    # phases' totals are compared)
+    no_sync, synced = (
+        _phases(_plan(precision="mixed", sync_each_batch=False)),
+        _phases(_plan(precision="mixed")),
+    )
+    assert no_sync["optimizer step"] == synced["optimizer step"]
+    # during backward: the 2-byte unsharded sums instead of the 4-byte quarter shard
+    assert no_sync["start of backward"] - synced["start of backward"] == 2 * P - 4 * P // 4
+
+
+def _phases(plan: Plan) -> dict[str, float]:
+    """Bytes alive in each training phase of ``plan`` on SMALL (before the overhead guesses)."""
+    from hwdash.core import estimator as est
+    from hwdash.core.parallelism import add_fsdp_training
+
+    acc = est._Accumulator()
+    add_fsdp_training(
+        plan, est.architecture(SMALL), plan.method, plan.gpus, acc, "model", with_logits=True
+    )
+    phases = (est.PHASE_BACKWARD, est.PHASE_BACKWARD_END, est.PHASE_OPTIMIZER_STEP)
+    return {phase: acc.phase_total(phase) for phase in phases}
+
+
+def test_no_sync_needs_accumulation_and_more_than_one_gpu() -> None:
+    one_batch = estimate_memory(_plan(grad_accum=1, sync_each_batch=False), SMALL)
+    assert one_batch.per_gpu.gradients <= 2 * P // 4
+    one_gpu = estimate_memory(_plan(gpus=1, sync_each_batch=False), SMALL).per_gpu
+    assert one_gpu.gradients == 2 * P  # the whole gradient either way
+
+
+def test_torchtune_syncs_every_micro_batch_by_default() -> None:
+    model = _llama_spec()
+    torchtune = estimate_memory(_llama(framework="torchtune"), model).per_gpu
+    assert torchtune.gradients == 2 * LLAMA_8B // 8
+    told = estimate_memory(_llama(framework="torchtune", sync_each_batch=False), model).per_gpu
+    assert told.gradients == 2 * LLAMA_8B
+
+
+def test_sync_each_batch_flag_round_trips_and_warns_without_fsdp() -> None:
+    plan = _llama(sync_each_batch=True)
+    args = plan_arguments(plan)
+    assert "--sync-each-batch" in args
+    assert "--no-sync-each-batch" in plan_arguments(_llama(sync_each_batch=False))
+    result = _hwdash("--model", "llama-3.1-8b", "--method", "full", "--sync-each-batch", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["plan"]["sync_each_batch"] is True
+    assert any(w.startswith("--sync-each-batch does nothing here") for w in document["warnings"])

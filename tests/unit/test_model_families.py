@@ -173,6 +173,44 @@ def test_each_family_maps_its_keys() -> None:
     assert (t5.mlp, t5.mlp_activation, t5.tied_embeddings) == ("standard", "relu", True)
 
 
+def test_gpt_bigcode_without_multi_query_is_multi_query() -> None:
+    # transformers' GPTBigCodeConfig(multi_query=True): a config.json without the key has one
+    # key/value head (the Hub configs all state it, so only a config without it tests the default)
+    config = _config("starcoderbase-1b")
+    assert config["multi_query"] is True
+    unstated = {key: value for key, value in config.items() if key != "multi_query"}
+    model = model_from_config(unstated, name="bigcode", source="bigcode.json")
+    assert (model.kv_heads, model.heads) == (1, 16)
+    assert architecture(model).total_params == architecture(_model("starcoderbase-1b")).total_params
+    # multi-head when a config says so: c_attn 2048 -> 3 x 2048, 2 x 15 x 128 more outputs a block
+    multi_head = model_from_config({**config, "multi_query": False}, name="mha", source="mha.json")
+    assert multi_head.kv_heads == 16
+    extra = 24 * (2 * 15 * 128) * (2048 + 1)  # weights and biases of the 30 more k/v heads' outputs
+    assert architecture(multi_head).total_params - architecture(model).total_params == extra
+
+
+def test_t5_gated_gelu_is_a_gated_ffn() -> None:
+    # feed_forward_proj gated-gelu (T5 v1.1, Flan-T5): T5DenseGatedActDense's wi_0 and wi_1 (each
+    # d_model x d_ff) and wo; relu (T5 v1): T5DenseActDense's wi and wo. One more d_model x d_ff
+    # matrix (no biases) in each of the 24 encoder and 24 decoder blocks.
+    config = _config("flan-t5-large")
+    assert config["feed_forward_proj"] == "gated-gelu"
+    gated = architecture(_model("flan-t5-large"))
+    relu_config = {**config, "feed_forward_proj": "relu"}
+    relu = architecture(model_from_config(relu_config, name="relu", source="relu.json"))
+    assert gated.total_params - relu.total_params == (24 + 24) * 1024 * 2816
+    # Activations kept for backward, per layer, bf16, t tokens, i = d_ff. relu: wi's output and
+    # wo's input (2 e t i). gated-gelu: wi_0's and wi_1's outputs, the GELU's output and wo's input
+    # (the product), plus what T5Config's "gelu_new" (tanh GELU, NewGELUActivation) keeps written
+    # out: tanh's output, 0.5 x and 1 + tanh (7 e t i). The same attention and norms otherwise.
+    t, i = 256, 2816
+    per_layer = {
+        name: layer_activation_bytes(arch, 1, t, 2, Attention.EAGER)
+        for name, arch in (("gated", gated), ("relu", relu))
+    }
+    assert per_layer["gated"] - per_layer["relu"] == (7 - 2) * 2 * t * i
+
+
 def test_old_key_spellings_read_the_same() -> None:
     # Falcon's RefinedWebModel configs (n_head, n_layer) and BLOOM's n_embed.
     new = _config("falcon-7b")

@@ -70,6 +70,7 @@ def plans(draw: st.DrawFn) -> Plan:
         compile=draw(optional),
         activation_offload=draw(optional),
         optimizer_in_backward=in_backward,
+        sync_each_batch=draw(optional),
         qlora_frozen_dtype=draw(st.none() | st.sampled_from(list(StoreDtype))),
         adapter_dtype=draw(st.none() | st.sampled_from(list(StoreDtype))),
         value_head=draw(st.none() | st.sampled_from(list(ValueHead))),

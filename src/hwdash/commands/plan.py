@@ -110,6 +110,7 @@ FIELD_FLAGS = {
     "compile": "--compile/--no-compile",
     "activation_offload": "--activation-offload/--no-activation-offload",
     "optimizer_in_backward": "--optimizer-in-backward/--no-optimizer-in-backward",
+    "sync_each_batch": "--sync-each-batch/--no-sync-each-batch",
     "qlora_frozen_dtype": "--qlora-frozen-dtype",
     "adapter_dtype": "--adapter-dtype",
     "value_head": "--value-head",
@@ -294,6 +295,14 @@ def add_parser(subparsers: Any) -> None:
         "--fsdp-offload",
         action="store_true",
         help="FSDP CPU offload: sharded parameters, gradients and optimizer states in host RAM",
+    )
+    sharding.add_argument(
+        "--sync-each-batch",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="FSDP with --grad-accum: reduce-scatter the gradients after every micro-batch "
+        "(accelerate's sync_each_batch); off, the Trainer's no_sync keeps the whole unsharded "
+        "gradient until the last one (default: the framework's; hf off, torchtune on)",
     )
     sharding.add_argument(
         "--gpus-per-node",

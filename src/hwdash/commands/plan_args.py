@@ -76,6 +76,7 @@ def plan_arguments(plan: Plan) -> list[str]:
         ("compile", "compile"),
         ("activation_offload", "activation-offload"),
         ("optimizer_in_backward", "optimizer-in-backward"),
+        ("sync_each_batch", "sync-each-batch"),
     ):
         setting = getattr(plan, name)
         if setting is not None:

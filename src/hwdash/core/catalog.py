@@ -299,6 +299,8 @@ class FrameworkSettings(_Strict):
     """Saved activations offloaded to host RAM by default."""
     optimizer_in_backward: bool | None = None
     """Optimizer step fused into backward by default."""
+    sync_each_batch: bool | None = None
+    """FSDP gradients reduce-scattered after every micro-batch by default (no ``no_sync``)."""
     qlora_frozen_dtype: Literal["fp32", "bf16"] | None = None
     """Dtype of a quantized base's unquantized parts."""
     adapter_dtype: Literal["fp32", "bf16"] | None = None

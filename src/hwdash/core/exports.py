@@ -18,12 +18,17 @@ the CLI writes it. What each field means in the target tool:
   kernels, whose fused linear cross-entropy is ``--loss fused-linear``; transformers
   ``TrainingArguments`` docs), TRL ``SFTConfig``'s ``activation_offloading``, ``optim``
   ``paged_adamw_8bit`` (bitsandbytes' ``PagedAdamW8bit``) and ``fsdp`` (``"full_shard"`` or
-  ``"hybrid_shard"``, ``"offload"``, ``"auto_wrap"``; the Trainer's FSDP options).
+  ``"hybrid_shard"``, ``"offload"``, ``"auto_wrap"``; the Trainer's FSDP options). Issue 22's
+  ``sync_each_batch``: ``accelerator_config={"gradient_accumulation_kwargs": {...}}``, which the
+  Trainer hands to accelerate's ``GradientAccumulationPlugin`` (transformers/trainer_pt_utils.py
+  ``AcceleratorConfig.gradient_accumulation_kwargs``).
 * accelerate config (``accelerate config`` writes it): ``distributed_type``, ``num_processes``,
   ``num_machines``, ``mixed_precision`` and a ``deepspeed_config`` or ``fsdp_config`` block
   (``fsdp_sharding_strategy`` FULL_SHARD / HYBRID_SHARD, ``fsdp_offload_params``; accelerate's FSDP
   plugin takes its mixed-precision policy from ``mixed_precision``: docs "Fully Sharded Data
-  Parallel", huggingface.co/docs/accelerate/usage_guides/fsdp).
+  Parallel", huggingface.co/docs/accelerate/usage_guides/fsdp). It has no key for
+  ``sync_each_batch`` (accelerate/commands/config/config_args.py): the training script passes
+  ``GradientAccumulationPlugin(sync_each_batch=True)`` to its ``Accelerator``.
 
 No format here carries: the chunked or legacy loss path, the optimizer step in backward, the
 QLoRA extras' and the adapters' dtype (PEFT decides them in code), PPO's shared value head, the
@@ -52,7 +57,7 @@ from hwdash.core.plan import (
     ValueHead,
 )
 from hwdash.core.results import PlanReport
-from hwdash.core.savers import resolve_savers
+from hwdash.core.savers import Savers, resolve_savers
 
 EXPORT_FORMATS = ("deepspeed", "trainer", "accelerate", "hf-jobs")
 
@@ -180,9 +185,17 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             missing.append("--value-head shared")
         if plan.fsdp is not FsdpMode.NONE and kind == "deepspeed":
             missing.append(f"--fsdp {plan.fsdp.value}")
+        if kind == "accelerate" and _writes_sync_each_batch(plan, savers) and plan.grad_accum > 1:
+            missing.append("--sync-each-batch")
     if plan.tp > 1 or plan.pp > 1:
         missing.append(f"--tp {plan.tp} --pp {plan.pp}")
     return missing
+
+
+def _writes_sync_each_batch(plan: Plan, savers: Savers) -> bool:
+    """Whether the exports say ``sync_each_batch``: on, for an FSDP plan (elsewhere it changes
+    nothing hwdash counts)."""
+    return savers.sync_each_batch and plan.fsdp is not FsdpMode.NONE
 
 
 def _py(value: Any) -> str:
@@ -259,6 +272,10 @@ def trainer_snippet(
     fsdp = trainer_fsdp(plan)
     if fsdp is not None:
         arguments.append(("fsdp", fsdp))
+    if _writes_sync_each_batch(plan, savers):
+        arguments.append(
+            ("accelerator_config", {"gradient_accumulation_kwargs": {"sync_each_batch": True}})
+        )
     if plan.zero:
         arguments.append(("deepspeed", DEEPSPEED_CONFIG_NAME))
     lines.append("args = " + config_class + "(")

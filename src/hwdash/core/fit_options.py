@@ -10,7 +10,7 @@ then lower cost.
 "Keeps the experiment" means the same model, method, data, numerics and global batch: gradient
 checkpointing, a smaller micro-batch with more accumulation, the attention kernel, a fused optimizer
 step, a chunked or fused-linear loss, activation offloading, the optimizer step fused into backward,
-DeepSpeed ZeRO or PyTorch FSDP and CPU offload. Everything else (method, LoRA rank and targets,
+DeepSpeed ZeRO or PyTorch FSDP and CPU offload, FSDP's reduce-scatter after every micro-batch. Everything else (method, LoRA rank and targets,
 optimizer, precision, sequence length) changes what is trained.
 
 Speed: the hours of each option are the flavor table's (:mod:`hwdash.core.run_time`: FLOPs, where
@@ -254,6 +254,16 @@ def knobs_for(
         fsdp_settings = _fsdp_settings(plan, gpu_count)
         if fsdp_settings:
             knobs.append(Knob("fsdp", True, tuple(fsdp_settings)))
+        sharded = plan.fsdp is not FsdpMode.NONE or bool(fsdp_settings)
+        accumulates = plan.grad_accum > 1 or any(k.name == "micro_batch" for k in knobs)
+        if (
+            savers is not None
+            and not savers.sync_each_batch
+            and sharded
+            and accumulates
+            and gpu_count > 1
+        ):
+            knobs.append(_sync_each_batch_knob())
     if training and plan.optimizer is Optimizer.ADAMW:
         # Paged 8-bit AdamW holds as many GPU bytes as 8-bit AdamW (NVML counts managed memory);
         # it goes further only because the driver may page its states out to host RAM, which the
@@ -454,6 +464,26 @@ def _saver_knobs(plan: Plan, framework: Framework | None = None) -> list[Knob]:
             )
         )
     return knobs
+
+
+def _sync_each_batch_knob() -> Knob:
+    """FSDP with accumulation: a reduce-scatter after every micro-batch instead of the Trainer's
+    ``no_sync``, which keeps the whole unsharded gradient (:mod:`hwdash.core.parallelism`,
+    ``keeps_unsharded_gradients``). Offered where FSDP is on or offered, on more than one GPU,
+    and the plan accumulates or the micro-batch knob would make it. It keeps the experiment (the
+    same sums, reduced earlier). It costs one reduce-scatter per micro-batch instead of per step;
+    accelerate's guide warns of a slowdown but measures none for FSDP (docs
+    concept_guides/gradient_synchronization.md), so no catalog factor is applied."""
+    return Knob(
+        "sync_each_batch",
+        True,
+        (
+            Setting(
+                {"sync_each_batch": True},
+                "FSDP gradients reduce-scattered every micro-batch (sync_each_batch)",
+            ),
+        ),
+    )
 
 
 def _fsdp_settings(plan: Plan, gpu_count: int) -> list[Setting]:

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from hwdash.core import estimator as est
 from hwdash.core.estimator import LAYOUTS, Architecture, Layout
 from hwdash.core.plan import Attention, FsdpMode, Method, Offload, Plan, Precision
+from hwdash.core.savers import Savers, resolve_savers
 from hwdash.core.units import GIB
 
 # --------------------------------------------------------------------------------------------------
@@ -151,6 +152,7 @@ def add_fsdp_training(
     label: str,
     *,
     with_logits: bool,
+    savers: Savers | None = None,
 ) -> int:
     """Model states of one model trained under FSDP, plus its activations; return its trainable
     parameters.
@@ -167,9 +169,18 @@ def add_fsdp_training(
 
     With CPU offload the shards and the step live on the host: the GPU keeps the gathered units and
     one unit's unsharded gradient.
+
+    Gradient accumulation under ``no_sync`` (:func:`keeps_unsharded_gradients`): from the first
+    micro-batch to the last one's backward every trained parameter's gradient is kept unsharded,
+    ``T`` times the gathered dtype's bytes, on the GPU (even with CPU offload: only the sharded
+    gradients are offloaded); it replaces the unit's waiting gradient (it is one of them), and the
+    optimizer step sees the shards only.
     """
+    if savers is None:
+        savers = resolve_savers(plan)
     fsdp = FSDP_LAYOUTS[plan.precision]
     shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
+    no_sync = keeps_unsharded_gradients(plan, savers, shard)
     trainable = _activations_only(
         plan, arch, method, fsdp.compute, acc, label, with_logits=with_logits
     )
@@ -190,6 +201,16 @@ def add_fsdp_training(
         params_bytes = base_bytes + trainable * state_layout.weight_bytes
         unit_gradient = 0.0
     gradient_bytes = float(trainable * state_layout.gradient_bytes)
+    unsynced_bytes = 0.0
+    if no_sync:
+        # autograd accumulates into the gathered parameters' gradients, in param_dtype (FSDP2
+        # upcasts them only to a reduce_dtype that differs, torch/distributed/fsdp/_fully_shard/
+        # _fsdp_param.py ``to_accumulated_grad_if_needed``; accelerate's policy sets reduce_dtype
+        # = param_dtype, accelerate/utils/dataclasses.py ``set_mixed_precision``); the adapters
+        # of a LoRA-style plan in their own dtype
+        per_param = fsdp.gathered_bytes if method is Method.FULL else state_layout.gradient_bytes
+        unsynced_bytes = float(trainable * per_param)
+        unit_gradient = 0.0
     k_bytes = state_layout.master_bytes + est.optimizer_state_bytes_per_param(
         plan.optimizer, state_layout
     )
@@ -213,13 +234,29 @@ def add_fsdp_training(
         unit_gradient,
         est._BACKWARD_END_ONLY,
     )
+    if no_sync:
+        acc.warnings.append(
+            f"FSDP with --grad-accum {plan.grad_accum}: the Trainer's no_sync keeps "
+            f"{unsynced_bytes / GIB:.1f} GiB of unsharded gradients per GPU until the last "
+            "micro-batch; --sync-each-batch keeps them sharded (a reduce-scatter per micro-batch)"
+        )
+        acc.unsynced_gradients += unsynced_bytes
+        acc.note(
+            f"{label} unsharded gradients (no_sync between micro-batches)",
+            unsynced_bytes,
+            frozenset({est.PHASE_BACKWARD, est.PHASE_BACKWARD_END}),
+        )
     if plan.fsdp_offload:
         acc.host += params_bytes + gradient_bytes + state_bytes
         acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
     else:
         acc.weights += params_bytes / shard
         acc.note(f"{label} weights ({tag})", params_bytes / shard)
-        if plan.grad_accum > 1:
+        if no_sync:
+            # the shards appear as the last micro-batch's backward reduce-scatters the sums
+            acc.produced_gradients += gradient_bytes / shard
+            acc.note(f"{label} gradients ({tag})", gradient_bytes / shard, est._PRODUCED)
+        elif plan.grad_accum > 1:
             acc.persistent_gradients += gradient_bytes / shard
             acc.note(f"{label} gradients ({tag})", gradient_bytes / shard)
         else:
@@ -240,6 +277,22 @@ def add_fsdp_training(
         "GiB more per GPU"
     )
     return trainable
+
+
+def keeps_unsharded_gradients(plan: Plan, savers: Savers, shard: int) -> bool:
+    """Whether FSDP keeps whole unsharded gradients between the micro-batches of one step.
+
+    The Hugging Face Trainer runs every micro-batch but the last under ``accelerator.no_sync``
+    unless accelerate's ``GradientAccumulationPlugin(sync_each_batch=True)`` is set
+    (transformers/trainer.py, the training loop's ``sync_context``; accelerate/accelerator.py
+    ``Accelerator.accumulate``). Under ``no_sync`` FSDP skips the reduce-scatter and accumulates
+    the unsharded gradients: "FSDP will accumulate the full model gradients (instead of gradient
+    shards) until the eventual sync" (``FullyShardedDataParallel.no_sync`` docs); accelerate's
+    gradient-synchronization guide measures Mixtral 8x7B on 8 A100s out of memory at accumulation
+    2 under ``no_sync`` and at the accumulation-1 peak with ``sync_each_batch`` at 16. torchtune's
+    distributed recipes never skip the sync (``frameworks.toml``). One rank has nothing to sync.
+    """
+    return plan.grad_accum > 1 and shard > 1 and not savers.sync_each_batch
 
 
 # --------------------------------------------------------------------------------------------------

@@ -272,6 +272,11 @@ class Plan(BaseModel):
     optimizer_in_backward: bool | None = None
     """Each gradient is stepped and freed as backward produces it (torchtune's
     ``optimizer_in_bwd``): no full gradient set. Needs ``grad_accum`` 1."""
+    sync_each_batch: bool | None = None
+    """FSDP with gradient accumulation: reduce-scatter the gradients after every micro-batch
+    (accelerate's ``GradientAccumulationPlugin(sync_each_batch=True)``). Off, the Hugging Face
+    Trainer runs every micro-batch but the last under ``no_sync``, and FSDP keeps the whole
+    unsharded gradient until the last one (None: the framework's default)."""
     qlora_frozen_dtype: StoreDtype | None = None
     """QLoRA / 8-bit LoRA: dtype of the unquantized base parts (embeddings, LM head, norms):
     fp32 as PEFT's ``prepare_model_for_kbit_training`` upcasts them, bf16 as torchtune, torchao
@@ -380,6 +385,7 @@ _TRAINING_FIELDS = (
     "compile",
     "activation_offload",
     "optimizer_in_backward",
+    "sync_each_batch",
 )
 #: Settings that only adapters on a quantized base read.
 _QUANTIZED_BASE_FIELDS = ("qlora_frozen_dtype",)
@@ -416,6 +422,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, "only Megatron plans (--tp or --pp above 1) use it"))
         elif name == "sequence_parallel" and plan.tp == 1 and plan.pp > 1:
             unused.append((name, "sequence parallelism splits over the TP group: --tp is 1"))
+        elif name == "sync_each_batch" and plan.fsdp is FsdpMode.NONE:
+            unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
             unused.append((name, "only --fsdp hybrid shards within a node"))
     return unused

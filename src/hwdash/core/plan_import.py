@@ -384,6 +384,7 @@ def _read_trainer_mapping(reader: _Reader, out: ImportedPlan) -> None:
     if reader.flag("activation_offloading"):
         out.updates["activation_offload"] = True
     _trainer_fsdp(reader, out)
+    _accelerator_config(reader, out)
     init = reader.mapping("model_init_kwargs")
     dtype = init.get("torch_dtype") or init.get("dtype")
     precision = _precision_from(
@@ -416,6 +417,37 @@ def _trainer_fsdp(reader: _Reader, out: ImportedPlan) -> None:
         )
         return
     out.updates["fsdp_offload"] = "offload" in words
+
+
+def _accelerator_config(reader: _Reader, out: ImportedPlan) -> None:
+    """The Trainer's ``accelerator_config``: a table, or the path of a JSON file holding one
+    (transformers/trainer_pt_utils.py ``AcceleratorConfig.from_json_file``); its
+    ``gradient_accumulation_kwargs.sync_each_batch`` is accelerate's (issue 22)."""
+    value = reader.get("accelerator_config")
+    if value is None:
+        return
+    key = "accelerator_config"
+    if isinstance(value, str):
+        path = (reader.path.parent / value).resolve()
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            out.notes.append(f"accelerator_config {value!r} not readable next to the file: ignored")
+            return
+        key = f"accelerator_config ({path.name})"
+    if not isinstance(value, Mapping):
+        raise reader.bad(key, "a table of settings or a JSON file's path", value)
+    kwargs = value.get("gradient_accumulation_kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise reader.bad(f"{key}.gradient_accumulation_kwargs", "a table of settings", kwargs)
+    sync = kwargs.get("sync_each_batch")
+    if sync is None:
+        return
+    if not isinstance(sync, bool):
+        raise reader.bad(
+            f"{key}.gradient_accumulation_kwargs.sync_each_batch", "true or false", sync
+        )
+    out.updates["sync_each_batch"] = sync
 
 
 def _deepspeed_path(reader: _Reader, key: str, out: ImportedPlan) -> None:

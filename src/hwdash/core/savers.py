@@ -51,6 +51,8 @@ class Savers:
     compile: bool
     activation_offload: bool
     optimizer_in_backward: bool
+    sync_each_batch: bool
+    """FSDP gradients reduce-scattered after every micro-batch (no ``no_sync``)."""
     qlora_frozen_bytes: int
     """Bytes per unquantized parameter of a QLoRA / 8-bit LoRA base (4: PEFT's fp32 upcast)."""
     adapter_dtype: StoreDtype
@@ -75,6 +77,7 @@ SAVER_FIELDS = (
     "compile",
     "activation_offload",
     "optimizer_in_backward",
+    "sync_each_batch",
     "qlora_frozen_dtype",
     "adapter_dtype",
     "value_head",
@@ -124,6 +127,7 @@ def resolve_savers(plan: Plan, framework: Framework | None = None) -> Savers:
         compile=bool(pick("compile", False)),
         activation_offload=bool(pick("activation_offload", False)),
         optimizer_in_backward=in_backward,
+        sync_each_batch=bool(pick("sync_each_batch", False)),
         qlora_frozen_bytes=2 if frozen is StoreDtype.BF16 else 4,
         adapter_dtype=StoreDtype(pick("adapter_dtype", StoreDtype.FP32)),
         value_head=ValueHead(pick("value_head", ValueHead.SEPARATE)),

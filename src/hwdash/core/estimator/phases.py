@@ -44,13 +44,16 @@ class _Accumulator:
     temporaries are. Gradients are split accordingly: ``persistent_gradients`` are alive in all
     three (gradient accumulation, DeepSpeed's buffers, RL), ``produced_gradients`` from the end of
     backward on (one micro-batch per step: they appear as the activations are freed),
-    ``master_gradients`` (fp32 copies for a master copy) at the step only.
+    ``master_gradients`` (fp32 copies for a master copy) at the step only, ``unsynced_gradients``
+    during backward only (FSDP's unsharded sums under ``no_sync``, reduce-scattered into their
+    shards by the last micro-batch's backward, before the step).
     """
 
     weights: float = 0.0
     persistent_gradients: float = 0.0
     produced_gradients: float = 0.0
     master_gradients: float = 0.0
+    unsynced_gradients: float = 0.0
     optimizer: float = 0.0
     step_temporaries: float = 0.0
     activations: float = 0.0
@@ -74,8 +77,13 @@ class _Accumulator:
         if phase == PHASE_OPTIMIZER_STEP:
             return common + self.produced_gradients + self.master_gradients + self.step_temporaries
         if phase == PHASE_BACKWARD_END:
-            return common + self.produced_gradients + self.last_layer_activations
-        return common + self.activations
+            return (
+                common
+                + self.unsynced_gradients
+                + self.produced_gradients
+                + self.last_layer_activations
+            )
+        return common + self.unsynced_gradients + self.activations
 
 
 def _gradients_persist(plan: Plan) -> bool:
@@ -116,6 +124,8 @@ def _peak_breakdown(acc: _Accumulator, phase: str, overhead: float) -> MemoryBre
     at_step = phase == PHASE_OPTIMIZER_STEP
     at_end = phase == PHASE_BACKWARD_END
     peak_gradients = acc.persistent_gradients
+    if not at_step:
+        peak_gradients += acc.unsynced_gradients
     if at_step or at_end:
         peak_gradients += acc.produced_gradients
     if at_step:

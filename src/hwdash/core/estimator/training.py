@@ -136,7 +136,7 @@ def _train_one_model(
 
         if plan.fsdp is not FsdpMode.NONE:
             return parallelism.add_fsdp_training(
-                plan, arch, method, dp, acc, label, with_logits=with_logits
+                plan, arch, method, dp, acc, label, with_logits=with_logits, savers=savers
             )
         return parallelism.add_megatron_training(plan, arch, dp, acc, label)
     if method is Method.FULL:
