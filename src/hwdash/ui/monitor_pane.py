@@ -252,8 +252,8 @@ def plan_text(
     readable = [gpu for gpu in gpus if gpu.state in (GpuState.OK, GpuState.ALERT)]
     if not readable:
         # Nothing to compare with: saying "within" would claim a check that was not made.
-        why = "no GPU is visible here" if not gpus else "no GPU here gives a memory reading"
-        return f"{head}; {why}, so live memory cannot be held against it", False
+        why = "no GPU here to compare it with" if not gpus else "no GPU reading to compare it with"
+        return f"{head}; {why}", False
     shortfall = ""
     cluster = any(gpu.host for gpu in gpus)
     if not cluster and plan_gpus > len(gpus):
