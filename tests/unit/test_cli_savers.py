@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from hwdash.cli import main
+from hwdash.core.plan import Framework, Method, Optimizer, Plan, Precision
+from hwdash.core.savers import packaged_frameworks, with_framework_defaults
 
 pytestmark = pytest.mark.usefixtures("isolated_home")
 
@@ -88,3 +91,49 @@ def test_flags_that_do_not_apply_are_warned_about(capsys: pytest.CaptureFixture[
     assert "--no-compile" not in warnings
     inference = _json(capsys, "--method", "inference", "--compile")
     assert any(w.startswith("--compile does nothing here") for w in inference["warnings"])
+
+
+def test_a_from_files_settings_win_over_the_framework_defaults(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A DeepSpeed config that says bf16 (fp32 master weights: precision mixed) and AdamW: the
+    # file's settings are the user's, so torchtune's bf16 and paged 8-bit AdamW do not replace them.
+    config = tmp_path / "ds_config.json"
+    config.write_text(
+        json.dumps({"bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 2}),
+        encoding="utf-8",
+    )
+    plan = _json(capsys, "--method", "full", "--framework", "torchtune", "--from", str(config))
+    assert plan["plan"]["precision"] == "mixed"  # from the file
+    assert plan["plan"]["batch"] == 2
+    assert plan["plan"]["optimizer"] == "adamw-8bit-paged"  # the file says nothing: torchtune's
+    assert plan["plan"]["grad_ckpt"] is True
+
+
+def test_framework_defaults_resolve_in_one_function() -> None:
+    frameworks = packaged_frameworks()
+    unsloth = frameworks["unsloth"]
+    plan = Plan(model="llama-3.2-1b", method=Method.QLORA, framework=Framework.UNSLOTH)
+    resolved = with_framework_defaults(plan, unsloth)
+    assert resolved.grad_ckpt is True and resolved.optimizer is Optimizer.ADAMW_8BIT
+    # a chosen field keeps what the plan holds
+    kept = with_framework_defaults(plan, unsloth, {"grad_ckpt", "optimizer"})
+    assert kept.grad_ckpt is False and kept.optimizer is Optimizer.ADAMW
+    # an unchosen field goes back to the Plan's default when the framework states none
+    torchtune_plan = resolved.model_copy(update={"framework": Framework.TORCHTUNE})
+    hf = with_framework_defaults(
+        torchtune_plan.model_copy(update={"framework": Framework.HF}), frameworks["hf"]
+    )
+    assert hf.optimizer is Optimizer.ADAMW and hf.grad_ckpt is False
+    assert hf.precision is Precision.BF16
+    # full fine-tuning reads the framework's `full` overrides (the policy's method, for RL)
+    full = with_framework_defaults(
+        Plan(model="7B", method=Method.FULL, framework=Framework.TORCHTUNE), frameworks["torchtune"]
+    )
+    assert full.optimizer is Optimizer.ADAMW_8BIT_PAGED
+    ppo = with_framework_defaults(
+        Plan(model="7B", method=Method.PPO, rl_method=Method.FULL), frameworks["torchtune"]
+    )
+    assert ppo.optimizer is Optimizer.ADAMW_8BIT_PAGED
+    # no framework entry: the Plan's defaults
+    assert with_framework_defaults(resolved, None).optimizer is Optimizer.ADAMW

@@ -128,10 +128,15 @@ def test_long_steps_with_few_readings(dt: float, period: int) -> None:
             for i in range(n)
         ]
 
-    assert forecast_full(points(0.0)) is None
+    # The recent part of the window (its last quarter) lies inside one step, which climbs for a
+    # minute or more: that is the current climb, the trend plus the step's own rate, never more.
+    step_rate = 4 * GIB / (period * dt)
     result = forecast_full(points(0.1 * GIB))
     assert result is not None
-    assert result.slope_bytes_per_s == pytest.approx(0.1 * GIB, rel=0.25)
+    assert 0.75 * 0.1 * GIB <= result.slope_bytes_per_s <= 1.25 * (0.1 * GIB + step_rate)
+    # On a flat level the same holds: a forecast, when shown, climbs at the step's rate.
+    flat = forecast_full(points(0.0))
+    assert flat is None or flat.slope_bytes_per_s <= 1.25 * step_rate
 
 
 def test_equal_timestamps_are_skipped_in_pairs() -> None:
@@ -176,8 +181,10 @@ def test_window_excludes_old_points() -> None:
     old = [(T0 + i, round(10 * GIB + 0.1 * GIB * i), TOTAL) for i in range(300)]
     flat = [(T0 + 300 + i, 40 * GIB, TOTAL) for i in range(300)]
     assert forecast_full(old + flat) is None
-    # With a window reaching back into the climb, the old points do count.
-    assert forecast_full(old + flat, window_s=900) is not None
+    # A window reaching back into the climb still forecasts from the current (flat) part...
+    assert forecast_full(old + flat, window_s=900) is None
+    # ...unless the current part reaches back into the climb too.
+    assert forecast_full(old + flat, window_s=900, recent_s=900) is not None
 
 
 def test_now_sets_the_window_end() -> None:
@@ -278,3 +285,110 @@ def test_clean_climbs_are_found(slope_gib: float, start_fraction: float, n: int)
     result = forecast_full(points)
     assert result is not None
     assert result.seconds_to_full == pytest.approx((TOTAL - last) / slope, rel=0.01)
+
+
+# -- following the current climb (issue 22) -------------------------------------------------------
+#
+# The monitor fits the forecast every round over its history (telemetry.history.History), so the
+# tests below replay readings through it, one a second, as the monitor does.
+
+
+def _monitor_forecasts(readings: list[tuple[float, int, int]]) -> list[float | None]:
+    """Each round's forecast for one GPU whose (time, used+reserved, total) readings are given."""
+    from hwdash.telemetry.history import History
+    from hwdash.telemetry.types import GpuSample, NvmlStatus, Snapshot
+
+    history = History(interval_s=1.0)
+    seen: list[float | None] = []
+    for t, taken, total in readings:
+        gpu = GpuSample(index=0, name="G", uuid=None, total_bytes=total, free_bytes=total - taken)
+        snapshot = Snapshot(timestamp=t, nvml=NvmlStatus(available=True), gpus=(gpu,))
+        history.add(snapshot)
+        seen.append(history.with_forecasts(snapshot).gpus[0].forecast_full_s)
+    return seen
+
+
+def _demo_gpu3() -> list[tuple[float, int, int]]:
+    """The demo recording's GPU 3 (``hwdash --demo``: climbs, levels off at 96%, restarts at 100 s
+    and climbs again), read through the fake NVML and the real sampler once a second."""
+    from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
+    from hwdash.telemetry.nvml_sampler import NvmlSampler
+    from hwdash.telemetry.source import DEMO_SCENARIO
+
+    clock = ManualClock(0.0)
+    fake = make_fake_pynvml(DEMO_SCENARIO, clock)
+    sampler = NvmlSampler(fake.module, round_timeout_s=2.0, wall_clock=lambda: T0 + clock())
+    readings = []
+    try:
+        for second in range(171):
+            clock.now_s = float(second)
+            gpu = sampler.sample().gpus[3]
+            assert gpu.total_bytes is not None and gpu.free_bytes is not None
+            readings.append((T0 + second, gpu.total_bytes - gpu.free_bytes, gpu.total_bytes))
+    finally:
+        sampler.close()
+    return readings
+
+
+def test_the_demo_forecast_follows_the_current_climb() -> None:
+    readings = _demo_gpu3()
+    seen = _monitor_forecasts(readings)
+    taken = [r[1] for r in readings]
+    free = [r[2] - r[1] for r in readings]
+    # The current climb at second t: the rise over the last second (the scenario is piecewise
+    # linear); "settled" where it has not changed over the last 15 s (the forecast's recent part).
+    rate = [0.0] + [float(taken[t] - taken[t - 1]) for t in range(1, len(taken))]
+
+    def settled(t: int) -> bool:
+        return t >= 16 and all(abs(rate[u] - rate[t]) <= 0.02 * rate[t] for u in range(t - 15, t))
+
+    tracked = 0
+    for t, forecast in enumerate(seen):
+        current = free[t] / rate[t] if rate[t] > 0 else None
+        if forecast is not None and current is not None:
+            # never later than the current climb says (no false comfort)...
+            assert forecast <= current * 1.05 + 0.2, t
+            if settled(t):  # ...and on it once the climb has held for the recent part
+                assert forecast == pytest.approx(current, rel=0.05, abs=0.2), t
+                tracked += 1
+        if t and settled(t) and rate[t] > 0 and forecast is not None and seen[t - 1] is not None:
+            # memory climbing steadily: the forecast only comes down (no timer jumping back up)
+            assert forecast <= seen[t - 1] + 0.2, (t, seen[t - 1], forecast)
+    assert tracked >= 30  # both fast climbs (30-45 s, 130-150 s) were followed
+    # The climb slows to a crawl at 60 s and memory levels off at 96%: blank from then on until
+    # the restart, and within 10 s of memory stopping at 150 s.
+    assert all(forecast is None for forecast in seen[60:100]), seen[60:100]
+    assert all(forecast is None for forecast in seen[160:]), seen[160:]
+    assert all(forecast is not None for forecast in seen[130:150])
+
+
+@pytest.mark.parametrize("slow_share", [0.0, 0.05], ids=["flat", "crawl"])
+def test_a_climb_that_levels_off_goes_blank_within_ten_seconds(slow_share: float) -> None:
+    # 0.5 GiB/s from 20 GiB to 96% of 80 GiB (about 114 s), then flat or a crawl at 5% of that.
+    fast = 0.5 * GIB
+    top = 0.96 * TOTAL
+    knee = (top - 20 * GIB) / fast
+
+    def taken(t: float) -> int:
+        if t <= knee:
+            return round(20 * GIB + fast * t)
+        return min(TOTAL - 1, round(top + slow_share * fast * (t - knee)))
+
+    readings = [(T0 + t, taken(t), TOTAL) for t in range(200)]
+    seen = _monitor_forecasts(readings)
+    stop = math.ceil(knee)
+    assert seen[stop - 1] is not None  # the climb was forecast
+    for t in range(stop + 1, len(seen)):
+        if seen[t] is None:
+            continue
+        # The fast climb is over: the forecast never says sooner than even that climb would
+        # need for the memory still free, and on flat memory it does not count down like a timer.
+        assert seen[t] >= (TOTAL - readings[t][1]) / fast - 0.5, (t, seen[stop - 1 :])
+        if not slow_share and seen[t - 1] is not None:
+            assert seen[t] >= seen[t - 1] - 0.25, (t, seen[stop - 1 :])
+    # Blank within 10 s, for as long as the window remembers the fast climb. (A crawl that goes on
+    # for a whole window is a climb of its own: forecast again if it rises 1% of the memory per
+    # window, as a 5% crawl at 96% does, which would fill the GPU in about two minutes.)
+    assert all(forecast is None for forecast in seen[stop + 10 : stop + 45]), seen[stop:]
+    if not slow_share:
+        assert all(forecast is None for forecast in seen[stop + 10 :])

@@ -126,3 +126,36 @@ def test_process_history_follows_each_process_and_forgets_those_that_ended() -> 
     assert [used for _at, used in history.process("0:8")] == [t * GIB for t in range(5)]
     assert history.process("0:7") == ()  # ended at t = 3
     assert history.process_keys() == ["0:8"]
+
+
+def test_a_cluster_fits_in_turns_and_applies_the_last_slope_to_the_memory_free_now() -> None:
+    # Beyond FIT_EVERY_ROUND_GPUS GPUs each is fitted every FORECAST_EVERY_S seconds; between fits
+    # its last slope applies to the memory free now: it never counts down like a timer.
+    from hwdash.telemetry.history import FIT_EVERY_ROUND_GPUS, FORECAST_EVERY_S
+
+    count = FIT_EVERY_ROUND_GPUS + 6
+    total = 80 * GIB
+    history = History(interval_s=1.0)
+    seen: list[float | None] = []
+    for t in range(120):
+        used = min(20 + 0.25 * t, 40.0)  # climbs 0.25 GiB/s, flat from t = 80
+        gpus = tuple(
+            GpuSample(
+                index=i,
+                name="G",
+                uuid=None,
+                total_bytes=total,
+                free_bytes=total - round(used * GIB),
+            )
+            for i in range(count)
+        )
+        snapshot = Snapshot(timestamp=float(t), nvml=STATUS, gpus=gpus)
+        history.add(snapshot)
+        seen.append(history.with_forecasts(snapshot).gpus[0].forecast_full_s)
+    # climbing: the memory free now at 0.25 GiB/s, fitted or not
+    for t in range(40, 80):
+        assert seen[t] == pytest.approx((80 - (20 + 0.25 * t)) / 0.25, abs=0.2), t
+    # flat: no countdown before the next fit, and blank within a fit period of the recent lag
+    for t in range(81, 120):
+        assert seen[t] is None or seen[t] >= seen[t - 1] - 0.01, t  # type: ignore[operator]
+    assert all(forecast is None for forecast in seen[80 + 8 + round(FORECAST_EVERY_S) :])

@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwdash.cli import build_parser
-from hwdash.commands.plan import plan_from_args
+from hwdash.commands.plan import apply_framework_defaults, plan_from_args
 from hwdash.commands.plan_args import plan_arguments
+from hwdash.core.catalog import load_catalog
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
@@ -23,6 +24,8 @@ from hwdash.core.plan import (
     StoreDtype,
     ValueHead,
 )
+
+CATALOG = load_catalog(include_user=False)
 
 
 @st.composite
@@ -80,5 +83,8 @@ def plans(draw: st.DrawFn) -> Plan:
 @settings(max_examples=300, deadline=None)
 @given(plan=plans())
 def test_plan_arguments_parse_back_to_the_same_plan(plan: Plan) -> None:
-    args = build_parser().parse_args(["plan", *plan_arguments(plan)])
-    assert plan_from_args(args) == plan
+    # parsed as ``hwdash plan`` does: the flags, then the framework's defaults where none is given
+    # (an Unsloth plan without checkpointing needs --no-grad-ckpt, one with plain AdamW --optimizer)
+    argv = plan_arguments(plan)
+    args = build_parser().parse_args(["plan", *argv])
+    assert apply_framework_defaults(plan_from_args(args), CATALOG, argv) == plan

@@ -76,7 +76,7 @@ FIELD_FLAGS = {
     "precision": "--precision",
     "batch": "--batch",
     "seq": "--seq",
-    "grad_ckpt": "--grad-ckpt",
+    "grad_ckpt": "--grad-ckpt/--no-grad-ckpt",
     "grad_accum": "--grad-accum",
     "attention": "--attn",
     "optimizer": "--optimizer",
@@ -251,7 +251,11 @@ def add_parser(subparsers: Any) -> None:
         "--seq", type=whole_number, default=2048, help="sequence length in tokens (default 2048)"
     )
     shape.add_argument(
-        "--grad-ckpt", action="store_true", help="gradient checkpointing (recompute activations)"
+        "--grad-ckpt",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="gradient checkpointing (recompute activations); --no-grad-ckpt turns off a "
+        "--framework's default (default off)",
     )
     shape.add_argument(
         "--grad-accum",
@@ -598,21 +602,21 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise UsageError(f"{validation_phrase(first)}, got {shown}", flag=flag) from None
 
 
-def apply_framework_defaults(plan: Plan, catalog: Any, argv: list[str]) -> Plan:
-    """The plan with its framework's precision, checkpointing and optimizer defaults where their
-    flags were not typed (typed flags always win); the savers themselves resolve in the estimator."""
-    from hwdash.core.savers import command_line_defaults
+def apply_framework_defaults(
+    plan: Plan, catalog: Any, argv: list[str], imported: Any = None
+) -> Plan:
+    """The plan with its framework's precision, checkpointing and optimizer defaults where the user
+    chose nothing (:func:`hwdash.core.savers.with_framework_defaults`, as the planner form does):
+    typed flags and the settings a ``--from`` file (``imported``) gave always win; the savers
+    themselves resolve in the estimator."""
+    from hwdash.core.savers import with_framework_defaults
 
-    framework = catalog.frameworks.get(plan.framework.value)
-    if framework is None:
-        return plan
     typed = _typed_flags(argv)
-    typed_fields = {name for name, flags in FIELD_FLAGS.items() if set(flags.split("/")) & typed}
-    updates = command_line_defaults(plan, framework, typed_fields)
-    if not updates:
-        return plan
+    chosen = {name for name, flags in FIELD_FLAGS.items() if set(flags.split("/")) & typed}
+    if imported is not None:
+        chosen |= set(imported.updates)
     try:
-        return plan.with_changes(updates)
+        return with_framework_defaults(plan, catalog.framework_for(plan), chosen)
     except ValidationError as exc:
         message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         raise UsageError(message, flag="--framework") from None
@@ -758,7 +762,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check and len(plan.flavors) != 1:
         raise UsageError("give exactly one --flavor ID to check against", flag="--check")
     catalog = load_catalog(args.catalog)
-    plan = apply_framework_defaults(plan, catalog, getattr(args, "argv", []))
+    plan = apply_framework_defaults(plan, catalog, getattr(args, "argv", []), imported)
     # This machine's GPUs become the `local` flavor (NVML, or the fake scenario).
     local = plan_fit.probe_local_gpus(args.fake_nvml)
     catalog, machines = plan_fit.add_local_flavors(
@@ -812,7 +816,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         document = report.to_json()
         if fit_result is not None:
-            document["fit"] = plan_fit.fit_json(fit_result, catalog_args)
+            document["fit"] = plan_fit.fit_json(
+                fit_result, catalog_args, catalog.framework_for(plan)
+            )
         if machines:
             document["local"] = {
                 ident: {"name": machine.flavor.name, "notes": list(machine.notes)}
@@ -850,6 +856,7 @@ def run(args: argparse.Namespace) -> int:
             Console(width=output_width()),
             limit=3 if auto else None,
             extra_args=catalog_args,
+            framework=catalog.framework_for(plan),
         )
     if saved_message is not None:
         print(saved_message)

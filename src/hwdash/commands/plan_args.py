@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+from hwdash.core.catalog import Framework
 from hwdash.core.plan import Plan
+from hwdash.core.savers import FRAMEWORK_PLAN_FIELDS, packaged_frameworks, with_framework_defaults
 
 
 def _number(value: float) -> str:
@@ -17,12 +21,23 @@ def _number(value: float) -> str:
     return repr(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def plan_arguments(plan: Plan) -> list[str]:
-    """The ``hwdash plan`` arguments (without ``plan``) that build ``plan``."""
+def plan_arguments(plan: Plan, framework: Framework | None = None) -> list[str]:
+    """The ``hwdash plan`` arguments (without ``plan``) that build ``plan``. ``framework``: the
+    catalog's entry for ``plan.framework`` (None: the packaged one), whose defaults the command
+    line fills in where no flag is given: a setting that differs from them is written."""
     defaults = Plan(model=plan.model)
+    if framework is None:
+        framework = packaged_frameworks().get(plan.framework.value)
+    try:
+        filled: Plan | None = with_framework_defaults(plan, framework)
+    except ValidationError:
+        filled = None  # the framework's defaults do not fit this plan: write all its settings
     args: list[str] = ["--model", plan.model]
 
     def differs(name: str) -> bool:
+        if name in FRAMEWORK_PLAN_FIELDS:
+            # without its flag the command line takes the framework's default
+            return filled is None or bool(getattr(plan, name) != getattr(filled, name))
         return bool(getattr(plan, name) != getattr(defaults, name))
 
     def value(name: str) -> Any:
@@ -62,8 +77,8 @@ def plan_arguments(plan: Plan) -> list[str]:
         args += ["--lora-targets", ",".join(plan.lora_targets)]
     if differs("lora_dropout"):
         args += ["--lora-dropout", _number(plan.lora_dropout)]
-    if plan.grad_ckpt:
-        args.append("--grad-ckpt")
+    if differs("grad_ckpt"):
+        args.append("--grad-ckpt" if plan.grad_ckpt else "--no-grad-ckpt")
     if plan.fsdp_offload:
         args.append("--fsdp-offload")
     if not plan.sequence_parallel:

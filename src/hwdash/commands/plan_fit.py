@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwdash.commands.plan_args import plan_arguments
-from hwdash.core.catalog import Catalog, Flavor, ModelSpec
+from hwdash.core.catalog import Catalog, Flavor, Framework, ModelSpec
 from hwdash.core.fit_options import FitSearch, find_fit_options
 from hwdash.core.local_flavor import (
     LOCAL_FREE_FLAVOR_ID,
@@ -116,14 +116,18 @@ def search(
     return find_fit_options(plan, model, catalog, target, flavors)
 
 
-def fit_json(result: FitSearch, extra_args: Sequence[str] = ()) -> dict[str, Any]:
+def fit_json(
+    result: FitSearch, extra_args: Sequence[str] = (), framework: Framework | None = None
+) -> dict[str, Any]:
     """The ``"fit"`` object of ``hwdash plan --json`` (``extra_args``, the catalog folders given,
-    end every option's ``args``)."""
+    end every option's ``args``; ``framework``: the catalog's entry for the plan's framework, whose
+    defaults the args need not repeat)."""
     return {
         "target": result.target,
         "fits_already": result.fits_already,
         "options": [
-            option.to_json([*plan_arguments(option.plan), *extra_args]) for option in result.options
+            option.to_json([*plan_arguments(option.plan, framework), *extra_args])
+            for option in result.options
         ],
         "notes": list(result.notes),
     }
@@ -135,6 +139,7 @@ def render_options(
     *,
     limit: int | None = None,
     extra_args: Sequence[str] = (),
+    framework: Framework | None = None,
 ) -> None:
     """The options as a table: changes in words, memory per GPU, headroom, time, cost, slowdown;
     then the first option as a command (``extra_args`` appended: the catalog folders given)."""
@@ -194,7 +199,7 @@ def render_options(
     )
     first = options[0]
     # One unbroken line, so it can be copied.
-    arguments = [*plan_arguments(first.plan), *extra_args]
+    arguments = [*plan_arguments(first.plan, framework), *extra_args]
     command = "try: hwdash plan " + " ".join(_quoted(arguments))
     console.print(Text(command), soft_wrap=True)
     for note in result.notes:

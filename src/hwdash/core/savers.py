@@ -11,6 +11,7 @@ settings a plan leaves at None.
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,15 +135,36 @@ def resolve_savers(plan: Plan, framework: Framework | None = None) -> Savers:
     )
 
 
-def command_line_defaults(
-    plan: Plan, framework: Framework, typed_fields: set[str]
-) -> dict[str, Any]:
-    """The framework's defaults for the existing plan fields (precision, grad_ckpt, optimizer,
-    optimizer_impl) whose flags were not typed: the command line applies them with
-    :meth:`Plan.with_changes`. Typed flags always win."""
+#: The plan fields a framework's defaults set where the user chose no value, in the order of the
+#: flags. The savers (:data:`SAVER_FIELDS`) are not among them: a plan keeps those at None and
+#: :func:`resolve_savers` reads the framework's defaults at every estimate.
+FRAMEWORK_PLAN_FIELDS = ("precision", "grad_ckpt", "optimizer", "optimizer_impl")
+
+
+def with_framework_defaults(
+    plan: Plan, framework: Framework | None, chosen: Collection[str] = ()
+) -> Plan:
+    """``plan`` with ``framework``'s defaults (the catalog's entry for ``plan.framework``, from
+    :meth:`Catalog.framework_for`) in every field of :data:`FRAMEWORK_PLAN_FIELDS` that is not in
+    ``chosen``, the Plan fields the user set (typed flags, a ``--from`` file's settings, the form's
+    edited rows): explicit choices always win.
+
+    A field that is not chosen takes the framework's default for the plan's method (the policy's,
+    for RL; ``full`` overrides for full fine-tuning), else the Plan's own default, whatever the
+    plan held: so a form that showed torchtune's bf16 goes back to the Hugging Face default when
+    the framework changes. The one function behind ``hwdash plan``, ``--from`` and the planner form.
+    Raises ``pydantic.ValidationError`` when a default cannot combine with the plan (checkpointing
+    with Megatron's selective recomputation)."""
     settings = framework_settings(framework, plan.rl_method if plan.is_rl else plan.method)
-    names = ("precision", "grad_ckpt", "optimizer", "optimizer_impl")
-    return {name: settings[name] for name in names if name in settings and name not in typed_fields}
+    defaults = Plan.model_fields
+    updates = {
+        name: settings.get(name, defaults[name].default)
+        for name in FRAMEWORK_PLAN_FIELDS
+        if name not in chosen
+    }
+    if all(getattr(plan, name) == value for name, value in updates.items()):
+        return plan  # nothing to change (the enums compare equal to their values)
+    return plan.with_changes(updates)
 
 
 def describe_savers(savers: Savers) -> str:

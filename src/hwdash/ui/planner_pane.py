@@ -69,6 +69,7 @@ from hwdash.core.plan_store import (
     clean_name,
 )
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
+from hwdash.core.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
 from hwdash.errors import UsageError
 from hwdash.ui.planner_keys import PLANNER_BINDINGS
@@ -382,6 +383,11 @@ class PlannerPane(Widget):
         self.store = store
         self._base = initial if initial is not None else self._default_plan(catalog)
         self._starting_plan = self._base
+        self._chosen_defaults: set[str] = set()
+        """The rows of :data:`FRAMEWORK_PLAN_FIELDS` the user set: the framework fills the others."""
+        self._shown_defaults: dict[str, Any] = {}
+        """What the pane last put in those rows (a row that holds something else was edited)."""
+        self._note_choices(self._base)
         self._chosen_name: str | None = None
         """The name of a plan the user loaded or saved (None: the form's own)."""
         self.report: PlanReport | None = None
@@ -578,8 +584,37 @@ class PlannerPane(Widget):
             return parse_number(text)
         raise AssertionError(name)
 
+    def _note_choices(self, plan: Plan) -> None:
+        """Put ``plan`` (the starting plan, a loaded one) in the framework's rows: a value that
+        differs from what its framework would choose counts as the user's choice."""
+        try:
+            resolved = with_framework_defaults(plan, self.catalog.framework_for(plan))
+        except ValidationError:
+            resolved = None  # the framework's defaults do not fit this plan: keep all it says
+        self._chosen_defaults = {
+            name
+            for name in FRAMEWORK_PLAN_FIELDS
+            if resolved is None or getattr(plan, name) != getattr(resolved, name)
+        }
+        self._shown_defaults = {name: getattr(plan, name) for name in FRAMEWORK_PLAN_FIELDS}
+
+    def _show_framework_defaults(self, plan: Plan) -> None:
+        """Show the framework's choices in the rows the user left alone (without a recompute)."""
+        for name in FRAMEWORK_PLAN_FIELDS:
+            if name in self._chosen_defaults:
+                continue
+            value = getattr(plan, name)
+            self._shown_defaults[name] = value
+            control = self.query_one(f"#{_control_id(name)}")
+            if isinstance(control, (Select, Checkbox)) and control.value != value:
+                with control.prevent(Select.Changed, Checkbox.Changed):
+                    control.value = value
+
     def _build_plan(self) -> tuple[Plan | None, dict[str, str]]:
         values, errors = self.read_form()
+        for name in FRAMEWORK_PLAN_FIELDS:
+            if values.get(name) != self._shown_defaults.get(name):
+                self._chosen_defaults.add(name)  # edited: the user's choice wins from now on
         data = self._base.model_dump()
         data.update({k: v for k, v in values.items() if k not in errors})
         method = Method(data["method"])
@@ -602,6 +637,11 @@ class PlannerPane(Widget):
         if values.get("examples") is not None:
             # A token count carried by a loaded plan (``--tokens``) yields to examples typed here.
             data["tokens"] = None
+        # Fields the plan left unset and the form did not change stay unset, as on the command
+        # line: defaults that depend on other fields follow the plan (GRPO counts a reward model
+        # only when one is asked for: estimator/rl.py ``_rl_counts_reward_model``).
+        given = self._base.model_fields_set
+        data = {k: v for k, v in data.items() if k in given or v != getattr(self._base, k)}
         try:
             plan = Plan.model_validate(data)
         except ValidationError as exc:
@@ -614,6 +654,15 @@ class PlannerPane(Widget):
                 errors.setdefault(field, message)
             return None, errors
         if errors:
+            return None, errors
+        try:
+            # The framework's precision, checkpointing and optimizer where the user chose none,
+            # by the function ``hwdash plan`` uses (its savers resolve in the estimator).
+            plan = with_framework_defaults(
+                plan, self.catalog.framework_for(plan), self._chosen_defaults
+            )
+        except ValidationError as exc:
+            errors["framework"] = _friendly(exc.errors()[0])
             return None, errors
         return plan, errors
 
@@ -643,6 +692,7 @@ class PlannerPane(Widget):
         plan, errors = self._build_plan()
         report: PlanReport | None = None
         if plan is not None:
+            self._show_framework_defaults(plan)
             try:
                 resolve_model(plan.model, self.catalog)
             except (UsageError, CatalogError, ValueError) as exc:
@@ -1079,6 +1129,7 @@ class PlannerPane(Widget):
         """Fill the form from ``plan`` (fields the form does not show are kept) and recompute.
         ``name``: the saved plan's name (the monitor draws the plan under it)."""
         self._base = plan
+        self._note_choices(plan)
         self._chosen_name = name if name is not None else f"{plan.model} {plan.method.value}"
         if not self.query(f"#{_control_id('model')}"):
             # Called before the form is on screen (the pane is mounted after the first frame):
