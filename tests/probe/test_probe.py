@@ -384,6 +384,7 @@ def test_the_trainer_callback_publishes_the_global_step(
         probe.stop()
 
 
+@pytest.mark.validate
 def test_with_real_cpu_only_torch_the_probe_waits_without_initialising_cuda(
     tmp_path: Path,
 ) -> None:

@@ -822,6 +822,7 @@ async def test_trace_is_refused_while_the_form_is_invalid(
         assert any("Nothing to trace" in n.message for n in app._notifications)
 
 
+@pytest.mark.validate
 async def test_t_traces_a_tiny_model_and_shows_the_traced_peak(
     catalog: Catalog, store: PlanStore
 ) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -482,47 +481,3 @@ def test_a_broken_file_is_exit_2_naming_it(
 def test_output_without_export_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = run(capsys, "--model", "qwen2.5-7b", "-o", "x.json")
     assert status == 2 and "--export" in err
-
-
-# -- the libraries that read these files, where installed -------------------------------------------
-
-
-@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers absent")
-def test_transformers_accepts_the_trainer_arguments(tmp_path: Path) -> None:  # pragma: no cover
-    import ast
-
-    from transformers import TrainingArguments
-
-    text = exports.trainer_snippet(Plan(model="m", method=Method.FULL, grad_ckpt=True), "m")
-    call = next(
-        node
-        for node in ast.walk(ast.parse(text))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "TrainingArguments"
-    )
-    kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
-    kwargs["output_dir"] = str(tmp_path)
-    kwargs["bf16"] = False  # a CPU-only machine refuses bf16
-    TrainingArguments(**kwargs)
-
-
-@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="peft absent")
-def test_peft_accepts_the_lora_config() -> None:  # pragma: no cover
-    from peft import LoraConfig
-
-    plan = Plan(model="m", method=Method.DORA, lora_r=8, lora_targets=("q_proj", "v_proj"))
-    LoraConfig(
-        r=plan.lora_r,
-        lora_alpha=2 * plan.lora_r,
-        target_modules=list(plan.lora_targets),
-        use_dora=True,
-    )
-
-
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed absent")
-def test_deepspeed_accepts_its_config() -> None:  # pragma: no cover
-    from deepspeed.runtime.config import DeepSpeedConfig
-
-    plan = Plan(
-        model="m", method=Method.FULL, precision=Precision.MIXED, zero=2, offload=Offload.OPTIMIZER
-    )
-    DeepSpeedConfig(exports.deepspeed_config(plan, 1))

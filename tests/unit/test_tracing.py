@@ -354,6 +354,7 @@ def _seed_model() -> ModelSpec:
     return load_catalog(include_user=False).models["seed-2m"]
 
 
+@pytest.mark.validate
 def test_full_training_step_of_a_tiny_model(traced_packages: None) -> None:
     from hwdash.tracing import comparable_estimate, trace_plan
 
@@ -377,6 +378,7 @@ def test_full_training_step_of_a_tiny_model(traced_packages: None) -> None:
     assert 0.75 * trace.peak_bytes < without_overhead < 1.33 * trace.peak_bytes
 
 
+@pytest.mark.validate
 def test_lora_and_inference_traces(traced_packages: None) -> None:
     from hwdash.tracing import trace_plan
 
@@ -390,6 +392,7 @@ def test_lora_and_inference_traces(traced_packages: None) -> None:
     assert inference.components["gradients"] == inference.components["optimizer"] == 0
 
 
+@pytest.mark.validate
 def test_hooks_and_caller_config_leave_the_peak_unchanged(traced_packages: None) -> None:
     # issue 14: the calibration harness traces through trace_plan with its own transformers config
     # and hooks (an op recorder, an inventory); hooks see every phase in order and the model, the
@@ -436,6 +439,7 @@ def test_hooks_and_caller_config_leave_the_peak_unchanged(traced_packages: None)
     assert deeper.total_params > hooked.total_params and deeper.layers == 2 * spec.layers
 
 
+@pytest.mark.validate
 def test_extrapolated_depth_matches_the_full_depth(traced_packages: None) -> None:
     from hwdash.tracing import trace_plan
 
@@ -449,6 +453,7 @@ def test_extrapolated_depth_matches_the_full_depth(traced_packages: None) -> Non
     assert extrapolated.total_params == full.total_params
 
 
+@pytest.mark.validate
 def test_trace_json_from_the_command_line(
     traced_packages: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -467,6 +472,7 @@ def test_trace_json_from_the_command_line(
     assert set(trace["components"]) >= {"parameters", "gradients", "optimizer", "activations"}
 
 
+@pytest.mark.validate
 def test_trace_text_output(traced_packages: None, capsys: pytest.CaptureFixture[str]) -> None:
     status = main(["plan", "--model", "seed-2m", "--method", "lora", "--seq", "64", "--trace"])
     out = capsys.readouterr().out
@@ -475,6 +481,7 @@ def test_trace_text_output(traced_packages: None, capsys: pytest.CaptureFixture[
     assert "activations, temporaries, KV cache" in out
 
 
+@pytest.mark.validate
 def test_trace_runs_in_a_worker_thread(traced_packages: None) -> None:
     # The TUI traces in a worker thread; the result must not depend on the thread.
     import threading
@@ -491,6 +498,7 @@ def test_trace_runs_in_a_worker_thread(traced_packages: None) -> None:
     assert results[0].peak_bytes == trace_plan(plan, spec, device="cpu").peak_bytes
 
 
+@pytest.mark.validate
 def test_cuda_device_needs_cuda(traced_packages: None) -> None:
     import torch
 

@@ -1,0 +1,262 @@
+"""`hwdash plan --export` read by the libraries that run it: transformers' ``TrainingArguments`` and
+``BitsAndBytesConfig``, TRL's ``SFTConfig``, PEFT's ``LoraConfig``, DeepSpeed's ``DeepSpeedConfig``
+and accelerate's config file loader.
+
+These need the ``validate`` extra (CPU torch, transformers, peft, trl, accelerate, deepspeed) and
+skip without it; ``.ci/run`` installs it and runs them with ``HWDASH_REQUIRE_VALIDATE=1``, where a
+skip is a failure (tests/conftest.py). Each writes the file with the CLI, as a user gets it.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hwdash.cli import main
+
+pytestmark = pytest.mark.validate
+
+MODEL = ["--model", "qwen2.5-7b"]
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(isolated_home: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
+
+
+def export(
+    capsys: pytest.CaptureFixture[str], kind: str, args: str, path: Path, *extra: str
+) -> str:
+    status = main(["plan", *MODEL, *args.split(), *extra, "--export", kind, "-o", str(path)])
+    err = capsys.readouterr().err
+    assert status == 0, err
+    return path.read_text()
+
+
+def snippet_calls(text: str) -> dict[str, dict[str, Any]]:
+    """Each ``Name(key=value, ...)`` call of the Trainer snippet: its keyword arguments as values
+    (literals, and ``torch.<dtype>`` for BitsAndBytesConfig's compute dtype)."""
+    import torch
+
+    calls: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(ast.parse(text)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        kwargs: dict[str, Any] = {}
+        for keyword in node.keywords:
+            value = keyword.value
+            if isinstance(value, ast.Attribute) and getattr(value.value, "id", "") == "torch":
+                kwargs[str(keyword.arg)] = getattr(torch, value.attr)
+            else:
+                kwargs[str(keyword.arg)] = ast.literal_eval(value)
+        calls[node.func.id] = kwargs
+    return calls
+
+
+def config_class(name: str) -> Any:
+    """The class a snippet's call names, from the module the snippet imports it from."""
+    module = {
+        "TrainingArguments": "transformers",
+        "BitsAndBytesConfig": "transformers",
+        "SFTConfig": "trl",
+        "LoraConfig": "peft",
+    }[name]
+    return getattr(pytest.importorskip(module), name)
+
+
+def build(name: str, kwargs: dict[str, Any]) -> Any:
+    """``name(**kwargs)`` after checking that every keyword is one of its parameters (some of these
+    classes swallow unknown keywords in ``**kwargs`` and only log them)."""
+    cls = config_class(name)
+    parameters = inspect.signature(cls).parameters
+    named = {p for p, v in parameters.items() if v.kind is not inspect.Parameter.VAR_KEYWORD}
+    unknown = sorted(set(kwargs) - named)
+    assert not unknown, f"{name} has no parameter {unknown}"
+    return cls(**kwargs)
+
+
+# -- the Trainer snippet: TrainingArguments / SFTConfig, LoraConfig, BitsAndBytesConfig -----------
+
+TRAINER_PLANS = [
+    "--method full --grad-ckpt",
+    "--method full --optimizer-impl fused --compile --loss fused-linear",
+    "--method full --optimizer sgd --precision fp32",
+    "--method full --optimizer adafactor --fsdp full --fsdp-offload --gpus 8",
+    "--method full --precision mixed --zero 2 --offload optimizer --gpus 2",
+    "--method lora --lora-targets q_proj,v_proj --activation-offload",
+    "--method dora --optimizer adamw-8bit --lora-dropout 0",
+    "--method qlora --optimizer adamw-8bit-paged --grad-ckpt",
+    "--method lora-8bit --grad-accum 4",
+]
+
+
+@pytest.mark.parametrize("args", TRAINER_PLANS)
+def test_the_libraries_accept_the_trainer_snippet(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: str
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)  # the snippet's output_dir and ds_config.json are relative
+    text = export(capsys, "trainer", args, tmp_path / "train.py")
+    if "--zero" in args:  # the snippet points at the DeepSpeed file: the Trainer loads it
+        export(capsys, "deepspeed", args, tmp_path / "ds_config.json")
+    calls = snippet_calls(text)
+    arguments_class = "TrainingArguments" if "--method full" in args else "SFTConfig"
+    assert arguments_class in calls
+    arguments = calls.pop(arguments_class)
+    # This machine has no GPU: the Trainer refuses bf16/fp16 unless told to run on the CPU.
+    built = build(arguments_class, {**arguments, "use_cpu": True})
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "optim", "bf16"):
+        assert getattr(built, name) == arguments[name], name
+    if "--method full" not in args:
+        lora = build("LoraConfig", calls.pop("LoraConfig"))
+        assert lora.use_dora is ("--method dora" in args)
+    if "--method qlora" in args or "--method lora-8bit" in args:
+        quantization = build("BitsAndBytesConfig", calls.pop("BitsAndBytesConfig"))
+        assert quantization.load_in_4bit is ("qlora" in args)
+    assert not calls, f"a call this test does not check: {sorted(calls)}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="transformers 5 takes fsdp='hybrid_shard' only with fsdp_config version 1 (FSDP1)",
+)
+def test_transformers_accepts_the_hybrid_fsdp_snippet(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    args = "--method full --fsdp hybrid --gpus 16 --gpus-per-node 8"
+    arguments = snippet_calls(export(capsys, "trainer", args, tmp_path / "train.py"))
+    build("TrainingArguments", {**arguments["TrainingArguments"], "use_cpu": True})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="TRL's GRPOConfig needs the batch divisible by num_generations (8), which the snippet "
+    "does not set",
+)
+def test_trl_accepts_the_grpo_snippet(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trl = pytest.importorskip("trl")
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    text = export(capsys, "trainer", "--method grpo --rl-method lora", tmp_path / "train.py")
+    trl.GRPOConfig(**snippet_calls(text)["GRPOConfig"], use_cpu=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="TRL 1.x has no PPOConfig: the PPO snippet's import fails",
+)
+def test_trl_has_the_ppo_snippets_config() -> None:
+    trl = pytest.importorskip("trl")
+    assert hasattr(trl, "PPOConfig")
+
+
+# -- DeepSpeed ----------------------------------------------------------------------------------
+
+
+def read_back(config: Any, key: str) -> Any:
+    """Where DeepSpeed's parsed config keeps the top-level ``key`` of the JSON file."""
+    blocks = {
+        "zero_optimization": config.zero_config,
+        "bf16": config.bfloat16_config,
+        "fp16": config.float16_config,
+    }
+    return blocks[key] if key in blocks else getattr(config, key)
+
+
+def assert_read_back(parsed: Any, written: dict[str, Any], where: str) -> None:
+    for key, value in written.items():
+        held = getattr(parsed, key)
+        if isinstance(value, dict):
+            assert_read_back(held, value, f"{where}.{key}")
+        else:
+            assert held == value, f"{where}.{key}: wrote {value!r}, DeepSpeed holds {held!r}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "--method full --precision mixed --zero 2 --offload optimizer",
+        "--method full --precision mixed --zero 3 --offload params --batch 4 --grad-accum 8",
+        "--method full --precision mixed --zero 1",
+        "--method lora --zero 2",
+    ],
+)
+def test_deepspeed_reads_every_key_of_its_config(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: str
+) -> None:
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    path = tmp_path / "ds_config.json"
+    written = json.loads(export(capsys, "deepspeed", args, path))
+    # One process here (world size 1): train_batch_size is checked against micro x accumulation.
+    parsed = DeepSpeedConfig(str(path))
+    for key, value in written.items():
+        held = read_back(parsed, key)
+        if isinstance(value, dict):
+            assert_read_back(held, value, key)
+        else:
+            assert held == value, f"{key}: wrote {value!r}, DeepSpeed holds {held!r}"
+
+
+# -- accelerate ---------------------------------------------------------------------------------
+
+FSDP_CHOICES = {
+    "fsdp_sharding_strategy": "FSDP_SHARDING_STRATEGY",
+    "fsdp_auto_wrap_policy": "FSDP_AUTO_WRAP_POLICY",
+    "fsdp_backward_prefetch": "FSDP_BACKWARD_PREFETCH",
+    "fsdp_state_dict_type": "FSDP_STATE_DICT_TYPE",
+}
+"""accelerate.utils.constants' list of the values each FSDP key takes."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "--method full --gpus 4",
+        "--method full --precision mixed --zero 3 --offload params --gpus 8",
+        "--method full --fsdp full --fsdp-offload --gpus 8",
+        "--method lora --fsdp hybrid --gpus 16 --gpus-per-node 8",
+    ],
+)
+def test_accelerate_loads_its_config(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: str
+) -> None:
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.commands.launch import launch_command_parser
+    from accelerate.utils import constants
+
+    path = tmp_path / "default_config.yaml"
+    written = yaml.safe_load(export(capsys, "accelerate", args, path))
+    # accelerate's own loader: unknown top-level keys and distributed types are errors.
+    loaded = ClusterConfig.from_yaml_file(str(path))
+    assert loaded.num_processes == written["num_processes"]
+    # `accelerate launch` copies each key of these blocks onto its argument of the same name
+    # (commands/launch.py), silently: a key that is no argument is lost.
+    launch_options = {action.dest for action in launch_command_parser()._actions}
+    for block in ("deepspeed_config", "fsdp_config"):
+        unknown = sorted(set(getattr(loaded, block) or {}) - launch_options)
+        assert not unknown, f"accelerate launch has no option {unknown} ({block})"
+    for key, constant in FSDP_CHOICES.items():
+        if loaded.fsdp_config and key in loaded.fsdp_config:
+            assert loaded.fsdp_config[key] in getattr(constants, constant), key
+    # accelerate hands the offload devices to DeepSpeed: its enum of them.
+    offload = pytest.importorskip("deepspeed.runtime.zero.offload_config")
+    devices = {device.value for device in offload.OffloadDeviceEnum}
+    for key in ("offload_optimizer_device", "offload_param_device"):
+        if loaded.deepspeed_config:
+            assert loaded.deepspeed_config[key] in devices, key
