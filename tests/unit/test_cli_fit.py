@@ -114,6 +114,19 @@ def test_a_bad_target_exits_2_with_a_reason(
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flavor", ["local", "local-free"])
+@pytest.mark.parametrize("extra", [[], ["--check"]])
+def test_a_local_flavor_without_gpus_says_why_not_unknown_flavor(
+    capsys: pytest.CaptureFixture[str], flavor: str, extra: list[str]
+) -> None:
+    # The README's launch guard (`--flavor local --check`) on a machine whose NVML fails.
+    status = main(["plan", "--model", "qwen2.5-7b", "--flavor", flavor, *extra])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert f"--flavor: {flavor!r} needs this machine's GPUs, but no NVIDIA driver found" in err
+    assert "unknown flavor" not in err
+
+
 def test_this_machine_is_a_flavor_and_local_free_uses_free_memory(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -768,6 +768,10 @@ def run(args: argparse.Namespace) -> int:
     catalog, machines = plan_fit.add_local_flavors(
         catalog, local, with_free=args.fit == "local-free" or "local-free" in plan.flavors
     )
+    for flavor_id in plan.flavors:
+        if flavor_id in plan_fit.LOCAL_TARGETS and flavor_id not in catalog.flavors:
+            # "unknown flavor 'local'" would send the user to the catalog; the GPUs are missing.
+            plan_fit.target_flavors(flavor_id, catalog, local, flag="--flavor")
     if args.fit is not None:
         plan_fit.target_flavors(args.fit, catalog, local)  # an unknown target: exit 2 now
     model = resolve_model(plan.model, catalog)
