@@ -91,6 +91,30 @@ async def test_two_plans_side_by_side_with_differences_marked(
         assert cell(table, "status", 0).plain == "current"
 
 
+async def test_the_total_bars_are_scaled_by_value_not_by_column_width(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    # The same plan twice, once under a short name and once under a long one (a wide column),
+    # and a plan half as large: equal totals draw equal bars; the bars compare the values.
+    store = PlanStore(tmp_path / "plans.json")
+    summary = PlanSummary.from_report(evaluate_plan(BIG, catalog))
+    store.save("big", BIG, summary=summary)
+    store.save("the same big plan under a long name", BIG, summary=summary)
+    store.save("small", SMALL, summary=PlanSummary.from_report(evaluate_plan(SMALL, catalog)))
+    app = CompareApp(store, catalog)
+    async with app.run_test(size=(160, 24)) as pilot:
+        await pilot.pause()
+        table = app.query_one(ComparePane).table
+        widths = [column.width for column in table.columns.values()]
+        assert widths[0] != widths[1]  # the long name widens its column
+        bars = [cell(table, "total-bar", i).plain.rstrip() for i in range(3)]
+        assert bars[0] == bars[1]
+        small_total = evaluate_plan(SMALL, catalog).estimate.per_gpu.total
+        big_total = evaluate_plan(BIG, catalog).estimate.per_gpu.total
+        expected = small_total / big_total * len(bars[0])  # cells, eighths included
+        assert abs(len(bars[2]) - expected) <= 1  # full cells plus at most one partial cell
+
+
 async def test_rename_with_r(store: PlanStore, catalog: Catalog) -> None:
     app = CompareApp(store, catalog)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:

@@ -332,11 +332,17 @@ class ComparePane(Widget):
                     table.move_cursor(column=names.index(selected.name), animate=False)
 
     def _total_bars(self, widths: list[int]) -> list[Text]:
-        """A bar per plan: its per-GPU total against the largest one, so sizes compare at a glance."""
+        """A bar per plan: its per-GPU total against the largest one, so sizes compare at a glance.
+        Every bar has the same full length (the narrowest column's), so a wider column (a longer
+        plan name) does not draw a longer bar for the same total."""
         totals = [v.summary.per_gpu_total if v.summary is not None else 0 for v in self.views]
         largest = max(totals, default=0)
+        scale = min(widths, default=0)
         return [
-            Text(bar(total / largest if largest else 0.0, width), style=TOTAL_BAR_STYLE)
+            Text(
+                bar(total / largest if largest else 0.0, scale).ljust(width),
+                style=TOTAL_BAR_STYLE,
+            )
             for total, width in zip(totals, widths, strict=True)
         ]
 
