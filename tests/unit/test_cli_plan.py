@@ -286,3 +286,27 @@ def test_an_unknown_model_message_reads_as_sentences(capsys: pytest.CaptureFixtu
     assert main(["plan", "--model", "zzzz-unknown"]) == 2
     err = capsys.readouterr().err
     assert "like 7B). See `hwdash catalog list --kind models`." in err, err
+
+
+def test_the_flavor_table_at_80_columns_keeps_the_verdict_and_the_numbers_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A terminal of 80 columns: the flavor's name and marks wrap, the note becomes a number,
+    # and fit, free GiB, GPUs, $/h, hours and cost are never cut to "…".
+    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["--model", "qwen2.5-7b", "--method", "lora", "--examples", "10000"]
+    flavors = ["--flavor", "a10g-large", "--flavor", "l4x1", "--flavor", "local-a100-80gb"]
+    assert main(["plan", *args, *flavors]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("flavors, cheapest first:") :]
+    assert all(len(line) <= 80 for line in table.splitlines())
+    assert "…" not in table
+    assert main(["plan", *args, *flavors, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    for row in document["flavors"]:
+        line = next(line for line in table.splitlines() if line.startswith(f"│ {row['id']} "))
+        cells = [cell.strip() for cell in line.strip("│").split("│")]
+        assert cells[1] == row["fit"]
+        assert cells[2] == f"{row['headroom_bytes'] / 2**30:+.1f}"
+        assert cells[3] == str(row["gpu_count"])

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hwdash.core import strict_json
+from hwdash.core.local_flavor import LOCAL_TARGETS
 from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
@@ -769,7 +770,7 @@ def run(args: argparse.Namespace) -> int:
         catalog, local, with_free=args.fit == "local-free" or "local-free" in plan.flavors
     )
     for flavor_id in plan.flavors:
-        if flavor_id in plan_fit.LOCAL_TARGETS and flavor_id not in catalog.flavors:
+        if flavor_id in LOCAL_TARGETS and flavor_id not in catalog.flavors:
             # "unknown flavor 'local'" would send the user to the catalog; the GPUs are missing.
             plan_fit.target_flavors(flavor_id, catalog, local, flag="--flavor")
     if args.fit is not None:
@@ -901,6 +902,7 @@ def render_report(
     local_notes: list[str] | None = None,
 ) -> None:
     """Print the breakdown, warnings and the flavor table with rich."""
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -970,11 +972,13 @@ def render_report(
     # The note goes in the table when the terminal is wide enough, else as numbered notes below.
     wide = console.width >= 120
     table = Table()
-    table.add_column("flavor", no_wrap=True)
+    # On a narrow terminal the flavor's name wraps (its marks on a line of their own) and the
+    # note becomes a number: the verdict and the numbers a user acts on keep their full width.
+    table.add_column("flavor", overflow="fold", ratio=2 if wide else None)
     table.add_column("fit", no_wrap=True)
     for column in ("free GiB", "GPUs", "$/h", "hours", "cost"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("note", overflow="fold", ratio=1, min_width=20 if wide else 4)
+    table.add_column("note", overflow="fold", ratio=1, min_width=20 if wide else 3)
     notes: dict[str, int] = {}
     for fit in report.flavors:
         verdict = fit.verdict.value
@@ -1003,6 +1007,11 @@ def render_report(
             format_hours(fit.hours),
             format_money(fit.cost),
             note_cell,
+        )
+    for kept in table.columns[1:7]:  # fit and the numbers: never cut
+        kept.min_width = max(
+            [cell_len(str(kept.header))]
+            + [cell_len(Text.from_markup(str(cell)).plain) for cell in kept.cells]
         )
     console.print(table)
     for reason, number in notes.items():
