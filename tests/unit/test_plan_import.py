@@ -208,3 +208,18 @@ def test_a_python_file_with_a_null_byte_is_a_usage_error_without_a_line_none(
     with pytest.raises(UsageError) as caught:
         read_plan_file(path)
     assert "not valid Python" in str(caught.value) and "None" not in str(caught.value)
+
+
+# -- crashes the fuzz found (tests/unit/test_fuzz_plan_import.py) -----------------------------------
+
+
+@pytest.mark.parametrize("argument", ["{[1]: 2}", "{1, [2]}"])
+def test_a_snippet_argument_python_cannot_hash_is_skipped(tmp_path: Path, argument: str) -> None:
+    """ast.literal_eval raises TypeError (not ValueError) for a dict key or set member that is a
+    list: the argument is skipped like any other non-literal."""
+    path = tmp_path / "train.py"
+    path.write_text(
+        f"args = TrainingArguments(per_device_train_batch_size={argument}, gradient_accumulation_steps=3)\n"
+    )
+    found = read_plan_file(path)
+    assert found.updates["grad_accum"] == 3 and "batch" not in found.updates

@@ -500,8 +500,10 @@ def _from_snippet(path: Path, text: str, chain: tuple[Path, ...]) -> ImportedPla
                     continue
                 try:
                     keywords[keyword.arg] = ast.literal_eval(keyword.value)
-                except ValueError:
-                    continue  # torch.bfloat16 and the like: not a literal, not needed
+                except (ValueError, TypeError, MemoryError, RecursionError):
+                    # torch.bfloat16 and the like: not a literal, not needed; TypeError: a dict
+                    # key or set member that cannot be hashed ({[1]: 2})
+                    continue
             calls[node.func.id] = keywords
     config_name = next((name for name in _CONFIG_CALLS if name in calls), None)
     if config_name is None:

@@ -1,0 +1,386 @@
+"""Fuzz `hwdash plan --from FILE`: random DeepSpeed, TrainingArguments/TRL, accelerate, axolotl and
+LLaMA-Factory documents (JSON or YAML) and ``--export trainer`` snippets, built from the keys each
+reader knows, with values of every type, nesting, missing and extra keys, YAML aliases that hold the
+document itself, and ``deepspeed`` entries naming the file itself, a second file that may name the
+first, or nothing. Each must give a plan or a :class:`UsageError` (exit 2), never another exception.
+
+Each format group gets ``HWDASH_FUZZ_EXAMPLES`` examples (default 200, sized for CI) through what the
+CLI calls (``read_plan_file`` then ``apply_imported``), and a tenth of that through the whole CLI
+(``hwdash.cli.main``, whose JSON output must be finite). ``HWDASH_FUZZ_EXAMPLES=10000`` is the full
+run the issue asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hwdash.cli import main
+from hwdash.commands.plan import apply_imported
+from hwdash.core import strict_json
+from hwdash.core.plan import Plan
+from hwdash.core.plan_import import read_plan_file
+from hwdash.errors import UsageError
+
+EXAMPLES = int(os.environ.get("HWDASH_FUZZ_EXAMPLES", "200"))
+THROUGH_CLI = max(20, EXAMPLES // 10)
+
+FUZZ = settings(
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+
+# -- the keys each reader knows (plan_import's readers), nested tables with their own keys ----------
+
+OFFLOAD = {"device": None, "pin_memory": None}
+FORMATS: dict[str, dict[str, Any]] = {
+    "deepspeed": {
+        "train_micro_batch_size_per_gpu": None,
+        "gradient_accumulation_steps": None,
+        "train_batch_size": None,
+        "gradient_clipping": None,
+        "zero_optimization": {
+            "stage": None,
+            "offload_optimizer": OFFLOAD,
+            "offload_param": OFFLOAD,
+        },
+        "bf16": {"enabled": None},
+        "fp16": {"enabled": None},
+    },
+    "trainer": {
+        "per_device_train_batch_size": None,
+        "gradient_accumulation_steps": None,
+        "max_seq_length": None,
+        "max_length": None,
+        "num_train_epochs": None,
+        "gradient_checkpointing": None,
+        "optim": None,
+        "torch_compile": None,
+        "use_liger_kernel": None,
+        "activation_offloading": None,
+        "fsdp": None,
+        "model_init_kwargs": {"torch_dtype": None, "dtype": None},
+        "bf16": None,
+        "fp16": None,
+        "deepspeed": None,
+    },
+    "accelerate": {
+        "distributed_type": None,
+        "num_processes": None,
+        "num_machines": None,
+        "mixed_precision": None,
+        "deepspeed_config": {
+            "zero_stage": None,
+            "gradient_accumulation_steps": None,
+            "offload_param_device": None,
+            "offload_optimizer_device": None,
+        },
+        "fsdp_config": {
+            "fsdp_sharding_strategy": None,
+            "fsdp_reshard_after_forward": None,
+            "fsdp_offload_params": None,
+            "fsdp_version": None,
+        },
+    },
+    "axolotl": {
+        "base_model": None,
+        "adapter": None,
+        "load_in_4bit": None,
+        "load_in_8bit": None,
+        "peft_use_dora": None,
+        "lora_r": None,
+        "lora_dropout": None,
+        "lora_target_linear": None,
+        "lora_target_modules": None,
+        "sequence_len": None,
+        "micro_batch_size": None,
+        "gradient_accumulation_steps": None,
+        "num_epochs": None,
+        "gradient_checkpointing": None,
+        "flash_attention": None,
+        "sdp_attention": None,
+        "bf16": None,
+        "fp16": None,
+        "bfloat16": None,
+        "float16": None,
+        "optimizer": None,
+        "deepspeed": None,
+    },
+    "llama-factory": {
+        "model_name_or_path": None,
+        "stage": None,
+        "finetuning_type": None,
+        "quantization_bit": None,
+        "use_dora": None,
+        "lora_rank": None,
+        "lora_dropout": None,
+        "lora_target": None,
+        "cutoff_len": None,
+        "per_device_train_batch_size": None,
+        "gradient_accumulation_steps": None,
+        "num_train_epochs": None,
+        "flash_attn": None,
+        "bf16": None,
+        "fp16": None,
+        "pure_bf16": None,
+        "gradient_checkpointing": None,
+        "disable_gradient_checkpointing": None,
+        "optim": None,
+        "deepspeed": None,
+    },
+}
+#: The keys that make plan_import._detect pick each format.
+DETECTED_BY = {
+    "deepspeed": ["zero_optimization", "train_micro_batch_size_per_gpu"],
+    "trainer": ["per_device_train_batch_size", "gradient_accumulation_steps"],
+    "accelerate": ["distributed_type", "deepspeed_config"],
+    "axolotl": ["base_model"],
+    "llama-factory": ["model_name_or_path"],
+}
+ALL_KEYS = sorted({key for keys in FORMATS.values() for key in keys})
+
+# -- values ----------------------------------------------------------------------------------------
+
+#: Words the readers look for, so that the fuzz reaches their branches.
+WORDS = [
+    "auto", "true", "false", "cpu", "nvme", "none", "no", "bf16", "fp16", "bfloat16", "float16",
+    "FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "1", "4", "DEEPSPEED", "FSDP",
+    "MULTI_GPU", "lora", "qlora", "full", "freeze", "ppo", "sft", "pt", "dpo", "all",
+    "q_proj,v_proj", " , ", "fa2", "sdpa", "disabled", "adamw_torch_fused", "adamw_torch",
+    "paged_adamw_8bit", "adafactor", "lion", "full_shard auto_wrap", "hybrid_shard offload",
+    "offload", "qwen2.5-7b", "llama-3-8b", "unsloth", "", " ", "\x00", "..", "/", "~",
+]  # fmt: skip
+EDGE_NUMBERS = [0, 1, 2, 3, 4, 8, -1, 10**400, 2**63, 2**64 - 1, 10**18]
+EDGE_FLOATS = [5e-324, 1e-300, 0.5, 1.5, 1e308, -1e308, -0.0, float("inf"), float("nan")]
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**6), max_value=10**6),
+    st.integers(min_value=10**6, max_value=10**30),
+    st.sampled_from(EDGE_NUMBERS),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(EDGE_FLOATS),
+    st.text(max_size=12),
+    st.sampled_from(WORDS),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=6) | st.sampled_from(ALL_KEYS), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+#: Stand-ins that the writer turns into text JSON and YAML cannot dump from a value: an alias of the
+#: whole document, a list nested past the recursion limit, the file's own name, the other file's.
+SELF_ALIAS = "<alias of the document>"
+DEEP = "<nested 5000 deep>"
+THIS_FILE = "<this file>"
+OTHER_FILE = "<the other file>"
+#: What a ``deepspeed`` entry names.
+DEEPSPEED_NAMES = st.one_of(
+    st.sampled_from([THIS_FILE, OTHER_FILE, "missing.json", "", ".", "/", "a" * 300, "x\x00y"]),
+    values,
+)
+
+
+def table(keys: dict[str, Any]) -> st.SearchStrategy[dict[Any, Any]]:
+    """A table holding some of ``keys`` (nested tables by their own keys) and a few other keys."""
+    known = {
+        key: (table(inner) | values if isinstance(inner, dict) else values)
+        for key, inner in keys.items()
+    }
+    known["deepspeed"] = DEEPSPEED_NAMES
+    chosen = st.fixed_dictionaries(
+        {}, optional={key: strategy for key, strategy in known.items() if key in keys}
+    )
+    extra = st.dictionaries(
+        st.text(max_size=8) | st.integers() | st.sampled_from(ALL_KEYS),
+        values | st.sampled_from([SELF_ALIAS, DEEP, THIS_FILE]),
+        max_size=2,
+    )
+    return st.tuples(chosen, extra).map(lambda parts: {**parts[1], **parts[0]})
+
+
+def document(group: str) -> st.SearchStrategy[Any]:
+    """A document of ``group``: mostly with a key that makes it read as that format."""
+
+    def detected(data: dict[Any, Any], key: str | None) -> dict[Any, Any]:
+        if key is not None and key not in data:
+            data[key] = {} if key in ("zero_optimization", "deepspeed_config") else "qwen2.5-7b"
+        return data
+
+    shaped = st.builds(
+        detected, table(FORMATS[group]), st.sampled_from([*DETECTED_BY[group], None])
+    )
+    return st.one_of(shaped, shaped, shaped, table({key: None for key in ALL_KEYS}), values)
+
+
+def dumped(data: Any, kind: str, this: str, other: str) -> str:
+    """``data`` as JSON or YAML text, with the stand-ins written out."""
+    if kind == "json":
+        text = json.dumps(data, default=str)  # NaN and Infinity too: Python's json reads them
+    else:
+        text = yaml.safe_dump(data, allow_unicode=True, default_flow_style=None, width=1 << 20)
+    deep = "[" * 5000 + "]" * 5000
+    for mark, replacement in ((THIS_FILE, this), (OTHER_FILE, other), (DEEP, deep)):
+        text = text.replace(f'"{mark}"' if mark == DEEP else mark, replacement)
+        text = text.replace(f"'{mark}'" if mark == DEEP else mark, replacement)
+    if kind == "yaml" and SELF_ALIAS in text and isinstance(data, dict):
+        text = "--- &top\n" + text.replace(f"'{SELF_ALIAS}'", "*top").replace(SELF_ALIAS, "*top")
+    return text
+
+
+# -- the --export trainer snippet ---------------------------------------------------------------------
+
+CALLS = ["TrainingArguments", "SFTConfig", "GRPOConfig", "PPOConfig", "LoraConfig", "Helper"]
+SNIPPET_KEYS = [*FORMATS["trainer"], "r", "target_modules", "lora_dropout", "use_dora"]
+SNIPPET_KEYS += ["load_in_4bit", "load_in_8bit"]
+
+
+@st.composite
+def snippet(draw: st.DrawFn) -> str:
+    """Python in the shape ``--export trainer`` writes, with random literals and some that are not
+    literals (names, calls, ``{[1]: 2}``, which ``ast.literal_eval`` refuses or cannot hash)."""
+    literal = (
+        values.map(repr)
+        | DEEPSPEED_NAMES.map(repr)
+        | st.sampled_from(
+            [
+                "torch.bfloat16",
+                "{[1]: 2}",
+                "{1, [2]}",
+                "-'a'",
+                "1 + 'a'",
+                "x",
+                "f()",
+                "*args",
+                '"""',
+            ]
+        )
+    )
+    lines = []
+    for name in draw(st.lists(st.sampled_from(["MODEL", "MAX_LENGTH", "MODEL_DTYPE"]), max_size=3)):
+        lines.append(f"{name} = {draw(literal)}")
+    for call in draw(st.lists(st.sampled_from([*CALLS, "BitsAndBytesConfig"]), max_size=4)):
+        keys = draw(st.lists(st.sampled_from(SNIPPET_KEYS), max_size=5))
+        arguments = ", ".join(f"{key}={draw(literal)}" for key in keys)
+        lines.append(f"value = {call}({arguments})")
+    if draw(st.booleans()):
+        lines.append(draw(st.text(max_size=20)))  # anything, a syntax error or a null byte
+    return "\n".join(lines) + "\n"
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+BASE = Plan(model="qwen2.5-7b", batch=1, seq=512)
+GROUPS = [*FORMATS, "snippet"]
+
+
+@pytest.fixture
+def quiet_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No GPU, and no user catalog or plans file from the machine running the tests."""
+    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("HWDASH_CATALOG", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+def files(group: str) -> st.SearchStrategy[tuple[str, str, str, str]]:
+    """(this file's name, its text, the other file's name, its text)."""
+    if group == "snippet":
+        first = st.tuples(st.just("train.py"), snippet())
+    else:
+        first = st.tuples(st.sampled_from(["config.json", "config.yaml"]), document(group))
+    second = st.tuples(
+        st.sampled_from(["other.json", "other.yml", "other.py"]),
+        st.one_of(*(document(name) for name in FORMATS)),
+    )
+    return st.tuples(first, second).map(lambda pair: (*pair[0], *pair[1]))
+
+
+def written(folder: Path, example: tuple[Any, Any, Any, Any]) -> Path:
+    """Both files of an example in ``folder``; the first one's path."""
+    name, data, other, other_data = example
+    for file, content, named in ((name, data, other), (other, other_data, name)):
+        if isinstance(content, str) and file.endswith(".py"):
+            text = content.replace(THIS_FILE, file).replace(OTHER_FILE, named)
+        else:
+            text = dumped(content, "json" if file.endswith(".json") else "yaml", file, named)
+        (folder / file).write_text(text, encoding="utf-8", errors="surrogatepass")
+    return folder / name
+
+
+def read_and_apply(path: Path) -> Plan | None:
+    """What ``hwdash plan --from`` does with the file before planning: the plan, or None for a
+    usage error."""
+    try:
+        imported = read_plan_file(path)
+        return apply_imported(BASE, imported, [], str(path))
+    except UsageError as error:
+        assert str(error).strip() and "\n" not in str(error)
+        return None
+
+
+def in_folder(check: Callable[[Path], None]) -> Callable[[tuple[Any, Any, Any, Any]], None]:
+    def run(example: tuple[Any, Any, Any, Any]) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            check(written(Path(folder), example))
+
+    return run
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_a_from_file_gives_a_plan_or_a_usage_error(
+    quiet_machine: None, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @settings(FUZZ, max_examples=EXAMPLES)
+    @given(example=files(group))
+    def check(example: tuple[Any, Any, Any, Any]) -> None:
+        def body(path: Path) -> None:
+            plan = read_and_apply(path)
+            assert plan is None or isinstance(plan, Plan)
+            capsys.readouterr()
+
+        in_folder(body)(example)
+
+    check()
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_the_cli_given_a_from_file_plans_or_exits_2(
+    quiet_machine: None, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @settings(FUZZ, max_examples=THROUGH_CLI)
+    @given(example=files(group), with_model=st.booleans())
+    def check(example: tuple[Any, Any, Any, Any], with_model: bool) -> None:
+        def body(path: Path) -> None:
+            model = ["--model", "qwen2.5-7b"] if with_model else []
+            status = main(["plan", *model, "--from", str(path), "--json"])
+            captured = capsys.readouterr()
+            assert "Traceback" not in captured.err
+            assert status in (0, 2), captured.err
+            if status == 0:
+                strict_json.dumps(json.loads(captured.out))  # finite numbers only
+            else:
+                assert "error" in captured.err
+
+        in_folder(body)(example)
+
+    check()
