@@ -43,112 +43,111 @@ FUZZ = settings(
     ],
 )
 
-# -- the keys each reader knows (plan_import's readers), nested tables with their own keys ----------
+# -- the keys each reader knows (plan_import's readers), each with the type it expects ---------------
 
-OFFLOAD = {"device": None, "pin_memory": None}
+#: Type tags: whole number, number, true/false, a word, a list of words (or one word); and nested
+#: tables with their own keys.
+INT, NUM, BOOL, WORD, LIST = "int", "number", "bool", "word", "words"
+OFFLOAD = {"device": WORD, "pin_memory": BOOL}
 FORMATS: dict[str, dict[str, Any]] = {
     "deepspeed": {
-        "train_micro_batch_size_per_gpu": None,
-        "gradient_accumulation_steps": None,
-        "train_batch_size": None,
-        "gradient_clipping": None,
-        "zero_optimization": {
-            "stage": None,
-            "offload_optimizer": OFFLOAD,
-            "offload_param": OFFLOAD,
-        },
-        "bf16": {"enabled": None},
-        "fp16": {"enabled": None},
+        "train_micro_batch_size_per_gpu": INT,
+        "gradient_accumulation_steps": INT,
+        "train_batch_size": INT,
+        "gradient_clipping": NUM,
+        "zero_optimization": {"stage": INT, "offload_optimizer": OFFLOAD, "offload_param": OFFLOAD},
+        "bf16": {"enabled": BOOL},
+        "fp16": {"enabled": BOOL},
     },
     "trainer": {
-        "per_device_train_batch_size": None,
-        "gradient_accumulation_steps": None,
-        "max_seq_length": None,
-        "max_length": None,
-        "num_train_epochs": None,
-        "gradient_checkpointing": None,
-        "optim": None,
-        "torch_compile": None,
-        "use_liger_kernel": None,
-        "activation_offloading": None,
-        "fsdp": None,
-        "model_init_kwargs": {"torch_dtype": None, "dtype": None},
-        "bf16": None,
-        "fp16": None,
-        "deepspeed": None,
+        "per_device_train_batch_size": INT,
+        "gradient_accumulation_steps": INT,
+        "max_seq_length": INT,
+        "max_length": INT,
+        "num_train_epochs": NUM,
+        "gradient_checkpointing": BOOL,
+        "optim": WORD,
+        "torch_compile": BOOL,
+        "use_liger_kernel": BOOL,
+        "activation_offloading": BOOL,
+        "fsdp": LIST,
+        "model_init_kwargs": {"torch_dtype": WORD, "dtype": WORD},
+        "bf16": BOOL,
+        "fp16": BOOL,
+        "deepspeed": WORD,
     },
     "accelerate": {
-        "distributed_type": None,
-        "num_processes": None,
-        "num_machines": None,
-        "mixed_precision": None,
+        "distributed_type": WORD,
+        "num_processes": INT,
+        "num_machines": INT,
+        "mixed_precision": WORD,
         "deepspeed_config": {
-            "zero_stage": None,
-            "gradient_accumulation_steps": None,
-            "offload_param_device": None,
-            "offload_optimizer_device": None,
+            "zero_stage": INT,
+            "gradient_accumulation_steps": INT,
+            "offload_param_device": WORD,
+            "offload_optimizer_device": WORD,
         },
         "fsdp_config": {
-            "fsdp_sharding_strategy": None,
-            "fsdp_reshard_after_forward": None,
-            "fsdp_offload_params": None,
-            "fsdp_version": None,
+            "fsdp_sharding_strategy": WORD,
+            "fsdp_reshard_after_forward": BOOL,
+            "fsdp_offload_params": BOOL,
+            "fsdp_version": INT,
         },
     },
     "axolotl": {
-        "base_model": None,
-        "adapter": None,
-        "load_in_4bit": None,
-        "load_in_8bit": None,
-        "peft_use_dora": None,
-        "lora_r": None,
-        "lora_dropout": None,
-        "lora_target_linear": None,
-        "lora_target_modules": None,
-        "sequence_len": None,
-        "micro_batch_size": None,
-        "gradient_accumulation_steps": None,
-        "num_epochs": None,
-        "gradient_checkpointing": None,
-        "flash_attention": None,
-        "sdp_attention": None,
-        "bf16": None,
-        "fp16": None,
-        "bfloat16": None,
-        "float16": None,
-        "optimizer": None,
-        "deepspeed": None,
+        "base_model": WORD,
+        "adapter": WORD,
+        "load_in_4bit": BOOL,
+        "load_in_8bit": BOOL,
+        "peft_use_dora": BOOL,
+        "lora_r": INT,
+        "lora_dropout": NUM,
+        "lora_target_linear": BOOL,
+        "lora_target_modules": LIST,
+        "sequence_len": INT,
+        "micro_batch_size": INT,
+        "gradient_accumulation_steps": INT,
+        "num_epochs": NUM,
+        "gradient_checkpointing": BOOL,
+        "flash_attention": BOOL,
+        "sdp_attention": BOOL,
+        "bf16": BOOL,
+        "fp16": BOOL,
+        "bfloat16": BOOL,
+        "float16": BOOL,
+        "optimizer": WORD,
+        "deepspeed": WORD,
     },
     "llama-factory": {
-        "model_name_or_path": None,
-        "stage": None,
-        "finetuning_type": None,
-        "quantization_bit": None,
-        "use_dora": None,
-        "lora_rank": None,
-        "lora_dropout": None,
-        "lora_target": None,
-        "cutoff_len": None,
-        "per_device_train_batch_size": None,
-        "gradient_accumulation_steps": None,
-        "num_train_epochs": None,
-        "flash_attn": None,
-        "bf16": None,
-        "fp16": None,
-        "pure_bf16": None,
-        "gradient_checkpointing": None,
-        "disable_gradient_checkpointing": None,
-        "optim": None,
-        "deepspeed": None,
+        "model_name_or_path": WORD,
+        "stage": WORD,
+        "finetuning_type": WORD,
+        "quantization_bit": INT,
+        "use_dora": BOOL,
+        "lora_rank": INT,
+        "lora_dropout": NUM,
+        "lora_target": WORD,
+        "cutoff_len": INT,
+        "per_device_train_batch_size": INT,
+        "gradient_accumulation_steps": INT,
+        "num_train_epochs": NUM,
+        "flash_attn": WORD,
+        "bf16": BOOL,
+        "fp16": BOOL,
+        "pure_bf16": BOOL,
+        "gradient_checkpointing": BOOL,
+        "disable_gradient_checkpointing": BOOL,
+        "optim": WORD,
+        "deepspeed": WORD,
     },
 }
-#: The keys that make plan_import._detect pick each format.
-DETECTED_BY = {
-    "deepspeed": ["zero_optimization", "train_micro_batch_size_per_gpu"],
-    "trainer": ["per_device_train_batch_size", "gradient_accumulation_steps"],
-    "accelerate": ["distributed_type", "deepspeed_config"],
-    "axolotl": ["base_model"],
-    "llama-factory": ["model_name_or_path"],
+#: Keys that make plan_import._detect pick each format, with a usual value.
+DETECTED_BY: dict[str, list[dict[str, Any]]] = {
+    "deepspeed": [{"zero_optimization": {}}, {"train_micro_batch_size_per_gpu": 1}],
+    "trainer": [{"per_device_train_batch_size": 2}, {"gradient_accumulation_steps": 4}],
+    "accelerate": [{"distributed_type": "FSDP"}, {"deepspeed_config": {}}],
+    "axolotl": [{"base_model": "qwen2.5-7b"}],
+    "llama-factory": [{"model_name_or_path": "qwen2.5-7b", "stage": "sft"}],
 }
 ALL_KEYS = sorted({key for keys in FORMATS.values() for key in keys})
 
@@ -185,6 +184,15 @@ values = st.recursive(
     ),
     max_leaves=6,
 )
+words = st.sampled_from(WORDS)
+#: Values of the type each tag asks for (with "auto" and null, which every reader takes).
+TYPED = {
+    INT: st.integers(min_value=0, max_value=64) | st.sampled_from([None, "auto", 10**6]),
+    NUM: st.floats(min_value=0, max_value=10) | st.sampled_from([0, 1, 3, None]),
+    BOOL: st.booleans() | st.sampled_from([None, "auto"]),
+    WORD: words | st.none(),
+    LIST: st.lists(words, max_size=3) | words,
+}
 
 #: Stand-ins that the writer turns into text JSON and YAML cannot dump from a value: an alias of the
 #: whole document, a list nested past the recursion limit, the file's own name, the other file's.
@@ -199,16 +207,20 @@ DEEPSPEED_NAMES = st.one_of(
 )
 
 
-def table(keys: dict[str, Any]) -> st.SearchStrategy[dict[Any, Any]]:
-    """A table holding some of ``keys`` (nested tables by their own keys) and a few other keys."""
-    known = {
-        key: (table(inner) | values if isinstance(inner, dict) else values)
-        for key, inner in keys.items()
-    }
-    known["deepspeed"] = DEEPSPEED_NAMES
-    chosen = st.fixed_dictionaries(
-        {}, optional={key: strategy for key, strategy in known.items() if key in keys}
-    )
+def table(keys: dict[str, Any], hostile: bool) -> st.SearchStrategy[dict[Any, Any]]:
+    """A table holding some of ``keys``, nested tables by their own keys: each value of its type
+    or, in a hostile table, now and then of any type; a hostile table also gets other keys."""
+
+    def value(tag: Any) -> st.SearchStrategy[Any]:
+        typed = table(tag, hostile) if isinstance(tag, dict) else TYPED[tag]
+        return st.one_of(typed, typed, typed, values) if hostile else typed
+
+    known = {key: value(tag) for key, tag in keys.items()}
+    if "deepspeed" in keys:
+        known["deepspeed"] = DEEPSPEED_NAMES
+    chosen = st.fixed_dictionaries({}, optional=known)
+    if not hostile:
+        return chosen
     extra = st.dictionaries(
         st.text(max_size=8) | st.integers() | st.sampled_from(ALL_KEYS),
         values | st.sampled_from([SELF_ALIAS, DEEP, THIS_FILE]),
@@ -218,17 +230,17 @@ def table(keys: dict[str, Any]) -> st.SearchStrategy[dict[Any, Any]]:
 
 
 def document(group: str) -> st.SearchStrategy[Any]:
-    """A document of ``group``: mostly with a key that makes it read as that format."""
+    """A document of ``group`` (with keys that make it read as that format, most of the time):
+    well typed, hostile, keys of every format mixed, or no table at all."""
 
-    def detected(data: dict[Any, Any], key: str | None) -> dict[Any, Any]:
-        if key is not None and key not in data:
-            data[key] = {} if key in ("zero_optimization", "deepspeed_config") else "qwen2.5-7b"
-        return data
+    def detected(data: dict[Any, Any], keys: dict[str, Any]) -> dict[Any, Any]:
+        return {**data, **{key: value for key, value in keys.items() if key not in data}}
 
-    shaped = st.builds(
-        detected, table(FORMATS[group]), st.sampled_from([*DETECTED_BY[group], None])
-    )
-    return st.one_of(shaped, shaped, shaped, table({key: None for key in ALL_KEYS}), values)
+    marks = st.sampled_from([*DETECTED_BY[group], {}])
+    clean = st.builds(detected, table(FORMATS[group], hostile=False), marks)
+    hostile = st.builds(detected, table(FORMATS[group], hostile=True), marks)
+    mixed = table({key: WORD for key in ALL_KEYS}, hostile=True)
+    return st.one_of(clean, clean, hostile, hostile, mixed, values)
 
 
 def dumped(data: Any, kind: str, this: str, other: str) -> str:
@@ -253,27 +265,19 @@ SNIPPET_KEYS = [*FORMATS["trainer"], "r", "target_modules", "lora_dropout", "use
 SNIPPET_KEYS += ["load_in_4bit", "load_in_8bit"]
 
 
+#: Arguments that are not literals, or that ast.literal_eval cannot build.
+NOT_LITERALS = [
+    "torch.bfloat16", "{[1]: 2}", "{1, [2]}", "-'a'", "1 + 'a'", "x", "f()", "(1, [2])",
+    "'a' * 3", "2 ** 1000", "-(-1)", "1e999", "-1e999", "1j", "b'x'", "...", "{1: {}}",
+]  # fmt: skip
+
+
 @st.composite
 def snippet(draw: st.DrawFn) -> str:
     """Python in the shape ``--export trainer`` writes, with random literals and some that are not
     literals (names, calls, ``{[1]: 2}``, which ``ast.literal_eval`` refuses or cannot hash)."""
-    literal = (
-        values.map(repr)
-        | DEEPSPEED_NAMES.map(repr)
-        | st.sampled_from(
-            [
-                "torch.bfloat16",
-                "{[1]: 2}",
-                "{1, [2]}",
-                "-'a'",
-                "1 + 'a'",
-                "x",
-                "f()",
-                "*args",
-                '"""',
-            ]
-        )
-    )
+    odd = st.sampled_from(NOT_LITERALS)
+    literal = st.one_of(values.map(repr), values.map(repr), DEEPSPEED_NAMES.map(repr), odd)
     lines = []
     for name in draw(st.lists(st.sampled_from(["MODEL", "MAX_LENGTH", "MODEL_DTYPE"]), max_size=3)):
         lines.append(f"{name} = {draw(literal)}")
@@ -281,7 +285,7 @@ def snippet(draw: st.DrawFn) -> str:
         keys = draw(st.lists(st.sampled_from(SNIPPET_KEYS), max_size=5))
         arguments = ", ".join(f"{key}={draw(literal)}" for key in keys)
         lines.append(f"value = {call}({arguments})")
-    if draw(st.booleans()):
+    if draw(st.integers(0, 3)) == 0:
         lines.append(draw(st.text(max_size=20)))  # anything, a syntax error or a null byte
     return "\n".join(lines) + "\n"
 
