@@ -223,3 +223,10 @@ def test_a_snippet_argument_python_cannot_hash_is_skipped(tmp_path: Path, argume
     )
     found = read_plan_file(path)
     assert found.updates["grad_accum"] == 3 and "batch" not in found.updates
+
+
+def test_llama_factory_freeze_tuning_is_planned_as_full_as_its_note_says(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path / "lf.yaml", [*LLAMA_FACTORY, "finetuning_type: freeze"])
+    found = read_plan_file(path)
+    assert found.updates["method"] is Method.FULL
+    assert any("freeze" in note for note in found.notes)

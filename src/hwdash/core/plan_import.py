@@ -652,7 +652,7 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
     stage = reader.text("stage") or "sft"
     finetuning = reader.text("finetuning_type") or "lora"
     bits = reader.integer("quantization_bit")
-    method = Method.FULL if finetuning == "full" else Method.LORA
+    method = Method.FULL if finetuning in ("full", "freeze") else Method.LORA
     if finetuning == "freeze":
         out.notes.append("finetuning_type freeze is planned as full fine-tuning (an upper bound)")
     if method is Method.LORA:
@@ -699,7 +699,7 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["attention"] = Attention.SDPA
     elif attention == "disabled":
         out.updates["attention"] = Attention.EAGER
-    _llama_factory_precision(reader, out, trains_everything=finetuning != "lora")
+    _llama_factory_precision(reader, out, method)
     if reader.flag("gradient_checkpointing") is False:
         out.updates["grad_ckpt"] = False
     elif "disable_gradient_checkpointing" in reader.data:
@@ -710,9 +710,7 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
     _deepspeed_path(reader, "deepspeed", out)
 
 
-def _llama_factory_precision(
-    reader: _Reader, out: ImportedPlan, *, trains_everything: bool
-) -> None:
+def _llama_factory_precision(reader: _Reader, out: ImportedPlan, method: Method) -> None:
     """What LLaMA-Factory trains in. Its bf16 and fp16 are TrainingArguments' (default off). It
     loads the model in the compute dtype (bf16/fp16 when set, else the checkpoint's 16 bits where
     the GPU has them: ``infer_optim_dtype``) and then upcasts the trainable parameters to fp32
@@ -722,9 +720,9 @@ def _llama_factory_precision(
     fp16 = reader.flag("fp16")
     if reader.flag("pure_bf16"):
         out.updates["precision"] = Precision.BF16
-    elif not trains_everything:
+    elif method is not Method.FULL:
         out.updates["precision"] = Precision.BF16
-        if not (bf16 or fp16):
+        if not (bf16 or fp16) and method in (Method.LORA, Method.DORA):
             out.notes.append(
                 "bf16 and fp16 off: LLaMA-Factory still loads the frozen base in the checkpoint's "
                 "16 bits (infer_optim_dtype), planned as bf16; the adapters train in fp32"
