@@ -230,3 +230,33 @@ def test_llama_factory_freeze_tuning_is_planned_as_full_as_its_note_says(tmp_pat
     found = read_plan_file(path)
     assert found.updates["method"] is Method.FULL
     assert any("freeze" in note for note in found.notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "key"),
+    [
+        (
+            "lf.yaml",
+            "model_name_or_path: qwen2.5-7b\nstage: sft\nlora_target: ' , '\n",
+            "lora_target",
+        ),
+        (
+            "train.py",
+            "args = SFTConfig(per_device_train_batch_size=1)\nlora = LoraConfig(target_modules=[])\n",
+            "target_modules",
+        ),
+        (
+            "train.py",
+            "args = SFTConfig(per_device_train_batch_size=1)\nlora = LoraConfig(target_modules=',')\n",
+            "target_modules",
+        ),
+    ],
+)
+def test_lora_targets_that_name_no_module_are_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, key: str
+) -> None:
+    """An empty target list reached the fit search, whose min() of nothing raised ValueError."""
+    path = tmp_path / name
+    path.write_text(text)
+    status, _, err = plan_command(capsys, path)
+    assert status == 2 and f"'{key}'" in err and "Traceback" not in err

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -543,15 +543,25 @@ def _from_snippet(path: Path, text: str, chain: tuple[Path, ...]) -> ImportedPla
     return out
 
 
+def _module_names(path: Path, key: str, names: str | Sequence[str]) -> tuple[str, ...]:
+    """LoRA target modules from a comma-separated string or a list; none at all is a usage error
+    (an empty list would reach the planner as a LoRA on no module)."""
+    parts = names.split(",") if isinstance(names, str) else names
+    modules = tuple(part.strip() for part in parts if part.strip())
+    if not modules:
+        raise UsageError(f"{path}: '{key}' names no module", flag=FLAG)
+    return modules
+
+
 def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None:
     rank = lora.get("r")
     if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
         out.updates["lora_r"] = rank
     targets = lora.get("target_modules")
-    if isinstance(targets, str):
-        out.updates["lora_targets"] = tuple(part.strip() for part in targets.split(","))
-    elif isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets):
-        out.updates["lora_targets"] = tuple(targets)
+    if isinstance(targets, str) or (
+        isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets)
+    ):
+        out.updates["lora_targets"] = _module_names(path, "target_modules", targets)
     dropout = lora.get("lora_dropout")
     if isinstance(dropout, (int, float)) and not isinstance(dropout, bool):
         out.updates["lora_dropout"] = float(dropout)
@@ -593,7 +603,7 @@ def _read_axolotl(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["lora_targets"] = ("all-linear",)
     modules = reader.get("lora_target_modules")
     if isinstance(modules, list) and modules and all(isinstance(m, str) for m in modules):
-        out.updates["lora_targets"] = tuple(modules)
+        out.updates["lora_targets"] = _module_names(reader.path, "lora_target_modules", modules)
     ckpt = reader.get("gradient_checkpointing")
     if ckpt is not None:
         out.updates["grad_ckpt"] = bool(ckpt)  # axolotl also takes "unsloth" here
@@ -690,7 +700,7 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["lora_targets"] = (
             ("all-linear",)
             if target == "all"
-            else tuple(part.strip() for part in target.split(",") if part.strip())
+            else _module_names(reader.path, "lora_target", target)
         )
     attention = reader.text("flash_attn")
     if attention == "fa2":
