@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,9 +52,12 @@ class ImportedPlan:
 class _Reader:
     """Typed access to one file's values, recording which keys were used."""
 
-    def __init__(self, path: Path, data: Mapping[str, Any]) -> None:
+    def __init__(self, path: Path, data: Mapping[str, Any], chain: tuple[Path, ...] = ()) -> None:
         self.path = path
         self.data = data
+        # the files being read, outermost first, this one last (resolved): a file that names
+        # one of them again would be read forever
+        self.chain = chain
         self.used: set[str] = set()
 
     def bad(self, key: str, wanted: str, value: Any) -> UsageError:
@@ -130,18 +133,33 @@ def _copy_numbers(
 
 def read_plan_file(path: Path) -> ImportedPlan:
     """The plan a config file describes. Raises :class:`UsageError` (exit 2) for an unreadable
-    or malformed file, naming the file and, where the parser knows it, the line."""
+    or malformed file, naming the file and, where the parser knows it, the line, and for files
+    whose ``deepspeed`` entries lead back to a file already being read."""
+    return _read_file(path, ())
+
+
+def _resolved(path: Path) -> Path | None:
+    """``path`` made absolute with its links followed; None where the system cannot (a link
+    loop, a name too long, a null byte)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _read_file(path: Path, outer: tuple[Path, ...]) -> ImportedPlan:
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"cannot read '{path}': {exc}", flag=FLAG) from None
+    chain = (*outer, _resolved(path) or path.absolute())
     suffix = path.suffix.lower()
     if suffix == ".py":
-        return _from_snippet(path, text)
+        return _from_snippet(path, text, chain)
     data = _parse(path, text, suffix)
     if not isinstance(data, Mapping):
         raise UsageError(f"'{path}' holds no table of settings", flag=FLAG)
-    reader = _Reader(path, data)
+    reader = _Reader(path, data, chain)
     kind, read = _detect(path, data)
     result = ImportedPlan(kind=kind)
     read(reader, result)
@@ -457,11 +475,25 @@ def _deepspeed_path(reader: _Reader, key: str, out: ImportedPlan) -> None:
     if isinstance(value, Mapping):
         block = value
     elif isinstance(value, str):
-        path = (reader.path.parent / value).resolve()
-        if not path.is_file():
+        path = _resolved(reader.path.parent / value)
+        try:
+            found = path is not None and path.is_file()
+        except (OSError, ValueError):
+            found = False
+        if path is None or not found:
             out.notes.append(f"DeepSpeed config {value!r} not found next to the file: ZeRO unknown")
             return
-        nested = read_plan_file(path)
+        if path in reader.chain:
+            if path == reader.chain[-1]:
+                raise UsageError(f"{reader.path}: '{key}' names the file itself", flag=FLAG)
+            loop = " -> ".join(
+                str(file) for file in (*reader.chain[reader.chain.index(path) :], path)
+            )
+            raise UsageError(
+                f"{reader.path}: '{key}' leads back to a file already being read ({loop})",
+                flag=FLAG,
+            )
+        nested = _read_file(path, reader.chain)
         for name in ("zero", "offload"):
             if name in nested.updates:
                 out.updates[name] = nested.updates[name]
@@ -480,13 +512,12 @@ def _deepspeed_path(reader: _Reader, key: str, out: ImportedPlan) -> None:
 _CONFIG_CALLS = {"TrainingArguments", "SFTConfig", "GRPOConfig", "PPOConfig"}
 
 
-def _from_snippet(path: Path, text: str) -> ImportedPlan:
+def _from_snippet(path: Path, text: str, chain: tuple[Path, ...]) -> ImportedPlan:
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
-        raise UsageError(
-            f"'{path}' is not valid Python (line {exc.lineno}: {exc.msg})", flag=FLAG
-        ) from None
+        where = f"line {exc.lineno}: " if exc.lineno is not None else ""  # None: a null byte
+        raise UsageError(f"'{path}' is not valid Python ({where}{exc.msg})", flag=FLAG) from None
     constants: dict[str, Any] = {}
     calls: dict[str, dict[str, Any]] = {}
     for node in ast.walk(tree):
@@ -501,8 +532,10 @@ def _from_snippet(path: Path, text: str) -> ImportedPlan:
                     continue
                 try:
                     keywords[keyword.arg] = ast.literal_eval(keyword.value)
-                except ValueError:
-                    continue  # torch.bfloat16 and the like: not a literal, not needed
+                except (ValueError, TypeError, MemoryError, RecursionError):
+                    # torch.bfloat16 and the like: not a literal, not needed; TypeError: a dict
+                    # key or set member that cannot be hashed ({[1]: 2})
+                    continue
             calls[node.func.id] = keywords
     config_name = next((name for name in _CONFIG_CALLS if name in calls), None)
     if config_name is None:
@@ -513,7 +546,7 @@ def _from_snippet(path: Path, text: str) -> ImportedPlan:
     dtype = constants.get("MODEL_DTYPE")
     if isinstance(dtype, str):
         arguments.setdefault("model_init_kwargs", {"torch_dtype": dtype})
-    reader = _Reader(path, arguments)
+    reader = _Reader(path, arguments, chain)
     out = ImportedPlan(kind="trainer")
     _read_trainer_mapping(reader, out)
     out.ignored = reader.ignored()
@@ -542,15 +575,25 @@ def _from_snippet(path: Path, text: str) -> ImportedPlan:
     return out
 
 
+def _module_names(path: Path, key: str, names: str | Sequence[str]) -> tuple[str, ...]:
+    """LoRA target modules from a comma-separated string or a list; none at all is a usage error
+    (an empty list would reach the planner as a LoRA on no module)."""
+    parts = names.split(",") if isinstance(names, str) else names
+    modules = tuple(part.strip() for part in parts if part.strip())
+    if not modules:
+        raise UsageError(f"{path}: '{key}' names no module", flag=FLAG)
+    return modules
+
+
 def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None:
     rank = lora.get("r")
     if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
         out.updates["lora_r"] = rank
     targets = lora.get("target_modules")
-    if isinstance(targets, str):
-        out.updates["lora_targets"] = tuple(part.strip() for part in targets.split(","))
-    elif isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets):
-        out.updates["lora_targets"] = tuple(targets)
+    if isinstance(targets, str) or (
+        isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets)
+    ):
+        out.updates["lora_targets"] = _module_names(path, "target_modules", targets)
     dropout = lora.get("lora_dropout")
     if isinstance(dropout, (int, float)) and not isinstance(dropout, bool):
         out.updates["lora_dropout"] = float(dropout)
@@ -592,7 +635,7 @@ def _read_axolotl(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["lora_targets"] = ("all-linear",)
     modules = reader.get("lora_target_modules")
     if isinstance(modules, list) and modules and all(isinstance(m, str) for m in modules):
-        out.updates["lora_targets"] = tuple(modules)
+        out.updates["lora_targets"] = _module_names(reader.path, "lora_target_modules", modules)
     ckpt = reader.get("gradient_checkpointing")
     if ckpt is not None:
         out.updates["grad_ckpt"] = bool(ckpt)  # axolotl also takes "unsloth" here
@@ -600,13 +643,45 @@ def _read_axolotl(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["attention"] = Attention.FLASH
     elif reader.flag("sdp_attention"):
         out.updates["attention"] = Attention.SDPA
-    bf16 = reader.get("bf16")
-    fp16 = reader.flag("fp16")
-    # axolotl loads the base weights in the training dtype (bf16: true or auto).
-    if bf16 in (True, "auto", "true") or fp16:
-        out.updates["precision"] = Precision.BF16
+    _axolotl_precision(reader, out, in_8bit=bool(in_8bit))
     _optimizer(reader, "optimizer", out)
     _deepspeed_path(reader, "deepspeed", out)
+
+
+_MISSING = object()
+
+
+def _axolotl_bf16(reader: _Reader) -> bool | None:
+    """axolotl's ``bf16``: true, false, null or "auto" (its schema: ``Literal["auto"] | bool |
+    None``, default "auto"; pydantic also takes the words true and false). None means auto."""
+    reader.used.add("bf16")  # read raw: the reader's get() turns "auto" into None
+    written = reader.data.get("bf16", _MISSING)
+    if written is _MISSING or written == "auto":
+        return None
+    if written is None or isinstance(written, bool):
+        return bool(written)
+    if isinstance(written, str) and written.lower() in ("true", "false"):
+        return written.lower() == "true"
+    raise reader.bad("bf16", "true, false or auto", written)
+
+
+def _axolotl_precision(reader: _Reader, out: ImportedPlan, *, in_8bit: bool) -> None:
+    """The dtype axolotl loads and trains the model in, as its ``resolve_dtype`` picks it
+    (src/axolotl/utils/config/__init__.py): ``bf16: auto`` (the default) is bf16 where the GPU has
+    it, else fp16; then bf16/bfloat16 load in bfloat16, fp16/float16/load_in_8bit in float16, and
+    anything else in float32, trained without autocast."""
+    bf16 = _axolotl_bf16(reader)
+    fp16 = reader.flag("fp16")
+    if bf16 is None:  # auto
+        bf16 = not fp16
+        if bf16 and "bf16" in reader.data:
+            out.notes.append(
+                "bf16: auto planned as bf16 (axolotl picks bf16 where the GPU supports it, "
+                "fp16 elsewhere: the same bytes)"
+            )
+    sixteen_bits = bf16 or reader.flag("bfloat16") or fp16 or reader.flag("float16") or in_8bit
+    # 16 bits: axolotl loads the base weights in the training dtype; bf16 and fp16 weigh the same
+    out.updates["precision"] = Precision.BF16 if sixteen_bits else Precision.FP32
 
 
 # -- LLaMA-Factory ------------------------------------------------------------------------------
@@ -619,7 +694,7 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
     stage = reader.text("stage") or "sft"
     finetuning = reader.text("finetuning_type") or "lora"
     bits = reader.integer("quantization_bit")
-    method = Method.FULL if finetuning == "full" else Method.LORA
+    method = Method.FULL if finetuning in ("full", "freeze") else Method.LORA
     if finetuning == "freeze":
         out.notes.append("finetuning_type freeze is planned as full fine-tuning (an upper bound)")
     if method is Method.LORA:
@@ -629,6 +704,11 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
             method = Method.QLORA
         elif bits == 8:
             method = Method.LORA_8BIT
+        elif bits:
+            out.notes.append(
+                f"quantization_bit {bits} is not counted (hwdash counts 4 and 8 bits): planned "
+                "as LoRA on an unquantized model (more memory than it needs)"
+            )
     if stage == "ppo":
         out.updates["method"] = Method.PPO
         out.updates["rl_method"] = method
@@ -652,7 +732,7 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["lora_targets"] = (
             ("all-linear",)
             if target == "all"
-            else tuple(part.strip() for part in target.split(",") if part.strip())
+            else _module_names(reader.path, "lora_target", target)
         )
     attention = reader.text("flash_attn")
     if attention == "fa2":
@@ -661,11 +741,7 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["attention"] = Attention.SDPA
     elif attention == "disabled":
         out.updates["attention"] = Attention.EAGER
-    bf16 = reader.flag("bf16")
-    fp16 = reader.flag("fp16")
-    if bf16 or fp16:
-        # LLaMA-Factory loads the model in the compute dtype and trains with autocast over it.
-        out.updates["precision"] = Precision.BF16
+    _llama_factory_precision(reader, out, method)
     if reader.flag("gradient_checkpointing") is False:
         out.updates["grad_ckpt"] = False
     elif "disable_gradient_checkpointing" in reader.data:
@@ -674,3 +750,28 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["grad_ckpt"] = True  # LLaMA-Factory checkpoints unless told not to
     _optimizer(reader, "optim", out)
     _deepspeed_path(reader, "deepspeed", out)
+
+
+def _llama_factory_precision(reader: _Reader, out: ImportedPlan, method: Method) -> None:
+    """What LLaMA-Factory trains in. Its bf16 and fp16 are TrainingArguments' (default off). It
+    loads the model in the compute dtype (bf16/fp16 when set, else the checkpoint's 16 bits where
+    the GPU has them: ``infer_optim_dtype``) and then upcasts the trainable parameters to fp32
+    unless ``pure_bf16`` (src/llamafactory/model/adapter.py, ``init_adapter``). So full and freeze
+    tuning hold fp32 weights, autocast only with bf16/fp16; LoRA's frozen base stays 16 bits."""
+    bf16 = reader.flag("bf16")
+    fp16 = reader.flag("fp16")
+    if reader.flag("pure_bf16"):
+        out.updates["precision"] = Precision.BF16
+    elif method is not Method.FULL:
+        out.updates["precision"] = Precision.BF16
+        if not (bf16 or fp16) and method in (Method.LORA, Method.DORA):
+            out.notes.append(
+                "bf16 and fp16 off: LLaMA-Factory still loads the frozen base in the checkpoint's "
+                "16 bits (infer_optim_dtype), planned as bf16; the adapters train in fp32"
+            )
+    elif bf16 or fp16:
+        out.updates["precision"] = Precision.AMP
+    else:
+        out.updates["precision"] = Precision.FP32
+        if bf16 is None and fp16 is None:
+            out.notes.append("no bf16 or fp16: LLaMA-Factory trains in fp32 (their default is off)")
