@@ -165,3 +165,45 @@ def test_check_says_tight(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert status == 1
     assert capsys.readouterr().out.startswith("tight on l4x1:")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # Issue 23: "FSDP + CPU offload, x3.00" ranked above "ZeRO-2 + optimizer offload, x1.50".
+        ["--model", "llama-3.2-3b", "--method", "full", "--fit", "local-2x-rtx-3090"],
+        ["--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--fit", "local-rtx-4090"],
+        ["--model", "qwen2.5-3b", "--method", "full", "--fit", "l4x4"],
+    ],
+)
+def test_options_that_keep_the_experiment_are_ranked_by_slowdown_then_cost(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    options = plan_json(capsys, *args)["fit"]["options"]
+    keeping = [o for o in options if o["keeps_experiment"] and o["verdict"] == "fits"]
+    assert len({o["slowdown"] for o in keeping}) >= 2, "the plan must show two speeds"
+    order = [(o["slowdown"], o["cost"] if o["cost"] is not None else 0.0) for o in keeping]
+    assert order == sorted(order)
+    # and they still come before every option that changes the experiment
+    kinds = [o["keeps_experiment"] for o in options if o["verdict"] == "fits"]
+    assert kinds == sorted(kinds, reverse=True)
+
+
+def test_savers_at_the_plans_speed_are_found_beside_one_slow_offload(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Issue 23: one change (ZeRO-3 + parameter offload, x3) fits here, and the search stopped at
+    # one change; two savers (fused-linear loss + activation offloading, x1.01) fit too and rank
+    # first, as the cost to the run comes before the count of changes.
+    options = plan_json(
+        capsys,
+        *("--model", "qwen2.5-7b", "--method", "lora", "--seq", "8192", "--grad-ckpt"),
+        *("--fit", "l4x1"),
+    )["fit"]["options"]
+    first = options[0]
+    assert first["keeps_experiment"] and first["verdict"] == "fits"
+    assert first["slowdown"] < 1.1 and len(first["changes"]) >= 2
+    offload = [
+        o for o in options if {"field": "offload", "from": "none", "to": "params"} in o["changes"]
+    ]
+    assert offload and all(o["slowdown"] > first["slowdown"] for o in offload)

@@ -4,8 +4,8 @@ The search turns the knobs a practitioner turns, each through a short list of se
 the mildest to the most drastic (:func:`knobs_for`), and tries every combination of up to
 :data:`MAX_CHANGES` knobs. A combination is kept when the plain estimator says it fits and no milder
 combination (a subset of its knobs, each no further along) fits too: every option is *minimal*.
-Options are ranked: those that keep the experiment first, then fewer changes, then less slowdown,
-then lower cost.
+Options are ranked: those that keep the experiment first, and among them less slowdown, then lower
+cost, then fewer changes; among those that change it, fewer changes first (:func:`rank_options`).
 
 "Keeps the experiment" means the same model, method, data, numerics and global batch: gradient
 checkpointing, a smaller micro-batch with more accumulation, the attention kernel, a fused optimizer
@@ -694,7 +694,7 @@ def search_flavor(
                     fitting.append((candidate, fit, changed))
                 elif fit.verdict is FitVerdict.TIGHT:
                     tight.append((candidate, fit, changed))
-        if fitting and size >= 1 and not _worth_going_on(fitting, knobs):
+        if fitting and size >= 1 and not _worth_going_on(fitting, knobs, base):
             break
     # Tight options come after the ones that fit, and only where no option that fits is milder.
     chosen_set = fitting + [
@@ -710,13 +710,17 @@ def search_flavor(
 
 
 def _worth_going_on(
-    fitting: list[tuple[_Candidate, FlavorFit, Plan]], knobs: Sequence[Knob]
+    fitting: list[tuple[_Candidate, FlavorFit, Plan]], knobs: Sequence[Knob], base: FlavorFit
 ) -> bool:
-    """Go on to larger combinations only while no option keeps the experiment."""
-    return not any(
-        all(knobs[knob].keeps_experiment for knob, _level in candidate.levels)
-        for candidate, _fit, _plan in fitting
-    )
+    """Go on to larger combinations while no option keeps the experiment at the plan's own speed:
+    options that keep it are ranked by slowdown before their count of changes
+    (:func:`rank_options`), so two savers at x1.0 must be found beside one offload at x3."""
+    for candidate, fit, _plan in fitting:
+        if all(knobs[knob].keeps_experiment for knob, _level in candidate.levels):
+            slowdown = _relative_step_time(fit, base)
+            if slowdown is None or round(slowdown, 3) <= 1.0:
+                return False
+    return True
 
 
 def _minimal(
@@ -752,12 +756,16 @@ def _option(
 
 
 def rank_options(options: Iterable[FitOption], *, cost_first: bool = False) -> list[FitOption]:
-    """Options that fit before tight ones; then those that keep the experiment, then fewer and
-    milder changes, then less slowdown, then lower cost. ``cost_first`` (``--fit any``: the
-    cheapest options overall) puts cost right after keeping the experiment."""
+    """Options that fit before tight ones; then those that keep the experiment. Among those that
+    keep it, what the run pays comes first: less slowdown, then lower cost, then fewer and milder
+    changes (ZeRO-3 with parameter offload at x4.5 is no better for being one change); among
+    those that change it, fewer and milder changes first (the smaller departure from the
+    experiment), then slowdown and cost. ``cost_first`` (``--fit any``: the cheapest options
+    overall) puts cost first within each group."""
 
     def key(option: FitOption) -> tuple[Any, ...]:
-        slowdown = option.slowdown if option.slowdown is not None else float("inf")
+        # rounded as shown (x1.50): float noise in the step times must not outrank a change
+        slowdown = round(option.slowdown, 3) if option.slowdown is not None else float("inf")
         cost = option.fit.cost if option.fit.cost is not None else float("inf")
         price = option.fit.flavor.price_per_hour
         hourly = price if price is not None else float("inf")
@@ -765,7 +773,11 @@ def rank_options(options: Iterable[FitOption], *, cost_first: bool = False) -> l
         tight = 1 if option.fit.verdict is FitVerdict.TIGHT else 0
         changes = (len(option.words), option.severity)
         if cost_first:
+            if option.keeps_experiment:
+                return (tight, keeps, cost, hourly, slowdown, changes, option.fit.flavor.id)
             return (tight, keeps, cost, hourly, changes, slowdown, option.fit.flavor.id)
+        if option.keeps_experiment:
+            return (tight, keeps, slowdown, cost, changes, option.fit.flavor.id)
         return (tight, keeps, changes, slowdown, cost, option.fit.flavor.id)
 
     return sorted(options, key=key)
