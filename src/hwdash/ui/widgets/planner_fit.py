@@ -18,7 +18,9 @@ from hwdash.core.units import GIB
 
 
 def option_prompt(number: int, option: FitOption) -> Text:
-    """One option as two lines: the changes, then kind, memory, headroom and slowdown."""
+    """One option as two lines: the changes, then kind, memory, headroom and slowdown. The kind
+    is set off from the figures by a " · ": spaces alone vanish where a line wraps or is copied
+    out of the terminal ("keeps the experiment18.9 GiB")."""
     prompt = Text(f"{number}. ", style="bold")
     prompt.append("; ".join(option.words))  # plain text: never markup
     kind = "keeps the experiment" if option.keeps_experiment else "changes the experiment"
@@ -26,7 +28,8 @@ def option_prompt(number: int, option: FitOption) -> Text:
     prompt.append("\n   ")
     prompt.append(kind, style=style)
     fit = option.fit
-    details = f"  {fit.need_bytes / GIB:.1f} GiB per GPU, {fit.headroom_bytes / GIB:+.1f} GiB free"
+    # short enough for one line of the dialog at 80 columns (72 inside it)
+    details = f" · {fit.need_bytes / GIB:.1f} GiB/GPU, {fit.headroom_bytes / GIB:+.1f} GiB free"
     if fit.verdict is FitVerdict.TIGHT:
         details += " (tight)"
     if option.slowdown is not None:
