@@ -63,7 +63,7 @@ def test_the_human_table_names_the_changes_and_a_command_to_try(
     out = capsys.readouterr().out
     assert status == 0
     assert "to fit l4x1:" in out
-    assert "checkpointing" in out and "keeps" in out
+    assert "checkpointing" in out and "kept" in out
     assert "try: hwdash plan --model qwen2.5-7b" in out
 
 
@@ -207,3 +207,30 @@ def test_savers_at_the_plans_speed_are_found_beside_one_slow_offload(
         o for o in options if {"field": "offload", "from": "none", "to": "params"} in o["changes"]
     ]
     assert offload and all(o["slowdown"] > first["slowdown"] for o in offload)
+
+
+def test_the_table_says_keep_and_change_in_one_sense_each(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 23: the column listing an option's changes was headed "changes", and "changes" was
+    # also the kind of an option that changes the experiment (beside "keeps"); "tight", a memory
+    # verdict, sat in that kind column too.
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--grad-ckpt"]
+    status = main(["plan", *args, "--fit", "local-rtx-4090"])
+    out = capsys.readouterr().out
+    assert status == 0
+    table = out[out.index("to fit local-rtx-4090:") :]
+    header = next(line for line in table.splitlines() if line.startswith("┃"))
+    headers = [cell.strip() for cell in header.strip("┃").split("┃")]
+    rows = [
+        [cell.strip() for cell in line.strip("│").split("│")]
+        for line in table.splitlines()
+        if line.startswith("│ ") and line[2].isdigit()
+    ]
+    kinds = {row[headers.index("experiment")] for row in rows}
+    assert kinds == {"kept", "changed"}  # the plan shows both
+    assert not kinds & set(headers) and "changes" not in headers
+    free = [row[headers.index("free")] for row in rows]
+    assert any(cell.endswith("tight") for cell in free)
+    assert "experiment kept: same model" in out

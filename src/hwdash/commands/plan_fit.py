@@ -164,8 +164,10 @@ def render_options(
     timed = any(option.fit.hours is not None for option in options)
     table = Table()
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("changes", overflow="fold", ratio=1, min_width=20)
-    table.add_column("kind", no_wrap=True)
+    # "what changes" lists the plan's settings that move; "experiment" says whether what is trained
+    # stays the same ("kept") or not ("changed"): one word, one sense (issue 23).
+    table.add_column("what changes", overflow="fold", ratio=1, min_width=20)
+    table.add_column("experiment", no_wrap=True)
     if several_flavors:
         table.add_column("flavor", no_wrap=True)
     table.add_column("GiB/GPU", justify="right", no_wrap=True)
@@ -176,15 +178,16 @@ def render_options(
     table.add_column("slower", justify="right", no_wrap=True)
     for number, option in enumerate(options, 1):
         fit = option.fit
-        kind = "keeps" if option.keeps_experiment else "changes"
+        kind = "kept" if option.keeps_experiment else "changed"
+        free = f"{fit.headroom_bytes / GIB:+.1f}"
         if fit.verdict is FitVerdict.TIGHT:
-            kind += ", tight"
+            free += " tight"  # a memory verdict: beside the headroom, not the experiment
         slower = "?" if option.slowdown is None else f"x{option.slowdown:.2f}"
         cells = [Text(str(number)), Text("; ".join(option.words))]
         cells.append(Text(kind, style="green" if option.keeps_experiment else "yellow"))
         if several_flavors:
             cells.append(Text(fit.flavor.id))
-        cells += [Text(f"{fit.need_bytes / GIB:.1f}"), Text(f"{fit.headroom_bytes / GIB:+.1f}")]
+        cells += [Text(f"{fit.need_bytes / GIB:.1f}"), Text(free)]
         if timed:
             cells += [Text(format_hours(fit.hours)), Text(format_money(fit.cost))]
         cells.append(Text(slower))
@@ -192,8 +195,9 @@ def render_options(
     console.print(table)
     console.print(
         Text(
-            "keeps: same model, method, data and global batch; changes: what is trained changes. "
-            "slower: step time against the plan as given (FLOPs, times the catalog's slowdowns)",
+            "experiment kept: same model, method, data, numerics and global batch; changed: what "
+            "is trained changes. tight: under 10% headroom. slower: step time against the plan "
+            "as given (FLOPs, times the catalog's slowdowns)",
             style="dim",
         )
     )
