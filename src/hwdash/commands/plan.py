@@ -650,6 +650,20 @@ def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Pla
         print(f"hwdash: --from {path}: ignored {shown}{more}", file=sys.stderr)
     for note in imported.notes:
         print(f"hwdash: --from {path}: {note}", file=sys.stderr)
+    for name in imported.not_carried:
+        # what the file cannot say: the estimate uses the flag typed, else the default; say which
+        if name == "rl_method" and not changed.is_rl:
+            continue
+        flag = FIELD_FLAGS[name]
+        if flag in typed:
+            continue
+        value = getattr(changed, name)
+        shown = f"{flag} {getattr(value, 'value', value)}"
+        print(
+            f"hwdash: --from {path}: a {imported.kind} config does not say {flag}: the estimate "
+            f"uses {shown} (the default); add {flag} to choose",
+            file=sys.stderr,
+        )
     return changed
 
 
