@@ -74,7 +74,7 @@ def test_nothing_fitting_without_fit_shows_three_options_for_a_close_flavor(
     out = capsys.readouterr().out
     assert status == 0
     assert "recommended: none" in out
-    assert "to fit " in out
+    assert "(nothing fits: the cheapest flavor that comes close):" in out
     rows = [line for line in out.splitlines() if line.startswith("│ ") and line[2].isdigit()]
     assert 1 <= len(rows) <= 3
 
@@ -234,3 +234,43 @@ def test_the_table_says_keep_and_change_in_one_sense_each(
     free = [row[headers.index("free")] for row in rows]
     assert any(cell.endswith("tight") for cell in free)
     assert "experiment kept: same model" in out
+
+
+def test_nothing_fitting_the_flavor_asked_shows_options_for_that_flavor(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 23: with --flavor and no --fit, a plan that does not fit showed no option at all.
+    monkeypatch.setenv("COLUMNS", "200")
+    status = main(["plan", "--model", "qwen2.5-7b", "--method", "full", "--flavor", "l4x1"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "recommended: none" in out
+    assert "to fit l4x1 (the flavor asked):" in out
+    rows = [line for line in out.splitlines() if line.startswith("│ ") and line[2].isdigit()]
+    assert 1 <= len(rows) <= 3
+    assert "try: hwdash plan --model qwen2.5-7b" in out
+
+
+def test_when_nothing_fits_the_target_its_three_closest_options_are_shown(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 23: "nothing tried fits" and nothing more. Now the target's own options that come
+    # closest, least over first, said as such (never another flavor's options).
+    args = ["--model", "llama-3.1-70b", "--method", "full", "--seq", "1024", "--fit", "t4-small"]
+    fit = plan_json(capsys, *args)["fit"]
+    assert fit["options"] == [] and "nothing tried fits" in fit["notes"][0]
+    closest = fit["closest"]
+    assert len(closest) == 3
+    assert all(o["flavor"] == "t4-small" and o["verdict"] == "no" for o in closest)
+    over = [-o["headroom_bytes"] for o in closest]
+    assert all(value > 0 for value in over) and over == sorted(over)
+    for option in closest:  # each re-runs to the memory shown
+        again = plan_json(capsys, *option["args"], "--flavor", "t4-small")
+        assert again["memory"]["total"] == option["memory_total"]
+        (flavor,) = again["flavors"]
+        assert flavor["fit"] == "no"
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["plan", *args]) == 0
+    out = capsys.readouterr().out
+    assert "the 3 options that come closest to fitting t4-small (least over its memory" in out
+    assert "try:" not in out  # nothing to try that fits

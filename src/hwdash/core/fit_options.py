@@ -60,6 +60,9 @@ SHORTEST_SEQUENCE = 256
 SMALLEST_RANK = 4
 """Nor a LoRA rank below this."""
 
+CLOSEST_SHOWN = 3
+"""Options shown when nothing fits the target: the ones least over its memory."""
+
 CLOSE_RATIO = 1.5
 """A flavor "comes close" when the plan needs at most this many times its usable memory."""
 
@@ -163,6 +166,9 @@ class FitSearch:
     """Combinations the estimator was asked about (for the benchmark)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Things to know about the search (nothing to try, only tight options...)."""
+    closest: tuple[FitOption, ...] = ()
+    """When nothing tried fits one target: the options that come closest on it, least over first
+    (their verdict is ``no``); empty otherwise."""
 
 
 # -- the knobs ------------------------------------------------------------------------------------
@@ -619,6 +625,7 @@ def search_flavor(
     memory_cache: dict[tuple[Plan, int, str], int] | None = None,
     skip_knobs: frozenset[str] = frozenset(),
     framework: Framework | None = None,
+    near_misses: list[FitOption] | None = None,
 ) -> tuple[bool, list[FitOption], int]:
     """(fits already, minimal options, combinations evaluated) for one flavor.
 
@@ -627,7 +634,9 @@ def search_flavor(
     only the knobs that keep the experiment. ``memory_cache`` shares per-GPU needs between flavors
     with the same accelerator and GPU count. ``framework``: the catalog's entry for
     ``plan.framework`` (None: the packaged one); no knob changes the framework. ``slowdowns``: the
-    catalog's step-time factors (None: the packaged ones).
+    catalog's step-time factors (None: the packaged ones). ``near_misses``: when given and nothing
+    fits (nor is tight), it receives the :data:`CLOSEST_SHOWN` options that come closest, least
+    memory over first.
     """
 
     def evaluate(candidate_plan: Plan) -> FlavorFit:
@@ -657,6 +666,7 @@ def search_flavor(
     evaluated = 1
     fitting: list[tuple[_Candidate, FlavorFit, Plan]] = []
     tight: list[tuple[_Candidate, FlavorFit, Plan]] = []
+    over: list[tuple[int, int, _Candidate, Plan]] = []  # (memory per GPU, changes, ...)
     names = [knob.name for knob in knobs]
     exclusive = {
         (names.index(a), names.index(b)) for a, b in EXCLUSIVE_KNOBS if a in names and b in names
@@ -688,6 +698,8 @@ def search_flavor(
                     need = estimate.per_gpu.total - estimate.managed_bytes
                     cache[key] = need
                 if need > usable:
+                    if near_misses is not None:
+                        over.append((need, len(candidate.levels), candidate, changed))
                     continue
                 fit = evaluate(changed)
                 if fit.verdict is FitVerdict.FITS:
@@ -706,6 +718,11 @@ def search_flavor(
         _option(plan, knobs, candidate, fit, changed, base)
         for candidate, fit, changed in chosen_set
     ]
+    if near_misses is not None and not options:
+        # Nothing fits: the combinations least over the memory, fewer changes first among equals.
+        over.sort(key=lambda entry: (entry[0], entry[1]))
+        for _need, _count, candidate, changed in over[:CLOSEST_SHOWN]:
+            near_misses.append(_option(plan, knobs, candidate, evaluate(changed), changed, base))
     return False, options, evaluated
 
 
@@ -819,8 +836,10 @@ def find_fit_options(
     # rest need not be searched); then every knob; a fourth knob only when three found nothing.
     passes = [(MAX_CHANGES, True)] if across else []
     passes += [(MAX_CHANGES, False), (MAX_CHANGES + 1, False)]
+    near_misses: list[FitOption] = []
     for max_changes, keeps_only in passes:
         all_options = []
+        near_misses = []
         for flavor, accelerator in searchable:
             already, options, count = search_flavor(
                 plan,
@@ -832,6 +851,7 @@ def find_fit_options(
                 keeps_only=keeps_only,
                 memory_cache=cache,
                 framework=framework,
+                near_misses=None if across else near_misses,
             )
             evaluated += count
             fits_already = fits_already or already
@@ -877,12 +897,15 @@ def find_fit_options(
         )
     elif ranked and all(option.fit.verdict is FitVerdict.TIGHT for option in ranked):
         notes.append("only tight options (under 10% headroom): a memory spike may still OOM")
+    # the target's own closest options (never another flavor's), when none fits it
+    closest = tuple(near_misses) if not ranked and not fits_already and not across else ()
     return FitSearch(
         target=target,
         fits_already=fits_already,
         options=tuple(ranked),
         evaluated=evaluated,
         notes=tuple(notes),
+        closest=closest,
     )
 
 
