@@ -51,3 +51,32 @@ async def test_the_kind_of_an_option_never_runs_into_its_numbers(
         assert re.search(r"(keeps|changes) the experiment · \d+\.\d GiB/GPU", line), line
     # Copied as the terminal shows it (lines joined): no label runs into a number.
     assert not re.search(r"experiment\s*\d", "".join(line.strip() for line in lines))
+
+
+async def test_when_nothing_fits_the_dialog_shows_the_closest_options_without_applying_them(
+    catalog: Catalog,
+) -> None:
+    plan = Plan(model="llama-3.1-70b", method=Method.FULL, seq=1024)
+    model = resolve_model(plan.model, catalog)
+    search = find_fit_options(plan, model, catalog, "t4-small", [catalog.flavors["t4-small"]])
+    assert not search.options and len(search.closest) == 3
+    chosen: list[object] = []
+
+    class DialogApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(FitOptionsDialog(search, "t4-small"), chosen.append)
+
+    app = DialogApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        closest = app.screen.query_one("#fit-closest", OptionList)
+        shown = [closest.render_line(y).text for y in range(closest.size.height)]
+        assert any("changes the experiment · " in line for line in shown)
+        assert "least over" in str(app.screen.query_one("#fit-closest-title").render())
+        closest.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, FitOptionsDialog) and chosen == []  # nothing applied
+        await pilot.press("escape")
+        await pilot.pause()
+        assert chosen == [None]

@@ -58,7 +58,7 @@ class FitOptionsDialog(ModalScreen[FitOption | None]):
         text-style: bold;
         height: auto;
     }
-    FitOptionsDialog #fit-hint {
+    FitOptionsDialog #fit-hint, FitOptionsDialog #fit-closest-title {
         color: $text-muted;
         height: auto;
     }
@@ -92,17 +92,33 @@ class FitOptionsDialog(ModalScreen[FitOption | None]):
             else:
                 hint = " ".join(self.search.notes) or "Nothing tried fits."
                 hint += " escape leaves"
+                if self.search.closest:
+                    # the target's own options least over its memory: shown, never applied
+                    yield Static(
+                        Text(
+                            f"Closest to fitting {self.flavor_label} (least over; none fits):",
+                            style="bold",
+                        ),
+                        id="fit-closest-title",
+                    )
+                    yield OptionList(
+                        *(
+                            Option(option_prompt(number, option), disabled=True)
+                            for number, option in enumerate(self.search.closest, 1)
+                        ),
+                        id="fit-closest",
+                    )
             for note in self.search.notes if self.search.options else ():
                 yield Static(Text(note), classes="fit-note")
             yield Static(Text(hint), id="fit-hint")
 
     def on_mount(self) -> None:
         if self.search.options:
-            self.query_one(OptionList).focus()
+            self.query_one("#fit-options", OptionList).focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        if event.option_id is not None:
+        if event.option_list.id == "fit-options" and event.option_id is not None:
             self.dismiss(self.search.options[int(event.option_id)])
 
     def action_cancel(self) -> None:
