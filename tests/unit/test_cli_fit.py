@@ -63,7 +63,7 @@ def test_the_human_table_names_the_changes_and_a_command_to_try(
     out = capsys.readouterr().out
     assert status == 0
     assert "to fit l4x1:" in out
-    assert "checkpointing" in out and "keeps" in out
+    assert "checkpointing" in out and "kept" in out
     assert "try: hwdash plan --model qwen2.5-7b" in out
 
 
@@ -74,7 +74,7 @@ def test_nothing_fitting_without_fit_shows_three_options_for_a_close_flavor(
     out = capsys.readouterr().out
     assert status == 0
     assert "recommended: none" in out
-    assert "to fit " in out
+    assert "(nothing fits: the cheapest flavor that comes close):" in out
     rows = [line for line in out.splitlines() if line.startswith("│ ") and line[2].isdigit()]
     assert 1 <= len(rows) <= 3
 
@@ -178,3 +178,112 @@ def test_check_says_tight(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert status == 1
     assert capsys.readouterr().out.startswith("tight on l4x1:")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # Issue 23: "FSDP + CPU offload, x3.00" ranked above "ZeRO-2 + optimizer offload, x1.50".
+        ["--model", "llama-3.2-3b", "--method", "full", "--fit", "local-2x-rtx-3090"],
+        ["--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--fit", "local-rtx-4090"],
+        ["--model", "qwen2.5-3b", "--method", "full", "--fit", "l4x4"],
+    ],
+)
+def test_options_that_keep_the_experiment_are_ranked_by_slowdown_then_cost(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    options = plan_json(capsys, *args)["fit"]["options"]
+    keeping = [o for o in options if o["keeps_experiment"] and o["verdict"] == "fits"]
+    assert len({o["slowdown"] for o in keeping}) >= 2, "the plan must show two speeds"
+    order = [(o["slowdown"], o["cost"] if o["cost"] is not None else 0.0) for o in keeping]
+    assert order == sorted(order)
+    # and they still come before every option that changes the experiment
+    kinds = [o["keeps_experiment"] for o in options if o["verdict"] == "fits"]
+    assert kinds == sorted(kinds, reverse=True)
+
+
+def test_savers_at_the_plans_speed_are_found_beside_one_slow_offload(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Issue 23: one change (ZeRO-3 + parameter offload, x3) fits here, and the search stopped at
+    # one change; two savers (fused-linear loss + activation offloading, x1.01) fit too and rank
+    # first, as the cost to the run comes before the count of changes.
+    options = plan_json(
+        capsys,
+        *("--model", "qwen2.5-7b", "--method", "lora", "--seq", "8192", "--grad-ckpt"),
+        *("--fit", "l4x1"),
+    )["fit"]["options"]
+    first = options[0]
+    assert first["keeps_experiment"] and first["verdict"] == "fits"
+    assert first["slowdown"] < 1.1 and len(first["changes"]) >= 2
+    offload = [
+        o for o in options if {"field": "offload", "from": "none", "to": "params"} in o["changes"]
+    ]
+    assert offload and all(o["slowdown"] > first["slowdown"] for o in offload)
+
+
+def test_the_table_says_keep_and_change_in_one_sense_each(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 23: the column listing an option's changes was headed "changes", and "changes" was
+    # also the kind of an option that changes the experiment (beside "keeps"); "tight", a memory
+    # verdict, sat in that kind column too.
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--grad-ckpt"]
+    status = main(["plan", *args, "--fit", "local-rtx-4090"])
+    out = capsys.readouterr().out
+    assert status == 0
+    table = out[out.index("to fit local-rtx-4090:") :]
+    header = next(line for line in table.splitlines() if line.startswith("┃"))
+    headers = [cell.strip() for cell in header.strip("┃").split("┃")]
+    rows = [
+        [cell.strip() for cell in line.strip("│").split("│")]
+        for line in table.splitlines()
+        if line.startswith("│ ") and line[2].isdigit()
+    ]
+    kinds = {row[headers.index("experiment")] for row in rows}
+    assert kinds == {"kept", "changed"}  # the plan shows both
+    assert not kinds & set(headers) and "changes" not in headers
+    free = [row[headers.index("free")] for row in rows]
+    assert any(cell.endswith("tight") for cell in free)
+    assert "experiment kept: same model" in out
+
+
+def test_nothing_fitting_the_flavor_asked_shows_options_for_that_flavor(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 23: with --flavor and no --fit, a plan that does not fit showed no option at all.
+    monkeypatch.setenv("COLUMNS", "200")
+    status = main(["plan", "--model", "qwen2.5-7b", "--method", "full", "--flavor", "l4x1"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "recommended: none" in out
+    assert "to fit l4x1 (the flavor asked):" in out
+    rows = [line for line in out.splitlines() if line.startswith("│ ") and line[2].isdigit()]
+    assert 1 <= len(rows) <= 3
+    assert "try: hwdash plan --model qwen2.5-7b" in out
+
+
+def test_when_nothing_fits_the_target_its_three_closest_options_are_shown(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 23: "nothing tried fits" and nothing more. Now the target's own options that come
+    # closest, least over first, said as such (never another flavor's options).
+    args = ["--model", "llama-3.1-70b", "--method", "full", "--seq", "1024", "--fit", "t4-small"]
+    fit = plan_json(capsys, *args)["fit"]
+    assert fit["options"] == [] and "nothing tried fits" in fit["notes"][0]
+    closest = fit["closest"]
+    assert len(closest) == 3
+    assert all(o["flavor"] == "t4-small" and o["verdict"] == "no" for o in closest)
+    over = [-o["headroom_bytes"] for o in closest]
+    assert all(value > 0 for value in over) and over == sorted(over)
+    for option in closest:  # each re-runs to the memory shown
+        again = plan_json(capsys, *option["args"], "--flavor", "t4-small")
+        assert again["memory"]["total"] == option["memory_total"]
+        (flavor,) = again["flavors"]
+        assert flavor["fit"] == "no"
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["plan", *args]) == 0
+    out = capsys.readouterr().out
+    assert "the 3 options that come closest to fitting t4-small (least over its memory" in out
+    assert "try:" not in out  # nothing to try that fits

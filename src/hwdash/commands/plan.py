@@ -651,6 +651,20 @@ def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Pla
         print(f"hwdash: --from {path}: ignored {shown}{more}", file=sys.stderr)
     for note in imported.notes:
         print(f"hwdash: --from {path}: {note}", file=sys.stderr)
+    for name in imported.not_carried:
+        # what the file cannot say: the estimate uses the flag typed, else the default; say which
+        if name == "rl_method" and not changed.is_rl:
+            continue
+        flag = FIELD_FLAGS[name]
+        if flag in typed:
+            continue
+        value = getattr(changed, name)
+        shown = f"{flag} {getattr(value, 'value', value)}"
+        print(
+            f"hwdash: --from {path}: a {imported.kind} config does not say {flag}: the estimate "
+            f"uses {shown} (the default); add {flag} to choose",
+            file=sys.stderr,
+        )
     return changed
 
 
@@ -794,15 +808,23 @@ def run(args: argparse.Namespace) -> int:
     check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
     status = 0 if check is None else check[0]
     fit_result = None
+    fit_why = ""
     if args.export is None and args.fit is not None:
         fit_result = plan_fit.search(plan, model, catalog, args.fit, local)
-    elif args.export is None and not args.json and not plan.flavors and not report.recommended:
-        # Nothing fits and no --fit: the top three options for the cheapest flavor that is close.
+    elif args.export is None and not args.json and not args.check and not report.recommended:
+        # Nothing fits and no --fit: the top three options for the flavor asked (--flavor; of
+        # several, the cheapest that comes close), else for the cheapest flavor that comes close.
         from hwdash.core.fit_options import closest_flavor
 
         closest = closest_flavor(report)
         if closest is not None and closest.verdict is not FitVerdict.TIGHT:
             fit_result = plan_fit.search(plan, model, catalog, closest.flavor.id, local)
+            if len(plan.flavors) == 1:
+                fit_why = "the flavor asked"
+            elif plan.flavors:
+                fit_why = "of the flavors asked, the cheapest that comes close"
+            else:
+                fit_why = "nothing fits: the cheapest flavor that comes close"
     # The catalog folders given: a suggested command repeats them, to estimate with the same entries.
     catalog_args = [arg for folder in args.catalog for arg in ("--catalog", folder)]
     saved_message = None
@@ -862,6 +884,7 @@ def run(args: argparse.Namespace) -> int:
             limit=3 if auto else None,
             extra_args=catalog_args,
             framework=catalog.framework_for(plan),
+            why=fit_why,
         )
     if saved_message is not None:
         print(saved_message)

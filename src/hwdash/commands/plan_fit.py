@@ -17,7 +17,7 @@ from typing import Any
 
 from hwdash.commands.plan_args import plan_arguments
 from hwdash.core.catalog import Catalog, Flavor, Framework, ModelSpec
-from hwdash.core.fit_options import FitSearch, find_fit_options
+from hwdash.core.fit_options import FitOption, FitSearch, find_fit_options
 from hwdash.core.local_flavor import (
     LOCAL_FREE_FLAVOR_ID,
     LOCAL_TARGETS,
@@ -130,6 +130,11 @@ def fit_json(
             for option in result.options
         ],
         "notes": list(result.notes),
+        # when nothing fits the target: its options least over the memory (verdict "no")
+        "closest": [
+            option.to_json([*plan_arguments(option.plan, framework), *extra_args])
+            for option in result.closest
+        ],
     }
 
 
@@ -140,32 +145,61 @@ def render_options(
     limit: int | None = None,
     extra_args: Sequence[str] = (),
     framework: Framework | None = None,
+    why: str = "",
 ) -> None:
     """The options as a table: changes in words, memory per GPU, headroom, time, cost, slowdown;
-    then the first option as a command (``extra_args`` appended: the catalog folders given)."""
-    from rich.table import Table
+    then the first option as a command (``extra_args`` appended: the catalog folders given).
+    When nothing fits the target, the options that come closest to it, said as such. ``why``:
+    why this target, after its name (``the flavor asked``)."""
     from rich.text import Text
-
-    from hwdash.core.units import format_hours, format_money
 
     options = result.options[:limit] if limit else result.options
     if result.fits_already and not options:
         console.print(Text(f"fits {result.target} as it is: nothing to change"))
         return
-    title = f"to fit {result.target}" + (
-        " (it already fits some flavors)" if result.fits_already else ""
-    )
+    title = f"to fit {result.target}" + (f" ({why})" if why else "")
+    if result.fits_already:
+        title += " (it already fits some flavors)"
     console.print(Text(title + ":", style="bold"))
     if not options:
         for note in result.notes or ("nothing tried fits",):
             console.print(Text(note))
+        if result.closest:
+            count = len(result.closest)
+            console.print(
+                Text(
+                    f"the {count} option{'s' if count > 1 else ''} that come closest to fitting "
+                    f"{result.target} (least over its memory; none fits):",
+                    style="bold",
+                )
+            )
+            _print_table(result.closest, console)
         return
+    _print_table(options, console)
+    first = options[0]
+    # One unbroken line, so it can be copied.
+    arguments = [*plan_arguments(first.plan, framework), *extra_args]
+    command = "try: hwdash plan " + " ".join(_quoted(arguments))
+    console.print(Text(command), soft_wrap=True)
+    for note in result.notes:
+        console.print(Text(f"note: {note}"))
+
+
+def _print_table(options: Sequence[FitOption], console: Any) -> None:
+    """The options' table and the words under it."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from hwdash.core.units import format_hours, format_money
+
     several_flavors = len({option.fit.flavor.id for option in options}) > 1
     timed = any(option.fit.hours is not None for option in options)
     table = Table()
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("changes", overflow="fold", ratio=1, min_width=20)
-    table.add_column("kind", no_wrap=True)
+    # "what changes" lists the plan's settings that move; "experiment" says whether what is trained
+    # stays the same ("kept") or not ("changed"): one word, one sense (issue 23).
+    table.add_column("what changes", overflow="fold", ratio=1, min_width=20)
+    table.add_column("experiment", no_wrap=True)
     if several_flavors:
         table.add_column("flavor", no_wrap=True)
     table.add_column("GiB/GPU", justify="right", no_wrap=True)
@@ -176,15 +210,16 @@ def render_options(
     table.add_column("slower", justify="right", no_wrap=True)
     for number, option in enumerate(options, 1):
         fit = option.fit
-        kind = "keeps" if option.keeps_experiment else "changes"
+        kind = "kept" if option.keeps_experiment else "changed"
+        free = f"{fit.headroom_bytes / GIB:+.1f}"
         if fit.verdict is FitVerdict.TIGHT:
-            kind += ", tight"
+            free += " tight"  # a memory verdict: beside the headroom, not the experiment
         slower = "?" if option.slowdown is None else f"x{option.slowdown:.2f}"
         cells = [Text(str(number)), Text("; ".join(option.words))]
         cells.append(Text(kind, style="green" if option.keeps_experiment else "yellow"))
         if several_flavors:
             cells.append(Text(fit.flavor.id))
-        cells += [Text(f"{fit.need_bytes / GIB:.1f}"), Text(f"{fit.headroom_bytes / GIB:+.1f}")]
+        cells += [Text(f"{fit.need_bytes / GIB:.1f}"), Text(free)]
         if timed:
             cells += [Text(format_hours(fit.hours)), Text(format_money(fit.cost))]
         cells.append(Text(slower))
@@ -192,18 +227,12 @@ def render_options(
     console.print(table)
     console.print(
         Text(
-            "keeps: same model, method, data and global batch; changes: what is trained changes. "
-            "slower: step time against the plan as given (FLOPs, times the catalog's slowdowns)",
+            "experiment kept: same model, method, data, numerics and global batch; changed: what "
+            "is trained changes. tight: under 10% headroom. slower: step time against the plan "
+            "as given (FLOPs, times the catalog's slowdowns)",
             style="dim",
         )
     )
-    first = options[0]
-    # One unbroken line, so it can be copied.
-    arguments = [*plan_arguments(first.plan, framework), *extra_args]
-    command = "try: hwdash plan " + " ".join(_quoted(arguments))
-    console.print(Text(command), soft_wrap=True)
-    for note in result.notes:
-        console.print(Text(f"note: {note}"))
 
 
 def _quoted(args: list[str]) -> list[str]:

@@ -189,6 +189,13 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             missing.append("--sync-each-batch")
     if plan.tp > 1 or plan.pp > 1:
         missing.append(f"--tp {plan.tp} --pp {plan.pp}")
+    if kind in ("deepspeed", "accelerate"):
+        # the method lives in the training code (peft, bitsandbytes, the TRL trainer); the
+        # Trainer snippet writes it, these configs have no key for it
+        method = f"--method {plan.method.value}"
+        if plan.is_rl:
+            method += f" --rl-method {plan.rl_method.value}"
+        missing.insert(0, method)
     return missing
 
 

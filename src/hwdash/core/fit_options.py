@@ -4,8 +4,8 @@ The search turns the knobs a practitioner turns, each through a short list of se
 the mildest to the most drastic (:func:`knobs_for`), and tries every combination of up to
 :data:`MAX_CHANGES` knobs. A combination is kept when the plain estimator says it fits and no milder
 combination (a subset of its knobs, each no further along) fits too: every option is *minimal*.
-Options are ranked: those that keep the experiment first, then fewer changes, then less slowdown,
-then lower cost.
+Options are ranked: those that keep the experiment first, and among them less slowdown, then lower
+cost, then fewer changes; among those that change it, fewer changes first (:func:`rank_options`).
 
 "Keeps the experiment" means the same model, method, data, numerics and global batch: gradient
 checkpointing, a smaller micro-batch with more accumulation, the attention kernel, a fused optimizer
@@ -59,6 +59,9 @@ SHORTEST_SEQUENCE = 256
 
 SMALLEST_RANK = 4
 """Nor a LoRA rank below this."""
+
+CLOSEST_SHOWN = 3
+"""Options shown when nothing fits the target: the ones least over its memory."""
 
 CLOSE_RATIO = 1.5
 """A flavor "comes close" when the plan needs at most this many times its usable memory."""
@@ -163,6 +166,9 @@ class FitSearch:
     """Combinations the estimator was asked about (for the benchmark)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Things to know about the search (nothing to try, only tight options...)."""
+    closest: tuple[FitOption, ...] = ()
+    """When nothing tried fits one target: the options that come closest on it, least over first
+    (their verdict is ``no``); empty otherwise."""
 
 
 # -- the knobs ------------------------------------------------------------------------------------
@@ -619,6 +625,7 @@ def search_flavor(
     memory_cache: dict[tuple[Plan, int, str], int] | None = None,
     skip_knobs: frozenset[str] = frozenset(),
     framework: Framework | None = None,
+    near_misses: list[FitOption] | None = None,
 ) -> tuple[bool, list[FitOption], int]:
     """(fits already, minimal options, combinations evaluated) for one flavor.
 
@@ -627,7 +634,9 @@ def search_flavor(
     only the knobs that keep the experiment. ``memory_cache`` shares per-GPU needs between flavors
     with the same accelerator and GPU count. ``framework``: the catalog's entry for
     ``plan.framework`` (None: the packaged one); no knob changes the framework. ``slowdowns``: the
-    catalog's step-time factors (None: the packaged ones).
+    catalog's step-time factors (None: the packaged ones). ``near_misses``: when given and nothing
+    fits (nor is tight), it receives the :data:`CLOSEST_SHOWN` options that come closest, least
+    memory over first.
     """
 
     def evaluate(candidate_plan: Plan) -> FlavorFit:
@@ -657,6 +666,7 @@ def search_flavor(
     evaluated = 1
     fitting: list[tuple[_Candidate, FlavorFit, Plan]] = []
     tight: list[tuple[_Candidate, FlavorFit, Plan]] = []
+    over: list[tuple[int, int, _Candidate, Plan]] = []  # (memory per GPU, changes, ...)
     names = [knob.name for knob in knobs]
     exclusive = {
         (names.index(a), names.index(b)) for a, b in EXCLUSIVE_KNOBS if a in names and b in names
@@ -688,13 +698,15 @@ def search_flavor(
                     need = estimate.per_gpu.total - estimate.managed_bytes
                     cache[key] = need
                 if need > usable:
+                    if near_misses is not None:
+                        over.append((need, len(candidate.levels), candidate, changed))
                     continue
                 fit = evaluate(changed)
                 if fit.verdict is FitVerdict.FITS:
                     fitting.append((candidate, fit, changed))
                 elif fit.verdict is FitVerdict.TIGHT:
                     tight.append((candidate, fit, changed))
-        if fitting and size >= 1 and not _worth_going_on(fitting, knobs):
+        if fitting and size >= 1 and not _worth_going_on(fitting, knobs, base):
             break
     # Tight options come after the ones that fit, and only where no option that fits is milder.
     chosen_set = fitting + [
@@ -706,17 +718,26 @@ def search_flavor(
         _option(plan, knobs, candidate, fit, changed, base)
         for candidate, fit, changed in chosen_set
     ]
+    if near_misses is not None and not options:
+        # Nothing fits: the combinations least over the memory, fewer changes first among equals.
+        over.sort(key=lambda entry: (entry[0], entry[1]))
+        for _need, _count, candidate, changed in over[:CLOSEST_SHOWN]:
+            near_misses.append(_option(plan, knobs, candidate, evaluate(changed), changed, base))
     return False, options, evaluated
 
 
 def _worth_going_on(
-    fitting: list[tuple[_Candidate, FlavorFit, Plan]], knobs: Sequence[Knob]
+    fitting: list[tuple[_Candidate, FlavorFit, Plan]], knobs: Sequence[Knob], base: FlavorFit
 ) -> bool:
-    """Go on to larger combinations only while no option keeps the experiment."""
-    return not any(
-        all(knobs[knob].keeps_experiment for knob, _level in candidate.levels)
-        for candidate, _fit, _plan in fitting
-    )
+    """Go on to larger combinations while no option keeps the experiment at the plan's own speed:
+    options that keep it are ranked by slowdown before their count of changes
+    (:func:`rank_options`), so two savers at x1.0 must be found beside one offload at x3."""
+    for candidate, fit, _plan in fitting:
+        if all(knobs[knob].keeps_experiment for knob, _level in candidate.levels):
+            slowdown = _relative_step_time(fit, base)
+            if slowdown is None or round(slowdown, 3) <= 1.0:
+                return False
+    return True
 
 
 def _minimal(
@@ -752,12 +773,16 @@ def _option(
 
 
 def rank_options(options: Iterable[FitOption], *, cost_first: bool = False) -> list[FitOption]:
-    """Options that fit before tight ones; then those that keep the experiment, then fewer and
-    milder changes, then less slowdown, then lower cost. ``cost_first`` (``--fit any``: the
-    cheapest options overall) puts cost right after keeping the experiment."""
+    """Options that fit before tight ones; then those that keep the experiment. Among those that
+    keep it, what the run pays comes first: less slowdown, then lower cost, then fewer and milder
+    changes (ZeRO-3 with parameter offload at x4.5 is no better for being one change); among
+    those that change it, fewer and milder changes first (the smaller departure from the
+    experiment), then slowdown and cost. ``cost_first`` (``--fit any``: the cheapest options
+    overall) puts cost first within each group."""
 
     def key(option: FitOption) -> tuple[Any, ...]:
-        slowdown = option.slowdown if option.slowdown is not None else float("inf")
+        # rounded as shown (x1.50): float noise in the step times must not outrank a change
+        slowdown = round(option.slowdown, 3) if option.slowdown is not None else float("inf")
         cost = option.fit.cost if option.fit.cost is not None else float("inf")
         price = option.fit.flavor.price_per_hour
         hourly = price if price is not None else float("inf")
@@ -765,7 +790,11 @@ def rank_options(options: Iterable[FitOption], *, cost_first: bool = False) -> l
         tight = 1 if option.fit.verdict is FitVerdict.TIGHT else 0
         changes = (len(option.words), option.severity)
         if cost_first:
+            if option.keeps_experiment:
+                return (tight, keeps, cost, hourly, slowdown, changes, option.fit.flavor.id)
             return (tight, keeps, cost, hourly, changes, slowdown, option.fit.flavor.id)
+        if option.keeps_experiment:
+            return (tight, keeps, slowdown, cost, changes, option.fit.flavor.id)
         return (tight, keeps, changes, slowdown, cost, option.fit.flavor.id)
 
     return sorted(options, key=key)
@@ -807,8 +836,10 @@ def find_fit_options(
     # rest need not be searched); then every knob; a fourth knob only when three found nothing.
     passes = [(MAX_CHANGES, True)] if across else []
     passes += [(MAX_CHANGES, False), (MAX_CHANGES + 1, False)]
+    near_misses: list[FitOption] = []
     for max_changes, keeps_only in passes:
         all_options = []
+        near_misses = []
         for flavor, accelerator in searchable:
             already, options, count = search_flavor(
                 plan,
@@ -820,6 +851,7 @@ def find_fit_options(
                 keeps_only=keeps_only,
                 memory_cache=cache,
                 framework=framework,
+                near_misses=None if across else near_misses,
             )
             evaluated += count
             fits_already = fits_already or already
@@ -865,12 +897,15 @@ def find_fit_options(
         )
     elif ranked and all(option.fit.verdict is FitVerdict.TIGHT for option in ranked):
         notes.append("only tight options (under 10% headroom): a memory spike may still OOM")
+    # the target's own closest options (never another flavor's), when none fits it
+    closest = tuple(near_misses) if not ranked and not fits_already and not across else ()
     return FitSearch(
         target=target,
         fits_already=fits_already,
         options=tuple(ranked),
         evaluated=evaluated,
         notes=tuple(notes),
+        closest=closest,
     )
 
 

@@ -47,6 +47,9 @@ class ImportedPlan:
     """Keys read but not used (named in one warning line)."""
     notes: list[str] = field(default_factory=list)
     """What the reader had to assume."""
+    not_carried: list[str] = field(default_factory=list)
+    """Plan fields this kind of file has no key for (a DeepSpeed config never says the training
+    method): the plan keeps the flag typed or the default, and the CLI says which it used."""
 
 
 class _Reader:
@@ -131,6 +134,10 @@ def _copy_numbers(
 # -- reading files ------------------------------------------------------------------------------
 
 
+_HF_JOBS_COMMAND = "hf jobs uv run "
+"""What ``--export hf-jobs`` writes (:func:`hwdash.core.exports.hf_jobs_command`)."""
+
+
 def read_plan_file(path: Path) -> ImportedPlan:
     """The plan a config file describes. Raises :class:`UsageError` (exit 2) for an unreadable
     or malformed file, naming the file and, where the parser knows it, the line, and for files
@@ -156,6 +163,12 @@ def _read_file(path: Path, outer: tuple[Path, ...]) -> ImportedPlan:
     suffix = path.suffix.lower()
     if suffix == ".py":
         return _from_snippet(path, text, chain)
+    if any(line.startswith(_HF_JOBS_COMMAND) for line in text.splitlines()):
+        raise UsageError(
+            f"'{path}' is an hf-jobs command (a flavor and a timeout): it holds none of the "
+            "plan's settings; give --from the trainer, deepspeed or accelerate export",
+            flag=FLAG,
+        )
     data = _parse(path, text, suffix)
     if not isinstance(data, Mapping):
         raise UsageError(f"'{path}' holds no table of settings", flag=FLAG)
@@ -164,6 +177,10 @@ def _read_file(path: Path, outer: tuple[Path, ...]) -> ImportedPlan:
     result = ImportedPlan(kind=kind)
     read(reader, result)
     result.ignored = reader.ignored()
+    if "method" not in result.updates:
+        # DeepSpeed, accelerate and TrainingArguments configs: the method (LoRA, QLoRA, PPO...)
+        # lives in the training code (peft, bitsandbytes, the TRL trainer), never in them.
+        result.not_carried += ["method", "rl_method"]
     return result
 
 
@@ -294,6 +311,10 @@ def _read_accelerate(reader: _Reader, out: ImportedPlan) -> None:
             )
         else:
             out.updates["precision"] = Precision.AMP
+            out.notes.append(
+                f"mixed_precision {precision} read as autocast over an fp32 model (--precision "
+                "amp): the config cannot say a model loaded in bf16 (--precision bf16)"
+            )
     elif precision == "no":
         out.updates["precision"] = Precision.FP32
 

@@ -18,7 +18,9 @@ from hwdash.core.units import GIB
 
 
 def option_prompt(number: int, option: FitOption) -> Text:
-    """One option as two lines: the changes, then kind, memory, headroom and slowdown."""
+    """One option as two lines: the changes, then kind, memory, headroom and slowdown. The kind
+    is set off from the figures by a " · ": spaces alone vanish where a line wraps or is copied
+    out of the terminal ("keeps the experiment18.9 GiB")."""
     prompt = Text(f"{number}. ", style="bold")
     prompt.append("; ".join(option.words))  # plain text: never markup
     kind = "keeps the experiment" if option.keeps_experiment else "changes the experiment"
@@ -26,7 +28,8 @@ def option_prompt(number: int, option: FitOption) -> Text:
     prompt.append("\n   ")
     prompt.append(kind, style=style)
     fit = option.fit
-    details = f"  {fit.need_bytes / GIB:.1f} GiB per GPU, {fit.headroom_bytes / GIB:+.1f} GiB free"
+    # short enough for one line of the dialog at 80 columns (72 inside it)
+    details = f" · {fit.need_bytes / GIB:.1f} GiB/GPU, {fit.headroom_bytes / GIB:+.1f} GiB free"
     if fit.verdict is FitVerdict.TIGHT:
         details += " (tight)"
     if option.slowdown is not None:
@@ -55,7 +58,7 @@ class FitOptionsDialog(ModalScreen[FitOption | None]):
         text-style: bold;
         height: auto;
     }
-    FitOptionsDialog #fit-hint {
+    FitOptionsDialog #fit-hint, FitOptionsDialog #fit-closest-title {
         color: $text-muted;
         height: auto;
     }
@@ -89,17 +92,33 @@ class FitOptionsDialog(ModalScreen[FitOption | None]):
             else:
                 hint = " ".join(self.search.notes) or "Nothing tried fits."
                 hint += " escape leaves"
+                if self.search.closest:
+                    # the target's own options least over its memory: shown, never applied
+                    yield Static(
+                        Text(
+                            f"Closest to fitting {self.flavor_label} (least over; none fits):",
+                            style="bold",
+                        ),
+                        id="fit-closest-title",
+                    )
+                    yield OptionList(
+                        *(
+                            Option(option_prompt(number, option), disabled=True)
+                            for number, option in enumerate(self.search.closest, 1)
+                        ),
+                        id="fit-closest",
+                    )
             for note in self.search.notes if self.search.options else ():
                 yield Static(Text(note), classes="fit-note")
             yield Static(Text(hint), id="fit-hint")
 
     def on_mount(self) -> None:
         if self.search.options:
-            self.query_one(OptionList).focus()
+            self.query_one("#fit-options", OptionList).focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        if event.option_id is not None:
+        if event.option_list.id == "fit-options" and event.option_id is not None:
             self.dismiss(self.search.options[int(event.option_id)])
 
     def action_cancel(self) -> None:
