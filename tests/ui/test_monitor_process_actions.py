@@ -329,3 +329,41 @@ async def test_readonly_on_the_command_line_turns_k_and_capital_k_off(
     finally:
         app.finish()
         sampler.close()
+
+
+async def test_down_on_the_monitor_tab_moves_the_selection_that_k_names_in_full(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: up/down moved nothing until Tab, so `k` named row 0; and the question cut the
+    command line at 60 characters."""
+    signaller = SimulatedSignaller()
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=30, signaller=signaller)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        assert app.active_tab == "monitor"
+        await pilot.press("down", "down", "up")
+        await pilot.pause()
+        table = app.monitor.process_table
+        assert table.has_focus  # the selection is drawn where k will act
+        assert app.monitor.selected_process_key() == "1:31338"
+        await pilot.press("k")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmDialog)
+        command = (
+            "python -m torch.distributed.run --nproc-per-node 4 train.py --model llama-3-8b "
+            "--local-rank 1"
+        )
+        assert f"PID 31338 on GPU 1 (user alice: {command})?" in dialog.question
+        label = dialog.query_one("#confirm-question")
+        # Wrapped inside the dialog, every word on screen.
+        assert label.size.height >= 2
+        assert label.region.right <= dialog.query_one("Vertical").region.right
+        shown = " ".join(
+            "".join(segment.text for segment in line).strip()
+            for line in label.render_lines(label.region.reset_offset)
+        )
+        assert "--local-rank 1)?" in shown
+        await pilot.press("y")
+        await pilot.pause()
+        assert signaller.sent == [(31338, "TERM")]

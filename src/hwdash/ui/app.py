@@ -263,6 +263,12 @@ class HwdashApp(App[None]):
         Binding("m", "show_tab('monitor')", "Monitor"),
         Binding("o", "sort_processes", "Sort processes"),
         Binding("enter", "process_detail", "Process detail", show=False),
+        # The process table is the monitor's only list: the arrows move its selection from
+        # anywhere on the tab (the table takes the focus, so the row `k` acts on is drawn).
+        Binding("up", "process_cursor('up')", "Previous process", show=False),
+        Binding("down", "process_cursor('down')", "Next process", show=False),
+        Binding("home", "process_cursor('first')", "First process", show=False),
+        Binding("end", "process_cursor('last')", "Last process", show=False),
         Binding("k", "signal_process('TERM')", "Terminate process", show=False),
         Binding("K", "signal_process('KILL')", "Kill process", show=False),
         Binding("space", "replay_pause", "Pause replay", show=False, priority=True),
@@ -632,7 +638,7 @@ class HwdashApp(App[None]):
                 return self.active_tab == "monitor" and self.screen is self.screen_stack[0]
             except NoMatches:
                 return False
-        if action in ("sort_processes", "process_detail", "signal_process"):
+        if action in ("sort_processes", "process_detail", "signal_process", "process_cursor"):
             try:
                 on_monitor = self.active_tab == "monitor"
             except NoMatches:  # asked before the tabs exist
@@ -654,6 +660,20 @@ class HwdashApp(App[None]):
                 if process_key(process.gpu_index, process.mig_index, process.pid) == key:
                     return process, frame.process_points_for(key), gpu.total_bytes
         return None, (), None
+
+    def action_process_cursor(self, where: str) -> None:
+        """Up/down/home/end on the monitor tab: focus the process table and move its selection."""
+        table = self.monitor.process_table
+        if not table.display:
+            return
+        table.focus()
+        moves = {
+            "up": table.action_cursor_up,
+            "down": table.action_cursor_down,
+            "first": table.action_cursor_first,
+            "last": table.action_cursor_last,
+        }
+        moves[where]()
 
     def action_process_detail(self) -> None:
         """``enter`` on the monitor: the selected process in detail."""
@@ -733,9 +753,8 @@ class HwdashApp(App[None]):
         if reason is not None:
             self.notify(reason, severity="warning", timeout=5, markup=False)
             return
+        # The whole command line: the dialog wraps it (it is what decides yes or no).
         command = process.cmdline or process.name or "unknown command"
-        if len(command) > 60:
-            command = command[:59] + "…"
         question = (
             f"Send SIG{signal_name} to PID {process.pid} on GPU {process.gpu_index} "
             f"(user {process.user or 'unknown'}: {command})?"
