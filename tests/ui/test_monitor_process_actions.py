@@ -367,3 +367,48 @@ async def test_down_on_the_monitor_tab_moves_the_selection_that_k_names_in_full(
         await pilot.press("y")
         await pilot.pause()
         assert signaller.sent == [(31338, "TERM")]
+
+
+EXITED_SCENARIO = """
+[[gpus]]
+name = "NVIDIA A100-SXM4-80GB"
+memory_total_mib = 81920
+used_mib = 30000
+
+[[gpus.processes]]
+pid = 4242
+user = "alice"
+cmdline = "python train.py"
+used_mib = 29000
+exited_s = 10
+
+[[gpus.processes]]
+pid = 4343
+cmdline = "python other.py"
+used_mib = 500
+visible = false
+"""
+
+
+async def test_an_exited_process_nvml_still_lists_is_named_as_such_and_k_says_why(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: it was labelled "(other container)" and refused for that reason."""
+    scenario = tmp_path / "exited.toml"
+    scenario.write_text(EXITED_SCENARIO)
+    signaller = SimulatedSignaller()
+    app, _clock = fake_app(str(scenario), data_dir=tmp_path, start_s=20, signaller=signaller)
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        table = app.monitor.process_table
+        command = table.get_cells("0:4242")["command"].text
+        assert "exited; NVML still lists its memory" in command and "container" not in command
+        assert "(other container)" in table.get_cells("0:4343")["command"].text
+        await pilot.press("down")  # 0:4242 is first (by GPU, then PID)
+        await pilot.press("up", "k")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmDialog)
+        said = [n.message for n in app._notifications]
+        assert any("PID 4242 has exited" in m and "NVML still lists" in m for m in said), said
+        assert not any("container" in m for m in said)
+        assert signaller.sent == []

@@ -86,6 +86,7 @@ def _process(data: dict[str, Any], gpu_index: int) -> ProcessSample:
         used_bytes=_int(data.get("used_bytes")),
         visible=data.get("visible") is not False,
         verifiable=data.get("verifiable") is not False,
+        exited=data.get("exited") is True,
         mig_index=_int(data.get("mig_index")),
         gpu_instance_id=_int(data.get("gpu_instance_id")),
         compute_instance_id=_int(data.get("compute_instance_id")),
