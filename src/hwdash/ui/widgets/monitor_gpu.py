@@ -149,6 +149,8 @@ class GpuCells:
     temperature: str
     power: str
     detail: str
+    uuid: str | None = None
+    """The UUID at the end of ``detail`` (cut in its middle when the line is too long)."""
     #: Colours of the utilization, temperature and power cells by intensity ("" for none).
     styles: tuple[str, str, str] = ("", "", "")
 
@@ -181,6 +183,7 @@ def gpu_cells(gpu: GpuSample, *, wide: bool) -> GpuCells:
         temperature=temperature_text(gpu),
         power=power_text(gpu, wide=wide),
         detail=detail_text(gpu),
+        uuid=gpu.uuid,
         styles=reading_styles(gpu),
     )
 
@@ -231,6 +234,38 @@ def fit_text(text: str, width: int, align: str) -> str:
         return set_cell_size(text, width - 1) + "…"
     padding = " " * (width - length)
     return padding + text if align == "right" else text + padding
+
+
+#: A UUID cut to fit keeps at least this many cells (``GPU-7e…00000003``): enough of its end to tell
+#: GPUs apart whose UUIDs share a beginning (one batch of boards, a fake scenario).
+UUID_MIN_CELLS = 16
+
+
+def cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, cut in the middle (``GPU-7e2f…000000000003``): the
+    beginning says what it is, the end tells similar ones apart."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = min(8, (width - 1) // 3)
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def fit_detail(text: str, width: int, uuid: str | None) -> str:
+    """A detail line in exactly ``width`` cells; when it ends with ``uuid`` and is too long, the
+    UUID is cut in its middle (the other parts first give up room down to
+    :data:`UUID_MIN_CELLS`), so the end that tells GPUs apart stays on screen."""
+    if not uuid or cell_len(text) <= width or not text.endswith(uuid):
+        return fit_text(text, width, "left")
+    head = text[: -len(uuid)]
+    room = width - cell_len(head)
+    if room < UUID_MIN_CELLS:
+        room = min(UUID_MIN_CELLS, width)
+        head = fit_text(head.rstrip(" ·"), max(0, width - room - 2), "left") + "  "
+        head = head[: max(0, width - room)]
+    return fit_text(head + cut_middle(uuid, width - cell_len(head)), width, "left")
 
 
 class _Shown:
@@ -324,6 +359,8 @@ class GpuCard(Widget):
         self.power_cell = _Shown()
         self.detail_cell = _Shown()
         self.detail_cell.display = False
+        self.detail_uuid: str | None = None
+        """The UUID the detail line ends with (cut in its middle to fit)."""
         self.reading_styles: tuple[str, str, str] = ("", "", "")
         self.bar = _BarShown()
         self._history: tuple[float, ...] = ()
@@ -376,6 +413,7 @@ class GpuCard(Widget):
         self.temp_cell.shown = cells.temperature
         self.power_cell.shown = cells.power
         self.detail_cell.shown = cells.detail
+        self.detail_uuid = cells.uuid
         self.reading_styles = cells.styles
         two_lines = wide or problem is not None
         self.detail_cell.display = two_lines
@@ -493,4 +531,4 @@ class GpuCard(Widget):
         _base, _hot, style = self._line_styles()
         indent = self._layout()[1][1]  # under the bar
         text = " " * indent + self.detail_cell.shown
-        return Strip([Segment(fit_text(text, width, "left"), style)], width)
+        return Strip([Segment(fit_detail(text, width, self.detail_uuid), style)], width)
