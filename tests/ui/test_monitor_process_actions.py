@@ -26,15 +26,18 @@ from snapshot_apps.fake_dashboard import (
 from hwdash.cli import build_parser
 from hwdash.commands import dashboard
 from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
+from hwdash.telemetry.history import History
 from hwdash.telemetry.host_sampler import HostSampler, PsutilProcessTable
 from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.replay import ReplaySampler
 from hwdash.telemetry.signals import OsSignaller, SignalRefused, SimulatedSignaller, refusal
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import make_sampler
+from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.system_sampler import SystemSampler
 from hwdash.telemetry.types import GpuSample, ProcessSample
 from hwdash.ui.app import HwdashApp, make_app
+from hwdash.ui.sampling import FRAME_HISTORY_POINTS
 from hwdash.ui.widgets.monitor_gpu import forecast_text, gpu_cells
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
@@ -412,3 +415,74 @@ async def test_an_exited_process_nvml_still_lists_is_named_as_such_and_k_says_wh
         assert any("PID 4242 has exited" in m and "NVML still lists" in m for m in said), said
         assert not any("container" in m for m in said)
         assert signaller.sent == []
+
+
+async def test_a_replays_history_is_the_recording_up_to_the_snapshot_shown(tmp_path: Path) -> None:
+    """Issue 23: the sparklines grew from the frames viewed, so pausing and stepping back added
+    history the recording never had."""
+    now = [0.0]
+    live = make_sampler("a100x4-training", clock=lambda: now[0])
+    lines = []
+    for second in range(0, 60, 5):
+        now[0] = float(second)
+        data: Any = snapshot_to_dict(live.sample())
+        data["timestamp"] = 1_000_000.0 + second
+        lines.append(json.dumps(data))
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    sampler, _ = ReplaySampler.from_file(path, speed=0)
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=sampler,
+        interval=3600,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+    )
+
+    def expected(shown: int) -> tuple[tuple[float, ...], tuple[tuple[float, int | None], ...]]:
+        history = History(interval_s=3600, window_s=3600 * FRAME_HISTORY_POINTS)
+        for snapshot in sampler.snapshots[: shown + 1]:
+            history.add(snapshot)
+        return tuple(history.pressures(0)[-FRAME_HISTORY_POINTS:]), history.process("0:31337")
+
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.press("space")
+        await pilot.pause()
+        for key, shown in [*(("right", n) for n in range(1, 6)), ("left", 4), ("left", 3)]:
+            frames = app.frames_received
+            await pilot.press(key)
+            await wait_for_frames(pilot, app, frames + 1)
+            assert sampler.position == shown
+            frame = app.monitor.frame
+            assert frame is not None
+            pressures, process = expected(shown)
+            assert frame.history_for(0) == pressures, (key, shown)
+            assert frame.process_points_for("0:31337") == process
+            assert app.monitor.gpu_cards[0]._history == pressures  # what the sparkline draws
+        assert len(pressures) == 4
+        last = len(sampler.snapshots) - 1
+        for _ in range(last - 3 + 2):  # to the end, then twice more: the last one repeats
+            frames = app.frames_received
+            await pilot.press("right")
+            await wait_for_frames(pilot, app, frames + 1)
+        assert sampler.position == last
+        frame = app.monitor.frame
+        assert frame is not None and frame.history_for(0) == expected(last)[0]
+
+
+def test_a_replay_under_gpus_is_still_a_replay(tmp_path: Path) -> None:
+    """The replay keys and the recording's history also work with --gpus (a subset around it)."""
+    now = [0.0]
+    live = make_sampler("a100x4-training", clock=lambda: now[0])
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(snapshot_to_dict(live.sample())) + "\n")
+    sampler, _ = ReplaySampler.from_file(path, speed=0)
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=SubsetSampler(sampler, ("1",), "--gpus 1"),
+        interval=1,
+        alert_log=False,
+    )
+    assert app.replay is sampler

@@ -116,6 +116,10 @@ class SubsetSampler:
             self.checked = True
             if snapshot.gpus and not snapshot.stale:
                 check_selection(self.entries, snapshot.gpus, self.flag)
+        return self.select(snapshot)
+
+    def select(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with only the chosen GPUs, saying so in its ``subset``."""
         if not snapshot.gpus:
             return snapshot
         kept = tuple(gpu for gpu in snapshot.gpus if _chosen(gpu, self.entries))

@@ -30,6 +30,7 @@ from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History, process_key
 from hwdash.telemetry.replay import ReplaySampler
 from hwdash.telemetry.signals import Signaller, SignalName, SignalRefused, refusal
+from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.types import ProcessSample, Sampler, Snapshot
 from hwdash.ui import startup_gc
 from hwdash.ui.monitor_pane import MonitorPane
@@ -299,7 +300,7 @@ class HwdashApp(App[None]):
     ) -> None:
         super().__init__()
         self.signaller = signaller
-        self.replay = sampler if isinstance(sampler, ReplaySampler) else None
+        self.replay = replay_of(sampler)
         """The recording being replayed (``--replay``), or None for live samples."""
         """Sends SIGTERM/SIGKILL to a process the user picked and confirmed (None: ``--readonly``)."""
         self._first_snapshot = first_snapshot
@@ -816,6 +817,13 @@ class HwdashApp(App[None]):
             callback()
 
 
+def replay_of(sampler: Sampler | None) -> ReplaySampler | None:
+    """The recording behind ``sampler`` (``--replay``, also under ``--gpus``), or None."""
+    if isinstance(sampler, SubsetSampler):
+        sampler = sampler.inner
+    return sampler if isinstance(sampler, ReplaySampler) else None
+
+
 def make_app(
     *,
     catalog: Catalog | Callable[[], Catalog],
@@ -856,7 +864,14 @@ def make_app(
     # Ten minutes of history at the interval, and never fewer points than a sparkline can show.
     window_s = max(DEFAULT_WINDOW_S, FRAME_HISTORY_POINTS * interval)
     history = History(interval_s=interval, window_s=window_s)
-    builder = AlertingFrameBuilder(rule, history=history, actions=actions)
+    replay = replay_of(sampler)
+    # A replay's sparklines are the recording up to the snapshot shown, not the frames viewed.
+    feed = (
+        None
+        if replay is None
+        else replay.history_feed(sampler.select if isinstance(sampler, SubsetSampler) else None)
+    )
+    builder = AlertingFrameBuilder(rule, history=history, actions=actions, history_feed=feed)
     return HwdashApp(
         catalog=catalog,
         sampler=sampler,
