@@ -236,9 +236,10 @@ def fit_text(text: str, width: int, align: str) -> str:
     return padding + text if align == "right" else text + padding
 
 
-#: A UUID cut to fit keeps at least this many cells (``GPU-7e…00000003``): enough of its end to tell
-#: GPUs apart whose UUIDs share a beginning (one batch of boards, a fake scenario).
-UUID_MIN_CELLS = 16
+#: A UUID cut to fit keeps at least this many cells (``GPU…00000003``): enough of its end to tell
+#: GPUs apart whose UUIDs share a beginning (one batch of boards, a fake scenario); with less room
+#: it is left out rather than shown as a beginning every GPU shares.
+UUID_MIN_CELLS = 12
 
 
 def cut_middle(text: str, width: int) -> str:
@@ -255,17 +256,15 @@ def cut_middle(text: str, width: int) -> str:
 
 def fit_detail(text: str, width: int, uuid: str | None) -> str:
     """A detail line in exactly ``width`` cells; when it ends with ``uuid`` and is too long, the
-    UUID is cut in its middle (the other parts first give up room down to
-    :data:`UUID_MIN_CELLS`), so the end that tells GPUs apart stays on screen."""
+    UUID is cut in its middle, so the end that tells GPUs apart stays on screen (the parts before
+    it keep their room: with less than :data:`UUID_MIN_CELLS` left, the UUID is left out)."""
     if not uuid or cell_len(text) <= width or not text.endswith(uuid):
         return fit_text(text, width, "left")
     head = text[: -len(uuid)]
     room = width - cell_len(head)
     if room < UUID_MIN_CELLS:
-        room = min(UUID_MIN_CELLS, width)
-        head = fit_text(head.rstrip(" ·"), max(0, width - room - 2), "left") + "  "
-        head = head[: max(0, width - room)]
-    return fit_text(head + cut_middle(uuid, width - cell_len(head)), width, "left")
+        return fit_text(head.rstrip(" ·"), width, "left")
+    return fit_text(head + cut_middle(uuid, room), width, "left")
 
 
 class _Shown:
