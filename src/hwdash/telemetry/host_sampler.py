@@ -140,6 +140,9 @@ def _pid_exists(pid: int) -> bool:
     """Whether a process holds ``pid`` in this PID namespace, even one whose ``/proc`` entry is
     hidden from us (``hidepid``): signal 0 checks without sending anything (kill(2): ESRCH when no
     process has the PID, EPERM when one does that we may not signal)."""
+    if os.name != "posix":
+        # Windows' os.kill terminates the process whatever the signal number: ask psutil.
+        return bool(psutil.pid_exists(pid))
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
