@@ -734,3 +734,25 @@ def test_plan_line_without_readable_gpus_claims_no_check() -> None:
     text, over = plan_text((lost,), 10 * GIB, "p", plan_gpus=1)
     assert "no GPU reading to compare it with" in text and "within" not in text
     assert not over
+
+
+async def test_wide_cards_cut_a_uuid_in_its_middle_keeping_the_end_that_tells_gpus_apart(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: the detail line was cut at its end, so every h100x8 card read
+    `GPU-7e2f1a90-4c3b-4d5e-9f60-00…`."""
+    app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        cards = app.monitor.gpu_cards
+        assert len(cards) == 8 and app.monitor.wide
+        lines = []
+        for index, card in cards.items():
+            line = "".join(segment.text for segment in card.render_line(1)).rstrip()
+            assert len(line) <= card.size.width
+            uuid = f"GPU-7e2f1a90-4c3b-4d5e-9f60-{index:012d}"
+            shown_uuid = line.rsplit("  ·  ", 1)[-1]
+            assert shown_uuid.startswith("GPU-") and "…" in shown_uuid, line
+            assert line.endswith(uuid[-8:]), line  # the end that differs from GPU to GPU
+            lines.append(line)
+        assert len(set(lines)) == 8

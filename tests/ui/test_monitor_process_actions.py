@@ -26,15 +26,18 @@ from snapshot_apps.fake_dashboard import (
 from hwdash.cli import build_parser
 from hwdash.commands import dashboard
 from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
+from hwdash.telemetry.history import History
 from hwdash.telemetry.host_sampler import HostSampler, PsutilProcessTable
 from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.replay import ReplaySampler
 from hwdash.telemetry.signals import OsSignaller, SignalRefused, SimulatedSignaller, refusal
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import make_sampler
+from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.system_sampler import SystemSampler
 from hwdash.telemetry.types import GpuSample, ProcessSample
 from hwdash.ui.app import HwdashApp, make_app
+from hwdash.ui.sampling import FRAME_HISTORY_POINTS
 from hwdash.ui.widgets.monitor_gpu import forecast_text, gpu_cells
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
@@ -329,3 +332,157 @@ async def test_readonly_on_the_command_line_turns_k_and_capital_k_off(
     finally:
         app.finish()
         sampler.close()
+
+
+async def test_down_on_the_monitor_tab_moves_the_selection_that_k_names_in_full(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: up/down moved nothing until Tab, so `k` named row 0; and the question cut the
+    command line at 60 characters."""
+    signaller = SimulatedSignaller()
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=30, signaller=signaller)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        assert app.active_tab == "monitor"
+        await pilot.press("down", "down", "up")
+        await pilot.pause()
+        table = app.monitor.process_table
+        assert table.has_focus  # the selection is drawn where k will act
+        assert app.monitor.selected_process_key() == "1:31338"
+        await pilot.press("k")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmDialog)
+        command = (
+            "python -m torch.distributed.run --nproc-per-node 4 train.py --model llama-3-8b "
+            "--local-rank 1"
+        )
+        assert f"PID 31338 on GPU 1 (user alice: {command})?" in dialog.question
+        label = dialog.query_one("#confirm-question")
+        # Wrapped inside the dialog, every word on screen.
+        assert label.size.height >= 2
+        assert label.region.right <= dialog.query_one("Vertical").region.right
+        shown = " ".join(
+            "".join(segment.text for segment in line).strip()
+            for line in label.render_lines(label.region.reset_offset)
+        )
+        assert "--local-rank 1)?" in shown
+        await pilot.press("y")
+        await pilot.pause()
+        assert signaller.sent == [(31338, "TERM")]
+
+
+EXITED_SCENARIO = """
+[[gpus]]
+name = "NVIDIA A100-SXM4-80GB"
+memory_total_mib = 81920
+used_mib = 30000
+
+[[gpus.processes]]
+pid = 4242
+user = "alice"
+cmdline = "python train.py"
+used_mib = 29000
+exited_s = 10
+
+[[gpus.processes]]
+pid = 4343
+cmdline = "python other.py"
+used_mib = 500
+visible = false
+"""
+
+
+async def test_an_exited_process_nvml_still_lists_is_named_as_such_and_k_says_why(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: it was labelled "(other container)" and refused for that reason."""
+    scenario = tmp_path / "exited.toml"
+    scenario.write_text(EXITED_SCENARIO)
+    signaller = SimulatedSignaller()
+    app, _clock = fake_app(str(scenario), data_dir=tmp_path, start_s=20, signaller=signaller)
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        table = app.monitor.process_table
+        command = table.get_cells("0:4242")["command"].text
+        assert "exited; NVML still lists its memory" in command and "container" not in command
+        assert "(other container)" in table.get_cells("0:4343")["command"].text
+        await pilot.press("down")  # 0:4242 is first (by GPU, then PID)
+        await pilot.press("up", "k")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmDialog)
+        said = [n.message for n in app._notifications]
+        assert any("PID 4242 has exited" in m and "NVML still lists" in m for m in said), said
+        assert not any("container" in m for m in said)
+        assert signaller.sent == []
+
+
+async def test_a_replays_history_is_the_recording_up_to_the_snapshot_shown(tmp_path: Path) -> None:
+    """Issue 23: the sparklines grew from the frames viewed, so pausing and stepping back added
+    history the recording never had."""
+    now = [0.0]
+    live = make_sampler("a100x4-training", clock=lambda: now[0])
+    lines = []
+    for second in range(0, 60, 5):
+        now[0] = float(second)
+        data: Any = snapshot_to_dict(live.sample())
+        data["timestamp"] = 1_000_000.0 + second
+        lines.append(json.dumps(data))
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    sampler, _ = ReplaySampler.from_file(path, speed=0)
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=sampler,
+        interval=3600,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+    )
+
+    def expected(shown: int) -> tuple[tuple[float, ...], tuple[tuple[float, int | None], ...]]:
+        history = History(interval_s=3600, window_s=3600 * FRAME_HISTORY_POINTS)
+        for snapshot in sampler.snapshots[: shown + 1]:
+            history.add(snapshot)
+        return tuple(history.pressures(0)[-FRAME_HISTORY_POINTS:]), history.process("0:31337")
+
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await pilot.press("space")
+        await pilot.pause()
+        for key, shown in [*(("right", n) for n in range(1, 6)), ("left", 4), ("left", 3)]:
+            frames = app.frames_received
+            await pilot.press(key)
+            await wait_for_frames(pilot, app, frames + 1)
+            assert sampler.position == shown
+            frame = app.monitor.frame
+            assert frame is not None
+            pressures, process = expected(shown)
+            assert frame.history_for(0) == pressures, (key, shown)
+            assert frame.process_points_for("0:31337") == process
+            assert app.monitor.gpu_cards[0]._history == pressures  # what the sparkline draws
+        assert len(pressures) == 4
+        last = len(sampler.snapshots) - 1
+        for _ in range(last - 3 + 2):  # to the end, then twice more: the last one repeats
+            frames = app.frames_received
+            await pilot.press("right")
+            await wait_for_frames(pilot, app, frames + 1)
+        assert sampler.position == last
+        frame = app.monitor.frame
+        assert frame is not None and frame.history_for(0) == expected(last)[0]
+
+
+def test_a_replay_under_gpus_is_still_a_replay(tmp_path: Path) -> None:
+    """The replay keys and the recording's history also work with --gpus (a subset around it)."""
+    now = [0.0]
+    live = make_sampler("a100x4-training", clock=lambda: now[0])
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(snapshot_to_dict(live.sample())) + "\n")
+    sampler, _ = ReplaySampler.from_file(path, speed=0)
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=SubsetSampler(sampler, ("1",), "--gpus 1"),
+        interval=1,
+        alert_log=False,
+    )
+    assert app.replay is sampler

@@ -347,3 +347,22 @@ def test_watch_redraws_one_table_in_place_on_a_terminal(tmp_path: Path) -> None:
     assert written.count(HOME) == 3 and written.count(ERASE_BELOW) == 3
     frame = written.split(HOME)[-1]
     assert "H100" in frame and "°C" in frame and "hwdash monitor --watch" in frame
+
+
+def test_once_says_a_process_has_exited_when_nvml_still_lists_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 23: such a PID read "(PID not visible on this host)"."""
+    scenario = tmp_path / "exited.toml"
+    scenario.write_text(
+        '[[gpus]]\nname = "NVIDIA A100-SXM4-80GB"\nmemory_total_mib = 81920\nused_mib = 900\n'
+        '[[gpus.processes]]\npid = 4242\ncmdline = "python train.py"\nused_mib = 800\n'
+        "exited_s = 0\n"
+    )
+    status, out, _err = run_monitor(capsys, "--once", "--fake-nvml", str(scenario))
+    assert status == 0
+    line = next(line for line in out.splitlines() if "4242" in line)
+    assert "exited; NVML still lists its memory" in line and "not visible" not in line
+    status, out, _err = run_monitor(capsys, "--once", "--json", "--fake-nvml", str(scenario))
+    (process,) = json.loads(out)["gpus"][0]["processes"]
+    assert process["exited"] is True and process["visible"] is False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
@@ -62,6 +63,30 @@ def test_a_pid_the_host_cannot_see_is_invisible() -> None:
     pid = _free_pid()
     info = PsutilProcessTable().lookup({pid})[pid]
     assert not info.visible and info.user is None and info.cmdline is None
+
+
+def test_a_pid_that_exited_is_said_to_be_gone_not_hidden() -> None:
+    """Issue 23: NVML may list a PID after its process exited; /proc no longer has it, and that is
+    not "another container" (from the host's PID namespace every container's PIDs are seen)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    gone = PsutilProcessTable().lookup({child.pid})[child.pid]
+    assert not gone.visible and gone.exited
+    ours = PsutilProcessTable().lookup({os.getpid()})[os.getpid()]
+    assert ours.visible and not ours.exited
+
+
+def test_a_zombie_has_exited() -> None:
+    child = subprocess.Popen(["true"])  # not reaped until the end: a zombie meanwhile
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        info = PsutilProcessTable().lookup({child.pid})[child.pid]
+        assert not info.visible and info.exited
+    finally:
+        child.wait()
 
 
 def test_process_table_forgets_pids_no_longer_asked_for() -> None:
@@ -127,3 +152,30 @@ def test_scenario_process_table_asks_the_real_host_about_other_pids() -> None:
     assert ours.visible and ours.user == psutil.Process().username()
     without = fake.process_table()
     assert not without.lookup({os.getpid()})[os.getpid()].visible
+
+
+def test_a_scenario_process_can_exit_while_nvml_still_lists_its_memory() -> None:
+    scenario = Scenario.model_validate(
+        {
+            "gpus": [
+                {
+                    "name": "X",
+                    "memory_total_mib": 1000,
+                    "processes": [
+                        {"pid": 101, "cmdline": "python a.py", "used_mib": 10, "exited_s": 30},
+                    ],
+                }
+            ]
+        }
+    )
+    clock = ManualClock(20)
+    fake = make_fake_pynvml(scenario, clock)
+    sampler = SystemSampler(NvmlSampler(fake.module), HostSampler(fake.process_table()), fake)
+    try:
+        running = sampler.sample().gpus[0].processes[0]
+        clock.now_s = 40
+        exited = sampler.sample().gpus[0].processes[0]
+    finally:
+        sampler.close()
+    assert running.visible and not running.exited and running.cmdline == "python a.py"
+    assert not exited.visible and exited.exited and exited.used_bytes == 10 * MIB

@@ -197,6 +197,16 @@ def test_a_process_that_was_not_verifiable_stays_so_in_the_replay(tmp_path: Path
     assert snapshot_to_dict(snapshot)["gpus"][0]["processes"][0]["verifiable"] is False
 
 
+def test_an_exited_process_stays_exited_in_the_replay(tmp_path: Path) -> None:
+    path = record(tmp_path, [0])
+    data = json.loads(path.read_text())
+    data["gpus"][0]["processes"][0].update(visible=False, exited=True)
+    path.write_text(json.dumps(data) + "\n")
+    (snapshot,), _warnings = read_replay(path)
+    assert snapshot.gpus[0].processes[0].exited
+    assert snapshot_to_dict(snapshot)["gpus"][0]["processes"][0]["exited"] is True
+
+
 @pytest.mark.parametrize(
     "field, value",
     [("processes", 5), ("mig", 5), ("per_cpu_percent", 1), ("errors", 3), ("processes", "x")],

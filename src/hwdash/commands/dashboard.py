@@ -165,6 +165,12 @@ def build_app(
         gap = gaps[len(gaps) // 2] if gaps else interval
         interval = max(0.05, gap / replay.speed) if replay.speed else 0.05
     tab, first_snapshot = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
+    from hwdash.telemetry.subset import SubsetSampler
+
+    if first_snapshot is None and isinstance(sampler, SubsetSampler) and not sampler.checked:
+        # --gpus (or CUDA_VISIBLE_DEVICES) is held against the GPUs on its first sample: taken
+        # here, so a GPU that is not there is said before the screen opens (and shown first).
+        first_snapshot = sampler.sample()
 
     def read_catalog() -> Catalog:
         from hwdash.core.catalog import load_catalog

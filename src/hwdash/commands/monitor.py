@@ -561,6 +561,8 @@ def print_readable(
                     pass  # another machine's process: its PID is never looked up here
                 elif not process.verifiable:
                     command = f"{command} (host PID: not checkable from this container)".strip()
+                elif process.exited:
+                    command = f"{command} (exited; NVML still lists its memory)".strip()
                 elif not process.visible:
                     command = f"{command} (PID not visible on this host)".strip()
                 if process.container:

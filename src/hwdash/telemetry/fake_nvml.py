@@ -32,6 +32,7 @@ or a list of ``[seconds, value]`` points, linear in between, the last value hold
     cmdline = "python train.py"
     used_mib = [[0, 512], [60, 74000]]   # leave out: NVML does not know (usedGpuMemory None)
     visible = false                      # the host cannot see this PID (another container)
+    exited_s = 90                        # from then on the PID is gone from /proc, NVML still lists it
 
     [[gpus.mig]]
     name = "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
@@ -82,7 +83,7 @@ from pydantic import (
 
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
-from hwdash.telemetry.host_sampler import INVISIBLE, HostProcessInfo, ProcessTable
+from hwdash.telemetry.host_sampler import EXITED, INVISIBLE, HostProcessInfo, ProcessTable
 from hwdash.telemetry.probes import ProbeReading, TorchDevice
 
 if sys.version_info >= (3, 11):
@@ -200,6 +201,9 @@ class ScenarioProcess(_Strict):
     """Host resident memory of the process."""
     visible: bool = True
     """False: the host cannot see this PID (it lives in another container or PID namespace)."""
+    exited_s: float | None = None
+    """Scenario second the process exits while NVML keeps listing it and its memory (the host no
+    longer has the PID); None: it does not."""
     mig: int | None = Field(default=None, ge=0)
     """The MIG slot the process runs on (listed by that MIG device); None: the whole GPU."""
     used_not_available_raw: bool = False
@@ -451,8 +455,14 @@ class ScenarioProcessTable:
     whatever PIDs happen to exist on the machine running the demo.
     """
 
-    def __init__(self, scenario: Scenario, fallback: ProcessTable | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        fallback: ProcessTable | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self._fallback = fallback
+        self._clock = clock
         self._known: dict[int, ScenarioProcess] = {
             process.pid: process for gpu in scenario.gpus for process in gpu.processes
         }
@@ -464,6 +474,12 @@ class ScenarioProcessTable:
             process = self._known.get(pid)
             if process is None:
                 unknown.add(pid)
+            elif (
+                process.exited_s is not None
+                and self._clock is not None
+                and self._clock() >= process.exited_s
+            ):
+                result[pid] = EXITED
             elif not process.visible:
                 result[pid] = INVISIBLE
             else:
@@ -525,7 +541,7 @@ class FakeNvml:
 
     def process_table(self, fallback: ProcessTable | None = None) -> ScenarioProcessTable:
         """A host view of the scenario's PIDs (user, command line, visibility) for the host sampler."""
-        return ScenarioProcessTable(self.scenario, fallback)
+        return ScenarioProcessTable(self.scenario, fallback, self.now)
 
     def release_hangs(self) -> None:
         """Let calls blocked by ``hang_after_s`` return (they then raise NVML's Timeout)."""

@@ -116,6 +116,13 @@ class History:
                 )
             )
 
+    def clear(self) -> None:
+        """Forget every point (a replay that jumped starts its history again)."""
+        self._gpus.clear()
+        self._host.clear()
+        self._processes.clear()
+        self._forecasts.clear()
+
     def gpu_indices(self) -> list[int]:
         """GPUs with any history."""
         return sorted(self._gpus)

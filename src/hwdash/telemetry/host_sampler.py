@@ -25,7 +25,10 @@ class HostProcessInfo:
     """What the host knows about one PID."""
 
     visible: bool
-    """False when the host cannot see the PID (it runs in another container or PID namespace)."""
+    """False when the host cannot see the PID (it runs in another container or PID namespace, or
+    it has exited)."""
+    exited: bool = False
+    """The PID has exited: no process holds it here (or only a zombie, awaiting its parent)."""
     name: str | None = None
     user: str | None = None
     cmdline: str | None = None
@@ -39,6 +42,7 @@ class HostProcessInfo:
 
 
 INVISIBLE = HostProcessInfo(visible=False)
+EXITED = HostProcessInfo(visible=False, exited=True)
 T = TypeVar("T")
 
 INITIAL_PID_NAMESPACE_INODE = 0xEFFFFFFC
@@ -85,9 +89,12 @@ class PsutilProcessTable:
         if process is None or not process.is_running():  # is_running also catches PID reuse
             try:
                 process = psutil.Process(pid)
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            except psutil.ZombieProcess:
                 self._processes.pop(pid, None)
-                return INVISIBLE
+                return EXITED
+            except psutil.NoSuchProcess:
+                self._processes.pop(pid, None)
+                return EXITED if not _pid_exists(pid) else INVISIBLE
             except psutil.AccessDenied:
                 return HostProcessInfo(visible=True)
             self._processes[pid] = process
@@ -100,9 +107,14 @@ class PsutilProcessTable:
                 memory = _quietly(process.memory_info)
                 cpu = _quietly(lambda: process.cpu_percent(interval=None))
                 started_at = _quietly(process.create_time)
+                status = _quietly(process.status)
         except psutil.NoSuchProcess:
             self._processes.pop(pid, None)
-            return INVISIBLE
+            return EXITED if not _pid_exists(pid) else INVISIBLE
+        if status == psutil.STATUS_ZOMBIE:
+            # Exited, not yet reaped by its parent: nothing left to show or signal.
+            self._processes.pop(pid, None)
+            return EXITED
         if first_round or pid not in self._containers:
             found = container_of(pid, self._proc_root)
             self._containers[pid] = None if found is None else found.short
@@ -122,6 +134,22 @@ class PsutilProcessTable:
             del self._processes[gone]
             self._containers.pop(gone, None)
         return {pid: self._read(pid) for pid in pids}
+
+
+def _pid_exists(pid: int) -> bool:
+    """Whether a process holds ``pid`` in this PID namespace, even one whose ``/proc`` entry is
+    hidden from us (``hidepid``): signal 0 checks without sending anything (kill(2): ESRCH when no
+    process has the PID, EPERM when one does that we may not signal)."""
+    if os.name != "posix":
+        # Windows' os.kill terminates the process whatever the signal number: ask psutil.
+        return bool(psutil.pid_exists(pid))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: it exists; anything else: nothing known to be wrong
+    return True
 
 
 def _quietly(read: Callable[[], T]) -> T | None:

@@ -12,9 +12,9 @@ is an error naming the line. Alert states are recomputed by the reader's own rul
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwdash.core.strict_json import UntrustedJsonError, loads
 from hwdash.errors import UsageError
@@ -28,6 +28,9 @@ from hwdash.telemetry.types import (
     Snapshot,
     TorchSample,
 )
+
+if TYPE_CHECKING:
+    from hwdash.telemetry.history import History
 
 MAX_LINE_DEPTH = 16
 """A snapshot nests six levels (snapshot, gpus, GPU, processes, process, torch)."""
@@ -86,6 +89,7 @@ def _process(data: dict[str, Any], gpu_index: int) -> ProcessSample:
         used_bytes=_int(data.get("used_bytes")),
         visible=data.get("visible") is not False,
         verifiable=data.get("verifiable") is not False,
+        exited=data.get("exited") is True,
         mig_index=_int(data.get("mig_index")),
         gpu_instance_id=_int(data.get("gpu_instance_id")),
         compute_instance_id=_int(data.get("compute_instance_id")),
@@ -251,7 +255,10 @@ class ReplaySampler:
         self.snapshots = snapshots
         self.speed = speed
         self.position = -1
-        """Index of the snapshot last returned (-1: none yet)."""
+        """Index of the snapshot the next ``sample()`` starts from (-1: none yet); a step moves it."""
+        self.shown = -1
+        """Index of the snapshot the last ``sample()`` returned (-1: none yet); a step made
+        meanwhile does not change it."""
         self.paused = False
         self._hold = False
 
@@ -270,7 +277,8 @@ class ReplaySampler:
             self._hold = False  # a step already moved the position
         elif not self.paused and not self.finished:
             self.position += 1
-        return self.snapshots[max(0, self.position)]
+        self.shown = max(0, self.position)
+        return self.snapshots[self.shown]
 
     def step(self, by: int) -> None:
         """Move ``by`` snapshots (negative: back); the next ``sample()`` returns that snapshot."""
@@ -287,9 +295,47 @@ class ReplaySampler:
         # OverflowError past about 292 years: a longer gap waits MAX_WAIT_S.
         return min(MAX_WAIT_S, max(0.0, gap / self.speed))
 
+    def history_feed(
+        self, select: Callable[[Snapshot], Snapshot] | None = None
+    ) -> ReplayHistoryFeed:
+        """What adds this replay's snapshots to a :class:`History` (``select``: the same choice of
+        GPUs the samples went through, e.g. ``--gpus``)."""
+        return ReplayHistoryFeed(self, select)
+
     def __iter__(self) -> Iterator[Snapshot]:
         while not self.finished:
             yield self.sample()
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class ReplayHistoryFeed:
+    """Keeps a :class:`History` equal to the recording up to the snapshot shown, whatever was
+    viewed: a snapshot shown again (paused, or the end repeating) adds nothing, and a step back
+    or a jump rebuilds the history from the recording, so sparklines and forecasts never hold
+    points the recording does not have in that order.
+
+    Call it with each snapshot right after the replay's ``sample()`` returned it (the sampling
+    thread does), instead of ``history.add``.
+    """
+
+    def __init__(
+        self, replay: ReplaySampler, select: Callable[[Snapshot], Snapshot] | None = None
+    ) -> None:
+        self.replay = replay
+        self.select = select
+        self._added = -1
+        """Index of the last snapshot added (-1: none)."""
+
+    def __call__(self, history: History, snapshot: Snapshot) -> None:
+        shown = self.replay.shown
+        if shown == self._added + 1:
+            history.add(snapshot)
+        elif shown != self._added:
+            history.clear()
+            # The rings keep at most ``capacity`` points, so earlier snapshots would fall out.
+            for earlier in self.replay.snapshots[max(0, shown - history.capacity) : shown]:
+                history.add(earlier if self.select is None else self.select(earlier))
+            history.add(snapshot)
+        self._added = shown

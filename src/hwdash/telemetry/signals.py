@@ -3,6 +3,7 @@
 The dashboard asks for a confirmation naming the process first; this module decides whether the
 signal may be sent at all and sends it:
 
+* never to a PID that has exited although NVML still lists it (nothing is left to signal);
 * never to a PID this monitor cannot see (another container or PID namespace: the same number is
   another process here);
 * never to another user's process unless this monitor runs as root (the kernel would refuse too,
@@ -62,6 +63,11 @@ def refusal(process: ProcessSample, *, user: str | None, root: bool) -> str | No
     """Why ``process`` may not be signalled from here, or None when it may."""
     if not process.verifiable:
         return f"PID {process.pid} is a host PID this container cannot check: no signal sent"
+    if process.exited:
+        return (
+            f"PID {process.pid} has exited (gone from /proc); NVML still lists its memory: "
+            "no signal to send"
+        )
     if not process.visible:
         return f"PID {process.pid} is not visible from here (another container): no signal sent"
     if root:

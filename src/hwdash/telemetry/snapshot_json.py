@@ -29,6 +29,7 @@ def process_to_dict(process: ProcessSample) -> dict[str, Any]:
         "used_bytes": process.used_bytes,
         "visible": process.visible,
         "verifiable": process.verifiable,
+        "exited": process.exited,
         "mig_index": process.mig_index,
         "gpu_instance_id": process.gpu_instance_id,
         "compute_instance_id": process.compute_instance_id,

@@ -3,7 +3,8 @@
 Entries are NVML indices or UUIDs (or a UUID's first characters, ``GPU-5a1c``), as
 ``CUDA_VISIBLE_DEVICES`` takes them (CUDA's documentation, "CUDA environment variables"); ``all`` shows
 every GPU. The sampler still reads every GPU (NVML numbers them all); the subset is what the monitor
-shows, alerts on and prints.
+shows, alerts on and prints. An entry that names no GPU, or a UUID prefix that several GPUs share, is
+refused on the first sample that lists GPUs (a usage error, before anything is shown).
 """
 
 from __future__ import annotations
@@ -56,6 +57,40 @@ def _chosen(gpu: GpuSample, entries: tuple[str, ...]) -> bool:
     return False
 
 
+def _index_list(indices: list[int]) -> str:
+    """``0-7`` for a run of numbers, else ``0, 2, 5``."""
+    if len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1)):
+        return f"{indices[0]}-{indices[-1]}"
+    return ", ".join(str(index) for index in indices)
+
+
+def check_selection(entries: tuple[str, ...], gpus: tuple[GpuSample, ...], flag: str) -> None:
+    """Raise :class:`UsageError` for an entry that names none of ``gpus`` or (a UUID prefix)
+    several of them; ``flag`` (``--gpus``, ``CUDA_VISIBLE_DEVICES``) is named in the message."""
+    local = sorted(gpu.index for gpu in gpus if gpu.host is None)
+    for entry in entries:
+        if entry.isdigit():
+            if int(entry) not in local:
+                here = (
+                    f"GPUs here: {_index_list(local)}"
+                    if local
+                    else "a cluster's GPUs are chosen by UUID"
+                )
+                raise UsageError(f"there is no GPU {entry} ({here})", flag=flag)
+            continue
+        matches = [gpu for gpu in gpus if _chosen(gpu, (entry,))]
+        if not matches:
+            raise UsageError(f"no GPU's UUID starts with {entry}", flag=flag)
+        if len(matches) > 1:
+            numbers = ", ".join(
+                f"{gpu.host}:{gpu.host_gpu}" if gpu.host else str(gpu.index) for gpu in matches
+            )
+            raise UsageError(
+                f"{entry} matches {len(matches)} GPUs ({numbers}): give more of its UUID",
+                flag=flag,
+            )
+
+
 class SubsetSampler:
     """A sampler showing only the chosen GPUs of another (implements the sampler protocol)."""
 
@@ -64,9 +99,27 @@ class SubsetSampler:
         self.entries = entries
         self.source = source
         """What chose them, said on screen (``--gpus 0,2``)."""
+        self.checked = False
+        """The entries were held against the first sample (checked once: a GPU lost later does
+        not make them a usage error in the middle of a run)."""
+
+    @property
+    def flag(self) -> str:
+        """The flag or variable the entries come from (``--gpus``, ``CUDA_VISIBLE_DEVICES``)."""
+        return self.source.split("=", 1)[0].split(" ", 1)[0]
 
     def sample(self) -> Snapshot:
+        """The chosen GPUs of the next sample; the first one that lists GPUs raises
+        :class:`UsageError` for an entry that names none or several of them."""
         snapshot = self.inner.sample()
+        if not self.checked:
+            self.checked = True
+            if snapshot.gpus and not snapshot.stale:
+                check_selection(self.entries, snapshot.gpus, self.flag)
+        return self.select(snapshot)
+
+    def select(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with only the chosen GPUs, saying so in its ``subset``."""
         if not snapshot.gpus:
             return snapshot
         kept = tuple(gpu for gpu in snapshot.gpus if _chosen(gpu, self.entries))

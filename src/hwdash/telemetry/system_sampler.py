@@ -20,7 +20,7 @@ UNIFIED_MEMORY_NOTE = "unified memory: NVML reports none; showing the host's RAM
 
 def _join(process: ProcessSample, info: HostProcessInfo | None) -> ProcessSample:
     if info is None or not info.visible:
-        return dataclasses.replace(process, visible=False)
+        return dataclasses.replace(process, visible=False, exited=info is not None and info.exited)
     return dataclasses.replace(
         process,
         visible=True,

@@ -74,7 +74,10 @@ class ProcessSample:
     used_bytes: int | None
     """GPU memory NVML attributes to the process; None when NVML does not know (MIG, WDDM)."""
     visible: bool = True
-    """False when psutil cannot see the PID (another container or PID namespace)."""
+    """False when psutil cannot see the PID (another container or PID namespace, or it exited)."""
+    exited: bool = False
+    """The PID is gone from this monitor's ``/proc`` (or is a zombie) while NVML still lists it
+    with its memory: the process exited and the driver has not released its memory yet."""
     verifiable: bool = True
     """False when this monitor runs in a PID namespace other than the host's: NVML reports host
     PIDs, so a local process with the same number is unrelated and is not joined."""

@@ -30,6 +30,7 @@ from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History, process_key
 from hwdash.telemetry.replay import ReplaySampler
 from hwdash.telemetry.signals import Signaller, SignalName, SignalRefused, refusal
+from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.types import ProcessSample, Sampler, Snapshot
 from hwdash.ui import startup_gc
 from hwdash.ui.monitor_pane import MonitorPane
@@ -263,6 +264,12 @@ class HwdashApp(App[None]):
         Binding("m", "show_tab('monitor')", "Monitor"),
         Binding("o", "sort_processes", "Sort processes"),
         Binding("enter", "process_detail", "Process detail", show=False),
+        # The process table is the monitor's only list: the arrows move its selection from
+        # anywhere on the tab (the table takes the focus, so the row `k` acts on is drawn).
+        Binding("up", "process_cursor('up')", "Previous process", show=False),
+        Binding("down", "process_cursor('down')", "Next process", show=False),
+        Binding("home", "process_cursor('first')", "First process", show=False),
+        Binding("end", "process_cursor('last')", "Last process", show=False),
         Binding("k", "signal_process('TERM')", "Terminate process", show=False),
         Binding("K", "signal_process('KILL')", "Kill process", show=False),
         Binding("space", "replay_pause", "Pause replay", show=False, priority=True),
@@ -293,7 +300,7 @@ class HwdashApp(App[None]):
     ) -> None:
         super().__init__()
         self.signaller = signaller
-        self.replay = sampler if isinstance(sampler, ReplaySampler) else None
+        self.replay = replay_of(sampler)
         """The recording being replayed (``--replay``), or None for live samples."""
         """Sends SIGTERM/SIGKILL to a process the user picked and confirmed (None: ``--readonly``)."""
         self._first_snapshot = first_snapshot
@@ -632,7 +639,7 @@ class HwdashApp(App[None]):
                 return self.active_tab == "monitor" and self.screen is self.screen_stack[0]
             except NoMatches:
                 return False
-        if action in ("sort_processes", "process_detail", "signal_process"):
+        if action in ("sort_processes", "process_detail", "signal_process", "process_cursor"):
             try:
                 on_monitor = self.active_tab == "monitor"
             except NoMatches:  # asked before the tabs exist
@@ -654,6 +661,20 @@ class HwdashApp(App[None]):
                 if process_key(process.gpu_index, process.mig_index, process.pid) == key:
                     return process, frame.process_points_for(key), gpu.total_bytes
         return None, (), None
+
+    def action_process_cursor(self, where: str) -> None:
+        """Up/down/home/end on the monitor tab: focus the process table and move its selection."""
+        table = self.monitor.process_table
+        if not table.display:
+            return
+        table.focus()
+        moves = {
+            "up": table.action_cursor_up,
+            "down": table.action_cursor_down,
+            "first": table.action_cursor_first,
+            "last": table.action_cursor_last,
+        }
+        moves[where]()
 
     def action_process_detail(self) -> None:
         """``enter`` on the monitor: the selected process in detail."""
@@ -733,9 +754,8 @@ class HwdashApp(App[None]):
         if reason is not None:
             self.notify(reason, severity="warning", timeout=5, markup=False)
             return
+        # The whole command line: the dialog wraps it (it is what decides yes or no).
         command = process.cmdline or process.name or "unknown command"
-        if len(command) > 60:
-            command = command[:59] + "…"
         question = (
             f"Send SIG{signal_name} to PID {process.pid} on GPU {process.gpu_index} "
             f"(user {process.user or 'unknown'}: {command})?"
@@ -797,6 +817,13 @@ class HwdashApp(App[None]):
             callback()
 
 
+def replay_of(sampler: Sampler | None) -> ReplaySampler | None:
+    """The recording behind ``sampler`` (``--replay``, also under ``--gpus``), or None."""
+    if isinstance(sampler, SubsetSampler):
+        sampler = sampler.inner
+    return sampler if isinstance(sampler, ReplaySampler) else None
+
+
 def make_app(
     *,
     catalog: Catalog | Callable[[], Catalog],
@@ -837,7 +864,14 @@ def make_app(
     # Ten minutes of history at the interval, and never fewer points than a sparkline can show.
     window_s = max(DEFAULT_WINDOW_S, FRAME_HISTORY_POINTS * interval)
     history = History(interval_s=interval, window_s=window_s)
-    builder = AlertingFrameBuilder(rule, history=history, actions=actions)
+    replay = replay_of(sampler)
+    # A replay's sparklines are the recording up to the snapshot shown, not the frames viewed.
+    feed = (
+        None
+        if replay is None
+        else replay.history_feed(sampler.select if isinstance(sampler, SubsetSampler) else None)
+    )
+    builder = AlertingFrameBuilder(rule, history=history, actions=actions, history_feed=feed)
     return HwdashApp(
         catalog=catalog,
         sampler=sampler,

@@ -185,6 +185,7 @@ class AlertingFrameBuilder:
         *,
         history: History,
         actions: AlertActions | None = None,
+        history_feed: Callable[[History, Snapshot], None] | None = None,
     ) -> None:
         self.engine = AlertEngine(rule)
         """The pure alert rule with its per-GPU state."""
@@ -192,9 +193,15 @@ class AlertingFrameBuilder:
         """Rings of recent points per GPU (telemetry's history)."""
         self.actions = actions
         """The alerts log and the ``--on-alert`` command (None: no actions, e.g. screenshots)."""
+        self.history_feed = history_feed
+        """Adds each snapshot to the history instead of ``history.add`` (a replay's, which keeps
+        it equal to the recording up to the snapshot shown); None: every snapshot is added."""
 
     def __call__(self, snapshot: Snapshot, round_number: int) -> MonitorFrame:
-        self.history.add(snapshot)
+        if self.history_feed is not None:
+            self.history_feed(self.history, snapshot)
+        else:
+            self.history.add(snapshot)
         snapshot = self.history.with_forecasts(snapshot)  # the rule may alert on the forecast
         events = self.engine.update(snapshot)
         if events and self.actions is not None:

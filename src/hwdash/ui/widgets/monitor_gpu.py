@@ -149,6 +149,8 @@ class GpuCells:
     temperature: str
     power: str
     detail: str
+    uuid: str | None = None
+    """The UUID at the end of ``detail`` (cut in its middle when the line is too long)."""
     #: Colours of the utilization, temperature and power cells by intensity ("" for none).
     styles: tuple[str, str, str] = ("", "", "")
 
@@ -181,6 +183,7 @@ def gpu_cells(gpu: GpuSample, *, wide: bool) -> GpuCells:
         temperature=temperature_text(gpu),
         power=power_text(gpu, wide=wide),
         detail=detail_text(gpu),
+        uuid=gpu.uuid,
         styles=reading_styles(gpu),
     )
 
@@ -231,6 +234,37 @@ def fit_text(text: str, width: int, align: str) -> str:
         return set_cell_size(text, width - 1) + "…"
     padding = " " * (width - length)
     return padding + text if align == "right" else text + padding
+
+
+#: A UUID cut to fit keeps at least this many cells (``GPU…00000003``): enough of its end to tell
+#: GPUs apart whose UUIDs share a beginning (one batch of boards, a fake scenario); with less room
+#: it is left out rather than shown as a beginning every GPU shares.
+UUID_MIN_CELLS = 12
+
+
+def cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, cut in the middle (``GPU-7e2f…000000000003``): the
+    beginning says what it is, the end tells similar ones apart."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = min(8, (width - 1) // 3)
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def fit_detail(text: str, width: int, uuid: str | None) -> str:
+    """A detail line in exactly ``width`` cells; when it ends with ``uuid`` and is too long, the
+    UUID is cut in its middle, so the end that tells GPUs apart stays on screen (the parts before
+    it keep their room: with less than :data:`UUID_MIN_CELLS` left, the UUID is left out)."""
+    if not uuid or cell_len(text) <= width or not text.endswith(uuid):
+        return fit_text(text, width, "left")
+    head = text[: -len(uuid)]
+    room = width - cell_len(head)
+    if room < UUID_MIN_CELLS:
+        return fit_text(head.rstrip(" ·"), width, "left")
+    return fit_text(head + cut_middle(uuid, room), width, "left")
 
 
 class _Shown:
@@ -324,6 +358,8 @@ class GpuCard(Widget):
         self.power_cell = _Shown()
         self.detail_cell = _Shown()
         self.detail_cell.display = False
+        self.detail_uuid: str | None = None
+        """The UUID the detail line ends with (cut in its middle to fit)."""
         self.reading_styles: tuple[str, str, str] = ("", "", "")
         self.bar = _BarShown()
         self._history: tuple[float, ...] = ()
@@ -376,6 +412,7 @@ class GpuCard(Widget):
         self.temp_cell.shown = cells.temperature
         self.power_cell.shown = cells.power
         self.detail_cell.shown = cells.detail
+        self.detail_uuid = cells.uuid
         self.reading_styles = cells.styles
         two_lines = wide or problem is not None
         self.detail_cell.display = two_lines
@@ -493,4 +530,4 @@ class GpuCard(Widget):
         _base, _hot, style = self._line_styles()
         indent = self._layout()[1][1]  # under the bar
         text = " " * indent + self.detail_cell.shown
-        return Strip([Segment(fit_text(text, width, "left"), style)], width)
+        return Strip([Segment(fit_detail(text, width, self.detail_uuid), style)], width)

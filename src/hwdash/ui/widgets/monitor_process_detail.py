@@ -49,6 +49,11 @@ def detail_text(
         text.append("This process has ended; the numbers are the last seen.\n", style="bold yellow")
     elif not process.verifiable:
         text.append("A host PID that this container cannot check.\n", style="italic")
+    elif process.exited:
+        text.append(
+            "Exited: its PID is gone from /proc, but NVML still lists it and its memory.\n",
+            style="italic",
+        )
     elif not process.visible:
         text.append("Not visible from here (another container or PID namespace).\n", style="italic")
     text.append("Command  ", style="bold")

@@ -27,6 +27,8 @@ from hwdash.ui.widgets.monitor_cells import sparkline
 
 #: Marker for a PID that psutil cannot see from here (another container or PID namespace).
 OTHER_CONTAINER = "(other container)"
+#: Marker for a PID gone from /proc that NVML still lists with its memory (the process exited).
+EXITED = "(exited; NVML still lists its memory)"
 #: Marker for a host PID seen from inside a container: the local process of that number is another.
 HOST_PID = "(host PID, not checkable here)"
 #: Marker for a process with both a compute and a graphics context (listed once).
@@ -117,6 +119,8 @@ def process_cells(
     command = process.cmdline or process.name or ""
     if not process.verifiable:
         command = f"{HOST_PID} {command}".rstrip()
+    elif process.exited:
+        command = f"{EXITED} {command}".rstrip()
     elif hidden:
         command = f"{OTHER_CONTAINER} {command}".rstrip()
     if process.kind == "compute+graphics":

@@ -131,6 +131,9 @@ class ConfirmDialog(ModalScreen[bool]):
         background: $surface;
         padding: 0 1;
     }
+    ConfirmDialog #confirm-question {
+        width: 100%;  /* wrap a long question (a kill's command line) instead of cutting it */
+    }
     ConfirmDialog Horizontal {
         height: auto;
         align-horizontal: right;
