@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 from snapshot_apps.fake_dashboard import fake_app, wait_for_frames, wait_for_hidden_panes
+from textual._xterm_parser import XTermParser
 from textual.errors import NoWidget
-from textual.widgets import Static
+from textual.pilot import Pilot
+from textual.widgets import Input, Static
 
 from hwdash.core.fit_options import find_fit_options
 from hwdash.core.plan import Method, Plan
@@ -112,3 +114,37 @@ async def test_headline_stays_in_view_after_a_fit_option(tmp_path: Path) -> None
         assert headline_in_view(app)
         headline = str(pane.query_one("#plan-headline", Static).render())
         assert pane.report is not None and pane.report.model.name in headline
+
+
+async def type_in_one_burst(app: HwdashApp, pilot: Pilot[None], chunk: str) -> None:
+    """Keys as one read from the terminal brings them: the driver's parser splits the chunk and
+    the driver posts every event to the app at once, with no pause between them
+    (textual/drivers/linux_driver.py feeds each read to ``XTermParser``)."""
+    for event in XTermParser().feed(chunk):
+        app.post_message(event)
+    for _ in range(5):
+        await pilot.pause()
+
+
+@pytest.mark.parametrize(
+    ("chunk", "expected"),
+    [
+        ("\x05\x15llama-3.1-8b", "llama-3.1-8b"),  # ctrl+e, ctrl+u: clear, then retype
+        ("\x05\x15llama-3.1-8bx\x7f", "llama-3.1-8b"),  # a typo taken back with backspace
+    ],
+)
+async def test_keys_in_one_burst_keep_their_order(
+    tmp_path: Path, chunk: str, expected: str
+) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        pane = app.planner
+        field = pane.query_one("#plan-model", Input)
+        field.focus()
+        await pilot.pause()
+        await type_in_one_burst(app, pilot, chunk)
+        assert field.value == expected
+        assert pane.errors == {}
+        assert pane.report is not None and pane.report.plan.model == field.value

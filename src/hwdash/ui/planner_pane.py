@@ -74,6 +74,7 @@ from hwdash.core.units import format_bytes, format_count, format_hours, format_m
 from hwdash.errors import UsageError
 from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.widgets.check import Check
+from hwdash.ui.widgets.ordered_input import OrderedInput
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import NameDialog
 from hwdash.ui.widgets.planner_export import ExportDialog
@@ -465,7 +466,7 @@ class PlannerPane(Widget):
         if name == "model":
             # Catalog ids, then models in the local Hugging Face cache (read offline).
             suggestions = sorted(self.catalog.models) + cached_model_ids()
-            return Input(
+            return OrderedInput(
                 plan.model,
                 placeholder="↓ lists models; or config.json, 7B",
                 suggester=SuggestFromList(suggestions, case_sensitive=False),
@@ -515,7 +516,7 @@ class PlannerPane(Widget):
         if name == "rl_reward_model":
             return Check("reward model", plan.rl_reward_model, compact=True, id=cid)
         if name == "vllm_memory_utilization":
-            return Input(
+            return OrderedInput(
                 f"{plan.vllm_memory_utilization:g}",
                 placeholder="0: no vLLM engine",
                 compact=True,
@@ -524,18 +525,18 @@ class PlannerPane(Widget):
         if name in _INTEGER_FIELDS:
             # Plain text: a restricted Input drops the characters it does not allow, so "4.5"
             # became 45; the form keeps what was typed and says what is wrong with it.
-            return Input(str(getattr(plan, name)), compact=True, id=cid)
+            return OrderedInput(str(getattr(plan, name)), compact=True, id=cid)
         if name == "examples":
-            return Input(
+            return OrderedInput(
                 "" if plan.examples is None else str(plan.examples),
                 placeholder=_examples_placeholder(plan),
                 compact=True,
                 id=cid,
             )
         if name in ("epochs", "lora_dropout"):
-            return Input(f"{getattr(plan, name):g}", compact=True, id=cid)
+            return OrderedInput(f"{getattr(plan, name):g}", compact=True, id=cid)
         if name == "mfu":
-            return Input(
+            return OrderedInput(
                 "" if plan.mfu is None else f"{plan.mfu:g}",
                 placeholder="catalog default",
                 compact=True,
