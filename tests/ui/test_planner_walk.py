@@ -12,9 +12,12 @@ from textual.errors import NoWidget
 from textual.pilot import Pilot
 from textual.widgets import Input, Static
 
+from hwdash.core.fit import evaluate_plan
 from hwdash.core.fit_options import find_fit_options
 from hwdash.core.plan import Method, Plan
+from hwdash.core.units import format_count
 from hwdash.ui.app import HwdashApp
+from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
@@ -148,3 +151,64 @@ async def test_keys_in_one_burst_keep_their_order(
         assert field.value == expected
         assert pane.errors == {}
         assert pane.report is not None and pane.report.plan.model == field.value
+
+
+INFERENCE = Plan(model="qwen2.5-7b", method=Method.INFERENCE, batch=1, seq=2048)
+
+
+def row_shown(pane: PlannerPane, field: str) -> bool:
+    row = pane.query_one(f"#plan-row-{field.replace('_', '-')}")
+    return row.display and row.region.height > 0
+
+
+async def test_inference_form_asks_for_tokens_and_hides_training_rows(tmp_path: Path) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        pane = app.planner
+        pane.load_plan(INFERENCE)
+        await pilot.pause()
+        await pilot.pause()
+        for field in ("grad_ckpt", "grad_accum", "optimizer", "optimizer_impl", "epochs", "loss"):
+            assert not row_shown(pane, field), field
+        assert row_shown(pane, "tokens")
+        assert row_shown(pane, "quant")
+        assert pane.report is not None and pane.report.tokens is None
+        await pilot.click("#plan-tokens")
+        await pilot.press(*"10M")
+        await pilot.pause()
+        await pilot.pause()
+        assert pane.errors == {}
+        assert pane.report.plan.tokens == 10_000_000
+        expected = evaluate_plan(INFERENCE.model_copy(update={"tokens": 10_000_000}), pane.catalog)
+        assert pane.report.tokens == expected.tokens == 10_000_000
+        hours = {fit.flavor.id: fit.hours for fit in pane.report.flavors}
+        assert hours == {fit.flavor.id: fit.hours for fit in expected.flavors}
+        assert any(value is not None for value in hours.values())
+        headline = str(pane.query_one("#plan-headline", Static).render())
+        assert f"{format_count(10_000_000)} tokens" in headline
+        # Back to a training method: the training rows return, the tokens row goes.
+        pane.load_plan(INFERENCE.model_copy(update={"method": Method.LORA}))
+        await pilot.pause()
+        await pilot.pause()
+        assert row_shown(pane, "epochs") and not row_shown(pane, "tokens")
+
+
+async def test_inference_warns_about_examples_as_the_command_line_does(tmp_path: Path) -> None:
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        pane = app.planner
+        pane.load_plan(INFERENCE.model_copy(update={"examples": 50_000}))
+        await pilot.pause()
+        await pilot.pause()
+        warnings = str(pane.query_one("#plan-warnings", Static).render())
+        assert "examples does nothing here" in warnings
+        assert "use tokens" in warnings
+        pane.load_plan(INFERENCE.model_copy(update={"tokens": 1_000_000}))
+        await pilot.pause()
+        await pilot.pause()
+        warnings = str(pane.query_one("#plan-warnings", Static).render())
+        assert "examples does nothing" not in warnings

@@ -49,6 +49,7 @@ from hwdash.core.numbers import parse_number, parse_whole_number, validation_phr
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     RL_TRAINABLE_METHODS,
+    TRAINING_ONLY_FIELDS,
     Attention,
     Framework,
     FsdpMode,
@@ -60,6 +61,7 @@ from hwdash.core.plan import (
     Plan,
     Precision,
     Quant,
+    unused_settings,
 )
 from hwdash.core.plan_store import (
     PlanStore,
@@ -98,6 +100,7 @@ FORM_FIELDS: tuple[tuple[str, str], ...] = (
     ("gpus", "GPUs"),
     ("examples", "examples"),
     ("epochs", "epochs"),
+    ("tokens", "tokens"),  # inference: the tokens to generate (hours and cost)
     ("mfu", "MFU"),
     # Added after the first layout: at the end, so the rows above keep their places.
     ("grad_accum", "grad accum"),
@@ -120,12 +123,12 @@ _FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
 #: Rows shown only for PPO and GRPO plans.
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
 #: Rows shown only for inference plans.
-_INFERENCE_FIELDS = ("quant",)
+_INFERENCE_FIELDS = ("quant", "tokens")
 #: Fields of the adapters: hidden unless the plan trains LoRA-style adapters (directly, or as the
 #: policy of an RL plan); what they hold then does not apply and never blocks the plan.
 _LORA_FIELDS = ("lora_r", "lora_dropout")
-#: Rows hidden for inference (what they set only training reads).
-_TRAINING_FIELDS = ("framework", "loss")
+#: Rows hidden for inference (what they set only training reads: the command line warns about them).
+_TRAINING_FIELDS = (*(name for name in _FIELD_NAMES if name in TRAINING_ONLY_FIELDS), "framework")
 #: Rows for fine-tuning plans (not inference, not RL): PyTorch FSDP.
 _FSDP_FIELDS = ("fsdp",)
 #: Rows shown only once FSDP shards the plan.
@@ -526,6 +529,13 @@ class PlannerPane(Widget):
             # Plain text: a restricted Input drops the characters it does not allow, so "4.5"
             # became 45; the form keeps what was typed and says what is wrong with it.
             return OrderedInput(str(getattr(plan, name)), compact=True, id=cid)
+        if name == "tokens":
+            return OrderedInput(
+                "" if plan.tokens is None else str(plan.tokens),
+                placeholder="to generate, e.g. 10M",
+                compact=True,
+                id=cid,
+            )
         if name == "examples":
             return OrderedInput(
                 "" if plan.examples is None else str(plan.examples),
@@ -586,7 +596,7 @@ class PlannerPane(Widget):
             if not text:
                 raise ValueError("required: a whole number")
             return parse_whole_number(text)  # the command line's words
-        if name == "examples":
+        if name in ("examples", "tokens"):
             return parse_count(text) if text else None
         if name in _NUMBER_FIELDS:
             if not text:
@@ -646,9 +656,19 @@ class PlannerPane(Widget):
         if method is not Method.FULL:
             # the tensor/pipeline rows are for full training only (Megatron-LM)
             data["tp"] = data["pp"] = 1
-        if values.get("examples") is not None:
-            # A token count carried by a loaded plan (``--tokens``) yields to examples typed here.
-            data["tokens"] = None
+        if method is Method.INFERENCE:
+            # The training rows are hidden: a half-typed value there must not block the plan.
+            # Examples stay in the plan (the warnings say they do nothing, as the command line does).
+            for name in _TRAINING_FIELDS:
+                if errors.pop(name, None) is not None:
+                    data[name] = getattr(self._base, name)
+        else:
+            # The tokens row is for inference: a training plan keeps the count it was given
+            # (``--tokens``), which yields to examples typed here.
+            errors.pop("tokens", None)
+            data["tokens"] = self._base.tokens
+            if values.get("examples") is not None:
+                data["tokens"] = None
         # Fields the plan left unset and the form did not change stay unset, as on the command
         # line: defaults that depend on other fields follow the plan (GRPO counts a reward model
         # only when one is asked for: estimator/rl.py ``_rl_counts_reward_model``).
@@ -723,7 +743,7 @@ class PlannerPane(Widget):
             self._show_errors(errors)
             if report is not None:
                 self.report = report
-                self._show_report(report)
+                self._show_report(report, _form_warnings(report.plan))
             self.set_class(report is None and self.report is not None, "-stale")
             self.query_one(MemoryBreakdownView).stale = report is None
             self.query_one(FlavorTable).stale = report is None
@@ -755,7 +775,7 @@ class PlannerPane(Widget):
         else:
             problem.update("")
 
-    def _show_report(self, report: PlanReport) -> None:
+    def _show_report(self, report: PlanReport, notes: Sequence[str] = ()) -> None:
         estimate = report.estimate
         plan = report.plan
         headline = Text()
@@ -786,7 +806,7 @@ class PlannerPane(Widget):
             headline.append("fits no flavor in the catalog", style="bold red")
         self.query_one("#plan-headline", Static).update(headline)
         self.query_one(MemoryBreakdownView).estimate = estimate
-        warnings = list(dict.fromkeys((*estimate.warnings, *report.warnings)))
+        warnings = list(dict.fromkeys((*notes, *estimate.warnings, *report.warnings)))
         warning_view = self.query_one("#plan-warnings", Static)
         warning_view.update("\n".join(f"⚠ {form_words(w)}" for w in warnings))
         warning_view.display = bool(warnings)
@@ -1218,6 +1238,17 @@ def _trains_adapters(method: Method, rl_method: Method | None) -> bool:
     if method in (Method.PPO, Method.GRPO):
         return rl_method in LORA_STYLE_METHODS
     return method in LORA_STYLE_METHODS
+
+
+def _form_warnings(plan: Plan) -> list[str]:
+    """What the command line warns about a setting the plan's method ignores, for the fields the
+    form keeps while their rows are hidden: examples in an inference plan
+    (``commands/plan.py`` ``unused_flag_warnings``)."""
+    given = ["examples"] if plan.examples is not None else []
+    return [
+        f"{_FLAG_WORDS.get('--' + name, name)} does nothing here: {form_words(why)}"
+        for name, why in unused_settings(plan, given)
+    ]
 
 
 def form_words(text: str) -> str:
