@@ -3,6 +3,7 @@ headline kept in view, keys typed in one burst, inference plans, and the export'
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from snapshot_apps.fake_dashboard import fake_app, wait_for_frames, wait_for_hid
 from textual._xterm_parser import XTermParser
 from textual.errors import NoWidget
 from textual.pilot import Pilot
-from textual.widgets import Input, Static
+from textual.widgets import Input, Label, Static
 
 from hwdash.core.fit import evaluate_plan
 from hwdash.core.fit_options import find_fit_options
@@ -18,6 +19,7 @@ from hwdash.core.plan import Method, Plan
 from hwdash.core.units import format_count
 from hwdash.ui.app import HwdashApp
 from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
 from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
@@ -212,3 +214,53 @@ async def test_inference_warns_about_examples_as_the_command_line_does(tmp_path:
         await pilot.pause()
         warnings = str(pane.query_one("#plan-warnings", Static).render())
         assert "examples does nothing" not in warnings
+
+
+async def export_with_keys(pilot: Pilot[None], path: str | None = None) -> None:
+    """``e``, then (when ``path`` is given) the path field cleared and typed, then enter."""
+    await pilot.press("e")
+    await pilot.pause()
+    if path is not None:
+        await pilot.press("tab")  # from the formats to the path
+        await pilot.press("ctrl+e", "ctrl+u", *path)
+    await pilot.press("enter")
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def test_export_goes_to_the_data_folder_and_asks_before_overwriting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_home = tmp_path / "data"
+    started_in = tmp_path / "cwd"
+    started_in.mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+    monkeypatch.chdir(started_in)
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        await wait_for_hidden_panes(pilot, app)
+        pane = app.planner
+        await export_with_keys(pilot)
+        assert pane.exported is not None
+        assert pane.exported.parent == data_home / "hwdash" / "exports"
+        assert pane.exported.is_file()
+        assert list(started_in.iterdir()) == []
+        # An edited path: the file goes there.
+        target = tmp_path / "mine" / "ds.json"
+        await export_with_keys(pilot, str(target))
+        assert pane.exported == target and target.is_file()
+        # The same path again: asked first; "n" keeps the file as it was.
+        target.write_text("mine", encoding="utf-8")
+        await export_with_keys(pilot, str(target))
+        assert isinstance(app.screen, ConfirmDialog)
+        assert str(target) in str(app.screen.query_one("#confirm-question", Label).render())
+        await pilot.press("n")
+        await pilot.pause()
+        assert target.read_text(encoding="utf-8") == "mine"
+        await export_with_keys(pilot, str(target))
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("y")
+        await pilot.pause()
+        assert target.read_text(encoding="utf-8") != "mine"
+        assert json.loads(target.read_text(encoding="utf-8"))  # the DeepSpeed config

@@ -69,6 +69,7 @@ from hwdash.core.plan_store import (
     PlanSummary,
     SavedPlan,
     clean_name,
+    default_exports_folder,
 )
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
@@ -78,8 +79,8 @@ from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.widgets.check import Check
 from hwdash.ui.widgets.ordered_input import OrderedInput
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
-from hwdash.ui.widgets.planner_dialogs import NameDialog
-from hwdash.ui.widgets.planner_export import ExportDialog
+from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
+from hwdash.ui.widgets.planner_export import FORMATS, ExportDialog
 from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
 from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace_until_cancelled
@@ -976,36 +977,56 @@ class PlannerPane(Widget):
         self.app.push_screen(FitOptionsDialog(search, label), chosen)
 
     def action_export(self) -> None:
-        """Choose a format; the current plan is written to a file in the working folder."""
+        """Choose a format and a file (default: the exports folder in hwdash's data folder); a
+        file that exists is replaced only after a yes."""
         report = self.report
         if report is None or self.errors:
             self.notify(
                 "Nothing to export: fix the marked fields first.", severity="warning", timeout=4
             )
             return
-        folder = Path.cwd()
+        folder = default_exports_folder()
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", report.model.id).strip("-") or "plan"
+        paths = {
+            kind: folder / f"hwdash-{stem}-{kind}.{FILE_SUFFIXES[kind]}" for kind, _ in FORMATS
+        }
 
-        def chosen(kind: str | None) -> None:
-            if kind is None:
+        def chosen(result: tuple[str, Path] | None) -> None:
+            if result is None:
                 return
+            kind, path = result
             try:
                 text, notes = export_text(kind, report, self.catalog)
             except ValueError as exc:
                 self.notify(str(exc), title="Export", severity="error", timeout=8, markup=False)
                 return
-            stem = re.sub(r"[^A-Za-z0-9._-]+", "-", report.model.id).strip("-") or "plan"
-            path = folder / f"hwdash-{stem}-{kind}.{FILE_SUFFIXES[kind]}"
-            try:
-                path.write_text(text, encoding="utf-8")
-            except OSError as exc:
-                message = f"cannot write {path}: {exc.strerror or exc}"
-                self.notify(message, title="Export", severity="error", timeout=8, markup=False)
+            if not path.exists():
+                self._write_export(path, text, notes)
                 return
-            self.exported = path
-            message = "\n".join([f"wrote {path}", *notes])
-            self.notify(message, title="Export", timeout=8, markup=False)
 
-        self.app.push_screen(ExportDialog(str(folder)), chosen)
+            def answered(replace_it: bool | None) -> None:
+                if replace_it:
+                    self._write_export(path, text, notes)
+                else:
+                    message = f"not written: {path} is as it was"
+                    self.notify(message, title="Export", timeout=5, markup=False)
+
+            question = f"Replace the file that exists?\n{path}"
+            self.app.push_screen(ConfirmDialog(question), answered)
+
+        self.app.push_screen(ExportDialog(paths), chosen)
+
+    def _write_export(self, path: Path, text: str, notes: Sequence[str]) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            message = f"cannot write {path}: {exc.strerror or exc}"
+            self.notify(message, title="Export", severity="error", timeout=8, markup=False)
+            return
+        self.exported = path
+        message = "\n".join([f"wrote {path}", *notes])
+        self.notify(message, title="Export", timeout=8, markup=False)
 
     def _flavor_to_fit(self, report: PlanReport) -> FlavorFit | None:
         table = self.query_one(FlavorTable)
