@@ -962,7 +962,9 @@ async def test_e_exports_the_current_plan_to_a_file(
         assert isinstance(app.screen, ExportDialog)
         await pilot.press("enter")  # the first format: DeepSpeed
         await pilot.pause()
-        assert pane.exported is not None and pane.exported.parent == tmp_path
+        # Not the folder hwdash started in: the exports folder in its data folder.
+        assert pane.exported is not None
+        assert pane.exported.parent == tmp_path / "xdg" / "hwdash" / "exports"
         assert json.loads(pane.exported.read_text()) == deepspeed_config(plan, plan.gpus)
         assert any(str(pane.exported) in n.message for n in app._notifications)
 

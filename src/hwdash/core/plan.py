@@ -374,7 +374,8 @@ _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utili
 #: Settings that only Megatron TP/PP plans read.
 _MEGATRON_FIELDS = ("sequence_parallel", "selective_recompute", "hidden_dropout")
 #: Settings that only training reads.
-_TRAINING_FIELDS = (
+#: Plan fields only training reads (an inference plan ignores them; the planner hides their rows).
+TRAINING_ONLY_FIELDS = (
     "grad_ckpt",
     "grad_accum",
     "optimizer",
@@ -400,7 +401,7 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
     trained = plan.rl_method if plan.is_rl else plan.method
     unused: list[tuple[str, str]] = []
     for name in dict.fromkeys(given):
-        if plan.method is Method.INFERENCE and name in _TRAINING_FIELDS:
+        if plan.method is Method.INFERENCE and name in TRAINING_ONLY_FIELDS:
             if name in ("examples", "epochs"):
                 why = "inference counts the tokens it generates: use --tokens"
             else:

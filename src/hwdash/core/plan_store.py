@@ -128,13 +128,24 @@ class _PlansFile(BaseModel):
     plans: list[SavedPlan]
 
 
-def default_plans_path() -> Path:
-    """``$XDG_DATA_HOME/hwdash/plans.json``, or ``~/.local/share/hwdash/plans.json`` when the
+def data_folder() -> Path:
+    """hwdash's data folder: ``$XDG_DATA_HOME/hwdash``, or ``~/.local/share/hwdash`` when the
     variable is unset, empty or relative."""
     data_home = os.environ.get("XDG_DATA_HOME", "")
     # The XDG spec says a relative value is invalid and must be ignored.
     base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
-    return base / "hwdash" / "plans.json"
+    return base / "hwdash"
+
+
+def default_plans_path() -> Path:
+    """``$XDG_DATA_HOME/hwdash/plans.json``, or ``~/.local/share/hwdash/plans.json`` when the
+    variable is unset, empty or relative."""
+    return data_folder() / "plans.json"
+
+
+def default_exports_folder() -> Path:
+    """Where the dashboard's export writes unless told otherwise: ``<data folder>/exports``."""
+    return data_folder() / "exports"
 
 
 def clean_name(name: str) -> str:

@@ -49,6 +49,7 @@ from hwdash.core.numbers import parse_number, parse_whole_number, validation_phr
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     RL_TRAINABLE_METHODS,
+    TRAINING_ONLY_FIELDS,
     Attention,
     Framework,
     FsdpMode,
@@ -60,6 +61,7 @@ from hwdash.core.plan import (
     Plan,
     Precision,
     Quant,
+    unused_settings,
 )
 from hwdash.core.plan_store import (
     PlanStore,
@@ -67,6 +69,7 @@ from hwdash.core.plan_store import (
     PlanSummary,
     SavedPlan,
     clean_name,
+    default_exports_folder,
 )
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
@@ -74,9 +77,10 @@ from hwdash.core.units import format_bytes, format_count, format_hours, format_m
 from hwdash.errors import UsageError
 from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.widgets.check import Check
+from hwdash.ui.widgets.ordered_input import OrderedInput
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
-from hwdash.ui.widgets.planner_dialogs import NameDialog
-from hwdash.ui.widgets.planner_export import ExportDialog
+from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
+from hwdash.ui.widgets.planner_export import FORMATS, ExportDialog
 from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
 from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace_until_cancelled
@@ -97,6 +101,7 @@ FORM_FIELDS: tuple[tuple[str, str], ...] = (
     ("gpus", "GPUs"),
     ("examples", "examples"),
     ("epochs", "epochs"),
+    ("tokens", "tokens"),  # inference: the tokens to generate (hours and cost)
     ("mfu", "MFU"),
     # Added after the first layout: at the end, so the rows above keep their places.
     ("grad_accum", "grad accum"),
@@ -119,12 +124,12 @@ _FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
 #: Rows shown only for PPO and GRPO plans.
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
 #: Rows shown only for inference plans.
-_INFERENCE_FIELDS = ("quant",)
+_INFERENCE_FIELDS = ("quant", "tokens")
 #: Fields of the adapters: hidden unless the plan trains LoRA-style adapters (directly, or as the
 #: policy of an RL plan); what they hold then does not apply and never blocks the plan.
 _LORA_FIELDS = ("lora_r", "lora_dropout")
-#: Rows hidden for inference (what they set only training reads).
-_TRAINING_FIELDS = ("framework", "loss")
+#: Rows hidden for inference (what they set only training reads: the command line warns about them).
+_TRAINING_FIELDS = (*(name for name in _FIELD_NAMES if name in TRAINING_ONLY_FIELDS), "framework")
 #: Rows for fine-tuning plans (not inference, not RL): PyTorch FSDP.
 _FSDP_FIELDS = ("fsdp",)
 #: Rows shown only once FSDP shards the plan.
@@ -276,10 +281,14 @@ class PlannerPane(Widget):
     PlannerPane #plan-model-matches.-open {
         display: block;
     }
-    PlannerPane #plan-results {
+    PlannerPane #plan-side {
         width: 1fr;
         height: 1fr;
         padding: 0 0 0 1;
+    }
+    PlannerPane #plan-results {
+        width: 1fr;
+        height: 1fr;
     }
     PlannerPane.-wide #plan-results {
         layout: horizontal;
@@ -429,10 +438,17 @@ class PlannerPane(Widget):
                         id=f"plan-error-{name.replace('_', '-')}",
                         markup=False,  # errors quote what was typed
                     )
+        # The headline (model, GiB per GPU, the recommended flavor) stays above the scrolling
+        # results: visiting the flavor table scrolls them, and nothing there takes focus to
+        # scroll them back.
+        with Vertical(id="plan-side"):
+            yield Static("", id="plan-problem", markup=False)
+            yield Static("", id="plan-headline", markup=False)
+            yield from self._compose_results()
+
+    def _compose_results(self) -> ComposeResult:
         with VerticalScroll(id="plan-results", can_focus=False):
             with Vertical(id="plan-summary"):
-                yield Static("", id="plan-problem", markup=False)
-                yield Static("", id="plan-headline", markup=False)
                 yield MemoryBreakdownView(id="plan-breakdown")
                 yield TraceView(id="plan-trace")
                 yield Static("", id="plan-warnings", markup=False)
@@ -454,7 +470,7 @@ class PlannerPane(Widget):
         if name == "model":
             # Catalog ids, then models in the local Hugging Face cache (read offline).
             suggestions = sorted(self.catalog.models) + cached_model_ids()
-            return Input(
+            return OrderedInput(
                 plan.model,
                 placeholder="↓ lists models; or config.json, 7B",
                 suggester=SuggestFromList(suggestions, case_sensitive=False),
@@ -504,7 +520,7 @@ class PlannerPane(Widget):
         if name == "rl_reward_model":
             return Check("reward model", plan.rl_reward_model, compact=True, id=cid)
         if name == "vllm_memory_utilization":
-            return Input(
+            return OrderedInput(
                 f"{plan.vllm_memory_utilization:g}",
                 placeholder="0: no vLLM engine",
                 compact=True,
@@ -513,18 +529,25 @@ class PlannerPane(Widget):
         if name in _INTEGER_FIELDS:
             # Plain text: a restricted Input drops the characters it does not allow, so "4.5"
             # became 45; the form keeps what was typed and says what is wrong with it.
-            return Input(str(getattr(plan, name)), compact=True, id=cid)
+            return OrderedInput(str(getattr(plan, name)), compact=True, id=cid)
+        if name == "tokens":
+            return OrderedInput(
+                "" if plan.tokens is None else str(plan.tokens),
+                placeholder="to generate, e.g. 10M",
+                compact=True,
+                id=cid,
+            )
         if name == "examples":
-            return Input(
+            return OrderedInput(
                 "" if plan.examples is None else str(plan.examples),
                 placeholder=_examples_placeholder(plan),
                 compact=True,
                 id=cid,
             )
         if name in ("epochs", "lora_dropout"):
-            return Input(f"{getattr(plan, name):g}", compact=True, id=cid)
+            return OrderedInput(f"{getattr(plan, name):g}", compact=True, id=cid)
         if name == "mfu":
-            return Input(
+            return OrderedInput(
                 "" if plan.mfu is None else f"{plan.mfu:g}",
                 placeholder="catalog default",
                 compact=True,
@@ -574,7 +597,7 @@ class PlannerPane(Widget):
             if not text:
                 raise ValueError("required: a whole number")
             return parse_whole_number(text)  # the command line's words
-        if name == "examples":
+        if name in ("examples", "tokens"):
             return parse_count(text) if text else None
         if name in _NUMBER_FIELDS:
             if not text:
@@ -634,9 +657,19 @@ class PlannerPane(Widget):
         if method is not Method.FULL:
             # the tensor/pipeline rows are for full training only (Megatron-LM)
             data["tp"] = data["pp"] = 1
-        if values.get("examples") is not None:
-            # A token count carried by a loaded plan (``--tokens``) yields to examples typed here.
-            data["tokens"] = None
+        if method is Method.INFERENCE:
+            # The training rows are hidden: a half-typed value there must not block the plan.
+            # Examples stay in the plan (the warnings say they do nothing, as the command line does).
+            for name in _TRAINING_FIELDS:
+                if errors.pop(name, None) is not None:
+                    data[name] = getattr(self._base, name)
+        else:
+            # The tokens row is for inference: a training plan keeps the count it was given
+            # (``--tokens``), which yields to examples typed here.
+            errors.pop("tokens", None)
+            data["tokens"] = self._base.tokens
+            if values.get("examples") is not None:
+                data["tokens"] = None
         # Fields the plan left unset and the form did not change stay unset, as on the command
         # line: defaults that depend on other fields follow the plan (GRPO counts a reward model
         # only when one is asked for: estimator/rl.py ``_rl_counts_reward_model``).
@@ -711,7 +744,7 @@ class PlannerPane(Widget):
             self._show_errors(errors)
             if report is not None:
                 self.report = report
-                self._show_report(report)
+                self._show_report(report, _form_warnings(report.plan))
             self.set_class(report is None and self.report is not None, "-stale")
             self.query_one(MemoryBreakdownView).stale = report is None
             self.query_one(FlavorTable).stale = report is None
@@ -743,7 +776,7 @@ class PlannerPane(Widget):
         else:
             problem.update("")
 
-    def _show_report(self, report: PlanReport) -> None:
+    def _show_report(self, report: PlanReport, notes: Sequence[str] = ()) -> None:
         estimate = report.estimate
         plan = report.plan
         headline = Text()
@@ -774,7 +807,7 @@ class PlannerPane(Widget):
             headline.append("fits no flavor in the catalog", style="bold red")
         self.query_one("#plan-headline", Static).update(headline)
         self.query_one(MemoryBreakdownView).estimate = estimate
-        warnings = list(dict.fromkeys((*estimate.warnings, *report.warnings)))
+        warnings = list(dict.fromkeys((*notes, *estimate.warnings, *report.warnings)))
         warning_view = self.query_one("#plan-warnings", Static)
         warning_view.update("\n".join(f"⚠ {form_words(w)}" for w in warnings))
         warning_view.display = bool(warnings)
@@ -944,36 +977,56 @@ class PlannerPane(Widget):
         self.app.push_screen(FitOptionsDialog(search, label), chosen)
 
     def action_export(self) -> None:
-        """Choose a format; the current plan is written to a file in the working folder."""
+        """Choose a format and a file (default: the exports folder in hwdash's data folder); a
+        file that exists is replaced only after a yes."""
         report = self.report
         if report is None or self.errors:
             self.notify(
                 "Nothing to export: fix the marked fields first.", severity="warning", timeout=4
             )
             return
-        folder = Path.cwd()
+        folder = default_exports_folder()
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", report.model.id).strip("-") or "plan"
+        paths = {
+            kind: folder / f"hwdash-{stem}-{kind}.{FILE_SUFFIXES[kind]}" for kind, _ in FORMATS
+        }
 
-        def chosen(kind: str | None) -> None:
-            if kind is None:
+        def chosen(result: tuple[str, Path] | None) -> None:
+            if result is None:
                 return
+            kind, path = result
             try:
                 text, notes = export_text(kind, report, self.catalog)
             except ValueError as exc:
                 self.notify(str(exc), title="Export", severity="error", timeout=8, markup=False)
                 return
-            stem = re.sub(r"[^A-Za-z0-9._-]+", "-", report.model.id).strip("-") or "plan"
-            path = folder / f"hwdash-{stem}-{kind}.{FILE_SUFFIXES[kind]}"
-            try:
-                path.write_text(text, encoding="utf-8")
-            except OSError as exc:
-                message = f"cannot write {path}: {exc.strerror or exc}"
-                self.notify(message, title="Export", severity="error", timeout=8, markup=False)
+            if not path.exists():
+                self._write_export(path, text, notes)
                 return
-            self.exported = path
-            message = "\n".join([f"wrote {path}", *notes])
-            self.notify(message, title="Export", timeout=8, markup=False)
 
-        self.app.push_screen(ExportDialog(str(folder)), chosen)
+            def answered(replace_it: bool | None) -> None:
+                if replace_it:
+                    self._write_export(path, text, notes)
+                else:
+                    message = f"not written: {path} is as it was"
+                    self.notify(message, title="Export", timeout=5, markup=False)
+
+            question = f"Replace the file that exists?\n{path}"
+            self.app.push_screen(ConfirmDialog(question), answered)
+
+        self.app.push_screen(ExportDialog(paths), chosen)
+
+    def _write_export(self, path: Path, text: str, notes: Sequence[str]) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            message = f"cannot write {path}: {exc.strerror or exc}"
+            self.notify(message, title="Export", severity="error", timeout=8, markup=False)
+            return
+        self.exported = path
+        message = "\n".join([f"wrote {path}", *notes])
+        self.notify(message, title="Export", timeout=8, markup=False)
 
     def _flavor_to_fit(self, report: PlanReport) -> FlavorFit | None:
         table = self.query_one(FlavorTable)
@@ -1206,6 +1259,17 @@ def _trains_adapters(method: Method, rl_method: Method | None) -> bool:
     if method in (Method.PPO, Method.GRPO):
         return rl_method in LORA_STYLE_METHODS
     return method in LORA_STYLE_METHODS
+
+
+def _form_warnings(plan: Plan) -> list[str]:
+    """What the command line warns about a setting the plan's method ignores, for the fields the
+    form keeps while their rows are hidden: examples in an inference plan
+    (``commands/plan.py`` ``unused_flag_warnings``)."""
+    given = ["examples"] if plan.examples is not None else []
+    return [
+        f"{_FLAG_WORDS.get('--' + name, name)} does nothing here: {form_words(why)}"
+        for name, why in unused_settings(plan, given)
+    ]
 
 
 def form_words(text: str) -> str:

@@ -11,6 +11,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from hwdash.ui.widgets.ordered_input import OrderedInput
+
 
 class NameDialog(ModalScreen[str | None]):
     """Ask for a plan name. Dismisses with the text (``enter``/OK) or None (``escape``/Cancel).
@@ -68,7 +70,7 @@ class NameDialog(ModalScreen[str | None]):
         with Vertical():
             # The title and the hint quote plan names, which are the user's: text, never markup.
             yield Label(self.title_text, id="name-title", markup=False)
-            yield Input(self.initial, id="name-input", compact=True)
+            yield OrderedInput(self.initial, id="name-input", compact=True)
             yield Static("", id="name-hint", markup=False)
             with Horizontal():
                 yield Button(self.ok_label, id="name-ok", variant="primary", compact=True)

@@ -195,8 +195,6 @@ class FlavorTable(DataTable[Text | str]):
             else None
         )
         self.clear(columns=True)
-        for key, label, sort in COLUMNS:
-            self.add_column(self._heading(key, label, sort), key=key)
         report = self.report
         self.shown = (
             order_fits(
@@ -210,14 +208,31 @@ class FlavorTable(DataTable[Text | str]):
             else []
         )
         recommended = report.recommended if report is not None else None
-        for fit in self.shown:
-            self.add_row(*self._cells(fit, recommended), key=fit.flavor.id)
+        rows: list[tuple[str, list[Text]]] = [
+            (fit.flavor.id, self._cells(fit, recommended)) for fit in self.shown
+        ]
         if report is not None and not self.shown and report.flavors:
             message = self.empty_message(report)
-            self.add_row(
-                *(Text(message, style="yellow") if key == "flavor" else "" for key, *_ in COLUMNS),
-                key=EMPTY_ROW,
+            rows.append(
+                (
+                    EMPTY_ROW,
+                    [
+                        Text(message, style="yellow") if key == "flavor" else Text("")
+                        for key, *_ in COLUMNS
+                    ],
+                )
             )
+        # Each column as wide as its widest cell, given to the table up front: left to measure
+        # them itself, DataTable does so on its next idle, and a frame drawn before that (the
+        # screen redrawn as a dialog closes) stays cached at the headings' widths until the next
+        # change (textual/widgets/_data_table.py: ``_update_dimensions`` does not clear the row
+        # render caches, whose key is the update count).
+        for index, (key, label, sort) in enumerate(COLUMNS):
+            heading = self._heading(key, label, sort)
+            width = max([heading.cell_len, *(cells[index].cell_len for _, cells in rows)])
+            self.add_column(heading, key=key, width=width)
+        for row_key, cells in rows:
+            self.add_row(*cells, key=row_key)
         if selected is not None:
             ids = [fit.flavor.id for fit in self.shown]
             if selected in ids:
@@ -236,7 +251,7 @@ class FlavorTable(DataTable[Text | str]):
         return text + " (v: next provider, o: every verdict)"
 
     @staticmethod
-    def _cells(fit: FlavorFit, recommended: str | None) -> list[Text | str]:
+    def _cells(fit: FlavorFit, recommended: str | None) -> list[Text]:
         is_recommended = fit.flavor.id == recommended
         name_style = "bold" if is_recommended else ""
         price = fit.flavor.price_per_hour
