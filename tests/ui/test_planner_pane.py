@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
@@ -824,12 +825,26 @@ async def test_trace_is_refused_while_the_form_is_invalid(
 
 @pytest.mark.validate
 async def test_t_traces_a_tiny_model_and_shows_the_traced_peak(
-    catalog: Catalog, store: PlanStore
+    catalog: Catalog, store: PlanStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
+    import threading
+
+    import hwdash.ui.planner_pane as planner_module
     from hwdash.core.units import format_bytes
     from hwdash.tracing import comparable_estimate, relative_error
+
+    # The real trace, held at a gate until the test has looked at the spinner: a tiny model with
+    # torch already imported traces in milliseconds, faster than a frame.
+    gate = threading.Event()
+    real_trace = planner_module.run_trace_until_cancelled
+
+    def gated_trace(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(30)
+        return real_trace(*args, **kwargs)
+
+    monkeypatch.setattr(planner_module, "run_trace_until_cancelled", gated_trace)
 
     plan = Plan(model="seed-2m", method=Method.FULL, batch=1, seq=128)
     app = PlannerApp(catalog, store, plan)
@@ -849,6 +864,7 @@ async def test_t_traces_a_tiny_model_and_shows_the_traced_peak(
         assert app.query_one("#trace-running").region.height == 1
         await pilot.press("2")  # keys still work meanwhile
         assert app.query_one(FlavorTable).sort_by == "time"
+        gate.set()
         await wait_for_trace(pilot, pane)
         assert not view.running
         outcome = pane.trace_outcome
