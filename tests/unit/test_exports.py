@@ -296,6 +296,17 @@ def test_a_hybrid_trainer_snippet_reads_back_as_hybrid(
     assert plan_of(capsys, "--from", str(path), "--gpus", "4")["plan"]["fsdp"] == "full"
 
 
+def test_a_hybrid_plan_of_part_of_a_node_is_refused_by_the_trainer_export(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # accelerate's ParallelismConfig must cover every process (replicate x shard = processes,
+    # accelerate/parallelism_config.py _validate_accelerator): 12 GPUs are not whole nodes of 8
+    args = "--model qwen2.5-7b --method full --fsdp hybrid --gpus 12 --gpus-per-node 8".split()
+    status, out, err = run(capsys, *args, "--export", "trainer")
+    assert status == 2 and not out
+    assert "--gpus" in err and "--gpus-per-node" in err and "Traceback" not in err
+
+
 def test_sync_each_batch_is_written_where_the_trainer_has_a_field_for_it() -> None:
     plan = Plan(
         model="qwen2.5-3b",

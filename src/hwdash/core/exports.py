@@ -170,11 +170,18 @@ def hybrid_mesh(plan: Plan, gpus: int) -> tuple[int, int] | None:
     """``(dp_replicate_size, dp_shard_size)`` of accelerate's ``ParallelismConfig`` for a hybrid
     FSDP plan on ``gpus`` GPUs: sharded within a node of ``gpus_per_node`` (all of them without
     it, as :func:`hwdash.core.parallelism.fsdp_shard_size` counts), replicated over the nodes.
-    None for other plans."""
+    None for other plans; ``ValueError`` when ``gpus`` is not whole nodes."""
     if plan.fsdp is not FsdpMode.HYBRID:
         return None
     shard = max(1, min(gpus, plan.gpus_per_node or gpus))
-    return max(1, gpus // shard), shard
+    if gpus % shard:
+        # accelerate refuses a mesh that does not cover every process (replicate x shard must
+        # equal num_processes: accelerate/parallelism_config.py _validate_accelerator)
+        raise ValueError(
+            f"--fsdp hybrid over {gpus} GPUs is not whole nodes of --gpus-per-node {shard}: "
+            "give --gpus a multiple of --gpus-per-node"
+        )
+    return gpus // shard, shard
 
 
 GRPO_MAX_GENERATIONS = 8
