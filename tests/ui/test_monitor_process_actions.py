@@ -36,19 +36,30 @@ from hwdash.telemetry.source import make_sampler
 from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.system_sampler import SystemSampler
 from hwdash.telemetry.types import GpuSample, ProcessSample
-from hwdash.ui.app import HwdashApp, make_app
+from hwdash.ui.app import ALERT_TOAST_SECONDS, HwdashApp, make_app
 from hwdash.ui.sampling import FRAME_HISTORY_POINTS
 from hwdash.ui.widgets.monitor_gpu import forecast_text, gpu_cells
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
 
 
+def slow_machine(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """From now on Textual's notifications see real time ``seconds`` later, as on a loaded machine
+    where the test's replay took that much longer: toasts time out in real time."""
+    import textual.notifications
+
+    real_time = textual.notifications.time
+    monkeypatch.setattr(textual.notifications, "time", lambda: real_time() + seconds)
+
+
 async def test_probed_processes_show_allocated_and_reserved_and_the_retry_warning(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app, clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=60)
     async with app.run_test(size=(120, 36)) as pilot:
         await replay(pilot, app, clock, until_s=80, step_s=5)
+        # The toast must not depend on how fast this machine replays (it failed under load).
+        slow_machine(monkeypatch, ALERT_TOAST_SECONDS + 1)
         table = app.monitor.process_table
         assert "torch" in table.columns and "trend" in table.columns
         rank0 = table.get_cells("0:31337")
@@ -58,6 +69,7 @@ async def test_probed_processes_show_allocated_and_reserved_and_the_retry_warnin
         assert table.get_cells("2:31339")["torch"].text == ""  # no probe on rank 2
         thrashing = [n for n in app._notifications if n.title == "Allocator thrashing"]
         assert len(thrashing) == 1  # once, although the retries kept rising over several frames
+        assert thrashing[0].timeout == app.toast_seconds
         assert (
             "PID 31337 on GPU 0: PyTorch's allocator is freeing its cache" in thrashing[0].message
         )

@@ -509,6 +509,26 @@ def test_rl_without_accelerator_counts_the_engine_minimum_and_warns() -> None:
     assert policy_generates.per_gpu.kv_cache == kv_cache_bytes(arch, 1, 1024, 2)
 
 
+def test_a_grpo_policy_generates_the_whole_generation_batch_at_once() -> None:
+    """TRL's GRPOTrainer generates once per optimizer step, for per_device_train_batch_size x
+    steps_per_generation completions (its default: gradient_accumulation_steps; the trainer's
+    get_train_dataloader and _prepare_inputs), which --export trainer keeps: the policy's KV
+    cache holds them all. PPO generates per micro-batch."""
+    model = _fixture_model("fx-1b")
+    arch = architecture(model)
+    plan = Plan(
+        model="fx-1b",
+        method=Method.GRPO,
+        seq=1024,
+        batch=2,
+        grad_accum=4,
+        vllm_memory_utilization=0,
+    )
+    assert estimate_memory(plan, model).per_gpu.kv_cache == kv_cache_bytes(arch, 8, 1024, 2)
+    ppo = estimate_memory(plan.with_changes({"method": Method.PPO}), model)
+    assert ppo.per_gpu.kv_cache == kv_cache_bytes(arch, 2, 1024, 2)
+
+
 # --------------------------------------------------------------------------------------------------
 # Every method on the real catalog
 # --------------------------------------------------------------------------------------------------

@@ -41,21 +41,23 @@ def export(
 
 def snippet_calls(text: str) -> dict[str, dict[str, Any]]:
     """Each ``Name(key=value, ...)`` call of the Trainer snippet: its keyword arguments as values
-    (literals, and ``torch.<dtype>`` for BitsAndBytesConfig's compute dtype)."""
+    (literals, ``torch.<dtype>`` for BitsAndBytesConfig's compute dtype, and a call written as an
+    argument, such as ``parallelism_config=ParallelismConfig(...)``, built by :func:`build`)."""
     import torch
 
     calls: dict[str, dict[str, Any]] = {}
+
+    def value_of(value: ast.expr) -> Any:
+        if isinstance(value, ast.Attribute) and getattr(value.value, "id", "") == "torch":
+            return getattr(torch, value.attr)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            return build(value.func.id, {str(k.arg): value_of(k.value) for k in value.keywords})
+        return ast.literal_eval(value)
+
     for node in ast.walk(ast.parse(text)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
-        kwargs: dict[str, Any] = {}
-        for keyword in node.keywords:
-            value = keyword.value
-            if isinstance(value, ast.Attribute) and getattr(value.value, "id", "") == "torch":
-                kwargs[str(keyword.arg)] = getattr(torch, value.attr)
-            else:
-                kwargs[str(keyword.arg)] = ast.literal_eval(value)
-        calls[node.func.id] = kwargs
+        calls[node.func.id] = {str(k.arg): value_of(k.value) for k in node.keywords}
     return calls
 
 
@@ -66,6 +68,8 @@ def config_class(name: str) -> Any:
         "BitsAndBytesConfig": "transformers",
         "SFTConfig": "trl",
         "LoraConfig": "peft",
+        "GRPOConfig": "trl",
+        "ParallelismConfig": "accelerate",
     }[name]
     return getattr(pytest.importorskip(module), name)
 
@@ -122,45 +126,93 @@ def test_the_libraries_accept_the_trainer_snippet(
     assert not calls, f"a call this test does not check: {sorted(calls)}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="transformers 5 takes fsdp='hybrid_shard' only with fsdp_config version 1 (FSDP1)",
+@pytest.mark.parametrize(
+    ("args", "replicas", "shard"),
+    [
+        ("--method full --fsdp hybrid --gpus 16 --gpus-per-node 8", 2, 8),
+        ("--method lora --fsdp hybrid --fsdp-offload --gpus 8", 1, 8),
+    ],
 )
 def test_transformers_accepts_the_hybrid_fsdp_snippet(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: str,
+    replicas: int,
+    shard: int,
 ) -> None:
+    """FSDP2 (transformers 5's default) has no ``hybrid_shard``: the snippet asks for a
+    replicate x shard device mesh through accelerate's ``ParallelismConfig`` instead."""
     pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
-    args = "--method full --fsdp hybrid --gpus 16 --gpus-per-node 8"
-    arguments = snippet_calls(export(capsys, "trainer", args, tmp_path / "train.py"))
-    build("TrainingArguments", {**arguments["TrainingArguments"], "use_cpu": True})
+    calls = snippet_calls(export(capsys, "trainer", args, tmp_path / "train.py"))
+    arguments_class = "TrainingArguments" if "--method full" in args else "SFTConfig"
+    arguments = calls[arguments_class]
+    built = build(arguments_class, {**arguments, "use_cpu": True})
+    mesh = built.parallelism_config
+    assert (mesh.dp_replicate_size, mesh.dp_shard_size) == (replicas, shard)
+    assert built.fsdp_config.get("version", 2) == 2
+    assert built.fsdp_config.get("cpu_offload", False) is ("--fsdp-offload" in args)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="TRL's GRPOConfig needs the batch divisible by num_generations (8), which the snippet "
-    "does not set",
+@pytest.mark.parametrize(
+    ("args", "generations"),
+    [
+        ("--batch 1 --grad-accum 2", 2),
+        ("--batch 4 --grad-accum 4", 8),
+        ("--batch 3 --grad-accum 1", 3),
+        ("--batch 12 --grad-accum 1", 6),
+        ("--batch 11 --grad-accum 1", 11),
+    ],
 )
 def test_trl_accepts_the_grpo_snippet(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: str,
+    generations: int,
 ) -> None:
-    trl = pytest.importorskip("trl")
     pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
-    text = export(capsys, "trainer", "--method grpo --rl-method lora", tmp_path / "train.py")
-    trl.GRPOConfig(**snippet_calls(text)["GRPOConfig"], use_cpu=True)
+    text = export(capsys, "trainer", f"--method grpo --rl-method lora {args}", tmp_path / "t.py")
+    # One process here, as the plan's one GPU: TRL checks the generation batch against it.
+    built = build("GRPOConfig", {**snippet_calls(text)["GRPOConfig"], "use_cpu": True})
+    assert built.num_generations == generations
+    assert built.generation_batch_size % built.num_generations == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="TRL 1.x has no PPOConfig: the PPO snippet's import fails",
-)
-def test_trl_has_the_ppo_snippets_config() -> None:
+def test_a_grpo_plan_of_one_completion_a_step_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """TRL's GRPOConfig needs two completions of each prompt in a generation batch: a plan of
+    batch 1, one accumulation step and one GPU cannot be written for it."""
+    path = tmp_path / "train.py"
+    args = ["plan", *MODEL, "--method", "grpo", "--export", "trainer", "-o", str(path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--batch" in err and "--grad-accum" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not path.exists()
+
+
+def test_the_ppo_snippet_says_which_trl_has_its_config(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """TRL moved PPOConfig/PPOTrainer to trl.experimental.ppo (huggingface/trl#4482; the import
+    from ``trl`` is gone from 0.29) and later removed them (huggingface/trl#7020): the snippet
+    states the TRL it needs, and the CLI warns."""
     trl = pytest.importorskip("trl")
-    assert hasattr(trl, "PPOConfig")
+    path = tmp_path / "train.py"
+    assert main(["plan", *MODEL, "--method", "ppo", "--export", "trainer", "-o", str(path)]) == 0
+    err = capsys.readouterr().err
+    text = path.read_text()
+    header = text.split("\nargs = ")[0]
+    assert "from trl import PPOConfig" in header
+    assert "pip install 'trl<0.29'" in header
+    assert "warning" in err and "trl<0.29" in err
+    # the pin is right about the TRL installed here: its top level has PPOConfig below 0.29 only
+    from packaging.version import Version
+
+    assert hasattr(trl, "PPOConfig") is (Version(trl.__version__) < Version("0.29"))
 
 
 # -- DeepSpeed ----------------------------------------------------------------------------------

@@ -87,7 +87,8 @@ def test_trainer_snippet_is_python_with_the_plans_arguments() -> None:
     ],
 )
 def test_trainer_snippet_picks_the_config_class(method: Method, config_class: str) -> None:
-    text = exports.trainer_snippet(Plan(model="qwen2.5-7b", method=method), "m")
+    # batch 2: GRPO needs two completions of a prompt in a generation batch (grpo_generations)
+    text = exports.trainer_snippet(Plan(model="qwen2.5-7b", method=method, batch=2), "m")
     assert f"args = {config_class}(" in text
 
 
@@ -165,6 +166,7 @@ TRAINER_PLANS = [
     "--model qwen2.5-3b --method full --compile --optimizer adamw-8bit-paged".split(),
     "--model qwen2.5-3b --method full --fsdp full --gpus 4".split(),
     "--model qwen2.5-3b --method full --precision mixed --fsdp hybrid --fsdp-offload --gpus 8 --grad-ckpt".split(),
+    "--model qwen2.5-3b --method lora --fsdp hybrid --gpus 16 --gpus-per-node 4".split(),
     # issue 22: accelerate's sync_each_batch through the Trainer's accelerator_config
     "--model qwen2.5-3b --method full --fsdp full --gpus 4 --grad-accum 4 --sync-each-batch".split(),
     "--model qwen2.5-7b --method dora --lora-targets q_proj,v_proj --optimizer adamw-8bit --epochs 3".split(),
@@ -249,7 +251,10 @@ def test_trainer_snippet_carries_the_savers_it_has_fields_for() -> None:
         "use_liger_kernel=True,",
         "activation_offloading=True,",
         "optim='paged_adamw_8bit',",
-        "fsdp='hybrid_shard offload auto_wrap',",
+        # FSDP2 has no hybrid_shard: full sharding over accelerate's replicate x shard mesh
+        "fsdp='full_shard offload auto_wrap',",
+        "parallelism_config=ParallelismConfig(dp_replicate_size=1, dp_shard_size=1),",
+        "from accelerate import ParallelismConfig",
     ):
         assert argument in text
     plain = exports.trainer_snippet(Plan(model="qwen2.5-3b", method=Method.LORA), "m")
@@ -260,6 +265,46 @@ def test_trainer_snippet_carries_the_savers_it_has_fields_for() -> None:
     assert "activation_offloading" not in exports.trainer_snippet(full, "m")
     assert "--activation-offload" in exports.uncarried_settings(full, "trainer")
     assert "--activation-offload" not in exports.uncarried_settings(plan, "trainer")
+
+
+def test_a_grpo_snippet_reads_back_with_nothing_ignored(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = "--model qwen2.5-0.5b --method grpo --batch 2 --grad-accum 3".split()
+    path = tmp_path / "train.py"
+    assert run(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
+    assert "num_generations=6," in path.read_text()  # the generation batch 2 x 1 x 3
+    status, _, err = run(capsys, "--from", str(path), "--json")
+    assert status == 0 and "ignored" not in err
+
+
+def test_a_hybrid_trainer_snippet_reads_back_as_hybrid(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = "--model qwen2.5-7b --method full --fsdp hybrid --gpus 16 --gpus-per-node 8".split()
+    path = tmp_path / "train.py"
+    assert run(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
+    text = path.read_text()
+    assert "ParallelismConfig(dp_replicate_size=2, dp_shard_size=8)" in text
+    assert "hybrid_shard" not in text  # transformers 5 (FSDP2) refuses it
+    plan = plan_of(capsys, "--from", str(path), "--gpus", "16")["plan"]
+    assert (plan["fsdp"], plan["gpus_per_node"]) == ("hybrid", 8)
+    # one node (no --gpus-per-node): a mesh of one replica, which is full sharding
+    single = "--model qwen2.5-7b --method full --fsdp hybrid --gpus 4".split()
+    assert run(capsys, *single, "--export", "trainer", "-o", str(path), "--force")[0] == 0
+    assert "ParallelismConfig(dp_replicate_size=1, dp_shard_size=4)" in path.read_text()
+    assert plan_of(capsys, "--from", str(path), "--gpus", "4")["plan"]["fsdp"] == "full"
+
+
+def test_a_hybrid_plan_of_part_of_a_node_is_refused_by_the_trainer_export(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # accelerate's ParallelismConfig must cover every process (replicate x shard = processes,
+    # accelerate/parallelism_config.py _validate_accelerator): 12 GPUs are not whole nodes of 8
+    args = "--model qwen2.5-7b --method full --fsdp hybrid --gpus 12 --gpus-per-node 8".split()
+    status, out, err = run(capsys, *args, "--export", "trainer")
+    assert status == 2 and not out
+    assert "--gpus" in err and "--gpus-per-node" in err and "Traceback" not in err
 
 
 def test_sync_each_batch_is_written_where_the_trainer_has_a_field_for_it() -> None:

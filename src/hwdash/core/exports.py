@@ -17,8 +17,16 @@ the CLI writes it. What each field means in the target tool:
   Issue 13's savers where the Trainer has a field: ``torch_compile``, ``use_liger_kernel`` (Liger's
   kernels, whose fused linear cross-entropy is ``--loss fused-linear``; transformers
   ``TrainingArguments`` docs), TRL ``SFTConfig``'s ``activation_offloading``, ``optim``
-  ``paged_adamw_8bit`` (bitsandbytes' ``PagedAdamW8bit``) and ``fsdp`` (``"full_shard"`` or
-  ``"hybrid_shard"``, ``"offload"``, ``"auto_wrap"``; the Trainer's FSDP options). Issue 22's
+  ``paged_adamw_8bit`` (bitsandbytes' ``PagedAdamW8bit``) and ``fsdp`` (``"full_shard"``,
+  ``"offload"``, ``"auto_wrap"``; the Trainer's FSDP options). Hybrid sharding: transformers 5
+  runs FSDP2, which has no ``"hybrid_shard"`` (``TrainingArguments._apply_legacy_fsdp_to_config``
+  refuses it unless ``fsdp_config`` says version 1); FSDP2 shards over a replicate x shard device
+  mesh, which the Trainer takes as ``parallelism_config=ParallelismConfig(dp_replicate_size=nodes,
+  dp_shard_size=gpus_per_node)`` (accelerate/parallelism_config.py: replicate > 1 and shard > 1 is
+  HSDP). TRL's ``GRPOConfig`` needs ``num_generations`` (default 8, at least 2) to divide its
+  generation batch (trl/trainer/grpo_config.py ``__post_init__``): :func:`grpo_generations`.
+  TRL's ``PPOConfig`` is importable from ``trl`` below 0.29 only (huggingface/trl#4482 moved it to
+  ``trl.experimental.ppo``; huggingface/trl#7020 removed it): :data:`PPO_TRL_REQUIREMENT`. Issue 22's
   ``sync_each_batch``: ``accelerator_config={"gradient_accumulation_kwargs": {...}}``, which the
   Trainer hands to accelerate's ``GradientAccumulationPlugin`` (transformers/trainer_pt_utils.py
   ``AcceleratorConfig.gradient_accumulation_kwargs``).
@@ -147,14 +155,65 @@ FSDP_STRATEGIES = {FsdpMode.FULL: "FULL_SHARD", FsdpMode.HYBRID: "HYBRID_SHARD"}
 
 
 def trainer_fsdp(plan: Plan) -> str | None:
-    """The Trainer's ``fsdp`` option string (``"full_shard auto_wrap"``...), or None."""
+    """The Trainer's ``fsdp`` option string (``"full_shard auto_wrap"``...), or None. Hybrid
+    sharding is full sharding within a node: :func:`hybrid_mesh` adds the nodes."""
     if plan.fsdp is FsdpMode.NONE:
         return None
-    words = ["full_shard" if plan.fsdp is FsdpMode.FULL else "hybrid_shard"]
+    words = ["full_shard"]
     if plan.fsdp_offload:
         words.append("offload")
     words.append("auto_wrap")
     return " ".join(words)
+
+
+def hybrid_mesh(plan: Plan, gpus: int) -> tuple[int, int] | None:
+    """``(dp_replicate_size, dp_shard_size)`` of accelerate's ``ParallelismConfig`` for a hybrid
+    FSDP plan on ``gpus`` GPUs: sharded within a node of ``gpus_per_node`` (all of them without
+    it, as :func:`hwdash.core.parallelism.fsdp_shard_size` counts), replicated over the nodes.
+    None for other plans; ``ValueError`` when ``gpus`` is not whole nodes."""
+    if plan.fsdp is not FsdpMode.HYBRID:
+        return None
+    shard = max(1, min(gpus, plan.gpus_per_node or gpus))
+    if gpus % shard:
+        # accelerate refuses a mesh that does not cover every process (replicate x shard must
+        # equal num_processes: accelerate/parallelism_config.py _validate_accelerator)
+        raise ValueError(
+            f"--fsdp hybrid over {gpus} GPUs is not whole nodes of --gpus-per-node {shard}: "
+            "give --gpus a multiple of --gpus-per-node"
+        )
+    return gpus // shard, shard
+
+
+GRPO_MAX_GENERATIONS = 8
+"""TRL's default ``num_generations`` (trl/trainer/grpo_config.py): the snippet writes no more."""
+
+
+def grpo_generations(plan: Plan, processes: int) -> int:
+    """The ``num_generations`` (completions of each prompt) the GRPO snippet writes.
+
+    TRL's ``GRPOConfig`` sets the generation batch to ``per_device_train_batch_size x processes x
+    steps_per_generation`` (which defaults to ``gradient_accumulation_steps``) and refuses it unless
+    ``num_generations`` divides it and is at least 2 (trl/trainer/grpo_config.py
+    ``__post_init__``). This is the largest divisor up to TRL's default of 8; a generation batch
+    with none (a prime above 8) gets its smallest divisor above 1. Raises ``ValueError`` naming
+    the flags when the generation batch is a single completion.
+    """
+    generation_batch = plan.batch * processes * plan.grad_accum
+    if generation_batch < 2:
+        raise ValueError(
+            "GRPO needs at least 2 completions of each prompt in a generation batch (TRL's "
+            f"num_generations), and --batch {plan.batch} x --grad-accum {plan.grad_accum} x "
+            f"{processes} GPU is 1: raise --batch or --grad-accum"
+        )
+    divisors = [n for n in range(2, generation_batch + 1) if generation_batch % n == 0]
+    small = [n for n in divisors if n <= GRPO_MAX_GENERATIONS]
+    return max(small) if small else min(divisors)
+
+
+PPO_TRL_REQUIREMENT = "trl<0.29"
+"""The TRL whose top level still has ``PPOConfig``/``PPOTrainer``: 0.29 dropped the deprecated
+import from ``trl`` (they lived on in ``trl.experimental.ppo``, huggingface/trl#4482, until
+huggingface/trl#7020 removed them); checked against the wheels of 0.28.0 and 0.29.0."""
 
 
 def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None) -> list[str]:
@@ -213,15 +272,25 @@ def _py(value: Any) -> str:
 
 
 def trainer_snippet(
-    plan: Plan, model_id: str, *, bf16_hardware: bool = True, framework: Framework | None = None
+    plan: Plan,
+    model_id: str,
+    *,
+    bf16_hardware: bool = True,
+    framework: Framework | None = None,
+    gpus: int | None = None,
 ) -> str:
     """A Python snippet building the Trainer (or TRL) arguments, PEFT and bitsandbytes configs
-    (the savers as ``framework``, the catalog's entry for ``plan.framework``, sets them).
+    (the savers as ``framework``, the catalog's entry for ``plan.framework``, sets them) for a run
+    on ``gpus`` data-parallel processes (None: ``plan.gpus``).
 
-    Every value is a literal, so ``hwdash plan --from`` can read the snippet back.
+    Every value is a literal (or a call of literals), so ``hwdash plan --from`` can read the
+    snippet back. Raises ``ValueError`` when TRL cannot run the plan (:func:`grpo_generations`).
     """
     if not plan.is_training:
         raise ValueError("Trainer arguments are for training plans; inference has none")
+    processes = plan.gpus if gpus is None else gpus
+    generations = grpo_generations(plan, processes) if plan.method is Method.GRPO else None
+    mesh = hybrid_mesh(plan, processes)
     method = trained_method(plan)
     half = half_precision(plan, bf16_hardware)
     # How the weights are loaded: fp32 for amp/fp32 (the Trainer autocasts), 16-bit otherwise;
@@ -239,11 +308,19 @@ def trainer_snippet(
         + f", precision {plan.precision.value}",
         "import torch",
     ]
+    if config_class == "PPOConfig":
+        lines.insert(
+            1,
+            f"# needs pip install '{PPO_TRL_REQUIREMENT}': later TRL has no PPOConfig in trl "
+            "(huggingface/trl#4482, #7020)",
+        )
     imports = []
     if config_class == "TrainingArguments":
         imports.append("from transformers import TrainingArguments")
     else:
         imports.append(f"from trl import {config_class}")
+    if mesh is not None:
+        imports.append("from accelerate import ParallelismConfig")
     if method in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT):
         imports.append("from peft import LoraConfig")
     if method in (Method.QLORA, Method.LORA_8BIT):
@@ -269,6 +346,10 @@ def trainer_snippet(
     ]
     if config_class == "SFTConfig":
         arguments.append(("max_length", plan.seq))
+    if generations is not None:
+        # generation batch = per-device batch x processes x steps_per_generation (TRL's default:
+        # gradient_accumulation_steps); the estimator's policy KV cache counts the same batch
+        arguments.append(("num_generations", generations))
     savers = resolve_savers(plan, framework)
     if savers.compile:
         arguments.append(("torch_compile", True))
@@ -285,8 +366,19 @@ def trainer_snippet(
         )
     if plan.zero:
         arguments.append(("deepspeed", DEEPSPEED_CONFIG_NAME))
+    if generations is not None:
+        lines.append(
+            f"# GRPO: {generations} completions of each prompt; they divide the generation batch "
+            f"{plan.batch} x {processes} process(es) x {plan.grad_accum} step(s)"
+        )
     lines.append("args = " + config_class + "(")
     lines += [f"    {name}={_py(value)}," for name, value in arguments]
+    if mesh is not None:
+        # FSDP2's hybrid sharding: a device mesh of nodes x GPUs per node (see the module docs)
+        lines.append(
+            f"    parallelism_config=ParallelismConfig(dp_replicate_size={mesh[0]}, "
+            f"dp_shard_size={mesh[1]}),"
+        )
     lines.append(")")
     if method in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT):
         targets: Any = (
@@ -451,7 +543,13 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
             notes.append(
                 f"the snippet points at {DEEPSPEED_CONFIG_NAME}: write it with --export deepspeed"
             )
-        return trainer_snippet(plan, model_id, bf16_hardware=bf16, framework=framework), notes
+        if plan.method is Method.PPO:
+            notes.append(
+                f"warning: the PPO snippet needs pip install '{PPO_TRL_REQUIREMENT}' (newer TRL has "
+                "no PPOConfig in trl)"
+            )
+        text = trainer_snippet(plan, model_id, bf16_hardware=bf16, framework=framework, gpus=gpus)
+        return text, notes
     if kind == "accelerate":
         if plan.fsdp is not FsdpMode.NONE and plan.precision is not Precision.BF16:
             notes.append(

@@ -415,6 +415,9 @@ def _read_trainer_mapping(reader: _Reader, out: ImportedPlan) -> None:
         out.updates["grad_ckpt"] = ckpt
     reader.get("max_grad_norm")
     reader.get("output_dir")
+    # GRPOConfig: completions of each prompt; the batch already counts completions (TRL's
+    # per_device_train_batch_size), so it changes no memory
+    reader.get("num_generations")
     _optimizer(reader, "optim", out)
     if reader.flag("torch_compile"):
         out.updates["compile"] = True
@@ -571,6 +574,7 @@ def _from_snippet(path: Path, text: str, chain: tuple[Path, ...]) -> ImportedPla
     out = ImportedPlan(kind="trainer")
     _read_trainer_mapping(reader, out)
     out.ignored = reader.ignored()
+    _parallelism_mesh(calls.get("ParallelismConfig", {}), out)
     if isinstance(constants.get("MODEL"), str):
         out.updates["model"] = constants["MODEL"]
     if isinstance(constants.get("MAX_LENGTH"), int):
@@ -604,6 +608,23 @@ def _module_names(path: Path, key: str, names: str | Sequence[str]) -> tuple[str
     if not modules:
         raise UsageError(f"{path}: '{key}' names no module", flag=FLAG)
     return modules
+
+
+def _parallelism_mesh(mesh: Mapping[str, Any], out: ImportedPlan) -> None:
+    """accelerate's ``ParallelismConfig(dp_replicate_size=R, dp_shard_size=S)`` next to full
+    sharding: FSDP2's hybrid sharding when R > 1 (sharded over S GPUs of a node, replicated over
+    R nodes; accelerate/parallelism_config.py), what ``--export trainer`` writes for
+    ``--fsdp hybrid``."""
+    replicas = mesh.get("dp_replicate_size", 1)
+    shard = mesh.get("dp_shard_size", 1)
+    if out.updates.get("fsdp") is not FsdpMode.FULL:
+        return
+    counts = (replicas, shard)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+        return
+    if replicas > 1 and shard > 1:
+        out.updates["fsdp"] = FsdpMode.HYBRID
+        out.updates["gpus_per_node"] = shard
 
 
 def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None:

@@ -297,8 +297,12 @@ class HwdashApp(App[None]):
         stall_after_s: float = STALL_AFTER_SECONDS,
         first_snapshot: Snapshot | None = None,
         signaller: Signaller | None = None,
+        toast_seconds: float = ALERT_TOAST_SECONDS,
     ) -> None:
         super().__init__()
+        self.toast_seconds = toast_seconds
+        """Real seconds the alert and allocator toasts stay up (Textual times toasts by the wall
+        clock, not by ``clock``: tests that replay a scenario keep them up for good)."""
         self.signaller = signaller
         self.replay = replay_of(sampler)
         """The recording being replayed (``--replay``), or None for live samples."""
@@ -558,7 +562,7 @@ class HwdashApp(App[None]):
                 f"cache to fit allocations ({process.torch.alloc_retries} retries): an OOM is near",
                 title="Allocator thrashing",
                 severity="warning",
-                timeout=ALERT_TOAST_SECONDS,
+                timeout=self.toast_seconds,
                 markup=False,
             )
         self._thrashing = set(rising)
@@ -580,7 +584,7 @@ class HwdashApp(App[None]):
             if all(notice.kind == "raised" for _at, notice in self._recent_toasts)
             else "GPU alert",
             severity="error",
-            timeout=ALERT_TOAST_SECONDS,
+            timeout=self.toast_seconds,
             markup=False,  # GPU and MIG names come from the driver
         )
 
@@ -841,6 +845,7 @@ def make_app(
     first_snapshot: Snapshot | None = None,
     signaller: Signaller | None = None,
     alert_forecast_s: float | None = None,
+    toast_seconds: float = ALERT_TOAST_SECONDS,
 ) -> HwdashApp:
     """Build the dashboard. The one factory: the CLI, ``--demo``, tests and screenshots call it.
 
@@ -848,7 +853,8 @@ def make_app(
     ``on_alert`` is the user's ``--on-alert`` command; ``clock`` (monotonic seconds) times the
     sampling thread, so tests can control it. ``alert_log`` is where alert events are appended
     (default ``$XDG_STATE_HOME/hwdash/alerts.jsonl``; False writes none, for screenshots).
-    Call :meth:`HwdashApp.finish` after ``run()`` so running alert commands get a few seconds.
+    ``toast_seconds``: how long (real time) alert toasts stay up; tests that step scenario time
+    make it long, so what they check does not depend on the machine's speed. Call :meth:`HwdashApp.finish` after ``run()`` so running alert commands get a few seconds.
     """
     if interval <= 0:
         raise ValueError("interval must be greater than zero")
@@ -886,4 +892,5 @@ def make_app(
         stall_after_s=stall_after_s,
         first_snapshot=first_snapshot,
         signaller=signaller,
+        toast_seconds=toast_seconds,
     )

@@ -77,6 +77,7 @@ from hwdash.core.units import format_bytes, format_count, format_hours, format_m
 from hwdash.errors import UsageError
 from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.widgets.check import Check
+from hwdash.ui.widgets.form_select import FormSelect
 from hwdash.ui.widgets.ordered_input import OrderedInput
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
@@ -456,7 +457,7 @@ class PlannerPane(Widget):
             with Vertical(id="plan-flavors"):
                 with Horizontal(id="plan-flavor-controls"):
                     yield Check("fits only", id="plan-fits-only", compact=True)
-                    yield Select(
+                    yield FormSelect(
                         [(label, key) for key, label in PROVIDER_LABELS.items()],
                         value="all",
                         allow_blank=False,
@@ -478,7 +479,7 @@ class PlannerPane(Widget):
                 id=cid,
             )
         if name in _ENUM_FIELDS:
-            return Select(
+            return FormSelect(
                 [(member.value, member) for member in _ENUM_FIELDS[name]],
                 value=getattr(plan, name),
                 allow_blank=False,
@@ -486,7 +487,7 @@ class PlannerPane(Widget):
                 id=cid,
             )
         if name == "zero":
-            return Select(
+            return FormSelect(
                 [(f"{stage}", stage) for stage in range(4)],
                 value=plan.zero,
                 allow_blank=False,
@@ -498,7 +499,7 @@ class PlannerPane(Widget):
         if name == "loss":
             choices: list[tuple[str, Any]] = [(LOSS_DEFAULT, LOSS_DEFAULT)]
             choices += [(member.value, member) for member in Loss]
-            return Select(
+            return FormSelect(
                 choices,
                 value=LOSS_DEFAULT if plan.loss is None else plan.loss,
                 allow_blank=False,
@@ -508,7 +509,7 @@ class PlannerPane(Widget):
         if name == "fsdp_offload":
             return Check("params, grads, optimizer", plan.fsdp_offload, compact=True, id=cid)
         if name == "rl_method":
-            return Select(
+            return FormSelect(
                 [(member.value, member) for member in RL_TRAINABLE_METHODS],
                 value=plan.rl_method,
                 allow_blank=False,

@@ -95,6 +95,9 @@ def fake_app(
     clock = ManualClock(start_s)
     options.setdefault("alert_log", data_dir / "alerts.jsonl")
     options.setdefault("bell", False)
+    # Toasts time out in real time, which a loaded machine's slower replay would use up: frozen
+    # (the scenario's clock decides everything else).
+    options.setdefault("toast_seconds", FROZEN_INTERVAL)
     app = make_app(
         catalog=shared_catalog(),
         sampler=fake_sampler(scenario, clock, scenario_time=scenario_time),

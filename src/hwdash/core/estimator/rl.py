@@ -100,8 +100,15 @@ def _generation_engine(
     """RL rollouts: a colocated vLLM engine's reservation, or the policy's own KV cache."""
     kv = kv_cache_bytes(arch, plan.batch, plan.seq, 2)
     if plan.vllm_memory_utilization == 0:
-        acc.kv_cache += kv
-        acc.note("generation KV cache (policy generates)", kv)
+        generated = kv
+        if plan.method is Method.GRPO:
+            # TRL's GRPOTrainer generates once per optimizer step, for the whole generation batch:
+            # per_device_train_batch_size x steps_per_generation (default gradient_accumulation_
+            # steps; trl/trainer/grpo_config.py, grpo_trainer.py get_train_dataloader), as
+            # --export trainer writes it. vLLM pages its KV cache: its minimum stays one batch.
+            generated = kv_cache_bytes(arch, plan.batch * plan.grad_accum, plan.seq, 2)
+        acc.kv_cache += generated
+        acc.note("generation KV cache (policy generates)", generated)
         return
     # vLLM holds its own copy of the weights in 16 bits plus a KV cache; at the least one batch.
     engine_minimum = arch.total_params * 2 + kv
