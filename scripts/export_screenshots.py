@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "ui"))
 
 from snapshot_apps.fake_dashboard import (  # noqa: E402
-    ClusterSampler,
+    cluster_app,
     fake_app,
     replay,
     shared_catalog,
@@ -34,7 +34,7 @@ from hwdash.core.fit import evaluate_plan  # noqa: E402
 from hwdash.core.plan import Method, Plan, Precision  # noqa: E402
 from hwdash.core.plan_store import PlanStore, PlanSummary  # noqa: E402
 from hwdash.telemetry.signals import SimulatedSignaller  # noqa: E402
-from hwdash.ui.app import TabName, make_app  # noqa: E402
+from hwdash.ui.app import TabName  # noqa: E402
 from hwdash.ui.widgets.planner_flavors import FlavorTable  # noqa: E402
 
 
@@ -163,14 +163,7 @@ async def take(shot: Shot, out_dir: Path) -> Path:
 
 async def take_cluster(out_dir: Path) -> Path:
     """The monitor over a cluster as a Prometheus source gives it (four hosts, one stale)."""
-    app = make_app(
-        catalog=shared_catalog(),
-        sampler=ClusterSampler(),
-        interval=3600,
-        initial_tab="monitor",
-        alert_log=False,
-        bell=False,
-    )
+    app = cluster_app()
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await wait_for_frames(pilot, app, 1)
         await pilot.wait_for_scheduled_animations()

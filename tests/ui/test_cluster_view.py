@@ -3,29 +3,17 @@ process table."""
 
 from __future__ import annotations
 
-from snapshot_apps.fake_dashboard import ClusterSampler, shared_catalog, wait_for_frames
+from snapshot_apps.fake_dashboard import cluster_app, wait_for_frames
 
-from hwdash.ui.app import make_app
 from hwdash.ui.widgets.monitor_cluster import ClusterHeading, ClusterTable
 
 
-def _cluster_app() -> object:
-    return make_app(
-        catalog=shared_catalog(),
-        sampler=ClusterSampler(),
-        interval=3600,
-        initial_tab="monitor",
-        alert_log=False,
-        bell=False,
-    )
-
-
 async def test_the_cluster_view_has_column_headings_aligned_with_its_lines() -> None:
-    app = _cluster_app()
-    async with app.run_test(size=(120, 40)) as pilot:  # type: ignore[attr-defined]
-        await wait_for_frames(pilot, app, 1)  # type: ignore[arg-type]
-        heading = app.query_one(ClusterHeading)  # type: ignore[attr-defined]
-        table = app.query_one(ClusterTable)  # type: ignore[attr-defined]
+    app = cluster_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        heading = app.query_one(ClusterHeading)
+        table = app.query_one(ClusterTable)
         assert heading.display and table.display
         head = "".join(segment.text for segment in heading.render_line(0))
         first = "".join(segment.text for segment in table.render_line(0))
@@ -39,14 +27,11 @@ async def test_the_cluster_view_has_column_headings_aligned_with_its_lines() -> 
 
 
 async def test_the_cluster_view_offers_no_process_sort_or_detail() -> None:
-    app = _cluster_app()
-    async with app.run_test(size=(120, 40)) as pilot:  # type: ignore[attr-defined]
-        await wait_for_frames(pilot, app, 1)  # type: ignore[arg-type]
+    app = cluster_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for_frames(pilot, app, 1)
         await pilot.pause()
-        offered = {
-            active.binding.action
-            for active in app.active_bindings.values()  # type: ignore[attr-defined]
-        }
+        offered = {active.binding.action for active in app.active_bindings.values()}
         assert "sort_processes" not in offered and "process_detail" not in offered
         assert "signal_process('TERM')" in offered or any(
             action.startswith("signal_process") for action in offered

@@ -268,17 +268,19 @@ async def test_a_row_whose_process_was_replaced_is_refused(tmp_path: Path) -> No
             assert child.poll() is None
 
 
-async def test_a_replay_pauses_with_space_and_steps_with_the_arrows(tmp_path: Path) -> None:
+def recorded_replay(tmp_path: Path) -> tuple[HwdashApp, ReplaySampler]:
+    """A minute of the a100x4-training scenario recorded every 5 s (as `monitor --json` writes
+    it), and the dashboard replaying it paused at the start (speed 0)."""
     now = [0.0]
     live = make_sampler("a100x4-training", clock=lambda: now[0])
-    snapshots = []
+    lines = []
     for second in range(0, 60, 5):
         now[0] = float(second)
         data: Any = snapshot_to_dict(live.sample())
         data["timestamp"] = 1_000_000.0 + second
-        snapshots.append(json.dumps(data))
+        lines.append(json.dumps(data))
     path = tmp_path / "run.jsonl"
-    path.write_text("\n".join(snapshots) + "\n")
+    path.write_text("\n".join(lines) + "\n")
     sampler, _ = ReplaySampler.from_file(path, speed=0)
     app = make_app(
         catalog=shared_catalog(),
@@ -288,6 +290,11 @@ async def test_a_replay_pauses_with_space_and_steps_with_the_arrows(tmp_path: Pa
         alert_log=False,
         bell=False,
     )
+    return app, sampler
+
+
+async def test_a_replay_pauses_with_space_and_steps_with_the_arrows(tmp_path: Path) -> None:
+    app, sampler = recorded_replay(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for_frames(pilot, app, 1)
         await pilot.press("space")
@@ -432,25 +439,7 @@ async def test_an_exited_process_nvml_still_lists_is_named_as_such_and_k_says_wh
 async def test_a_replays_history_is_the_recording_up_to_the_snapshot_shown(tmp_path: Path) -> None:
     """Issue 23: the sparklines grew from the frames viewed, so pausing and stepping back added
     history the recording never had."""
-    now = [0.0]
-    live = make_sampler("a100x4-training", clock=lambda: now[0])
-    lines = []
-    for second in range(0, 60, 5):
-        now[0] = float(second)
-        data: Any = snapshot_to_dict(live.sample())
-        data["timestamp"] = 1_000_000.0 + second
-        lines.append(json.dumps(data))
-    path = tmp_path / "run.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    sampler, _ = ReplaySampler.from_file(path, speed=0)
-    app = make_app(
-        catalog=shared_catalog(),
-        sampler=sampler,
-        interval=3600,
-        initial_tab="monitor",
-        alert_log=False,
-        bell=False,
-    )
+    app, sampler = recorded_replay(tmp_path)
 
     def expected(shown: int) -> tuple[tuple[float, ...], tuple[tuple[float, int | None], ...]]:
         history = History(interval_s=3600, window_s=3600 * FRAME_HISTORY_POINTS)

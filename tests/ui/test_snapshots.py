@@ -114,18 +114,9 @@ def test_monitor_with_probed_processes_and_a_forecast(
 
 
 def test_cluster_of_32_gpus_at_120x40(snap_compare: SnapCompare, tmp_path: Path) -> None:
-    from snapshot_apps.fake_dashboard import ClusterSampler, shared_catalog, wait_for_frames
+    from snapshot_apps.fake_dashboard import cluster_app, wait_for_frames
 
-    from hwdash.ui.app import make_app
-
-    app = make_app(
-        catalog=shared_catalog(),
-        sampler=ClusterSampler(),
-        interval=3600,
-        initial_tab="monitor",
-        alert_log=False,
-        bell=False,
-    )
+    app = cluster_app()
 
     async def run_before(pilot: Pilot[None]) -> None:
         await wait_for_frames(pilot, app, 1)

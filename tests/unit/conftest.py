@@ -25,3 +25,10 @@ def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.delenv("HWDASH_FAKE_NVML", raising=False)
     return state
+
+
+@pytest.fixture
+def quiet_machine(isolated_home: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU on "this machine" (the fake NVML's no-driver scenario), and no user catalog, plans
+    or data folder from the machine running the tests."""
+    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")

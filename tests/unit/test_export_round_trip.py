@@ -7,26 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
+from monitor_cli import run_plan
 
-from hwdash.cli import main
 from hwdash.commands.plan import FIELD_FLAGS
 from hwdash.core.exports import EXPORT_FORMATS
 from hwdash.core.plan import Method, Plan
 
+pytestmark = pytest.mark.usefixtures("quiet_machine")
+
+
 SUFFIXES = {"trainer": ".py", "deepspeed": ".json", "accelerate": ".yaml", "hf-jobs": ".sh"}
 MODEL = "qwen2.5-0.5b"
-
-
-@pytest.fixture(autouse=True)
-def quiet_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(["plan", *args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def test_every_export_format_is_covered() -> None:
@@ -42,20 +33,20 @@ def test_a_round_trip_keeps_the_method_or_says_what_it_lost(
     if kind == "hf-jobs":
         given += ["--examples", "1k"]  # its timeout needs the run's length (no config holds it)
     path = tmp_path / f"plan{SUFFIXES[kind]}"
-    status, _out, export_err = run(capsys, *given, "--export", kind, "-o", str(path))
+    status, _out, export_err = run_plan(capsys, *given, "--export", kind, "-o", str(path))
     if status == 2:  # a format that cannot hold this plan says so and writes nothing
         assert "hwdash plan: error: --export:" in export_err and not path.exists()
         return
     assert status in (0, 1), export_err
     # The model is given again: DeepSpeed and accelerate configs name none (that is an error).
-    status, out, from_err = run(
+    status, out, from_err = run_plan(
         capsys, "--model", MODEL, "--flavor", "l4x1", "--from", str(path), "--json"
     )
     if kind == "hf-jobs":  # a launch command: no plan to read back, said as such
         assert status == 2 and "hf-jobs command" in from_err and "Traceback" not in from_err
         return
     assert status == 0, from_err
-    status, original_out, _ = run(capsys, *given, "--json")
+    status, original_out, _ = run_plan(capsys, *given, "--json")
     original, back = json.loads(original_out)["plan"], json.loads(out)["plan"]
     lost = [name for name in Plan.model_fields if name in original and original[name] != back[name]]
     said = export_err + from_err

@@ -20,14 +20,9 @@ import yaml
 
 from hwdash.cli import main
 
-pytestmark = pytest.mark.validate
+pytestmark = [pytest.mark.validate, pytest.mark.usefixtures("quiet_machine")]
 
 MODEL = ["--model", "qwen2.5-7b"]
-
-
-@pytest.fixture(autouse=True)
-def quiet_machine(isolated_home: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
 
 
 def export(

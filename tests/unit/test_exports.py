@@ -9,29 +9,20 @@ from typing import Any
 
 import pytest
 import yaml
+from monitor_cli import run_plan
 
-from hwdash.cli import main
 from hwdash.core import exports
 from hwdash.core.plan import FsdpMode, Loss, Method, Offload, Optimizer, Plan, Precision
 from hwdash.errors import UsageError
 
+pytestmark = pytest.mark.usefixtures("quiet_machine")
+
+
 CONFIGS = Path(__file__).resolve().parent.parent / "data" / "configs"
 
 
-@pytest.fixture(autouse=True)
-def quiet_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(["plan", *args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def plan_of(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    status, out, err = run(capsys, *args, "--json")
+    status, out, err = run_plan(capsys, *args, "--json")
     assert status == 0, err
     return json.loads(out)  # type: ignore[no-any-return]
 
@@ -105,7 +96,7 @@ def test_accelerate_config_types() -> None:
 
 
 def test_hf_jobs_timeout_has_the_margin_and_the_cost(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run(
+    status, out, _ = run_plan(
         capsys,
         "--model",
         "qwen2.5-0.5b",
@@ -130,7 +121,7 @@ def test_hf_jobs_timeout_has_the_margin_and_the_cost(capsys: pytest.CaptureFixtu
 
 
 def test_hf_jobs_without_a_run_length_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run(
+    status, _, err = run_plan(
         capsys, "--model", "qwen2.5-0.5b", "--flavor", "a10g-large", "--export", "hf-jobs"
     )
     assert status == 2 and "--examples" in err
@@ -150,7 +141,7 @@ def test_deepspeed_round_trip(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
 ) -> None:
     path = tmp_path / "ds.json"
-    assert run(capsys, *args, "--export", "deepspeed", "-o", str(path))[0] == 0
+    assert run_plan(capsys, *args, "--export", "deepspeed", "-o", str(path))[0] == 0
     original = plan_of(capsys, *args)
     model_and_method = args[:4]
     flavor = args[args.index("--flavor") :][:2]
@@ -181,7 +172,7 @@ def test_trainer_round_trip(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
 ) -> None:
     path = tmp_path / "train_args.py"
-    assert run(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
+    assert run_plan(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
     original = plan_of(capsys, *args)
     # the model comes from the snippet too; the GPU count is the launcher's, not the snippet's
     gpus = args[args.index("--gpus") :][:2] if "--gpus" in args else []
@@ -205,8 +196,8 @@ def test_trainer_with_zero_round_trips_with_its_deepspeed_file(
         "--offload",
         "params",
     ]
-    run(capsys, *args, "--export", "deepspeed", "-o", str(tmp_path / "ds_config.json"))
-    run(capsys, *args, "--export", "trainer", "-o", str(tmp_path / "train.py"))
+    run_plan(capsys, *args, "--export", "deepspeed", "-o", str(tmp_path / "ds_config.json"))
+    run_plan(capsys, *args, "--export", "trainer", "-o", str(tmp_path / "train.py"))
     assert (
         plan_of(capsys, "--from", str(tmp_path / "train.py"))["memory"]
         == plan_of(capsys, *args)["memory"]
@@ -227,7 +218,7 @@ def test_accelerate_round_trip(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
 ) -> None:
     path = tmp_path / "default_config.yaml"
-    assert run(capsys, *args, "--export", "accelerate", "-o", str(path))[0] == 0
+    assert run_plan(capsys, *args, "--export", "accelerate", "-o", str(path))[0] == 0
     original = plan_of(capsys, *args)
     again = plan_of(capsys, *args[:4], "--from", str(path))
     assert again["memory"] == original["memory"]
@@ -272,9 +263,9 @@ def test_a_grpo_snippet_reads_back_with_nothing_ignored(
 ) -> None:
     args = "--model qwen2.5-0.5b --method grpo --batch 2 --grad-accum 3".split()
     path = tmp_path / "train.py"
-    assert run(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
+    assert run_plan(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
     assert "num_generations=6," in path.read_text()  # the generation batch 2 x 1 x 3
-    status, _, err = run(capsys, "--from", str(path), "--json")
+    status, _, err = run_plan(capsys, "--from", str(path), "--json")
     assert status == 0 and "ignored" not in err
 
 
@@ -283,7 +274,7 @@ def test_a_hybrid_trainer_snippet_reads_back_as_hybrid(
 ) -> None:
     args = "--model qwen2.5-7b --method full --fsdp hybrid --gpus 16 --gpus-per-node 8".split()
     path = tmp_path / "train.py"
-    assert run(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
+    assert run_plan(capsys, *args, "--export", "trainer", "-o", str(path))[0] == 0
     text = path.read_text()
     assert "ParallelismConfig(dp_replicate_size=2, dp_shard_size=8)" in text
     assert "hybrid_shard" not in text  # transformers 5 (FSDP2) refuses it
@@ -291,7 +282,7 @@ def test_a_hybrid_trainer_snippet_reads_back_as_hybrid(
     assert (plan["fsdp"], plan["gpus_per_node"]) == ("hybrid", 8)
     # one node (no --gpus-per-node): a mesh of one replica, which is full sharding
     single = "--model qwen2.5-7b --method full --fsdp hybrid --gpus 4".split()
-    assert run(capsys, *single, "--export", "trainer", "-o", str(path), "--force")[0] == 0
+    assert run_plan(capsys, *single, "--export", "trainer", "-o", str(path), "--force")[0] == 0
     assert "ParallelismConfig(dp_replicate_size=1, dp_shard_size=4)" in path.read_text()
     assert plan_of(capsys, "--from", str(path), "--gpus", "4")["plan"]["fsdp"] == "full"
 
@@ -302,7 +293,7 @@ def test_a_hybrid_plan_of_part_of_a_node_is_refused_by_the_trainer_export(
     # accelerate's ParallelismConfig must cover every process (replicate x shard = processes,
     # accelerate/parallelism_config.py _validate_accelerator): 12 GPUs are not whole nodes of 8
     args = "--model qwen2.5-7b --method full --fsdp hybrid --gpus 12 --gpus-per-node 8".split()
-    status, out, err = run(capsys, *args, "--export", "trainer")
+    status, out, err = run_plan(capsys, *args, "--export", "trainer")
     assert status == 2 and not out
     assert "--gpus" in err and "--gpus-per-node" in err and "Traceback" not in err
 
@@ -393,12 +384,12 @@ def test_accelerate_fsdp_block() -> None:
 
 def test_what_no_format_carries_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     args = "--model qwen2.5-3b --method full --framework torchtune --fsdp full --gpus 2".split()
-    status, _, err = run(capsys, *args, "--export", "accelerate")
+    status, _, err = run_plan(capsys, *args, "--export", "accelerate")
     assert status == 0
     # torchtune's chunked loss and optimizer-in-backward have no accelerate field
     assert "--loss chunked" in err and "--optimizer-in-backward" in err
     assert "--fsdp" not in err.split("no field for")[1].split(":")[0]
-    status, _, err = run(
+    status, _, err = run_plan(
         capsys, *"--model qwen2.5-7b --method full --tp 2 --gpus 2".split(), "--export", "deepspeed"
     )
     assert status == 0 and "--tp 2 --pp 1" in err
@@ -472,7 +463,9 @@ def test_an_axolotl_qlora_yaml_gives_the_plan_it_describes(
 def test_a_llama_factory_yaml_gives_the_plan_it_describes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    status, out, err = run(capsys, "--from", str(CONFIGS / "llama-factory-lora.yaml"), "--json")
+    status, out, err = run_plan(
+        capsys, "--from", str(CONFIGS / "llama-factory-lora.yaml"), "--json"
+    )
     assert status == 0
     plan = json.loads(out)["plan"]
     assert plan["model_id"] == "llama-3-8b"
@@ -517,12 +510,12 @@ def test_a_broken_file_is_exit_2_naming_it(
 ) -> None:
     path = tmp_path / name
     path.write_text(text)
-    status, _, err = run(capsys, "--model", "qwen2.5-7b", "--from", str(path))
+    status, _, err = run_plan(capsys, "--model", "qwen2.5-7b", "--from", str(path))
     assert status == 2
     assert str(path) in err and message in err
     assert "Traceback" not in err
 
 
 def test_output_without_export_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run(capsys, "--model", "qwen2.5-7b", "-o", "x.json")
+    status, _, err = run_plan(capsys, "--model", "qwen2.5-7b", "-o", "x.json")
     assert status == 2 and "--export" in err

@@ -14,12 +14,7 @@ from hwdash.core.plan import Method, Precision
 from hwdash.core.plan_import import read_plan_file
 from hwdash.errors import UsageError
 
-
-@pytest.fixture(autouse=True)
-def quiet_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+pytestmark = pytest.mark.usefixtures("quiet_machine")
 
 
 def plan_command(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, str, str]:

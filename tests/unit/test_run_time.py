@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from monitor_cli import run_plan
 
-from hwdash.cli import main
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.exports import job_timeout_minutes
 from hwdash.core.models import resolve_model
@@ -22,13 +22,10 @@ from hwdash.core.plan import Method, Offload, Plan, Precision
 from hwdash.core.run_time import estimate_run_time
 from hwdash.core.units import format_hours
 
+pytestmark = pytest.mark.usefixtures("quiet_machine")
+
+
 SEVEN_B = "--model qwen2.5-7b --grad-ckpt --examples 20000".split()
-
-
-@pytest.fixture(autouse=True)
-def quiet_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HWDASH_FAKE_NVML", "no-driver")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +33,8 @@ def catalog() -> Catalog:
     return load_catalog(include_user=False)
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(["plan", *args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    status, out, err = run(capsys, *args, "--json")
+    status, out, err = run_plan(capsys, *args, "--json")
     assert status == 0, err
     return json.loads(out)  # type: ignore[no-any-return]
 
@@ -102,7 +93,7 @@ def test_a_qlora_plans_json_and_table_hours_carry_the_qlora_factor(
     assert qlora["cost"] == pytest.approx(lora["cost"] * factor, rel=1e-12)
     assert qlora["tokens_per_second"] == pytest.approx(lora["tokens_per_second"] / factor)
     # the printed flavor table shows the same hours, and says which factor is in them
-    status, out, _ = run(capsys, *SEVEN_B, "--method", "qlora", "--flavor", "a10g-large")
+    status, out, _ = run_plan(capsys, *SEVEN_B, "--method", "qlora", "--flavor", "a10g-large")
     assert status == 0
     table_row = next(line for line in out.splitlines() if "a10g-large" in line)
     assert format_hours(qlora["hours"]) in table_row
@@ -145,7 +136,7 @@ def test_the_hf_jobs_timeout_covers_the_slowed_run(
 ) -> None:
     lora = row(plan_json(capsys, *SEVEN_B, "--method", "lora"), "a10g-large")["hours"]
     slowed = lora * catalog.slowdowns["qlora"].factor
-    status, out, err = run(
+    status, out, err = run_plan(
         capsys, *SEVEN_B, "--method", "qlora", "--flavor", "a10g-large", "--export", "hf-jobs"
     )
     assert status == 0, err

@@ -189,3 +189,15 @@ class ClusterSampler:
 
     def close(self) -> None:
         pass
+
+
+def cluster_app() -> HwdashApp:
+    """The dashboard on :class:`ClusterSampler` (no alert log, no bell, one frame an hour)."""
+    return make_app(
+        catalog=shared_catalog(),
+        sampler=ClusterSampler(),
+        interval=3600,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+    )
