@@ -255,3 +255,21 @@ def test_lora_targets_that_name_no_module_are_exit_2(
     path.write_text(text)
     status, _, err = plan_command(capsys, path)
     assert status == 2 and f"'{key}'" in err and "Traceback" not in err
+
+
+def test_a_setting_the_file_gave_is_blamed_on_the_file_not_on_a_flag_never_typed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "axolotl.yaml"
+    path.write_text(
+        "base_model: Qwen/Qwen2.5-7B\nadapter: lora\nlora_target_modules: [foo_proj]\n"
+        "sequence_len: 1024\nmicro_batch_size: 1\n"
+    )
+    status, out, err = plan_command(capsys, path)
+    assert status == 2 and out == ""
+    assert f"--from: {path}: its lora_targets (what --lora-targets sets)" in err
+    assert "no module 'foo_proj'" in err
+    # Typed on the command line, the same mistake is the flag's.
+    status = main(["plan", "--model", "qwen2.5-7b", "--from", str(path), "--lora-targets", "bar"])
+    err = capsys.readouterr().err
+    assert status == 2 and "error: --lora-targets: the model has no module 'bar'" in err

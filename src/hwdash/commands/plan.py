@@ -628,6 +628,24 @@ def _typed_flags(argv: list[str]) -> set[str]:
     return {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
 
 
+def _blame_the_file(
+    error: UsageError, imported: Any, argv: list[str], path: str | None
+) -> UsageError:
+    """``error`` said of the ``--from`` file when the setting it names came from the file and was
+    not typed (an axolotl file's unknown LoRA target is the file's, not ``--lora-targets``')."""
+    if imported is None or path is None or error.flag is None:
+        return error
+    typed = _typed_flags(argv)
+    for name in imported.updates:
+        flag = FIELD_FLAGS.get(name, "")
+        if error.flag in flag.split("/") and not set(flag.split("/")) & typed:
+            reason = str(error).removeprefix(f"{error.flag}: ")
+            return UsageError(
+                f"{path}: its {name} (what {error.flag} sets): {reason}", flag="--from"
+            )
+    return error
+
+
 def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Plan:
     """The plan with the file's values under the flags typed on the command line."""
     typed = _typed_flags(argv)
@@ -800,7 +818,10 @@ def run(args: argparse.Namespace) -> int:
         except TraceUnavailable as exc:
             # The estimate needs none of torch/transformers/peft: print it, skip the trace.
             trace_skipped = str(exc).removeprefix("--trace: ")
-    report = evaluate_plan(plan, catalog, model)
+    try:
+        report = evaluate_plan(plan, catalog, model)
+    except UsageError as exc:
+        raise _blame_the_file(exc, imported, getattr(args, "argv", []), args.from_file) from None
     unused = unused_flag_warnings(plan, getattr(args, "argv", []))
     if unused:
         report = dataclasses.replace(report, warnings=(*unused, *report.warnings))
