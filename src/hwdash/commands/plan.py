@@ -612,15 +612,23 @@ def apply_framework_defaults(
     themselves resolve in the estimator."""
     from hwdash.core.savers import with_framework_defaults
 
+    try:
+        return with_framework_defaults(
+            plan, catalog.framework_for(plan), chosen_fields(argv, imported)
+        )
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise UsageError(message, flag="--framework") from None
+
+
+def chosen_fields(argv: list[str], imported: Any = None) -> set[str]:
+    """The Plan fields the user set: by a typed flag (either form of ``--grad-ckpt/--no-grad-ckpt``)
+    or in a ``--from`` file (``imported``); the framework's defaults never replace them."""
     typed = _typed_flags(argv)
     chosen = {name for name, flags in FIELD_FLAGS.items() if set(flags.split("/")) & typed}
     if imported is not None:
         chosen |= set(imported.updates)
-    try:
-        return with_framework_defaults(plan, catalog.framework_for(plan), chosen)
-    except ValidationError as exc:
-        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-        raise UsageError(message, flag="--framework") from None
+    return chosen
 
 
 def _typed_flags(argv: list[str]) -> set[str]:
@@ -822,6 +830,12 @@ def run(args: argparse.Namespace) -> int:
         report = evaluate_plan(plan, catalog, model)
     except UsageError as exc:
         raise _blame_the_file(exc, imported, getattr(args, "argv", []), args.from_file) from None
+    from hwdash.core.savers import applied_framework_defaults
+
+    # What the framework set that the user did not: the text's "framework" line and --json say it.
+    framework_defaults = applied_framework_defaults(
+        plan, catalog.framework_for(plan), chosen_fields(getattr(args, "argv", []), imported)
+    )
     unused = unused_flag_warnings(plan, getattr(args, "argv", []))
     if unused:
         report = dataclasses.replace(report, warnings=(*unused, *report.warnings))
@@ -873,6 +887,7 @@ def run(args: argparse.Namespace) -> int:
                 for ident, machine in machines.items()
             }
         document["details"] = [[label, value] for label, value in report.estimate.details]
+        document["framework_defaults"] = framework_defaults
         if check is not None:
             document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
             if args.export is None:  # (an export printed it)
@@ -894,7 +909,11 @@ def run(args: argparse.Namespace) -> int:
         if saved_message is not None:
             print(saved_message)
         return status
-    render_report(report, local_notes=[n for m in machines.values() for n in m.notes])
+    render_report(
+        report,
+        local_notes=[n for m in machines.values() for n in m.notes],
+        framework_defaults=framework_defaults,
+    )
     if fit_result is not None:
         from rich.console import Console
 
@@ -944,8 +963,11 @@ def render_report(
     saved_as: str | None = None,
     console: Any = None,
     local_notes: list[str] | None = None,
+    framework_defaults: dict[str, Any] | None = None,
 ) -> None:
-    """Print the breakdown, warnings and the flavor table with rich."""
+    """Print the breakdown, warnings and the flavor table with rich. ``framework_defaults``: what
+    the framework set that the user did not choose
+    (:func:`hwdash.core.savers.applied_framework_defaults`), listed on the "framework" line."""
     from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
@@ -976,11 +998,18 @@ def render_report(
     )
     console.print(title, highlight=False)
     if plan.is_training:
-        from hwdash.core.savers import describe_savers, resolve_savers
+        from hwdash.core.savers import (
+            describe_framework_defaults,
+            describe_savers,
+            resolve_savers,
+        )
 
+        applied = ""
+        if framework_defaults:
+            applied = f"; defaults it applied: {describe_framework_defaults(framework_defaults)}"
         console.print(
             f"framework {plan.framework.value}: "
-            f"{describe_savers(resolve_savers(plan, report.framework))}",
+            f"{describe_savers(resolve_savers(plan, report.framework))}{applied}",
             style="dim",
             highlight=False,
         )

@@ -167,6 +167,41 @@ def with_framework_defaults(
     return plan.with_changes(updates)
 
 
+def applied_framework_defaults(
+    plan: Plan, framework: Framework | None, chosen: Collection[str] = ()
+) -> dict[str, Any]:
+    """What ``framework`` (the catalog's entry for ``plan.framework``; None: the packaged one) set
+    in ``plan`` that the user did not choose, field -> value (enums as their values), in the order
+    of the flags: its :data:`FRAMEWORK_PLAN_FIELDS` outside ``chosen`` (the fields the user set, as
+    for :func:`with_framework_defaults`) and its :data:`SAVER_FIELDS` the plan leaves at None. A
+    default :func:`resolve_savers` cannot use (the optimizer in backward with accumulation) is
+    left out: the framework did not apply it. For ``hwdash plan``'s text and ``--json``."""
+    if framework is None:
+        framework = packaged_frameworks().get(plan.framework.value)
+    settings = framework_settings(framework, plan.rl_method if plan.is_rl else plan.method)
+    applied: dict[str, Any] = {}
+    for name in FRAMEWORK_PLAN_FIELDS:
+        if name in settings and name not in chosen:
+            value = getattr(plan, name)
+            applied[name] = getattr(value, "value", value)
+    in_force = resolve_savers(plan, framework)
+    for name in SAVER_FIELDS:
+        if name in settings and getattr(plan, name) is None:
+            if name == "optimizer_in_backward" and not in_force.optimizer_in_backward:
+                continue
+            applied[name] = settings[name]
+    return applied
+
+
+def describe_framework_defaults(applied: dict[str, Any]) -> str:
+    """``applied`` (:func:`applied_framework_defaults`) as words: ``precision bf16, grad_ckpt on``."""
+    words = []
+    for name, value in applied.items():
+        shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
+        words.append(f"{name} {shown}")
+    return ", ".join(words)
+
+
 def describe_savers(savers: Savers) -> str:
     """One line for the plan's output: the loss path and the savers in force."""
     parts = [f"loss {savers.loss.value}"]
