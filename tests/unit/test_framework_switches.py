@@ -10,7 +10,7 @@ import pytest
 from hwdash.cli import build_parser, main
 from hwdash.commands.plan import FIELD_FLAGS, apply_framework_defaults, plan_from_args
 from hwdash.commands.plan_args import plan_arguments
-from hwdash.core.catalog import load_catalog
+from hwdash.core.catalog import FrameworkSettings, load_catalog
 from hwdash.core.plan import Method
 from hwdash.core.savers import framework_settings
 
@@ -141,3 +141,26 @@ def test_text_line_lists_torchtune_precision(capsys: pytest.CaptureFixture[str])
         "sync_each_batch on",
     ):
         assert words in line
+
+
+def test_every_boolean_a_framework_may_state_has_a_no_flag() -> None:
+    # a user catalog's [[framework]] may turn on any of these: each needs its off switch
+    booleans = [
+        name
+        for name, info in FrameworkSettings.model_fields.items()
+        if info.annotation == (bool | None)
+    ]
+    assert "grad_ckpt" in booleans and "compile" in booleans
+    for name in booleans:
+        off = "--no-" + name.replace("_", "-")
+        args = build_parser().parse_args(["plan", "--model", "llama-3.2-1b", off])
+        assert getattr(plan_from_args(args), name) is False, off
+
+
+def test_a_default_the_plan_cannot_use_is_not_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    # torchtune's optimizer in backward needs one micro-batch per step: with accumulation it is off
+    document = _plan_json(
+        capsys, "--framework", "torchtune", "--method", "full", "--grad-accum", "4"
+    )
+    assert "optimizer_in_backward" not in document["framework_defaults"]
+    assert document["framework_defaults"]["optimizer"] == "adamw-8bit-paged"
