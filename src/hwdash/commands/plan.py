@@ -1004,9 +1004,9 @@ def render_report(
             resolve_savers,
         )
 
-        applied = ""
-        if framework_defaults:
-            applied = f"; defaults it applied: {describe_framework_defaults(framework_defaults)}"
+        applied = describe_framework_defaults(framework_defaults or {})
+        if applied:
+            applied = f"; defaults it applied: {applied}"
         console.print(
             f"framework {plan.framework.value}: "
             f"{describe_savers(resolve_savers(plan, report.framework))}{applied}",

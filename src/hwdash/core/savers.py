@@ -193,10 +193,28 @@ def applied_framework_defaults(
     return applied
 
 
+#: Applied defaults the savers' own words (:func:`describe_savers`) already say, on the same line.
+SAID_BY_SAVERS = frozenset(
+    {
+        "loss",
+        "compile",
+        "activation_offload",
+        "optimizer_in_backward",
+        "adapter_dtype",
+        "qlora_frozen_dtype",
+        "value_head",
+    }
+)
+
+
 def describe_framework_defaults(applied: dict[str, Any]) -> str:
-    """``applied`` (:func:`applied_framework_defaults`) as words: ``precision bf16, grad_ckpt on``."""
+    """``applied`` (:func:`applied_framework_defaults`) as words for the line after the savers
+    (``precision bf16, grad_ckpt on``): what the savers' words already say is left out, and so is
+    a switch the framework leaves off (the JSON's ``framework_defaults`` keeps every one)."""
     words = []
     for name, value in applied.items():
+        if name in SAID_BY_SAVERS or (value is False and name != "grad_ckpt"):
+            continue
         shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
         words.append(f"{name} {shown}")
     return ", ".join(words)
