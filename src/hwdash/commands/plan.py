@@ -209,8 +209,8 @@ def add_parser(subparsers: Any) -> None:
         "--optimizer",
         choices=[o.value for o in Optimizer],
         default=Optimizer.ADAMW.value,
-        help="default adamw; adamw-8bit-paged: bitsandbytes' paged 8-bit states (CUDA managed "
-        "memory, which the driver may move to host RAM)",
+        help="default adamw; adamw-8bit-paged / adamw-32bit-paged: bitsandbytes' paged 8-bit or "
+        "fp32 states (CUDA managed memory, which the driver may move to host RAM)",
     )
     what.add_argument(
         "--optimizer-impl",
@@ -657,6 +657,10 @@ def _blame_the_file(
 def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Plan:
     """The plan with the file's values under the flags typed on the command line."""
     typed = _typed_flags(argv)
+    for name, message in imported.refused.items():
+        # the file's setting cannot be planned; a typed flag for the same field replaces it
+        if not set(FIELD_FLAGS.get(name, "").split("/")) & typed:
+            raise UsageError(message, flag="--from")
     updates = {}
     for name, value in imported.updates.items():
         flag = FIELD_FLAGS.get(name, "")

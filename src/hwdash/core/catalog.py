@@ -312,7 +312,10 @@ class FrameworkSettings(_Strict):
     typed."""
     grad_ckpt: bool | None = None
     """Activation checkpointing on by default (command line, where ``--grad-ckpt`` is not typed)."""
-    optimizer: Literal["adamw", "adamw-8bit", "adamw-8bit-paged", "sgd", "adafactor"] | None = None
+    optimizer: (
+        Literal["adamw", "adamw-8bit", "adamw-8bit-paged", "adamw-32bit-paged", "sgd", "adafactor"]
+        | None
+    ) = None
     """Default optimizer (command line, where ``--optimizer`` is not typed)."""
     optimizer_impl: Literal["fused", "foreach", "for-loop"] | None = None
     """Default AdamW implementation (command line, where ``--optimizer-impl`` is not typed)."""

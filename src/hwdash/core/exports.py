@@ -17,7 +17,7 @@ the CLI writes it. What each field means in the target tool:
   Issue 13's savers where the Trainer has a field: ``torch_compile``, ``use_liger_kernel`` (Liger's
   kernels, whose fused linear cross-entropy is ``--loss fused-linear``; transformers
   ``TrainingArguments`` docs), TRL ``SFTConfig``'s ``activation_offloading``, ``optim``
-  ``paged_adamw_8bit`` (bitsandbytes' ``PagedAdamW8bit``) and ``fsdp`` (``"full_shard"``,
+  ``paged_adamw_8bit`` (bitsandbytes' ``PagedAdamW8bit``; ``paged_adamw_32bit``, ``PagedAdamW32bit``) and ``fsdp`` (``"full_shard"``,
   ``"offload"``, ``"auto_wrap"``; the Trainer's FSDP options). Hybrid sharding: transformers 5
   runs FSDP2, which has no ``"hybrid_shard"`` (``TrainingArguments._apply_legacy_fsdp_to_config``
   refuses it unless ``fsdp_config`` says version 1); FSDP2 shards over a replicate x shard device
@@ -131,6 +131,7 @@ OPTIM_NAMES = {
     (Optimizer.ADAMW, OptimizerImpl.FOR_LOOP): "adamw_torch",
     (Optimizer.ADAMW_8BIT, None): "adamw_bnb_8bit",
     (Optimizer.ADAMW_8BIT_PAGED, None): "paged_adamw_8bit",
+    (Optimizer.ADAMW_32BIT_PAGED, None): "paged_adamw_32bit",
     (Optimizer.ADAFACTOR, None): "adafactor",
     (Optimizer.SGD, None): "sgd",
 }

@@ -61,6 +61,9 @@ class Optimizer(str, Enum):
     ADAMW_8BIT_PAGED = "adamw-8bit-paged"
     """bitsandbytes' ``PagedAdamW8bit``: 8-bit states in CUDA managed memory, which the driver
     pages to host RAM when the GPU is full. NVML counts them; ``torch.cuda`` statistics do not."""
+    ADAMW_32BIT_PAGED = "adamw-32bit-paged"
+    """bitsandbytes' ``PagedAdamW32bit`` (the Trainer's ``paged_adamw_32bit``, the QLoRA paper's
+    optimizer): both states in fp32, in CUDA managed memory like ``adamw-8bit-paged``."""
     SGD = "sgd"
     ADAFACTOR = "adafactor"
 

@@ -50,6 +50,9 @@ class ImportedPlan:
     not_carried: list[str] = field(default_factory=list)
     """Plan fields this kind of file has no key for (a DeepSpeed config never says the training
     method): the plan keeps the flag typed or the default, and the CLI says which it used."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Plan field -> why the file's setting cannot be planned (an optimizer hwdash does not count):
+    the CLI exits 2 with the message unless the field's flag was typed, which replaces it."""
 
 
 class _Reader:
@@ -359,6 +362,14 @@ def _fsdp_block(reader: _Reader, fsdp: Mapping[str, Any], out: ImportedPlan) -> 
 
 # -- TrainingArguments / TRL --------------------------------------------------------------------
 
+#: The Trainer's ``optim`` names (``OptimizerNames``, transformers/training_args.py) whose memory
+#: hwdash counts, as the plan's optimizer. The Trainer builds them in ``get_optimizer_cls_and_kwargs``
+#: (transformers/trainer_optimizer.py): ``adamw_torch`` is ``torch.optim.AdamW`` with torch's
+#: default (foreach on CUDA), ``adamw_torch_fused`` the same with ``fused=True``; ``adamw_hf`` was
+#: transformers' own AdamW (removed in 5.x), a per-tensor loop kept here as foreach as before;
+#: ``adamw_bnb_8bit``, ``adamw_8bit``, ``paged_adamw_8bit`` and ``paged_adamw_32bit`` are
+#: bitsandbytes' ``AdamW`` with ``optim_bits`` 8 or 32 ("8bit" in the name) and ``is_paged``
+#: ("paged" in the name); ``adafactor`` is transformers' Adafactor; ``sgd`` is ``torch.optim.SGD``.
 OPTIMIZERS = {
     "adamw_torch_fused": (Optimizer.ADAMW, OptimizerImpl.FUSED),
     "adamw_torch": (Optimizer.ADAMW, OptimizerImpl.FOREACH),
@@ -366,9 +377,30 @@ OPTIMIZERS = {
     "adamw_bnb_8bit": (Optimizer.ADAMW_8BIT, None),
     "adamw_8bit": (Optimizer.ADAMW_8BIT, None),
     "paged_adamw_8bit": (Optimizer.ADAMW_8BIT_PAGED, None),
+    "paged_adamw_32bit": (Optimizer.ADAMW_32BIT_PAGED, None),
     "adafactor": (Optimizer.ADAFACTOR, None),
     "sgd": (Optimizer.SGD, None),
 }
+
+#: What the Trainer's other ``optim`` names are, by a part of the name, for the refusal: their
+#: states differ from every optimizer hwdash counts (transformers/trainer_optimizer.py).
+UNMODELLED_OPTIMIZERS = (
+    ("ademamix", "AdEMAMix keeps three states per parameter"),
+    ("lion", "Lion keeps one state per parameter"),
+    ("rmsprop", "RMSprop keeps one state per parameter"),
+    ("adagrad", "Adagrad keeps one state per parameter"),
+    ("galore", "GaLore keeps states of low-rank projected gradients"),
+    ("apollo", "APOLLO keeps states of low-rank projected gradients"),
+    ("lomo", "LOMO and AdaLomo update the weights inside the backward pass"),
+    ("schedule_free", "a schedule-free optimizer (facebookresearch/schedule_free)"),
+    ("grokadamw", "GrokAdamW"),
+    ("stable_adamw", "StableAdamW (torch-optimi)"),
+    ("anyprecision", "AnyPrecisionAdamW (torchdistx)"),
+    ("adamw_torch_4bit", "torchao's 4-bit AdamW"),
+    ("adamw_torch_8bit", "torchao's 8-bit AdamW"),
+    ("xla", "AdamW on XLA devices (TPUs)"),
+    ("npu", "AdamW on Ascend NPUs"),
+)
 
 
 def _optimizer(reader: _Reader, key: str, out: ImportedPlan) -> None:
@@ -376,7 +408,13 @@ def _optimizer(reader: _Reader, key: str, out: ImportedPlan) -> None:
     if name is None:
         return
     if name not in OPTIMIZERS:
-        out.notes.append(f"optimizer {name!r} is not one hwdash counts: kept the default")
+        what = next((what for part, what in UNMODELLED_OPTIMIZERS if part in name), None)
+        known = f" ({what})" if what else ""
+        choices = ", ".join(o.value for o in Optimizer)
+        out.refused["optimizer"] = (
+            f"{reader.path}: '{key}' is {name!r}{known}: hwdash does not model this optimizer's "
+            f"memory yet; give --optimizer ({choices}) to plan one it counts"
+        )
         return
     optimizer, impl = OPTIMIZERS[name]
     out.updates["optimizer"] = optimizer

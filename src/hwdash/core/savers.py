@@ -357,7 +357,7 @@ def offloaded_activations(layers: int, per_layer_kept: float) -> tuple[float, fl
 
 def is_paged(optimizer: Optimizer) -> bool:
     """Whether the optimizer keeps its states in CUDA managed (paged) memory."""
-    return optimizer is Optimizer.ADAMW_8BIT_PAGED
+    return optimizer in (Optimizer.ADAMW_8BIT_PAGED, Optimizer.ADAMW_32BIT_PAGED)
 
 
 #: The value head TRL puts on the policy for a shared-backbone PPO (``ValueHead``: a dropout and

@@ -79,6 +79,11 @@ ADAPTER_LAYOUT = LAYOUTS[Precision.FP32]
 #: "8-bit Optimizers via Block-wise Quantization", arXiv:2110.02861.
 ADAM_8BIT_STATE_BYTES = 2
 
+#: bitsandbytes' 32-bit Adam (``PagedAdamW32bit``, the Trainer's ``paged_adamw_32bit``) keeps both
+#: states in fp32 whatever the parameters' dtype: ``Optimizer2State.init_state`` allocates them as
+#: ``torch.float32`` when ``optim_bits`` is 32 (bitsandbytes/optim/optimizer.py).
+ADAM_32BIT_STATE_BYTES = 8
+
 #: Adafactor (Shazeer & Stern 2018, arXiv:1804.04235) keeps a factored second moment: a row and a
 #: column vector per matrix ((rows + cols) values instead of rows * cols) and no first moment in the
 #: default Hugging Face configuration (beta1=None). For matrices 1000+ wide that is under 0.2% of a
@@ -92,6 +97,7 @@ def optimizer_state_bytes_per_param(optimizer: Optimizer, layout: Layout) -> flo
 
     * adamw: two states (momentum, variance) in the layout's state dtype (Loshchilov & Hutter 2019).
     * adamw-8bit: both states in 8 bits (bitsandbytes; arXiv:2110.02861).
+    * adamw-32bit-paged: both states in fp32 (bitsandbytes' ``PagedAdamW32bit``).
     * sgd: none. We model plain SGD as Hugging Face's ``optim="sgd"`` creates it (torch's default
       ``momentum=0``, which keeps no state); SGD with momentum would add one state.
     * adafactor: a factored second moment, see :data:`ADAFACTOR_STATE_FRACTION`.
@@ -100,6 +106,8 @@ def optimizer_state_bytes_per_param(optimizer: Optimizer, layout: Layout) -> flo
         return 2 * layout.state_bytes
     if optimizer in (Optimizer.ADAMW_8BIT, Optimizer.ADAMW_8BIT_PAGED):
         return ADAM_8BIT_STATE_BYTES
+    if optimizer is Optimizer.ADAMW_32BIT_PAGED:
+        return ADAM_32BIT_STATE_BYTES
     if optimizer is Optimizer.SGD:
         return 0
     return ADAFACTOR_STATE_FRACTION * layout.state_bytes
@@ -147,7 +155,8 @@ def optimizer_step_temporary_bytes(
       ``default_optim`` in transformers' ``training_args.py``): none; traced on the
       ``adamw-fused`` rows (weights + gradients + states).
     * adamw, ``for-loop``: sqrt(v) of one parameter at a time, the largest.
-    * adamw-8bit (bitsandbytes, one kernel per parameter) and plain SGD (in-place adds): none.
+    * adamw-8bit and adamw-32bit-paged (bitsandbytes, one kernel per parameter) and plain SGD
+      (in-place adds): none.
     * adafactor: :data:`ADAFACTOR_STEP_BYTES_PER_ELEMENT` times the largest trained tensor.
 
     Sharded like the states under ZeRO (each rank steps its own partition).
