@@ -297,10 +297,11 @@ def trace_settings(plan: Plan) -> TraceSettings:
         )
     notes: list[str] = []
     method = plan.method.value
-    if plan.method is not Method.INFERENCE and plan.optimizer is Optimizer.ADAMW_8BIT:
+    bitsandbytes = (Optimizer.ADAMW_8BIT, Optimizer.ADAMW_8BIT_PAGED, Optimizer.ADAMW_32BIT_PAGED)
+    if plan.method is not Method.INFERENCE and plan.optimizer in bitsandbytes:
         raise TraceUnavailable(
-            "adamw-8bit is bitsandbytes' optimizer, whose kernels need a real CUDA GPU: fake "
-            "tensors cannot run it; trace --optimizer adamw instead"
+            f"{plan.optimizer.value} is bitsandbytes' optimizer, whose kernels need a real CUDA "
+            "GPU: fake tensors cannot run it; trace --optimizer adamw instead"
         )
     if plan.gpus > 1 or plan.zero or plan.offload is not Offload.NONE:
         notes.append(

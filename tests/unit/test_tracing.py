@@ -123,6 +123,8 @@ def test_importing_the_tracer_imports_no_torch() -> None:
         ({"method": "qlora"}, "bitsandbytes"),
         ({"method": "lora-8bit"}, "bitsandbytes"),
         ({"method": "full", "optimizer": "adamw-8bit"}, "adamw-8bit"),
+        ({"method": "full", "optimizer": "adamw-8bit-paged"}, "adamw-8bit-paged"),
+        ({"method": "full", "optimizer": "adamw-32bit-paged"}, "adamw-32bit-paged"),
         ({"method": "inference", "seq": 1}, "at least 2"),
     ],
 )
