@@ -51,7 +51,12 @@ from hwdash.telemetry.alert_actions import (
     default_alert_log_path,
     mark_alert_states,
 )
-from hwdash.telemetry.cluster import gpu_label, hosts_fullest_first
+from hwdash.telemetry.cluster import (
+    gpu_count_text,
+    gpu_label,
+    hosts_fullest_first,
+    source_text,
+)
 from hwdash.telemetry.history import History
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
@@ -353,22 +358,6 @@ def _gpu_number(gpu: GpuSample) -> str:
     return gpu_label(gpu.host, gpu.host_gpu, gpu.index)
 
 
-def _source_text(snapshot: Snapshot) -> str:
-    """Where the readings come from: ``NVIDIA driver 550.54.15`` or ``Prometheus http://...``."""
-    if snapshot.nvml.source is not None:
-        return snapshot.nvml.source
-    return f"NVIDIA driver {snapshot.nvml.driver_version or 'unknown'}"
-
-
-def _gpu_count_text(snapshot: Snapshot) -> str:
-    count = len(snapshot.gpus)
-    text = f"{count} GPU" + ("" if count == 1 else "s")
-    hosts = {gpu.host for gpu in snapshot.gpus if gpu.host}
-    if hosts:
-        text += f" on {len(hosts)} host" + ("" if len(hosts) == 1 else "s")
-    return text
-
-
 def _shown_order(gpus: tuple[GpuSample, ...]) -> list[GpuSample]:
     """This machine's GPUs by index; a cluster's hosts fullest first (as the dashboard shows)."""
     if not any(gpu.host for gpu in gpus):
@@ -481,7 +470,7 @@ def print_readable(
     else:
         bindings = snapshot.nvml.bindings_version
         console.print(
-            f"{_source_text(snapshot)}, {snapshot.subset or _gpu_count_text(snapshot)}"
+            f"{source_text(snapshot.nvml)}, {snapshot.subset or gpu_count_text(snapshot.gpus)}"
             + (f", nvidia-ml-py {bindings}" if bindings else "")
         )
         gpus = Table(show_edge=False, pad_edge=False)

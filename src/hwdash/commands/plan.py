@@ -625,7 +625,7 @@ def chosen_fields(argv: list[str], imported: Any = None) -> set[str]:
     """The Plan fields the user set: by a typed flag (either form of ``--grad-ckpt/--no-grad-ckpt``)
     or in a ``--from`` file (``imported``); the framework's defaults never replace them."""
     typed = _typed_flags(argv)
-    chosen = {name for name, flags in FIELD_FLAGS.items() if set(flags.split("/")) & typed}
+    chosen = {name for name in FIELD_FLAGS if _was_typed(name, typed)}
     if imported is not None:
         chosen |= set(imported.updates)
     return chosen
@@ -634,6 +634,12 @@ def chosen_fields(argv: list[str], imported: Any = None) -> set[str]:
 def _typed_flags(argv: list[str]) -> set[str]:
     """The long flags typed on the command line (``--batch 4`` and ``--batch=4``)."""
     return {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+
+
+def _was_typed(field: str, typed: set[str]) -> bool:
+    """Whether the flag setting Plan ``field`` was typed, in either form (``--x``/``--no-x``)."""
+    flags = FIELD_FLAGS.get(field, "")
+    return bool(flags) and bool(set(flags.split("/")) & typed)
 
 
 def _blame_the_file(
@@ -645,8 +651,7 @@ def _blame_the_file(
         return error
     typed = _typed_flags(argv)
     for name in imported.updates:
-        flag = FIELD_FLAGS.get(name, "")
-        if error.flag in flag.split("/") and not set(flag.split("/")) & typed:
+        if error.flag in FIELD_FLAGS.get(name, "").split("/") and not _was_typed(name, typed):
             reason = str(error).removeprefix(f"{error.flag}: ")
             return UsageError(
                 f"{path}: its {name} (what {error.flag} sets): {reason}", flag="--from"
@@ -659,15 +664,13 @@ def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Pla
     typed = _typed_flags(argv)
     for name, message in imported.refused.items():
         # the file's setting cannot be planned; a typed flag for the same field replaces it
-        if not set(FIELD_FLAGS.get(name, "").split("/")) & typed:
+        if not _was_typed(name, typed):
             raise UsageError(message, flag="--from")
     updates = {}
     for name, value in imported.updates.items():
-        flag = FIELD_FLAGS.get(name, "")
-        flags = set(flag.split("/")) if flag else set()
         if name == "model" and "--params" in typed:
             continue
-        if not flags & typed:
+        if not _was_typed(name, typed):
             updates[name] = value
     try:
         changed = plan.with_changes(updates)
@@ -685,9 +688,9 @@ def apply_imported(plan: Plan, imported: Any, argv: list[str], path: str) -> Pla
         # what the file cannot say: the estimate uses the flag typed, else the default; say which
         if name == "rl_method" and not changed.is_rl:
             continue
-        flag = FIELD_FLAGS[name]
-        if flag in typed:
+        if _was_typed(name, typed):
             continue
+        flag = FIELD_FLAGS[name].split("/")[0]
         value = getattr(changed, name)
         shown = f"{flag} {getattr(value, 'value', value)}"
         print(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hwdash.telemetry.types import GpuSample
+from hwdash.telemetry.types import GpuSample, NvmlStatus
 
 LOCAL_HOST = "this machine"
 """The host name shown for GPUs read from this machine's NVML (``GpuSample.host`` is None)."""
@@ -37,3 +37,18 @@ def gpu_label(host: str | None, number: int | None, index: int) -> str:
     if host is None:
         return str(index)
     return f"{host}:{'?' if number is None else number}"
+
+
+def gpu_count_text(gpus: tuple[GpuSample, ...]) -> str:
+    """``4 GPUs``, or ``20 GPUs on 3 hosts`` for a cluster (the status line and ``--once``)."""
+    text = f"{len(gpus)} GPU" + ("" if len(gpus) == 1 else "s")
+    hosts = {gpu.host for gpu in gpus if gpu.host}
+    if hosts:
+        text += f" on {len(hosts)} host" + ("" if len(hosts) == 1 else "s")
+    return text
+
+
+def source_text(nvml: NvmlStatus, unknown: str = "unknown") -> str:
+    """Where the readings come from: ``Prometheus http://...`` or ``NVIDIA driver 550.54.15``
+    (``unknown`` stands for a driver version NVML did not give)."""
+    return nvml.source or f"NVIDIA driver {nvml.driver_version or unknown}"

@@ -20,6 +20,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from hwdash.core.units import format_gib, format_gib_pair
+from hwdash.telemetry.cluster import gpu_count_text, source_text
 from hwdash.telemetry.types import GpuSample, GpuState, HostSample, ProcessSample, Snapshot
 from hwdash.ui.sampling import MonitorFrame, short_gpu_name
 from hwdash.ui.widgets.monitor_cells import TextCell
@@ -114,16 +115,7 @@ def status_text(snapshot: Snapshot | None) -> str:
         return f"Showing the last good values: {reason}"
     if not nvml.available:
         return "No GPU telemetry (the message below says why)."
-    count = len(snapshot.gpus)
-    hosts = {gpu.host for gpu in snapshot.gpus if gpu.host}
-    parts = [
-        nvml.source or f"NVIDIA driver {nvml.driver_version or 'n/a'}",
-        f"{count} GPU" + ("" if count == 1 else "s"),
-    ]
-    if hosts:
-        parts[-1] += f" on {len(hosts)} host" + ("" if len(hosts) == 1 else "s")
-    if snapshot.subset:
-        parts[-1] = snapshot.subset
+    parts = [source_text(nvml, unknown="n/a"), snapshot.subset or gpu_count_text(snapshot.gpus)]
     if snapshot.errors:
         parts.append("; ".join(snapshot.errors))
     return "  ·  ".join(parts)
