@@ -32,7 +32,12 @@ def _case(
     tab: TabName = "monitor",
     keys: tuple[str, ...] = (),
 ) -> tuple[Any, Callable[[Pilot[None]], Awaitable[None]]]:
-    app, clock = fake_app(scenario, data_dir=tmp_path, start_s=0.0, initial_tab=tab)
+    # Snapshots stamped with scenario time: with wall-clock stamps a slow machine spreads the
+    # replay over more real seconds, and the OOM forecast (which needs 15 s of readings) appeared
+    # on a loaded CI run and not on an idle one.
+    app, clock = fake_app(
+        scenario, data_dir=tmp_path, start_s=0.0, initial_tab=tab, scenario_time=True
+    )
 
     async def run_before(pilot: Pilot[None]) -> None:
         await replay(pilot, app, clock, until_s=until_s, step_s=step_s)
