@@ -102,7 +102,13 @@ _SOFTCAP_DEFAULTS: dict[str, tuple[float | None, float | None]] = {
     "gemma3_text": (None, None),
 }
 
-#: What each family's modeling file fixes, whatever its config says (ModelSpec field -> value):
+#: What each family's modeling file fixes, whatever its config says (ModelSpec field -> value).
+#: The types not listed keep ModelSpec's defaults, the Llama layout: two RMSNorms per block that
+#: normalise in fp32, cast back, then scale by the weight (``LlamaRMSNorm`` in modeling_llama.py, and
+#: its copies in modeling_mistral.py, modeling_mixtral.py, modeling_qwen2.py,
+#: modeling_qwen2_moe.py, modeling_phi3.py), no q/k norms, no soft caps. Phi-3's fused ``qkv_proj``
+#: and ``gate_up_proj`` (modeling_phi3.py) hold and produce what separate q/k/v and gate/up
+#: projections do, so the layout counts them as those.
 _FAMILY_FACTS: dict[str, dict[str, Any]] = {
     # modeling_qwen3.py Qwen3Attention: q_norm and k_norm, Qwen3RMSNorm over head_dim, before RoPE
     "qwen3": {"qk_norm": True},
@@ -116,6 +122,9 @@ _FAMILY_FACTS: dict[str, dict[str, Any]] = {
     # modeling_gemma3.py: the same four Gemma3RMSNorms per Gemma3DecoderLayer, and Gemma3Attention's
     # q_norm and k_norm (Gemma3RMSNorm over head_dim, so with the (1 + weight) fp32 scale too)
     "gemma3_text": {"norm_type": "rmsnorm_offset", "norms_per_layer": 4, "qk_norm": True},
+    # (norm_weights_per_layer stays at 2 for Gemma 2/3 and Phi, as the catalog's trace-tuned entries
+    # had it, though their blocks hold four and one norms' weights: a few hundred thousand parameters;
+    # a change of the counted parameters, left to a decision of its own.)
     # modeling_phi.py PhiDecoderLayer: one input_layernorm (torch's nn.LayerNorm with weight and
     # bias, which keeps its input and per-row mean and rstd for backward) read by both attention and
     # the MLP, and `attn_outputs + feed_forward_hidden_states + residual` (a parallel block); PhiMLP
