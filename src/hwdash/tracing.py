@@ -760,7 +760,8 @@ def _trace(
         base_fields = local
     else:
         base_fields = build_hf_config_dict(model)
-        notes.append(f"model built from the catalog's dimensions as a {base_fields['model_type']}")
+        what = "the model's config" if model.hf_config is not None else "the catalog's dimensions"
+        notes.append(f"model built from {what} as a {base_fields['model_type']}")
     layers = int(base_fields.get("num_hidden_layers") or model.layers)
     # Room for the traced sequence: RoPE models have no position table, but some configs check.
     base_fields["max_position_embeddings"] = max(
