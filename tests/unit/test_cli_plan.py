@@ -103,9 +103,7 @@ def test_params_model_splits_over_pipeline_stages(
     capsys: pytest.CaptureFixture[str], stages: str
 ) -> None:
     # a synthetic 7B has Llama-7B's 32 layers (it had 33, and --pp 2 was refused)
-    document = _json(
-        capsys, "--params", "7B", "--method", "full", "--pp", stages, "--gpus", stages
-    )
+    document = _json(capsys, "--params", "7B", "--method", "full", "--pp", stages, "--gpus", stages)
     assert document["plan"]["pp"] == int(stages)
 
 

@@ -59,6 +59,11 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
 #: False in their config classes, Gemma keeps True).
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
 
+#: Families whose modules transformers names otherwise than Llama's (``ModelSpec.module_names``,
+#: ``catalog/shapes/module_names.toml``): Phi's ``dense``, ``fc1``, ``fc2``; Phi-3's fused
+#: ``qkv_proj`` and ``gate_up_proj``; Mixtral's older ``w1``/``w2``/``w3``.
+_MODULE_NAMES = {"phi": "phi", "phi3": "phi3", "mixtral": "mixtral"}
+
 #: Qwen2 hard-codes biases on q/k/v (``modeling_qwen2.py``); Phi-2 has biases on every projection.
 _BIAS_BY_DEFAULT = {"qwen2", "qwen2_moe", "phi"}
 
@@ -324,6 +329,7 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             max_context=max_context,
             checkpoint_bits=checkpoint_bits,
             source=f"config.json: {source}",
+            module_names=_MODULE_NAMES.get(model_type, ""),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -495,7 +501,9 @@ def _shaped_like(count: int, reference: ReferenceShape) -> ModelSpec:
     else:
         # whole heads; with GQA the reference's KV heads, each serving a whole group of heads
         step = head_dim * (1 if mha else reference.kv_heads)
-        widths = sorted({max(step, math.floor(solved / step) * step), math.ceil(solved / step) * step})
+        widths = sorted(
+            {max(step, math.floor(solved / step) * step), math.ceil(solved / step) * step}
+        )
 
     def build(hidden: int) -> ModelSpec:
         heads = hidden // head_dim

@@ -46,7 +46,6 @@ from hwdash.core.estimator.activations import (
 )
 from hwdash.core.estimator.architecture import (
     ALL_LINEAR,
-    MODULE_ALIASES,
     Architecture,
     LinearShape,
     architecture,
@@ -128,7 +127,6 @@ __all__ = [
     "INT8_ROW_SCALE_BYTES",
     "LAYOUTS",
     "LOSS_FP32_BYTES_PER_LOGIT",
-    "MODULE_ALIASES",
     "NF4_BYTES_PER_PARAM",
     "NF4_CONSTANT_BYTES_PER_PARAM",
     "PHASE_BACKWARD",
