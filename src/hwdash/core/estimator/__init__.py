@@ -51,6 +51,9 @@ from hwdash.core.estimator.architecture import (
     architecture,
     lora_adapter_params,
     resolve_lora_targets,
+    resolve_top_level,
+    top_level_adapter_params,
+    top_level_params,
 )
 from hwdash.core.estimator.estimate import (
     ALLOCATOR_FRAGMENTATION,
@@ -180,5 +183,8 @@ __all__ = [
     "optimizer_state_bytes_per_param",
     "optimizer_step_temporary_bytes",
     "resolve_lora_targets",
+    "resolve_top_level",
+    "top_level_adapter_params",
+    "top_level_params",
     "training_activation_bytes",
 ]

@@ -356,7 +356,13 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
     names = scheme(arch.module_names)
     aliases = dict(names.aliases)
     chosen: dict[str, LinearShape] = {}
+    outside = resolve_top_level(arch, targets, strict=False)
     for target in targets:
+        if any(
+            matches(target, names.embedding if part == EMBEDDING else names.lm_head)
+            for part in outside
+        ):
+            continue  # the embedding or the LM head: resolve_top_level's
         role = aliases.get(target)
         found = [
             linear
@@ -368,8 +374,58 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
             raise ValueError(f"the model has no module '{target}' (its linear modules: {known})")
         for linear in found:
             chosen[linear.name] = linear
+    if not chosen:
+        raise ValueError(
+            "LoRA on the embedding or the LM head alone is not counted: add the block modules "
+            f"({', '.join(module_short_names(arch))}) or all-linear"
+        )
     # in block order, whatever order the targets were given in
     return tuple(linear for linear in arch.linears if linear.name in chosen)
+
+
+#: The two modules outside the blocks that PEFT can adapt or train in full (``modules_to_save``).
+EMBEDDING = "embedding"
+LM_HEAD = "lm_head"
+
+
+def resolve_top_level(
+    arch: Architecture, names: tuple[str, ...], *, strict: bool = True
+) -> tuple[str, ...]:
+    """Which of the token embedding (:data:`EMBEDDING`) and the output layer (:data:`LM_HEAD`)
+    ``names`` select, by the family's module names (``embed_tokens``/``lm_head``; GPT-2's ``wte``,
+    GPT-NeoX's ``embed_in``, BLOOM's ``word_embeddings``, T5's ``shared``), matched as PEFT matches
+    them. ``strict``: any other name is a ``ValueError`` naming the two (PEFT's
+    ``modules_to_save`` may name other modules, such as a classifier head; only these two are
+    counted)."""
+    family = scheme(arch.module_names)
+    found: list[str] = []
+    for name in names:
+        hit = False
+        for part, module in ((EMBEDDING, family.embedding), (LM_HEAD, family.lm_head)):
+            if matches(name, module):
+                hit = True
+                if part not in found:
+                    found.append(part)
+        if strict and not hit:
+            raise ValueError(
+                f"'{name}' is not a module hwdash counts trained in full (it counts the "
+                f"model's {family.embedding} and {family.lm_head})"
+            )
+    return tuple(part for part in (EMBEDDING, LM_HEAD) if part in found)
+
+
+def top_level_params(arch: Architecture, part: str) -> int:
+    """Parameters of the token embedding or the output layer as one matrix of vocab x hidden
+    (tied or not: PEFT's ``modules_to_save`` deep-copies each module it wraps, so a tied head gets
+    a copy of its own; traced, peft 0.21 ``ModulesToSaveWrapper.update``)."""
+    return arch.vocab * arch.hidden
+
+
+def top_level_adapter_params(arch: Architecture, parts: tuple[str, ...], rank: int) -> int:
+    """LoRA on the embedding (PEFT's ``lora.Embedding``: ``lora_embedding_A`` of r x vocab,
+    looked up, and ``lora_embedding_B`` of hidden x r) or on the LM head (a Linear: A of r x hidden,
+    B of vocab x r): r (vocab + hidden) each (peft/tuners/lora/layer.py, ``Embedding.update_layer``)."""
+    return len(parts) * rank * (arch.vocab + arch.hidden)
 
 
 def lora_adapter_params(
