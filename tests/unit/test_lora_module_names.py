@@ -167,3 +167,151 @@ def test_cli_refuses_a_name_the_model_lacks(capsys: pytest.CaptureFixture[str]) 
     assert "--lora-targets" in err
     assert "no module 'q_proj'" in err
     assert "c_attn, c_proj, c_fc" in err
+
+
+# -- modules_to_save and LoRA on the embedding and LM head --------------------------------------
+
+
+def _lora(real_catalog: Catalog, model_id: str, **fields: object) -> object:
+    from hwdash.core.estimator import estimate_memory
+    from hwdash.core.plan import Method, Plan
+
+    plan = Plan(model=model_id, method=Method.LORA, batch=1, seq=512, lora_dropout=0, **fields)
+    return estimate_memory(plan, real_catalog.models[model_id])
+
+
+def test_modules_to_save_trains_a_full_copy_of_each(real_catalog: Catalog) -> None:
+    # PEFT's ModulesToSaveWrapper keeps the frozen original and trains a deep copy in the base's
+    # dtype: bf16 weights, gradients and two Adam states per copied parameter. qwen2.5-0.5b ties
+    # its head to the embedding; each wrapped module still gets a copy of its own (traced: peft
+    # 0.21 gives embed_tokens and lm_head two separate trainable 151936 x 896 weights).
+    plain = _lora(real_catalog, "qwen2.5-0.5b")
+    saved = _lora(real_catalog, "qwen2.5-0.5b", lora_modules_to_save=("embed_tokens", "lm_head"))
+    copies = 2 * 151936 * 896
+    assert saved.trainable_params - plain.trainable_params == copies  # type: ignore[attr-defined]
+    assert saved.per_gpu.weights - plain.per_gpu.weights == 2 * copies  # type: ignore[attr-defined]
+    assert saved.per_gpu.optimizer - plain.per_gpu.optimizer == 4 * copies  # type: ignore[attr-defined]
+
+
+def test_lora_on_embedding_and_head_adds_r_times_vocab_plus_hidden_each(
+    real_catalog: Catalog,
+) -> None:
+    # lora.Embedding: lora_embedding_A r x vocab and lora_embedding_B hidden x r; the head's
+    # lora_A r x hidden and lora_B vocab x r (peft/tuners/lora/layer.py)
+    block = ("q_proj", "v_proj")
+    plain = _lora(real_catalog, "llama-3.2-1b", lora_targets=block, lora_r=16)
+    both = _lora(
+        real_catalog, "llama-3.2-1b", lora_targets=(*block, "embed_tokens", "lm_head"), lora_r=16
+    )
+    extra = both.trainable_params - plain.trainable_params  # type: ignore[attr-defined]
+    assert extra == 2 * 16 * (128256 + 2048)
+
+
+def test_gpt2_names_its_embedding_wte(capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(FAMILIES / "gpt2" / "config.json")
+    argv = ["plan", "--model", config, "--method", "lora", "--lora-targets", "c_attn", "--json"]
+    assert main([*argv, "--lora-modules-to-save", "wte,lm_head"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["plan"]["lora_modules_to_save"] == ["wte", "lm_head"]
+    assert document["plan"]["trainable_params"] == 12 * 16 * (768 + 3 * 768) + 2 * 50257 * 768
+    status = main([*argv, "--lora-modules-to-save", "embed_tokens"])
+    assert status == 2
+    assert "it counts the model's wte and lm_head" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag", "text"),
+    [
+        (["--lora-targets", "lm_head"], "--lora-targets", "alone is not counted"),
+        (
+            ["--lora-targets", "q_proj,lm_head", "--lora-modules-to-save", "lm_head"],
+            "--lora-modules-to-save",
+            "both a LoRA target and trained in full",
+        ),
+        (
+            ["--lora-modules-to-save", "lm_head", "--fsdp", "full", "--gpus", "2"],
+            "--lora-modules-to-save",
+            "not counted under --fsdp",
+        ),
+    ],
+)
+def test_setups_not_counted_are_refused_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], extra: list[str], flag: str, text: str
+) -> None:
+    status = main(["plan", "--model", "qwen2.5-0.5b", "--method", "lora", *extra])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag}:" in err and text in err
+
+
+def test_trainer_export_carries_modules_to_save_and_reads_it_back(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "train.py"
+    given = ["--model", "qwen2.5-0.5b", "--method", "lora", "--flavor", "l4x1"]
+    extra = ["--lora-targets", "q_proj,v_proj,embed_tokens", "--lora-modules-to-save", "lm_head"]
+    assert main(["plan", *given, *extra, "--export", "trainer", "-o", str(path)]) in (0, 1)
+    text = path.read_text()
+    assert "modules_to_save=['lm_head']" in text or 'modules_to_save=["lm_head"]' in text
+    capsys.readouterr()
+    assert main(["plan", *given, "--from", str(path), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["lora_targets"] == ["q_proj", "v_proj", "embed_tokens"]
+    assert plan["lora_modules_to_save"] == ["lm_head"]
+
+
+def test_native_names_round_trip_through_the_trainer_export(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = str(FAMILIES / "pythia-1.4b" / "config.json")
+    path = tmp_path / "train.py"
+    given = ["--model", config, "--method", "lora", "--flavor", "l4x1"]
+    extra = [
+        "--lora-targets",
+        "query_key_value,dense_4h_to_h",
+        "--lora-modules-to-save",
+        "embed_in",
+    ]
+    assert main(["plan", *given, *extra, "--export", "trainer", "-o", str(path)]) in (0, 1)
+    capsys.readouterr()
+    assert main(["plan", *given, "--from", str(path), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["lora_targets"] == ["query_key_value", "dense_4h_to_h"]
+    assert plan["lora_modules_to_save"] == ["embed_in"]
+
+
+@pytest.mark.parametrize(
+    ("name", "lines"),
+    [
+        (
+            "axolotl.yaml",
+            [
+                "base_model: qwen2.5-0.5b",
+                "adapter: lora",
+                "lora_target_modules: [q_proj, v_proj]",
+                "lora_modules_to_save: [embed_tokens, lm_head]",
+            ],
+        ),
+        (
+            "llamafactory.yaml",
+            [
+                "model_name_or_path: qwen2.5-0.5b",
+                "stage: sft",
+                "finetuning_type: lora",
+                "lora_target: q_proj,v_proj",
+                "additional_target: embed_tokens,lm_head",
+            ],
+        ),
+    ],
+)
+def test_from_reads_the_modules_to_save_of_axolotl_and_llama_factory(
+    tmp_path: Path, name: str, lines: list[str]
+) -> None:
+    from hwdash.core.plan_import import read_plan_file
+
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    found = read_plan_file(path)
+    assert found.updates["lora_targets"] == ("q_proj", "v_proj")
+    assert found.updates["lora_modules_to_save"] == ("embed_tokens", "lm_head")
+    assert "additional_target" not in found.ignored and "lora_modules_to_save" not in found.ignored
