@@ -315,3 +315,29 @@ def test_from_reads_the_modules_to_save_of_axolotl_and_llama_factory(
     assert found.updates["lora_targets"] == ("q_proj", "v_proj")
     assert found.updates["lora_modules_to_save"] == ("embed_tokens", "lm_head")
     assert "additional_target" not in found.ignored and "lora_modules_to_save" not in found.ignored
+
+
+@pytest.mark.parametrize(
+    ("family", "targets"), [("flan-t5-large", ("q", "v")), ("phi-2-like", None), ("gpt2", None)]
+)
+def test_make_it_fit_offers_attention_only_lora_by_native_names(
+    real_catalog: Catalog, family: str, targets: tuple[str, ...] | None
+) -> None:
+    from hwdash.core.fit_options import knobs_for
+    from hwdash.core.plan import Method, Plan
+
+    model = real_catalog.models["phi-2"] if family == "phi-2-like" else _model(family)
+    plan = Plan(model=family, method=Method.LORA)
+    offered = [
+        setting.updates["lora_targets"]
+        for knob in knobs_for(plan, model, 1)
+        if knob.name == "lora_targets"
+        for setting in knob.settings
+    ]
+    if family == "phi-2-like":
+        assert offered == [("q_proj", "v_proj")]
+    elif targets is None:
+        # GPT-2 fuses q, k and v into c_attn: there is no q-and-v-only choice
+        assert offered == []
+    else:
+        assert offered == [targets]
