@@ -260,6 +260,8 @@ class TraceSettings:
     the second micro-batch on, the gradients of the earlier ones are alive; more add nothing)."""
     notes: tuple[str, ...]
     """How the traced setting differs from the plan."""
+    lora_modules_to_save: tuple[str, ...] = ()
+    """PEFT's ``modules_to_save``: modules trained in full next to the adapters."""
 
 
 def _on_hugging_face_stack(plan: Plan) -> Plan:
@@ -382,6 +384,7 @@ def trace_settings(plan: Plan) -> TraceSettings:
         seq=seq,
         micro_batches=micro_batches,
         notes=tuple(notes),
+        lora_modules_to_save=tuple(plan.lora_modules_to_save),
     )
 
 
@@ -1090,6 +1093,7 @@ def _build_model(config: Any, settings: TraceSettings) -> Any:
             lora_alpha=2 * settings.lora_r,
             lora_dropout=settings.lora_dropout,
             target_modules=targets,
+            modules_to_save=list(settings.lora_modules_to_save) or None,
             use_dora=settings.method == "dora",
             task_type="CAUSAL_LM",
         )

@@ -98,6 +98,15 @@ def test_params_gives_a_synthetic_model(capsys: pytest.CaptureFixture[str]) -> N
     assert document["plan"]["model"] == "7B"
 
 
+@pytest.mark.parametrize("stages", ["2", "4"])
+def test_params_model_splits_over_pipeline_stages(
+    capsys: pytest.CaptureFixture[str], stages: str
+) -> None:
+    # a synthetic 7B has Llama-7B's 32 layers (it had 33, and --pp 2 was refused)
+    document = _json(capsys, "--params", "7B", "--method", "full", "--pp", stages, "--gpus", stages)
+    assert document["plan"]["pp"] == int(stages)
+
+
 def test_config_json_model(capsys: pytest.CaptureFixture[str]) -> None:
     config = str(DATA / "model_configs" / "mixtral-style" / "config.json")
     document = _json(capsys, "--model", config, "--method", "qlora", "--flavor", "a100-large")

@@ -213,7 +213,7 @@ def test_lora_adapter_count_by_hand() -> None:
 
 def test_moe_adapters_multiply_by_experts() -> None:
     arch = architecture(_fixture_model("fx-moe"))
-    (gate,) = resolve_lora_targets(arch, ("w1",))
+    (gate,) = resolve_lora_targets(arch, ("gate_proj",))
     assert gate.copies == 8
     assert lora_adapter_params(arch, (gate,), 4) == 8 * 8 * 4 * (1024 + 2048)
 

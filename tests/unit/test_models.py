@@ -11,6 +11,7 @@ from hwdash.core.catalog import Catalog, load_catalog, load_catalog_from
 from hwdash.core.estimator import architecture
 from hwdash.core.model_params import count_parameters
 from hwdash.core.models import model_from_config, resolve_model, synthetic_model
+from hwdash.core.units import parse_count
 from hwdash.errors import UsageError
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -150,6 +151,34 @@ def test_synthetic_7b_has_a_llama_shape() -> None:
     assert model.hidden_size == 4096  # Llama-2-7B's width
     assert 30 <= model.layers <= 34  # Llama-2-7B has 32
     assert model.heads == 32
+
+
+@pytest.mark.parametrize(
+    ("count", "layers"),
+    [
+        # the layer counts of the released models of those sizes
+        # (catalog/shapes/reference_models.toml: Llama-7B, Llama-13B, Llama-3.1-70B, Llama-3.1-8B)
+        (7_000_000_000, 32),
+        (13_000_000_000, 40),
+        (70_000_000_000, 80),
+        (8_000_000_000, 32),
+    ],
+)
+def test_synthetic_models_take_a_released_models_layer_count(count: int, layers: int) -> None:
+    model = synthetic_model(count)
+    assert model.layers == layers
+    assert architecture(model).total_params == pytest.approx(count, rel=0.01)
+
+
+@pytest.mark.parametrize("text", ["500M", "1B", "3B", "10B", "20B", "34B", "100B", "405B"])
+def test_synthetic_layer_counts_are_released_ones(text: str) -> None:
+    from hwdash.core.models import reference_shapes
+
+    count = parse_count(text)
+    model = synthetic_model(count)
+    assert model.layers in {shape.layers for shape in reference_shapes()[0]}
+    assert model.heads % model.kv_heads == 0
+    assert architecture(model).total_params == pytest.approx(count, rel=0.01)
 
 
 def test_synthetic_large_models_use_gqa() -> None:

@@ -55,6 +55,7 @@ def plans(draw: st.DrawFn) -> Plan:
         lora_r=draw(st.integers(1, 256)),
         lora_targets=draw(st.sampled_from([("all-linear",), ("q_proj", "v_proj")])),
         lora_dropout=draw(st.sampled_from([0.0, 0.05, 0.1, 0.333])),
+        lora_modules_to_save=draw(st.sampled_from([(), ("lm_head",), ("embed_tokens", "lm_head")])),
         zero=zero,
         offload=offload,
         gpus=draw(st.integers(1, 16)),

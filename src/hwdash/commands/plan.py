@@ -85,6 +85,7 @@ FIELD_FLAGS = {
     "lora_r": "--lora-r",
     "lora_targets": "--lora-targets",
     "lora_dropout": "--lora-dropout",
+    "lora_modules_to_save": "--lora-modules-to-save",
     "zero": "--zero",
     "offload": "--offload",
     "gpus": "--gpus",
@@ -227,7 +228,15 @@ def add_parser(subparsers: Any) -> None:
         "--lora-targets",
         default="all-linear",
         metavar="NAMES",
-        help="comma-separated module names (q_proj,v_proj,...) or all-linear (default)",
+        help="comma-separated module names as PEFT takes them in the model's family (q_proj,"
+        "v_proj; c_attn on GPT-2; embed_tokens, lm_head) or all-linear (default)",
+    )
+    what.add_argument(
+        "--lora-modules-to-save",
+        default="",
+        metavar="NAMES",
+        help="modules trained in full next to the adapters, PEFT's modules_to_save "
+        "(embed_tokens,lm_head by the model's names; default none)",
     )
     what.add_argument(
         "--lora-dropout",
@@ -559,6 +568,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "lora_r": args.lora_r,
         "lora_targets": _split([args.lora_targets]) or ("all-linear",),
         "lora_dropout": args.lora_dropout,
+        "lora_modules_to_save": _split([args.lora_modules_to_save]),
         "zero": args.zero,
         "offload": args.offload,
         "gpus": args.gpus,

@@ -75,6 +75,8 @@ def plan_arguments(plan: Plan, framework: Framework | None = None) -> list[str]:
             args += [flag, str(value(name))]
     if differs("lora_targets"):
         args += ["--lora-targets", ",".join(plan.lora_targets)]
+    if differs("lora_modules_to_save"):
+        args += ["--lora-modules-to-save", ",".join(plan.lora_modules_to_save)]
     if differs("lora_dropout"):
         args += ["--lora-dropout", _number(plan.lora_dropout)]
     if differs("grad_ckpt"):

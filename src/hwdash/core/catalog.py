@@ -258,9 +258,23 @@ class ModelSpec(_Strict):
     hf_config: dict[str, Any] | None = None
     """The config.json fields this spec was read from (a multimodal config's ``text_config``), for
     the tracer to build the same model with transformers; None for a spec written field by field."""
+    module_names: str = Field(default="", max_length=40)
+    """How transformers names this family's modules (a table of ``catalog/shapes/module_names.toml``:
+    ``gpt2``, ``gpt_neox``, ``bloom``, ``t5``, ``phi``, ``phi3``, ``mixtral``); "" is Llama's
+    (``q_proj`` ... ``down_proj``). LoRA targets and ``modules_to_save`` are matched against
+    these names as PEFT matches them; fused projections (GPT-2's ``c_attn``, Phi-3's
+    ``gate_up_proj``) are counted as the one matrix they are."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
+        if self.module_names:
+            from hwdash.core.module_names import naming_schemes
+
+            if self.module_names not in naming_schemes():
+                known = ", ".join(sorted(naming_schemes()))
+                raise _FieldProblem(
+                    "module_names", f"unknown module naming '{self.module_names}' (known: {known})"
+                )
         if self.heads % self.kv_heads:
             raise _FieldProblem(
                 "kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"

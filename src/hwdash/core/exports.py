@@ -12,7 +12,7 @@ the CLI writes it. What each field means in the target tool:
   ``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``gradient_checkpointing``,
   ``bf16`` / ``fp16``, ``optim`` (``adamw_torch_fused``, ``adamw_torch``, ``adamw_bnb_8bit``,
   ``adafactor``, ``sgd``), ``deepspeed``, ``num_train_epochs``; PEFT's ``LoraConfig`` (``r``,
-  ``lora_alpha``, ``target_modules``, ``lora_dropout``, ``use_dora``); transformers'
+  ``lora_alpha``, ``target_modules``, ``lora_dropout``, ``use_dora``, ``modules_to_save``); transformers'
   ``BitsAndBytesConfig`` (``load_in_4bit`` with NF4, ``load_in_8bit``).
   Issue 13's savers where the Trainer has a field: ``torch_compile``, ``use_liger_kernel`` (Liger's
   kernels, whose fused linear cross-entropy is ``--loss fused-linear``; transformers
@@ -393,8 +393,11 @@ def trainer_snippet(
             f"    lora_dropout={_py(plan.lora_dropout)},",
             f"    use_dora={method is Method.DORA},",
             '    task_type="CAUSAL_LM",',
-            ")",
         ]
+        if plan.lora_modules_to_save:
+            # PEFT trains a full copy of each (ModulesToSaveWrapper)
+            lines.append(f"    modules_to_save={_py(list(plan.lora_modules_to_save))},")
+        lines.append(")")
     if method is Method.QLORA:
         lines += [
             "quantization_config = BitsAndBytesConfig(",

@@ -118,6 +118,7 @@ def _activation(fields: dict[str, Any], keys: tuple[str, ...], default: Activati
 def _gpt_neox(fields: dict[str, Any], source: str) -> dict[str, Any]:
     # The Hugging Face standard dimension keys, read as for Llama; what GPT-NeoX does otherwise:
     return {
+        "module_names": "gpt_neox",
         **_llama_layout(fields, source),
         "kv_heads": _int(fields, ("num_attention_heads",), source),
         # GPTNeoXConfig.attention_bias defaults to True (older configs do not carry the key).
@@ -136,6 +137,7 @@ def _bloom(fields: dict[str, Any], source: str) -> dict[str, Any]:
     hidden = _int(fields, ("hidden_size", "n_embed"), source)
     heads = _int(fields, ("n_head", "num_attention_heads"), source)
     return {
+        "module_names": "bloom",
         "layers": _int(fields, ("n_layer", "num_hidden_layers"), source),
         "hidden_size": hidden,
         "heads": heads,
@@ -168,6 +170,7 @@ def _gpt2_like(fields: dict[str, Any], source: str, *, multi_query_default: bool
     inner = fields.get("n_inner")
     multi_query = _bool(fields, "multi_query", source, multi_query_default)
     return {
+        "module_names": "gpt2",
         "layers": _int(fields, ("n_layer", "num_hidden_layers"), source),
         "hidden_size": hidden,
         "heads": heads,
@@ -215,6 +218,7 @@ def _falcon(fields: dict[str, Any], source: str) -> dict[str, Any]:
     alibi = _bool(fields, "alibi", source, False)
     inner = fields.get("ffn_hidden_size")
     return {
+        "module_names": "bloom",
         "layers": _int(fields, ("num_hidden_layers", "n_layer"), source),
         "hidden_size": hidden,
         "heads": heads,
@@ -290,6 +294,7 @@ def _t5(fields: dict[str, Any], source: str) -> dict[str, Any]:
     # T5Config: "gated-gelu" runs gelu_new (the tanh approximation)
     activation: Activation = "gelu_new" if act == "gelu" and gated else ACTIVATIONS[act]
     return {
+        "module_names": "t5",
         "layers": layers,
         "decoder_layers": _int(fields, ("num_decoder_layers",), source, default=layers),
         "hidden_size": hidden,

@@ -17,9 +17,10 @@ from hwdash.core.estimator import (
     architecture,
     estimate_memory,
     resolve_lora_targets,
+    resolve_top_level,
 )
 from hwdash.core.models import resolve_model
-from hwdash.core.plan import LORA_STYLE_METHODS, Method, Offload, Plan
+from hwdash.core.plan import LORA_STYLE_METHODS, FsdpMode, Method, Offload, Plan
 from hwdash.core.results import (
     TIGHT_HEADROOM_FRACTION,
     FitVerdict,
@@ -226,6 +227,30 @@ def check_plan_for_model(plan: Plan, model: ModelSpec) -> None:
         targets = resolve_lora_targets(arch, plan.lora_targets)
     except ValueError as exc:
         raise UsageError(str(exc), flag="--lora-targets") from None
+    try:
+        resolve_top_level(arch, plan.lora_modules_to_save)
+    except ValueError as exc:
+        raise UsageError(str(exc), flag="--lora-modules-to-save") from None
+    both = set(resolve_top_level(arch, plan.lora_modules_to_save)) & set(
+        resolve_top_level(arch, plan.lora_targets, strict=False)
+    )
+    outside = resolve_top_level(arch, plan.lora_modules_to_save) + resolve_top_level(
+        arch, plan.lora_targets, strict=False
+    )
+    if outside and plan.fsdp is not FsdpMode.NONE:
+        raise UsageError(
+            "LoRA on the embedding or LM head and --lora-modules-to-save are not counted under "
+            "--fsdp (hwdash.core.parallelism); plan them with DeepSpeed --zero or one GPU",
+            flag="--lora-modules-to-save" if plan.lora_modules_to_save else "--lora-targets",
+        )
+    if both:
+        # PEFT wraps a module named in modules_to_save and never adapts it as well
+        # (check_target_module_exists, peft/tuners/tuners_utils.py)
+        raise UsageError(
+            f"the {' and '.join(sorted(both))} is both a LoRA target and trained in full: "
+            "give it to one of --lora-targets and --lora-modules-to-save",
+            flag="--lora-modules-to-save",
+        )
     narrowest = min(min(t.in_features, t.out_features) for t in targets)
     if plan.lora_r > narrowest:
         raise UsageError(

@@ -529,16 +529,24 @@ def _method_ladder(method: Method) -> list[Method]:
 
 
 def _attention_only_targets(plan: Plan, model: ModelSpec) -> tuple[str, ...] | None:
-    if tuple(plan.lora_targets) == ATTENTION_ONLY_TARGETS:
+    """The query and value projections by the model's own module names (T5's ``q`` and ``v``);
+    None where the family fuses them with the key (GPT-2's ``c_attn``: no such choice)."""
+    arch = architecture(model)
+    names = tuple(
+        linear.path.rsplit(".", 1)[-1]
+        for linear in arch.linears
+        if linear.name in ATTENTION_ONLY_TARGETS
+    )
+    if len(names) != len(ATTENTION_ONLY_TARGETS) or tuple(plan.lora_targets) == names:
         return None
     try:
-        chosen = resolve_lora_targets(architecture(model), ATTENTION_ONLY_TARGETS)
-        current = resolve_lora_targets(architecture(model), plan.lora_targets)
+        chosen = resolve_lora_targets(arch, names)
+        current = resolve_lora_targets(arch, plan.lora_targets)
     except ValueError:
         return None
     if len(chosen) >= len(current):
         return None
-    return ATTENTION_ONLY_TARGETS
+    return names
 
 
 # -- the search -----------------------------------------------------------------------------------

@@ -13,8 +13,11 @@ Anything else is a :class:`UsageError` naming ``--model`` and suggesting close c
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +28,11 @@ from hwdash.core.catalog import Catalog, ModelSpec
 from hwdash.core.estimator.architecture import architecture
 from hwdash.core.units import parse_count
 from hwdash.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
 
 FLAG = "--model"
 
@@ -140,6 +148,11 @@ _FAMILY_FACTS: dict[str, dict[str, Any]] = {
 #: Types whose facts are another's: Gemma 3's text model has the outer type ``gemma3`` in a
 #: config without ``text_config``.
 _SAME_AS = {"gemma3": "gemma3_text"}
+
+#: Families whose modules transformers names otherwise than Llama's (``ModelSpec.module_names``,
+#: ``catalog/shapes/module_names.toml``): Phi's ``dense``, ``fc1``, ``fc2``; Phi-3's fused
+#: ``qkv_proj`` and ``gate_up_proj``; Mixtral's older ``w1``/``w2``/``w3``.
+_MODULE_NAMES = {"phi": "phi", "phi3": "phi3", "mixtral": "mixtral"}
 
 #: Synthetic models (bare parameter counts). Llama-1/2 shapes: 7B is 32 layers x 4096 wide, 13B 40 x
 #: 5120, 70B 80 x 8192 (Touvron et al. 2023, arXiv:2302.13971 Table 2 and arXiv:2307.09288), so
@@ -413,6 +426,7 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             model_type=model_type,
             hf_config=hf_config_of(config),
             **family_fields,
+            module_names=_MODULE_NAMES.get(model_type, ""),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -543,12 +557,10 @@ def _label(count: int) -> str:
 def synthetic_model(count: int) -> ModelSpec:
     """A dense Llama-style model with about ``count`` parameters (within ~1%).
 
-    Width from the Llama aspect ratio: with ``layers = hidden / 128`` and blocks of ~12 hidden^2
-    parameters (4 h^2 attention + 3 * h * 8h/3 SwiGLU), the blocks hold ~``12 h^3 / 128``; we solve
-    for ``hidden`` with the embeddings included and round it to the head size. Then the layer count
-    is fitted to the budget, and the MLP width absorbs what remains (in steps of 64). Below ~100M the
-    32000-word vocabulary would dominate, so it is shrunk to keep embeddings at most a quarter of the
-    budget.
+    Within the sizes of released models (:func:`reference_shapes`, half the smallest to twice the
+    largest) the shape follows the released model nearest in size (:func:`_shaped_like`): its layer
+    count, so a synthetic 7B has Llama-7B's 32 layers and splits over 2 or 4 pipeline stages as it
+    does. Outside them, :func:`_free_synthetic` sizes a Llama aspect ratio.
     """
     if count < SYNTHETIC_MIN_PARAMS:
         raise UsageError(
@@ -559,6 +571,147 @@ def synthetic_model(count: int) -> ModelSpec:
         raise UsageError(
             f"{_label(count)} parameters is too large to size (at most 100T)", flag=FLAG
         )
+    reference = _nearest_reference(count)
+    if reference is not None:
+        return _shaped_like(count, reference)
+    return _free_synthetic(count)
+
+
+@dataclass(frozen=True)
+class ReferenceShape:
+    """A released dense Llama-style model's shape (``catalog/shapes/reference_models.toml``)."""
+
+    id: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    source: str
+
+    @property
+    def params(self) -> int:
+        """Its parameter count, from the shape (Llama layout: q, k, v, o, gate, up, down, two
+        RMSNorms per block, a final norm, the embedding and an untied head)."""
+        head_dim = self.hidden // self.heads
+        kv = self.kv_heads * head_dim
+        block = 2 * self.hidden * self.hidden + 2 * self.hidden * kv
+        block += 3 * self.hidden * self.intermediate + 2 * self.hidden
+        embeddings = (1 if self.tied else 2) * self.vocab * self.hidden
+        return self.layers * block + embeddings + self.hidden
+
+
+@functools.cache
+def reference_shapes() -> tuple[tuple[ReferenceShape, ...], float]:
+    """The released shapes a bare parameter count borrows from, and the width tolerance
+    (``catalog/shapes/reference_models.toml``; every entry cites its paper and config.json)."""
+    from hwdash.core.catalog import packaged_catalog_dir
+
+    data = tomllib.loads(
+        (packaged_catalog_dir() / "shapes" / "reference_models.toml").read_text(encoding="utf-8")
+    )
+    shapes = tuple(ReferenceShape(**entry) for entry in data["shape"])
+    return shapes, float(data["width_tolerance"])
+
+
+def _nearest_reference(count: int) -> ReferenceShape | None:
+    """The released shape nearest to ``count`` in ratio; None outside half the smallest to twice
+    the largest (there a released shape says nothing about the layer count)."""
+    shapes, _ = reference_shapes()
+    sizes = [shape.params for shape in shapes]
+    if not min(sizes) / 2 <= count <= 2 * max(sizes):
+        return None
+    return min(shapes, key=lambda shape: abs(math.log(count / shape.params)))
+
+
+def _shaped_like(count: int, reference: ReferenceShape) -> ModelSpec:
+    """``count`` parameters with ``reference``'s layer count, head size, KV grouping and MLP ratio.
+
+    The width is solved for the count (blocks of ``(2 + 2/g + 3 m) h^2`` parameters with ``g``
+    query heads per KV head and an MLP ``m = intermediate / hidden`` wide, plus a 32000-word
+    untied embedding and head). Where it lands within the file's tolerance of the reference's
+    width, the reference's width and heads are kept; otherwise it is rounded to whole heads (with
+    GQA, to a head count the reference's KV heads divide). The MLP width then absorbs the rest, in steps of 64.
+    """
+    _, tolerance = reference_shapes()
+    label = _label(count)
+    layers, vocab = reference.layers, SYNTHETIC_VOCAB
+    head_dim = reference.hidden // reference.heads
+    mha = reference.kv_heads == reference.heads
+    ratio = reference.intermediate / reference.hidden
+    a = layers * (2 + 2 * reference.kv_heads / reference.heads + 3 * ratio)
+    b = 2 * layers + 2 * vocab + 1
+    solved = (-b + math.sqrt(b * b + 4 * a * count)) / (2 * a)
+    if abs(solved / reference.hidden - 1) <= tolerance:
+        widths = [reference.hidden]
+    else:
+        # whole heads; with GQA the reference's KV heads, each serving a whole group of heads
+        step = head_dim * (1 if mha else reference.kv_heads)
+        widths = sorted(
+            {max(step, math.floor(solved / step) * step), math.ceil(solved / step) * step}
+        )
+
+    def build(hidden: int) -> ModelSpec:
+        heads = hidden // head_dim
+        probe = _reference_spec(label, reference, layers, hidden, heads, 64, vocab)
+        arch = architecture(probe)
+        # each unit of MLP width adds 3 * hidden per layer (gate, up, down)
+        without_mlp = arch.total_params - layers * 3 * hidden * 64
+        intermediate = _round64((count - without_mlp) / (layers * 3 * hidden))
+        return _reference_spec(label, reference, layers, hidden, heads, intermediate, vocab)
+
+    # of the candidate widths, the one whose MLP ratio stays closest to the reference's
+    candidates = [build(hidden) for hidden in widths]
+    return min(candidates, key=lambda m: abs(math.log(m.intermediate_size / m.hidden_size / ratio)))
+
+
+def _reference_spec(
+    label: str,
+    reference: ReferenceShape,
+    layers: int,
+    hidden: int,
+    heads: int,
+    intermediate: int,
+    vocab: int,
+) -> ModelSpec:
+    mha = reference.kv_heads == reference.heads
+    return ModelSpec(
+        id=f"synthetic-{label.lower()}",
+        name=f"synthetic {label}",
+        layers=layers,
+        hidden_size=hidden,
+        heads=heads,
+        kv_heads=heads if mha else reference.kv_heads,
+        head_dim=hidden // heads,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        tied_embeddings=False,
+        mlp="gated",
+        max_context=SYNTHETIC_CONTEXT,
+        source=(
+            f"synthetic Llama-style shape for a bare parameter count, after {reference.id} "
+            f"({reference.source}; catalog/shapes/reference_models.toml)"
+        ),
+        notes=(
+            f"{reference.id}'s {layers} layers, head size and KV heads; width and SwiGLU MLP "
+            "sized to the count; 32000 vocabulary, untied"
+        ),
+    )
+
+
+def _free_synthetic(count: int) -> ModelSpec:
+    """A Llama-style model sized from the aspect ratio alone, for counts outside the released
+    shapes (:func:`reference_shapes`).
+
+    Width from the Llama aspect ratio: with ``layers = hidden / 128`` and blocks of ~12 hidden^2
+    parameters (4 h^2 attention + 3 * h * 8h/3 SwiGLU), the blocks hold ~``12 h^3 / 128``; we solve
+    for ``hidden`` with the embeddings included and round it to the head size. Then the layer count
+    is fitted to the budget, and the MLP width absorbs what remains (in steps of 64). Below ~100M the
+    32000-word vocabulary would dominate, so it is shrunk to keep embeddings at most a quarter of the
+    budget.
+    """
     label = _label(count)
     gqa = count >= SYNTHETIC_GQA_FROM
 

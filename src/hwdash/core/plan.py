@@ -209,10 +209,16 @@ class Plan(BaseModel):
     lora_r: int = Field(default=16, ge=1, le=65536)
     """LoRA/DoRA rank."""
     lora_targets: tuple[str, ...] = ("all-linear",)
-    """Module names LoRA adapts (``q_proj``, ``v_proj``, ...) or ``all-linear``."""
+    """Module names LoRA adapts, as PEFT's ``target_modules`` names them in the model's family
+    (``q_proj``, ``v_proj``; GPT-2's ``c_attn``; ``embed_tokens`` and ``lm_head`` too) or
+    ``all-linear``."""
     lora_dropout: float = Field(default=0.05, ge=0, lt=1)
     """LoRA/DoRA dropout probability (PEFT's ``lora_dropout``). Any value above 0 keeps a mask of
     every adapted module's input for backward; 0.05 is what TRL's and PEFT's example recipes use."""
+    lora_modules_to_save: tuple[str, ...] = ()
+    """Modules trained in full next to the adapters (PEFT's ``modules_to_save``): the embedding
+    and the LM head by the family's names (``embed_tokens``, ``lm_head``). PEFT keeps the frozen
+    original and a trained copy of each (weights, gradients and optimizer states of the copy)."""
     zero: int = Field(default=0, ge=0, le=3)
     """DeepSpeed ZeRO stage 0-3."""
     offload: Offload = Offload.NONE
@@ -371,7 +377,7 @@ class Plan(BaseModel):
 
 
 #: Settings that only LoRA-style training reads (the policy's method, for RL).
-_LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout")
+_LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout", "lora_modules_to_save")
 #: Settings that only RL plans read.
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
 #: Settings that only Megatron TP/PP plans read.

@@ -677,6 +677,10 @@ def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None
     dropout = lora.get("lora_dropout")
     if isinstance(dropout, (int, float)) and not isinstance(dropout, bool):
         out.updates["lora_dropout"] = float(dropout)
+    saved = lora.get("modules_to_save")
+    if isinstance(saved, (list, tuple)) and saved and all(isinstance(m, str) for m in saved):
+        # PEFT's LoraConfig.modules_to_save: modules trained in full next to the adapters
+        out.updates["lora_modules_to_save"] = _module_names(path, "modules_to_save", saved)
 
 
 # -- axolotl ------------------------------------------------------------------------------------
@@ -716,6 +720,12 @@ def _read_axolotl(reader: _Reader, out: ImportedPlan) -> None:
     modules = reader.get("lora_target_modules")
     if isinstance(modules, list) and modules and all(isinstance(m, str) for m in modules):
         out.updates["lora_targets"] = _module_names(reader.path, "lora_target_modules", modules)
+    saved = reader.get("lora_modules_to_save")
+    if isinstance(saved, list) and saved and all(isinstance(m, str) for m in saved):
+        # axolotl hands it to PEFT's LoraConfig(modules_to_save=...)
+        out.updates["lora_modules_to_save"] = _module_names(
+            reader.path, "lora_modules_to_save", saved
+        )
     ckpt = reader.get("gradient_checkpointing")
     if ckpt is not None:
         out.updates["grad_ckpt"] = bool(ckpt)  # axolotl also takes "unsloth" here
@@ -813,6 +823,14 @@ def _read_llama_factory(reader: _Reader, out: ImportedPlan) -> None:
             ("all-linear",)
             if target == "all"
             else _module_names(reader.path, "lora_target", target)
+        )
+    additional = reader.text("additional_target")
+    if additional:
+        # LLaMA-Factory's FinetuningArguments.additional_target: comma-separated names of modules
+        # "apart from LoRA layers to be set as trainable and saved", passed to PEFT's
+        # modules_to_save
+        out.updates["lora_modules_to_save"] = _module_names(
+            reader.path, "additional_target", additional
         )
     attention = reader.text("flash_attn")
     if attention == "fa2":

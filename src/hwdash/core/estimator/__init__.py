@@ -46,12 +46,14 @@ from hwdash.core.estimator.activations import (
 )
 from hwdash.core.estimator.architecture import (
     ALL_LINEAR,
-    MODULE_ALIASES,
     Architecture,
     LinearShape,
     architecture,
     lora_adapter_params,
     resolve_lora_targets,
+    resolve_top_level,
+    top_level_adapter_params,
+    top_level_params,
 )
 from hwdash.core.estimator.estimate import (
     ALLOCATOR_FRAGMENTATION,
@@ -128,7 +130,6 @@ __all__ = [
     "INT8_ROW_SCALE_BYTES",
     "LAYOUTS",
     "LOSS_FP32_BYTES_PER_LOGIT",
-    "MODULE_ALIASES",
     "NF4_BYTES_PER_PARAM",
     "NF4_CONSTANT_BYTES_PER_PARAM",
     "PHASE_BACKWARD",
@@ -182,5 +183,8 @@ __all__ = [
     "optimizer_state_bytes_per_param",
     "optimizer_step_temporary_bytes",
     "resolve_lora_targets",
+    "resolve_top_level",
+    "top_level_adapter_params",
+    "top_level_params",
     "training_activation_bytes",
 ]

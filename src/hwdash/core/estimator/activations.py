@@ -72,7 +72,15 @@ def _score_bytes_per_element(attention: Attention, element_bytes: int, gqa: bool
 
 
 #: Linear layers that read the same input tensor (a norm's output), for counting LoRA's input copies.
-_SHARED_INPUT_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("fc1",))
+#: ``qkv_proj`` and ``gate_up_proj``: the families that fuse them into one matrix (GPT-2's
+#: ``c_attn``, GPT-NeoX's ``query_key_value``, Phi-3's ``qkv_proj`` and ``gate_up_proj``).
+_SHARED_INPUT_GROUPS = (
+    ("q_proj", "k_proj", "v_proj"),
+    ("qkv_proj",),
+    ("gate_proj", "up_proj"),
+    ("gate_up_proj",),
+    ("fc1",),
+)
 #: Linear layers whose input only the layer itself keeps (the MLP's product or activation): with a
 #: frozen, unadapted layer nobody keeps it.
 _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD = ("down_proj", "fc2")

@@ -23,12 +23,13 @@ from functools import cached_property
 
 from hwdash.core.catalog import ModelSpec
 from hwdash.core.memo import IdentityMemo
+from hwdash.core.module_names import matches, scheme
 
 #: Modules ``all-linear`` adapts: every linear layer inside the transformer blocks (PEFT excludes
-#: the LM head), per https://huggingface.co/docs/peft/developer_guides/lora ("all-linear").
+#: the LM head), per https://huggingface.co/docs/peft/developer_guides/lora ("all-linear") and
+#: ``_maybe_include_all_linear_layers`` in ``peft/tuners/tuners_utils.py`` (every nn.Linear and
+#: Conv1D but the output embedding).
 ALL_LINEAR = "all-linear"
-#: Common alternative names of the same projections (Mixtral's w1/w2/w3, Phi's dense).
-MODULE_ALIASES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj", "dense": "o_proj"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,15 @@ class LinearShape:
     out_features: int
     copies: int = 1
     bias: bool = False
+    module: str = ""
+    """The module's dotted path inside a block as transformers names it (``attn.c_attn``); ""
+    where it is ``name`` (Llama's). ``name`` is the role hwdash counts it by: Llama's names, and
+    ``qkv_proj`` / ``gate_up_proj`` for a fused projection."""
+
+    @property
+    def path(self) -> str:
+        """The module's path inside a block (see :attr:`module`)."""
+        return self.module or self.name
 
     @cached_property
     def params(self) -> int:
@@ -102,6 +112,8 @@ class Architecture:
     """Attention and MLP read the same block input (``ModelSpec.parallel_block``)."""
     norm_saves_input: bool = False
     """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
+    module_names: str = ""
+    """How transformers names the modules (``ModelSpec.module_names``)."""
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -240,6 +252,7 @@ def _derive(model: ModelSpec) -> Architecture:
         cross_norm_params=norm if model.decoder_layers and model.norm_weights_per_layer else 0,
         parallel_block=model.parallel_block,
         norm_saves_input=model.norm_saves_input,
+        module_names=model.module_names,
     )
 
 
@@ -250,32 +263,62 @@ def _mlp_bias(model: ModelSpec) -> bool:
     return (model.mlp != "gated") if model.mlp_bias is None else model.mlp_bias
 
 
+def _linear(
+    model: ModelSpec,
+    role: str,
+    in_features: int,
+    out_features: int,
+    *,
+    copies: int = 1,
+    bias: bool = False,
+) -> LinearShape:
+    """A projection named by its role, carrying its module path in the model's family."""
+    path = scheme(model.module_names).path(role)
+    return LinearShape(
+        role, in_features, out_features, copies, bias, module="" if path == role else path
+    )
+
+
 def _attention_linears(model: ModelSpec, prefix: str = "") -> list[LinearShape]:
     """q, k, v and o of one block's attention (``prefix`` "cross_": an encoder-decoder's
-    cross-attention, shaped the same); q/k/v biases when ``attention_bias``."""
+    cross-attention, shaped the same); q/k/v biases when ``attention_bias``. Families that fuse
+    q, k and v into one matrix (GPT-2's ``c_attn``, GPT-NeoX's, BLOOM's and Falcon's
+    ``query_key_value``, Phi-3's ``qkv_proj``; ``catalog/shapes/module_names.toml``) get it as one
+    ``qkv_proj`` of ``q_dim + 2 kv_dim`` outputs, as their modeling files build it."""
     hidden, head_dim, bias = model.hidden_size, model.head_dim, model.attention_bias
     q_dim, kv_dim = model.heads * head_dim, model.kv_heads * head_dim
+    out = _linear(model, f"{prefix}o_proj", q_dim, hidden, bias=_mlp_bias(model))
+    if not prefix and scheme(model.module_names).fused_qkv:
+        return [_linear(model, "qkv_proj", hidden, q_dim + 2 * kv_dim, bias=bias), out]
     return [
-        LinearShape(f"{prefix}q_proj", hidden, q_dim, bias=bias),
-        LinearShape(f"{prefix}k_proj", hidden, kv_dim, bias=bias),
-        LinearShape(f"{prefix}v_proj", hidden, kv_dim, bias=bias),
-        LinearShape(f"{prefix}o_proj", q_dim, hidden, bias=_mlp_bias(model)),
+        _linear(model, f"{prefix}q_proj", hidden, q_dim, bias=bias),
+        _linear(model, f"{prefix}k_proj", hidden, kv_dim, bias=bias),
+        _linear(model, f"{prefix}v_proj", hidden, kv_dim, bias=bias),
+        out,
     ]
 
 
 def _mlp_linears(model: ModelSpec) -> list[LinearShape]:
-    """One block's MLP, once per expert: gate, up and down (gated) or fc1 and fc2 (plain)."""
+    """One block's MLP, once per expert: gate, up and down (gated; gate and up as one
+    ``gate_up_proj`` where the family fuses them, Phi-3's ``modeling_phi3.py``) or fc1 and fc2
+    (plain)."""
     hidden, inter, experts = model.hidden_size, model.intermediate_size, model.experts
     if model.mlp == "gated":
         bias = bool(model.mlp_bias)
+        down = _linear(model, "down_proj", inter, hidden, copies=experts, bias=bias)
+        if scheme(model.module_names).fused_gate_up:
+            return [
+                _linear(model, "gate_up_proj", hidden, 2 * inter, copies=experts, bias=bias),
+                down,
+            ]
         return [
-            LinearShape("gate_proj", hidden, inter, copies=experts, bias=bias),
-            LinearShape("up_proj", hidden, inter, copies=experts, bias=bias),
-            LinearShape("down_proj", inter, hidden, copies=experts, bias=bias),
+            _linear(model, "gate_proj", hidden, inter, copies=experts, bias=bias),
+            _linear(model, "up_proj", hidden, inter, copies=experts, bias=bias),
+            down,
         ]
     return [
-        LinearShape("fc1", hidden, inter, copies=experts, bias=_mlp_bias(model)),
-        LinearShape("fc2", inter, hidden, copies=experts, bias=_mlp_bias(model)),
+        _linear(model, "fc1", hidden, inter, copies=experts, bias=_mlp_bias(model)),
+        _linear(model, "fc2", inter, hidden, copies=experts, bias=_mlp_bias(model)),
     ]
 
 
@@ -294,22 +337,95 @@ def _extra_lookup_params(model: ModelSpec, norm: int) -> int:
     return extra + stacks * model.relative_attention_buckets * model.heads
 
 
-def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[LinearShape, ...]:
-    """The block's linear layers LoRA adapts. ``all-linear`` means all of them.
+def module_short_names(arch: Architecture) -> list[str]:
+    """The last component of each block linear's module name (``c_attn``, ``c_proj``, ``c_fc``),
+    in block order, each once: the names a PEFT target list uses."""
+    return list(dict.fromkeys(linear.path.rsplit(".", 1)[-1] for linear in arch.linears))
 
-    Raises ``ValueError`` naming a module the model does not have.
+
+def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[LinearShape, ...]:
+    """The block's linear layers LoRA adapts, matched by module name as PEFT matches
+    ``target_modules`` (a name selects every module whose dotted name is it or ends with
+    ``"." + name``: ``c_proj`` both of GPT-2's, ``mlp.c_proj`` the MLP's). ``all-linear`` means all
+    of them. The family's aliases (``catalog/shapes/module_names.toml``) select their role.
+
+    Raises ``ValueError`` naming a module the model does not have, and the modules it has.
     """
-    by_name = {linear.name: linear for linear in arch.linears}
     if any(target == ALL_LINEAR for target in targets):
         return arch.linears
+    names = scheme(arch.module_names)
+    aliases = dict(names.aliases)
     chosen: dict[str, LinearShape] = {}
+    outside = resolve_top_level(arch, targets, strict=False)
     for target in targets:
-        name = MODULE_ALIASES.get(target, target)
-        if name not in by_name:
-            known = ", ".join([*by_name, ALL_LINEAR])
-            raise ValueError(f"the model has no module '{target}' (it has {known})")
-        chosen[name] = by_name[name]
-    return tuple(chosen.values())
+        if any(
+            matches(target, names.embedding if part == EMBEDDING else names.lm_head)
+            for part in outside
+        ):
+            continue  # the embedding or the LM head: resolve_top_level's
+        role = aliases.get(target)
+        found = [
+            linear
+            for linear in arch.linears
+            if matches(target, linear.path) or (role is not None and linear.name == role)
+        ]
+        if not found:
+            known = ", ".join([*module_short_names(arch), ALL_LINEAR])
+            raise ValueError(f"the model has no module '{target}' (its linear modules: {known})")
+        for linear in found:
+            chosen[linear.name] = linear
+    if not chosen:
+        raise ValueError(
+            "LoRA on the embedding or the LM head alone is not counted: add the block modules "
+            f"({', '.join(module_short_names(arch))}) or all-linear"
+        )
+    # in block order, whatever order the targets were given in
+    return tuple(linear for linear in arch.linears if linear.name in chosen)
+
+
+#: The two modules outside the blocks that PEFT can adapt or train in full (``modules_to_save``).
+EMBEDDING = "embedding"
+LM_HEAD = "lm_head"
+
+
+def resolve_top_level(
+    arch: Architecture, names: tuple[str, ...], *, strict: bool = True
+) -> tuple[str, ...]:
+    """Which of the token embedding (:data:`EMBEDDING`) and the output layer (:data:`LM_HEAD`)
+    ``names`` select, by the family's module names (``embed_tokens``/``lm_head``; GPT-2's ``wte``,
+    GPT-NeoX's ``embed_in``, BLOOM's ``word_embeddings``, T5's ``shared``), matched as PEFT matches
+    them. ``strict``: any other name is a ``ValueError`` naming the two (PEFT's
+    ``modules_to_save`` may name other modules, such as a classifier head; only these two are
+    counted)."""
+    family = scheme(arch.module_names)
+    found: list[str] = []
+    for name in names:
+        hit = False
+        for part, module in ((EMBEDDING, family.embedding), (LM_HEAD, family.lm_head)):
+            if matches(name, module):
+                hit = True
+                if part not in found:
+                    found.append(part)
+        if strict and not hit:
+            raise ValueError(
+                f"'{name}' is not a module hwdash counts trained in full (it counts the "
+                f"model's {family.embedding} and {family.lm_head})"
+            )
+    return tuple(part for part in (EMBEDDING, LM_HEAD) if part in found)
+
+
+def top_level_params(arch: Architecture, part: str) -> int:
+    """Parameters of the token embedding or the output layer as one matrix of vocab x hidden
+    (tied or not: PEFT's ``modules_to_save`` deep-copies each module it wraps, so a tied head gets
+    a copy of its own; traced, peft 0.21 ``ModulesToSaveWrapper.update``)."""
+    return arch.vocab * arch.hidden
+
+
+def top_level_adapter_params(arch: Architecture, parts: tuple[str, ...], rank: int) -> int:
+    """LoRA on the embedding (PEFT's ``lora.Embedding``: ``lora_embedding_A`` of r x vocab,
+    looked up, and ``lora_embedding_B`` of hidden x r) or on the LM head (a Linear: A of r x hidden,
+    B of vocab x r): r (vocab + hidden) each (peft/tuners/lora/layer.py, ``Embedding.update_layer``)."""
+    return len(parts) * rank * (arch.vocab + arch.hidden)
 
 
 def lora_adapter_params(

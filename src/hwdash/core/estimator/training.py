@@ -27,16 +27,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwdash.core.estimator.activations import (
+    DROPOUT_MASK_BYTES,
     _merged_expert_gradient_bytes,
     dora_weight_norm_transient_bytes,
     layer_activation_bytes,
     training_activation_bytes,
 )
 from hwdash.core.estimator.architecture import (
+    EMBEDDING,
+    LM_HEAD,
     Architecture,
     LinearShape,
     lora_adapter_params,
     resolve_lora_targets,
+    resolve_top_level,
+    top_level_adapter_params,
+    top_level_params,
 )
 from hwdash.core.estimator.phases import (
     _BACKWARD_END_ONLY,
@@ -110,6 +116,14 @@ class _Trained:
     """The layout the trained parameters are stored in (the adapters' own, for LoRA-style)."""
     targets: tuple[LinearShape, ...] = ()
     """The adapted linear layers (none for full training)."""
+    adapted_top: tuple[str, ...] = ()
+    """The embedding and/or LM head LoRA adapts (``resolve_top_level``)."""
+    saved_top: tuple[str, ...] = ()
+    """The embedding and/or LM head trained in full (PEFT's ``modules_to_save``)."""
+    copy_params: int = 0
+    """Parameters of those trained copies (part of ``trainable``)."""
+    copy_layout: Layout | None = None
+    """The layout the copies train in (the base's dtype, not the adapters')."""
 
 
 def _train_one_model(
@@ -185,6 +199,8 @@ def _add_adapted_weights(
     targets = resolve_lora_targets(arch, plan.lora_targets)
     dora = method is Method.DORA
     trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
+    adapted_top = resolve_top_level(arch, plan.lora_targets, strict=False)
+    trainable += top_level_adapter_params(arch, adapted_top, plan.lora_r)
     base_bytes, per_param = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
     gpu_base, host_base = _frozen_weights_on_gpu(
         arch, base_bytes, zero, dp, plan.offload, per_param
@@ -201,6 +217,24 @@ def _add_adapted_weights(
     acc.host += host_base
     acc.note(f"{label} frozen base ({method.value})", gpu_base)
     acc.note(f"{label} adapters", states.weights)
+    saved_top = resolve_top_level(arch, plan.lora_modules_to_save)
+    copy_params = sum(top_level_params(arch, part) for part in saved_top)
+    copy_layout = None
+    if copy_params:
+        # PEFT's ModulesToSaveWrapper keeps the frozen original and trains a deep copy in the
+        # base's dtype (peft/utils/other.py): the copy's weights, gradients and optimizer states.
+        # A quantized base's embedding and head are upcast by prepare_model_for_kbit_training
+        # (savers.qlora_frozen_bytes); DeepSpeed keeps an fp32 master copy of what trains.
+        copy_layout = _copy_layout(plan, method, layout, savers)
+        copies = model_state_bytes(copy_params, copy_params, copy_layout, plan.optimizer, zero, dp)
+        acc.weights += copies.weights
+        acc.note(f"{label} trained copies ({', '.join(plan.lora_modules_to_save)})", copies.weights)
+        states = ModelStates(
+            weights=states.weights + copies.weights,
+            gradients=states.gradients + copies.gradients,
+            optimizer=states.optimizer + copies.optimizer,
+        )
+        trainable += copy_params
     if method in QUANTIZED_METHODS:
         # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
         largest = arch.largest_linear
@@ -213,7 +247,70 @@ def _add_adapted_weights(
         )
         acc.activations += transient
         acc.note(f"{label} DoRA weight-norm transient", transient, _BACKWARD_ONLY)
-    return _Trained(trainable, states, state_layout, targets)
+    return _Trained(
+        trainable,
+        states,
+        state_layout,
+        targets,
+        adapted_top=adapted_top,
+        saved_top=saved_top,
+        copy_params=copy_params,
+        copy_layout=copy_layout,
+    )
+
+
+def _copy_layout(plan: Plan, method: Method, layout: Layout, savers: Savers) -> Layout:
+    """The layout a ``modules_to_save`` copy trains in: the dtype its original is loaded in (fp32
+    or bf16 weights, gradients and Adam states alike, as torch.optim keeps states in the
+    parameter's dtype), or DeepSpeed's mixed layout under ZeRO."""
+    if plan.zero > 0:
+        return LAYOUTS[Precision.MIXED]
+    weight_bytes = savers.qlora_frozen_bytes if method in QUANTIZED_METHODS else layout.weight_bytes
+    return LAYOUTS[Precision.FP32] if weight_bytes == 4 else LAYOUTS[Precision.BF16]
+
+
+def _top_level_activation_bytes(
+    plan: Plan, arch: Architecture, trained: _Trained, element_bytes: int, casts: bool
+) -> int:
+    """What LoRA on the embedding or LM head, and a trained LM-head copy, keep for backward.
+
+    * a trained LM head (``modules_to_save``) keeps its input, the final norm's output (a frozen
+      one keeps nothing: its input gradient needs only the weight);
+    * LoRA on the LM head, as on a block linear (PEFT's ``lora.Linear``): its input's 16-bit cast
+      (autocast, after PEFT's cast to the fp32 adapter), the dropout mask when ``p > 0``, lora_A's
+      output, and autocast's 16-bit copies of A and B;
+    * LoRA on the embedding (PEFT's ``lora.Embedding``: no dropout): the r-wide lookup of
+      ``lora_embedding_A`` cast to 16 bits for the matmul with B, and B's 16-bit copy, and the fp32
+      gradient of B (hidden x r) while backward reaches it;
+    * an embedding that trains (adapted or a trained copy) makes the first block's input need a
+      gradient: its first norm then keeps what every other block's does (an RMSNorm its fp32
+      input and reciprocal RMS; a native LayerNorm its input and two fp32 statistics per row);
+      with a frozen embedding it keeps nothing.
+
+    Traced (``hwdash plan --trace``, b1/s512 unless said, dropout 0, bf16): qwen2.5-0.5b with
+    ``modules_to_save`` embed_tokens and lm_head -0.05%, lm_head alone -0.01%, all block linears
+    plus embed_tokens and lm_head as LoRA targets -0.08%; llama-3.2-1b q_proj, v_proj and
+    lm_head (b2/s1024) 0.00%, and with embed_tokens at r16 and r64 the first norm's
+    4 t h + 4 t bytes and B's 4 h r bytes were what remained.
+    """
+    e, tokens, r = element_bytes, plan.batch * plan.seq, plan.lora_r
+    kept = 0
+    if LM_HEAD in trained.saved_top:
+        kept += e * tokens * arch.hidden
+    if LM_HEAD in trained.adapted_top:
+        kept += e * tokens * arch.hidden + e * tokens * r
+        if plan.lora_dropout > 0:
+            kept += DROPOUT_MASK_BYTES * tokens * arch.hidden
+        if casts:
+            kept += e * r * (arch.hidden + arch.vocab)
+    if EMBEDDING in trained.adapted_top:
+        kept += e * tokens * r + (e * r * arch.hidden if casts else 0) + 4 * arch.hidden * r
+    if EMBEDDING in trained.adapted_top or EMBEDDING in trained.saved_top:
+        if arch.norm_saves_input:
+            kept += e * tokens * arch.hidden + 8 * tokens
+        else:
+            kept += 4 * tokens * arch.hidden + 4 * tokens
+    return kept
 
 
 def _add_optimizer_states(
@@ -233,8 +330,28 @@ def _add_optimizer_states(
     trainable, state_layout = trained.trainable, trained.state_layout
     gradients, optimizer = trained.states.gradients, trained.states.optimizer
     step_temporaries = optimizer_step_temporary_bytes(
-        arch, method, trainable, state_layout, plan.optimizer, zero, dp, plan.optimizer_impl
+        arch,
+        method,
+        trainable - trained.copy_params,
+        state_layout,
+        plan.optimizer,
+        zero,
+        dp,
+        plan.optimizer_impl,
     )
+    if trained.copy_layout is not None:
+        # the trained copies step in their own dtype, each a vocab x hidden matrix (as full
+        # training's embedding: Method.FULL's largest tensor)
+        step_temporaries += optimizer_step_temporary_bytes(
+            arch,
+            Method.FULL,
+            trained.copy_params,
+            trained.copy_layout,
+            plan.optimizer,
+            zero,
+            dp,
+            plan.optimizer_impl,
+        )
     if offload is not Offload.NONE:
         # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on
         # the host; all shards of one machine add up to the full size there. We keep the 16-bit
@@ -376,6 +493,13 @@ def _add_activations(
     settings = _layer_settings(plan, method, layout, trained, savers)
     activations = training_activation_bytes(
         arch, plan.batch, plan.seq, element_bytes, plan.attention, plan.grad_ckpt, **settings
+    )
+    activations += _top_level_activation_bytes(
+        plan,
+        arch,
+        trained,
+        element_bytes,
+        bool(settings["adapter_casts"] is not False) and element_bytes != 4,
     )
     logits = _logits_and_loss(plan, arch, method, layout, trained, savers) if with_logits else 0
     one_layer = layer_activation_bytes(
