@@ -78,6 +78,7 @@ CONFIG_LIMITS = {
     "head_dim": 100_000,
     "intermediate_size": 10_000_000,
     "moe_intermediate_size": 10_000_000,
+    "shared_expert_intermediate_size": 10_000_000,
     "vocab_size": 100_000_000,
     "max_position_embeddings": 1_000_000_000,
     "num_local_experts": 100_000,
@@ -276,7 +277,7 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     experts = _experts(fields, source)
     intermediate_key = "intermediate_size"
     if experts > 1 and fields.get("moe_intermediate_size") is not None:
-        # Qwen MoE: each expert is moe_intermediate_size wide; the shared expert is not counted.
+        # Qwen MoE: each expert is moe_intermediate_size wide; the shared expert is read below.
         intermediate_key = "moe_intermediate_size"
     intermediate = _get_int(fields, intermediate_key, source)
     vocab = _get_int(fields, "vocab_size", source)
@@ -316,11 +317,26 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             max_context=max_context,
             checkpoint_bits=checkpoint_bits,
             source=f"config.json: {source}",
+            **_shared_expert(fields, source, experts),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise UsageError(f"{source}: {field}: {first['msg']}", flag=FLAG) from None
+
+
+def _shared_expert(fields: dict[str, Any], source: str, experts: int) -> dict[str, Any]:
+    """Qwen MoE's shared expert (``Qwen2MoeSparseMoeBlock`` in ``modeling_qwen2_moe.py``): a gated
+    MLP of ``shared_expert_intermediate_size`` every token goes through, scaled by the sigmoid of
+    ``shared_expert_gate``, a linear of hidden -> 1. Absent (Mixtral, Qwen3 MoE): nothing."""
+    if experts <= 1 or fields.get("shared_expert_intermediate_size") in (None, 0):
+        return {}
+    return {
+        "shared_expert_intermediate_size": _get_int(
+            fields, "shared_expert_intermediate_size", source
+        ),
+        "shared_expert_gate": True,
+    }
 
 
 def _checkpoint_bits(quantization: Any, source: str) -> Literal[4, 8] | None:

@@ -70,9 +70,24 @@ def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int)
     """Key and value cache: ``2 * layers * kv_heads * head_dim * seq * batch * bytes``.
 
     GQA-aware: only the ``kv_heads`` key/value heads are cached (Ainslie et al. 2023,
-    arXiv:2305.13245); see also Hugging Face's KV-cache docs.
+    arXiv:2305.13245); see also Hugging Face's KV-cache docs. Multi-head latent attention
+    (DeepSeek-V2/V3): transformers caches the latent, ``kv_lora_rank + qk_rope_head_dim`` per
+    token per layer (:attr:`~hwdash.core.estimator.Architecture.kv_cache_width`).
     """
-    return 2 * arch.kv_cache_layers * arch.kv_dim * seq * batch * element_bytes
+    return arch.kv_cache_layers * arch.kv_cache_width * seq * batch * element_bytes
+
+
+def latent_kv_bytes_per_token(arch: Architecture, element_bytes: int) -> int:
+    """Bytes per token of MLA's compressed cache over all layers: ``layers x (kv_lora_rank +
+    qk_rope_head_dim) x bytes`` (DeepSeek-V2 paper, arXiv:2405.04434, Table 1), what a serving
+    engine that keeps the latent holds. For a model without MLA, its ordinary key/value cache."""
+    return arch.kv_cache_layers * arch.latent_kv_width * element_bytes
+
+
+def decompressed_kv_bytes_per_token(arch: Architecture, element_bytes: int) -> int:
+    """Bytes per token of the per-head keys and values MLA expands its latent into, over all
+    layers (what a cache of expanded heads would hold); the ordinary cache without MLA."""
+    return arch.kv_cache_layers * arch.decompressed_kv_width * element_bytes
 
 
 def _add_inference(
