@@ -279,6 +279,12 @@ class ModelSpec(_Strict):
     """MLA: the rotary part of each query/key head, one shared key part for all heads."""
     v_head_dim: int = Field(default=0, ge=0, le=100_000)
     """MLA: per-head value width."""
+    peft_fused_experts: bool = True
+    """MoE under LoRA: PEFT maps the MLP projection names (and ``all-linear``) onto the routed
+    experts' fused 3-D weights, so a shared expert's or a dense block's MLP is not adapted
+    (``peft/utils/transformers_weight_conversion.py``: Mixtral, Qwen3 MoE, DeepSeek-V2/V3).
+    False: PEFT has no such mapping for the model type (``qwen2_moe`` in PEFT 0.21), the routed
+    experts cannot be adapted and the names reach the shared expert's linears."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

@@ -336,6 +336,9 @@ def _shared_expert(fields: dict[str, Any], source: str, experts: int) -> dict[st
             fields, "shared_expert_intermediate_size", source
         ),
         "shared_expert_gate": True,
+        # PEFT 0.21 has no fused-expert mapping for qwen2_moe (transformers_weight_conversion.py):
+        # LoRA names reach the shared expert, never the routed experts
+        "peft_fused_experts": False,
     }
 
 

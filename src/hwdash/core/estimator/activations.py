@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 
 from hwdash.core import block_activations
-from hwdash.core.estimator.architecture import Architecture, LinearShape
+from hwdash.core.estimator.architecture import Architecture, LinearShape, is_mlp
 from hwdash.core.plan import Attention
 from hwdash.core.savers import compiled_norm_saving
 
@@ -251,28 +251,35 @@ def lora_dropout_mask_elements(
     return sum(tokens * linear.in_features for linear in targets if linear.copies == 1)
 
 
-def _latent_attention_bytes(arch: Architecture, tokens: int, e: int, w: int, frozen: bool) -> int:
-    """What multi-head latent attention keeps besides the projections' inputs (counted by
-    :func:`_input_copies_kept`: the block's norm output, the latents q_b_proj and kv_b_proj read,
-    the attention output), read from ``DeepseekV2Attention.forward`` / ``expand_kv``
-    (``modeling_deepseek_v2.py``; ``modeling_deepseek_v3.py`` is the same but for its real-valued
-    RoPE) and checked against fake-tensor traces (``hwdash plan --trace``):
+def _latent_attention_bytes(
+    arch: Architecture,
+    tokens: int,
+    e: int,
+    w: int,
+    frozen: bool,
+    attention: Attention,
+) -> int:
+    """What multi-head latent attention keeps besides the inputs of q_proj / q_a_proj /
+    kv_a_proj_with_mqa / q_b_proj / kv_b_proj / o_proj (:func:`_input_copies_kept`), read from
+    ``DeepseekV2Attention.forward`` and ``expand_kv`` (``modeling_deepseek_v2.py``;
+    ``modeling_deepseek_v3.py`` differs only in its real-valued RoPE) and checked against
+    fake-tensor traces of small configs (``hwdash plan --trace``, eager attention):
 
-    * the RMSNorms over the latents (``kv_a_layernorm``, and ``q_a_layernorm`` with a query
-      latent), each as a block norm (:func:`_rms_norm_bytes`);
-    * the attention kernel's query and key, one head width (nope + rope) per head each: the query
-      is a ``torch.cat`` of its parts, the key a new tensor ``expand_kv`` copies them into;
-    * the value, a view into ``kv_b_proj``'s output (keys' nope parts and values, per head): the
-      kernel keeps that whole output alive.
-
-    The rotary parts keep only the (shared) cos/sin or complex frequencies.
+    * the RMSNorms over the latents (``kv_a_layernorm``; ``q_a_layernorm`` with a query latent),
+      each as a block norm (:func:`_rms_norm_bytes`);
+    * the attention's query (a ``torch.cat`` of its nope and rope parts) and key (``expand_kv``'s
+      new tensor), one head width each per head;
+    * the value: eager's matmul keeps a contiguous copy (``v_head_dim`` per head); SDPA's fused
+      kernels keep the view ``expand_kv`` hands them, so all of ``kv_b_proj``'s output stays
+      alive (nope + v per head). CUDA runs the memory-efficient kernel here (flash wants equal
+      head widths); a CPU trace takes the math kernel instead and keeps the scores.
     """
     nope = arch.head_dim - arch.qk_rope_head_dim
     kept = _rms_norm_bytes(arch, tokens, arch.kv_lora_rank, 1, w, frozen)
     if arch.q_lora_rank:
         kept += _rms_norm_bytes(arch, tokens, arch.q_lora_rank, 1, w, frozen)
-    per_token = 2 * arch.q_dim + arch.heads * (nope + arch.v_head_dim)
-    return kept + e * tokens * per_token
+    value = arch.v_head_dim if attention is Attention.EAGER else nope + arch.v_head_dim
+    return kept + e * tokens * (2 * arch.q_dim + arch.heads * value)
 
 
 def _shared_expert_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> int:
@@ -285,9 +292,17 @@ def _shared_expert_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) 
     * Qwen's ``sigmoid(shared_expert_gate(x)) * shared_output``: the multiply keeps the shared
       expert's output (e t h) and the sigmoid output (e t);
     * DeepSeek's router multiplies an fp32 copy of its input by its fp32 weight: the copy is kept
-      for the weight's gradient (4 t h) when the router trains.
+      for the weight's gradient (4 t h) when the router trains;
+    * under LoRA nothing keeps the block input itself (see below).
     """
     kept = 3 * e * tokens * arch.shared_intermediate
+    if frozen and arch.shared_intermediate:
+        # the block input (the router's, counted with the routed experts) is kept by the router's
+        # weight gradient or by a linear reading it uncast; under LoRA the router is frozen and
+        # the shared expert's adapted linears keep their own casts: nothing keeps it. Traced on
+        # small qwen2_moe and deepseek_v2/v3 configs (LoRA, bf16): the layer holds no tensor of it.
+        # (Mixtral, without a shared expert, keeps the count its calibration was made with.)
+        kept -= e * tokens * arch.hidden
     if arch.shared_expert_gate:
         kept += e * tokens * arch.hidden + e * tokens
     if arch.router_fp32 and not frozen:
@@ -394,7 +409,7 @@ def layer_activation_bytes(
     kv_saved = arch.q_dim if attention is Attention.EAGER else arch.kv_dim
     attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
     if arch.mla:
-        attention_bytes = _latent_attention_bytes(arch, tokens, e, w, frozen)
+        attention_bytes = _latent_attention_bytes(arch, tokens, e, w, frozen, attention)
     if attention is not Attention.EAGER:
         attention_bytes += 4 * batch * arch.heads * seq  # the kernel's log-sum-exp per row
     scores = _score_bytes_per_element(attention, e, gqa) * batch * arch.heads * seq * seq
@@ -493,7 +508,12 @@ def training_activation_bytes(
         targets = (
             lora_targets
             if kind is arch
-            else tuple(linear for linear in kind.linears if linear.name in names)
+            else tuple(
+                linear
+                for linear in kind.linears
+                # PEFT's fused-expert mapping takes the MLP names away from a dense block
+                if linear.name in names and not (arch.peft_fused_experts and is_mlp(linear.name))
+            )
         )
         one = layer_activation_bytes(
             kind,

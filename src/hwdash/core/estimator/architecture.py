@@ -131,6 +131,8 @@ class Architecture:
     """MLA: the rotary part of a query/key head (the key's is one tensor shared by all heads)."""
     v_head_dim: int = 0
     """MLA: per-head value width."""
+    peft_fused_experts: bool = True
+    """MoE: what LoRA target names reach (``ModelSpec.peft_fused_experts``; :func:`lora_candidates`)."""
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -196,7 +198,7 @@ class Architecture:
         """The layout of a dense block of a MoE model with leading dense blocks: the same attention
         and norms, one gated MLP of ``dense_intermediate`` (``DeepseekV2MLP``), no router."""
         attention = tuple(
-            linear for linear in self.linears if linear.copies == 1 and not _is_mlp(linear.name)
+            linear for linear in self.linears if linear.copies == 1 and not is_mlp(linear.name)
         )
         mlp = _gated_mlp(self.hidden, self.dense_intermediate, 1, False)
         return replace(
@@ -318,7 +320,8 @@ def _active_block_params(kind: Architecture) -> int:
 _MLP_NAMES = ("gate_proj", "up_proj", "down_proj", "fc1", "fc2", "shared_expert_gate")
 
 
-def _is_mlp(name: str) -> bool:
+def is_mlp(name: str) -> bool:
+    """Whether a block linear (by its name) belongs to the MLP rather than the attention."""
     return name.split(".")[-1] in _MLP_NAMES
 
 
@@ -396,6 +399,7 @@ def _derive(model: ModelSpec) -> Architecture:
         q_lora_rank=model.q_lora_rank if model.kv_lora_rank else 0,
         qk_rope_head_dim=model.qk_rope_head_dim if model.kv_lora_rank else 0,
         v_head_dim=model.v_head_dim if model.kv_lora_rank else 0,
+        peft_fused_experts=model.peft_fused_experts,
     )
 
 
@@ -493,9 +497,10 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
 
     Raises ``ValueError`` naming a module the model does not have.
     """
-    by_name = {linear.name: linear for linear in arch.linears}
+    candidates = lora_candidates(arch)
+    by_name = {linear.name: linear for linear in candidates}
     if any(target == ALL_LINEAR for target in targets):
-        return arch.linears
+        return candidates
     chosen: dict[str, LinearShape] = {}
     for target in targets:
         name = MODULE_ALIASES.get(target, target)
@@ -505,7 +510,7 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
         # is a gate_proj); names with a dot are matched whole
         matched = [
             linear
-            for linear in arch.linears
+            for linear in candidates
             if linear.name == name or ("." not in name and linear.name.endswith("." + name))
         ]
         if not matched:
@@ -516,6 +521,23 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
     return tuple(chosen.values())
 
 
+def lora_candidates(arch: Architecture) -> tuple[LinearShape, ...]:
+    """The block linears PEFT (0.21) can adapt, all of them for a dense model. A MoE's routed
+    experts are 3-D parameters, not ``nn.Linear``: PEFT's ``transformers_weight_conversion.py``
+    maps the MLP projection names (``all-linear`` included) onto them for the model types it knows
+    (Mixtral, Qwen3 MoE, DeepSeek-V2/V3), and the names then no longer reach the shared expert's
+    or a dense block's ``nn.Linear`` (traced: a DeepSeek-V2 LoRA on all-linear adapts the
+    attention and the routed experts only). For ``qwen2_moe`` it has no mapping: the routed
+    experts stay frozen and the names reach the shared expert (``peft_fused_experts`` False)."""
+    if arch.experts <= 1:
+        return arch.linears
+    if arch.peft_fused_experts:
+        return tuple(
+            linear for linear in arch.linears if linear.copies > 1 or not is_mlp(linear.name)
+        )
+    return tuple(linear for linear in arch.linears if linear.copies == 1)
+
+
 def lora_adapter_params(
     arch: Architecture, targets: tuple[LinearShape, ...], rank: int, *, dora: bool = False
 ) -> int:
@@ -524,10 +546,12 @@ def lora_adapter_params(
     LoRA: Hu et al. 2021, arXiv:2106.09685, section 4. DoRA adds a magnitude vector of ``out``
     values per adapted matrix (Liu et al. 2024, arXiv:2402.09353, section 4.1).
     """
-    per_layer = 0
+    total = 0
     for linear in targets:
         per_copy = rank * (linear.in_features + linear.out_features)
         if dora:
             per_copy += linear.out_features
-        per_layer += per_copy * linear.copies
-    return arch.layers * per_layer
+        # routed experts only in the MoE blocks (not DeepSeek's leading dense ones)
+        blocks = arch.layers - arch.dense_layers if linear.copies > 1 else arch.layers
+        total += blocks * per_copy * linear.copies
+    return total
