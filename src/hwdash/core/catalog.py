@@ -292,7 +292,9 @@ class ModelSpec(_Strict):
             raise _FieldProblem(
                 "kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
             )
-        if self.kv_lora_rank and not (0 < self.qk_rope_head_dim < self.head_dim and self.v_head_dim):
+        if self.kv_lora_rank and not (
+            0 < self.qk_rope_head_dim < self.head_dim and self.v_head_dim
+        ):
             raise _FieldProblem(
                 "qk_rope_head_dim",
                 "latent attention (kv_lora_rank) needs v_head_dim and a qk_rope_head_dim smaller "

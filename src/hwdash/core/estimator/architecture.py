@@ -325,7 +325,9 @@ def is_mlp(name: str) -> bool:
     return name.split(".")[-1] in _MLP_NAMES
 
 
-def _gated_mlp(hidden: int, inter: int, copies: int, bias: bool, prefix: str = "") -> list[LinearShape]:
+def _gated_mlp(
+    hidden: int, inter: int, copies: int, bias: bool, prefix: str = ""
+) -> list[LinearShape]:
     """gate, up and down of a gated MLP (``copies`` experts)."""
     return [
         LinearShape(f"{prefix}gate_proj", hidden, inter, copies=copies, bias=bias),
