@@ -82,9 +82,10 @@ _LEARNING_RATE = 1e-4
 _EXTRAPOLATE_ABOVE_PERIODS = 4
 
 #: Catalog ids and Hugging Face ids -> transformers ``model_type``, by lowercase prefix, first match
-#: wins. This is naming, not dimensions: the catalog has no ``model_type`` field, so the family is
-#: read from the model's name (``qwen2.5-7b`` is a Qwen2 architecture). Unknown names fall back on
-#: the architecture (MoE -> mixtral, two-matrix MLP -> phi, else llama).
+#: wins, for a spec that does not carry its config's ``model_type`` (one written field by field in a
+#: user's catalog): the family is read from the model's name (``qwen2.5-7b`` is a Qwen2
+#: architecture). Unknown names fall back on the architecture (MoE -> mixtral, two-matrix MLP -> phi,
+#: else llama).
 _FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("qwen2.5", "qwen2"),
     ("qwen/qwen2.5", "qwen2"),
@@ -385,7 +386,10 @@ def trace_settings(plan: Plan) -> TraceSettings:
 
 
 def hf_model_type(model: ModelSpec) -> str:
-    """The transformers ``model_type`` that builds ``model`` (read from its ids, else its shape)."""
+    """The transformers ``model_type`` that builds ``model``: its config's (every catalog model and
+    every config.json carries one), else read from its ids, else from its shape."""
+    if model.model_type:
+        return model.model_type
     for name in (model.id.lower(), model.hf_id.lower()):
         if not name:
             continue
@@ -406,13 +410,24 @@ def build_hf_config_dict(model: ModelSpec, *, layers: int | None = None) -> dict
     family's transformers defaults: they change memory by a few KiB at most (Phi-2's rotary fraction,
     0.4 against the default 0.5, changes the peak by 32-128 KiB: bench/trace_parity.py). ``layers``
     overrides the depth.
+
+    A model read from a config (a catalog model's ``[model.config]``, a config.json) is built from
+    that config itself, less the keys that would load weights or quantize (as the plan's own
+    config.json is: :func:`local_config_dict`).
     """
+    family = hf_model_type(model)
+    if model.hf_config is not None:
+        own = {k: v for k, v in model.hf_config.items() if k not in _DROPPED_CONFIG_KEYS}
+        own["model_type"] = family
+        if layers is not None or "num_hidden_layers" in own:
+            # the spec's depth wins over its config's (a copy made deeper to test extrapolation)
+            own["num_hidden_layers"] = model.layers if layers is None else layers
+        return own
     if model.kv_lora_rank or model.shared_expert_intermediate_size or model.dense_mlp_layers:
         raise TraceUnavailable(
-            f"{model.name} (latent attention or shared experts) is traced from its config.json: "
-            "give --model the path to it"
+            f"{model.name} (latent attention or shared experts) is traced from its config.json "
+            "only: give --model the path to it"
         )
-    family = hf_model_type(model)
     fields: dict[str, Any] = {
         "model_type": family,
         "hidden_size": model.hidden_size,
@@ -750,7 +765,8 @@ def _trace(
         base_fields = local
     else:
         base_fields = build_hf_config_dict(model)
-        notes.append(f"model built from the catalog's dimensions as a {base_fields['model_type']}")
+        what = "the model's config" if model.hf_config is not None else "the catalog's dimensions"
+        notes.append(f"model built from {what} as a {base_fields['model_type']}")
     layers = int(base_fields.get("num_hidden_layers") or model.layers)
     # Room for the traced sequence: RoPE models have no position table, but some configs check.
     base_fields["max_position_embeddings"] = max(

@@ -223,7 +223,11 @@ def test_config_dict_round_trips_the_fixture_config_json() -> None:
         "tie_word_embeddings",
     ):
         assert built[key] == original[key], key
-    assert built["head_dim"] == original["hidden_size"] // original["num_attention_heads"]
+    # the config itself (less the keys that would load or quantize weights), not a rebuilt one
+    assert built == {k: v for k, v in original.items() if k not in ("architectures", "torch_dtype")}
+    written_out = spec.model_copy(update={"model_type": "", "hf_config": None})
+    rebuilt = build_hf_config_dict(written_out)
+    assert rebuilt["head_dim"] == original["hidden_size"] // original["num_attention_heads"]
     again = model_from_config(built, name="round-trip", source="test")
     for name in ARCHITECTURE_FIELDS:
         assert getattr(again, name) == getattr(spec, name), name
@@ -246,10 +250,24 @@ def test_model_type_comes_from_the_name_then_the_shape() -> None:
     assert hf_model_type(catalog.models["mixtral-8x7b"]) == "mixtral"
     assert hf_model_type(catalog.models["phi-2"]) == "phi"
     assert hf_model_type(catalog.models["seed-2m"]) == "llama"
+    # a spec written field by field (no config): its name, else its shape
     unnamed_moe = catalog.models["seed-2m"].model_copy(
-        update={"id": "custom", "hf_id": "", "experts": 4, "experts_per_token": 2}
+        update={
+            "id": "custom",
+            "hf_id": "",
+            "experts": 4,
+            "experts_per_token": 2,
+            "model_type": "",
+            "hf_config": None,
+        }
     )
     assert hf_model_type(unnamed_moe) == "mixtral"
+    named = unnamed_moe.model_copy(update={"id": "qwen3-custom"})
+    assert hf_model_type(named) == "qwen3"
+    # with a config, its model_type, whatever the name says
+    assert hf_model_type(catalog.models["gemma-3-4b"]) == "gemma3_text"
+    assert hf_model_type(catalog.models["pythia-1.4b"]) == "gpt_neox"
+    assert hf_model_type(named.model_copy(update={"model_type": "llama"})) == "llama"
 
 
 def test_local_config_keeps_the_users_file_without_loader_keys(tmp_path: Path) -> None:

@@ -251,6 +251,13 @@ class ModelSpec(_Strict):
     """Where the architecture comes from (the model's config.json, paper)."""
     notes: str = ""
     """Caveats."""
+    model_type: str = ""
+    """The transformers ``model_type`` of the config this spec was read from (``qwen3``,
+    ``gemma3_text``: a multimodal config's text model); empty for a spec written out field by field
+    (the advanced catalog form) or a bare parameter count."""
+    hf_config: dict[str, Any] | None = None
+    """The config.json fields this spec was read from (a multimodal config's ``text_config``), for
+    the tracer to build the same model with transformers; None for a spec written field by field."""
     shared_expert_intermediate_size: int = Field(default=0, ge=0, le=10_000_000)
     """MoE: width of the gated MLP every token goes through besides its routed experts (Qwen MoE's
     ``shared_expert_intermediate_size``; DeepSeek's ``n_shared_experts x moe_intermediate_size``,
@@ -306,6 +313,75 @@ class ModelSpec(_Strict):
                 f"experts_per_token ({self.experts_per_token}) is larger than experts ({self.experts})",
             )
         return self
+
+
+#: The fields a ``[[model]]`` table with a ``[model.config]`` keeps beside it: what a config.json
+#: does not say (catalog id, display name, Hub id, published parameter count, sources, notes).
+CATALOG_ONLY_MODEL_FIELDS = ("id", "name", "hf_id", "params", "source", "notes")
+
+
+class CatalogModel(_Strict):
+    """A built-in catalog model: its config.json fields plus catalog-only metadata.
+
+    ``config`` holds the model's Hugging Face config.json keys (``model_type`` and at least the ones
+    hwdash reads; a multimodal model's ``text_config`` too). It is read by the same reader as
+    ``hwdash plan --model path/to/config.json`` (:func:`hwdash.core.models.model_from_config`), so a
+    catalog id and its config.json give the same plan. The architecture is never written out beside
+    it: the fields of :class:`ModelSpec` (``layers``, ``norm_type``...) are the advanced form, for
+    models without a config.json.
+    """
+
+    id: str = Field(pattern=ID_PATTERN)
+    """Catalog id, lowercase (``qwen2.5-7b``)."""
+    name: str
+    """Display name."""
+    hf_id: str = ""
+    """Hugging Face repository id, if any."""
+    params: int | None = Field(default=None, gt=0, le=10**16)
+    """Published total parameter count (the Hub's safetensors metadata, the model card)."""
+    source: str = Field(min_length=1)
+    """Where the config and the parameter count come from."""
+    notes: str = ""
+    """Caveats."""
+    config: dict[str, Any]
+    """The model's config.json fields (``model_type`` first)."""
+
+    def to_spec(self) -> ModelSpec:
+        """The :class:`ModelSpec` the config.json reader makes of ``config``, with this entry's
+        metadata. Raises :class:`~hwdash.errors.UsageError` for a config the reader refuses."""
+        # models imports this module: the reader is imported when a catalog is read.
+        from hwdash.core.models import model_from_config
+
+        spec = model_from_config(self.config, name=self.name, source="[model.config]")
+        return spec.model_copy(
+            update={name: getattr(self, name) for name in CATALOG_ONLY_MODEL_FIELDS}
+        )
+
+
+def _model_entry(path: Path, label: str, raw: dict[str, Any]) -> ModelSpec:
+    """A ``[[model]]`` table with a ``[model.config]``, read through the config.json reader."""
+    from hwdash.errors import UsageError
+
+    written_out = sorted(set(raw) - {*CATALOG_ONLY_MODEL_FIELDS, "config"})
+    if written_out:
+        known = [name for name in written_out if name in ModelSpec.model_fields]
+        reason = (
+            "is an architecture field: a model with a [model.config] takes its architecture from "
+            "the config (write the config.json key instead, or leave [model.config] out and write "
+            "every ModelSpec field)"
+            if known
+            else "unknown field"
+        )
+        raise CatalogError(path, reason, entry=label, field=written_out[0])
+    try:
+        entry = CatalogModel.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(path, label, exc) from None
+    try:
+        return entry.to_spec()
+    except UsageError as exc:
+        message = str(exc).removeprefix("--model: ").removeprefix("[model.config]: ")
+        raise CatalogError(path, message, entry=label, field="config") from None
 
 
 class Slowdown(_Strict):
@@ -539,10 +615,14 @@ def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
         seen: set[str] = set()
         for index, raw in enumerate(value):
             label = _entry_label(key, index, raw)
-            try:
-                entry = _SCHEMAS[key].model_validate(raw)
-            except ValidationError as exc:
-                raise _validation_error(path, label, exc) from None
+            entry: _Strict
+            if key == "model" and isinstance(raw, dict) and "config" in raw:
+                entry = _model_entry(path, label, raw)
+            else:
+                try:
+                    entry = _SCHEMAS[key].model_validate(raw)
+                except ValidationError as exc:
+                    raise _validation_error(path, label, exc) from None
             ident = entry.id  # type: ignore[attr-defined]
             if ident in seen:
                 raise CatalogError(path, "duplicate id in the same file", entry=label, field="id")

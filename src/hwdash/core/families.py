@@ -71,7 +71,7 @@ DROPOUT_NOTE = (
 
 Activation = Literal["silu", "gelu", "gelu_pytorch_tanh", "gelu_new", "relu"]
 #: transformers' ACT2FN names we carry, and the ones that mean the same thing.
-_ACTIVATIONS: dict[str, Activation] = {
+ACTIVATIONS: dict[str, Activation] = {
     "gelu": "gelu",
     "gelu_new": "gelu_new",
     "gelu_fast": "gelu_new",
@@ -111,8 +111,8 @@ def _bool(fields: dict[str, Any], key: str, source: str, default: bool) -> bool:
 def _activation(fields: dict[str, Any], keys: tuple[str, ...], default: Activation) -> Activation:
     key = _first_key(fields, keys)
     value = fields.get(key)
-    if isinstance(value, str) and value in _ACTIVATIONS:
-        return _ACTIVATIONS[value]
+    if isinstance(value, str) and value in ACTIVATIONS:
+        return ACTIVATIONS[value]
     return default
 
 
@@ -280,7 +280,7 @@ def _t5(fields: dict[str, Any], source: str) -> dict[str, Any]:
     hidden = _int(fields, ("d_model",), source)
     layers = _int(fields, ("num_layers",), source)
     projection = fields.get("feed_forward_proj", "relu")
-    if not isinstance(projection, str) or projection.removeprefix("gated-") not in _ACTIVATIONS:
+    if not isinstance(projection, str) or projection.removeprefix("gated-") not in ACTIVATIONS:
         raise UsageError(
             f"{source}: 'feed_forward_proj' must be relu, gated-gelu or another "
             f"'[gated-]activation', got {_helpers()._shown(projection)}",
@@ -289,7 +289,7 @@ def _t5(fields: dict[str, Any], source: str) -> dict[str, Any]:
     gated = projection.startswith("gated-")
     act = projection.removeprefix("gated-")
     # T5Config: "gated-gelu" runs gelu_new (the tanh approximation)
-    activation: Activation = "gelu_new" if act == "gelu" and gated else _ACTIVATIONS[act]
+    activation: Activation = "gelu_new" if act == "gelu" and gated else ACTIVATIONS[act]
     return {
         "layers": layers,
         "decoder_layers": _int(fields, ("num_decoder_layers",), source, default=layers),
@@ -347,6 +347,8 @@ def family_model(model_type: str, fields: dict[str, Any], *, name: str, source: 
             checkpoint_bits=helpers._checkpoint_bits(fields.get("quantization_config"), source),
             source=f"config.json ({model_type}): {source}",
             notes=DROPOUT_NOTE if model_type in _DROPOUT_FAMILIES else "",
+            model_type=model_type,
+            hf_config=dict(fields),
             **layout,
         )
     except ValidationError as exc:

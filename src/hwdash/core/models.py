@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from hwdash.core import hf_cache
 from hwdash.core.catalog import Catalog, ModelSpec
-from hwdash.core.estimator import architecture
+from hwdash.core.estimator.architecture import architecture
 from hwdash.core.units import parse_count
 from hwdash.errors import UsageError
 
@@ -51,8 +51,95 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
 #: False in their config classes, Gemma keeps True).
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
 
-#: Qwen2 hard-codes biases on q/k/v (``modeling_qwen2.py``); Phi-2 has biases on every projection.
-_BIAS_BY_DEFAULT = {"qwen2", "qwen2_moe", "phi"}
+#: Families whose q/k/v biases are not a config key: ``modeling_qwen2.py`` builds ``q_proj``,
+#: ``k_proj`` and ``v_proj`` with ``bias=True`` and ``modeling_phi.py`` every projection with
+#: ``bias=True``, whatever ``attention_bias`` says.
+_BIAS_ALWAYS = {"qwen2", "phi"}
+
+#: Defaults of ``attention_bias`` (or the family's own key) when a config leaves it out:
+#: ``Qwen2MoeConfig.qkv_bias`` is True (``modeling_qwen2_moe.py`` reads ``config.qkv_bias``).
+_BIAS_KEY = {"qwen2_moe": ("qkv_bias", True)}
+
+#: The config key each family's MLP activation is read from (``ACT2FN[config.<key>]`` in its
+#: modeling file) and the config class's default: ``modeling_gemma2.py`` and ``modeling_gemma3.py``
+#: read ``hidden_activation``; the others ``hidden_act`` (``modeling_llama.py``, ``modeling_qwen3.py``,
+#: ``modeling_gemma.py``, ``modeling_phi.py``...).
+_ACTIVATION_KEY: dict[str, tuple[str, str]] = {
+    "gemma": ("hidden_act", "gelu_pytorch_tanh"),  # configuration_gemma.py GemmaConfig
+    "gemma2": ("hidden_activation", "gelu_pytorch_tanh"),  # configuration_gemma2.py
+    "gemma3_text": ("hidden_activation", "gelu_pytorch_tanh"),  # configuration_gemma3.py
+    "phi": ("hidden_act", "gelu_new"),  # configuration_phi.py PhiConfig
+}
+
+#: ``GemmaConfig.__post_init__`` (configuration_gemma.py) turns the legacy ``hidden_act: "gelu"`` of
+#: the released Gemma 1 configs into ``gelu_pytorch_tanh``, the tanh approximation they were trained with.
+_LEGACY_GELU = {"gemma"}
+
+#: Config-class defaults for dimension keys a published config.json may leave out. Gemma 3's
+#: multimodal checkpoints (google/gemma-3-4b-pt) write only a few keys in ``text_config`` and rely on
+#: ``Gemma3TextConfig`` (configuration_gemma3.py) for the rest; ``GemmaConfig`` and ``Gemma2Config``
+#: default ``head_dim`` to 256 and ``Qwen3Config`` to 128 (not hidden_size / heads).
+_DIMENSION_DEFAULTS: dict[str, dict[str, int]] = {
+    "gemma": {"head_dim": 256},
+    "gemma2": {"head_dim": 256},
+    "gemma3_text": {
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "vocab_size": 262_208,
+        "max_position_embeddings": 131_072,
+    },
+    "qwen3": {"head_dim": 128},
+}
+
+#: Soft caps, by config key, with the config class's default when the key is absent (an explicit
+#: null means no cap): ``Gemma2Config`` caps attention scores at 50 and logits at 30
+#: (``modeling_gemma2.py``: ``softcap`` in ``eager_attention_forward``, ``final_logit_softcapping``
+#: in ``Gemma2ForCausalLM.forward``); ``Gemma3TextConfig`` defaults both to None (Gemma 3 uses
+#: q/k norms instead of the attention cap).
+_SOFTCAP_DEFAULTS: dict[str, tuple[float | None, float | None]] = {
+    "gemma2": (50.0, 30.0),
+    "gemma3_text": (None, None),
+}
+
+#: What each family's modeling file fixes, whatever its config says (ModelSpec field -> value).
+#: The types not listed keep ModelSpec's defaults, the Llama layout: two RMSNorms per block that
+#: normalise in fp32, cast back, then scale by the weight (``LlamaRMSNorm`` in modeling_llama.py, and
+#: its copies in modeling_mistral.py, modeling_mixtral.py, modeling_qwen2.py,
+#: modeling_qwen2_moe.py, modeling_phi3.py), no q/k norms, no soft caps. Phi-3's fused ``qkv_proj``
+#: and ``gate_up_proj`` (modeling_phi3.py) hold and produce what separate q/k/v and gate/up
+#: projections do, so the layout counts them as those.
+_FAMILY_FACTS: dict[str, dict[str, Any]] = {
+    # modeling_qwen3.py Qwen3Attention: q_norm and k_norm, Qwen3RMSNorm over head_dim, before RoPE
+    "qwen3": {"qk_norm": True},
+    # modeling_qwen3_moe.py Qwen3MoeAttention: the same q_norm and k_norm
+    "qwen3_moe": {"qk_norm": True},
+    # modeling_gemma.py GemmaRMSNorm: normalise in fp32, scale by (1 + weight.float()), cast back
+    "gemma": {"norm_type": "rmsnorm_offset"},
+    # modeling_gemma2.py Gemma2DecoderLayer: input_layernorm, post_attention_layernorm,
+    # pre_feedforward_layernorm and post_feedforward_layernorm; Gemma2RMSNorm scales by (1 + weight)
+    "gemma2": {"norm_type": "rmsnorm_offset", "norms_per_layer": 4},
+    # modeling_gemma3.py: the same four Gemma3RMSNorms per Gemma3DecoderLayer, and Gemma3Attention's
+    # q_norm and k_norm (Gemma3RMSNorm over head_dim, so with the (1 + weight) fp32 scale too)
+    "gemma3_text": {"norm_type": "rmsnorm_offset", "norms_per_layer": 4, "qk_norm": True},
+    # (norm_weights_per_layer stays at 2 for Gemma 2/3 and Phi, as the catalog's trace-tuned entries
+    # had it, though their blocks hold four and one norms' weights: a few hundred thousand parameters;
+    # a change of the counted parameters, left to a decision of its own.)
+    # modeling_phi.py PhiDecoderLayer: one input_layernorm (torch's nn.LayerNorm with weight and
+    # bias, which keeps its input and per-row mean and rstd for backward) read by both attention and
+    # the MLP, and `attn_outputs + feed_forward_hidden_states + residual` (a parallel block); PhiMLP
+    # fc1/fc2 and PhiAttention's dense have biases (mlp "standard" implies them)
+    "phi": {
+        "norms_per_layer": 1,
+        "norm_type": "layernorm",
+        "norm_saves_input": True,
+        "parallel_block": True,
+    },
+}
+
+#: Types whose facts are another's: Gemma 3's text model has the outer type ``gemma3`` in a
+#: config without ``text_config``.
+_SAME_AS = {"gemma3": "gemma3_text"}
 
 #: Synthetic models (bare parameter counts). Llama-1/2 shapes: 7B is 32 layers x 4096 wide, 13B 40 x
 #: 5120, 70B 80 x 8192 (Touvron et al. 2023, arXiv:2302.13971 Table 2 and arXiv:2307.09288), so
@@ -269,6 +356,11 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             f"{source}: model_type '{model_type or '?'}' is not supported (supported: {supported})",
             flag=FLAG,
         )
+    family = _SAME_AS.get(model_type, model_type)
+    # config-class defaults for the keys this family's published configs may leave out
+    for key, value in _DIMENSION_DEFAULTS.get(family, {}).items():
+        if fields.get(key) is None:
+            fields[key] = value
     layers = _get_int(fields, "num_hidden_layers", source)
     hidden = _get_int(fields, "hidden_size", source)
     heads = _get_int(fields, "num_attention_heads", source)
@@ -284,7 +376,8 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     max_context = _get_int(fields, "max_position_embeddings", source, default=SYNTHETIC_CONTEXT)
     tied_default = _get_bool(config, "tie_word_embeddings", source, model_type in _TIED_BY_DEFAULT)
     tied = _get_bool(fields, "tie_word_embeddings", source, tied_default)
-    bias = _get_bool(fields, "attention_bias", source, model_type in _BIAS_BY_DEFAULT)
+    bias_key, bias_default = _BIAS_KEY.get(family, ("attention_bias", False))
+    bias = family in _BIAS_ALWAYS or _get_bool(fields, bias_key, source, bias_default)
     experts_per_token = 1
     if experts > 1:
         experts_per_token = _get_int(fields, "num_experts_per_tok", source, default=1)
@@ -297,6 +390,7 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     checkpoint_bits = _checkpoint_bits(fields.get("quantization_config"), source)
     name_or_path = fields.get("_name_or_path")
     hf_id = name_or_path[:200] if isinstance(name_or_path, str) else ""
+    family_fields = _family_fields(family, fields, source)
     try:
         return ModelSpec(
             id=name.lower(),
@@ -317,6 +411,9 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             max_context=max_context,
             checkpoint_bits=checkpoint_bits,
             source=f"config.json: {source}",
+            model_type=model_type,
+            hf_config=hf_config_of(config),
+            **family_fields,
             **_shared_expert(fields, source, experts),
         )
     except ValidationError as exc:
@@ -340,6 +437,57 @@ def _shared_expert(fields: dict[str, Any], source: str, experts: int) -> dict[st
         # LoRA names reach the shared expert, never the routed experts
         "peft_fused_experts": False,
     }
+
+
+def hf_config_of(config: dict[str, Any]) -> dict[str, Any]:
+    """The config a transformers model is built from: a multimodal config's ``text_config`` when it
+    names its own ``model_type`` (the planner counts the language model only), else the config."""
+    text = config.get("text_config")
+    if isinstance(text, dict) and text.get("model_type"):
+        return dict(text)
+    return dict(config)
+
+
+def _family_fields(family: str, fields: dict[str, Any], source: str) -> dict[str, Any]:
+    """The ModelSpec fields a Llama-layout family derives from its modeling file and config keys
+    (:data:`_FAMILY_FACTS`, the activation, soft caps and Phi's ``qk_layernorm``)."""
+    from hwdash.core.families import ACTIVATIONS
+
+    out: dict[str, Any] = dict(_FAMILY_FACTS.get(family, {}))
+    key, default = _ACTIVATION_KEY.get(family, ("hidden_act", "silu"))
+    value = fields.get(key)
+    if family in _LEGACY_GELU and value == "gelu":
+        value = "gelu_pytorch_tanh"
+    # an activation hwdash has no entry for is counted as the family's own (as hwdash.core.families)
+    out["mlp_activation"] = (
+        ACTIVATIONS.get(value, ACTIVATIONS[default])
+        if isinstance(value, str)
+        else ACTIVATIONS[default]
+    )
+    if family in _SOFTCAP_DEFAULTS:
+        attn_default, final_default = _SOFTCAP_DEFAULTS[family]
+        out["attn_logit_softcap"] = _softcap(fields, "attn_logit_softcapping", attn_default, source)
+        out["final_logit_softcap"] = _softcap(
+            fields, "final_logit_softcapping", final_default, source
+        )
+    if family == "phi" and _get_bool(fields, "qk_layernorm", source, False):
+        # modeling_phi.py PhiAttention: q_layernorm and k_layernorm over head_dim when qk_layernorm
+        out["qk_norm"] = True
+    return out
+
+
+def _softcap(fields: dict[str, Any], key: str, default: float | None, source: str) -> float | None:
+    """A soft cap: the key's number, None for an explicit null, ``default`` when it is absent."""
+    if key not in fields:
+        return default
+    value = fields[key]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1_000_000:
+        raise UsageError(
+            f"{source}: '{key}' must be a positive number or null, got {_shown(value)}", flag=FLAG
+        )
+    return float(value)
 
 
 def _checkpoint_bits(quantization: Any, source: str) -> Literal[4, 8] | None:
