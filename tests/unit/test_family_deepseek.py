@@ -258,3 +258,11 @@ def test_cli_lora_on_qwen_moe_with_its_one_output_gate(
     config.write_text(json.dumps(QWEN15_MOE_STYLE))
     assert main(["plan", "--model", str(config), "--method", "lora", "--lora-r", "16"]) == 0
     capsys.readouterr()
+
+
+def test_qwen_moe_lora_says_the_experts_stay_frozen() -> None:
+    model = _model(QWEN15_MOE_STYLE)
+    plan = Plan(model="q", method=Method.LORA, lora_targets=("all-linear",), lora_dropout=0.05)
+    warnings = " ".join(estimate_memory(plan, model, gpus=1).warnings)
+    assert "experts stay frozen" in warnings
+    assert "refuses LoRA dropout" not in warnings
