@@ -51,6 +51,12 @@ def inference_activation_bytes(
     e = element_bytes
     norm = 4 * tokens * arch.hidden + e * tokens * arch.hidden
     qkv = e * tokens * (arch.q_dim + 2 * arch.kv_dim)
+    if arch.mla:
+        # latent attention expands its cached latent for every token (expand_kv in
+        # modeling_deepseek_v2.py): kv_b_proj's output (nope + v per head) and the key it copies
+        # into (nope + rope per head), beside the query
+        nope = arch.head_dim - arch.qk_rope_head_dim
+        qkv = e * tokens * (2 * arch.q_dim + arch.heads * (nope + arch.v_head_dim))
     scores = 0
     if attention is Attention.EAGER:
         scores = eager_prefill_score_bytes(e) * batch * arch.heads * seq * seq
