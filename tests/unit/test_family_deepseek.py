@@ -266,3 +266,11 @@ def test_qwen_moe_lora_says_the_experts_stay_frozen() -> None:
     warnings = " ".join(estimate_memory(plan, model, gpus=1).warnings)
     assert "experts stay frozen" in warnings
     assert "refuses LoRA dropout" not in warnings
+
+
+def test_generate_plan_holds_the_latent_cache() -> None:
+    model = model_from_config_file(LITE)
+    plan = Plan(model="lite", method=Method.INFERENCE, batch=2, seq=8192)
+    estimate = estimate_memory(plan, model, gpus=1)
+    assert estimate.per_gpu.kv_cache == 2 * 8192 * 27 * (512 + 64) * 2
+    assert any(label.startswith("KV cache (latent attention") for label, _ in estimate.details)

@@ -116,7 +116,17 @@ def _add_inference(
     acc.kv_cache += kv
     acc.activations += activations
     acc.note("weights", weights)
-    acc.note("KV cache", kv)
+    if arch.mla:
+        # what generate holds: transformers caches the latent, not per-head keys and values
+        acc.note(
+            f"KV cache (latent attention: the {arch.kv_lora_rank}-wide latent and the "
+            f"{arch.qk_rope_head_dim}-wide rotary key per token per layer, as transformers caches "
+            f"them; per-head keys and values would take {arch.decompressed_kv_width} per token "
+            "per layer)",
+            kv,
+        )
+    else:
+        acc.note("KV cache", kv)
     acc.note("prefill activations (one layer) + last-token logits", activations, _BACKWARD_ONLY)
     if dp > 1:
         acc.warnings.append(
