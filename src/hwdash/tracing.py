@@ -426,6 +426,11 @@ def build_hf_config_dict(model: ModelSpec, *, layers: int | None = None) -> dict
             # the spec's depth wins over its config's (a copy made deeper to test extrapolation)
             own["num_hidden_layers"] = model.layers if layers is None else layers
         return own
+    if model.kv_lora_rank or model.shared_expert_intermediate_size or model.dense_mlp_layers:
+        raise TraceUnavailable(
+            f"{model.name} (latent attention or shared experts) is traced from its config.json "
+            "only: give --model the path to it"
+        )
     fields: dict[str, Any] = {
         "model_type": family,
         "hidden_size": model.hidden_size,
@@ -785,6 +790,17 @@ def _trace(
         layer_types = getattr(full_config, "layer_types", None)
         period = layer_period(list(layer_types) if layer_types else None)
         depths = (layers,) if requested.full_depth else trace_depths(layers, period)
+        dense = base_fields.get("first_k_dense_replace")
+        if len(depths) == 2 and isinstance(dense, int) and dense >= depths[0]:
+            # DeepSeek's leading dense blocks: both depths hold all of them, so the line through
+            # the two is exact (modeling_deepseek_v3.py: first_k_dense_replace)
+            depths = (dense + 2, dense + 4) if dense + 4 < layers else (layers,)
+        if settings.attention == "sdpa" and device == "cpu" and base_fields.get("kv_lora_rank"):
+            notes.append(
+                "latent attention's value heads are narrower than its query/key heads: CPU runs "
+                "SDPA's math kernel (scores kept), CUDA the memory-efficient one (no scores, as "
+                "estimated); compare with --attn eager"
+            )
         sdpa_math = requested.sdpa_math
         if sdpa_math is None:
             sdpa_math = device == "cpu" and _cpu_needs_math_sdpa(settings, full_config)

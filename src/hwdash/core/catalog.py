@@ -264,6 +264,40 @@ class ModelSpec(_Strict):
     (``q_proj`` ... ``down_proj``). LoRA targets and ``modules_to_save`` are matched against
     these names as PEFT matches them; fused projections (GPT-2's ``c_attn``, Phi-3's
     ``gate_up_proj``) are counted as the one matrix they are."""
+    shared_expert_intermediate_size: int = Field(default=0, ge=0, le=10_000_000)
+    """MoE: width of the gated MLP every token goes through besides its routed experts (Qwen MoE's
+    ``shared_expert_intermediate_size``; DeepSeek's ``n_shared_experts x moe_intermediate_size``,
+    one MLP in transformers). 0: no shared expert."""
+    shared_expert_gate: bool = False
+    """A one-output linear whose sigmoid scales the shared expert's output (Qwen MoE's
+    ``shared_expert_gate``)."""
+    dense_mlp_layers: int = Field(default=0, ge=0, le=10_000)
+    """MoE: blocks whose MLP is one dense gated MLP of ``dense_intermediate_size`` instead of the
+    experts (DeepSeek's ``first_k_dense_replace``)."""
+    dense_intermediate_size: int = Field(default=0, ge=0, le=10_000_000)
+    """Width of those dense MLPs (DeepSeek's ``intermediate_size``)."""
+    router_fp32: bool = False
+    """The router multiplies an fp32 copy of its input by an fp32 weight (DeepSeek's
+    ``DeepseekV2TopkRouter``, whose ``gate.weight`` is in ``_keep_in_fp32_modules_strict``)."""
+    router_sigmoid: bool = False
+    """Sigmoid router scores with a per-expert correction bias buffer (DeepSeek-V3)."""
+    kv_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
+    """Multi-head latent attention (DeepSeek-V2/V3): width of the compressed key/value latent. 0:
+    ordinary attention. With MLA, ``head_dim`` is the query/key head width
+    (``qk_nope_head_dim + qk_rope_head_dim``)."""
+    q_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
+    """MLA: width of the compressed query (``q_a_proj``, ``q_a_layernorm``, ``q_b_proj``); 0: one
+    plain ``q_proj`` (DeepSeek-V2-Lite's ``q_lora_rank: null``)."""
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=100_000)
+    """MLA: the rotary part of each query/key head, one shared key part for all heads."""
+    v_head_dim: int = Field(default=0, ge=0, le=100_000)
+    """MLA: per-head value width."""
+    peft_fused_experts: bool = True
+    """MoE under LoRA: PEFT maps the MLP projection names (and ``all-linear``) onto the routed
+    experts' fused 3-D weights, so a shared expert's or a dense block's MLP is not adapted
+    (``peft/utils/transformers_weight_conversion.py``: Mixtral, Qwen3 MoE, DeepSeek-V2/V3).
+    False: PEFT has no such mapping for the model type (``qwen2_moe`` in PEFT 0.21), the routed
+    experts cannot be adapted and the names reach the shared expert's linears."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -278,6 +312,14 @@ class ModelSpec(_Strict):
         if self.heads % self.kv_heads:
             raise _FieldProblem(
                 "kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
+        if self.kv_lora_rank and not (
+            0 < self.qk_rope_head_dim < self.head_dim and self.v_head_dim
+        ):
+            raise _FieldProblem(
+                "qk_rope_head_dim",
+                "latent attention (kv_lora_rank) needs v_head_dim and a qk_rope_head_dim smaller "
+                f"than head_dim ({self.head_dim})",
             )
         if self.experts_per_token > self.experts:
             raise _FieldProblem(

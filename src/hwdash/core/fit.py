@@ -251,7 +251,9 @@ def check_plan_for_model(plan: Plan, model: ModelSpec) -> None:
             "give it to one of --lora-targets and --lora-modules-to-save",
             flag="--lora-modules-to-save",
         )
-    narrowest = min(min(t.in_features, t.out_features) for t in targets)
+    # a one-output gate (Qwen MoE's shared_expert_gate) takes any rank in PEFT: not a limit
+    widths = [min(t.in_features, t.out_features) for t in targets]
+    narrowest = min([width for width in widths if width > 1] or widths)
     if plan.lora_r > narrowest:
         raise UsageError(
             f"rank {plan.lora_r} is wider than {model.name}'s narrowest adapted matrix ({narrowest})",

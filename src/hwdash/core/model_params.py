@@ -92,6 +92,9 @@ def _outside_llama_layout(model: ModelSpec) -> bool:
         or model.mlp_bias is not None
         or model.norm_bias is not None
         or model.norm_weights_per_layer != 2
+        or model.kv_lora_rank
+        or model.shared_expert_intermediate_size
+        or model.dense_mlp_layers
     )
 
 
@@ -108,7 +111,13 @@ def count_active_parameters(model: ModelSpec) -> int:
     """Parameters one token passes through: only ``experts_per_token`` experts for MoE.
 
     This is the N in the 6*N*D training-FLOPs rule for sparse models (Mixtral paper, section 2).
+    Shared experts, latent attention and dense leading blocks are counted by the estimator's
+    :attr:`~hwdash.core.estimator.Architecture.active_params`.
     """
+    if model.kv_lora_rank or model.shared_expert_intermediate_size or model.dense_mlp_layers:
+        from hwdash.core.estimator import architecture
+
+        return architecture(model).active_params
     parts = parameter_breakdown(model)
     inactive = (model.experts - model.experts_per_token) * mlp_parameters_per_expert(model)
     return parts.total - model.layers * inactive

@@ -178,6 +178,7 @@ CONFIG_LIMITS = {
     "head_dim": 100_000,
     "intermediate_size": 10_000_000,
     "moe_intermediate_size": 10_000_000,
+    "shared_expert_intermediate_size": 10_000_000,
     "vocab_size": 100_000_000,
     "max_position_embeddings": 1_000_000_000,
     "num_local_experts": 100_000,
@@ -381,7 +382,7 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     experts = _experts(fields, source)
     intermediate_key = "intermediate_size"
     if experts > 1 and fields.get("moe_intermediate_size") is not None:
-        # Qwen MoE: each expert is moe_intermediate_size wide; the shared expert is not counted.
+        # Qwen MoE: each expert is moe_intermediate_size wide; the shared expert is read below.
         intermediate_key = "moe_intermediate_size"
     intermediate = _get_int(fields, intermediate_key, source)
     vocab = _get_int(fields, "vocab_size", source)
@@ -427,11 +428,29 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             hf_config=hf_config_of(config),
             **family_fields,
             module_names=_MODULE_NAMES.get(model_type, ""),
+            **_shared_expert(fields, source, experts),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise UsageError(f"{source}: {field}: {first['msg']}", flag=FLAG) from None
+
+
+def _shared_expert(fields: dict[str, Any], source: str, experts: int) -> dict[str, Any]:
+    """Qwen MoE's shared expert (``Qwen2MoeSparseMoeBlock`` in ``modeling_qwen2_moe.py``): a gated
+    MLP of ``shared_expert_intermediate_size`` every token goes through, scaled by the sigmoid of
+    ``shared_expert_gate``, a linear of hidden -> 1. Absent (Mixtral, Qwen3 MoE): nothing."""
+    if experts <= 1 or fields.get("shared_expert_intermediate_size") in (None, 0):
+        return {}
+    return {
+        "shared_expert_intermediate_size": _get_int(
+            fields, "shared_expert_intermediate_size", source
+        ),
+        "shared_expert_gate": True,
+        # PEFT 0.21 has no fused-expert mapping for qwen2_moe (transformers_weight_conversion.py):
+        # LoRA names reach the shared expert, never the routed experts
+        "peft_fused_experts": False,
+    }
 
 
 def hf_config_of(config: dict[str, Any]) -> dict[str, Any]:

@@ -59,8 +59,7 @@ def quantized_linear_bytes(arch: Architecture, quant: Quant) -> float:
     as_checkpoint = dataclasses.replace(arch, checkpoint_bits=QUANT_BITS[quant])
     linears = checkpoint_weight_bytes(as_checkpoint, 2) - 2.0 * arch.unquantized_params
     if quant is Quant.GPTQ_4:
-        inputs = sum(linear.in_features * linear.copies for linear in arch.linears)
-        linears += arch.layers * inputs * GPTQ_GROUP_INDEX_BYTES
+        linears += arch.linear_inputs * GPTQ_GROUP_INDEX_BYTES
     return linears
 
 

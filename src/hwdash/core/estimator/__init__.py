@@ -62,8 +62,10 @@ from hwdash.core.estimator.estimate import (
     estimate_memory,
 )
 from hwdash.core.estimator.inference import (
+    decompressed_kv_bytes_per_token,
     inference_activation_bytes,
     kv_cache_bytes,
+    latent_kv_bytes_per_token,
 )
 from hwdash.core.estimator.phases import (
     _BACKWARD_END_ONLY,
@@ -171,10 +173,12 @@ __all__ = [
     "_zero3_live_bytes",
     "architecture",
     "checkpoint_weight_bytes",
+    "decompressed_kv_bytes_per_token",
     "dora_weight_norm_transient_bytes",
     "estimate_memory",
     "inference_activation_bytes",
     "kv_cache_bytes",
+    "latent_kv_bytes_per_token",
     "layer_activation_bytes",
     "logits_bytes",
     "lora_adapter_params",

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 
 from hwdash.core import block_activations
-from hwdash.core.estimator.architecture import Architecture, LinearShape
+from hwdash.core.estimator.architecture import Architecture, LinearShape, is_mlp
 from hwdash.core.plan import Attention
 from hwdash.core.savers import compiled_norm_saving
 
@@ -74,16 +74,22 @@ def _score_bytes_per_element(attention: Attention, element_bytes: int, gqa: bool
 #: Linear layers that read the same input tensor (a norm's output), for counting LoRA's input copies.
 #: ``qkv_proj`` and ``gate_up_proj``: the families that fuse them into one matrix (GPT-2's
 #: ``c_attn``, GPT-NeoX's ``query_key_value``, Phi-3's ``qkv_proj`` and ``gate_up_proj``).
+#: MLA (DeepSeek): q_proj or q_a_proj and kv_a_proj_with_mqa read the block's norm output; q_b_proj
+#: and kv_b_proj each read a latent norm's output (``modeling_deepseek_v2.py``).
 _SHARED_INPUT_GROUPS = (
-    ("q_proj", "k_proj", "v_proj"),
+    ("q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"),
     ("qkv_proj",),
     ("gate_proj", "up_proj"),
     ("gate_up_proj",),
     ("fc1",),
+    ("q_b_proj",),
+    ("kv_b_proj",),
 )
+#: A MoE's shared expert (its input is the router's, kept once, see layer_activation_bytes).
+_SHARED_EXPERT_GROUP = ("shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert_gate")
 #: Linear layers whose input only the layer itself keeps (the MLP's product or activation): with a
 #: frozen, unadapted layer nobody keeps it.
-_INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD = ("down_proj", "fc2")
+_INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD = ("down_proj", "fc2", "shared_expert.down_proj")
 
 
 def _input_copies_kept(
@@ -138,6 +144,12 @@ def _input_copies_kept(
         if kept and one_norm_output and members[0].copies == 1:
             kept, shared_kept = (0 if shared_kept else kept), True
         kept_bytes += kept * e * tokens_through(members[0]) * members[0].in_features
+    shared = [by_name[name] for name in _SHARED_EXPERT_GROUP if name in by_name]
+    if shared and casts:
+        # the shared expert's gate/up (and Qwen's gate) read the router's input, counted once in
+        # layer_activation_bytes; under a cast each adapted one keeps its own copy
+        adapted_shared = [linear for linear in shared if linear.name in names]
+        kept_bytes += len(adapted_shared) * e * tokens * arch.hidden
     o_input = e * tokens * by_name["o_proj"].in_features
     if attention is Attention.EAGER:
         # eager's o_proj input is its own tensor (the transposed attention output)
@@ -243,6 +255,65 @@ def lora_dropout_mask_elements(
     return sum(tokens * linear.in_features for linear in targets if linear.copies == 1)
 
 
+def _latent_attention_bytes(
+    arch: Architecture,
+    tokens: int,
+    e: int,
+    w: int,
+    frozen: bool,
+    attention: Attention,
+) -> int:
+    """What multi-head latent attention keeps besides the inputs of q_proj / q_a_proj /
+    kv_a_proj_with_mqa / q_b_proj / kv_b_proj / o_proj (:func:`_input_copies_kept`), read from
+    ``DeepseekV2Attention.forward`` and ``expand_kv`` (``modeling_deepseek_v2.py``;
+    ``modeling_deepseek_v3.py`` differs only in its real-valued RoPE) and checked against
+    fake-tensor traces of small configs (``hwdash plan --trace``, eager attention):
+
+    * the RMSNorms over the latents (``kv_a_layernorm``; ``q_a_layernorm`` with a query latent),
+      each as a block norm (:func:`_rms_norm_bytes`);
+    * the attention's query (a ``torch.cat`` of its nope and rope parts) and key (``expand_kv``'s
+      new tensor), one head width each per head;
+    * the value: eager's matmul keeps a contiguous copy (``v_head_dim`` per head); SDPA's fused
+      kernels keep the view ``expand_kv`` hands them, so all of ``kv_b_proj``'s output stays
+      alive (nope + v per head). CUDA runs the memory-efficient kernel here (flash wants equal
+      head widths); a CPU trace takes the math kernel instead and keeps the scores.
+    """
+    nope = arch.head_dim - arch.qk_rope_head_dim
+    kept = _rms_norm_bytes(arch, tokens, arch.kv_lora_rank, 1, w, frozen)
+    if arch.q_lora_rank:
+        kept += _rms_norm_bytes(arch, tokens, arch.q_lora_rank, 1, w, frozen)
+    value = arch.v_head_dim if attention is Attention.EAGER else nope + arch.v_head_dim
+    return kept + e * tokens * (2 * arch.q_dim + arch.heads * value)
+
+
+def _shared_expert_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> int:
+    """A MoE block's shared expert and router extras, every token (``modeling_qwen2_moe.py``'s
+    ``Qwen2MoeSparseMoeBlock``; ``modeling_deepseek_v2.py``'s ``DeepseekV2Moe``):
+
+    * the shared gated MLP's gate and up outputs and SiLU(gate) (3 e t i; the product, kept by
+      its down_proj, is counted with the projections' inputs); its input is the router's, counted
+      once with the routed experts;
+    * Qwen's ``sigmoid(shared_expert_gate(x)) * shared_output``: the multiply keeps the shared
+      expert's output (e t h) and the sigmoid output (e t);
+    * DeepSeek's router multiplies an fp32 copy of its input by its fp32 weight: the copy is kept
+      for the weight's gradient (4 t h) when the router trains;
+    * under LoRA nothing keeps the block input itself (see below).
+    """
+    kept = 3 * e * tokens * arch.shared_intermediate
+    if frozen and arch.shared_intermediate:
+        # the block input (the router's, counted with the routed experts) is kept by the router's
+        # weight gradient or by a linear reading it uncast; under LoRA the router is frozen and
+        # the shared expert's adapted linears keep their own casts: nothing keeps it. Traced on
+        # small qwen2_moe and deepseek_v2/v3 configs (LoRA, bf16): the layer holds no tensor of it.
+        # (Mixtral, without a shared expert, keeps the count its calibration was made with.)
+        kept -= e * tokens * arch.hidden
+    if arch.shared_expert_gate:
+        kept += e * tokens * arch.hidden + e * tokens
+    if arch.router_fp32 and not frozen:
+        kept += 4 * tokens * arch.hidden
+    return kept
+
+
 def _rms_norm_bytes(
     arch: Architecture, tokens: int, width: int, rows: int, out_bytes: int, frozen: bool
 ) -> int:
@@ -341,6 +412,8 @@ def layer_activation_bytes(
             norms += _rms_norm_bytes(arch, tokens, heads * arch.head_dim, heads, e, frozen)
     kv_saved = arch.q_dim if attention is Attention.EAGER else arch.kv_dim
     attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
+    if arch.mla:
+        attention_bytes = _latent_attention_bytes(arch, tokens, e, w, frozen, attention)
     if attention is not Attention.EAGER:
         attention_bytes += 4 * batch * arch.heads * seq  # the kernel's log-sum-exp per row
     scores = _score_bytes_per_element(attention, e, gqa) * batch * arch.heads * seq * seq
@@ -363,6 +436,7 @@ def layer_activation_bytes(
         # counted with the other projection inputs.
         k = arch.experts_per_token
         mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
+        mlp += _shared_expert_bytes(arch, tokens, e, frozen)
     inputs = _input_copies_kept(
         arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts
     )
@@ -431,24 +505,40 @@ def training_activation_bytes(
     Under ``amp``, autocast's 16-bit copy of the LM head is kept for backward as well.
     """
     w = element_bytes if weight_bytes is None else weight_bytes
-    one_layer = layer_activation_bytes(
-        arch,
-        batch,
-        seq,
-        element_bytes,
-        attention,
-        weight_bytes=w,
-        lora_targets=lora_targets,
-        lora_rank=lora_rank,
-        dora=dora,
-        lora_dropout=lora_dropout,
-        compiled=compiled,
-        adapter_casts=adapter_casts,
-    )
+    names = {linear.name for linear in lora_targets}
+    kinds = []
+    for count, kind in arch.block_kinds:
+        # a dense block of a MoE model (DeepSeek's first_k_dense_replace): the same adapted names
+        targets = (
+            lora_targets
+            if kind is arch
+            else tuple(
+                linear
+                for linear in kind.linears
+                # PEFT's fused-expert mapping takes the MLP names away from a dense block
+                if linear.name in names and not (arch.peft_fused_experts and is_mlp(linear.name))
+            )
+        )
+        one = layer_activation_bytes(
+            kind,
+            batch,
+            seq,
+            element_bytes,
+            attention,
+            weight_bytes=w,
+            lora_targets=targets,
+            lora_rank=lora_rank,
+            dora=dora,
+            lora_dropout=lora_dropout,
+            compiled=compiled,
+            adapter_casts=adapter_casts,
+        )
+        kinds.append((count, one))
+    one_layer = max(one for _, one in kinds)
     lm_head_copy = 2 * arch.vocab * arch.hidden if (w == 4 and element_bytes == 2) else 0
     # An encoder-decoder's cross-attentions and the encoder output they read (0 otherwise); with
     # checkpointing the decoder blocks recompute them, and we keep them whole (on the safe side).
     cross = block_activations.cross_attention_total_bytes(arch, batch, seq, element_bytes)
     if not grad_ckpt:
-        return arch.layers * one_layer + lm_head_copy + cross
+        return sum(count * one for count, one in kinds) + lm_head_copy + cross
     return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy + cross

@@ -18,7 +18,8 @@ Sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 from hwdash.core.catalog import ModelSpec
@@ -30,6 +31,11 @@ from hwdash.core.module_names import matches, scheme
 #: ``_maybe_include_all_linear_layers`` in ``peft/tuners/tuners_utils.py`` (every nn.Linear and
 #: Conv1D but the output embedding).
 ALL_LINEAR = "all-linear"
+#: Prefix of a MoE's shared-expert linears (Qwen MoE's ``shared_expert``; DeepSeek calls the same
+#: MLP ``shared_experts``, an alias). PEFT matches a target name against the end of each module's
+#: path, so ``gate_proj`` adapts the shared expert's too.
+SHARED_PREFIX = "shared_expert."
+_SHARED_ALIAS = "shared_experts."
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,31 @@ class Architecture:
     """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
     module_names: str = ""
     """How transformers names the modules (``ModelSpec.module_names``)."""
+    shared_intermediate: int = 0
+    """MoE: the shared expert's width (``ModelSpec.shared_expert_intermediate_size``); its linears
+    are among ``linears``, named ``shared_expert.*``."""
+    shared_expert_gate: bool = False
+    """Qwen MoE's sigmoid gate on the shared expert's output (``shared_expert_gate`` in ``linears``)."""
+    dense_layers: int = 0
+    """MoE: blocks (of ``layers``) with one dense MLP of ``dense_intermediate`` instead of the
+    experts (DeepSeek's ``first_k_dense_replace``); see :attr:`block_kinds`."""
+    dense_intermediate: int = 0
+    """Width of those dense MLPs."""
+    router_fp32: bool = False
+    """DeepSeek's router: an fp32 copy of its input times an fp32 weight."""
+    router_sigmoid: bool = False
+    """DeepSeek-V3's sigmoid router scores (``noaux_tc``)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3): the key/value latent's width; 0 without MLA.
+    With MLA, ``head_dim`` is the query/key head width (nope + rope parts)."""
+    q_lora_rank: int = 0
+    """MLA: the query latent's width (0: a plain q_proj)."""
+    qk_rope_head_dim: int = 0
+    """MLA: the rotary part of a query/key head (the key's is one tensor shared by all heads)."""
+    v_head_dim: int = 0
+    """MLA: per-head value width."""
+    peft_fused_experts: bool = True
+    """MoE: what LoRA target names reach (``ModelSpec.peft_fused_experts``; :func:`lora_candidates`)."""
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -133,6 +164,87 @@ class Architecture:
     def kv_dim(self) -> int:
         """Width of each of the key and value projections."""
         return self.kv_heads * self.head_dim
+
+    @cached_property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    @cached_property
+    def latent_kv_width(self) -> int:
+        """Elements per token per layer of MLA's compressed key/value: the normalised latent
+        (``kv_lora_rank``) and the rotary key shared by all heads (``qk_rope_head_dim``), what
+        ``DeepseekV2Attention`` / ``DeepseekV3Attention`` hand to ``cache.update``
+        (``modeling_deepseek_v2.py``, ``modeling_deepseek_v3.py``; DeepSeek-V2 paper,
+        arXiv:2405.04434, section 2.1.2: (d_c + d_h^R) per token per layer). Without MLA: the
+        ordinary key and value (``2 * kv_dim``)."""
+        if self.mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_dim
+
+    @cached_property
+    def decompressed_kv_width(self) -> int:
+        """Elements per token per layer of the per-head keys (``head_dim``: nope + rope) and values
+        (``v_head_dim``) MLA expands its latent into (``expand_kv``); ``2 * kv_dim`` without MLA."""
+        if self.mla:
+            return self.heads * (self.head_dim + self.v_head_dim)
+        return 2 * self.kv_dim
+
+    @cached_property
+    def kv_cache_width(self) -> int:
+        """Elements per token per layer that transformers' ``generate`` caches. With MLA the
+        latent (:attr:`latent_kv_width`): transformers 5 caches ``k_nope`` (the normalised latent)
+        and ``k_pe`` and re-expands them through ``kv_b_proj`` at every step."""
+        return self.latent_kv_width
+
+    @cached_property
+    def block_kinds(self) -> tuple[tuple[int, Architecture], ...]:
+        """(count, layout) for each kind of block: the MoE blocks (this layout) and, for DeepSeek's
+        ``first_k_dense_replace``, the dense ones (:attr:`dense_block`). One kind otherwise."""
+        if not self.dense_layers:
+            return ((self.layers, self),)
+        return ((self.layers - self.dense_layers, self), (self.dense_layers, self.dense_block))
+
+    @cached_property
+    def dense_block(self) -> Architecture:
+        """The layout of a dense block of a MoE model with leading dense blocks: the same attention
+        and norms, one gated MLP of ``dense_intermediate`` (``DeepseekV2MLP``), no router."""
+        attention = tuple(
+            linear for linear in self.linears if linear.copies == 1 and not is_mlp(linear.name)
+        )
+        mlp = _gated_mlp(self.hidden, self.dense_intermediate, 1, False)
+        return replace(
+            self,
+            layers=self.dense_layers,
+            intermediate=self.dense_intermediate,
+            experts=1,
+            experts_per_token=1,
+            linears=attention + tuple(mlp),
+            router_params_per_layer=0,
+            shared_intermediate=0,
+            shared_expert_gate=False,
+            dense_layers=0,
+            dense_intermediate=0,
+            router_fp32=False,
+            router_sigmoid=False,
+        )
+
+    def _over_blocks(self, per_block: Callable[[Architecture], int]) -> int:
+        return sum(count * per_block(kind) for count, kind in self.block_kinds)
+
+    @cached_property
+    def linear_rows(self) -> int:
+        """Output rows of every block linear of every block (LLM.int8()'s per-row scales)."""
+        return self._over_blocks(
+            lambda kind: sum(linear.out_features * linear.copies for linear in kind.linears)
+        )
+
+    @cached_property
+    def linear_inputs(self) -> int:
+        """Input features of every block linear of every block (GPTQ's group indices)."""
+        return self._over_blocks(
+            lambda kind: sum(linear.in_features * linear.copies for linear in kind.linears)
+        )
 
     @cached_property
     def cross_params_per_layer(self) -> int:
@@ -164,14 +276,14 @@ class Architecture:
     def quantizable_params(self) -> int:
         """Parameters bitsandbytes quantizes: every linear layer inside the blocks."""
         cross = self.cross_attention_layers * self.cross_params_per_layer
-        return self.layers * self.linear_params_per_layer + cross
+        return self._over_blocks(lambda kind: kind.linear_params_per_layer) + cross
 
     @cached_property
     def total_params(self) -> int:
         """Every parameter, all experts included."""
         cross = self.cross_attention_layers * (self.cross_params_per_layer + self.cross_norm_params)
         return (
-            self.layers * self.block_params
+            self._over_blocks(lambda kind: kind.block_params)
             + cross
             + self.embedding_params
             + self.lm_head_params
@@ -192,11 +304,48 @@ class Architecture:
     def matmul_params_per_token(self) -> int:
         """Parameters one token multiplies through (MoE: only its routed experts; embedding lookup
         excluded, LM head included even when tied). The N of 2N FLOPs per token (Kaplan et al. 2020)."""
-        per_layer = 0
-        for linear in self.linears:
-            single = linear.params // linear.copies
-            per_layer += single * (self.experts_per_token if linear.copies > 1 else 1)
-        return self.layers * (per_layer + self.router_params_per_layer) + self.vocab * self.hidden
+        return self._over_blocks(_active_block_params) + self.vocab * self.hidden
+
+    @cached_property
+    def active_params(self) -> int:
+        """Parameters one token passes through, embedding included (MoE: its routed experts, the
+        shared expert, the router): the N of 6ND for sparse models."""
+        return (
+            self._over_blocks(_active_block_params)
+            + self.embedding_params
+            + self.lm_head_params
+            + self.final_norm_params
+            + self._over_blocks(lambda kind: kind.norm_params_per_layer)
+        )
+
+
+def _active_block_params(kind: Architecture) -> int:
+    """One block's linears a token multiplies through (its k routed experts), plus the router."""
+    per_layer = 0
+    for linear in kind.linears:
+        single = linear.params // linear.copies
+        per_layer += single * (kind.experts_per_token if linear.copies > 1 else 1)
+    return per_layer + kind.router_params_per_layer
+
+
+#: The MLP's linears, by name (a dense block keeps the others: the attention's).
+_MLP_NAMES = ("gate_proj", "up_proj", "down_proj", "fc1", "fc2", "shared_expert_gate")
+
+
+def is_mlp(name: str) -> bool:
+    """Whether a block linear (by its name) belongs to the MLP rather than the attention."""
+    return name.split(".")[-1] in _MLP_NAMES
+
+
+def _gated_mlp(
+    hidden: int, inter: int, copies: int, bias: bool, prefix: str = ""
+) -> list[LinearShape]:
+    """gate, up and down of a gated MLP (``copies`` experts)."""
+    return [
+        LinearShape(f"{prefix}gate_proj", hidden, inter, copies=copies, bias=bias),
+        LinearShape(f"{prefix}up_proj", hidden, inter, copies=copies, bias=bias),
+        LinearShape(f"{prefix}down_proj", inter, hidden, copies=copies, bias=bias),
+    ]
 
 
 #: Layouts already derived, by (frozen) ModelSpec: the make-it-fit search estimates thousands of
@@ -232,8 +381,10 @@ def _derive(model: ModelSpec) -> Architecture:
         experts=experts,
         experts_per_token=model.experts_per_token,
         gated_mlp=model.mlp == "gated",
-        linears=tuple(_attention_linears(model) + _mlp_linears(model)),
-        norm_params_per_layer=model.norm_weights_per_layer * norm,
+        linears=tuple(_attention_linears(model) + _mlp_linears(model) + _shared_linears(model)),
+        # MLA's q_a_layernorm and kv_a_layernorm: RMSNorms over the latents
+        norm_params_per_layer=model.norm_weights_per_layer * norm
+        + (model.q_lora_rank + model.kv_lora_rank if model.kv_lora_rank else 0),
         router_params_per_layer=hidden * experts if experts > 1 else 0,
         embedding_params=embedding + _extra_lookup_params(model, norm),
         lm_head_params=0 if model.tied_embeddings else embedding,
@@ -253,6 +404,17 @@ def _derive(model: ModelSpec) -> Architecture:
         parallel_block=model.parallel_block,
         norm_saves_input=model.norm_saves_input,
         module_names=model.module_names,
+        shared_intermediate=model.shared_expert_intermediate_size if experts > 1 else 0,
+        shared_expert_gate=model.shared_expert_gate and experts > 1,
+        dense_layers=model.dense_mlp_layers if experts > 1 else 0,
+        dense_intermediate=model.dense_intermediate_size,
+        router_fp32=model.router_fp32,
+        router_sigmoid=model.router_sigmoid,
+        kv_lora_rank=model.kv_lora_rank,
+        q_lora_rank=model.q_lora_rank if model.kv_lora_rank else 0,
+        qk_rope_head_dim=model.qk_rope_head_dim if model.kv_lora_rank else 0,
+        v_head_dim=model.v_head_dim if model.kv_lora_rank else 0,
+        peft_fused_experts=model.peft_fused_experts,
     )
 
 
@@ -287,6 +449,8 @@ def _attention_linears(model: ModelSpec, prefix: str = "") -> list[LinearShape]:
     ``qkv_proj`` of ``q_dim + 2 kv_dim`` outputs, as their modeling files build it."""
     hidden, head_dim, bias = model.hidden_size, model.head_dim, model.attention_bias
     q_dim, kv_dim = model.heads * head_dim, model.kv_heads * head_dim
+    if model.kv_lora_rank and not prefix:
+        return _latent_attention_linears(model)
     out = _linear(model, f"{prefix}o_proj", q_dim, hidden, bias=_mlp_bias(model))
     if not prefix and scheme(model.module_names).fused_qkv:
         return [_linear(model, "qkv_proj", hidden, q_dim + 2 * kv_dim, bias=bias), out]
@@ -296,6 +460,47 @@ def _attention_linears(model: ModelSpec, prefix: str = "") -> list[LinearShape]:
         _linear(model, f"{prefix}v_proj", hidden, kv_dim, bias=bias),
         out,
     ]
+
+
+def _latent_attention_linears(model: ModelSpec) -> list[LinearShape]:
+    """Multi-head latent attention (``DeepseekV2Attention``, ``modeling_deepseek_v2.py``; the same
+    in ``modeling_deepseek_v3.py``; DeepSeek-V2 paper, arXiv:2405.04434, section 2.1): the query
+    through ``q_proj`` (``q_lora_rank`` null) or ``q_a_proj`` -> ``q_a_layernorm`` -> ``q_b_proj``;
+    keys and values from ``kv_a_proj_with_mqa`` (the latent plus the shared rotary key),
+    ``kv_a_layernorm`` and ``kv_b_proj`` (per head: the key's nope part and the value); ``o_proj``
+    over the values. ``attention_bias`` puts biases on q_a, kv_a and o only."""
+    hidden, heads, bias = model.hidden_size, model.heads, model.attention_bias
+    q_out = heads * model.head_dim
+    nope = model.head_dim - model.qk_rope_head_dim
+    if model.q_lora_rank:
+        query = [
+            LinearShape("q_a_proj", hidden, model.q_lora_rank, bias=bias),
+            LinearShape("q_b_proj", model.q_lora_rank, q_out),
+        ]
+    else:
+        query = [LinearShape("q_proj", hidden, q_out)]
+    latent = model.kv_lora_rank
+    return [
+        *query,
+        LinearShape("kv_a_proj_with_mqa", hidden, latent + model.qk_rope_head_dim, bias=bias),
+        LinearShape("kv_b_proj", latent, heads * (nope + model.v_head_dim)),
+        LinearShape("o_proj", heads * model.v_head_dim, hidden, bias=bias),
+    ]
+
+
+def _shared_linears(model: ModelSpec) -> list[LinearShape]:
+    """A MoE's shared expert: one gated MLP every token goes through (``Qwen2MoeSparseMoeBlock``'s
+    ``shared_expert`` in ``modeling_qwen2_moe.py``; ``DeepseekV2Moe``'s ``shared_experts``, of
+    ``n_shared_experts x moe_intermediate_size``, in ``modeling_deepseek_v2.py``), and Qwen's
+    ``shared_expert_gate``, a linear of hidden -> 1 whose sigmoid scales its output."""
+    if model.experts <= 1 or not model.shared_expert_intermediate_size:
+        return []
+    shared = _gated_mlp(
+        model.hidden_size, model.shared_expert_intermediate_size, 1, False, SHARED_PREFIX
+    )
+    if model.shared_expert_gate:
+        shared.append(LinearShape("shared_expert_gate", model.hidden_size, 1))
+    return shared
 
 
 def _mlp_linears(model: ModelSpec) -> list[LinearShape]:
@@ -351,8 +556,9 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
 
     Raises ``ValueError`` naming a module the model does not have, and the modules it has.
     """
+    candidates = lora_candidates(arch)
     if any(target == ALL_LINEAR for target in targets):
-        return arch.linears
+        return candidates
     names = scheme(arch.module_names)
     aliases = dict(names.aliases)
     chosen: dict[str, LinearShape] = {}
@@ -364,10 +570,17 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
         ):
             continue  # the embedding or the LM head: resolve_top_level's
         role = aliases.get(target)
+        # DeepSeek calls its shared expert ``shared_experts``, Qwen MoE ``shared_expert``: one
+        # layout name for both
+        wanted = (
+            SHARED_PREFIX + target.removeprefix(_SHARED_ALIAS)
+            if target.startswith(_SHARED_ALIAS)
+            else target
+        )
         found = [
             linear
-            for linear in arch.linears
-            if matches(target, linear.path) or (role is not None and linear.name == role)
+            for linear in candidates
+            if matches(wanted, linear.path) or (role is not None and linear.name == role)
         ]
         if not found:
             known = ", ".join([*module_short_names(arch), ALL_LINEAR])
@@ -380,7 +593,7 @@ def resolve_lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[
             f"({', '.join(module_short_names(arch))}) or all-linear"
         )
     # in block order, whatever order the targets were given in
-    return tuple(linear for linear in arch.linears if linear.name in chosen)
+    return tuple(linear for linear in candidates if linear.name in chosen)
 
 
 #: The two modules outside the blocks that PEFT can adapt or train in full (``modules_to_save``).
@@ -428,6 +641,23 @@ def top_level_adapter_params(arch: Architecture, parts: tuple[str, ...], rank: i
     return len(parts) * rank * (arch.vocab + arch.hidden)
 
 
+def lora_candidates(arch: Architecture) -> tuple[LinearShape, ...]:
+    """The block linears PEFT (0.21) can adapt, all of them for a dense model. A MoE's routed
+    experts are 3-D parameters, not ``nn.Linear``: PEFT's ``transformers_weight_conversion.py``
+    maps the MLP projection names (``all-linear`` included) onto them for the model types it knows
+    (Mixtral, Qwen3 MoE, DeepSeek-V2/V3), and the names then no longer reach the shared expert's
+    or a dense block's ``nn.Linear`` (traced: a DeepSeek-V2 LoRA on all-linear adapts the
+    attention and the routed experts only). For ``qwen2_moe`` it has no mapping: the routed
+    experts stay frozen and the names reach the shared expert (``peft_fused_experts`` False)."""
+    if arch.experts <= 1:
+        return arch.linears
+    if arch.peft_fused_experts:
+        return tuple(
+            linear for linear in arch.linears if linear.copies > 1 or not is_mlp(linear.name)
+        )
+    return tuple(linear for linear in arch.linears if linear.copies == 1)
+
+
 def lora_adapter_params(
     arch: Architecture, targets: tuple[LinearShape, ...], rank: int, *, dora: bool = False
 ) -> int:
@@ -436,10 +666,12 @@ def lora_adapter_params(
     LoRA: Hu et al. 2021, arXiv:2106.09685, section 4. DoRA adds a magnitude vector of ``out``
     values per adapted matrix (Liu et al. 2024, arXiv:2402.09353, section 4.1).
     """
-    per_layer = 0
+    total = 0
     for linear in targets:
         per_copy = rank * (linear.in_features + linear.out_features)
         if dora:
             per_copy += linear.out_features
-        per_layer += per_copy * linear.copies
-    return arch.layers * per_layer
+        # routed experts only in the MoE blocks (not DeepSeek's leading dense ones)
+        blocks = arch.layers - arch.dense_layers if linear.copies > 1 else arch.layers
+        total += blocks * per_copy * linear.copies
+    return total

@@ -180,6 +180,13 @@ def _warn_about_settings(
 def _warn_about_moe_adapters(plan: Plan, model: ModelSpec, acc: _Accumulator) -> None:
     """Warn how LoRA on MoE experts is counted (transformers 5's fused expert weights)."""
     trained_method = plan.rl_method if plan.is_rl else plan.method
+    if model.experts > 1 and trained_method in LORA_STYLE_METHODS and not model.peft_fused_experts:
+        # qwen2_moe: PEFT 0.21 has no fused-expert mapping for it (transformers_weight_conversion.py)
+        acc.warnings.append(
+            "PEFT cannot adapt this model's routed experts (fused 3D weights it has no mapping "
+            "for): LoRA reaches the attention and the shared expert, the experts stay frozen"
+        )
+        return
     if model.experts > 1 and trained_method in LORA_STYLE_METHODS:
         acc.warnings.append(
             "LoRA on MoE experts is counted as transformers 5 runs it: experts stored as fused 3D "

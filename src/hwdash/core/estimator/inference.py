@@ -51,6 +51,12 @@ def inference_activation_bytes(
     e = element_bytes
     norm = 4 * tokens * arch.hidden + e * tokens * arch.hidden
     qkv = e * tokens * (arch.q_dim + 2 * arch.kv_dim)
+    if arch.mla:
+        # latent attention expands its cached latent for every token (expand_kv in
+        # modeling_deepseek_v2.py): kv_b_proj's output (nope + v per head) and the key it copies
+        # into (nope + rope per head), beside the query
+        nope = arch.head_dim - arch.qk_rope_head_dim
+        qkv = e * tokens * (2 * arch.q_dim + arch.heads * (nope + arch.v_head_dim))
     scores = 0
     if attention is Attention.EAGER:
         scores = eager_prefill_score_bytes(e) * batch * arch.heads * seq * seq
@@ -70,9 +76,24 @@ def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int)
     """Key and value cache: ``2 * layers * kv_heads * head_dim * seq * batch * bytes``.
 
     GQA-aware: only the ``kv_heads`` key/value heads are cached (Ainslie et al. 2023,
-    arXiv:2305.13245); see also Hugging Face's KV-cache docs.
+    arXiv:2305.13245); see also Hugging Face's KV-cache docs. Multi-head latent attention
+    (DeepSeek-V2/V3): transformers caches the latent, ``kv_lora_rank + qk_rope_head_dim`` per
+    token per layer (:attr:`~hwdash.core.estimator.Architecture.kv_cache_width`).
     """
-    return 2 * arch.kv_cache_layers * arch.kv_dim * seq * batch * element_bytes
+    return arch.kv_cache_layers * arch.kv_cache_width * seq * batch * element_bytes
+
+
+def latent_kv_bytes_per_token(arch: Architecture, element_bytes: int) -> int:
+    """Bytes per token of MLA's compressed cache over all layers: ``layers x (kv_lora_rank +
+    qk_rope_head_dim) x bytes`` (DeepSeek-V2 paper, arXiv:2405.04434, Table 1), what a serving
+    engine that keeps the latent holds. For a model without MLA, its ordinary key/value cache."""
+    return arch.kv_cache_layers * arch.latent_kv_width * element_bytes
+
+
+def decompressed_kv_bytes_per_token(arch: Architecture, element_bytes: int) -> int:
+    """Bytes per token of the per-head keys and values MLA expands its latent into, over all
+    layers (what a cache of expanded heads would hold); the ordinary cache without MLA."""
+    return arch.kv_cache_layers * arch.decompressed_kv_width * element_bytes
 
 
 def _add_inference(
@@ -95,7 +116,17 @@ def _add_inference(
     acc.kv_cache += kv
     acc.activations += activations
     acc.note("weights", weights)
-    acc.note("KV cache", kv)
+    if arch.mla:
+        # what generate holds: transformers caches the latent, not per-head keys and values
+        acc.note(
+            f"KV cache (latent attention: the {arch.kv_lora_rank}-wide latent and the "
+            f"{arch.qk_rope_head_dim}-wide rotary key per token per layer, as transformers caches "
+            f"them; per-head keys and values would take {arch.decompressed_kv_width} per token "
+            "per layer)",
+            kv,
+        )
+    else:
+        acc.note("KV cache", kv)
     acc.note("prefill activations (one layer) + last-token logits", activations, _BACKWARD_ONLY)
     if dp > 1:
         acc.warnings.append(

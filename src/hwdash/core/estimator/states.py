@@ -291,7 +291,7 @@ def checkpoint_weight_bytes(arch: Architecture, weight_bytes: int) -> float:
     if arch.checkpoint_bits == 4:
         quantized = arch.quantizable_params * GROUPED_4BIT_BYTES_PER_PARAM
     else:
-        rows = arch.layers * sum(linear.out_features * linear.copies for linear in arch.linears)
+        rows = arch.linear_rows
         quantized = arch.quantizable_params * INT8_BYTES_PER_PARAM + rows * INT8_ROW_SCALE_BYTES
     return quantized + 2.0 * arch.unquantized_params
 
@@ -317,7 +317,7 @@ def _base_weight_bytes(
         total = quantized + frozen_bytes * arch.unquantized_params
         return total, total / arch.total_params
     if method is Method.LORA_8BIT:
-        rows = arch.layers * sum(linear.out_features * linear.copies for linear in arch.linears)
+        rows = arch.linear_rows
         quantized = arch.quantizable_params * INT8_BYTES_PER_PARAM + rows * INT8_ROW_SCALE_BYTES
         total = quantized + frozen_bytes * arch.unquantized_params
         return total, total / arch.total_params
