@@ -894,3 +894,27 @@ def test_adafactor_step_holds_sixteen_bytes_per_element_of_the_largest_matrix() 
     assert estimate.peak_phase == "optimizer step"
     largest = max(arch.embedding_params, arch.lm_head_params)
     assert dict(estimate.details)["model optimizer step temporaries"] == 16 * largest
+
+
+def test_soft_capped_attention_has_no_sdpa_path() -> None:
+    # issue 24: transformers' Gemma 2 has ``_supports_sdpa = False`` (SDPA cannot soft-cap the
+    # scores), so a run without flash-attn is eager and keeps the s^2 scores; traced gemma-2-2b
+    # LoRA bf16 b1/s2048 was -24% against the SDPA count, +0.0% counted as eager
+    spec = load_catalog(include_user=False).models["gemma-2-2b"]
+    plan = Plan(model=spec.id, method=Method.LORA, seq=2048)
+    sdpa = estimate_memory(plan, spec)
+    eager = estimate_memory(plan.model_copy(update={"attention": Attention.EAGER}), spec)
+    flash = estimate_memory(plan.model_copy(update={"attention": Attention.FLASH}), spec)
+    assert sdpa.per_gpu == eager.per_gpu
+    assert any("no sdpa attention for soft-capped" in warning for warning in sdpa.warnings)
+    arch = architecture(spec)
+    # eager keeps the fp32 softmax, the bf16 probabilities and the bf16 tanh output per score
+    # element (8 bytes; K and V expanded to all heads, less the kernel's log-sum-exp, aside)
+    scores = spec.layers * 8 * spec.heads * 2048 * 2048
+    extra = sdpa.per_gpu.activations - flash.per_gpu.activations
+    assert extra == pytest.approx(scores, rel=0.01)
+    assert not any("soft-capped" in warning for warning in flash.warnings)
+    llama = load_catalog(include_user=False).models["llama-3.2-1b"]
+    assert architecture(llama).attn_logit_softcap is False and arch.attn_logit_softcap
+    plain = estimate_memory(Plan(model=llama.id, method=Method.LORA, seq=2048), llama)
+    assert not any("soft-capped" in warning for warning in plain.warnings)
