@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 catalog.models[plan.model],
                 device="cpu",
                 sdpa_math=row["sdpa_backend"] == "math",
+                cuda_dropout=False,  # the harness's rows keep CPU's own dropout masks
             )
         except TraceUnavailable as exc:
             failed.append(f"{row['case_id']}: {exc}")

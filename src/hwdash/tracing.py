@@ -671,6 +671,7 @@ def trace_plan(
     sdpa_math: bool | None = None,
     hf_config: dict[str, Any] | None = None,
     hooks: TraceHooks | None = None,
+    cuda_dropout: bool = True,
 ) -> TraceResult:
     """Run ``plan``'s step for ``model`` on fake tensors and return its traced peak memory.
 
@@ -682,7 +683,10 @@ def trace_plan(
     it where CUDA would take it and a CPU trace would not (fp32 on a grouped-query model).
     ``hf_config`` (transformers config fields, ``model_type`` included) builds the model instead of
     the catalog's dimensions or the plan's own config.json; ``hooks`` run the caller's extras inside
-    the trace (:class:`TraceHooks`). The calibration harness uses both.
+    the trace (:class:`TraceHooks`). The calibration harness uses both. ``cuda_dropout`` (on a CPU
+    trace) runs every dropout through CUDA's fused kernel, whose mask is bool, as a GPU would
+    (:func:`_cuda_fused_dropout`); False keeps CPU's own dropout (the calibration CSV's rows, which
+    ``bench/estimator_errors.py`` converts).
 
     Raises :class:`TraceUnavailable` when a package is missing, the setting cannot be traced, or
     the trace itself fails.
@@ -702,7 +706,7 @@ def trace_plan(
     with _TRACE_LOCK:
         try:
             requested = _RequestedOptions(
-                device, full_depth, sdpa_math, hf_config, hooks or _NO_HOOKS
+                device, full_depth, sdpa_math, hf_config, hooks or _NO_HOOKS, cuda_dropout
             )
             return _trace(plan, model, settings, versions, requested, started)
         except TraceUnavailable:
@@ -736,6 +740,7 @@ class _RequestedOptions:
     sdpa_math: bool | None
     hf_config: dict[str, Any] | None = None
     hooks: TraceHooks = _NO_HOOKS
+    cuda_dropout: bool = True
 
 
 @dataclass(frozen=True)
@@ -745,6 +750,7 @@ class _RunOptions:
     device: str
     sdpa_math: bool
     hooks: TraceHooks = _NO_HOOKS
+    cuda_dropout: bool = False
 
 
 def _trace(
@@ -811,10 +817,17 @@ def _trace(
                 )
         elif settings.attention == "sdpa":
             notes.append(f"SDPA math kernel {'forced' if sdpa_math else 'not forced'} (asked)")
+        cuda_dropout = device == "cpu" and requested.cuda_dropout
+        if cuda_dropout and settings.lora_dropout > 0 and settings.method in ("lora", "dora"):
+            notes.append(
+                "LoRA dropout run through CUDA's fused kernel (a bool mask, as on a GPU; CPU's own "
+                "dropout keeps a mask in the input's dtype)"
+            )
         options = _RunOptions(
             device=device,
             sdpa_math=sdpa_math and settings.attention == "sdpa",
             hooks=requested.hooks,
+            cuda_dropout=cuda_dropout,
         )
         traces = []
         for depth in depths:
@@ -978,6 +991,35 @@ def _cuda_block_rounding() -> Iterator[None]:
         info_class._calculate_mem_consumed = original
 
 
+@contextlib.contextmanager
+def _cuda_fused_dropout() -> Iterator[None]:
+    """Run ``torch.nn.functional.dropout`` (what ``nn.Dropout`` calls) as CUDA runs it.
+
+    torch's ``dropout`` (``aten/src/ATen/native/Dropout.cpp``) takes the fused ``native_dropout``
+    only where ``is_fused_kernel_acceptable`` holds (CUDA, XPU, lazy and private-use devices);
+    elsewhere, CPU included, a composite ``input * noise`` whose multiply keeps the noise, a mask in
+    the input's dtype (4 bytes per element inside PEFT's fp32 adapters). ``native_dropout`` keeps a
+    bool mask and nothing else (``NativeDropoutBackward0`` saves ``result1``, the mask). Calling
+    it on CPU fake tensors keeps what a GPU keeps; p = 0, eval mode and in-place dropout go to
+    torch's own function, which returns the input (or takes the composite path) as before.
+    """
+    import torch
+
+    functional = torch.nn.functional
+    original = functional.dropout
+
+    def fused(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if training and not inplace and 0 < p < 1 and input.numel() > 0:
+            return torch.ops.aten.native_dropout(input, p, True)[0]
+        return original(input, p, training, inplace)
+
+    functional.dropout = fused
+    try:
+        yield
+    finally:
+        functional.dropout = original
+
+
 def _make_tracker() -> Any:
     """A MemTracker that accepts frozen parameters and keeps per-phase peaks itself.
 
@@ -1057,10 +1099,11 @@ def _trace_at_depth(
 
     collecting = _frozen_survivors() if settings.method == "dora" else contextlib.nullcontext()
     rounding = _cuda_block_rounding() if options.device == "cpu" else contextlib.nullcontext()
+    dropout = _cuda_fused_dropout() if options.cuda_dropout else contextlib.nullcontext()
     with collecting:
         # Built on meta outside the fake mode, then swapped for fake tensors (see _build_model).
         model = _build_model(config, settings)
-        with rounding, FakeTensorMode():
+        with rounding, dropout, FakeTensorMode():
             _materialize_fake(model, options.device)
             unique = {id(p): p for p in model.parameters()}
             total_params = sum(int(p.numel()) for p in unique.values())

@@ -811,6 +811,65 @@ def test_lora_dropout_keeps_a_one_byte_mask_of_every_adapted_input() -> None:
     assert with_dropout.per_gpu.activations - without.per_gpu.activations == expected
 
 
+def _dropout_extra_activations(plan: Plan, model: ModelSpec) -> int:
+    """Activations of ``plan`` (dropout 0.05) minus those of the same plan at dropout 0."""
+    with_dropout = estimate_memory(plan.model_copy(update={"lora_dropout": 0.05}), model)
+    without = estimate_memory(plan.model_copy(update={"lora_dropout": 0.0}), model)
+    assert with_dropout.peak_phase == without.peak_phase == "start of backward"
+    return with_dropout.per_gpu.activations - without.per_gpu.activations
+
+
+# issue 24: PEFT's Linear.forward (peft/tuners/lora/layer.py) runs lora_B(lora_A(dropout(x))) with
+# one nn.Dropout per adapted module. With nothing to cast (fp32, or 16-bit adapters), lora_A kept
+# the one shared norm output at dropout 0; with dropout each adapted module keeps its own dropped
+# copy (e bytes) plus CUDA's bool mask (1 byte). Hand counts from the catalog's config.json fields.
+
+
+def test_fp32_lora_dropout_keeps_a_dropped_copy_per_adapted_module() -> None:
+    # Llama-3.2-1B: q/k/v read one norm output, gate/up another (2 + 1 more copies); fp32 SDPA on
+    # a grouped-query model takes the math kernel, which does not keep its output, so o_proj's
+    # dropped copy replaces the input lora_A kept: no change there. down_proj likewise.
+    spec = load_catalog(include_user=False).models["llama-3.2-1b"]
+    h, i, tokens = spec.hidden_size, spec.intermediate_size, 2 * 512
+    plan = Plan(model=spec.id, method=Method.LORA, precision=Precision.FP32, batch=2, seq=512)
+    masks = tokens * (4 * h + 2 * h + i)  # q, k, v, o, gate, up read h features; down reads i
+    copies = 4 * tokens * (2 * h + 1 * h)
+    assert _dropout_extra_activations(plan, spec) == spec.layers * (masks + copies)
+
+
+def test_fp32_lora_dropout_on_a_parallel_block_and_a_kernel_that_keeps_its_output() -> None:
+    # Phi-2: one LayerNorm feeds q, k, v and fc1 (one shared tensor at dropout 0, four copies
+    # with dropout); SDPA's kernel keeps its output (o_proj's input, multi-head: not the math
+    # fallback), so an adapted dense (o_proj) keeps a dropped copy beside it.
+    spec = load_catalog(include_user=False).models["phi-2"]
+    h, i, tokens = spec.hidden_size, spec.intermediate_size, 512
+    plan = Plan(model=spec.id, method=Method.LORA, precision=Precision.FP32, seq=512)
+    masks = tokens * (5 * h + i)  # q, k, v, dense, fc1 read h features; fc2 reads i
+    copies = 4 * tokens * (3 * h + 1 * h)
+    assert _dropout_extra_activations(plan, spec) == spec.layers * (masks + copies)
+
+
+def test_sixteen_bit_adapter_dropout_keeps_sixteen_bit_copies() -> None:
+    # --adapter-dtype bf16 on a bf16 model: no cast to the adapter's dtype, so the same per-module
+    # copies as in fp32, at 2 bytes
+    spec = load_catalog(include_user=False).models["llama-3.2-1b"]
+    h, i, tokens = spec.hidden_size, spec.intermediate_size, 1024
+    plan = Plan(model=spec.id, method=Method.LORA, seq=1024, adapter_dtype="bf16")
+    masks = tokens * (6 * h + i)
+    copies = 2 * tokens * (2 * h + 1 * h + 1 * h)  # SDPA in bf16 keeps its output: o_proj too
+    assert _dropout_extra_activations(plan, spec) == spec.layers * (masks + copies)
+
+
+def test_cast_lora_dropout_adds_only_the_masks() -> None:
+    # bf16 LoRA under autocast and amp: every adapted module already keeps its own 16-bit cast of
+    # its input; with dropout that is the cast of the dropped copy, the same bytes
+    spec = load_catalog(include_user=False).models["llama-3.2-1b"]
+    h, i, tokens = spec.hidden_size, spec.intermediate_size, 1024
+    for precision in (Precision.BF16, Precision.AMP):
+        plan = Plan(model=spec.id, method=Method.LORA, precision=precision, seq=1024)
+        assert _dropout_extra_activations(plan, spec) == spec.layers * tokens * (6 * h + i)
+
+
 def test_sgd_with_checkpointing_peaks_at_the_end_of_backward() -> None:
     # SGD has no states and no step temporaries: the step holds weights + gradients, while the end
     # of backward also holds the first layer's recomputed activations.
@@ -835,3 +894,27 @@ def test_adafactor_step_holds_sixteen_bytes_per_element_of_the_largest_matrix() 
     assert estimate.peak_phase == "optimizer step"
     largest = max(arch.embedding_params, arch.lm_head_params)
     assert dict(estimate.details)["model optimizer step temporaries"] == 16 * largest
+
+
+def test_soft_capped_attention_has_no_sdpa_path() -> None:
+    # issue 24: transformers' Gemma 2 has ``_supports_sdpa = False`` (SDPA cannot soft-cap the
+    # scores), so a run without flash-attn is eager and keeps the s^2 scores; traced gemma-2-2b
+    # LoRA bf16 b1/s2048 was -24% against the SDPA count, +0.0% counted as eager
+    spec = load_catalog(include_user=False).models["gemma-2-2b"]
+    plan = Plan(model=spec.id, method=Method.LORA, seq=2048)
+    sdpa = estimate_memory(plan, spec)
+    eager = estimate_memory(plan.model_copy(update={"attention": Attention.EAGER}), spec)
+    flash = estimate_memory(plan.model_copy(update={"attention": Attention.FLASH}), spec)
+    assert sdpa.per_gpu == eager.per_gpu
+    assert any("no sdpa attention for soft-capped" in warning for warning in sdpa.warnings)
+    arch = architecture(spec)
+    # eager keeps the fp32 softmax, the bf16 probabilities and the bf16 tanh output per score
+    # element (8 bytes; K and V expanded to all heads, less the kernel's log-sum-exp, aside)
+    scores = spec.layers * 8 * spec.heads * 2048 * 2048
+    extra = sdpa.per_gpu.activations - flash.per_gpu.activations
+    assert extra == pytest.approx(scores, rel=0.01)
+    assert not any("soft-capped" in warning for warning in flash.warnings)
+    llama = load_catalog(include_user=False).models["llama-3.2-1b"]
+    assert architecture(llama).attn_logit_softcap is False and arch.attn_logit_softcap
+    plain = estimate_memory(Plan(model=llama.id, method=Method.LORA, seq=2048), llama)
+    assert not any("soft-capped" in warning for warning in plain.warnings)

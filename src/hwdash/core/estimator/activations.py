@@ -100,6 +100,7 @@ def _input_copies_kept(
     targets: tuple[LinearShape, ...],
     autocast_from_fp32: bool,
     adapter_casts: bool | None = None,
+    dropout: bool = False,
 ) -> int:
     """The 16-bit inputs the linear layers keep, as they depend on freezing and casting.
 
@@ -116,6 +117,21 @@ def _input_copies_kept(
       for lora_A, so every adapted module keeps its own 16-bit copy (q, k and v keep three). In
       plain fp32 there is no cast: lora_A keeps the shared tensor itself. An adapted o_proj keeps
       a copy next to the attention kernel's output (flash and SDPA keep that output themselves).
+    * LoRA dropout (``dropout``, p > 0) gives every adapted module its own input as well, cast or
+      not: PEFT's ``Linear.forward`` (``peft/tuners/lora/layer.py``, and ``Linear8bitLt`` /
+      ``Linear4bit`` in ``peft/tuners/lora/bnb.py``) runs ``lora_B(lora_A(dropout(x)))`` with one
+      ``nn.Dropout`` per adapted module (``update_layer``: ``self.lora_dropout[adapter_name]``),
+      so q, k and v each drop out their own copy of the norm output and lora_A keeps that copy
+      (``e`` bytes: the activations' dtype, which is the adapter's where nothing casts). Where the
+      input is cast anyway (16-bit compute under an fp32 adapter) lora_A keeps its own 16-bit cast
+      of the dropped copy instead of the cast of the input, the same bytes: dropout adds only its
+      mask there (:func:`_adapter_extras`). Without a cast the shared tensor is replaced by one
+      copy per adapted module: (n - 1) more copies in a group of n adapted linears, one more for
+      an adapted o_proj next to the attention kernel's output (an adapted down_proj keeps its
+      dropped input instead of the MLP product: no change). Checked per tensor on a PEFT layer
+      (saved-tensor hooks, fp32 and bf16-adapter LoRA) and on fake-tensor traces
+      (``bench/lora_dropout_rows.py``). PEFT's ``lora.ParamWrapper`` (fused MoE experts) refuses
+      dropout, so expert groups are left as they are.
     """
     e = element_bytes
     lora = bool(targets)
@@ -126,21 +142,27 @@ def _input_copies_kept(
         casts = adapter_casts
     names = {linear.name for linear in targets} if lora else {lin.name for lin in arch.linears}
     by_name = {linear.name: linear for linear in arch.linears}
+    # every adapted module keeps an input of its own: a cast, or its dropped-out copy (not for
+    # fused MoE expert weights, whose lora.ParamWrapper runs no dropout)
+    own_dense = casts or (lora and dropout)
 
     def tokens_through(linear: LinearShape) -> int:
         return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
 
+    def own_copies(linear: LinearShape) -> bool:
+        return own_dense if linear.copies == 1 else casts
+
     kept_bytes = 0
     # one norm feeding attention and MLP (Phi-2's, Falcon-7B's parallel block): without casts the
     # q/k/v group and the MLP's first linears keep the very same tensor
-    one_norm_output = arch.parallel_block and arch.norms_per_layer == 1 and not casts
+    one_norm_output = arch.parallel_block and arch.norms_per_layer == 1 and not own_dense
     shared_kept = False
     for group in _SHARED_INPUT_GROUPS:
         members = [by_name[name] for name in group if name in by_name]
         if not members:
             continue
         adapted = [linear for linear in members if linear.name in names]
-        kept = (len(adapted) if casts else 1) if adapted else 0
+        kept = (len(adapted) if own_copies(members[0]) else 1) if adapted else 0
         if kept and one_norm_output and members[0].copies == 1:
             kept, shared_kept = (0 if shared_kept else kept), True
         kept_bytes += kept * e * tokens_through(members[0]) * members[0].in_features
@@ -156,8 +178,12 @@ def _input_copies_kept(
         kept_bytes += o_input if "o_proj" in names else 0
     else:
         # flash and SDPA keep their output, which is o_proj's input (already 16-bit); PEFT's cast
-        # to the adapter dtype makes an adapted o_proj keep a copy of its own
-        kept_bytes += o_input + (o_input if lora and "o_proj" in names and casts else 0)
+        # to the adapter dtype makes an adapted o_proj keep a copy of its own, and so does its
+        # dropout where the kernel keeps its output (SDPA's math fallback keeps the probabilities,
+        # not the output: there lora_A's dropped copy replaces the input it kept)
+        keeps_output = _score_bytes_per_element(attention, e, arch.kv_heads != arch.heads) == 0
+        own_o = casts or (lora and dropout and keeps_output)
+        kept_bytes += o_input + (o_input if lora and "o_proj" in names and own_o else 0)
     for name in _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD:
         linear = by_name.get(name)
         if linear is not None and name in names:
@@ -193,9 +219,12 @@ def _adapter_extras(
       bytes x the layer's 60.8M linear parameters / 512 tokens, and the inventory holds 16-bit
       ``_to_copy`` tensors of every projection's weight shape.
     * LoRA dropout (p > 0): its mask over each adapted module's input, :data:`DROPOUT_MASK_BYTES`
-      per element. The dropped-out tensor itself is not kept: lora_A keeps its own (cast) input,
-      counted with the inputs. Checked on the calibration traces: the ``-d0.05`` rows hold 4 bytes
-      (CPU's mask dtype) per adapted input element more than the ``-d0`` rows, to within 1%.
+      per element (one ``nn.Dropout`` per adapted module: ``peft/tuners/lora/layer.py``). The
+      dropped-out tensor is what lora_A keeps (its own input, in the adapter's dtype, or autocast's
+      16-bit cast of it), counted with the inputs (:func:`_input_copies_kept`). Checked on the
+      calibration traces: the ``-d0.05`` rows hold 4 bytes (CPU's mask dtype) per adapted input
+      element more than the ``-d0`` rows, to within 1%; ``hwdash plan --trace`` on CPU runs the
+      dropout through CUDA's fused kernel and holds 1 byte (``hwdash.tracing._cuda_fused_dropout``).
     """
     e = element_bytes
     casts = element_bytes != 4 if adapter_casts is None else adapter_casts
@@ -438,7 +467,7 @@ def layer_activation_bytes(
         mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
         mlp += _shared_expert_bytes(arch, tokens, e, frozen)
     inputs = _input_copies_kept(
-        arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts
+        arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts, lora_dropout
     )
     weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
     adapters = _adapter_extras(

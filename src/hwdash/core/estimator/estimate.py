@@ -131,6 +131,18 @@ def _attention_the_model_has(plan: Plan, model: ModelSpec, acc: _Accumulator) ->
             "the s^2 scores kept"
         )
         return plan.model_copy(update={"attention": Attention.EAGER})
+    if model.attn_logit_softcap is not None and plan.attention is Attention.SDPA:
+        # transformers has no SDPA path for soft-capped attention scores: Gemma 2's model class
+        # says ``_supports_sdpa = False  # sdpa does not support softcapping``
+        # (transformers/models/gemma2/modeling_gemma2.py; vaultgemma and t5gemma alike), so a run
+        # that asks for none (the Trainer's default) gets eager, and flash-attn 2 (which caps
+        # inside the kernel) is the only kernel without the s^2 scores. Traced: gemma-2-2b LoRA
+        # bf16 at b1/s2048 was -24% against the SDPA count.
+        acc.warnings.append(
+            f"{model.name}: transformers has no sdpa attention for soft-capped attention scores: "
+            "counted as eager, with the s^2 scores kept (--attn flash keeps none)"
+        )
+        return plan.model_copy(update={"attention": Attention.EAGER})
     return plan
 
 
