@@ -376,3 +376,22 @@ def test_bad_t5_projection_is_refused() -> None:
         model_from_config(
             {**_config("t5-base"), "feed_forward_proj": "gated-nonsense"}, name="t", source="t"
         )
+
+
+def test_falcon_with_alibi_runs_sdpa_and_refuses_flash() -> None:
+    # transformers 5.24's FalconAttention adds ALiBi to the mask and calls SDPA: no s^2 scores
+    # kept unless --attn eager (it was counted as eager-only, +68..+117% on falcon-rw-1b); its
+    # flash-attention class raises on ALiBi, so --attn flash is counted as sdpa, with a warning.
+    fields = {**_config("falcon-7b"), "alibi": True, "multi_query": False}
+    model = model_from_config(fields, name="falcon-alibi", source="test")
+    assert model.position_encoding == "alibi" and not model.eager_attention_only
+    base = Plan(model="falcon-alibi", method=Method.FULL, seq=2048, grad_ckpt=False)
+    sdpa = estimate_memory(base.model_copy(update={"attention": Attention.SDPA}), model)
+    eager = estimate_memory(base.model_copy(update={"attention": Attention.EAGER}), model)
+    flash = estimate_memory(base.model_copy(update={"attention": Attention.FLASH}), model)
+    # eager keeps each layer's scores and probabilities: heads x s^2 per layer at least
+    scores = model.layers * model.heads * 2048 * 2048 * 2
+    assert eager.per_gpu.activations - sdpa.per_gpu.activations >= scores
+    assert flash.per_gpu.activations == sdpa.per_gpu.activations
+    assert any("refuses ALiBi" in warning for warning in flash.warnings)
+    assert not any("ALiBi" in warning for warning in sdpa.warnings)

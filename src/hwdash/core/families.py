@@ -243,8 +243,12 @@ def _falcon(fields: dict[str, Any], source: str) -> dict[str, Any]:
         "norm_weights_per_layer": norms,
         "parallel_block": parallel,
         "position_encoding": "alibi" if alibi else "rope",
-        # with ALiBi, FalconAttention computes the scores itself (no SDPA/flash path)
-        "eager_attention_only": alibi,
+        # With ALiBi, modeling_falcon.py (transformers 5.24) adds the ALiBi biases to the 4-D
+        # attention mask and still calls SDPA (FalconAttention.forward's `alibi is not None`
+        # branch), so the s^2 scores are kept only under eager; FalconFlashAttention2 refuses
+        # ALiBi (see estimate._attention_the_model_has). Found by the held-out falcon-rw-1b rows
+        # (docs/accuracy.md: +68..+117% when counted as eager).
+        "eager_attention_only": False,
         "mlp_activation": _activation(fields, ("activation",), "gelu"),
     }
 

@@ -131,6 +131,14 @@ def _attention_the_model_has(plan: Plan, model: ModelSpec, acc: _Accumulator) ->
             "the s^2 scores kept"
         )
         return plan.model_copy(update={"attention": Attention.EAGER})
+    if model.position_encoding == "alibi" and plan.attention is Attention.FLASH:
+        # FalconFlashAttention2.forward (modeling_falcon.py) raises "`alibi` is not supported
+        # when `use_flash_attn` is True": the run would need sdpa, which keeps no s^2 scores either
+        acc.warnings.append(
+            f"{model.name}: transformers' flash-attention path refuses ALiBi position biases: "
+            "counted as sdpa (--attn sdpa), which the run must use"
+        )
+        return plan.model_copy(update={"attention": Attention.SDPA})
     if model.attn_logit_softcap is not None and plan.attention is Attention.SDPA:
         # transformers has no SDPA path for soft-capped attention scores: Gemma 2's model class
         # says ``_supports_sdpa = False  # sdpa does not support softcapping``
