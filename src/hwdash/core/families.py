@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from hwdash.core import family_encoders
 from hwdash.core.catalog import ModelSpec
 from hwdash.errors import UsageError
 
@@ -326,6 +327,7 @@ FAMILY_READERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "olmo2": _olmo2,
     "t5": _t5,
     "mt5": _t5,
+    **family_encoders.READERS,
 }
 
 #: Families whose training usually runs with dropout from the config (a note on the model).

@@ -1,0 +1,115 @@
+"""Encoder-only models (BERT, RoBERTa, DeBERTa-v3, ModernBERT): traced peaks and estimate errors.
+
+``--trace`` runs ``hwdash plan --model CONFIG ... --trace --json`` (the config.json door; fake
+tensors on CPU) for every row and writes the traced peaks and their breakdown to a CSV; without it
+the script reads that CSV and prints the estimate's error per row (estimate without the overhead
+guesses, as bench/estimator_errors.py compares). Two row sets:
+
+* held-out (``bench/data/encoder_heldout.csv``): the published configs under
+  tests/data/model_configs/encoders, traced and committed before the formulas were written; never
+  tuned on.
+* tuning (``bench/data/encoder_tuning.csv``, ``--tuning``): small configs made up for the purpose
+  (``bench/data/encoder_tuning_configs/``).
+
+Run from the repository root with an interpreter that has torch and transformers:
+``PYTHONPATH=src python bench/encoder_rows.py [--tuning] [--trace]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HELD_OUT = ROOT / "bench/data/encoder_heldout.csv"
+TUNING = ROOT / "bench/data/encoder_tuning.csv"
+HELD_OUT_MODELS = ROOT / "tests/data/model_configs/encoders"
+TUNING_MODELS = ROOT / "bench/data/encoder_tuning_configs"
+
+#: (plan name, CLI arguments) traced for every model.
+PLANS = (
+    ("full-fp32", "--method full --precision fp32 --batch 8 --seq 512"),
+    ("full-amp", "--method full --precision amp --batch 8 --seq 512"),
+    ("full-bf16", "--method full --precision bf16 --batch 8 --seq 512"),
+    ("full-bf16-eager", "--method full --precision bf16 --attn eager --batch 8 --seq 512"),
+    ("lora", "--method lora --batch 8 --seq 512"),
+    ("full-bf16-ckpt", "--method full --precision bf16 --batch 8 --seq 512 --grad-ckpt"),
+    ("inference", "--method inference --batch 8 --seq 512"),
+)
+COMPONENTS = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+OVERHEAD = ("CUDA context (guess)", "allocator fragmentation (guess)")
+
+
+def _run(config: Path, arguments: str, trace: bool) -> dict:
+    command = [sys.executable, "-m", "hwdash", "plan", "--model", str(config), "--json"]
+    command += arguments.split() + (["--trace"] if trace else [])
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{config} {arguments}: exit {done.returncode}: {done.stderr[-500:]}")
+    return json.loads(done.stdout)
+
+
+def _estimate_without_overhead(document: dict) -> int:
+    details = {label: value for label, value in document["details"]}
+    total = int(document["memory"]["per_gpu"]["total"])
+    return total - sum(int(details.get(label, 0)) for label in OVERHEAD)
+
+
+def _models(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*/config.json"))
+
+
+def trace(rows_path: Path, folder: Path) -> None:
+    with rows_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["model", "plan", "arguments", "traced_peak", "peak_phase", *COMPONENTS])
+        for config in _models(folder):
+            for name, arguments in PLANS:
+                document = _run(config, arguments, trace=True)
+                traced = document["trace"]
+                parts = traced["components"]
+                row = [config.parent.name, name, arguments, traced["peak_bytes"]]
+                row += [traced["peak_phase"], *(parts.get(part, 0) for part in COMPONENTS)]
+                writer.writerow(row)
+                print(*row[:2], f"{traced['peak_bytes'] / 2**30:.3f} GiB", flush=True)
+
+
+def compare(rows_path: Path, folder: Path) -> list[float]:
+    errors: list[float] = []
+    with rows_path.open(encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            config = folder / row["model"] / "config.json"
+            estimate = _estimate_without_overhead(_run(config, row["arguments"], trace=False))
+            traced = int(row["traced_peak"])
+            error = (estimate - traced) / traced
+            errors.append(error)
+            print(
+                f"{row['model']:22} {row['plan']:16} traced {traced / 2**30:7.3f} GiB  "
+                f"estimate {estimate / 2**30:7.3f} GiB  {100 * error:+6.1f}%"
+            )
+    if errors:
+        ordered = sorted(abs(e) for e in errors)
+        median = ordered[len(ordered) // 2]
+        worst = max(errors, key=abs)
+        print(f"{len(errors)} rows: median |err| {100 * median:.1f}%, worst {100 * worst:+.1f}%")
+    return errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuning", action="store_true", help="the tuning rows, not the held-out")
+    parser.add_argument("--trace", action="store_true", help="trace and write the CSV")
+    args = parser.parse_args()
+    rows, folder = (TUNING, TUNING_MODELS) if args.tuning else (HELD_OUT, HELD_OUT_MODELS)
+    if args.trace:
+        trace(rows, folder)
+    else:
+        compare(rows, folder)
+
+
+if __name__ == "__main__":
+    main()
