@@ -55,8 +55,34 @@ def _run(config: Path, arguments: str, trace: bool) -> dict:
 
 def _estimate_without_overhead(document: dict) -> int:
     details = {label: value for label, value in document["details"]}
-    total = int(document["memory"]["per_gpu"]["total"])
+    total = int(document["memory"]["total"])
     return total - sum(int(details.get(label, 0)) for label in OVERHEAD)
+
+
+def _cpu_extra(config: Path, arguments: str) -> int:
+    """What a CPU trace of this row holds beyond CUDA (dropout masks in the input's dtype, SDPA
+    with dropout in the math kernel): hwdash.core.estimator.encoder.cpu_trace_extra_bytes."""
+    from hwdash.core.estimator.encoder import cpu_trace_extra_bytes
+    from hwdash.core.estimator.states import LAYOUTS
+    from hwdash.core.models import model_from_config_file
+    from hwdash.core.plan import Attention, Method, Plan, Precision
+
+    words = arguments.split()
+    value = {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i].startswith("--")}
+    plan = Plan(
+        model=str(config),
+        method=Method(value.get("--method", "lora")),
+        precision=Precision(value.get("--precision", "bf16")),
+        batch=int(value.get("--batch", 1)),
+        seq=int(value.get("--seq", 2048)),
+        attention=Attention(value.get("--attn", "sdpa")),
+        grad_ckpt="--grad-ckpt" in words,
+    )
+    model = model_from_config_file(config)
+    layout = LAYOUTS[plan.precision]
+    lora = plan.method is not Method.FULL
+    weight_bytes = 4 if lora else layout.weight_bytes
+    return cpu_trace_extra_bytes(plan, model, layout.activation_bytes, weight_bytes)
 
 
 def _models(folder: Path) -> list[Path]:
@@ -84,6 +110,7 @@ def compare(rows_path: Path, folder: Path) -> list[float]:
         for row in csv.DictReader(handle):
             config = folder / row["model"] / "config.json"
             estimate = _estimate_without_overhead(_run(config, row["arguments"], trace=False))
+            estimate += _cpu_extra(config, row["arguments"])
             traced = int(row["traced_peak"])
             error = (estimate - traced) / traced
             errors.append(error)
