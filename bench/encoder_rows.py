@@ -89,11 +89,17 @@ def _models(folder: Path) -> list[Path]:
     return sorted(folder.glob("*/config.json"))
 
 
-def trace(rows_path: Path, folder: Path) -> None:
-    with rows_path.open("w", newline="", encoding="utf-8") as handle:
+def trace(rows_path: Path, folder: Path, only: set[str] | None = None) -> None:
+    """Trace every row (``only``: just these model folders, appended to the CSV)."""
+    with rows_path.open("a" if only else "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["model", "plan", "arguments", "traced_peak", "peak_phase", *COMPONENTS])
+        if not only:
+            writer.writerow(
+                ["model", "plan", "arguments", "traced_peak", "peak_phase", *COMPONENTS]
+            )
         for config in _models(folder):
+            if only and config.parent.name not in only:
+                continue
             for name, arguments in PLANS:
                 document = _run(config, arguments, trace=True)
                 traced = document["trace"]
@@ -130,10 +136,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuning", action="store_true", help="the tuning rows, not the held-out")
     parser.add_argument("--trace", action="store_true", help="trace and write the CSV")
+    parser.add_argument("--only", help="comma-separated model folders to trace and append")
     args = parser.parse_args()
     rows, folder = (TUNING, TUNING_MODELS) if args.tuning else (HELD_OUT, HELD_OUT_MODELS)
     if args.trace:
-        trace(rows, folder)
+        trace(rows, folder, set(args.only.split(",")) if args.only else None)
     else:
         compare(rows, folder)
 

@@ -752,6 +752,9 @@ def _trace(
     layers = int(base_fields.get("num_hidden_layers") or model.layers)
     if model.encoder_only and model.encoder_head == "classification":
         base_fields["num_labels"] = model.num_labels
+        # one class index per sequence, as the Trainer passes them (DeBERTa's loss otherwise
+        # picks the labelled rows with a data-dependent nonzero(), which fake tensors cannot run)
+        base_fields["problem_type"] = "single_label_classification"
     # Room for the traced sequence: RoPE models have no position table, but some configs check.
     base_fields["max_position_embeddings"] = max(
         int(base_fields.get("max_position_embeddings") or 0), settings.seq

@@ -153,7 +153,10 @@ def test_cli_plan_is_near_the_traced_peak(
     """The estimate without the overhead guesses, plus what a CPU trace keeps beyond CUDA (masks in
     the input's dtype, SDPA's fp32 math kernel with dropout), is within 5% of the traced peak."""
     traced, arguments = _held_out("bert-base-uncased", plan_name)
-    assert main(["plan", "--model", str(_path("bert-base-uncased")), "--json", *arguments.split()]) == 0
+    assert (
+        main(["plan", "--model", str(_path("bert-base-uncased")), "--json", *arguments.split()])
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     details = dict((label, value) for label, value in document["details"])
     estimate = document["memory"]["total"] - sum(details[label] for label in OVERHEAD)
@@ -166,7 +169,9 @@ def test_cli_plan_is_near_the_traced_peak(
     lora = plan.method is not Method.FULL
     weight_bytes = 4 if lora else (4 if precision == "fp32" else 2)
     element_bytes = 4 if precision == "fp32" else 2
-    estimate += cpu_trace_extra_bytes(plan, _model("bert-base-uncased"), element_bytes, weight_bytes)
+    estimate += cpu_trace_extra_bytes(
+        plan, _model("bert-base-uncased"), element_bytes, weight_bytes
+    )
     assert estimate == pytest.approx(traced, rel=0.05)
 
 
@@ -203,7 +208,10 @@ def test_tensor_parallel_encoder_is_refused(capsys: pytest.CaptureFixture[str]) 
     ],
 )
 def test_unsupported_deberta_settings_are_refused_naming_the_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict, message: str  # type: ignore[type-arg]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict,
+    message: str,  # type: ignore[type-arg]
 ) -> None:
     config = {**json.loads(_path("deberta-v3-base").read_text()), **change}
     path = tmp_path / "config.json"

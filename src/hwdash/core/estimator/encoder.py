@@ -62,7 +62,9 @@ class EncoderLayout:
     relative_rows: int
     """DeBERTa's relative-position table rows (2 x buckets); 0 otherwise."""
     local_window: int
-    """ModernBERT's sliding window on its local layers; 0: every layer global."""
+    """ModernBERT's sliding window on its local layers; 0: every layer global. Its local layers
+    keep as much as its global ones: eager computes every s x s score and masks them, SDPA keeps
+    none either way; only the mask itself is extra (:func:`embedding_activation_bytes`)."""
     global_every: int
     head_linears: tuple[tuple[str, int, int], ...]
     """The head's own linear layers (name, in, out) that ``all-linear`` LoRA adapts."""
@@ -126,7 +128,9 @@ def extra_embedding_params(model: ModelSpec) -> int:
     LayerNorm (``norm_rel_ebd``), on top of the learned positions and embedding norm the
     Architecture counts already."""
     h = model.hidden_size
-    relative = (model.relative_position_buckets * h + 2 * h) if model.relative_position_buckets else 0
+    relative = (
+        (model.relative_position_buckets * h + 2 * h) if model.relative_position_buckets else 0
+    )
     return model.type_vocab_size * h + relative
 
 
@@ -171,12 +175,20 @@ class _Dtypes:
     r: int
     m: int
     autocast: bool
+    softmax: int
+    """The softmax output's bytes: fp32 under CUDA autocast (softmax is on its fp32 list); CPU
+    autocast leaves softmax (and layer_norm) in the input's dtype."""
+    embedding_mask: int
+    """The embedding dropout's mask (its input is the embedding LayerNorm's output, dtype r)."""
 
 
 def _dtypes(element_bytes: int, weight_bytes: int, cpu_trace: bool) -> _Dtypes:
     autocast = weight_bytes == 4 and element_bytes == 2
     r = 4 if autocast else element_bytes
-    return _Dtypes(element_bytes, r, r if cpu_trace else CUDA_MASK_BYTES, autocast)
+    if cpu_trace:
+        # CPU's composite dropout keeps a mask in its input's dtype: the matmuls' outputs (e)
+        return _Dtypes(element_bytes, r, element_bytes, autocast, element_bytes, r)
+    return _Dtypes(element_bytes, r, CUDA_MASK_BYTES, autocast, 4 if autocast else element_bytes, 1)
 
 
 def _mask(p: float, elements: int, d: _Dtypes) -> int:
@@ -195,9 +207,16 @@ def _score_bytes(enc: EncoderLayout, attention: Attention, d: _Dtypes, cpu_trace
         if cpu_trace and enc.attention_dropout > 0:
             return 12
         return 0
-    softmax = 4 if d.autocast else d.e
+    softmax = d.softmax
+    if enc.family == "modernbert":
+        # ModernBERT's eager_attention_forward: softmax(..., dtype=float32).to(query.dtype): the
+        # fp32 output and its 16-bit copy (read by the matmul, or by the dropout)
+        softmax = 4 + (d.e if d.e != 4 else 0)
+        if enc.attention_dropout <= 0:
+            return softmax
+        return softmax + d.m + d.e
     if enc.attention_dropout <= 0:
-        return softmax + (d.e if d.autocast else 0)
+        return softmax + (d.e if softmax != d.e else 0)
     return softmax + d.m + d.e
 
 
@@ -209,7 +228,6 @@ def _layer_bytes(
     attention: Attention,
     d: _Dtypes,
     cpu_trace: bool,
-    global_layer: bool = True,
 ) -> float:
     """What one encoder block keeps for backward (full training, no adapters)."""
     t = batch * seq
@@ -223,15 +241,16 @@ def _layer_bytes(
         # (v is a view of it), rotary q and k, the attention output and its contiguous copy read
         # by Wo; Wi's input, Wi's output (input and gate are views of it), GELU(input) and the
         # product read by Wo.
+        # SDPA keeps rotary q and k and v (a view of the fused qkv output, which it keeps whole);
+        # eager keeps the matmuls' per-head copies of q, k and v instead. Both keep every s x s
+        # score in eager (the sliding window is a mask on the full scores), none in SDPA.
         norms = 2 * (r * t * h + stats)
-        attention_part = e * t * h * (1 + 3 + 2 + 1 + 1)
         kept_scores = 0.0
-        window = seq if global_layer or not enc.local_window else min(seq, enc.local_window)
-        if not sdpa:
-            kept_scores = _score_bytes(enc, attention, d, cpu_trace) * batch * heads * seq * seq
-            del window
+        if sdpa:
+            attention_part = e * t * h * (1 + 3 + 2 + 1 + 1) + LSE_BYTES * batch * heads * seq
         else:
-            attention_part += LSE_BYTES * batch * heads * seq
+            attention_part = e * t * h * (1 + 3 + 1)
+            kept_scores = _score_bytes(enc, attention, d, cpu_trace) * batch * heads * seq * seq
         mlp = e * t * h + e * t * (2 * inter + 2 * inter)
         masks = _mask(enc.attention_dropout, t * h, d) + _mask(enc.hidden_dropout, t * inter, d)
         return norms + attention_part + kept_scores + mlp + masks
@@ -245,9 +264,13 @@ def _layer_bytes(
     scores = _score_bytes(enc, attention, d, cpu_trace) * batch * heads * seq * seq
     if enc.family == "deberta" and enc.relative_rows:
         # k / scale (read by the content bmm); the relative-position q and k projections
-        # repeated per sequence (batch x 2R x h each, read by the c2p and p2c bmm); the clamped
-        # c2p and p2c index tensors (int64, s x s, shared by the batch)
-        attention_part += e * t * h + 2 * e * batch * enc.relative_rows * h + 16 * seq * seq
+        # repeated per sequence (batch x 2R x h each, read by the c2p and p2c bmm) and their
+        # input; the c2p and p2c scores against every relative position (batch x heads x s x 2R
+        # each, kept by the gathers that pick the s x s ones) and the clamped c2p and p2c index
+        # tensors (int64, s x s, expanded over the batch without a copy)
+        rows = enc.relative_rows
+        attention_part += e * t * h + 2 * e * batch * rows * h + 2 * e * rows * h
+        attention_part += 2 * e * batch * heads * seq * rows + 16 * seq * seq
     # LayerNorm inputs and stats (post-norm: after each residual add), the first norm's output
     # read by intermediate.dense (a 16-bit copy under autocast; in fp32/bf16 the same tensor as
     # the residual, kept once), intermediate output (GELU's input) and GELU output
@@ -273,11 +296,7 @@ def layer_activation_bytes(
     if enc.family != "modernbert":
         return round(_layer_bytes(model, enc, batch, seq, attention, d, cpu_trace))
     layers = model.layers
-    global_layers = len(range(0, layers, enc.global_every))
-    total = global_layers * _layer_bytes(model, enc, batch, seq, attention, d, cpu_trace, True)
-    total += (layers - global_layers) * _layer_bytes(
-        model, enc, batch, seq, attention, d, cpu_trace, False
-    )
+    total = layers * _layer_bytes(model, enc, batch, seq, attention, d, cpu_trace)
     # the first block has no attention norm (nn.Identity)
     total -= d.r * batch * seq * model.hidden_size + LAYER_NORM_STATS_BYTES * batch * seq
     return round(total / layers)
@@ -290,10 +309,17 @@ def embedding_activation_bytes(
     enc = encoder_layout(model)
     d = _dtypes(element_bytes, weight_bytes, cpu_trace)
     t = batch * seq
+    sliding_mask = 0
+    if enc.local_window and seq > enc.local_window // 2 and model.layers > 1:
+        # ModernBERT's local layers read a b x 1 x s x s sliding-window mask, built once per
+        # forward (create_bidirectional_sliding_window_mask): bool for SDPA, additive in the
+        # activations' dtype for eager; it lives through the forward
+        sliding_mask = batch * seq * seq
     return (
         d.r * t * model.hidden_size
         + LAYER_NORM_STATS_BYTES * t
-        + _mask(enc.embedding_dropout, t * model.hidden_size, d)
+        + (d.embedding_mask * t * model.hidden_size if enc.embedding_dropout > 0 else 0)
+        + sliding_mask
     )
 
 
@@ -318,10 +344,9 @@ def head_and_loss_bytes(
     if model.encoder_head == "classification":
         return last_hidden + 4 * batch * (4 * h + model.num_labels)
     transform = e * t * h * 2 + r * t * h + LAYER_NORM_STATS_BYTES * t + e * t * h
-    if model.encoder_family == "modernbert" or d.autocast:
-        per_logit = 12
-    else:
-        per_logit = 3 * e
+    # fp32 loss (an upcast, or autocast's fp32 cross_entropy): the saved log-softmax output and
+    # the two fp32 gradients at the start of backward; otherwise the same three in the logits' dtype
+    per_logit = 12 if model.encoder_family == "modernbert" or d.autocast else 3 * e
     return last_hidden + transform + t * v * per_logit
 
 
@@ -360,8 +385,10 @@ def inference_activation_bytes(
     t = batch * seq
     h, e = model.hidden_size, element_bytes
     enc = encoder_layout(model)
-    inner = 2 * model.intermediate_size if enc.family == "modernbert" else model.intermediate_size
-    block = e * t * (4 * h + inner)
+    # the MLP's intermediates alive together: BERT's dense output and GELU output (2 i);
+    # ModernBERT's Wi output (2 i: input and gate are views of it), GELU(input) and the product
+    inner = (4 if enc.family == "modernbert" else 2) * model.intermediate_size
+    block = e * t * (2 * h + inner)
     if attention is Attention.EAGER or enc.family == "deberta":
         block = max(block, e * t * 3 * h + 2 * e * batch * model.heads * seq * seq)
     head = e * t * model.vocab_size if model.encoder_head == "mlm" else 0
@@ -416,7 +443,9 @@ def encoder_warnings(plan: Plan, model: ModelSpec) -> list[str]:
     return notes
 
 
-def cpu_trace_extra_bytes(plan: Plan, model: ModelSpec, element_bytes: int, weight_bytes: int) -> int:
+def cpu_trace_extra_bytes(
+    plan: Plan, model: ModelSpec, element_bytes: int, weight_bytes: int
+) -> int:
     """What a fake-tensor trace on CPU holds beyond CUDA for this plan (dropout masks in the
     input's dtype instead of bool; SDPA with dropout in the fp32 math kernel). For comparing the
     estimate with a CPU trace (bench/encoder_rows.py)."""

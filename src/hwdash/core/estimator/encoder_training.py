@@ -13,7 +13,12 @@ from __future__ import annotations
 from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import encoder
 from hwdash.core.estimator.architecture import ALL_LINEAR, Architecture
-from hwdash.core.estimator.phases import _BACKWARD_END_ONLY, _BACKWARD_ONLY, _STEP_ONLY, _Accumulator
+from hwdash.core.estimator.phases import (
+    _BACKWARD_END_ONLY,
+    _BACKWARD_ONLY,
+    _STEP_ONLY,
+    _Accumulator,
+)
 from hwdash.core.estimator.states import Layout, checkpoint_weight_bytes, model_state_bytes
 from hwdash.core.estimator.training import (
     _add_adapted_weights,
