@@ -367,14 +367,41 @@ def training_activation_bytes(
         model, batch, seq, element_bytes, weight_bytes, cpu_trace
     )
     head = head_and_loss_bytes(model, batch, seq, element_bytes, weight_bytes, cpu_trace)
+    transient = backward_transient_bytes(plan, model, element_bytes)
     if plan.grad_ckpt:
         # each block's input kept (in the residual's dtype); backward starts with the head and the
         # loss, and recomputes a block only once they are freed: the larger of the two is alive
-        # (as for decoders, training._add_checkpointed)
+        # (as for decoders, training._add_checkpointed), the recomputed block with its backward
         d = _dtypes(element_bytes, weight_bytes, cpu_trace)
         checkpoints = model.layers * d.r * batch * seq * model.hidden_size
-        return checkpoints + embeddings, one, max(one, head)
-    return model.layers * one + embeddings, one, head
+        return checkpoints + embeddings, one, max(one + transient, head)
+    # a masked LM's loss tensors are freed before the last block's backward starts; a small
+    # classification head leaves that backward's transients as the peak
+    return model.layers * one + embeddings, one, max(head, transient)
+
+
+#: Fitted (tuning configs' classification rows, eager attention): bytes per attention score the
+#: last block's backward holds besides the kept activations: DeBERTa's and ModernBERT's
+#: (the gradients of the probabilities and of the scores, 3.3-3.9 measured on DeBERTa, 3.6 on
+#: ModernBERT eager); BERT's eager backward holds none on top of its token-sized gradients (its
+#: rows are within 2% without).
+BACKWARD_SCORE_BYTES = {"bert": 0, "deberta": 4, "modernbert": 4}
+
+
+def backward_transient_bytes(plan: Plan, model: ModelSpec, element_bytes: int) -> int:
+    """What the last block's backward holds at its peak besides the saved activations: the
+    gradients of its output and of the MLP's intermediate (e t (h + i)), and with eager attention
+    (DeBERTa always) the gradients of the probabilities and scores (BACKWARD_SCORE_BYTES per
+    score); SDPA's kernels on CUDA recompute the scores block by block."""
+    enc = encoder_layout(model)
+    batch, seq = plan.batch, plan.seq
+    t = batch * seq
+    inner = (2 if enc.family == "modernbert" else 1) * model.intermediate_size
+    tokens = element_bytes * t * (model.hidden_size + inner)
+    scores = batch * model.heads * seq * seq
+    if plan.attention is Attention.EAGER or enc.family == "deberta":
+        return tokens + BACKWARD_SCORE_BYTES[enc.family] * scores
+    return tokens
 
 
 def inference_activation_bytes(
@@ -389,8 +416,23 @@ def inference_activation_bytes(
     # ModernBERT's Wi output (2 i: input and gate are views of it), GELU(input) and the product
     inner = (4 if enc.family == "modernbert" else 2) * model.intermediate_size
     block = e * t * (2 * h + inner)
-    if attention is Attention.EAGER or enc.family == "deberta":
-        block = max(block, e * t * 3 * h + 2 * e * batch * model.heads * seq * seq)
+    scores = batch * model.heads * seq * seq
+    if enc.family == "modernbert":
+        # fused qkv (3 h), rotary q and k, the attention output and its contiguous copy
+        attention_part = e * t * 8 * h
+        if attention is Attention.EAGER:
+            attention_part += (e + 4 + e) * scores  # scores, fp32 softmax, its 16-bit copy
+        block = max(block, attention_part)
+    elif enc.family == "deberta":
+        # the content scores, the gathered c2p and p2c scores, their sum, the masked scores and
+        # the probabilities (6 s x s tensors in the activations' dtype), the c2p/p2c scores against
+        # every relative position, and q, k, v with their per-head copies
+        rows = enc.relative_rows
+        block = max(
+            block, e * t * 6 * h + 6 * e * scores + 2 * e * batch * model.heads * seq * rows
+        )
+    elif attention is Attention.EAGER:
+        block = max(block, e * t * 3 * h + 2 * e * scores)
     head = e * t * model.vocab_size if model.encoder_head == "mlm" else 0
     # the block's transients are freed before the head runs
     return max(block, head) + e * t * h
@@ -401,29 +443,35 @@ def inference_activation_bytes(
 # --------------------------------------------------------------------------------------------------
 
 
+class EncoderPlanError(UsageError, ValueError):
+    """A plan an encoder cannot run (a UsageError for the command line, exit 2; a ValueError for
+    callers that try many plans and skip the impossible ones, as the make-it-fit search does)."""
+
+
 def check_encoder_plan(plan: Plan, model: ModelSpec) -> None:
     """Refuse, naming why, the plans that make no sense for an encoder or are not counted."""
     if plan.is_rl:
-        raise UsageError(
+        raise EncoderPlanError(
             f"{model.name} is an encoder-only model ({model.encoder_head} head): "
             f"{plan.method.value} trains a generating policy, which an encoder cannot be; use "
             "--method full, lora, qlora or dora",
             flag="--method",
         )
     if plan.tp > 1 or plan.pp > 1:
-        raise UsageError(
+        raise EncoderPlanError(
             "Megatron tensor/pipeline parallelism is not modelled for encoder-only models",
             flag="--tp" if plan.tp > 1 else "--pp",
         )
-    if plan.fsdp.value != "none":
-        raise UsageError("--fsdp is not modelled for encoder-only models yet", flag="--fsdp")
-    if plan.method is Method.INFERENCE:
-        return
 
 
 def encoder_warnings(plan: Plan, model: ModelSpec) -> list[str]:
     """What the plan should know about an encoder (inference is one forward; dropout)."""
     notes: list[str] = []
+    if plan.fsdp.value != "none":
+        notes.append(
+            "FSDP sharding is not modelled for encoder-only models: counted unsharded, as on one "
+            "GPU (an upper bound)"
+        )
     if plan.method is Method.INFERENCE:
         notes.append(
             f"{model.name} is an encoder: inference is one forward pass over --batch sequences of "
