@@ -56,6 +56,10 @@ def _adapter_activation_bytes(
         kept += e * t * linear.in_features + e * t * plan.lora_r
         if plan.lora_dropout > 0:
             kept += encoder.CUDA_MASK_BYTES * t * linear.in_features
+        if plan.method is Method.DORA:
+            # DoRA keeps the base and the LoRA outputs for the magnitude scaling (PEFT's
+            # DoraLinearLayer; as activations._adapter_extras counts for decoders)
+            kept += 2 * e * t * linear.out_features
     return kept - _frozen_inputs(model, t, e)
 
 
