@@ -751,6 +751,9 @@ class _RunOptions:
     sdpa_math: bool
     hooks: TraceHooks = _NO_HOOKS
     cuda_dropout: bool = False
+    head: str = "causal"
+    """What to build: ``causal`` (AutoModelForCausalLM), or an encoder's ``mlm``
+    (AutoModelForMaskedLM) or ``classification`` (AutoModelForSequenceClassification)."""
 
 
 def _trace(
@@ -777,6 +780,11 @@ def _trace(
         what = "the model's config" if model.hf_config is not None else "the catalog's dimensions"
         notes.append(f"model built from {what} as a {base_fields['model_type']}")
     layers = int(base_fields.get("num_hidden_layers") or model.layers)
+    if model.encoder_only and model.encoder_head == "classification":
+        base_fields["num_labels"] = model.num_labels
+        # one class index per sequence, as the Trainer passes them (DeBERTa's loss otherwise
+        # picks the labelled rows with a data-dependent nonzero(), which fake tensors cannot run)
+        base_fields["problem_type"] = "single_label_classification"
     # Room for the traced sequence: RoPE models have no position table, but some configs check.
     base_fields["max_position_embeddings"] = max(
         int(base_fields.get("max_position_embeddings") or 0), settings.seq
@@ -784,7 +792,7 @@ def _trace(
     with warnings.catch_warnings(), _quiet_transformers():
         warnings.simplefilter("ignore")
         full_config = _build_config(base_fields, settings, layers)
-        if settings.attention == "sdpa" and not _supports_sdpa(full_config):
+        if settings.attention == "sdpa" and not _supports_sdpa(full_config, model):
             # transformers refuses SDPA for some architectures (Gemma 2's soft-capped attention)
             # and runs them with eager attention, which is what a real run gets.
             settings = replace(settings, attention="eager")
@@ -823,12 +831,16 @@ def _trace(
                 "LoRA dropout run through CUDA's fused kernel (a bool mask, as on a GPU; CPU's own "
                 "dropout keeps a mask in the input's dtype)"
             )
+        head = model.encoder_head if model.encoder_only else "causal"
         options = _RunOptions(
             device=device,
             sdpa_math=sdpa_math and settings.attention == "sdpa",
             hooks=requested.hooks,
             cuda_dropout=cuda_dropout,
+            head=head,
         )
+        if head != "causal":
+            notes.append(_encoder_trace_note(model, settings, device))
         traces = []
         for depth in depths:
             fields = dict(base_fields, num_hidden_layers=depth)
@@ -902,11 +914,48 @@ def _build_config(fields: dict[str, Any], settings: TraceSettings, layers: int) 
     return config
 
 
-def _supports_sdpa(config: Any) -> bool:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+def _supports_sdpa(config: Any, model: ModelSpec | None = None) -> bool:
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING,
+        MODEL_FOR_MASKED_LM_MAPPING,
+    )
 
-    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    mapping = (
+        MODEL_FOR_MASKED_LM_MAPPING
+        if model is not None and model.encoder_only
+        else MODEL_FOR_CAUSAL_LM_MAPPING
+    )
+    model_class = mapping.get(type(config), None)
     return bool(getattr(model_class, "_supports_sdpa", True))
+
+
+#: Of every sequence, the share of positions a masked-LM trainer masks and scores (BERT's 15%:
+#: Devlin et al. 2019, arXiv:1810.04805, section 3.1; ``DataCollatorForLanguageModeling``'s
+#: ``mlm_probability``); the others carry label -100.
+MLM_MASKED_EVERY = 7
+
+
+def _encoder_trace_note(model: ModelSpec, settings: TraceSettings, device: str) -> str:
+    """How an encoder's step is traced (its head, labels and, on CPU, SDPA's dropout path)."""
+    if model.encoder_head == "mlm":
+        text = (
+            "encoder built as AutoModelForMaskedLM; labels: the input ids on every "
+            f"{MLM_MASKED_EVERY}th position, -100 elsewhere (the logits cover every position)"
+        )
+    else:
+        text = (
+            "encoder built as AutoModelForSequenceClassification "
+            f"({model.num_labels} labels); one label per sequence"
+        )
+    if settings.method == "inference":
+        text += "; inference: one forward pass, no generation"
+    if device == "cpu" and settings.attention == "sdpa" and model.attention_dropout > 0:
+        text += (
+            "; CPU SDPA runs attention dropout in its math kernel (keeping s^2 probabilities and "
+            "masks), where CUDA's flash and memory-efficient kernels draw the mask inside the "
+            "kernel and keep none"
+        )
+    return text
 
 
 @contextlib.contextmanager
@@ -1102,7 +1151,7 @@ def _trace_at_depth(
     dropout = _cuda_fused_dropout() if options.cuda_dropout else contextlib.nullcontext()
     with collecting:
         # Built on meta outside the fake mode, then swapped for fake tensors (see _build_model).
-        model = _build_model(config, settings)
+        model = _build_model(config, settings, options.head)
         with rounding, dropout, FakeTensorMode():
             _materialize_fake(model, options.device)
             unique = {id(p): p for p in model.parameters()}
@@ -1111,27 +1160,35 @@ def _trace_at_depth(
             tracker = _make_tracker()
             around = options.hooks.around_run
             with around(model) if around is not None else contextlib.nullcontext():
-                if settings.method == "inference":
+                if settings.method == "inference" and options.head != "causal":
+                    phases = _run_encoder_inference(model, settings, tracker, options)
+                elif settings.method == "inference":
                     phases = _run_inference(model, settings, tracker, options)
                 else:
                     phases = _run_training(model, settings, tracker, options)
     return _DepthTrace(depth, phases, total_params, trainable)
 
 
-def _build_model(config: Any, settings: TraceSettings) -> Any:
+def _build_model(config: Any, settings: TraceSettings, head: str = "causal") -> Any:
     """The model (and adapters) on the meta device; fake tensors replace its storage next.
 
     Built on meta rather than under the fake mode because ``Module.to`` and PEFT's adapter moves
     cannot swap fake parameters in (torch 2.13).
     """
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSequenceClassification,
+    )
 
+    auto = {
+        "mlm": AutoModelForMaskedLM,
+        "classification": AutoModelForSequenceClassification,
+    }.get(head, AutoModelForCausalLM)
     dtype = getattr(torch, settings.weight_dtype)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(
-            config, attn_implementation=settings.attention, dtype=dtype
-        )
+        model = auto.from_config(config, attn_implementation=settings.attention, dtype=dtype)
     if settings.method == "inference":
         model.eval()
         model.requires_grad_(False)
@@ -1154,7 +1211,9 @@ def _build_model(config: Any, settings: TraceSettings) -> Any:
             target_modules=targets,
             modules_to_save=list(settings.lora_modules_to_save) or None,
             use_dora=settings.method == "dora",
-            task_type="CAUSAL_LM",
+            # an encoder classifier as trainers set it up (PEFT then trains the classification
+            # head in full, modules_to_save); a masked LM takes no task type
+            task_type={"mlm": None, "classification": "SEQ_CLS"}.get(head, "CAUSAL_LM"),
         )
         # PEFT keeps the adapter weights in fp32 under a bf16 base (autocast_adapter_dtype), as a
         # real run does.
@@ -1246,6 +1305,7 @@ def _run_training(
     tracker.track_external(model, optimizer, *masters)
     vocab = int(model.config.vocab_size)
     ids = torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)
+    labels = _labels(ids, options)
     autocast = (
         torch.autocast(options.device, dtype=torch.bfloat16)
         if settings.autocast
@@ -1263,7 +1323,7 @@ def _run_training(
                 tracker.reset_mod_stats()
                 options.hooks.phase(step, "forward" + suffix)
                 with autocast:
-                    loss = model(input_ids=ids, labels=ids).loss
+                    loss = model(input_ids=ids, labels=labels).loss
                 phases.append(tracker.close_phase(step, "forward" + suffix, collect))
                 options.hooks.phase(step, "backward" + suffix)
                 loss.backward()
@@ -1273,6 +1333,39 @@ def _run_training(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             phases.append(tracker.close_phase(step, "optimizer", collect))
+    return phases
+
+
+def _labels(ids: Any, options: _RunOptions) -> Any:
+    """The labels a trainer passes: the ids themselves (causal LM; the model shifts them), the ids
+    on the masked positions and -100 elsewhere (masked LM), one class per sequence (classification)."""
+    import torch
+
+    if options.head == "classification":
+        return torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
+    if options.head == "mlm":
+        labels = torch.full_like(ids, -100)
+        labels[:, ::MLM_MASKED_EVERY] = ids[:, ::MLM_MASKED_EVERY]
+        return labels
+    return ids
+
+
+def _run_encoder_inference(
+    model: Any, settings: TraceSettings, tracker: Any, options: _RunOptions
+) -> list[TracePhase]:
+    """An encoder's inference: one forward pass over the batch (no generation, no cache)."""
+    import torch
+
+    tracker.track_external(model)
+    vocab = int(model.config.vocab_size)
+    ids = torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)
+    phases: list[TracePhase] = []
+    with torch.no_grad(), tracker, _attention_kernel(options):
+        tracker.close_phase(0, "setup", False)
+        options.hooks.phase(0, "forward")
+        output = model(input_ids=ids)
+        del output
+        phases.append(tracker.close_phase(0, "forward", False))
     return phases
 
 

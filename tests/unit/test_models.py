@@ -90,7 +90,7 @@ def test_qwen2_config_gets_qkv_bias() -> None:
 @pytest.mark.parametrize(
     ("file", "message"),
     [
-        ("unsupported.json", "model_type 'bert' is not supported"),
+        ("unsupported.json", "model_type 'xlnet' is not supported"),
         ("broken.json", "not valid JSON"),
         ("missing_layers.json", "no 'num_hidden_layers'"),
     ],

@@ -18,7 +18,7 @@ import pytest
 from hwdash.cli import main
 from hwdash.core.catalog import ModelSpec, load_catalog
 from hwdash.core.models import model_from_config, model_from_config_file
-from hwdash.core.plan import Plan
+from hwdash.core.plan import Method, Plan
 from hwdash.tracing import (
     TracePhase,
     TraceResult,
@@ -587,3 +587,40 @@ def test_lora_dropout_trace_keeps_cuda_s_one_byte_masks(traced_packages: None) -
     # snapshot holds 91% of the hand count here (1,038,336 of 1,135,616 bytes); nothing beyond it.
     assert 0.85 * masks <= cuda_masks <= masks + 512 * spec.layers
     assert cuda.peak_bytes < cpu.peak_bytes
+
+
+def _tiny_encoder(tmp_path: Path, architectures: list[str], **extra: object) -> Path:
+    config = {
+        "model_type": "bert",
+        "architectures": architectures,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "vocab_size": 500,
+        "max_position_embeddings": 128,
+        **extra,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.validate
+def test_encoder_traces_build_the_configs_head(tmp_path: Path, traced_packages: None) -> None:
+    # issue 24: an encoder is traced as AutoModelForMaskedLM or ...ForSequenceClassification,
+    # with its own parameters (the causal LM would have none of the pooler, token types or MLM
+    # transform), one forward for inference
+    from hwdash.core.estimator import architecture
+    from hwdash.core.models import model_from_config_file
+    from hwdash.tracing import trace_plan
+
+    for architectures in (["BertForMaskedLM"], ["BertForSequenceClassification"]):
+        path = _tiny_encoder(tmp_path, architectures, num_labels=3)
+        spec = model_from_config_file(path)
+        plan = Plan(model=str(path), method="full", precision="bf16", batch=2, seq=64)
+        trace = trace_plan(plan, spec, device="cpu")
+        assert trace.total_params == architecture(spec).total_params
+        assert any(architectures[0].removeprefix("Bert") in note for note in trace.notes)
+    inference = trace_plan(plan.model_copy(update={"method": Method.INFERENCE}), spec, device="cpu")
+    assert [p.phase for p in inference.phases] == ["forward"]

@@ -298,6 +298,37 @@ class ModelSpec(_Strict):
     (``peft/utils/transformers_weight_conversion.py``: Mixtral, Qwen3 MoE, DeepSeek-V2/V3).
     False: PEFT has no such mapping for the model type (``qwen2_moe`` in PEFT 0.21), the routed
     experts cannot be adapted and the names reach the shared expert's linears."""
+    encoder_only: bool = False
+    """A bidirectional encoder without a decoder (BERT, RoBERTa, DeBERTa-v2, ModernBERT; read by
+    :mod:`hwdash.core.family_encoders`): no KV cache, inference is one forward pass, and the head
+    is :attr:`encoder_head` instead of a causal LM head."""
+    encoder_head: Literal["mlm", "classification"] = "mlm"
+    """An encoder's task head: masked-LM (``*ForMaskedLM``: transform + vocabulary decoder with
+    logits on every position) or sequence classification (``*ForSequenceClassification``)."""
+    num_labels: int = Field(default=2, gt=0, le=1_000_000)
+    """Classes of a classification head (``id2label``/``num_labels``; transformers' default 2)."""
+    encoder_family: Literal["", "bert", "deberta", "modernbert"] = ""
+    """Which encoder block layout (post-LayerNorm BERT/RoBERTa, DeBERTa's disentangled attention,
+    ModernBERT's pre-norm GeGLU blocks); empty for every other model."""
+    type_vocab_size: int = Field(default=0, ge=0, le=1_000_000)
+    """Rows of the token-type (segment) embedding (BERT 2, RoBERTa 1, DeBERTa-v3 0)."""
+    attention_dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout on the attention probabilities in training (``attention_probs_dropout_prob``,
+    ModernBERT's ``attention_dropout``)."""
+    hidden_dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout on the hidden states (``hidden_dropout_prob``; ModernBERT's ``mlp_dropout``)."""
+    embedding_dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout after the embeddings (BERT's ``hidden_dropout_prob``, ModernBERT's
+    ``embedding_dropout``)."""
+    classifier_dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout before the classification head's output layer(s)."""
+    relative_position_buckets: int = Field(default=0, ge=0, le=1_000_000)
+    """DeBERTa-v2's relative-position embedding rows (``2 * position_buckets``, else
+    ``2 * max_relative_positions``); 0 without relative attention."""
+    local_attention_window: int = Field(default=0, ge=0, le=1_000_000_000)
+    """ModernBERT's sliding window (``local_attention``, tokens) on its local layers; 0: none."""
+    global_attention_every: int = Field(default=1, gt=0, le=10_000)
+    """ModernBERT: every n-th layer (from the first) attends globally (``global_attn_every_n_layers``)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

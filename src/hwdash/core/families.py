@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from hwdash.core import family_deepseek
+from hwdash.core import family_deepseek, family_encoders
 from hwdash.core.catalog import ModelSpec
 from hwdash.errors import UsageError
 
@@ -337,6 +337,7 @@ FAMILY_READERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "t5": _t5,
     "mt5": _t5,
     **{"deepseek_v2": family_deepseek.deepseek_v2, "deepseek_v3": family_deepseek.deepseek_v3},
+    **family_encoders.READERS,
 }
 
 #: Families whose training usually runs with dropout from the config (a note on the model).

@@ -366,6 +366,10 @@ def _derive(model: ModelSpec) -> Architecture:
     has gate, up and down projections, a plain one fc1 and fc2 with biases; MoE repeats the MLP per
     expert and adds a router of hidden x experts; RMSNorm has ``hidden`` weights (LayerNorm twice that).
     """
+    if model.encoder_only:  # BERT-style encoders: their own layout (imported late: it imports us)
+        from hwdash.core.estimator.encoder import encoder_architecture
+
+        return encoder_architecture(model)
     hidden, experts = model.hidden_size, model.experts
     norm = _norm_params(model)
     embedding = model.vocab_size * hidden

@@ -93,7 +93,17 @@ def estimate_memory(
     _warn_about_settings(plan, model, dp, accelerator, layout, acc)
     _warn_about_moe_adapters(plan, model, acc)
     trainable = 0
-    if plan.method is Method.INFERENCE:
+    if model.encoder_only:
+        # imported here: encoder_training imports the training module this one imports
+        from hwdash.core.estimator import encoder, encoder_training
+
+        encoder.check_encoder_plan(plan, model)
+        acc.warnings.extend(encoder.encoder_warnings(plan, model))
+        if plan.method is Method.INFERENCE:
+            encoder_training.encoder_inference(plan, model, arch, layout, dp, acc)
+        else:
+            trainable = encoder_training.train_encoder(plan, model, arch, layout, dp, acc, savers)
+    elif plan.method is Method.INFERENCE:
         _add_inference(plan, arch, layout, dp, acc)
     elif plan.is_rl:
         trainable = _add_rl(plan, arch, layout, dp, acc, accelerator, savers)
