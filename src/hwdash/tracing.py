@@ -831,6 +831,12 @@ def _trace(
                 "LoRA dropout run through CUDA's fused kernel (a bool mask, as on a GPU; CPU's own "
                 "dropout keeps a mask in the input's dtype)"
             )
+        if cuda_dropout and settings.attention == "sdpa" and model.attention_dropout > 0:
+            notes.append(
+                "SDPA's attention dropout traced as CUDA's flash and memory-efficient kernels run "
+                "it (the mask drawn inside the kernel, nothing s^2 kept): dropout_p 0 in the trace, "
+                "where CPU's math kernel would keep the s^2 probabilities and masks"
+            )
         head = model.encoder_head if model.encoder_only else "causal"
         options = _RunOptions(
             device=device,
@@ -949,12 +955,6 @@ def _encoder_trace_note(model: ModelSpec, settings: TraceSettings, device: str) 
         )
     if settings.method == "inference":
         text += "; inference: one forward pass, no generation"
-    if device == "cpu" and settings.attention == "sdpa" and model.attention_dropout > 0:
-        text += (
-            "; CPU SDPA runs attention dropout in its math kernel (keeping s^2 probabilities and "
-            "masks), where CUDA's flash and memory-efficient kernels draw the mask inside the "
-            "kernel and keep none"
-        )
     return text
 
 
@@ -1041,7 +1041,7 @@ def _cuda_block_rounding() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _cuda_fused_dropout() -> Iterator[None]:
+def _cuda_fused_dropout(keep_sdpa_dropout: bool = False) -> Iterator[None]:
     """Run ``torch.nn.functional.dropout`` (what ``nn.Dropout`` calls) as CUDA runs it.
 
     torch's ``dropout`` (``aten/src/ATen/native/Dropout.cpp``) takes the fused ``native_dropout``
@@ -1062,11 +1062,29 @@ def _cuda_fused_dropout() -> Iterator[None]:
             return torch.ops.aten.native_dropout(input, p, True)[0]
         return original(input, p, training, inplace)
 
+    original_sdpa = functional.scaled_dot_product_attention
+
+    def in_kernel(*args: Any, **kwargs: Any) -> Any:
+        # (query, key, value, attn_mask=None, dropout_p=0.0, ...): CPU's flash kernel refuses
+        # dropout (sdp_utils_cpp.cpp) and falls to the math kernel, which keeps the s^2
+        # probabilities and a mask; CUDA's flash and memory-efficient kernels take dropout_p and
+        # regenerate the mask in backward from the RNG state (their saved tensors are the output
+        # and log-sum-exp, with or without dropout). At p 0 the CPU trace takes the same kind of
+        # kernel. A math kernel forced for the trace (sdpa_math) is left alone.
+        if len(args) > 4 and args[4]:
+            args = (*args[:4], 0.0, *args[5:])
+        elif kwargs.get("dropout_p"):
+            kwargs["dropout_p"] = 0.0
+        return original_sdpa(*args, **kwargs)
+
     functional.dropout = fused
+    if not keep_sdpa_dropout:
+        functional.scaled_dot_product_attention = in_kernel
     try:
         yield
     finally:
         functional.dropout = original
+        functional.scaled_dot_product_attention = original_sdpa
 
 
 def _make_tracker() -> Any:
@@ -1148,7 +1166,11 @@ def _trace_at_depth(
 
     collecting = _frozen_survivors() if settings.method == "dora" else contextlib.nullcontext()
     rounding = _cuda_block_rounding() if options.device == "cpu" else contextlib.nullcontext()
-    dropout = _cuda_fused_dropout() if options.cuda_dropout else contextlib.nullcontext()
+    dropout = (
+        _cuda_fused_dropout(keep_sdpa_dropout=options.sdpa_math)
+        if options.cuda_dropout
+        else contextlib.nullcontext()
+    )
     with collecting:
         # Built on meta outside the fake mode, then swapped for fake tensors (see _build_model).
         model = _build_model(config, settings, options.head)

@@ -624,3 +624,26 @@ def test_encoder_traces_build_the_configs_head(tmp_path: Path, traced_packages: 
         assert any(architectures[0].removeprefix("Bert") in note for note in trace.notes)
     inference = trace_plan(plan.model_copy(update={"method": Method.INFERENCE}), spec, device="cpu")
     assert [p.phase for p in inference.phases] == ["forward"]
+
+
+@pytest.mark.validate
+def test_sdpa_dropout_runs_in_kernel_as_on_cuda(traced_packages: None) -> None:
+    # CPU's SDPA sends dropout to the math kernel, which keeps s^2 probabilities and masks; CUDA's
+    # flash/memory-efficient kernels keep neither. The trace runs SDPA at p 0 (the same kind of
+    # kernel), except where it forces the math kernel itself; torch's function comes back after.
+    import torch
+
+    from hwdash.tracing import _cuda_fused_dropout
+
+    functional = torch.nn.functional
+    original = functional.scaled_dot_product_attention
+    q = k = v = torch.randn(1, 2, 8, 4)
+    plain = original(q, k, v)
+    torch.manual_seed(0)
+    assert not torch.equal(original(q, k, v, dropout_p=0.5), plain)
+    with _cuda_fused_dropout():
+        assert torch.equal(functional.scaled_dot_product_attention(q, k, v, dropout_p=0.5), plain)
+        assert torch.equal(functional.scaled_dot_product_attention(q, k, v, None, 0.5), plain)
+    with _cuda_fused_dropout(keep_sdpa_dropout=True):
+        assert not torch.equal(functional.scaled_dot_product_attention(q, k, v, None, 0.5), plain)
+    assert functional.scaled_dot_product_attention is original
