@@ -255,7 +255,7 @@ def test_encoder_decoder_caches_decoder_self_and_cross_attention() -> None:
     assert inference.per_gpu.kv_cache == kv_cache_bytes(arch, 2, 512, 2)
 
 
-def test_gpt2_layer_is_korthikantis_count_without_dropout() -> None:
+def test_gpt2_layer_is_korthikantis_count_with_its_dropout_masks() -> None:
     # Korthikanti et al. 2022 (arXiv:2205.05198) section 4.1 count 34 s b h for a GPT layer with a
     # fused attention kernel, 2 s b h of which are the two dropout masks. A GPT-2 layer in bf16
     # with SDPA, counted tensor by tensor:
@@ -271,6 +271,9 @@ def test_gpt2_layer_is_korthikantis_count_without_dropout() -> None:
     # GPT-2's gelu_new is written elementwise: tanh's output, 0.5 x and 1 + tanh are kept as well
     # (3 x 2 t i; issue 14, traced on Phi-2's gelu_new MLP with bench/probe_gaps.py)
     expected += 3 * 2 * t * 4 * h
+    # and the two residual-dropout masks Korthikanti count too (resid_pdrop 0.1 in GPT-2's
+    # config): a bool mask each, 2 t h (issue 24; before, this layer was counted without them)
+    expected += 2 * t * h
     arch = architecture(_model("gpt2"))
     assert layer_activation_bytes(arch, b, s, 2, Attention.SDPA) == expected
 
@@ -395,3 +398,29 @@ def test_falcon_with_alibi_runs_sdpa_and_refuses_flash() -> None:
     assert flash.per_gpu.activations == sdpa.per_gpu.activations
     assert any("refuses ALiBi" in warning for warning in flash.warnings)
     assert not any("ALiBi" in warning for warning in sdpa.warnings)
+
+
+def test_gpt2_residual_dropout_keeps_two_one_byte_masks_per_block() -> None:
+    # resid_pdrop (GPT2Config default 0.1) drops attention's and the MLP's c_proj outputs in
+    # training: CUDA's fused dropout keeps a bool mask of each, t x h bytes, for backward.
+    # Traced (families/gpt2, b4 s1024, --no-grad-ckpt): full -3.0% with and without dropout, LoRA
+    # -2.7% / -2.8%: the masks are what the two configs' traces differ by.
+    fields = _config("gpt2")
+    dropped = model_from_config(fields, name="gpt2", source="test")
+    plain = model_from_config({**fields, "resid_pdrop": 0.0}, name="gpt2", source="test")
+    assert dropped.hidden_dropout == 0.1 and plain.hidden_dropout == 0.0
+    tokens = 4 * 1024
+    for method in (Method.FULL, Method.LORA):
+        plan = Plan(model="gpt2", method=method, batch=4, seq=1024, grad_ckpt=False)
+        extra = (
+            estimate_memory(plan, dropped).per_gpu.activations
+            - estimate_memory(plan, plain).per_gpu.activations
+        )
+        assert extra == dropped.layers * 2 * tokens * dropped.hidden_size
+    with pytest.raises(UsageError, match="resid_pdrop"):
+        model_from_config({**fields, "resid_pdrop": 1.5}, name="gpt2", source="test")
+    # inference runs in eval mode: no masks
+    inference = Plan(model="gpt2", method=Method.INFERENCE, batch=4, seq=1024)
+    assert estimate_memory(inference, dropped).per_gpu.total == (
+        estimate_memory(inference, plain).per_gpu.total
+    )

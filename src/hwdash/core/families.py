@@ -108,6 +108,20 @@ def _bool(fields: dict[str, Any], key: str, source: str, default: bool) -> bool:
     return bool(_helpers()._get_bool(fields, key, source, default))
 
 
+def _probability(fields: dict[str, Any], key: str, source: str, default: float) -> float:
+    """A dropout probability from 0 up to (not including) 1; missing or null takes ``default``."""
+    value = fields.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise UsageError(
+            f"{source}: '{key}' must be a probability from 0 to below 1, got "
+            f"{_helpers()._shown(value)}",
+            flag=FLAG,
+        )
+    return float(value)
+
+
 def _activation(fields: dict[str, Any], keys: tuple[str, ...], default: Activation) -> Activation:
     key = _first_key(fields, keys)
     value = fields.get(key)
@@ -191,6 +205,10 @@ def _gpt2_like(fields: dict[str, Any], source: str, *, multi_query_default: bool
         "norm_saves_input": True,
         "position_encoding": "learned",
         "mlp_activation": _activation(fields, ("activation_function",), "gelu_new"),
+        # GPT2Attention's resid_dropout and GPT2MLP's dropout (modeling_gpt2.py; the same in
+        # modeling_gpt_bigcode.py), both of resid_pdrop: GPT2Config and GPTBigCodeConfig default
+        # it to 0.1, and a fine-tune keeps the config's value unless it is edited
+        "hidden_dropout": _probability(fields, "resid_pdrop", source, 0.1),
     }
 
 
@@ -341,7 +359,7 @@ FAMILY_READERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
 }
 
 #: Families whose training usually runs with dropout from the config (a note on the model).
-_DROPOUT_FAMILIES = {"gpt2", "t5", "mt5", "gpt_bigcode"}
+_DROPOUT_FAMILIES = {"t5", "mt5"}
 
 
 def family_model(model_type: str, fields: dict[str, Any], *, name: str, source: str) -> ModelSpec:

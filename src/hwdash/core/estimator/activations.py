@@ -410,7 +410,7 @@ def layer_activation_bytes(
     * gated MLP (SwiGLU): gate and up outputs and SiLU(gate), 3 e t i (+ the product, kept by
       down_proj); a plain MLP (fc1, GELU, fc2) keeps the fc1 output (+ the GELU output, kept by fc2).
       Korthikanti's 8 s b h + 8 s b h for i = 4h. No dropout masks (Korthikanti counts 2 s b h of
-      masks; modern LLMs train without dropout);
+      masks; modern LLMs train without dropout) except GPT-2-style residual dropout, 2 t h (1 byte);
     * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
       expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
       router logits (4 t experts);
@@ -473,7 +473,12 @@ def layer_activation_bytes(
     adapters = _adapter_extras(
         arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout, adapter_casts
     )
-    return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters
+    # GPT-2-style residual dropout: one mask per block output (attention's c_proj, the MLP's
+    # c_proj), kept for backward as the bool mask CUDA's fused native_dropout saves (1 byte per
+    # element); the dropped tensor goes into the residual add, which keeps nothing. Found by the
+    # held-out gpt2-medium rows (-5.3% LoRA: issue 24), which trace it so.
+    masks = 2 * tokens * h if arch.residual_dropout else 0
+    return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters + masks
 
 
 def dora_weight_norm_transient_bytes(

@@ -118,6 +118,9 @@ class Architecture:
     """Attention and MLP read the same block input (``ModelSpec.parallel_block``)."""
     norm_saves_input: bool = False
     """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
+    residual_dropout: bool = False
+    """A decoder whose config keeps dropout on the attention and MLP outputs in training (GPT-2's
+    and GPT-BigCode's ``resid_pdrop``; ``ModelSpec.hidden_dropout`` > 0 on a decoder)."""
     module_names: str = ""
     """How transformers names the modules (``ModelSpec.module_names``)."""
     shared_intermediate: int = 0
@@ -407,6 +410,7 @@ def _derive(model: ModelSpec) -> Architecture:
         cross_norm_params=norm if model.decoder_layers and model.norm_weights_per_layer else 0,
         parallel_block=model.parallel_block,
         norm_saves_input=model.norm_saves_input,
+        residual_dropout=model.hidden_dropout > 0 and not model.encoder_only,
         module_names=model.module_names,
         shared_intermediate=model.shared_expert_intermediate_size if experts > 1 else 0,
         shared_expert_gate=model.shared_expert_gate and experts > 1,
