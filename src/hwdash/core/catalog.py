@@ -329,6 +329,11 @@ class ModelSpec(_Strict):
     """ModernBERT's sliding window (``local_attention``, tokens) on its local layers; 0: none."""
     global_attention_every: int = Field(default=1, gt=0, le=10_000)
     """ModernBERT: every n-th layer (from the first) attends globally (``global_attn_every_n_layers``)."""
+    kv_expanded: bool = False
+    """The family copies its key/value heads out to all query heads before attention and the
+    cache (Falcon's new decoder architecture: ``FalconAttention._split_heads`` broadcasts them and
+    ``reshape`` materialises the copy, ``modeling_falcon.py``): the KV cache and the kept K, V hold
+    ``heads`` heads, the weights ``kv_heads``."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

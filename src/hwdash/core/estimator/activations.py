@@ -439,7 +439,9 @@ def layer_activation_bytes(
         # 24672, 12384, 12384 bytes per token; end-of-forward slope between two and four layers).
         for heads in (arch.heads, arch.kv_heads):
             norms += _rms_norm_bytes(arch, tokens, heads * arch.head_dim, heads, e, frozen)
-    kv_saved = arch.q_dim if attention is Attention.EAGER else arch.kv_dim
+    # eager's repeat_kv, or a family that copies K and V out to all heads itself (Falcon's new
+    # decoder architecture), keeps them at every query head
+    kv_saved = arch.q_dim if attention is Attention.EAGER or arch.kv_expanded else arch.kv_dim
     attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
     if arch.mla:
         attention_bytes = _latent_attention_bytes(arch, tokens, e, w, frozen, attention)

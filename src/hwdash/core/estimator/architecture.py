@@ -118,6 +118,8 @@ class Architecture:
     """Attention and MLP read the same block input (``ModelSpec.parallel_block``)."""
     norm_saves_input: bool = False
     """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
+    kv_expanded: bool = False
+    """K and V copied out to all heads before attention and the cache (``ModelSpec.kv_expanded``)."""
     residual_dropout: bool = False
     """A decoder whose config keeps dropout on the attention and MLP outputs in training (GPT-2's
     and GPT-BigCode's ``resid_pdrop``; ``ModelSpec.hidden_dropout`` > 0 on a decoder)."""
@@ -183,6 +185,8 @@ class Architecture:
         ordinary key and value (``2 * kv_dim``)."""
         if self.mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
+        if self.kv_expanded:
+            return 2 * self.heads * self.head_dim
         return 2 * self.kv_dim
 
     @cached_property
@@ -411,6 +415,7 @@ def _derive(model: ModelSpec) -> Architecture:
         parallel_block=model.parallel_block,
         norm_saves_input=model.norm_saves_input,
         residual_dropout=model.hidden_dropout > 0 and not model.encoder_only,
+        kv_expanded=model.kv_expanded,
         module_names=model.module_names,
         shared_intermediate=model.shared_expert_intermediate_size if experts > 1 else 0,
         shared_expert_gate=model.shared_expert_gate and experts > 1,
