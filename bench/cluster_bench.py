@@ -75,7 +75,7 @@ def summary(name: str, seconds: list[float]) -> str:
 async def main(hosts: int, gpus: int, rounds: int) -> None:
     from snapshot_apps.fake_dashboard import shared_catalog
 
-    from hwdash.core.alerts import AlertRule
+    from hwdash.core.live.alerts import AlertRule
     from hwdash.telemetry.history import History
     from hwdash.ui.app import make_app
     from hwdash.ui.sampling import AlertingFrameBuilder

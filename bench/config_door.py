@@ -3,7 +3,7 @@
 Every ``tests/data/model_configs/heldout/<Model>/config.json`` (a published Hugging Face config.json
 of a family outside the tuning grid; sources in that folder's ``SOURCES.md``) is planned on a small
 grid (:data:`PLANS`) exactly as ``hwdash plan --model <config.json> --trace`` plans it: the model is
-read by hwdash's config reader (:func:`hwdash.core.models.resolve_model`), the step is traced by
+read by hwdash's config reader (:func:`hwdash.core.models.config.resolve_model`), the step is traced by
 :func:`hwdash.tracing.trace_plan` with the plan's own config.json, and the estimate is
 :func:`hwdash.tracing.comparable_estimate` (the estimate the trace stands for) without its overhead,
 as ``--trace`` compares them.
@@ -191,7 +191,7 @@ def base_row(config: Path, case: PlanCase) -> dict[str, Any]:
 def door_model(config: Path) -> Any:
     """The :class:`ModelSpec` hwdash reads from the config (raises UsageError when it refuses)."""
     from hwdash.core.catalog import load_catalog
-    from hwdash.core.models import resolve_model
+    from hwdash.core.models.config import resolve_model
 
     return resolve_model(str(config), load_catalog(include_user=False))
 
@@ -241,7 +241,7 @@ def placeholder_spec(config: Path) -> Any:
     families hwdash reads). The other dimensions are the config's where it gives them, else any
     valid number: this spec is never estimated.
     """
-    from hwdash.core.catalog import ModelSpec
+    from hwdash.core.specs import ModelSpec
 
     raw = json.loads(config.read_text(encoding="utf-8"))
     fields = dict(raw)

@@ -87,7 +87,7 @@ def _cpu_extra(config: Path, arguments: str) -> int:
     with dropout in the math kernel): hwdash.core.estimator.encoder.cpu_trace_extra_bytes."""
     from hwdash.core.estimator.encoder import cpu_trace_extra_bytes
     from hwdash.core.estimator.states import LAYOUTS
-    from hwdash.core.models import model_from_config_file
+    from hwdash.core.models.config import model_from_config_file
     from hwdash.core.plan import Attention, Method, Plan, Precision
 
     words = arguments.split()

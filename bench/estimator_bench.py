@@ -13,8 +13,8 @@ from functools import partial
 
 from hwdash.core.catalog import load_catalog
 from hwdash.core.estimator import estimate_memory
-from hwdash.core.fit import evaluate_plan
 from hwdash.core.plan import Method, Plan
+from hwdash.core.planning.fit import evaluate_plan
 
 PLANS = {
     "qwen2.5-7b lora": Plan(model="qwen2.5-7b", method=Method.LORA, batch=4, grad_ckpt=True),

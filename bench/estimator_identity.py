@@ -31,9 +31,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hwdash.core.catalog import Accelerator, Catalog, ModelSpec, load_catalog
+from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.estimator import estimate_memory
-from hwdash.core.models import model_from_config_file
+from hwdash.core.models.config import model_from_config_file
 from hwdash.core.plan import (
     Attention,
     Framework,
@@ -49,6 +49,7 @@ from hwdash.core.plan import (
     StoreDtype,
     ValueHead,
 )
+from hwdash.core.specs import Accelerator, ModelSpec
 from hwdash.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent

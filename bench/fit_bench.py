@@ -12,9 +12,9 @@ import statistics
 import time
 
 from hwdash.core.catalog import load_catalog
-from hwdash.core.fit_options import find_fit_options
-from hwdash.core.models import resolve_model
+from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Method, Plan
+from hwdash.core.planning.fit_options import find_fit_options
 
 CASES = [
     (

@@ -16,9 +16,9 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.fit import evaluate_plan
 from hwdash.core.plan import Method, Plan
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.plans.store import PlanStore
 from hwdash.ui.planner_pane import PlannerPane
 
 PLANS = (

@@ -28,9 +28,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import architecture, layer_activation_bytes
 from hwdash.core.plan import Attention
+from hwdash.core.specs import ModelSpec
 
 HIDDEN, HEADS, HEAD_DIM, INTERMEDIATE, VOCAB = 256, 4, 64, 704, 512
 BATCH, SEQ, RANK = 2, 128, 8

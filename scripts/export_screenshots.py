@@ -30,9 +30,9 @@ from snapshot_apps.fake_dashboard import (  # noqa: E402
     wait_for_frames,
 )
 
-from hwdash.core.fit import evaluate_plan  # noqa: E402
 from hwdash.core.plan import Method, Plan, Precision  # noqa: E402
-from hwdash.core.plan_store import PlanStore, PlanSummary  # noqa: E402
+from hwdash.core.planning.fit import evaluate_plan  # noqa: E402
+from hwdash.core.plans.store import PlanStore, PlanSummary  # noqa: E402
 from hwdash.telemetry.signals import SimulatedSignaller  # noqa: E402
 from hwdash.ui.app import TabName  # noqa: E402
 from hwdash.ui.widgets.planner_flavors import FlavorTable  # noqa: E402

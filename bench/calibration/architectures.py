@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hwdash.core.catalog import ModelSpec
+from hwdash.core.specs import ModelSpec
 
 #: Catalog id prefix -> transformers ``model_type``. Checked in order; the first match wins.
 FAMILY_BY_PREFIX: tuple[tuple[str, str], ...] = (
@@ -109,7 +109,7 @@ def config_fields(spec: ModelSpec, layers: int) -> dict[str, Any]:
     if family == "granite":
         fields.update(GRANITE_MULTIPLIERS)
         # the published config trains with attention_dropout 0.1; hwdash counts no dropout masks
-        # in attention (as for GPT-2 and T5: hwdash.core.families.DROPOUT_NOTE), so neither does
+        # in attention (as for GPT-2 and T5: hwdash.core.models.families.DROPOUT_NOTE), so neither does
         # the trace
         fields["attention_dropout"] = 0.0
     if family == "stablelm":

@@ -209,7 +209,7 @@ NOT_EXPRESSIBLE = {
     "Qwen1.5-MoE / Qwen2-MoE (qwen2_moe)": (
         "a shared expert (shared_expert_intermediate_size, with its own sigmoid gate) runs beside "
         "the routed experts in every layer; ModelSpec has one expert width and no shared expert "
-        "(hwdash.core.models reads qwen2_moe configs and says the shared expert is not counted), "
+        "(hwdash.core.models.config reads qwen2_moe configs and says the shared expert is not counted), "
         "so Qwen3-MoE, which has none, stands in for the Qwen MoE family"
     ),
 }

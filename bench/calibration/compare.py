@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hwdash.core.catalog import ModelSpec
+from hwdash.core.specs import ModelSpec
 
 
 def kernel_matches_cuda(record: dict[str, Any], spec: ModelSpec) -> bool:

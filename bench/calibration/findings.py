@@ -13,7 +13,7 @@ from typing import Any
 from calibration.cases import CalibrationCase
 from calibration.inventory import make_inventory, summarize
 from calibration.tracing import DepthTrace, depths_for, trace_at_depth
-from hwdash.core.catalog import ModelSpec
+from hwdash.core.specs import ModelSpec
 
 PROBE_BASE = CalibrationCase(model="llama-3.2-1b", batch=2, seq=1024)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from calibration.architectures import config_fields, family_of, layer_period
 from calibration.cases import CalibrationCase
-from hwdash.core.catalog import ModelSpec
+from hwdash.core.specs import ModelSpec
 
 #: The CUDA caching allocator rounds every block up to a multiple of 512 bytes
 #: (c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize); MemTracker applies that to cuda devices only.

@@ -13,21 +13,11 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hwdash import __version__
+from hwdash.commands.shared_args import add_dashboard_arguments as add_dashboard_arguments
 from hwdash.errors import CatalogError, UsageError
 
 #: Subcommand modules under hwdash.commands, in the order ``--help`` lists them.
 SUBCOMMANDS = ("plan", "catalog", "monitor", "compare", "exporter")
-
-
-def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by the dashboard (``hwdash``) and ``hwdash compare``/``monitor``."""
-    parser.add_argument(
-        "--catalog",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="extra catalog folder or file; adds or overrides entries by id (repeatable)",
-    )
 
 
 class Parser(argparse.ArgumentParser):

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hwdash.core.catalog import ModelSpec
+from hwdash.core.estimator.savers import SAVER_FIELDS, describe_savers, resolve_savers
 from hwdash.core.plan import Attention, Framework, Method, Offload, Optimizer, Plan, Precision
 from hwdash.core.results import MemoryEstimate
-from hwdash.core.savers import SAVER_FIELDS, describe_savers, resolve_savers
+from hwdash.core.specs import ModelSpec
 from hwdash.errors import UsageError
 
 #: The CUDA caching allocator rounds every block up to 512 bytes (``kMinBlockSize`` in

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hwdash.core.alerts import AlertEngine, AlertRule
+from hwdash.core.live.alerts import AlertEngine, AlertRule
 from hwdash.telemetry.prometheus_source import PrometheusSampler
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -11,7 +11,7 @@ from textual.widgets import Input
 
 from hwdash.cli import main
 from hwdash.commands import dashboard
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 from hwdash.ui.app import DashboardTabs, HelpScreen, HwdashApp, make_app
 from hwdash.ui.compare_pane import ComparePane
 from hwdash.ui.monitor_pane import MonitorPane

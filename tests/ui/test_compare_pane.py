@@ -10,9 +10,9 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Input, Static
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.fit import evaluate_plan
 from hwdash.core.plan import Method, Plan
-from hwdash.core.plan_store import PlanStore, PlanSummary
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.plans.store import PlanStore, PlanSummary
 from hwdash.core.units import format_bytes
 from hwdash.ui.compare_pane import HIGH_STYLE, LOW_STYLE, ComparePane
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog

@@ -22,7 +22,7 @@ from snapshot_apps.fake_dashboard import (
 from textual.widgets import Input
 
 from hwdash.core.plan import Plan
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 from hwdash.telemetry.types import (
     GpuSample,
     GpuState,

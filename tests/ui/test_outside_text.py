@@ -11,7 +11,7 @@ from textual.widgets import Label, Static
 
 from hwdash.core.catalog import load_catalog
 from hwdash.core.plan import Plan
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 from hwdash.ui.app import HwdashApp, make_app
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable

@@ -9,9 +9,9 @@ from textual.app import App
 from textual.widgets import OptionList
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.fit_options import find_fit_options
-from hwdash.core.models import resolve_model
+from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Method, Plan
+from hwdash.core.planning.fit_options import find_fit_options
 from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 
 

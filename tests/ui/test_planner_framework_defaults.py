@@ -17,7 +17,7 @@ from textual.widgets import Checkbox, Select
 from hwdash.cli import main
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.plan import Framework, Method, Optimizer, Plan, Precision
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 from hwdash.ui.planner_pane import PlannerPane
 
 MODEL = "llama-3.2-1b"

@@ -12,9 +12,9 @@ from textual.widgets import Footer, Input, OptionList, Select, Static
 from textual.widgets._footer import FooterKey
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.fit import evaluate_plan
 from hwdash.core.plan import Framework, FsdpMode, Loss, Method, Offload, OptimizerImpl, Plan, Quant
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.plans.store import PlanStore
 from hwdash.core.results import FitVerdict, PlanReport
 from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
@@ -354,7 +354,7 @@ async def test_down_walks_into_the_matches_and_enter_picks_the_highlighted_one(
 
 
 async def test_a_config_json_path_is_a_model(catalog: Catalog, store: PlanStore) -> None:
-    from hwdash.core.models import resolve_model
+    from hwdash.core.models.config import resolve_model
 
     config = Path(__file__).parent.parent / "data" / "model_configs" / "llama-style" / "config.json"
     app = PlannerApp(catalog, store, BASE)
@@ -964,7 +964,7 @@ async def test_e_exports_the_current_plan_to_a_file(
 ) -> None:
     import json
 
-    from hwdash.core.exports import deepspeed_config
+    from hwdash.core.plans.exports import deepspeed_config
     from hwdash.ui.widgets.planner_export import ExportDialog
 
     monkeypatch.chdir(tmp_path)

@@ -13,9 +13,9 @@ from textual.errors import NoWidget
 from textual.pilot import Pilot
 from textual.widgets import Input, Label, Static
 
-from hwdash.core.fit import evaluate_plan
-from hwdash.core.fit_options import find_fit_options
 from hwdash.core.plan import Method, Plan
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.planning.fit_options import find_fit_options
 from hwdash.core.units import format_count
 from hwdash.ui.app import HwdashApp
 from hwdash.ui.planner_pane import PlannerPane

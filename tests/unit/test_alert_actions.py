@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hwdash.core.alerts import AlertEvent
+from hwdash.core.live.alerts import AlertEvent
 from hwdash.telemetry.alert_actions import (
     AlertActions,
     AlertCommand,

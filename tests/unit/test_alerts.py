@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwdash.core.alerts import AlertEngine, AlertEvent, AlertRule, blind_after_for
+from hwdash.core.live.alerts import AlertEngine, AlertEvent, AlertRule, blind_after_for
 from hwdash.telemetry.types import GpuSample, GpuState, MigSample, NvmlStatus, Snapshot
 
 TOTAL = 80 * 1024**3

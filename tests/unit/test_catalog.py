@@ -6,19 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from hwdash.core.catalog import (
-    CatalogError,
-    ModelSpec,
-    load_catalog,
-    load_catalog_from,
-    packaged_catalog_dir,
-    parse_catalog_file,
-)
-from hwdash.core.model_params import (
+from hwdash.core.catalog import CatalogError, load_catalog, load_catalog_from, parse_catalog_file
+from hwdash.core.data_files import packaged_catalog_dir
+from hwdash.core.models.params import (
     count_active_parameters,
     count_parameters,
     parameter_breakdown,
 )
+from hwdash.core.specs import ModelSpec
 from hwdash.core.units import GIB, MIB
 
 DATA = Path(__file__).resolve().parent.parent / "data"

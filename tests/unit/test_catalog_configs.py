@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from hwdash.cli import main
-from hwdash.core.catalog import CatalogError, ModelSpec, load_catalog, load_catalog_from
+from hwdash.core.catalog import CatalogError, load_catalog, load_catalog_from
 from hwdash.core.estimator import estimate_memory
-from hwdash.core.models import model_from_config, model_from_config_file
+from hwdash.core.models.config import model_from_config, model_from_config_file
 from hwdash.core.plan import Method, Plan, Precision
+from hwdash.core.specs import ModelSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -131,7 +132,7 @@ def test_catalog_config_keys_equal_the_published_config() -> None:
                 assert value is None, f"{entry['id']}: '{key}' is read but not in the catalog"
 
 
-#: Every config key a reader in hwdash.core.models or hwdash.core.families reads, for the check above.
+#: Every config key a reader in hwdash.core.models.config or hwdash.core.models.families reads, for the check above.
 _READ_KEYS = {
     "model_type",
     "num_hidden_layers",

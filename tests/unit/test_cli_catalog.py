@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from hwdash.cli import main
-from hwdash.core.catalog import Accelerator, Flavor, ModelSpec, load_catalog
-from hwdash.core.model_params import count_parameters
+from hwdash.core.catalog import load_catalog
+from hwdash.core.models.params import count_parameters
+from hwdash.core.specs import Accelerator, Flavor, ModelSpec
 from hwdash.core.units import MIB
 
 DATA = Path(__file__).resolve().parent.parent / "data"

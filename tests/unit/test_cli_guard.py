@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from monitor_cli import run_plan
 
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 
 pytestmark = pytest.mark.usefixtures("quiet_machine")
 

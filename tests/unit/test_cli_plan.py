@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hwdash.cli import main
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 FIXTURE = str(DATA / "catalog_estimator")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hwdash.cli import main
+from hwdash.core.estimator.savers import packaged_frameworks, with_framework_defaults
 from hwdash.core.plan import Framework, Method, Optimizer, Plan, Precision
-from hwdash.core.savers import packaged_frameworks, with_framework_defaults
 
 pytestmark = pytest.mark.usefixtures("isolated_home")
 

@@ -9,8 +9,8 @@ import pytest
 
 from hwdash.cli import main
 from hwdash.core.catalog import load_catalog
-from hwdash.core.fit import evaluate_plan
-from hwdash.core.plan_store import PlanStore, PlanSummary
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.plans.store import PlanStore, PlanSummary
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from types import ModuleType
 
 import pytest
 
-from hwdash.core.catalog import ModelSpec
-from hwdash.core.models import model_from_config_file
+from hwdash.core.models.config import model_from_config_file
+from hwdash.core.specs import ModelSpec
 from hwdash.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]

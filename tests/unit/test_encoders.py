@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from hwdash.cli import main
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import architecture, estimate_memory
 from hwdash.core.estimator.architecture import resolve_lora_targets
 from hwdash.core.estimator.encoder import cpu_trace_extra_bytes, layer_activation_bytes
-from hwdash.core.models import model_from_config_file
+from hwdash.core.models.config import model_from_config_file
 from hwdash.core.plan import Attention, Method, Plan, Precision
+from hwdash.core.specs import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENCODERS = ROOT / "tests" / "data" / "model_configs" / "encoders"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hwdash.core.catalog import Catalog, ModelSpec, load_catalog, load_catalog_from
+from hwdash.core.catalog import Catalog, load_catalog, load_catalog_from
 from hwdash.core.estimator import (
     ADAPTER_LAYOUT,
     CUDA_CONTEXT_BYTES,
@@ -22,9 +22,10 @@ from hwdash.core.estimator import (
     optimizer_step_temporary_bytes,
     resolve_lora_targets,
 )
-from hwdash.core.model_params import count_parameters
-from hwdash.core.models import synthetic_model
+from hwdash.core.models.config import synthetic_model
+from hwdash.core.models.params import count_parameters
 from hwdash.core.plan import Attention, Method, Offload, Optimizer, OptimizerImpl, Plan, Precision
+from hwdash.core.specs import ModelSpec
 from hwdash.core.units import GB, GIB
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "data" / "catalog_estimator"

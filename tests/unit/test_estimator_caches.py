@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hwdash.core.catalog import ModelSpec, load_catalog_from
+from hwdash.core.catalog import load_catalog_from
 from hwdash.core.estimator import architecture, estimate_memory, layer_activation_bytes
+from hwdash.core.estimator.savers import framework_settings, packaged_frameworks
 from hwdash.core.plan import Attention, Method, Plan
-from hwdash.core.savers import framework_settings, packaged_frameworks
+from hwdash.core.specs import ModelSpec
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "data" / "catalog_estimator"
 

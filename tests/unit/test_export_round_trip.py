@@ -10,8 +10,8 @@ import pytest
 from monitor_cli import run_plan
 
 from hwdash.commands.plan import FIELD_FLAGS
-from hwdash.core.exports import EXPORT_FORMATS
 from hwdash.core.plan import Method, Plan
+from hwdash.core.plans.exports import EXPORT_FORMATS
 
 pytestmark = pytest.mark.usefixtures("quiet_machine")
 

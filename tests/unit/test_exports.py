@@ -11,8 +11,8 @@ import pytest
 import yaml
 from monitor_cli import run_plan
 
-from hwdash.core import exports
 from hwdash.core.plan import FsdpMode, Loss, Method, Offload, Optimizer, Plan, Precision
+from hwdash.core.plans import exports
 from hwdash.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("quiet_machine")
@@ -322,7 +322,7 @@ def test_sync_each_batch_is_written_where_the_trainer_has_a_field_for_it() -> No
 
 
 def test_sync_each_batch_is_read_from_trainer_configs(tmp_path: Path) -> None:
-    from hwdash.core.plan_import import read_plan_file
+    from hwdash.core.plans.imports import read_plan_file
 
     kwargs = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
     inline = tmp_path / "args.yaml"
@@ -396,7 +396,7 @@ def test_what_no_format_carries_is_said(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_fsdp_files_of_other_spellings(tmp_path: Path) -> None:
-    from hwdash.core.plan_import import read_plan_file
+    from hwdash.core.plans.imports import read_plan_file
 
     fsdp2 = tmp_path / "fsdp2.yaml"
     fsdp2.write_text(

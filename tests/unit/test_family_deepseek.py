@@ -26,8 +26,8 @@ from hwdash.core.estimator import (
     layer_activation_bytes,
     resolve_lora_targets,
 )
-from hwdash.core.model_params import count_active_parameters, count_parameters
-from hwdash.core.models import model_from_config, model_from_config_file
+from hwdash.core.models.config import model_from_config, model_from_config_file
+from hwdash.core.models.params import count_active_parameters, count_parameters
 from hwdash.core.plan import Attention, Method, Plan
 from hwdash.errors import UsageError
 

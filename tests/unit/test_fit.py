@@ -9,16 +9,16 @@ import pytest
 
 from hwdash.core.catalog import Catalog, load_catalog, load_catalog_from
 from hwdash.core.estimator import architecture, estimate_memory, kv_cache_bytes
-from hwdash.core.fit import (
+from hwdash.core.plan import Method, Offload, Plan, Precision
+from hwdash.core.planning.fit import (
     CPU_ONLY_REASON,
     evaluate_flavor,
     evaluate_plan,
     fit_verdict,
     training_tokens,
 )
-from hwdash.core.plan import Method, Offload, Plan, Precision
+from hwdash.core.planning.run_time import flops_per_token
 from hwdash.core.results import FitVerdict
-from hwdash.core.run_time import flops_per_token
 from hwdash.core.units import GB
 from hwdash.errors import UsageError
 

@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.fit import evaluate_flavor, training_tokens
-from hwdash.core.fit_options import FitOption, find_fit_options, knobs_for, search_flavor
-from hwdash.core.models import resolve_model
+from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Framework, FsdpMode, Loss, Method, Optimizer, Plan
+from hwdash.core.planning.fit import evaluate_flavor, training_tokens
+from hwdash.core.planning.fit_options import FitOption, find_fit_options, knobs_for, search_flavor
 from hwdash.core.results import FitVerdict
 
 

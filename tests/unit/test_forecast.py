@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwdash.core.forecast import Forecast, forecast_full
+from hwdash.core.live.forecast import Forecast, forecast_full
 
 GIB = 1024**3
 TOTAL = 80 * GIB

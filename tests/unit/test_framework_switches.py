@@ -10,9 +10,10 @@ import pytest
 from hwdash.cli import build_parser, main
 from hwdash.commands.plan import FIELD_FLAGS, apply_framework_defaults, plan_from_args
 from hwdash.commands.plan_args import plan_arguments
-from hwdash.core.catalog import FrameworkSettings, load_catalog
+from hwdash.core.catalog import load_catalog
+from hwdash.core.estimator.savers import framework_settings
 from hwdash.core.plan import Method
-from hwdash.core.savers import framework_settings
+from hwdash.core.specs import FrameworkSettings
 
 pytestmark = pytest.mark.usefixtures("quiet_machine")
 

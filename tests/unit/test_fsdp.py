@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from hwdash.commands.plan_args import plan_arguments
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import estimate_memory
-from hwdash.core.parallelism import fsdp_shard_size
+from hwdash.core.estimator.parallelism import fsdp_shard_size
 from hwdash.core.plan import FsdpMode, Plan
 from hwdash.core.results import MemoryBreakdown
+from hwdash.core.specs import ModelSpec
 
 SMALL = ModelSpec(
     id="small-llama",
@@ -323,7 +323,7 @@ def test_the_unsharded_gradient_is_in_the_gathered_dtype_and_gone_at_the_step() 
 def _phases(plan: Plan) -> dict[str, float]:
     """Bytes alive in each training phase of ``plan`` on SMALL (before the overhead guesses)."""
     from hwdash.core import estimator as est
-    from hwdash.core.parallelism import add_fsdp_training
+    from hwdash.core.estimator.parallelism import add_fsdp_training
 
     acc = est._Accumulator()
     add_fsdp_training(

@@ -26,18 +26,8 @@ from hwdash.cli import build_parser, main
 from hwdash.commands.plan import FIELD_FLAGS, plan_from_args
 from hwdash.commands.plan_args import plan_arguments
 from hwdash.core import strict_json
-from hwdash.core.catalog import (
-    Accelerator,
-    Catalog,
-    CatalogError,
-    Flavor,
-    ModelSpec,
-    Slowdown,
-    load_catalog,
-    load_catalog_from,
-)
-from hwdash.core.fit import evaluate_plan
-from hwdash.core.models import model_from_config, model_from_config_file, resolve_model
+from hwdash.core.catalog import Catalog, CatalogError, load_catalog, load_catalog_from
+from hwdash.core.models.config import model_from_config, model_from_config_file, resolve_model
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
@@ -48,6 +38,8 @@ from hwdash.core.plan import (
     Plan,
     Precision,
 )
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.specs import Accelerator, Flavor, ModelSpec, Slowdown
 from hwdash.errors import UsageError
 
 EXAMPLES = int(os.environ.get("HWDASH_FUZZ_EXAMPLES", "1000"))
@@ -387,7 +379,7 @@ CONFIG_KEYS = [
     "text_config",
     "quantization_config",
     "_name_or_path",
-    # keys of the families in hwdash.core.families
+    # keys of the families in hwdash.core.models.families
     "n_embd",
     "n_layer",
     "n_head",

@@ -28,7 +28,7 @@ from hwdash.cli import main
 from hwdash.commands.plan import apply_imported
 from hwdash.core import strict_json
 from hwdash.core.plan import Plan
-from hwdash.core.plan_import import read_plan_file
+from hwdash.core.plans.imports import read_plan_file
 from hwdash.errors import UsageError
 
 EXAMPLES = int(os.environ.get("HWDASH_FUZZ_EXAMPLES", "200"))

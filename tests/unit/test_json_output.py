@@ -12,7 +12,7 @@ import pytest
 
 from hwdash.cli import main
 from hwdash.core import strict_json
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 
 BAD = Path(__file__).resolve().parent.parent / "data" / "catalog_bad"
 

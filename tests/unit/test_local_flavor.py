@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.fit import evaluate_plan
-from hwdash.core.local_flavor import (
+from hwdash.core.plan import Plan
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.planning.local_flavor import (
     LocalGpu,
     NoLocalGpu,
     local_machine,
     with_local_machine,
 )
-from hwdash.core.plan import Plan
 from hwdash.core.units import MIB
 
 

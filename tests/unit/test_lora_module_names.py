@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from hwdash.cli import main
-from hwdash.core.catalog import Catalog, ModelSpec, load_catalog
+from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.estimator import architecture, lora_adapter_params, resolve_lora_targets
-from hwdash.core.models import model_from_config, model_from_config_file
+from hwdash.core.models.config import model_from_config, model_from_config_file
+from hwdash.core.specs import ModelSpec
 
 FAMILIES = Path(__file__).resolve().parent.parent / "data" / "model_configs" / "families"
 
@@ -307,7 +308,7 @@ def test_native_names_round_trip_through_the_trainer_export(
 def test_from_reads_the_modules_to_save_of_axolotl_and_llama_factory(
     tmp_path: Path, name: str, lines: list[str]
 ) -> None:
-    from hwdash.core.plan_import import read_plan_file
+    from hwdash.core.plans.imports import read_plan_file
 
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")
@@ -323,8 +324,8 @@ def test_from_reads_the_modules_to_save_of_axolotl_and_llama_factory(
 def test_make_it_fit_offers_attention_only_lora_by_native_names(
     real_catalog: Catalog, family: str, targets: tuple[str, ...] | None
 ) -> None:
-    from hwdash.core.fit_options import knobs_for
     from hwdash.core.plan import Method, Plan
+    from hwdash.core.planning.fit_options import knobs_for
 
     model = real_catalog.models["phi-2"] if family == "phi-2-like" else _model(family)
     plan = Plan(model=family, method=Method.LORA)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import architecture, estimate_memory
-from hwdash.core.parallelism import (
+from hwdash.core.estimator.parallelism import (
     megatron_layer_activation_bytes,
     megatron_stage,
     megatron_stage_params,
     tensor_parallel_block_params,
 )
 from hwdash.core.plan import Attention, Plan
+from hwdash.core.specs import ModelSpec
 
 GPT3_175B = ModelSpec(
     id="gpt3-175b",

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from hwdash.cli import main
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import (
     architecture,
     estimate_memory,
@@ -25,9 +24,10 @@ from hwdash.core.estimator import (
     layer_activation_bytes,
     training_activation_bytes,
 )
-from hwdash.core.model_params import count_parameters
-from hwdash.core.models import model_from_config, model_from_config_file
+from hwdash.core.models.config import model_from_config, model_from_config_file
+from hwdash.core.models.params import count_parameters
 from hwdash.core.plan import Attention, Method, Plan, Quant
+from hwdash.core.specs import ModelSpec
 from hwdash.errors import UsageError
 
 FAMILIES = Path(__file__).resolve().parent.parent / "data" / "model_configs" / "families"

@@ -9,8 +9,8 @@ import pytest
 
 from hwdash.core.catalog import Catalog, load_catalog, load_catalog_from
 from hwdash.core.estimator import architecture
-from hwdash.core.model_params import count_parameters
-from hwdash.core.models import model_from_config, resolve_model, synthetic_model
+from hwdash.core.models.config import model_from_config, resolve_model, synthetic_model
+from hwdash.core.models.params import count_parameters
 from hwdash.core.units import parse_count
 from hwdash.errors import UsageError
 
@@ -172,7 +172,7 @@ def test_synthetic_models_take_a_released_models_layer_count(count: int, layers:
 
 @pytest.mark.parametrize("text", ["500M", "1B", "3B", "10B", "20B", "34B", "100B", "405B"])
 def test_synthetic_layer_counts_are_released_ones(text: str) -> None:
-    from hwdash.core.models import reference_shapes
+    from hwdash.core.models.config import reference_shapes
 
     count = parse_count(text)
     model = synthetic_model(count)

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from monitor_cli import run_monitor
 
-from hwdash.core.alerts import AlertEvent
+from hwdash.core.live.alerts import AlertEvent
 from hwdash.telemetry.alert_actions import AlertCommand, AlertLog, alert_environment
 from hwdash.telemetry.fake_nvml import ManualClock, Scenario, make_fake_pynvml
 from hwdash.telemetry.host_sampler import (

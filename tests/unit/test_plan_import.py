@@ -11,7 +11,7 @@ import pytest
 
 from hwdash.cli import main
 from hwdash.core.plan import Method, Precision
-from hwdash.core.plan_import import read_plan_file
+from hwdash.core.plans.imports import read_plan_file
 from hwdash.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("quiet_machine")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hwdash.core.plan import Method, Plan
-from hwdash.core.plan_store import (
+from hwdash.core.plans.store import (
     MAX_NAME_LENGTH,
     PlanStore,
     PlanStoreError,

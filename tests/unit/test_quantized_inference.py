@@ -9,14 +9,14 @@ import pytest
 from pydantic import ValidationError
 
 from hwdash.cli import main
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import architecture, estimate_memory
-from hwdash.core.plan import Method, Plan, Quant
-from hwdash.core.quantization import (
+from hwdash.core.estimator.quantization import (
     dequantization_workspace_bytes,
     quantized_linear_bytes,
     quantized_weight_bytes,
 )
+from hwdash.core.plan import Method, Plan, Quant
+from hwdash.core.specs import ModelSpec
 
 #: A small Llama-style model whose bytes are easy to count by hand.
 SMALL = ModelSpec(
@@ -174,8 +174,8 @@ def test_cli_shows_quant_in_text_and_json(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_fit_offers_int8_then_nf4_for_inference_only() -> None:
-    from hwdash.core.fit_options import knobs_for
-    from hwdash.core.run_time import slowdown_ids
+    from hwdash.core.planning.fit_options import knobs_for
+    from hwdash.core.planning.run_time import slowdown_ids
 
     inference = Plan(model="s", method=Method.INFERENCE)
     knob = next(k for k in knobs_for(inference, SMALL, 1) if k.name == "quant")

@@ -2,7 +2,7 @@
 """One time model: the catalog's slowdowns are in every hours figure a user sees (issue 22).
 
 The plan's own flavor rows (JSON and table), make-it-fit's options and the ``hf jobs`` timeout all
-read :func:`hwdash.core.run_time.estimate_run_time`; a QLoRA plan's hours are the unslowed LoRA
+read :func:`hwdash.core.planning.run_time.estimate_run_time`; a QLoRA plan's hours are the unslowed LoRA
 hours (the same FLOPs: 4N + 2N per token) times the catalog's ``qlora`` factor everywhere.
 """
 
@@ -16,10 +16,10 @@ import pytest
 from monitor_cli import run_plan
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.exports import job_timeout_minutes
-from hwdash.core.models import resolve_model
+from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Method, Offload, Plan, Precision
-from hwdash.core.run_time import estimate_run_time
+from hwdash.core.planning.run_time import estimate_run_time
+from hwdash.core.plans.exports import job_timeout_minutes
 from hwdash.core.units import format_hours
 
 pytestmark = pytest.mark.usefixtures("quiet_machine")

@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from hwdash.core.catalog import Catalog, CatalogError, ModelSpec, load_catalog, load_catalog_from
+from hwdash.core.catalog import Catalog, CatalogError, load_catalog, load_catalog_from
 from hwdash.core.estimator import architecture, estimate_memory
-from hwdash.core.plan import Loss, Plan
-from hwdash.core.results import MemoryEstimate
-from hwdash.core.savers import (
+from hwdash.core.estimator.savers import (
     COMPILED_STANDARD_BYTES_PER_LOGIT,
     STANDARD_BYTES_PER_LOGIT,
     loss_bytes_per_logit,
     packaged_frameworks,
     resolve_savers,
 )
+from hwdash.core.plan import Loss, Plan
+from hwdash.core.results import MemoryEstimate
+from hwdash.core.specs import ModelSpec
 
 
 @pytest.fixture(scope="module")

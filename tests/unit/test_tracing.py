@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from hwdash.cli import main
-from hwdash.core.catalog import ModelSpec, load_catalog
-from hwdash.core.models import model_from_config, model_from_config_file
+from hwdash.core.catalog import load_catalog
+from hwdash.core.models.config import model_from_config, model_from_config_file
 from hwdash.core.plan import Method, Plan
+from hwdash.core.specs import ModelSpec
 from hwdash.tracing import (
     TracePhase,
     TraceResult,
@@ -612,7 +613,7 @@ def test_encoder_traces_build_the_configs_head(tmp_path: Path, traced_packages: 
     # with its own parameters (the causal LM would have none of the pooler, token types or MLM
     # transform), one forward for inference
     from hwdash.core.estimator import architecture
-    from hwdash.core.models import model_from_config_file
+    from hwdash.core.models.config import model_from_config_file
     from hwdash.tracing import trace_plan
 
     for architectures in (["BertForMaskedLM"], ["BertForSequenceClassification"]):

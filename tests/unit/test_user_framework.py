@@ -17,10 +17,10 @@ import pytest
 
 from hwdash.cli import main
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.exports import export_text
-from hwdash.core.fit import evaluate_plan
-from hwdash.core.fit_options import find_fit_options
 from hwdash.core.plan import Framework, Method, Plan
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.planning.fit_options import find_fit_options
+from hwdash.core.plans.exports import export_text
 
 USER_TORCHTUNE = """
 [[framework]]

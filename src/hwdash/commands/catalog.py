@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core import strict_json
-from hwdash.core.catalog import Accelerator, Catalog, Flavor, Framework, ModelSpec, load_catalog
-from hwdash.core.model_params import count_parameters
+from hwdash.core.catalog import Catalog, load_catalog
+from hwdash.core.models.params import count_parameters
+from hwdash.core.specs import Accelerator, Flavor, Framework, ModelSpec
 from hwdash.core.units import GIB, format_count
 from hwdash.errors import UsageError
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         # Models in the local Hugging Face cache are listed too (offline: read from the cache).
         from dataclasses import replace
 
-        from hwdash.core.models import cached_models
+        from hwdash.core.models.config import cached_models
 
         cached = {model.id: model for model in cached_models(catalog)}
         catalog = replace(catalog, models={**catalog.models, **cached})

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from hwdash.commands import dashboard
 from hwdash.core import strict_json
 from hwdash.core.catalog import Catalog
-from hwdash.core.plan_store import PlanStore, SavedPlan, SummaryView, current_summary
+from hwdash.core.plans.store import PlanStore, SavedPlan, SummaryView, current_summary
 from hwdash.core.units import format_bytes, format_hours, format_money
 from hwdash.errors import UsageError
 

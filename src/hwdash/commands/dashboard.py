@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from hwdash.cli import add_dashboard_arguments
-from hwdash.core.alerts import DEFAULT_THRESHOLD
+from hwdash.commands.shared_args import add_dashboard_arguments
+from hwdash.core.live.alerts import DEFAULT_THRESHOLD
 from hwdash.errors import UsageError
 
 if TYPE_CHECKING:

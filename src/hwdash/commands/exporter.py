@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from hwdash.core.alerts import AlertEngine
+from hwdash.core.live.alerts import AlertEngine
 from hwdash.errors import UsageError
 
 DEFAULT_LISTEN = "127.0.0.1:9835"

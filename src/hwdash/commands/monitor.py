@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hwdash.core.alerts import (
+from hwdash.core.live.alerts import (
     BLIND_INTERVALS,
     BLIND_MINIMUM_S,
     DEFAULT_HYSTERESIS,

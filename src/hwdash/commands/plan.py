@@ -1,7 +1,7 @@
 """``hwdash plan``: will this run fit, on which flavor, how long and for how much.
 
 Builds a :class:`~hwdash.core.plan.Plan` from the flags, evaluates it on the catalog's flavors with
-:func:`~hwdash.core.fit.evaluate_plan`, and prints a breakdown and a flavor table (or ``--json``).
+:func:`~hwdash.core.planning.fit.evaluate_plan`, and prints a breakdown and a flavor table (or ``--json``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hwdash.core import strict_json
-from hwdash.core.local_flavor import LOCAL_TARGETS
+from hwdash.core.estimator.savers import SAVER_FIELDS
 from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
@@ -38,8 +38,8 @@ from hwdash.core.plan import (
     StoreDtype,
     ValueHead,
 )
+from hwdash.core.planning.local_flavor import LOCAL_TARGETS
 from hwdash.core.results import FitVerdict
-from hwdash.core.savers import SAVER_FIELDS
 from hwdash.errors import UsageError
 
 PIPED_WIDTH = 160
@@ -617,10 +617,10 @@ def apply_framework_defaults(
     plan: Plan, catalog: Any, argv: list[str], imported: Any = None
 ) -> Plan:
     """The plan with its framework's precision, checkpointing and optimizer defaults where the user
-    chose nothing (:func:`hwdash.core.savers.with_framework_defaults`, as the planner form does):
+    chose nothing (:func:`hwdash.core.estimator.savers.with_framework_defaults`, as the planner form does):
     typed flags and the settings a ``--from`` file (``imported``) gave always win; the savers
     themselves resolve in the estimator."""
-    from hwdash.core.savers import with_framework_defaults
+    from hwdash.core.estimator.savers import with_framework_defaults
 
     try:
         return with_framework_defaults(
@@ -729,7 +729,7 @@ def export(
     writes nothing and returns its status. Without one, an export for a flavor the plan does not
     fit (or only tightly) is written with a warning."""
     from hwdash.commands.plan_fit import check_line
-    from hwdash.core.exports import export_flavor_id, export_text
+    from hwdash.core.plans.exports import export_flavor_id, export_text
 
     try:
         text, notes = export_text(kind, report, catalog)
@@ -791,14 +791,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
     from hwdash.commands import plan_fit
     from hwdash.core.catalog import load_catalog
-    from hwdash.core.fit import evaluate_plan
-    from hwdash.core.models import resolve_model
+    from hwdash.core.models.config import resolve_model
+    from hwdash.core.planning.fit import evaluate_plan
 
     imported = None
     if args.from_file is not None:
         from pathlib import Path
 
-        from hwdash.core.plan_import import read_plan_file
+        from hwdash.core.plans.imports import read_plan_file
 
         imported = read_plan_file(Path(args.from_file))
         if not args.model and not args.params and "model" in imported.updates:
@@ -847,7 +847,7 @@ def run(args: argparse.Namespace) -> int:
         report = evaluate_plan(plan, catalog, model)
     except UsageError as exc:
         raise _blame_the_file(exc, imported, getattr(args, "argv", []), args.from_file) from None
-    from hwdash.core.savers import applied_framework_defaults
+    from hwdash.core.estimator.savers import applied_framework_defaults
 
     # What the framework set that the user did not: the text's "framework" line and --json say it.
     framework_defaults = applied_framework_defaults(
@@ -866,7 +866,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.export is None and not args.json and not args.check and not report.recommended:
         # Nothing fits and no --fit: the top three options for the flavor asked (--flavor; of
         # several, the cheapest that comes close), else for the cheapest flavor that comes close.
-        from hwdash.core.fit_options import closest_flavor
+        from hwdash.core.planning.fit_options import closest_flavor
 
         closest = closest_flavor(report)
         if closest is not None and closest.verdict is not FitVerdict.TIGHT:
@@ -881,7 +881,7 @@ def run(args: argparse.Namespace) -> int:
     catalog_args = [arg for folder in args.catalog for arg in ("--catalog", folder)]
     saved_message = None
     if args.save is not None:
-        from hwdash.core.plan_store import PlanStore, PlanSummary
+        from hwdash.core.plans.store import PlanStore, PlanSummary
 
         store = PlanStore()
         saved = store.save(args.save, plan, summary=PlanSummary.from_report(report))
@@ -959,7 +959,7 @@ def run(args: argparse.Namespace) -> int:
 def _parallel_words(plan: Plan, gpus: int) -> str:
     """How the GPUs are used, for the title: FSDP's shard group or Megatron's tp x pp x dp."""
     if plan.fsdp is not FsdpMode.NONE:
-        from hwdash.core.parallelism import fsdp_shard_size
+        from hwdash.core.estimator.parallelism import fsdp_shard_size
 
         shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
         offload = ", CPU offload" if plan.fsdp_offload else ""
@@ -984,7 +984,7 @@ def render_report(
 ) -> None:
     """Print the breakdown, warnings and the flavor table with rich. ``framework_defaults``: what
     the framework set that the user did not choose
-    (:func:`hwdash.core.savers.applied_framework_defaults`), listed on the "framework" line."""
+    (:func:`hwdash.core.estimator.savers.applied_framework_defaults`), listed on the "framework" line."""
     from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
@@ -1015,7 +1015,7 @@ def render_report(
     )
     console.print(title, highlight=False)
     if plan.is_training:
-        from hwdash.core.savers import (
+        from hwdash.core.estimator.savers import (
             describe_framework_defaults,
             describe_savers,
             resolve_savers,

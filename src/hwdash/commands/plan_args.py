@@ -11,9 +11,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hwdash.core.catalog import Framework
+from hwdash.core.estimator.savers import (
+    FRAMEWORK_PLAN_FIELDS,
+    packaged_frameworks,
+    with_framework_defaults,
+)
 from hwdash.core.plan import Plan
-from hwdash.core.savers import FRAMEWORK_PLAN_FIELDS, packaged_frameworks, with_framework_defaults
+from hwdash.core.specs import Framework
 
 
 def _number(value: float) -> str:

@@ -1,11 +1,11 @@
 """``hwdash plan --fit TARGET``, ``--check`` and this machine as the ``local`` flavor.
 
 * ``--fit TARGET``: ranked options that make the plan fit TARGET (a flavor id, ``local``,
-  ``local-free`` or ``any``); see :mod:`hwdash.core.fit_options`.
+  ``local-free`` or ``any``); see :mod:`hwdash.core.planning.fit_options`.
 * ``--flavor ID --check``: one line, exit 0 when the plan fits ID, 1 when it is tight or does not fit
   (a job script can refuse to start a run that would OOM), 2 on bad input.
 * When NVML (or a fake scenario) shows GPUs, the catalog gains ``local`` and ``local-free``
-  (:mod:`hwdash.core.local_flavor`).
+  (:mod:`hwdash.core.planning.local_flavor`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwdash.commands.plan_args import plan_arguments
-from hwdash.core.catalog import Catalog, Flavor, Framework, ModelSpec
-from hwdash.core.fit_options import FitOption, FitSearch, find_fit_options
-from hwdash.core.local_flavor import (
+from hwdash.core.catalog import Catalog
+from hwdash.core.plan import Plan
+from hwdash.core.planning.fit_options import FitOption, FitSearch, find_fit_options
+from hwdash.core.planning.local_flavor import (
     LOCAL_FREE_FLAVOR_ID,
     LOCAL_TARGETS,
     LocalGpu,
@@ -27,8 +28,8 @@ from hwdash.core.local_flavor import (
     local_machine,
     with_local_machine,
 )
-from hwdash.core.plan import Plan
 from hwdash.core.results import FitVerdict, PlanReport
+from hwdash.core.specs import Flavor, Framework, ModelSpec
 from hwdash.core.units import GIB
 from hwdash.errors import UsageError
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.plan import Plan
 from hwdash.core.results import MemoryEstimate
+from hwdash.core.specs import ModelSpec
 from hwdash.tracing import (
     TraceResult,
     check_trace_dependencies,

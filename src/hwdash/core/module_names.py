@@ -54,7 +54,7 @@ class NamingScheme:
 @functools.cache
 def naming_schemes() -> dict[str, NamingScheme]:
     """Every scheme of ``catalog/shapes/module_names.toml``, by name."""
-    from hwdash.core.catalog import packaged_catalog_dir
+    from hwdash.core.data_files import packaged_catalog_dir
 
     path = packaged_catalog_dir() / "shapes" / "module_names.toml"
     data = tomllib.loads(path.read_text(encoding="utf-8"))

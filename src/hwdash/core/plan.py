@@ -1,7 +1,7 @@
 """A plan: what the user wants to run. The estimator turns a plan into bytes, hours and dollars.
 
 The plan holds inputs only, validated; results live in :mod:`hwdash.core.estimator` and
-:mod:`hwdash.core.fit`. Every field has a docstring because the CLI's ``--help``, the TUI form and the
+:mod:`hwdash.core.planning.fit`. Every field has a docstring because the CLI's ``--help``, the TUI form and the
 saved-plans file are all built from the same model.
 """
 
@@ -103,7 +103,7 @@ class Framework(str, Enum):
 
 
 class Loss(str, Enum):
-    """How the cross-entropy loss meets the logits (see :mod:`hwdash.core.savers`)."""
+    """How the cross-entropy loss meets the logits (see :mod:`hwdash.core.estimator.savers`)."""
 
     STANDARD = "standard"
     """Full logits, upcast to fp32 before the loss (transformers' ``ForCausalLMLoss``)."""
@@ -146,7 +146,7 @@ class FsdpMode(str, Enum):
 
     Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel",
     arXiv:2304.11277, section 3.2 (full and hybrid sharding). FSDP keeps the model states in the
-    plan's dtype: no fp32 master copy unless the layout asks for one (see :mod:`hwdash.core.parallelism`).
+    plan's dtype: no fp32 master copy unless the layout asks for one (see :mod:`hwdash.core.estimator.parallelism`).
     """
 
     NONE = "none"

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from hwdash.core.catalog import Accelerator, Flavor, Framework, ModelSpec, Slowdown
 from hwdash.core.plan import Plan
+from hwdash.core.specs import Accelerator, Flavor, Framework, ModelSpec, Slowdown
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
 
@@ -108,7 +108,7 @@ class FlavorFit:
     """Why it does not fit, or a caveat (CPU-only, TPU, unified memory)."""
     hours: float | None = None
     """Estimated wall-clock hours (training) or None when the data size is unknown; the
-    ``slowdowns`` are in (:func:`hwdash.core.run_time.estimate_run_time`)."""
+    ``slowdowns`` are in (:func:`hwdash.core.planning.run_time.estimate_run_time`)."""
     cost: float | None = None
     """Dollars for those hours, None without a price or hours."""
     tokens_per_second: float | None = None

@@ -1,6 +1,6 @@
 """What happens when an alert fires: a JSON line in the alert log and the user's ``--on-alert`` command.
 
-Both are I/O, so they live here and not in :mod:`hwdash.core.alerts`. Neither ever ends the monitor or
+Both are I/O, so they live here and not in :mod:`hwdash.core.live.alerts`. Neither ever ends the monitor or
 blocks sampling: a log that cannot be written and a command that fails are logged and forgotten.
 
 The command runs as ``sh -c CMD`` with the alert in its environment, never in the command text, so a
@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hwdash.core.alerts import AlertEngine, AlertEvent
+from hwdash.core.live.alerts import AlertEngine, AlertEvent
 from hwdash.core.strict_json import finite_or_none
 from hwdash.telemetry.prometheus_source import PASSWORD_ENV, TOKEN_ENV, USER_ENV
 from hwdash.telemetry.types import GpuSample, GpuState, Snapshot

@@ -12,7 +12,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from hwdash.core.forecast import forecast_full
+from hwdash.core.live.forecast import forecast_full
 from hwdash.telemetry.types import GpuState, Snapshot
 
 DEFAULT_WINDOW_S = 600.0
@@ -147,7 +147,7 @@ class History:
         """``snapshot`` with each GPU's OOM forecast from this history (add the snapshot first).
         Memory counts as full when nothing is free (``total - free``: used plus reserved).
 
-        The forecast follows the current climb (:func:`hwdash.core.forecast.forecast_full`) and is
+        The forecast follows the current climb (:func:`hwdash.core.live.forecast.forecast_full`) and is
         fitted again every round: it never counts down like a timer between fits, which left it
         running while the climb slowed and made it jump back up at the next fit."""
         if snapshot.stale:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hwdash.core.alerts import AlertEvent
+from hwdash.core.live.alerts import AlertEvent
 from hwdash.telemetry.types import (
     GpuSample,
     HostSample,

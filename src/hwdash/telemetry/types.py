@@ -166,7 +166,7 @@ class GpuSample:
     """NVML gave no memory of its own for this GPU (not supported, or total 0): a unified-memory
     part; the system sampler fills the memory numbers from the host."""
     forecast_full_s: float | None = None
-    """Seconds until the GPU's memory is full at its current climb (:mod:`hwdash.core.forecast`),
+    """Seconds until the GPU's memory is full at its current climb (:mod:`hwdash.core.live.forecast`),
     set from the history by whoever keeps one (the dashboard, the streaming monitor); None when
     memory is flat, falling or noisy, or there is no history."""
     host: str | None = None

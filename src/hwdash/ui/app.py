@@ -24,7 +24,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Input, Static
 
-from hwdash.core.alerts import AlertRule, blind_after_for
+from hwdash.core.live.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
 from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
 from hwdash.telemetry.history import DEFAULT_WINDOW_S, History, process_key
@@ -53,7 +53,7 @@ from hwdash.ui.widgets.tab_bar import TabBar
 
 if TYPE_CHECKING:
     from hwdash.core.catalog import Catalog
-    from hwdash.core.plan_store import PlanStore
+    from hwdash.core.plans.store import PlanStore
     from hwdash.ui.compare_pane import ComparePane
     from hwdash.ui.planner_pane import PlannerPane
 
@@ -351,7 +351,7 @@ class HwdashApp(App[None]):
     def plan_store(self) -> PlanStore:
         """Saved plans (shared by the planner and compare panes; opened when first needed)."""
         if self._plan_store is None:
-            from hwdash.core.plan_store import PlanStore
+            from hwdash.core.plans.store import PlanStore
 
             self._plan_store = PlanStore()
         return self._plan_store
@@ -382,7 +382,7 @@ class HwdashApp(App[None]):
 
     def _add_local_flavor(self, planner: PlannerPane) -> None:
         """This machine's GPUs become the planner's `local` flavor."""
-        from hwdash.core.local_flavor import LocalGpu
+        from hwdash.core.planning.local_flavor import LocalGpu
 
         gpus = [LocalGpu(*gpu) for gpu in self._local_gpus or ()]
         self._local_flavor_added = planner.set_local_gpus(gpus)

@@ -1,6 +1,6 @@
 """The compare view: saved plans side by side, one column per plan, differences highlighted.
 
-Each column is recomputed against the current catalog when shown (see :mod:`hwdash.core.plan_store`
+Each column is recomputed against the current catalog when shown (see :mod:`hwdash.core.plans.store`
 for why); a plan that can no longer be evaluated shows its cached summary, marked "cached".
 In numeric rows the lowest value is green and the highest red; in text rows, cells that differ from the
 first plan are yellow. ``enter``/``l`` loads the highlighted plan back into the planner, ``r`` renames
@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Static
 
 from hwdash.core.catalog import Catalog
 from hwdash.core.plan import LORA_STYLE_METHODS, Plan
-from hwdash.core.plan_store import (
+from hwdash.core.plans.store import (
     PlanStore,
     PlanStoreError,
     SavedPlan,

@@ -32,19 +32,10 @@ from textual.widgets import Checkbox, DataTable, Input, Label, OptionList, Selec
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from hwdash.core.catalog import Catalog, CatalogError, ModelSpec
-from hwdash.core.exports import FILE_SUFFIXES, export_text
-from hwdash.core.fit import evaluate_plan
-from hwdash.core.fit_options import FitOption, closest_flavor, find_fit_options
-from hwdash.core.hf_cache import cached_model_ids
-from hwdash.core.local_flavor import (
-    LOCAL_FLAVOR_ID,
-    LocalGpu,
-    NoLocalGpu,
-    local_machine,
-    with_local_machine,
-)
-from hwdash.core.models import resolve_model
+from hwdash.core.catalog import Catalog, CatalogError
+from hwdash.core.estimator.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
+from hwdash.core.models.config import resolve_model
+from hwdash.core.models.hf_cache import cached_model_ids
 from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
@@ -63,7 +54,17 @@ from hwdash.core.plan import (
     Quant,
     unused_settings,
 )
-from hwdash.core.plan_store import (
+from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.planning.fit_options import FitOption, closest_flavor, find_fit_options
+from hwdash.core.planning.local_flavor import (
+    LOCAL_FLAVOR_ID,
+    LocalGpu,
+    NoLocalGpu,
+    local_machine,
+    with_local_machine,
+)
+from hwdash.core.plans.exports import FILE_SUFFIXES, export_text
+from hwdash.core.plans.store import (
     PlanStore,
     PlanStoreError,
     PlanSummary,
@@ -72,7 +73,7 @@ from hwdash.core.plan_store import (
     default_exports_folder,
 )
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
-from hwdash.core.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
+from hwdash.core.specs import ModelSpec
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money, parse_count
 from hwdash.errors import UsageError
 from hwdash.ui.planner_keys import PLANNER_BINDINGS

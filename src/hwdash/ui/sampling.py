@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from hwdash.core.alerts import AlertEngine, AlertRule
+from hwdash.core.live.alerts import AlertEngine, AlertRule
 from hwdash.telemetry.alert_actions import AlertActions, mark_alert_states
 from hwdash.telemetry.history import History
 from hwdash.telemetry.types import GpuSample, GpuState, NvmlStatus, Sampler, Snapshot

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.plan_store import PlanStore
+from hwdash.core.plans.store import PlanStore
 from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
 from hwdash.telemetry.host_sampler import HostProcessInfo
 from hwdash.telemetry.nvml_sampler import NvmlSampler

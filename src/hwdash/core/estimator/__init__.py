@@ -14,15 +14,18 @@ the comment says so. The package is split by concern, each module listing the so
   arXiv:2205.05198, recounted for today's Hugging Face layers);
 * :mod:`~hwdash.core.estimator.inference`: prefill activations and the KV cache;
 * :mod:`~hwdash.core.estimator.training`: one trained model, step by step (ZeRO-Offload,
-  arXiv:2101.06840; the memory savers of :mod:`hwdash.core.savers`);
+  arXiv:2101.06840; the memory savers of :mod:`hwdash.core.estimator.savers`);
 * :mod:`~hwdash.core.estimator.rl`: RL plans (policy, value model, reference, reward, vLLM);
 * :mod:`~hwdash.core.estimator.phases`: the phases whose peaks are compared;
 * :mod:`~hwdash.core.estimator.estimate`: :func:`estimate_memory`, the overhead guesses.
 
-Sharding beyond ZeRO (PyTorch FSDP, Megatron TP/PP) lives in :mod:`hwdash.core.parallelism`,
-quantized inference in :mod:`hwdash.core.quantization`, other block layouts in
-:mod:`hwdash.core.block_activations`. Every name the module had before it became a package is
+Sharding beyond ZeRO (PyTorch FSDP, Megatron TP/PP) lives in :mod:`hwdash.core.estimator.parallelism`,
+quantized inference in :mod:`hwdash.core.estimator.quantization`, other block layouts in
+:mod:`hwdash.core.estimator.block_activations`. Every name the module had before it became a package is
 importable from here.
+
+May import: the core's foundation (the plan model, the entry schemas, units, module names, data
+files); never the models' readers, the catalog loader, planning or plans, which import it.
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ from hwdash.core.estimator.training import (
 )
 
 #: Every name the module had before it became a package: the public API, and the internal names
-#: that :mod:`hwdash.core.parallelism`, :mod:`hwdash.core.quantization` and tests reach into.
+#: that :mod:`hwdash.core.estimator.parallelism`, :mod:`hwdash.core.estimator.quantization` and tests reach into.
 __all__ = [
     "ADAFACTOR_STATE_FRACTION",
     "ADAFACTOR_STEP_BYTES_PER_ELEMENT",

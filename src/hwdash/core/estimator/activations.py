@@ -21,18 +21,18 @@ Sources:
 * PEFT 0.21's LoRA, DoRA (``DoraLinearLayer``) and ``lora.ParamWrapper`` (fused MoE experts);
   LoRA: Hu et al. 2021, arXiv:2106.09685; DoRA: Liu et al. 2024, arXiv:2402.09353.
 * Other block layouts (LayerNorm keeping its input, encoder-decoder cross-attention):
-  :mod:`hwdash.core.block_activations`; the savers (compile, chunked or fused losses):
-  :mod:`hwdash.core.savers`.
+  :mod:`hwdash.core.estimator.block_activations`; the savers (compile, chunked or fused losses):
+  :mod:`hwdash.core.estimator.savers`.
 """
 
 from __future__ import annotations
 
 import functools
 
-from hwdash.core import block_activations
+from hwdash.core.estimator import block_activations
 from hwdash.core.estimator.architecture import Architecture, LinearShape, is_mlp
+from hwdash.core.estimator.savers import compiled_norm_saving
 from hwdash.core.plan import Attention
-from hwdash.core.savers import compiled_norm_saving
 
 #: Bytes per logit at the loss's peak. transformers' ``ForCausalLMLoss`` upcasts the logits to fp32
 #: before cross-entropy (``logits = logits.float()`` in ``transformers/loss/loss_utils.py``);

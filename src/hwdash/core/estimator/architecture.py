@@ -9,7 +9,7 @@ Sources:
 
 * Hugging Face's model implementations (``modeling_llama.py``, ``modeling_qwen2.py``,
   ``modeling_mixtral.py``, ``modeling_phi.py``) for the projections, biases, norms and routers;
-  the other families as :mod:`hwdash.core.families` reads them from ``config.json``.
+  the other families as :mod:`hwdash.core.models.families` reads them from ``config.json``.
 * PEFT's LoRA guide, https://huggingface.co/docs/peft/developer_guides/lora (``all-linear``).
 * LoRA: Hu et al. 2021, arXiv:2106.09685, section 4 (A and B per adapted matrix).
 * DoRA: Liu et al. 2024, arXiv:2402.09353, section 4.1 (a magnitude vector per adapted matrix).
@@ -18,13 +18,14 @@ Sources:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from functools import cached_property
-
-from hwdash.core.catalog import ModelSpec
+from hwdash.core.estimator.encoder import encoder_architecture
+from hwdash.core.estimator.layout import Architecture as Architecture
+from hwdash.core.estimator.layout import LinearShape as LinearShape
+from hwdash.core.estimator.layout import _gated_mlp
+from hwdash.core.estimator.layout import is_mlp as is_mlp
 from hwdash.core.memo import IdentityMemo
 from hwdash.core.module_names import matches, scheme
+from hwdash.core.specs import ModelSpec
 
 #: Modules ``all-linear`` adapts: every linear layer inside the transformer blocks (PEFT excludes
 #: the LM head), per https://huggingface.co/docs/peft/developer_guides/lora ("all-linear") and
@@ -36,323 +37,6 @@ ALL_LINEAR = "all-linear"
 #: path, so ``gate_proj`` adapts the shared expert's too.
 SHARED_PREFIX = "shared_expert."
 _SHARED_ALIAS = "shared_experts."
-
-
-@dataclass(frozen=True)
-class LinearShape:
-    """One linear projection of a transformer block (``copies`` > 1 for MoE experts)."""
-
-    name: str
-    in_features: int
-    out_features: int
-    copies: int = 1
-    bias: bool = False
-    module: str = ""
-    """The module's dotted path inside a block as transformers names it (``attn.c_attn``); ""
-    where it is ``name`` (Llama's). ``name`` is the role hwdash counts it by: Llama's names, and
-    ``qkv_proj`` / ``gate_up_proj`` for a fused projection."""
-
-    @property
-    def path(self) -> str:
-        """The module's path inside a block (see :attr:`module`)."""
-        return self.module or self.name
-
-    @cached_property
-    def params(self) -> int:
-        """Parameters of every copy together."""
-        return self.copies * (
-            self.in_features * self.out_features + (self.out_features if self.bias else 0)
-        )
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """Parameter layout of a decoder-only transformer, derived from a :class:`ModelSpec`."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    experts: int
-    experts_per_token: int
-    gated_mlp: bool
-    linears: tuple[LinearShape, ...]
-    """The linear layers of one block."""
-    norm_params_per_layer: int
-    router_params_per_layer: int
-    embedding_params: int
-    lm_head_params: int
-    """0 when tied to the embedding."""
-    final_norm_params: int
-    qk_norm: bool = False
-    """Per-head RMSNorms on Q and K (``ModelSpec.qk_norm``: Qwen3, Gemma 3)."""
-    norms_per_layer: int = 2
-    """Norms on the residual stream per block (``ModelSpec.norms_per_layer``)."""
-    norm_scale_in_fp32: bool = False
-    """Gemma's and OLMo 2's RMSNorm (``ModelSpec.norm_type``: ``rmsnorm_offset``,
-    ``rmsnorm_fp32_scale``). Gemma's scales by ``1 + weight`` in
-    fp32 before casting back, so it keeps an fp32 normalised tensor and an fp32 ``1 + weight``."""
-    mlp_activation: str = "silu"
-    """The MLP's activation (``ModelSpec.mlp_activation``): ``gelu_new`` keeps more."""
-    norm_offset: bool = False
-    """Gemma's ``1 + weight`` (``rmsnorm_offset``): an fp32 vector the norm makes and keeps. OLMo 2's
-    norm (``rmsnorm_fp32_scale``) also scales in fp32, by the weight itself: no such vector."""
-    attn_logit_softcap: bool = False
-    """Gemma 2's ``cap * tanh(scores / cap)`` on the attention scores (eager attention)."""
-    final_logit_softcap: bool = False
-    """Gemma 2's ``cap * tanh(logits / cap)`` on the output logits."""
-    checkpoint_bits: int | None = None
-    """A quantized checkpoint's bits (``ModelSpec.checkpoint_bits``): its block linears load at
-    that precision (inference), and LoRA on it trains as QLoRA (4) or 8-bit LoRA (8)."""
-    cross_attention_layers: int = 0
-    """Encoder-decoder: blocks that also attend to the encoder output (T5's decoder blocks; their
-    self-attention and MLP are among ``layers``). See :mod:`hwdash.core.families`."""
-    cross_linears: tuple[LinearShape, ...] = ()
-    """The cross-attention's q, k, v and o projections (one block's)."""
-    cross_norm_params: int = 0
-    """The norm before each cross-attention."""
-    parallel_block: bool = False
-    """Attention and MLP read the same block input (``ModelSpec.parallel_block``)."""
-    norm_saves_input: bool = False
-    """Native LayerNorm keeping its input in the activations' dtype (``ModelSpec.norm_saves_input``)."""
-    kv_expanded: bool = False
-    """K and V copied out to all heads before attention and the cache (``ModelSpec.kv_expanded``)."""
-    residual_dropout: bool = False
-    """A decoder whose config keeps dropout on the attention and MLP outputs in training (GPT-2's
-    and GPT-BigCode's ``resid_pdrop``; ``ModelSpec.hidden_dropout`` > 0 on a decoder)."""
-    module_names: str = ""
-    """How transformers names the modules (``ModelSpec.module_names``)."""
-    shared_intermediate: int = 0
-    """MoE: the shared expert's width (``ModelSpec.shared_expert_intermediate_size``); its linears
-    are among ``linears``, named ``shared_expert.*``."""
-    shared_expert_gate: bool = False
-    """Qwen MoE's sigmoid gate on the shared expert's output (``shared_expert_gate`` in ``linears``)."""
-    dense_layers: int = 0
-    """MoE: blocks (of ``layers``) with one dense MLP of ``dense_intermediate`` instead of the
-    experts (DeepSeek's ``first_k_dense_replace``); see :attr:`block_kinds`."""
-    dense_intermediate: int = 0
-    """Width of those dense MLPs."""
-    router_fp32: bool = False
-    """DeepSeek's router: an fp32 copy of its input times an fp32 weight."""
-    router_sigmoid: bool = False
-    """DeepSeek-V3's sigmoid router scores (``noaux_tc``)."""
-    kv_lora_rank: int = 0
-    """Multi-head latent attention (DeepSeek-V2/V3): the key/value latent's width; 0 without MLA.
-    With MLA, ``head_dim`` is the query/key head width (nope + rope parts)."""
-    q_lora_rank: int = 0
-    """MLA: the query latent's width (0: a plain q_proj)."""
-    qk_rope_head_dim: int = 0
-    """MLA: the rotary part of a query/key head (the key's is one tensor shared by all heads)."""
-    v_head_dim: int = 0
-    """MLA: per-head value width."""
-    peft_fused_experts: bool = True
-    """MoE: what LoRA target names reach (``ModelSpec.peft_fused_experts``; :func:`lora_candidates`)."""
-
-    def __hash__(self) -> int:
-        # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
-        # they are hashed once, not on every cache lookup of the formulas that take a layout.
-        return self._field_hash
-
-    @cached_property
-    def _field_hash(self) -> int:
-        return hash(tuple(getattr(self, field.name) for field in fields(self)))
-
-    @cached_property
-    def q_dim(self) -> int:
-        """Width of the query projection (heads x head_dim)."""
-        return self.heads * self.head_dim
-
-    @cached_property
-    def kv_dim(self) -> int:
-        """Width of each of the key and value projections."""
-        return self.kv_heads * self.head_dim
-
-    @cached_property
-    def mla(self) -> bool:
-        """Multi-head latent attention (DeepSeek-V2/V3)."""
-        return self.kv_lora_rank > 0
-
-    @cached_property
-    def latent_kv_width(self) -> int:
-        """Elements per token per layer of MLA's compressed key/value: the normalised latent
-        (``kv_lora_rank``) and the rotary key shared by all heads (``qk_rope_head_dim``), what
-        ``DeepseekV2Attention`` / ``DeepseekV3Attention`` hand to ``cache.update``
-        (``modeling_deepseek_v2.py``, ``modeling_deepseek_v3.py``; DeepSeek-V2 paper,
-        arXiv:2405.04434, section 2.1.2: (d_c + d_h^R) per token per layer). Without MLA: the
-        ordinary key and value (``2 * kv_dim``)."""
-        if self.mla:
-            return self.kv_lora_rank + self.qk_rope_head_dim
-        if self.kv_expanded:
-            return 2 * self.heads * self.head_dim
-        return 2 * self.kv_dim
-
-    @cached_property
-    def decompressed_kv_width(self) -> int:
-        """Elements per token per layer of the per-head keys (``head_dim``: nope + rope) and values
-        (``v_head_dim``) MLA expands its latent into (``expand_kv``); ``2 * kv_dim`` without MLA."""
-        if self.mla:
-            return self.heads * (self.head_dim + self.v_head_dim)
-        return 2 * self.kv_dim
-
-    @cached_property
-    def kv_cache_width(self) -> int:
-        """Elements per token per layer that transformers' ``generate`` caches. With MLA the
-        latent (:attr:`latent_kv_width`): transformers 5 caches ``k_nope`` (the normalised latent)
-        and ``k_pe`` and re-expands them through ``kv_b_proj`` at every step."""
-        return self.latent_kv_width
-
-    @cached_property
-    def block_kinds(self) -> tuple[tuple[int, Architecture], ...]:
-        """(count, layout) for each kind of block: the MoE blocks (this layout) and, for DeepSeek's
-        ``first_k_dense_replace``, the dense ones (:attr:`dense_block`). One kind otherwise."""
-        if not self.dense_layers:
-            return ((self.layers, self),)
-        return ((self.layers - self.dense_layers, self), (self.dense_layers, self.dense_block))
-
-    @cached_property
-    def dense_block(self) -> Architecture:
-        """The layout of a dense block of a MoE model with leading dense blocks: the same attention
-        and norms, one gated MLP of ``dense_intermediate`` (``DeepseekV2MLP``), no router."""
-        attention = tuple(
-            linear for linear in self.linears if linear.copies == 1 and not is_mlp(linear.name)
-        )
-        mlp = _gated_mlp(self.hidden, self.dense_intermediate, 1, False)
-        return replace(
-            self,
-            layers=self.dense_layers,
-            intermediate=self.dense_intermediate,
-            experts=1,
-            experts_per_token=1,
-            linears=attention + tuple(mlp),
-            router_params_per_layer=0,
-            shared_intermediate=0,
-            shared_expert_gate=False,
-            dense_layers=0,
-            dense_intermediate=0,
-            router_fp32=False,
-            router_sigmoid=False,
-        )
-
-    def _over_blocks(self, per_block: Callable[[Architecture], int]) -> int:
-        return sum(count * per_block(kind) for count, kind in self.block_kinds)
-
-    @cached_property
-    def linear_rows(self) -> int:
-        """Output rows of every block linear of every block (LLM.int8()'s per-row scales)."""
-        return self._over_blocks(
-            lambda kind: sum(linear.out_features * linear.copies for linear in kind.linears)
-        )
-
-    @cached_property
-    def linear_inputs(self) -> int:
-        """Input features of every block linear of every block (GPTQ's group indices)."""
-        return self._over_blocks(
-            lambda kind: sum(linear.in_features * linear.copies for linear in kind.linears)
-        )
-
-    @cached_property
-    def cross_params_per_layer(self) -> int:
-        """One cross-attention block's linears (0 for a decoder-only model)."""
-        return sum(linear.params for linear in self.cross_linears)
-
-    @cached_property
-    def kv_cache_layers(self) -> int:
-        """Attention layers whose keys and values a generating model caches: every block of a
-        decoder-only model; an encoder-decoder's decoder blocks twice (self- and cross-attention;
-        Hugging Face's ``EncoderDecoderCache``), its encoder blocks never."""
-        if self.cross_attention_layers:
-            return 2 * self.cross_attention_layers
-        return self.layers
-
-    @cached_property
-    def linear_params_per_layer(self) -> int:
-        """Parameters in one block's linear layers (what NF4/int8 quantize)."""
-        return sum(linear.params for linear in self.linears)
-
-    @cached_property
-    def block_params(self) -> int:
-        """Parameters of one transformer block."""
-        return (
-            self.linear_params_per_layer + self.norm_params_per_layer + self.router_params_per_layer
-        )
-
-    @cached_property
-    def quantizable_params(self) -> int:
-        """Parameters bitsandbytes quantizes: every linear layer inside the blocks."""
-        cross = self.cross_attention_layers * self.cross_params_per_layer
-        return self._over_blocks(lambda kind: kind.linear_params_per_layer) + cross
-
-    @cached_property
-    def total_params(self) -> int:
-        """Every parameter, all experts included."""
-        cross = self.cross_attention_layers * (self.cross_params_per_layer + self.cross_norm_params)
-        return (
-            self._over_blocks(lambda kind: kind.block_params)
-            + cross
-            + self.embedding_params
-            + self.lm_head_params
-            + self.final_norm_params
-        )
-
-    @cached_property
-    def unquantized_params(self) -> int:
-        """Embeddings, LM head, norms, routers: left in 16 bits by bitsandbytes."""
-        return self.total_params - self.quantizable_params
-
-    @cached_property
-    def largest_linear(self) -> LinearShape:
-        """The single largest weight matrix of a block (one expert's, for MoE)."""
-        return max(self.linears, key=lambda linear: linear.in_features * linear.out_features)
-
-    @cached_property
-    def matmul_params_per_token(self) -> int:
-        """Parameters one token multiplies through (MoE: only its routed experts; embedding lookup
-        excluded, LM head included even when tied). The N of 2N FLOPs per token (Kaplan et al. 2020)."""
-        return self._over_blocks(_active_block_params) + self.vocab * self.hidden
-
-    @cached_property
-    def active_params(self) -> int:
-        """Parameters one token passes through, embedding included (MoE: its routed experts, the
-        shared expert, the router): the N of 6ND for sparse models."""
-        return (
-            self._over_blocks(_active_block_params)
-            + self.embedding_params
-            + self.lm_head_params
-            + self.final_norm_params
-            + self._over_blocks(lambda kind: kind.norm_params_per_layer)
-        )
-
-
-def _active_block_params(kind: Architecture) -> int:
-    """One block's linears a token multiplies through (its k routed experts), plus the router."""
-    per_layer = 0
-    for linear in kind.linears:
-        single = linear.params // linear.copies
-        per_layer += single * (kind.experts_per_token if linear.copies > 1 else 1)
-    return per_layer + kind.router_params_per_layer
-
-
-#: The MLP's linears, by name (a dense block keeps the others: the attention's).
-_MLP_NAMES = ("gate_proj", "up_proj", "down_proj", "fc1", "fc2", "shared_expert_gate")
-
-
-def is_mlp(name: str) -> bool:
-    """Whether a block linear (by its name) belongs to the MLP rather than the attention."""
-    return name.split(".")[-1] in _MLP_NAMES
-
-
-def _gated_mlp(
-    hidden: int, inter: int, copies: int, bias: bool, prefix: str = ""
-) -> list[LinearShape]:
-    """gate, up and down of a gated MLP (``copies`` experts)."""
-    return [
-        LinearShape(f"{prefix}gate_proj", hidden, inter, copies=copies, bias=bias),
-        LinearShape(f"{prefix}up_proj", hidden, inter, copies=copies, bias=bias),
-        LinearShape(f"{prefix}down_proj", inter, hidden, copies=copies, bias=bias),
-    ]
 
 
 #: Layouts already derived, by (frozen) ModelSpec: the make-it-fit search estimates thousands of
@@ -373,9 +57,7 @@ def _derive(model: ModelSpec) -> Architecture:
     has gate, up and down projections, a plain one fc1 and fc2 with biases; MoE repeats the MLP per
     expert and adds a router of hidden x experts; RMSNorm has ``hidden`` weights (LayerNorm twice that).
     """
-    if model.encoder_only:  # BERT-style encoders: their own layout (imported late: it imports us)
-        from hwdash.core.estimator.encoder import encoder_architecture
-
+    if model.encoder_only:  # BERT-style encoders: their own layout
         return encoder_architecture(model)
     hidden, experts = model.hidden_size, model.experts
     norm = _norm_params(model)
@@ -433,7 +115,7 @@ def _derive(model: ModelSpec) -> Architecture:
 
 def _mlp_bias(model: ModelSpec) -> bool:
     """Whether the MLP (and the attention output) has biases. Families read by
-    hwdash.core.families say outright where biases are; the Llama-style ones follow the MLP kind
+    hwdash.core.models.families say outright where biases are; the Llama-style ones follow the MLP kind
     (a standard MLP, as Phi-2, has them)."""
     return (model.mlp != "gated") if model.mlp_bias is None else model.mlp_bias
 

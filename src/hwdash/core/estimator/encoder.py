@@ -1,6 +1,6 @@
 """Encoder-only models (BERT, RoBERTa, DeBERTa-v2, ModernBERT): parameters, activations, heads.
 
-The layouts come from :mod:`hwdash.core.family_encoders` (config.json); what each block keeps for
+The layouts come from :mod:`hwdash.core.models.family_encoders` (config.json); what each block keeps for
 backward is counted tensor by tensor from transformers 5.24's implementations:
 
 * ``models/bert/modeling_bert.py`` (``BertSelfAttention``, ``eager_attention_forward``,
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hwdash.core.catalog import ModelSpec
-from hwdash.core.estimator.architecture import Architecture, LinearShape
+from hwdash.core.estimator.layout import Architecture, LinearShape
 from hwdash.core.plan import Attention, Method, Plan
+from hwdash.core.specs import ModelSpec
 from hwdash.errors import UsageError
 
 #: ``native_layer_norm``'s fp32 mean and reciprocal deviation per row (8 bytes; block_activations).

@@ -10,7 +10,6 @@ in full (``modules_to_save``, PEFT's ``peft_model.py``), next to its frozen orig
 
 from __future__ import annotations
 
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.estimator import encoder
 from hwdash.core.estimator.architecture import ALL_LINEAR, Architecture
 from hwdash.core.estimator.phases import (
@@ -19,6 +18,7 @@ from hwdash.core.estimator.phases import (
     _STEP_ONLY,
     _Accumulator,
 )
+from hwdash.core.estimator.savers import Savers
 from hwdash.core.estimator.states import Layout, checkpoint_weight_bytes, model_state_bytes
 from hwdash.core.estimator.training import (
     _add_adapted_weights,
@@ -28,7 +28,7 @@ from hwdash.core.estimator.training import (
     _Trained,
 )
 from hwdash.core.plan import Method, Plan, Quant
-from hwdash.core.savers import Savers
+from hwdash.core.specs import ModelSpec
 
 
 def lora_head_params(plan: Plan, model: ModelSpec) -> int:
@@ -132,7 +132,7 @@ def encoder_inference(
     """Inference: the weights and one forward pass's transients (no KV cache, no generation)."""
     weights = checkpoint_weight_bytes(arch, layout.weight_bytes) / dp
     if plan.quant is not Quant.NONE:
-        from hwdash.core.quantization import quantized_inference
+        from hwdash.core.estimator.quantization import quantized_inference
 
         weights = quantized_inference(plan, arch, layout.weight_bytes, dp, acc, weights)
     activations = encoder.inference_activation_bytes(

@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import math
 
-from hwdash.core.catalog import Accelerator, Framework, ModelSpec
 from hwdash.core.estimator.architecture import Architecture, architecture
 from hwdash.core.estimator.inference import _add_inference
 from hwdash.core.estimator.phases import _Accumulator, _peak_breakdown, _peak_phase
 from hwdash.core.estimator.rl import _add_rl
+from hwdash.core.estimator.savers import resolve_savers
 from hwdash.core.estimator.states import Layout
 from hwdash.core.estimator.training import _effective_layout, _train_one_model
 from hwdash.core.plan import LORA_STYLE_METHODS, Attention, Method, Offload, Plan, Precision
 from hwdash.core.results import MemoryEstimate
-from hwdash.core.savers import resolve_savers
+from hwdash.core.specs import Accelerator, Framework, ModelSpec
 from hwdash.core.units import MIB
 
 # --------------------------------------------------------------------------------------------------

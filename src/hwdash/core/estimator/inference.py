@@ -7,12 +7,12 @@ Sources:
   cross-attention caches.
 * transformers' ``generate`` (``logits_to_keep=1``: logits for the last position only).
 * Quantized checkpoints and ``--quant``: :func:`~hwdash.core.estimator.states.checkpoint_weight_bytes`
-  and :mod:`hwdash.core.quantization`.
+  and :mod:`hwdash.core.estimator.quantization`.
 """
 
 from __future__ import annotations
 
-from hwdash.core import block_activations
+from hwdash.core.estimator import block_activations
 from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.estimator.phases import _BACKWARD_ONLY, _Accumulator
 from hwdash.core.estimator.states import Layout, checkpoint_weight_bytes
@@ -104,8 +104,8 @@ def _add_inference(
     element_bytes = layout.activation_bytes
     weights = checkpoint_weight_bytes(arch, layout.weight_bytes) / dp
     if plan.quant is not Quant.NONE:
-        # imported here: hwdash.core.quantization imports this package
-        from hwdash.core.quantization import quantized_inference
+        # imported here: hwdash.core.estimator.quantization imports this package
+        from hwdash.core.estimator.quantization import quantized_inference
 
         weights = quantized_inference(plan, arch, layout.weight_bytes, dp, acc, weights)
     kv = kv_cache_bytes(arch, plan.batch, plan.seq, element_bytes) / dp

@@ -5,7 +5,7 @@ Sources:
 
 * TRL's ``PPOTrainer`` and ``GRPOTrainer`` (a separate value model, a reference model, a reward
   model or reward functions) and ``AutoModelForCausalLMWithValueHead`` (a scalar value head on
-  the policy's backbone: :func:`hwdash.core.savers.value_head_params`).
+  the policy's backbone: :func:`hwdash.core.estimator.savers.value_head_params`).
 * PEFT: with adapters the reference is the policy with its adapters disabled (no second copy).
 * vLLM's ``gpu_memory_utilization``: a colocated engine reserves that share of the GPU for its
   weights and KV cache.
@@ -15,10 +15,10 @@ Sources:
 
 from __future__ import annotations
 
-from hwdash.core.catalog import Accelerator
 from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.estimator.inference import kv_cache_bytes
 from hwdash.core.estimator.phases import _Accumulator
+from hwdash.core.estimator.savers import Savers, value_head_params
 from hwdash.core.estimator.states import (
     ADAPTER_LAYOUT,
     LAYOUTS,
@@ -28,7 +28,7 @@ from hwdash.core.estimator.states import (
 )
 from hwdash.core.estimator.training import _train_one_model
 from hwdash.core.plan import LORA_STYLE_METHODS, Method, Plan, Precision, ValueHead
-from hwdash.core.savers import Savers, value_head_params
+from hwdash.core.specs import Accelerator
 
 
 def _add_rl(

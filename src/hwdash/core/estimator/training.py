@@ -3,8 +3,8 @@
 :func:`_train_one_model` adds one trained model (the plan's model, an RL policy or value model) to
 the accumulator: the weights (full, or a frozen base with adapters), the optimizer states and the
 gradients in the phases they are alive in, the optimizer step's temporaries, then the activations
-and the logits. Plans sharded by PyTorch FSDP or Megatron TP/PP go to :mod:`hwdash.core.parallelism`;
-the memory savers come from :mod:`hwdash.core.savers`.
+and the logits. Plans sharded by PyTorch FSDP or Megatron TP/PP go to :mod:`hwdash.core.estimator.parallelism`;
+the memory savers come from :mod:`hwdash.core.estimator.savers`.
 
 Sources:
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hwdash.core.estimator import parallelism
 from hwdash.core.estimator.activations import (
     DROPOUT_MASK_BYTES,
     _merged_expert_gradient_bytes,
@@ -52,6 +53,13 @@ from hwdash.core.estimator.phases import (
     _Accumulator,
     _gradients_persist,
 )
+from hwdash.core.estimator.savers import (
+    Savers,
+    is_paged,
+    logits_and_loss_bytes,
+    offloaded_activations,
+    resolve_savers,
+)
 from hwdash.core.estimator.states import (
     ADAPTER_LAYOUT,
     LAYOUTS,
@@ -66,17 +74,10 @@ from hwdash.core.estimator.states import (
     optimizer_step_temporary_bytes,
 )
 from hwdash.core.plan import FsdpMode, Method, Offload, OptimizerImpl, Plan, Precision, StoreDtype
-from hwdash.core.savers import (
-    Savers,
-    is_paged,
-    logits_and_loss_bytes,
-    offloaded_activations,
-    resolve_savers,
-)
 
 
 def _sharded_elsewhere(plan: Plan) -> bool:
-    """Whether PyTorch FSDP or Megatron TP/PP shard the plan (:mod:`hwdash.core.parallelism`)."""
+    """Whether PyTorch FSDP or Megatron TP/PP shard the plan (:mod:`hwdash.core.estimator.parallelism`)."""
     return plan.fsdp is not FsdpMode.NONE or plan.tp > 1 or plan.pp > 1
 
 
@@ -91,7 +92,9 @@ def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
     """
     layout = LAYOUTS[plan.precision]
     if _sharded_elsewhere(plan):
-        return layout  # FSDP and Megatron keep their own layouts (hwdash.core.parallelism)
+        return (
+            layout  # FSDP and Megatron keep their own layouts (hwdash.core.estimator.parallelism)
+        )
     if plan.zero == 0 or plan.precision in (Precision.FP32, Precision.MIXED):
         return layout
     trained = plan.rl_method if plan.is_rl else plan.method
@@ -140,17 +143,22 @@ def _train_one_model(
 ) -> int:
     """Add the model states and activations of one trained model; return its trainable params.
 
-    ``savers`` (:mod:`hwdash.core.savers`) switches the loss path, compile, activation offloading,
+    ``savers`` (:mod:`hwdash.core.estimator.savers`) switches the loss path, compile, activation offloading,
     the optimizer step in backward, paged states and the adapters' and QLoRA extras' dtypes."""
     if savers is None:
         savers = resolve_savers(plan)
     if _sharded_elsewhere(plan):
-        # imported here: hwdash.core.parallelism imports this package
-        from hwdash.core import parallelism
-
         if plan.fsdp is not FsdpMode.NONE:
             return parallelism.add_fsdp_training(
-                plan, arch, method, dp, acc, label, with_logits=with_logits, savers=savers
+                plan,
+                arch,
+                method,
+                dp,
+                acc,
+                label,
+                with_logits=with_logits,
+                train_one=_train_one_model,
+                savers=savers,
             )
         return parallelism.add_megatron_training(plan, arch, dp, acc, label)
     if method is Method.FULL:

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from hwdash.core.fit_options import FitOption, FitSearch
+from hwdash.core.planning.fit_options import FitOption, FitSearch
 from hwdash.core.results import FitVerdict
 from hwdash.core.units import GIB
 

@@ -18,9 +18,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, LoadingIndicator, Static
 
-from hwdash.core.catalog import ModelSpec
 from hwdash.core.plan import Offload, Plan
 from hwdash.core.results import MemoryEstimate
+from hwdash.core.specs import ModelSpec
 from hwdash.core.units import format_bytes
 from hwdash.errors import UsageError
 from hwdash.tracing import (

@@ -1,0 +1,553 @@
+"""Sharding beyond DeepSpeed ZeRO: PyTorch FSDP, and Megatron-LM tensor and pipeline parallelism.
+
+:func:`hwdash.core.estimator.estimate_memory` hands a training plan here when it sets ``--fsdp`` or
+``--tp``/``--pp``; everything else stays in the estimator. Sources:
+
+* FSDP: Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel",
+  arXiv:2304.11277. Section 3.2: parameters, gradients and optimizer states are sharded over the
+  sharding group (full shard: every rank; hybrid shard: the ranks of one node, replicated across
+  nodes); each FSDP unit is all-gathered before its forward and its backward and freed after, its
+  unsharded gradient reduce-scattered after its backward. Section 3.3 (mixed precision): the
+  sharded parameters stay in full precision and the unsharded, all-gathered copies are in the
+  low-precision ``param_dtype``. Section 3.4: prefetching keeps one more unit gathered (the next in
+  forward, the previous in backward). Section 3.5 (CPU offload): sharded parameters, gradients and
+  the optimizer step live on the host.
+  PyTorch's ``fully_shard`` docs (https://docs.pytorch.org/docs/stable/distributed.fsdp.fully_shard.html):
+  ``MixedPrecisionPolicy(param_dtype=...)`` for the gathered copies, ``CPUOffloadPolicy`` (sharded
+  parameters, gradients and optimizer states on CPU, the step on CPU), and the root unit's
+  ``reshard_after_forward`` treated as False (its parameters stay gathered from forward into
+  backward). torchtune ``torchtune/training/_distributed.py`` (``shard_model``): every
+  ``TransformerSelfAttentionLayer``, plus ``tok_embeddings`` and ``output`` when the config lists
+  them in ``custom_sharded_layers`` (its Llama 3 full fine-tuning configs do), becomes its own
+  unit; the root keeps the rest (the final norm) and is not resharded after forward. The model is
+  loaded in the config's ``dtype`` (bf16), so parameters, gradients and AdamW states are all bf16:
+  no fp32 master copy (unlike DeepSpeed's bf16 + ZeRO, which
+  :func:`~hwdash.core.estimator.training._effective_layout` turns into ``mixed``).
+* Megatron-LM: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+  Models", arXiv:2205.05198: section 4.1 (activations of one GPT layer, ``sbh(34 + 5as/h)`` bytes),
+  4.2.2 and Table 2 (tensor parallelism: ``sbh(10 + 24/t + 5as/(ht))``; with sequence parallelism
+  ``sbh/t (34 + 5as/h)``; selective recomputation drops the ``5as/h`` term; full recomputation keeps
+  ``2sbh`` per layer), 4.2.3 (1F1B: the first pipeline stage holds ``p`` micro-batches of its
+  ``L/p`` layers, so ``L`` layers' worth) and 4.3 (the embedding's dropout mask on the first stage,
+  and the output layer plus the fp32 logits of the vocab-parallel cross entropy on the last:
+  ``4sbh/t (1 + v/h)``). Model states: Megatron's distributed optimizer docs
+  (https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/dist_optimizer.html):
+  bf16 parameters with fp32 main gradients take 18 bytes per parameter, ``6 + 12/d`` with the
+  distributed optimizer (the fp32 master copy and Adam states sharded over the ``d`` data-parallel
+  ranks, gradients and parameters not); fp32 parameters 16, ``8 + 8/d``. Tensor parallelism splits
+  each linear layer over ``t`` (column-parallel: QKV and the MLP's first projection, with their
+  biases; row-parallel: the attention output and the MLP's second projection, whose biases and the
+  norms are replicated) and the vocabulary-parallel embedding and output layer (Shoeybi et al. 2019,
+  "Megatron-LM", arXiv:1909.08053, section 3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hwdash.core.estimator import phases as est_phases
+from hwdash.core.estimator import states as est_states
+from hwdash.core.estimator.architecture import Architecture
+from hwdash.core.estimator.savers import Savers, resolve_savers
+from hwdash.core.estimator.states import LAYOUTS, Layout
+from hwdash.core.plan import Attention, FsdpMode, Method, Offload, Plan, Precision
+from hwdash.core.units import GIB
+
+#: The unsharded estimator's "one trained model" (``training._train_one_model``), handed in by
+#: its caller so that this module does not import the training module that imports it.
+TrainOne = Callable[..., int]
+
+# --------------------------------------------------------------------------------------------------
+# FSDP.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FsdpLayout:
+    """Bytes per parameter under FSDP for a plan's precision."""
+
+    sharded: Layout
+    """The sharded states: parameters, gradients, optimizer states (no master copy: FSDP has none
+    of its own; the parameters themselves are the full-precision copy under a mixed policy)."""
+    gathered_bytes: int
+    """Bytes per parameter of an all-gathered (unsharded) unit: ``param_dtype``."""
+    compute: Layout
+    """The layout the layers compute in (decides the activations)."""
+
+
+#: FSDP's layouts by precision. ``bf16``: the model loaded in bf16, everything bf16 (torchtune's
+#: ``dtype: bf16``). ``mixed``: fp32 sharded parameters, gradients and Adam states with bf16
+#: gathered copies (``MixedPrecisionPolicy(param_dtype=torch.bfloat16)``; the sharded gradient takes
+#: the sharded parameter's dtype); the layers compute on bf16 weights, no autocast copies. ``amp``:
+#: an fp32 model under autocast, gathered in fp32. ``fp32``: everything fp32.
+FSDP_LAYOUTS: dict[Precision, FsdpLayout] = {
+    Precision.BF16: FsdpLayout(LAYOUTS[Precision.BF16], 2, LAYOUTS[Precision.BF16]),
+    Precision.MIXED: FsdpLayout(
+        Layout(weight_bytes=4, gradient_bytes=4, master_bytes=0, state_bytes=4, activation_bytes=2),
+        2,
+        LAYOUTS[Precision.BF16],
+    ),
+    Precision.AMP: FsdpLayout(LAYOUTS[Precision.AMP], 4, LAYOUTS[Precision.AMP]),
+    Precision.FP32: FsdpLayout(LAYOUTS[Precision.FP32], 4, LAYOUTS[Precision.FP32]),
+}
+
+
+def fsdp_shard_size(gpus: int, mode: FsdpMode, gpus_per_node: int | None) -> int:
+    """GPUs one shard group spans: all of them (full shard), or one node's (hybrid shard)."""
+    if mode is FsdpMode.HYBRID and gpus_per_node is not None:
+        return max(1, min(gpus, gpus_per_node))
+    return max(1, gpus)
+
+
+def fsdp_gathered_params(arch: Architecture) -> int:
+    """Parameters gathered at once: the running unit, the prefetched one, and the root.
+
+    Units are the blocks plus the embedding and the output layer on their own (torchtune's
+    ``custom_sharded_layers``); the largest running unit next to one prefetched block, and the root
+    (the final norm), which stays gathered from forward into backward.
+    """
+    largest = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
+    return min(arch.total_params, largest + arch.block_params + arch.final_norm_params)
+
+
+def _activations_only(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    acc: est_phases._Accumulator,
+    label: str,
+    *,
+    with_logits: bool,
+    train_one: TrainOne,
+) -> int:
+    """Add the activations (and their notes) of one trained model as the unsharded estimator counts
+    them in ``layout``, without its model states; return its trainable parameters.
+
+    Sharding changes where the states live, not what a layer saves for backward, so the activation
+    count (and any loss or saver another module adds to it) is reused as is.
+    """
+    plain = plan.model_copy(
+        update={
+            "fsdp": FsdpMode.NONE,
+            "fsdp_offload": False,
+            "zero": 0,
+            "offload": Offload.NONE,
+            "tp": 1,
+            "pp": 1,
+        }
+    )
+    scratch = est_phases._Accumulator()
+    trainable = train_one(plain, arch, method, layout, 1, scratch, label, with_logits=with_logits)
+    acc.activations += scratch.activations
+    acc.last_layer_activations += scratch.last_layer_activations
+    activation_phases = (est_phases._BACKWARD_ONLY, est_phases._BACKWARD_END_ONLY)
+    acc.details.extend(item for item in scratch.details if item[2] in activation_phases)
+    acc.warnings.extend(w for w in scratch.warnings if w not in acc.warnings)
+    return trainable
+
+
+def add_fsdp_training(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    gpus: int,
+    acc: est_phases._Accumulator,
+    label: str,
+    *,
+    with_logits: bool,
+    train_one: TrainOne,
+    savers: Savers | None = None,
+) -> int:
+    """Model states of one model trained under FSDP, plus its activations; return its trainable
+    parameters.
+
+    Per GPU, with ``N`` the shard group (:func:`fsdp_shard_size`):
+
+    * weights: the parameter shard ``P w / N``; the gathered units (:func:`fsdp_gathered_params`,
+      in ``param_dtype``) are alive during forward and backward only, and are shown with the
+      activations (the optimizer step runs on the shards);
+    * gradients: the gradient shard ``T g / N``, produced during backward (kept across micro-batches
+      with gradient accumulation), plus, at the end of backward, the unsharded gradient of one unit
+      waiting for its reduce-scatter;
+    * optimizer: ``T K / N`` and the step's temporaries over the local shard.
+
+    With CPU offload the shards and the step live on the host: the GPU keeps the gathered units and
+    one unit's unsharded gradient.
+
+    Gradient accumulation under ``no_sync`` (:func:`keeps_unsharded_gradients`): from the first
+    micro-batch to the last one's backward every trained parameter's gradient is kept unsharded,
+    ``T`` times the gathered dtype's bytes, on the GPU (even with CPU offload: only the sharded
+    gradients are offloaded); it replaces the unit's waiting gradient (it is one of them), and the
+    optimizer step sees the shards only.
+    """
+    if savers is None:
+        savers = resolve_savers(plan)
+    fsdp = FSDP_LAYOUTS[plan.precision]
+    shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
+    no_sync = keeps_unsharded_gradients(plan, savers, shard)
+    trainable = _activations_only(
+        plan, arch, method, fsdp.compute, acc, label, with_logits=with_logits, train_one=train_one
+    )
+    if method is Method.FULL:
+        state_layout = fsdp.sharded
+        params_bytes = float(arch.total_params * state_layout.weight_bytes)
+        gathered_per_param = float(fsdp.gathered_bytes)
+        largest_unit = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
+        unit_gradient = float(largest_unit * fsdp.gathered_bytes)
+    else:
+        # LoRA-style: the frozen base is sharded as loaded (bf16, or NF4/int8 for the quantized
+        # methods), the adapters in PEFT's fp32 like the unsharded estimate; the gathered units
+        # carry the base bytes; the adapters' gradients are too small to keep apart.
+        state_layout = est_states.ADAPTER_LAYOUT
+        base_bytes, gathered_per_param = est_states._base_weight_bytes(
+            arch, method, LAYOUTS[plan.precision]
+        )
+        params_bytes = base_bytes + trainable * state_layout.weight_bytes
+        unit_gradient = 0.0
+    gradient_bytes = float(trainable * state_layout.gradient_bytes)
+    unsynced_bytes = 0.0
+    if no_sync:
+        # autograd accumulates into the gathered parameters' gradients, in param_dtype (FSDP2
+        # upcasts them only to a reduce_dtype that differs, torch/distributed/fsdp/_fully_shard/
+        # _fsdp_param.py ``to_accumulated_grad_if_needed``; accelerate's policy sets reduce_dtype
+        # = param_dtype, accelerate/utils/dataclasses.py ``set_mixed_precision``); the adapters
+        # of a LoRA-style plan in their own dtype
+        per_param = fsdp.gathered_bytes if method is Method.FULL else state_layout.gradient_bytes
+        unsynced_bytes = float(trainable * per_param)
+        unit_gradient = 0.0
+    k_bytes = state_layout.master_bytes + est_states.optimizer_state_bytes_per_param(
+        plan.optimizer, state_layout
+    )
+    state_bytes = float(trainable * k_bytes)
+    gathered = fsdp_gathered_params(arch) * gathered_per_param
+    if shard == 1 and gathered_per_param == state_layout.weight_bytes and method is Method.FULL:
+        gathered = 0.0  # one rank, one dtype: the "gathered" unit is the parameter itself
+    if shard == 1:
+        acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
+    tag = f"1/{shard} shard"
+    # Gathered only while forward and backward run; resharded (freed) before the optimizer step.
+    # Shown with the activations, the other part of memory that exists only then.
+    acc.activations += gathered
+    acc.last_layer_activations += gathered
+    gathered_label = f"{label} gathered units (running + prefetched, {fsdp.gathered_bytes}-byte)"
+    acc.note(gathered_label, gathered, est_phases._BACKWARD_ONLY)
+    acc.note(gathered_label, gathered, est_phases._BACKWARD_END_ONLY)
+    acc.last_layer_activations += unit_gradient
+    acc.note(
+        f"{label} unsharded gradient of one unit (before reduce-scatter)",
+        unit_gradient,
+        est_phases._BACKWARD_END_ONLY,
+    )
+    if no_sync:
+        acc.warnings.append(
+            f"FSDP with --grad-accum {plan.grad_accum}: the Trainer's no_sync keeps "
+            f"{unsynced_bytes / GIB:.1f} GiB of unsharded gradients per GPU until the last "
+            "micro-batch; --sync-each-batch keeps them sharded (a reduce-scatter per micro-batch)"
+        )
+        acc.unsynced_gradients += unsynced_bytes
+        acc.note(
+            f"{label} unsharded gradients (no_sync between micro-batches)",
+            unsynced_bytes,
+            frozenset({est_phases.PHASE_BACKWARD, est_phases.PHASE_BACKWARD_END}),
+        )
+    if plan.fsdp_offload:
+        acc.host += params_bytes + gradient_bytes + state_bytes
+        acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
+    else:
+        acc.weights += params_bytes / shard
+        acc.note(f"{label} weights ({tag})", params_bytes / shard)
+        if no_sync:
+            # the shards appear as the last micro-batch's backward reduce-scatters the sums
+            acc.produced_gradients += gradient_bytes / shard
+            acc.note(f"{label} gradients ({tag})", gradient_bytes / shard, est_phases._PRODUCED)
+        elif plan.grad_accum > 1:
+            acc.persistent_gradients += gradient_bytes / shard
+            acc.note(f"{label} gradients ({tag})", gradient_bytes / shard)
+        else:
+            acc.produced_gradients += gradient_bytes / shard
+            acc.note(f"{label} gradients ({tag})", gradient_bytes / shard, est_phases._PRODUCED)
+        acc.optimizer += state_bytes / shard
+        acc.note(f"{label} optimizer states ({tag})", state_bytes / shard)
+        temporaries = est_states.optimizer_step_temporary_bytes(
+            arch, method, trainable, state_layout, plan.optimizer, 1, shard, plan.optimizer_impl
+        )
+        acc.step_temporaries += temporaries
+        acc.note(f"{label} optimizer step temporaries", temporaries, est_phases._STEP_ONLY)
+    root_extra = (arch.embedding_params + arch.lm_head_params) * gathered_per_param
+    acc.warnings.append(
+        "FSDP counted with the embedding and output layer as their own units (torchtune's "
+        "custom_sharded_layers); wrapped in the root unit (accelerate's transformer-layer "
+        f"auto-wrap) they stay gathered from forward through backward: up to {root_extra / GIB:.1f} "
+        "GiB more per GPU"
+    )
+    return trainable
+
+
+def keeps_unsharded_gradients(plan: Plan, savers: Savers, shard: int) -> bool:
+    """Whether FSDP keeps whole unsharded gradients between the micro-batches of one step.
+
+    The Hugging Face Trainer runs every micro-batch but the last under ``accelerator.no_sync``
+    unless accelerate's ``GradientAccumulationPlugin(sync_each_batch=True)`` is set
+    (transformers/trainer.py, the training loop's ``sync_context``; accelerate/accelerator.py
+    ``Accelerator.accumulate``). Under ``no_sync`` FSDP skips the reduce-scatter and accumulates
+    the unsharded gradients: "FSDP will accumulate the full model gradients (instead of gradient
+    shards) until the eventual sync" (``FullyShardedDataParallel.no_sync`` docs); accelerate's
+    gradient-synchronization guide measures Mixtral 8x7B on 8 A100s out of memory at accumulation
+    2 under ``no_sync`` and at the accumulation-1 peak with ``sync_each_batch`` at 16. torchtune's
+    distributed recipes never skip the sync (``frameworks.toml``). One rank has nothing to sync.
+    """
+    return plan.grad_accum > 1 and shard > 1 and not savers.sync_each_batch
+
+
+# --------------------------------------------------------------------------------------------------
+# Megatron-LM tensor and pipeline parallelism.
+# --------------------------------------------------------------------------------------------------
+
+#: Row-parallel linear layers (input split over TP, output all-reduced): their biases are
+#: replicated. The others (QKV, the MLP's first projections) are column-parallel, bias split too.
+ROW_PARALLEL_LINEARS = ("o_proj", "down_proj", "fc2")
+
+
+def tensor_parallel_block_params(arch: Architecture, tp: int) -> float:
+    """Parameters of one block on one tensor-parallel rank: the linear weights over ``tp``, the
+    column-parallel biases over ``tp``, the row-parallel biases, norms and router replicated."""
+    per_rank = 0.0
+    for linear in arch.linears:
+        weight = linear.in_features * linear.out_features * linear.copies
+        bias = linear.out_features * linear.copies if linear.bias else 0
+        if linear.name in ROW_PARALLEL_LINEARS:
+            per_rank += weight / tp + bias
+        else:
+            per_rank += (weight + bias) / tp
+    return per_rank + arch.norm_params_per_layer + arch.router_params_per_layer
+
+
+def megatron_stage_params(arch: Architecture, tp: int, pp: int, stage: int) -> float:
+    """Parameters on one GPU of pipeline ``stage`` (0-based): its ``L/pp`` blocks, split over TP; the
+    first stage also the vocabulary-parallel embedding, the last the final norm and the output
+    layer (a tied output layer is a copy of the embedding there, kept in sync by Megatron)."""
+    params = (arch.layers // pp) * tensor_parallel_block_params(arch, tp)
+    first, last = stage == 0, stage == pp - 1
+    if first:
+        params += arch.embedding_params / tp
+    if last:
+        params += arch.final_norm_params
+        if arch.lm_head_params or not first:
+            params += (arch.lm_head_params or arch.embedding_params) / tp
+    return params
+
+
+@dataclass(frozen=True)
+class MegatronBytes:
+    """Bytes per parameter of Megatron's model states (distributed optimizer docs' table)."""
+
+    weight: int
+    main_gradient: int
+    """Megatron's contiguous main-gradient buffer: fp32 in bf16 training
+    (``accumulate_allreduce_grads_in_fp32``, on with ``--bf16``), allocated once, alive always."""
+    master: int
+    """fp32 master copy (0 when the parameters are fp32)."""
+
+
+def megatron_bytes(precision: Precision) -> MegatronBytes:
+    """``bf16``/``mixed``: bf16 parameters, fp32 main gradients and master copy (18 bytes with
+    Adam); ``fp32``/``amp``: fp32 parameters and gradients (16 bytes with Adam)."""
+    if precision in (Precision.BF16, Precision.MIXED):
+        return MegatronBytes(weight=2, main_gradient=4, master=4)
+    return MegatronBytes(weight=4, main_gradient=4, master=0)
+
+
+def megatron_layer_activation_bytes(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    element_bytes: int,
+    tp: int,
+    *,
+    sequence_parallel: bool,
+    attention: Attention,
+    selective_recompute: bool,
+    dropout: bool,
+) -> float:
+    """Bytes one Megatron layer keeps for backward on one TP rank (Korthikanti et al., Table 2).
+
+    The paper's GPT layer, tensor by tensor, with ``e`` bytes per element (2 in 16-bit) and 1 byte
+    per dropout-mask element; ``t = b s`` tokens:
+
+    * outside the tensor-parallel regions (replicated under TP alone, split over ``tp`` with
+      sequence parallelism): the inputs of the two LayerNorms, of the QKV projection and of the
+      MLP (``4 e sbh`` = the paper's 8sbh) and the two dropout masks after attention and after the
+      MLP (``2 sbh``): the paper's ``10 sbh``;
+    * inside them (split over ``tp``): Q and K (``e t (q_dim + kv_dim)``, the paper's 4sbh), V
+      (``e t kv_dim``, 2sbh), the output projection's input (``e t q_dim``, 2sbh) and the MLP: the
+      first projection's output and the activation's output (GELU: ``2 e t i``, the paper's 16sbh
+      at ``i = 4h``; SwiGLU: the fused gate and up output plus the product, ``3 e t i``): the
+      paper's ``24 sbh``;
+    * the attention scores without a fused kernel (``--attn eager``): the softmax output (``e``),
+      with dropout its mask (1) and output (``e``) per score element: the paper's ``5 a s^2 b``.
+      Flash attention (and selective recomputation, which recomputes the attention core) keeps no
+      scores: a flash kernel keeps an fp32 log-sum-exp per row (``4 b a s``).
+
+    So a GPT layer (``i = 4h``, MHA, dropout, unfused, ``e = 2``) gives the paper's
+    ``sbh(10 + 24/t + 5as/(ht))`` under TP and ``sbh/t (34 + 5as/h)`` with sequence parallelism,
+    ``34 sbh/t`` with selective recomputation. MoE (not in the paper): the MLP terms count the
+    ``k`` routed experts.
+    """
+    tokens = batch * seq
+    e = element_bytes
+    sbh = tokens * arch.hidden
+    mask = 1 if dropout else 0
+    outside = 4 * e * sbh + 2 * mask * sbh
+    inside = e * tokens * (arch.q_dim + arch.kv_dim) + e * tokens * arch.kv_dim
+    inside += e * tokens * arch.q_dim
+    mlp = (3 if arch.gated_mlp else 2) * e * tokens * arch.intermediate
+    inside += mlp * (arch.experts_per_token if arch.experts > 1 else 1)
+    if not selective_recompute:
+        score_elements = batch * arch.heads * seq * seq
+        if attention is Attention.EAGER:
+            inside += (e + (mask + e if dropout else 0)) * score_elements
+        else:
+            inside += 4 * batch * arch.heads * seq
+    if sequence_parallel and tp > 1:
+        return (outside + inside) / tp
+    return outside + inside / tp
+
+
+@dataclass(frozen=True)
+class MegatronStage:
+    """One GPU of one pipeline stage: its parameters and the bytes it holds."""
+
+    stage: int
+    layers: int
+    params: float
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    """At the start of the last in-flight micro-batch's backward (1F1B steady state)."""
+    one_layer: float
+    """One layer of one micro-batch (the end-of-backward phase)."""
+    micro_batches_in_flight: int
+
+    @property
+    def total(self) -> float:
+        """Everything at the start of backward."""
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+
+def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> MegatronStage:
+    """The bytes on one GPU of pipeline ``stage`` for ``plan`` on ``gpus`` GPUs.
+
+    Data parallelism is ``gpus / (tp x pp)``; the distributed optimizer (``--zero 1``) shards the
+    master copy and optimizer states over it. Activations (1F1B, Korthikanti section 4.2.3): stage
+    ``k`` holds ``min(pp - k, grad_accum)`` micro-batches of its ``L/pp`` layers
+    (:func:`megatron_layer_activation_bytes`; with full recomputation each layer's input, ``e sbh``,
+    split over ``tp`` with sequence parallelism, plus one layer being recomputed); the first stage
+    also the embedding's dropout mask per micro-batch (``sbh``), the last the inputs of the final
+    norm and the output layer (``2 e sbh``, both split with sequence parallelism) and the fp32
+    logits of the vocabulary-parallel cross entropy (``4 s b v / tp``) (section 4.3).
+    """
+    tp, pp = plan.tp, plan.pp
+    dp = max(1, gpus // (tp * pp))
+    layout = LAYOUTS[plan.precision]
+    e = layout.activation_bytes
+    sizes = megatron_bytes(plan.precision)
+    params = megatron_stage_params(arch, tp, pp, stage)
+    k_bytes = sizes.master + est_states.optimizer_state_bytes_per_param(
+        plan.optimizer, LAYOUTS[Precision.FP32]
+    )
+    optimizer = params * k_bytes / (dp if plan.zero >= 1 else 1)
+    layers = arch.layers // pp
+    dropout = plan.hidden_dropout > 0
+    sequence_split = tp if plan.sequence_parallel and tp > 1 else 1
+    one_layer = megatron_layer_activation_bytes(
+        arch,
+        plan.batch,
+        plan.seq,
+        e,
+        tp,
+        sequence_parallel=plan.sequence_parallel,
+        attention=plan.attention,
+        selective_recompute=plan.selective_recompute,
+        dropout=dropout,
+    )
+    sbh = plan.batch * plan.seq * arch.hidden
+    in_flight = max(1, min(pp - stage, plan.grad_accum))
+    per_micro_batch = layers * (e * sbh / sequence_split if plan.grad_ckpt else one_layer)
+    if stage == 0 and dropout:
+        per_micro_batch += sbh / sequence_split
+    activations = in_flight * per_micro_batch + (one_layer if plan.grad_ckpt else 0.0)
+    if stage == pp - 1:
+        activations += 2 * e * sbh / sequence_split + 4 * plan.batch * plan.seq * arch.vocab / tp
+    return MegatronStage(
+        stage=stage,
+        layers=layers,
+        params=params,
+        weights=params * sizes.weight,
+        gradients=params * sizes.main_gradient,
+        optimizer=optimizer,
+        activations=activations,
+        one_layer=one_layer,
+        micro_batches_in_flight=in_flight,
+    )
+
+
+def add_megatron_training(
+    plan: Plan, arch: Architecture, gpus: int, acc: est_phases._Accumulator, label: str
+) -> int:
+    """The heavier of the first and the last pipeline stage, into ``acc``; return the trainable
+    parameters (the whole model: Megatron trains all of it)."""
+    tp, pp = plan.tp, plan.pp
+    if gpus % (tp * pp):
+        acc.warnings.append(
+            f"{gpus} GPUs is not a multiple of tp x pp = {tp * pp}: counted with "
+            f"{max(1, gpus // (tp * pp))}-way data parallelism"
+        )
+    candidates = [megatron_stage(plan, arch, gpus, 0)]
+    if pp > 1:
+        candidates.append(megatron_stage(plan, arch, gpus, pp - 1))
+    stage = max(candidates, key=lambda candidate: candidate.total)
+    dp = max(1, gpus // (tp * pp))
+    where = "first" if stage.stage == 0 else "last"
+    acc.note(
+        f"{label} on tp {tp} x pp {pp} x dp {dp}: {where} pipeline stage ({stage.layers} layers, "
+        f"{stage.micro_batches_in_flight} micro-batch(es) in flight, "
+        f"{stage.params / 1e9:.2f}B params per GPU)",
+        0,
+    )
+    acc.weights += stage.weights
+    acc.note(f"{label} weights (stage {stage.stage}, 1/{tp} of each layer)", stage.weights)
+    acc.persistent_gradients += stage.gradients
+    acc.note(f"{label} main gradients (fp32 buffer)", stage.gradients)
+    acc.optimizer += stage.optimizer
+    sharded = f"distributed over dp {dp}" if plan.zero >= 1 else "not distributed (--zero 1)"
+    acc.note(f"{label} master copy + optimizer states ({sharded})", stage.optimizer)
+    acc.activations += stage.activations
+    acc.note(
+        f"{label} activations (Korthikanti et al. 2022, {stage.micro_batches_in_flight} "
+        "micro-batch(es))",
+        stage.activations,
+        est_phases._BACKWARD_ONLY,
+    )
+    acc.last_layer_activations += stage.one_layer
+    acc.note(f"{label} one layer's backward", stage.one_layer, est_phases._BACKWARD_END_ONLY)
+    if plan.precision is Precision.BF16:
+        acc.warnings.append(
+            "Megatron's bf16 training keeps fp32 main gradients, an fp32 master copy and fp32 "
+            "optimizer states (6 + 12/d bytes per parameter with the distributed optimizer): "
+            "counted as --precision mixed"
+        )
+    if pp > 1 and plan.grad_accum < pp:
+        acc.warnings.append(
+            f"--grad-accum {plan.grad_accum} gives the pipeline fewer micro-batches than its {pp} "
+            "stages (a large bubble); Megatron runs global batch / (micro-batch x dp) of them"
+        )
+    if plan.zero == 0 and dp > 1:
+        acc.warnings.append(
+            "the optimizer states are replicated over data parallelism: Megatron's distributed "
+            "optimizer (--use-distributed-optimizer, here --zero 1) shards them"
+        )
+    return math.floor(arch.total_params)

@@ -1,0 +1,11 @@
+"""Planning: what a plan means on each flavor of the catalog.
+
+* :mod:`~hwdash.core.planning.fit`: the fit verdict per flavor (fits / tight / no), with time and
+  cost;
+* :mod:`~hwdash.core.planning.fit_options`: make-it-fit, the smallest changes that fit;
+* :mod:`~hwdash.core.planning.run_time`: the one time model (hours, slowdowns);
+* :mod:`~hwdash.core.planning.local_flavor`: this machine's GPUs as a flavor.
+
+May import: the core's foundation, :mod:`hwdash.core.estimator`, :mod:`hwdash.core.models` and
+:mod:`hwdash.core.catalog`; never :mod:`hwdash.core.plans`, telemetry or the UI.
+"""

@@ -1,0 +1,582 @@
+"""A plan as the configs of the tools that run it: DeepSpeed JSON, a Hugging Face Trainer snippet,
+an accelerate YAML, and the ``hf jobs`` command line.
+
+Pure: each function takes a plan (and what it needs of the estimate) and returns a value or text;
+the CLI writes it. What each field means in the target tool:
+
+* DeepSpeed config (deepspeed.ai/docs/config-json): ``train_batch_size`` must equal
+  ``train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel GPUs``;
+  ``zero_optimization.offload_optimizer`` / ``offload_param`` with ``device: cpu`` and
+  ``pin_memory``; ``bf16`` / ``fp16`` blocks with ``enabled``.
+* ``TrainingArguments`` (transformers) and TRL's ``SFTConfig`` / ``GRPOConfig`` / ``PPOConfig``:
+  ``per_device_train_batch_size``, ``gradient_accumulation_steps``, ``gradient_checkpointing``,
+  ``bf16`` / ``fp16``, ``optim`` (``adamw_torch_fused``, ``adamw_torch``, ``adamw_bnb_8bit``,
+  ``adafactor``, ``sgd``), ``deepspeed``, ``num_train_epochs``; PEFT's ``LoraConfig`` (``r``,
+  ``lora_alpha``, ``target_modules``, ``lora_dropout``, ``use_dora``, ``modules_to_save``); transformers'
+  ``BitsAndBytesConfig`` (``load_in_4bit`` with NF4, ``load_in_8bit``).
+  Issue 13's savers where the Trainer has a field: ``torch_compile``, ``use_liger_kernel`` (Liger's
+  kernels, whose fused linear cross-entropy is ``--loss fused-linear``; transformers
+  ``TrainingArguments`` docs), TRL ``SFTConfig``'s ``activation_offloading``, ``optim``
+  ``paged_adamw_8bit`` (bitsandbytes' ``PagedAdamW8bit``; ``paged_adamw_32bit``, ``PagedAdamW32bit``) and ``fsdp`` (``"full_shard"``,
+  ``"offload"``, ``"auto_wrap"``; the Trainer's FSDP options). Hybrid sharding: transformers 5
+  runs FSDP2, which has no ``"hybrid_shard"`` (``TrainingArguments._apply_legacy_fsdp_to_config``
+  refuses it unless ``fsdp_config`` says version 1); FSDP2 shards over a replicate x shard device
+  mesh, which the Trainer takes as ``parallelism_config=ParallelismConfig(dp_replicate_size=nodes,
+  dp_shard_size=gpus_per_node)`` (accelerate/parallelism_config.py: replicate > 1 and shard > 1 is
+  HSDP). TRL's ``GRPOConfig`` needs ``num_generations`` (default 8, at least 2) to divide its
+  generation batch (trl/trainer/grpo_config.py ``__post_init__``): :func:`grpo_generations`.
+  TRL's ``PPOConfig`` is importable from ``trl`` below 0.29 only (huggingface/trl#4482 moved it to
+  ``trl.experimental.ppo``; huggingface/trl#7020 removed it): :data:`PPO_TRL_REQUIREMENT`. Issue 22's
+  ``sync_each_batch``: ``accelerator_config={"gradient_accumulation_kwargs": {...}}``, which the
+  Trainer hands to accelerate's ``GradientAccumulationPlugin`` (transformers/trainer_pt_utils.py
+  ``AcceleratorConfig.gradient_accumulation_kwargs``).
+* accelerate config (``accelerate config`` writes it): ``distributed_type``, ``num_processes``,
+  ``num_machines``, ``mixed_precision`` and a ``deepspeed_config`` or ``fsdp_config`` block
+  (``fsdp_sharding_strategy`` FULL_SHARD / HYBRID_SHARD, ``fsdp_offload_params``; accelerate's FSDP
+  plugin takes its mixed-precision policy from ``mixed_precision``: docs "Fully Sharded Data
+  Parallel", huggingface.co/docs/accelerate/usage_guides/fsdp). It has no key for
+  ``sync_each_batch`` (accelerate/commands/config/config_args.py): the training script passes
+  ``GradientAccumulationPlugin(sync_each_batch=True)`` to its ``Accelerator``.
+
+No format here carries: the chunked or legacy loss path, the optimizer step in backward, the
+QLoRA extras' and the adapters' dtype (PEFT decides them in code), PPO's shared value head, the
+``--framework`` name itself, and Megatron's ``--tp``/``--pp`` (its own launcher arguments):
+:func:`uncarried_settings` names those a plan uses, and the CLI says so.
+* ``hf jobs uv run --flavor FLAVOR --timeout T SCRIPT`` (huggingface_hub's jobs CLI).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from hwdash.core.catalog import Catalog
+from hwdash.core.estimator.savers import Savers, resolve_savers
+from hwdash.core.plan import (
+    FsdpMode,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+    StoreDtype,
+    ValueHead,
+)
+from hwdash.core.results import PlanReport
+from hwdash.core.specs import Framework, Slowdown
+
+EXPORT_FORMATS = ("deepspeed", "trainer", "accelerate", "hf-jobs")
+
+GRADIENT_CLIPPING = 1.0
+"""``max_grad_norm`` / ``gradient_clipping``: the Trainer's default."""
+
+TIMEOUT_MARGIN = 0.25
+"""The ``hf jobs`` timeout is the estimated time plus this share (the estimate is FLOPs-based and
+jobs also download the model and data), rounded up to the minute."""
+
+FILE_SUFFIXES = {"deepspeed": "json", "trainer": "py", "accelerate": "yaml", "hf-jobs": "sh"}
+"""The file name ending each format is written with (the dashboard names files by it)."""
+
+DEEPSPEED_CONFIG_NAME = "ds_config.json"
+"""The file name the Trainer and accelerate exports point at for the DeepSpeed block."""
+
+
+def half_precision(plan: Plan, bf16_hardware: bool = True) -> str | None:
+    """``bf16``, ``fp16`` or None (fp32): the 16-bit dtype the run computes in."""
+    if plan.precision is Precision.FP32:
+        return None
+    return "bf16" if bf16_hardware else "fp16"
+
+
+def trained_method(plan: Plan) -> Method:
+    """The method the weights are trained with (the policy's, for RL)."""
+    return plan.rl_method if plan.is_rl else plan.method
+
+
+# -- DeepSpeed ----------------------------------------------------------------------------------
+
+
+def deepspeed_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> dict[str, Any]:
+    """The DeepSpeed JSON config of a plan run on ``gpus`` data-parallel GPUs."""
+    if not plan.is_training:
+        raise ValueError("DeepSpeed configs are for training plans; inference has none")
+    zero: dict[str, Any] = {
+        "stage": plan.zero,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+    }
+    if plan.offload in (Offload.OPTIMIZER, Offload.PARAMS):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if plan.offload is Offload.PARAMS:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    half = half_precision(plan, bf16_hardware)
+    return {
+        "train_batch_size": plan.batch * plan.grad_accum * gpus,
+        "train_micro_batch_size_per_gpu": plan.batch,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "gradient_clipping": GRADIENT_CLIPPING,
+        "zero_optimization": zero,
+        "bf16": {"enabled": half == "bf16"},
+        "fp16": {"enabled": half == "fp16"},
+    }
+
+
+# -- Hugging Face Trainer / TRL -------------------------------------------------------------------
+
+OPTIM_NAMES = {
+    (Optimizer.ADAMW, OptimizerImpl.FUSED): "adamw_torch_fused",
+    (Optimizer.ADAMW, OptimizerImpl.FOREACH): "adamw_torch",
+    (Optimizer.ADAMW, OptimizerImpl.FOR_LOOP): "adamw_torch",
+    (Optimizer.ADAMW_8BIT, None): "adamw_bnb_8bit",
+    (Optimizer.ADAMW_8BIT_PAGED, None): "paged_adamw_8bit",
+    (Optimizer.ADAMW_32BIT_PAGED, None): "paged_adamw_32bit",
+    (Optimizer.ADAFACTOR, None): "adafactor",
+    (Optimizer.SGD, None): "sgd",
+}
+
+
+def optim_name(plan: Plan) -> str:
+    """The Trainer's ``optim`` value for the plan's optimizer."""
+    impl = plan.optimizer_impl if plan.optimizer is Optimizer.ADAMW else None
+    return OPTIM_NAMES[(plan.optimizer, impl)]
+
+
+def _config_class(plan: Plan) -> str:
+    if plan.method is Method.GRPO:
+        return "GRPOConfig"
+    if plan.method is Method.PPO:
+        return "PPOConfig"
+    return "SFTConfig" if trained_method(plan) is not Method.FULL else "TrainingArguments"
+
+
+FSDP_STRATEGIES = {FsdpMode.FULL: "FULL_SHARD", FsdpMode.HYBRID: "HYBRID_SHARD"}
+"""accelerate's ``fsdp_sharding_strategy`` for each ``--fsdp`` mode."""
+
+
+def trainer_fsdp(plan: Plan) -> str | None:
+    """The Trainer's ``fsdp`` option string (``"full_shard auto_wrap"``...), or None. Hybrid
+    sharding is full sharding within a node: :func:`hybrid_mesh` adds the nodes."""
+    if plan.fsdp is FsdpMode.NONE:
+        return None
+    words = ["full_shard"]
+    if plan.fsdp_offload:
+        words.append("offload")
+    words.append("auto_wrap")
+    return " ".join(words)
+
+
+def hybrid_mesh(plan: Plan, gpus: int) -> tuple[int, int] | None:
+    """``(dp_replicate_size, dp_shard_size)`` of accelerate's ``ParallelismConfig`` for a hybrid
+    FSDP plan on ``gpus`` GPUs: sharded within a node of ``gpus_per_node`` (all of them without
+    it, as :func:`hwdash.core.estimator.parallelism.fsdp_shard_size` counts), replicated over the nodes.
+    None for other plans; ``ValueError`` when ``gpus`` is not whole nodes."""
+    if plan.fsdp is not FsdpMode.HYBRID:
+        return None
+    shard = max(1, min(gpus, plan.gpus_per_node or gpus))
+    if gpus % shard:
+        # accelerate refuses a mesh that does not cover every process (replicate x shard must
+        # equal num_processes: accelerate/parallelism_config.py _validate_accelerator)
+        raise ValueError(
+            f"--fsdp hybrid over {gpus} GPUs is not whole nodes of --gpus-per-node {shard}: "
+            "give --gpus a multiple of --gpus-per-node"
+        )
+    return gpus // shard, shard
+
+
+GRPO_MAX_GENERATIONS = 8
+"""TRL's default ``num_generations`` (trl/trainer/grpo_config.py): the snippet writes no more."""
+
+
+def grpo_generations(plan: Plan, processes: int) -> int:
+    """The ``num_generations`` (completions of each prompt) the GRPO snippet writes.
+
+    TRL's ``GRPOConfig`` sets the generation batch to ``per_device_train_batch_size x processes x
+    steps_per_generation`` (which defaults to ``gradient_accumulation_steps``) and refuses it unless
+    ``num_generations`` divides it and is at least 2 (trl/trainer/grpo_config.py
+    ``__post_init__``). This is the largest divisor up to TRL's default of 8; a generation batch
+    with none (a prime above 8) gets its smallest divisor above 1. Raises ``ValueError`` naming
+    the flags when the generation batch is a single completion.
+    """
+    generation_batch = plan.batch * processes * plan.grad_accum
+    if generation_batch < 2:
+        raise ValueError(
+            "GRPO needs at least 2 completions of each prompt in a generation batch (TRL's "
+            f"num_generations), and --batch {plan.batch} x --grad-accum {plan.grad_accum} x "
+            f"{processes} GPU is 1: raise --batch or --grad-accum"
+        )
+    divisors = [n for n in range(2, generation_batch + 1) if generation_batch % n == 0]
+    small = [n for n in divisors if n <= GRPO_MAX_GENERATIONS]
+    return max(small) if small else min(divisors)
+
+
+PPO_TRL_REQUIREMENT = "trl<0.29"
+"""The TRL whose top level still has ``PPOConfig``/``PPOTrainer``: 0.29 dropped the deprecated
+import from ``trl`` (they lived on in ``trl.experimental.ppo``, huggingface/trl#4482, until
+huggingface/trl#7020 removed them); checked against the wheels of 0.28.0 and 0.29.0."""
+
+
+def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None) -> list[str]:
+    """The plan's settings (in flag words) that the ``kind`` export cannot write, so the tool
+    would run without them and ``--from`` cannot read them back. ``framework``: the catalog's
+    entry for ``plan.framework`` (None: the packaged one)."""
+    savers = resolve_savers(plan, framework)
+    trained = trained_method(plan)
+    missing: list[str] = []
+    if plan.is_training:
+        if savers.loss in (Loss.CHUNKED, Loss.LEGACY) or (
+            savers.loss is Loss.FUSED_LINEAR and kind != "trainer"
+        ):
+            missing.append(f"--loss {savers.loss.value}")
+        if savers.compile and kind != "trainer":
+            missing.append("--compile")
+        if savers.activation_offload and (kind != "trainer" or _config_class(plan) != "SFTConfig"):
+            missing.append("--activation-offload")
+        if savers.optimizer_in_backward:
+            missing.append("--optimizer-in-backward")
+        if trained in (Method.QLORA, Method.LORA_8BIT) and savers.qlora_frozen_bytes == 2:
+            missing.append("--qlora-frozen-dtype bf16")
+        if trained in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT) and (
+            savers.adapter_dtype is StoreDtype.BF16
+        ):
+            missing.append("--adapter-dtype bf16")
+        if plan.method is Method.PPO and savers.value_head is ValueHead.SHARED:
+            missing.append("--value-head shared")
+        if plan.fsdp is not FsdpMode.NONE and kind == "deepspeed":
+            missing.append(f"--fsdp {plan.fsdp.value}")
+        if kind == "accelerate" and _writes_sync_each_batch(plan, savers) and plan.grad_accum > 1:
+            missing.append("--sync-each-batch")
+    if plan.tp > 1 or plan.pp > 1:
+        missing.append(f"--tp {plan.tp} --pp {plan.pp}")
+    if kind in ("deepspeed", "accelerate"):
+        # the method lives in the training code (peft, bitsandbytes, the TRL trainer); the
+        # Trainer snippet writes it, these configs have no key for it
+        method = f"--method {plan.method.value}"
+        if plan.is_rl:
+            method += f" --rl-method {plan.rl_method.value}"
+        missing.insert(0, method)
+    return missing
+
+
+def _writes_sync_each_batch(plan: Plan, savers: Savers) -> bool:
+    """Whether the exports say ``sync_each_batch``: on, for an FSDP plan (elsewhere it changes
+    nothing hwdash counts)."""
+    return savers.sync_each_batch and plan.fsdp is not FsdpMode.NONE
+
+
+def _py(value: Any) -> str:
+    """A Python literal (``repr`` of str, int, float, bool, list)."""
+    if isinstance(value, tuple):
+        value = list(value)
+    return repr(value)
+
+
+def trainer_snippet(
+    plan: Plan,
+    model_id: str,
+    *,
+    bf16_hardware: bool = True,
+    framework: Framework | None = None,
+    gpus: int | None = None,
+) -> str:
+    """A Python snippet building the Trainer (or TRL) arguments, PEFT and bitsandbytes configs
+    (the savers as ``framework``, the catalog's entry for ``plan.framework``, sets them) for a run
+    on ``gpus`` data-parallel processes (None: ``plan.gpus``).
+
+    Every value is a literal (or a call of literals), so ``hwdash plan --from`` can read the
+    snippet back. Raises ``ValueError`` when TRL cannot run the plan (:func:`grpo_generations`).
+    """
+    if not plan.is_training:
+        raise ValueError("Trainer arguments are for training plans; inference has none")
+    processes = plan.gpus if gpus is None else gpus
+    generations = grpo_generations(plan, processes) if plan.method is Method.GRPO else None
+    mesh = hybrid_mesh(plan, processes)
+    method = trained_method(plan)
+    half = half_precision(plan, bf16_hardware)
+    # How the weights are loaded: fp32 for amp/fp32 (the Trainer autocasts), 16-bit otherwise;
+    # under FSDP, mixed means fp32 shards with the bf16 mixed-precision policy: loaded in fp32.
+    fp32_loaded: tuple[Precision, ...] = (Precision.FP32, Precision.AMP)
+    if plan.fsdp is not FsdpMode.NONE:
+        fp32_loaded = (Precision.FP32, Precision.AMP, Precision.MIXED)
+    dtype = "float32" if plan.precision in fp32_loaded else "bfloat16"
+    if dtype == "bfloat16" and not bf16_hardware:
+        dtype = "float16"
+    config_class = _config_class(plan)
+    lines = [
+        f"# hwdash plan: {model_id}, {plan.method.value}"
+        + (f" (policy {method.value})" if plan.is_rl else "")
+        + f", precision {plan.precision.value}",
+        "import torch",
+    ]
+    if config_class == "PPOConfig":
+        lines.insert(
+            1,
+            f"# needs pip install '{PPO_TRL_REQUIREMENT}': later TRL has no PPOConfig in trl "
+            "(huggingface/trl#4482, #7020)",
+        )
+    imports = []
+    if config_class == "TrainingArguments":
+        imports.append("from transformers import TrainingArguments")
+    else:
+        imports.append(f"from trl import {config_class}")
+    if mesh is not None:
+        imports.append("from accelerate import ParallelismConfig")
+    if method in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT):
+        imports.append("from peft import LoraConfig")
+    if method in (Method.QLORA, Method.LORA_8BIT):
+        imports.append("from transformers import BitsAndBytesConfig")
+    lines += imports
+    lines += [
+        "",
+        f"MODEL = {_py(model_id)}",
+        f"MODEL_DTYPE = {_py(dtype)}  # AutoModelForCausalLM.from_pretrained(MODEL, torch_dtype=...)",
+        f"MAX_LENGTH = {plan.seq}  # tokens per example",
+        "",
+    ]
+    arguments: list[tuple[str, Any]] = [
+        ("output_dir", "out"),
+        ("per_device_train_batch_size", plan.batch),
+        ("gradient_accumulation_steps", plan.grad_accum),
+        ("gradient_checkpointing", plan.grad_ckpt),
+        ("bf16", half == "bf16" and plan.precision is not Precision.FP32),
+        ("fp16", half == "fp16"),
+        ("optim", optim_name(plan)),
+        ("max_grad_norm", GRADIENT_CLIPPING),
+        ("num_train_epochs", plan.epochs),
+    ]
+    if config_class == "SFTConfig":
+        arguments.append(("max_length", plan.seq))
+    if generations is not None:
+        # generation batch = per-device batch x processes x steps_per_generation (TRL's default:
+        # gradient_accumulation_steps); the estimator's policy KV cache counts the same batch
+        arguments.append(("num_generations", generations))
+    savers = resolve_savers(plan, framework)
+    if savers.compile:
+        arguments.append(("torch_compile", True))
+    if savers.loss is Loss.FUSED_LINEAR:
+        arguments.append(("use_liger_kernel", True))  # Liger's fused linear cross-entropy
+    if savers.activation_offload and config_class == "SFTConfig":
+        arguments.append(("activation_offloading", True))
+    fsdp = trainer_fsdp(plan)
+    if fsdp is not None:
+        arguments.append(("fsdp", fsdp))
+    if _writes_sync_each_batch(plan, savers):
+        arguments.append(
+            ("accelerator_config", {"gradient_accumulation_kwargs": {"sync_each_batch": True}})
+        )
+    if plan.zero:
+        arguments.append(("deepspeed", DEEPSPEED_CONFIG_NAME))
+    if generations is not None:
+        lines.append(
+            f"# GRPO: {generations} completions of each prompt; they divide the generation batch "
+            f"{plan.batch} x {processes} process(es) x {plan.grad_accum} step(s)"
+        )
+    lines.append("args = " + config_class + "(")
+    lines += [f"    {name}={_py(value)}," for name, value in arguments]
+    if mesh is not None:
+        # FSDP2's hybrid sharding: a device mesh of nodes x GPUs per node (see the module docs)
+        lines.append(
+            f"    parallelism_config=ParallelismConfig(dp_replicate_size={mesh[0]}, "
+            f"dp_shard_size={mesh[1]}),"
+        )
+    lines.append(")")
+    if method in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT):
+        targets: Any = (
+            "all-linear" if "all-linear" in plan.lora_targets else list(plan.lora_targets)
+        )
+        lines += [
+            "peft_config = LoraConfig(",
+            f"    r={plan.lora_r},",
+            f"    lora_alpha={2 * plan.lora_r},",
+            f"    target_modules={_py(targets)},",
+            f"    lora_dropout={_py(plan.lora_dropout)},",
+            f"    use_dora={method is Method.DORA},",
+            '    task_type="CAUSAL_LM",',
+        ]
+        if plan.lora_modules_to_save:
+            # PEFT trains a full copy of each (ModulesToSaveWrapper)
+            lines.append(f"    modules_to_save={_py(list(plan.lora_modules_to_save))},")
+        lines.append(")")
+    if method is Method.QLORA:
+        lines += [
+            "quantization_config = BitsAndBytesConfig(",
+            "    load_in_4bit=True,",
+            '    bnb_4bit_quant_type="nf4",',
+            "    bnb_4bit_use_double_quant=True,",
+            f"    bnb_4bit_compute_dtype=torch.{'bfloat16' if bf16_hardware else 'float16'},",
+            ")",
+        ]
+    if method is Method.LORA_8BIT:
+        lines += ["quantization_config = BitsAndBytesConfig(load_in_8bit=True)"]
+    return "\n".join(lines) + "\n"
+
+
+# -- accelerate ---------------------------------------------------------------------------------
+
+
+def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> dict[str, Any]:
+    """The accelerate config (what ``accelerate config`` writes to default_config.yaml)."""
+    half = half_precision(plan, bf16_hardware)
+    distributed = "DEEPSPEED" if plan.zero else ("MULTI_GPU" if gpus > 1 else "NO")
+    machines = 1
+    if plan.fsdp is not FsdpMode.NONE:
+        distributed = "FSDP"
+        if plan.fsdp is FsdpMode.HYBRID and plan.gpus_per_node:
+            # hybrid shard: sharded within a node, replicated over the nodes
+            machines = max(1, gpus // plan.gpus_per_node)
+    config: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": distributed,
+        "num_machines": machines,
+        "machine_rank": 0,
+        "num_processes": gpus,
+        "mixed_precision": half or "no",
+        "use_cpu": False,
+    }
+    if plan.zero:
+        config["deepspeed_config"] = {
+            "zero_stage": plan.zero,
+            "gradient_accumulation_steps": plan.grad_accum,
+            "gradient_clipping": GRADIENT_CLIPPING,
+            "offload_optimizer_device": "cpu" if plan.offload is not Offload.NONE else "none",
+            "offload_param_device": "cpu" if plan.offload is Offload.PARAMS else "none",
+            "zero3_init_flag": plan.zero == 3,
+        }
+    if plan.fsdp is not FsdpMode.NONE:
+        config["fsdp_config"] = {
+            "fsdp_sharding_strategy": FSDP_STRATEGIES[plan.fsdp],
+            "fsdp_offload_params": plan.fsdp_offload,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",  # one unit per decoder layer
+            "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_use_orig_params": True,  # PEFT's frozen and trained weights in one unit
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_sync_module_states": True,
+        }
+    return config
+
+
+# -- hf jobs ------------------------------------------------------------------------------------
+
+
+def job_timeout_minutes(hours: float) -> int:
+    """The estimated hours plus :data:`TIMEOUT_MARGIN`, in whole minutes (at least 10); from two
+    hours on, rounded up to whole hours."""
+    minutes = max(10, math.ceil(hours * 60 * (1 + TIMEOUT_MARGIN)))
+    return math.ceil(minutes / 60) * 60 if minutes >= 120 else minutes
+
+
+def timeout_text(minutes: int) -> str:
+    """``90m``, or ``3h`` when it is whole hours (the ``--timeout`` forms the jobs CLI takes)."""
+    return f"{minutes // 60}h" if minutes % 60 == 0 else f"{minutes}m"
+
+
+def hf_jobs_command(
+    flavor_id: str,
+    hours: float,
+    price_per_hour: float | None,
+    script: str = "train.py",
+    slowdowns: Sequence[Slowdown] = (),
+) -> str:
+    """The ``hf jobs uv run`` line with the timeout from the estimate (``hours``, the flavor
+    table's, with the catalog's ``slowdowns`` in: they are named), and what it may cost."""
+    minutes = job_timeout_minutes(hours)
+    factors = ", ".join(f"{entry.id} x{entry.factor:g}" for entry in slowdowns)
+    included = f" ({factors} included)" if factors else ""
+    lines = [
+        f"# estimated {hours:.2f} h{included}; timeout = estimate + {TIMEOUT_MARGIN:.0%} margin",
+    ]
+    if price_per_hour is not None:
+        expected = hours * price_per_hour
+        ceiling = minutes / 60 * price_per_hour
+        lines.append(
+            f"# cost: about ${expected:.2f} (at most ${ceiling:.2f} if it runs to the timeout)"
+        )
+    lines.append(f"hf jobs uv run --flavor {flavor_id} --timeout {timeout_text(minutes)} {script}")
+    return "\n".join(lines) + "\n"
+
+
+# -- one entry point for the CLI and the dashboard ------------------------------------------------
+
+
+def export_flavor_id(report: PlanReport) -> str | None:
+    """The flavor an export is written for: the plan's first ``--flavor``, else the recommended
+    one (None when neither: the export then assumes bf16 hardware and ``--gpus``)."""
+    return report.plan.flavors[0] if report.plan.flavors else report.recommended
+
+
+def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, list[str]]:
+    """The plan of ``report`` as ``kind`` (one of :data:`EXPORT_FORMATS`), and notes for the user.
+
+    The hardware is the plan's first ``--flavor``, else the recommended flavor: its bf16 support
+    and (for a named flavor) its GPU count. Raises ``ValueError`` with the reason when the plan
+    cannot be written in that format.
+    """
+    import yaml
+
+    from hwdash.core import strict_json
+
+    plan = report.plan
+    flavor_id = export_flavor_id(report)
+    flavor = catalog.flavors.get(flavor_id) if flavor_id else None
+    accelerator = catalog.accelerator_for(flavor) if flavor is not None else None
+    bf16 = accelerator.bf16 if accelerator is not None else True
+    gpus = plan.gpus
+    if plan.flavors and flavor is not None and flavor.gpu_count:
+        gpus = flavor.gpu_count
+    notes: list[str] = []
+    framework = catalog.framework_for(plan)
+    missing = uncarried_settings(plan, kind, framework) if kind != "hf-jobs" else []
+    if missing:
+        notes.append(
+            f"{kind} has no field for {', '.join(missing)}: set it in the training code "
+            "(--from cannot read it back)"
+        )
+    if kind == "deepspeed":
+        if plan.precision in (Precision.BF16, Precision.AMP):
+            notes.append(
+                "DeepSpeed's bf16/fp16 keeps an fp32 master copy: the memory is that of "
+                "--precision mixed"
+            )
+        config = deepspeed_config(plan, gpus, bf16_hardware=bf16)
+        return strict_json.dumps(config, indent=2) + "\n", notes
+    if kind == "trainer":
+        model_id = report.model.hf_id or report.model.id  # what from_pretrained takes
+        if plan.zero:
+            notes.append(
+                f"the snippet points at {DEEPSPEED_CONFIG_NAME}: write it with --export deepspeed"
+            )
+        if plan.method is Method.PPO:
+            notes.append(
+                f"warning: the PPO snippet needs pip install '{PPO_TRL_REQUIREMENT}' (newer TRL has "
+                "no PPOConfig in trl)"
+            )
+        text = trainer_snippet(plan, model_id, bf16_hardware=bf16, framework=framework, gpus=gpus)
+        return text, notes
+    if kind == "accelerate":
+        if plan.fsdp is not FsdpMode.NONE and plan.precision is not Precision.BF16:
+            notes.append(
+                "accelerate's FSDP config cannot say the model's dtype: load it in fp32 for "
+                f"--precision {plan.precision.value} (--from reads mixed_precision bf16 under FSDP "
+                "as --precision bf16)"
+            )
+        config = accelerate_config(plan, gpus, bf16_hardware=bf16)
+        return yaml.safe_dump(config, sort_keys=False), notes
+    if kind == "hf-jobs":
+        fit = next((f for f in report.flavors if f.flavor.id == flavor_id), None)
+        if fit is None or flavor is None or flavor.provider != "hf-jobs":
+            raise ValueError(
+                "hf-jobs needs a Hugging Face Jobs flavor: give --flavor ID, or a plan that one "
+                "of them fits"
+            )
+        if fit.hours is None:
+            raise ValueError(
+                "hf-jobs needs the run's length for its timeout: add --examples or --tokens"
+            )
+        return (
+            hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour, slowdowns=fit.slowdowns),
+            notes,
+        )
+    raise ValueError(f"unknown export format {kind!r} (choose from {', '.join(EXPORT_FORMATS)})")
