@@ -327,7 +327,14 @@ def _phases(plan: Plan) -> dict[str, float]:
 
     acc = est._Accumulator()
     add_fsdp_training(
-        plan, est.architecture(SMALL), plan.method, plan.gpus, acc, "model", with_logits=True
+        plan,
+        est.architecture(SMALL),
+        plan.method,
+        plan.gpus,
+        acc,
+        "model",
+        with_logits=True,
+        train_one=est._train_one_model,  # the unsharded count, handed in (no import circle)
     )
     phases = (est.PHASE_BACKWARD, est.PHASE_BACKWARD_END, est.PHASE_OPTIMIZER_STEP)
     return {phase: acc.phase_total(phase) for phase in phases}
