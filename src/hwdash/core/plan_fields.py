@@ -110,7 +110,7 @@ class PlanField:
         info = Plan.model_fields[self.name]
         value = None if info.is_required() else info.default
         if self.kind == "list":
-            return ",".join(value)
+            return ",".join(value or ())
         if self.kind == "repeat":
             return []
         if self.kind in ("negated", "switch"):
