@@ -9,9 +9,9 @@ module's parent packages is not an edge (Python initialises them first, whatever
 The layers (issue 25; each package's ``__init__`` docstring says the same):
 
 * ``hwdash.errors``: nothing of hwdash;
-* the core's foundation (the modules directly in ``hwdash/core/``: units, numbers, plan, specs,
-  results, data files, module names, memo, strict JSON; the catalog loader excepted): the errors and
-  each other;
+* the core's foundation (the modules directly in ``hwdash/core/``: units, numbers, plan, plan
+  fields, specs, results, data files, module names, memo, strict JSON; the catalog loader
+  excepted): the errors and each other;
 * ``hwdash.core.estimator``: the foundation;
 * ``hwdash.core.models`` (config.json readers): the foundation and the estimator;
 * ``hwdash.core.catalog``: the foundation, the estimator and the models;

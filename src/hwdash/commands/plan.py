@@ -7,14 +7,10 @@ Builds a :class:`~hwdash.core.plan.Plan` from the flags, evaluates it on the cat
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import inspect
-import itertools
 import os
 import sys
-import textwrap
-from enum import Enum
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,21 +19,12 @@ from hwdash.core import strict_json
 from hwdash.core.estimator.savers import SAVER_FIELDS
 from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
 from hwdash.core.plan import (
-    RL_TRAINABLE_METHODS,
-    Attention,
-    Framework,
     FsdpMode,
-    Loss,
-    Method,
-    Offload,
-    Optimizer,
-    OptimizerImpl,
     Plan,
-    Precision,
     Quant,
-    StoreDtype,
-    ValueHead,
 )
+from hwdash.core.plan_fields import FLAG_GROUPS, PLAN_FIELDS, PlanField
+from hwdash.core.plan_fields import member_docs as member_docs  # re-exported: it lived here
 from hwdash.core.planning.local_flavor import LOCAL_TARGETS
 from hwdash.core.results import FitVerdict
 from hwdash.errors import UsageError
@@ -137,36 +124,6 @@ def unused_flag_warnings(plan: Plan, argv: list[str]) -> list[str]:
     return warnings
 
 
-def member_docs(enum_class: type[Enum]) -> dict[str, str]:
-    """The docstrings written under an Enum's members (Python keeps them only in the source).
-
-    Read with :mod:`ast` from the class source; empty when the source is not available.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(enum_class)))
-    except (OSError, TypeError, SyntaxError):
-        return {}
-    docs: dict[str, str] = {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    for current, following in itertools.pairwise(body):
-        if (
-            isinstance(current, ast.Assign)
-            and isinstance(current.targets[0], ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            member = enum_class[current.targets[0].id]
-            docs[str(member.value)] = " ".join(following.value.value.replace("``", "").split())
-    return docs
-
-
-def _precision_help() -> str:
-    docs = member_docs(Precision)
-    parts = [f"{p.value}: {docs.get(p.value, '')}".rstrip(": ") for p in Precision]
-    return "storage layout (default bf16). " + " | ".join(parts)
-
-
 def _count(text: str) -> int:
     from hwdash.core.units import parse_count
 
@@ -174,6 +131,65 @@ def _count(text: str) -> int:
         return parse_count(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: How the command line reads a registry field's value (:data:`hwdash.core.plan_fields.ValueParser`).
+_VALUE_TYPES: dict[str, Callable[[str], Any]] = {
+    "whole": whole_number,
+    "number": number,
+    "count": _count,
+}
+
+
+def _field_options(field: PlanField) -> dict[str, Any]:
+    """The ``add_argument`` keywords of one registry field (all kinds but ``pair``)."""
+    options: dict[str, Any] = {"help": field.help_text()}
+    if field.kind in ("switch", "negated"):
+        return {"action": "store_true", **options}
+    options["default"] = field.default
+    if field.kind == "toggle":
+        return {"action": argparse.BooleanOptionalAction, **options}
+    if field.kind == "repeat":
+        options["action"] = "append"
+    if field.parse is not None:
+        options["type"] = _VALUE_TYPES[field.parse]
+    if field.choices is not None:
+        options["choices"] = list(field.choices)
+    if field.metavar is not None:
+        options["metavar"] = field.metavar
+    return options
+
+
+def _add_pair(group: Any, field: PlanField) -> None:
+    """``--x`` / ``--no-x`` as two exclusive options of one destination (None: neither given)."""
+    exclusive = group.add_mutually_exclusive_group()
+    dest = field.flag.removeprefix("--").replace("-", "_")
+    for flag, value, help_text in (
+        (field.flag, True, field.help_text()),
+        (f"--no-{field.flag.removeprefix('--')}", False, field.off_help),
+    ):
+        exclusive.add_argument(
+            flag,
+            dest=dest,
+            action="store_const",
+            const=value,
+            **({"default": None} if value else {}),
+            help=help_text,
+        )
+
+
+def add_field_flags(parser: argparse.ArgumentParser) -> None:
+    """The Plan fields' options, from the registry (:data:`~hwdash.core.plan_fields.PLAN_FIELDS`),
+    each in its ``--help`` section."""
+    groups = {title: parser.add_argument_group(title) for title in FLAG_GROUPS}
+    for field in PLAN_FIELDS:
+        group = groups[field.group]
+        if field.kind == "pair":
+            _add_pair(group, field)
+        else:
+            group.add_argument(field.flag, **_field_options(field))
+        for flag, help_text in field.also:
+            group.add_argument(flag, help=help_text)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -188,282 +204,7 @@ def add_parser(subparsers: Any) -> None:
             "--seq 2048 --grad-ckpt"
         ),
     )
-    what = parser.add_argument_group("model and method")
-    what.add_argument(
-        "--model",
-        help="catalog id, Hugging Face id, config.json path or model folder, or a count (7B)",
-    )
-    what.add_argument("--params", help="a bare parameter count (7B, 500M) instead of --model")
-    what.add_argument(
-        "--method",
-        choices=[m.value for m in Method],
-        default=Method.LORA.value,
-        help="inference, full fine-tune, lora, qlora (NF4), lora-8bit, dora, ppo or grpo (default lora)",
-    )
-    what.add_argument(
-        "--precision",
-        choices=[p.value for p in Precision],
-        default=Precision.BF16.value,
-        help=_precision_help(),
-    )
-    what.add_argument(
-        "--optimizer",
-        choices=[o.value for o in Optimizer],
-        default=Optimizer.ADAMW.value,
-        help="default adamw; adamw-8bit-paged / adamw-32bit-paged: bitsandbytes' paged 8-bit or "
-        "fp32 states (CUDA managed memory, which the driver may move to host RAM)",
-    )
-    what.add_argument(
-        "--optimizer-impl",
-        choices=[impl.value for impl in OptimizerImpl],
-        default=OptimizerImpl.FOREACH.value,
-        help="how AdamW runs: foreach (torch.optim.AdamW's default: one state-sized temporary at "
-        "the step), fused (the HF Trainer's default on torch >= 2.8: none) or for-loop "
-        "(default foreach)",
-    )
-    what.add_argument(
-        "--lora-r", type=whole_number, default=16, metavar="R", help="LoRA/DoRA rank (default 16)"
-    )
-    what.add_argument(
-        "--lora-targets",
-        default="all-linear",
-        metavar="NAMES",
-        help="comma-separated module names as PEFT takes them in the model's family (q_proj,"
-        "v_proj; c_attn on GPT-2; embed_tokens, lm_head) or all-linear (default)",
-    )
-    what.add_argument(
-        "--lora-modules-to-save",
-        default="",
-        metavar="NAMES",
-        help="modules trained in full next to the adapters, PEFT's modules_to_save "
-        "(embed_tokens,lm_head by the model's names; default none)",
-    )
-    what.add_argument(
-        "--lora-dropout",
-        type=number,
-        default=0.05,
-        metavar="P",
-        help="LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
-    )
-    what.add_argument(
-        "--quant",
-        choices=[q.value for q in Quant],
-        default=Quant.NONE.value,
-        help="inference only: quantize the block linears: nf4 (bitsandbytes 4-bit, double "
-        "quantization), int8 (LLM.int8()), gptq-4 or awq-4 (group 128); embeddings, norms and the "
-        "LM head stay 16-bit (default none)",
-    )
-    shape = parser.add_argument_group("batch, checkpointing and DeepSpeed ZeRO")
-    shape.add_argument(
-        "--batch", type=whole_number, default=1, help="micro-batch per GPU (default 1)"
-    )
-    shape.add_argument(
-        "--seq", type=whole_number, default=2048, help="sequence length in tokens (default 2048)"
-    )
-    shape.add_argument(
-        "--grad-ckpt",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="gradient checkpointing (recompute activations); --no-grad-ckpt turns off a "
-        "--framework's default (default off)",
-    )
-    shape.add_argument(
-        "--grad-accum",
-        type=whole_number,
-        default=1,
-        metavar="N",
-        help="gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
-        "during every backward (default 1)",
-    )
-    shape.add_argument(
-        "--attn",
-        choices=[a.value for a in Attention],
-        default=Attention.SDPA.value,
-        help="attention implementation: flash and sdpa keep no s^2 scores, eager does (default sdpa)",
-    )
-    shape.add_argument(
-        "--zero", type=whole_number, default=0, help="DeepSpeed ZeRO stage 0-3 (default 0)"
-    )
-    shape.add_argument(
-        "--offload",
-        choices=[o.value for o in Offload],
-        default=Offload.NONE.value,
-        help="ZeRO CPU offload",
-    )
-    shape.add_argument(
-        "--gpus",
-        type=whole_number,
-        default=1,
-        help="data-parallel GPUs for the breakdown (default 1)",
-    )
-    sharding = parser.add_argument_group("FSDP and Megatron tensor/pipeline parallelism")
-    sharding.add_argument(
-        "--fsdp",
-        choices=[mode.value for mode in FsdpMode],
-        default=FsdpMode.NONE.value,
-        help="PyTorch FSDP instead of DeepSpeed ZeRO: full (shard over every GPU) or hybrid "
-        "(shard within a node of --gpus-per-node, replicate across); states stay in --precision "
-        "(bf16: all bf16; mixed: fp32 shards, bf16 gathered copies) (default none)",
-    )
-    sharding.add_argument(
-        "--fsdp-offload",
-        action="store_true",
-        help="FSDP CPU offload: sharded parameters, gradients and optimizer states in host RAM",
-    )
-    sharding.add_argument(
-        "--sync-each-batch",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="FSDP with --grad-accum: reduce-scatter the gradients after every micro-batch "
-        "(accelerate's sync_each_batch); off, the Trainer's no_sync keeps the whole unsharded "
-        "gradient until the last one (default: the framework's; hf off, torchtune on)",
-    )
-    sharding.add_argument(
-        "--gpus-per-node",
-        type=whole_number,
-        default=None,
-        metavar="N",
-        help="GPUs per node for --fsdp hybrid (default: all --gpus are one node)",
-    )
-    sharding.add_argument(
-        "--tp",
-        type=whole_number,
-        default=1,
-        metavar="N",
-        help="Megatron-LM tensor-parallel size (default 1)",
-    )
-    sharding.add_argument(
-        "--pp",
-        type=whole_number,
-        default=1,
-        metavar="N",
-        help="Megatron-LM pipeline-parallel size, 1F1B (default 1); data parallelism is "
-        "--gpus / (tp x pp), --zero 1 is the distributed optimizer",
-    )
-    sharding.add_argument(
-        "--no-sequence-parallel",
-        action="store_true",
-        help="under --tp, keep the norm and dropout activations whole (sequence parallelism is "
-        "on by default)",
-    )
-    sharding.add_argument(
-        "--selective-recompute",
-        action="store_true",
-        help="Megatron selective recomputation: the attention core is recomputed in backward",
-    )
-    sharding.add_argument(
-        "--hidden-dropout",
-        type=number,
-        default=0.0,
-        metavar="P",
-        help="dropout in Megatron's layers; above 0 its masks are kept (default 0; Megatron's "
-        "own default is 0.1)",
-    )
-    savers = parser.add_argument_group(
-        "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
-    )
-    savers.add_argument(
-        "--framework",
-        choices=[f.value for f in Framework],
-        default=Framework.HF.value,
-        help="training stack whose defaults fill the savers below and, where their flags are not "
-        "typed, --precision, --grad-ckpt, --optimizer and --optimizer-impl (default hf)",
-    )
-    savers.add_argument(
-        "--loss",
-        choices=[loss.value for loss in Loss],
-        help="standard (fp32 logits), chunked (torchtune), fused-linear (Liger, Cut Cross-Entropy: "
-        "no logits) or legacy (older transformers: one more fp32 copy)",
-    )
-    savers.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile: fused norms and loss keep fewer activations",
-    )
-    savers.add_argument(
-        "--activation-offload",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="saved activations go to host RAM (torchtune; Unsloth's offloaded checkpointing)",
-    )
-    savers.add_argument(
-        "--optimizer-in-backward",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="step and free each gradient as backward produces it (needs --grad-accum 1)",
-    )
-    savers.add_argument(
-        "--qlora-frozen-dtype",
-        choices=[d.value for d in StoreDtype],
-        help="qlora/lora-8bit: embeddings, LM head and norms in fp32 (PEFT) or bf16 (torchtune, "
-        "Unsloth)",
-    )
-    savers.add_argument(
-        "--adapter-dtype",
-        choices=[d.value for d in StoreDtype],
-        help="LoRA adapters in fp32 (PEFT, Unsloth) or bf16 (torchtune)",
-    )
-    savers.add_argument(
-        "--value-head",
-        choices=[v.value for v in ValueHead],
-        help="ppo: a separate value backbone, or a head shared with the policy (TRL)",
-    )
-    rl = parser.add_argument_group("RL (ppo, grpo)")
-    rl.add_argument(
-        "--rl-method",
-        choices=[m.value for m in RL_TRAINABLE_METHODS],
-        default=Method.FULL.value,
-        help="how the policy (and PPO's value model) train (default full)",
-    )
-    rl.add_argument(
-        "--no-reference", action="store_true", help="no frozen reference model (KL beta=0)"
-    )
-    reward = rl.add_mutually_exclusive_group()
-    reward.add_argument(
-        "--reward-model",
-        dest="reward_model",
-        action="store_const",
-        const=True,
-        default=None,
-        help="count a frozen reward model (default for ppo)",
-    )
-    reward.add_argument(
-        "--no-reward-model",
-        dest="reward_model",
-        action="store_const",
-        const=False,
-        help="no reward model (default for grpo: reward functions)",
-    )
-    rl.add_argument(
-        "--vllm-util",
-        type=number,
-        default=0.3,
-        metavar="F",
-        help="vLLM gpu_memory_utilization share (0: the policy generates; default 0.3)",
-    )
-    data = parser.add_argument_group("data size, time and flavors")
-    data.add_argument(
-        "--examples",
-        type=_count,
-        help="training examples (with --epochs and --seq give the tokens)",
-    )
-    data.add_argument(
-        "--epochs", type=number, default=1.0, help="passes over the examples (default 1)"
-    )
-    data.add_argument(
-        "--tokens", type=_count, help="total training tokens (or tokens to generate for inference)"
-    )
-    data.add_argument(
-        "--mfu", type=number, help="model FLOPs utilisation (default: the catalog's per GPU)"
-    )
-    data.add_argument(
-        "--flavor",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="only these flavors (repeatable or comma-separated)",
-    )
+    add_field_flags(parser)
     out = parser.add_argument_group("catalog and output")
     out.add_argument(
         "--catalog",
@@ -472,7 +213,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="extra catalog folder or file (repeatable)",
     )
-    fit = parser.add_argument_group("make it fit")
+    _add_fit_flags(parser.add_argument_group("make it fit"))
+    _add_handoff_flags(parser.add_argument_group("configs in and out"))
+    _add_output_flags(out)
+
+
+def _add_fit_flags(fit: Any) -> None:
+    """``--fit``, ``--check`` and ``--fake-nvml``: make it fit, the launch guard, the local GPUs."""
     fit.add_argument(
         "--fit",
         metavar="TARGET",
@@ -494,7 +241,10 @@ def add_parser(subparsers: Any) -> None:
         help="read this machine's GPUs (the local flavor) from a fake NVML scenario; also "
         "HWDASH_FAKE_NVML",
     )
-    handoff = parser.add_argument_group("configs in and out")
+
+
+def _add_handoff_flags(handoff: Any) -> None:
+    """``--from``, ``--export``, ``-o`` and ``--force``: configs in and out."""
     handoff.add_argument(
         "--from",
         dest="from_file",
@@ -517,6 +267,10 @@ def add_parser(subparsers: Any) -> None:
     handoff.add_argument(
         "--force", action="store_true", help="with -o FILE: overwrite FILE if it exists"
     )
+
+
+def _add_output_flags(out: Any) -> None:
+    """``--json``, ``--trace`` and ``--save``: what is printed and kept."""
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument(
         "--trace",

@@ -2,7 +2,8 @@
 
 Sub-packages by concern (docs/architecture.md draws them):
 
-* the foundation, the modules directly here: the plan model (:mod:`~hwdash.core.plan`), the
+* the foundation, the modules directly here: the plan model (:mod:`~hwdash.core.plan`) and its
+  field registry (:mod:`~hwdash.core.plan_fields`: each field's flag, help and form row), the
   catalog's entry schemas (:mod:`~hwdash.core.specs`), result types (:mod:`~hwdash.core.results`),
   units, number formatting, strict JSON, the packaged data files and the LoRA module-name tables;
 * :mod:`hwdash.core.estimator`: memory per GPU of a plan (with its savers, parallelism and

@@ -1,0 +1,469 @@
+"""The plan field registry: each :class:`~hwdash.core.plan.Plan` field's command-line flag, help,
+form row and place in a written command line, declared once.
+
+``hwdash plan``'s option parser (:func:`hwdash.commands.plan.add_parser`) and its reverse,
+:func:`hwdash.commands.plan_args.plan_arguments`, are built from :data:`PLAN_FIELDS`. The bounds
+stay on the Plan model's pydantic fields (``Field(ge=..., le=...)``) and the parser's defaults are
+the model's own defaults, so neither is repeated here. The form rows (:class:`FormRow`) describe
+the planner form's rows as they are today; the form does not read them yet.
+
+Adding a field: the Plan field, one :class:`PlanField` entry here (``tests/unit/test_plan_fields.py``
+fails until there is one), and its estimator formula.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Literal
+
+from hwdash.core.plan import (
+    RL_TRAINABLE_METHODS,
+    Attention,
+    Framework,
+    FsdpMode,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+    Quant,
+    StoreDtype,
+    ValueHead,
+)
+
+FlagKind = Literal["value", "list", "repeat", "toggle", "switch", "negated", "pair"]
+"""How a flag sets its field:
+
+* ``value``: ``--flag VALUE`` (``choices`` when the field is an enum);
+* ``list``: ``--flag a,b`` (comma-separated names);
+* ``repeat``: ``--flag a --flag b`` (each may also be comma-separated);
+* ``toggle``: ``--flag`` / ``--no-flag`` (argparse's ``BooleanOptionalAction``);
+* ``switch``: ``--flag`` sets the field true;
+* ``negated``: ``--no-flag`` sets the field false (the flag is written with its ``no-``);
+* ``pair``: ``--flag`` / ``--no-flag`` as two exclusive options, neither given: the plan's default.
+"""
+
+ValueParser = Literal["whole", "number", "count"]
+"""How the command line reads a value: a whole number, a finite number, or a count (``50k``)."""
+
+FormWidget = Literal["text", "select", "switch", "integer", "number", "count"]
+"""The planner form's control of a row."""
+
+
+@dataclass(frozen=True)
+class FormRow:
+    """A Plan field's row in the planner form."""
+
+    label: str
+    """The row's label."""
+    widget: FormWidget
+    """Its control."""
+    shown: str | None = None
+    """The row class that shows it only where it applies (``-rl-only``...; None: always shown)."""
+
+
+@dataclass(frozen=True)
+class PlanField:
+    """One Plan field as the command line (and the planner form) spell it."""
+
+    name: str
+    """The Plan field."""
+    flag: str
+    """The long option that sets it (for ``negated``, the ``--no-`` option itself)."""
+    group: str
+    """The ``--help`` section that lists it (one of :data:`FLAG_GROUPS`)."""
+    help: str | Callable[[], str]
+    """Its ``--help`` text (a callable: built when the parser is)."""
+    kind: FlagKind = "value"
+    parse: ValueParser | None = None
+    """How a ``value`` is read (None: as text, or one of ``choices``)."""
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    off_help: str = ""
+    """``pair``: the ``--no-`` option's help."""
+    always_written: bool = False
+    """Written by ``plan_arguments`` even at its default (a copied line says what it trains)."""
+    also: tuple[tuple[str, str], ...] = ()
+    """Further options (flag, help) that give the field another way, listed right after it and
+    never written back (``--params`` for ``--model``)."""
+    form: FormRow | None = None
+    """Its planner form row (None: the form has none)."""
+
+    @property
+    def spelling(self) -> str:
+        """How messages name the flag: ``--batch``, or both forms (``--compile/--no-compile``)."""
+        if self.kind in ("toggle", "pair"):
+            return f"{self.flag}/--no-{self.flag.removeprefix('--')}"
+        return self.flag
+
+    @property
+    def default(self) -> Any:
+        """The parser's default: the Plan field's own, as the command line would type it."""
+        info = Plan.model_fields[self.name]
+        value = None if info.is_required() else info.default
+        if self.kind == "list":
+            return ",".join(value or ())
+        if self.kind == "repeat":
+            return []
+        if self.kind in ("negated", "switch"):
+            return False
+        if self.kind == "pair":
+            return None
+        return getattr(value, "value", value)
+
+    def help_text(self) -> str:
+        """The ``--help`` text."""
+        return self.help if isinstance(self.help, str) else self.help()
+
+
+def _values(members: Any) -> tuple[str, ...]:
+    return tuple(str(member.value) for member in members)
+
+
+def member_docs(enum_class: type[Enum]) -> dict[str, str]:
+    """The docstrings written under an Enum's members (Python keeps them only in the source).
+
+    Read with :mod:`ast` from the class source; empty when the source is not available.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(enum_class)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for current, following in itertools.pairwise(body):
+        if (
+            isinstance(current, ast.Assign)
+            and isinstance(current.targets[0], ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            member = enum_class[current.targets[0].id]
+            docs[str(member.value)] = " ".join(following.value.value.replace("``", "").split())
+    return docs
+
+
+def _precision_help() -> str:
+    """``--precision``'s help: each layout with the docstring under its member."""
+    docs = member_docs(Precision)
+    parts = [f"{p.value}: {docs.get(p.value, '')}".rstrip(": ") for p in Precision]
+    return "storage layout (default bf16). " + " | ".join(parts)
+
+
+WHAT = "model and method"
+SHAPE = "batch, checkpointing and DeepSpeed ZeRO"
+SHARDING = "FSDP and Megatron tensor/pipeline parallelism"
+SAVERS = "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
+RL = "RL (ppo, grpo)"
+DATA = "data size, time and flavors"
+#: The ``--help`` sections of the Plan fields' flags, in the order ``--help`` shows them.
+FLAG_GROUPS = (WHAT, SHAPE, SHARDING, SAVERS, RL, DATA)
+
+_RL_ROW = "-rl-only"
+_TRAINING_ROW = "-training-only"
+
+#: Every Plan field with a flag, in ``--help`` order.
+PLAN_FIELDS: tuple[PlanField, ...] = (
+    PlanField(
+        "model", "--model", WHAT,
+        "catalog id, Hugging Face id, config.json path or model folder, or a count (7B)",
+        also=(("--params", "a bare parameter count (7B, 500M) instead of --model"),),
+        always_written=True, form=FormRow("model", "text"),
+    ),
+    PlanField(
+        "method", "--method", WHAT,
+        "inference, full fine-tune, lora, qlora (NF4), lora-8bit, dora, ppo or grpo (default lora)",
+        choices=_values(Method), always_written=True, form=FormRow("method", "select"),
+    ),
+    PlanField(
+        "precision", "--precision", WHAT, _precision_help, choices=_values(Precision),
+        form=FormRow("precision", "select"),
+    ),
+    PlanField(
+        "optimizer", "--optimizer", WHAT,
+        "default adamw; adamw-8bit-paged / adamw-32bit-paged: bitsandbytes' paged 8-bit or "
+        "fp32 states (CUDA managed memory, which the driver may move to host RAM)",
+        choices=_values(Optimizer), form=FormRow("optimizer", "select", _TRAINING_ROW),
+    ),
+    PlanField(
+        "optimizer_impl", "--optimizer-impl", WHAT,
+        "how AdamW runs: foreach (torch.optim.AdamW's default: one state-sized temporary at "
+        "the step), fused (the HF Trainer's default on torch >= 2.8: none) or for-loop "
+        "(default foreach)",
+        choices=_values(OptimizerImpl), form=FormRow("AdamW impl", "select", _TRAINING_ROW),
+    ),
+    PlanField(
+        "lora_r", "--lora-r", WHAT, "LoRA/DoRA rank (default 16)", parse="whole", metavar="R",
+        form=FormRow("LoRA rank", "integer", "-lora-only"),
+    ),
+    PlanField(
+        "lora_targets", "--lora-targets", WHAT,
+        "comma-separated module names as PEFT takes them in the model's family (q_proj,"
+        "v_proj; c_attn on GPT-2; embed_tokens, lm_head) or all-linear (default)",
+        kind="list", metavar="NAMES",
+    ),
+    PlanField(
+        "lora_modules_to_save", "--lora-modules-to-save", WHAT,
+        "modules trained in full next to the adapters, PEFT's modules_to_save "
+        "(embed_tokens,lm_head by the model's names; default none)",
+        kind="list", metavar="NAMES",
+    ),
+    PlanField(
+        "lora_dropout", "--lora-dropout", WHAT,
+        "LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
+        parse="number", metavar="P", form=FormRow("LoRA drop", "number", "-lora-only"),
+    ),
+    PlanField(
+        "quant", "--quant", WHAT,
+        "inference only: quantize the block linears: nf4 (bitsandbytes 4-bit, double "
+        "quantization), int8 (LLM.int8()), gptq-4 or awq-4 (group 128); embeddings, norms and the "
+        "LM head stay 16-bit (default none)",
+        choices=_values(Quant), form=FormRow("quantize", "select", "-inference-only"),
+    ),
+    PlanField(
+        "batch", "--batch", SHAPE, "micro-batch per GPU (default 1)", parse="whole",
+        form=FormRow("micro-batch", "integer"),
+    ),
+    PlanField(
+        "seq", "--seq", SHAPE, "sequence length in tokens (default 2048)", parse="whole",
+        form=FormRow("seq length", "integer"),
+    ),
+    PlanField(
+        "grad_ckpt", "--grad-ckpt", SHAPE,
+        "gradient checkpointing (recompute activations); --no-grad-ckpt turns off a "
+        "--framework's default (default off)",
+        kind="toggle", form=FormRow("grad ckpt", "switch", _TRAINING_ROW),
+    ),
+    PlanField(
+        "grad_accum", "--grad-accum", SHAPE,
+        "gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
+        "during every backward (default 1)",
+        parse="whole", metavar="N", form=FormRow("grad accum", "integer", _TRAINING_ROW),
+    ),
+    PlanField(
+        "attention", "--attn", SHAPE,
+        "attention implementation: flash and sdpa keep no s^2 scores, eager does (default sdpa)",
+        choices=_values(Attention), form=FormRow("attention", "select"),
+    ),
+    PlanField(
+        "zero", "--zero", SHAPE, "DeepSpeed ZeRO stage 0-3 (default 0)", parse="whole",
+        form=FormRow("ZeRO stage", "select"),
+    ),
+    PlanField(
+        "offload", "--offload", SHAPE, "ZeRO CPU offload", choices=_values(Offload),
+        form=FormRow("offload", "select"),
+    ),
+    PlanField(
+        "gpus", "--gpus", SHAPE, "data-parallel GPUs for the breakdown (default 1)",
+        parse="whole", form=FormRow("GPUs", "integer"),
+    ),
+    PlanField(
+        "fsdp", "--fsdp", SHARDING,
+        "PyTorch FSDP instead of DeepSpeed ZeRO: full (shard over every GPU) or hybrid "
+        "(shard within a node of --gpus-per-node, replicate across); states stay in --precision "
+        "(bf16: all bf16; mixed: fp32 shards, bf16 gathered copies) (default none)",
+        choices=_values(FsdpMode), form=FormRow("FSDP", "select", "-fine-tuning-only"),
+    ),
+    PlanField(
+        "fsdp_offload", "--fsdp-offload", SHARDING,
+        "FSDP CPU offload: sharded parameters, gradients and optimizer states in host RAM",
+        kind="switch", form=FormRow("FSDP offl.", "switch", "-fsdp-only"),
+    ),
+    PlanField(
+        "sync_each_batch", "--sync-each-batch", SHARDING,
+        "FSDP with --grad-accum: reduce-scatter the gradients after every micro-batch "
+        "(accelerate's sync_each_batch); off, the Trainer's no_sync keeps the whole unsharded "
+        "gradient until the last one (default: the framework's; hf off, torchtune on)",
+        kind="toggle",
+    ),
+    PlanField(
+        "gpus_per_node", "--gpus-per-node", SHARDING,
+        "GPUs per node for --fsdp hybrid (default: all --gpus are one node)",
+        parse="whole", metavar="N",
+    ),
+    PlanField(
+        "tp", "--tp", SHARDING, "Megatron-LM tensor-parallel size (default 1)", parse="whole",
+        metavar="N", form=FormRow("tensor par.", "integer", "-full-only"),
+    ),
+    PlanField(
+        "pp", "--pp", SHARDING,
+        "Megatron-LM pipeline-parallel size, 1F1B (default 1); data parallelism is "
+        "--gpus / (tp x pp), --zero 1 is the distributed optimizer",
+        parse="whole", metavar="N", form=FormRow("pipeline", "integer", "-full-only"),
+    ),
+    PlanField(
+        "sequence_parallel", "--no-sequence-parallel", SHARDING,
+        "under --tp, keep the norm and dropout activations whole (sequence parallelism is "
+        "on by default)",
+        kind="negated",
+    ),
+    PlanField(
+        "selective_recompute", "--selective-recompute", SHARDING,
+        "Megatron selective recomputation: the attention core is recomputed in backward",
+        kind="switch",
+    ),
+    PlanField(
+        "hidden_dropout", "--hidden-dropout", SHARDING,
+        "dropout in Megatron's layers; above 0 its masks are kept (default 0; Megatron's "
+        "own default is 0.1)",
+        parse="number", metavar="P",
+    ),
+    PlanField(
+        "framework", "--framework", SAVERS,
+        "training stack whose defaults fill the savers below and, where their flags are not "
+        "typed, --precision, --grad-ckpt, --optimizer and --optimizer-impl (default hf)",
+        choices=_values(Framework), form=FormRow("framework", "select", _TRAINING_ROW),
+    ),
+    PlanField(
+        "loss", "--loss", SAVERS,
+        "standard (fp32 logits), chunked (torchtune), fused-linear (Liger, Cut Cross-Entropy: "
+        "no logits) or legacy (older transformers: one more fp32 copy)",
+        choices=_values(Loss), form=FormRow("loss", "select", _TRAINING_ROW),
+    ),
+    PlanField(
+        "compile", "--compile", SAVERS,
+        "torch.compile: fused norms and loss keep fewer activations", kind="toggle",
+    ),
+    PlanField(
+        "activation_offload", "--activation-offload", SAVERS,
+        "saved activations go to host RAM (torchtune; Unsloth's offloaded checkpointing)",
+        kind="toggle",
+    ),
+    PlanField(
+        "optimizer_in_backward", "--optimizer-in-backward", SAVERS,
+        "step and free each gradient as backward produces it (needs --grad-accum 1)",
+        kind="toggle",
+    ),
+    PlanField(
+        "qlora_frozen_dtype", "--qlora-frozen-dtype", SAVERS,
+        "qlora/lora-8bit: embeddings, LM head and norms in fp32 (PEFT) or bf16 (torchtune, "
+        "Unsloth)",
+        choices=_values(StoreDtype),
+    ),
+    PlanField(
+        "adapter_dtype", "--adapter-dtype", SAVERS,
+        "LoRA adapters in fp32 (PEFT, Unsloth) or bf16 (torchtune)", choices=_values(StoreDtype),
+    ),
+    PlanField(
+        "value_head", "--value-head", SAVERS,
+        "ppo: a separate value backbone, or a head shared with the policy (TRL)",
+        choices=_values(ValueHead),
+    ),
+    PlanField(
+        "rl_method", "--rl-method", RL,
+        "how the policy (and PPO's value model) train (default full)",
+        choices=_values(RL_TRAINABLE_METHODS), form=FormRow("RL policy", "select", _RL_ROW),
+    ),
+    PlanField(
+        "rl_reference", "--no-reference", RL, "no frozen reference model (KL beta=0)",
+        kind="negated", form=FormRow("RL ref", "switch", _RL_ROW),
+    ),
+    PlanField(
+        "rl_reward_model", "--reward-model", RL, "count a frozen reward model (default for ppo)",
+        kind="pair", off_help="no reward model (default for grpo: reward functions)",
+        form=FormRow("RL reward", "switch", _RL_ROW),
+    ),
+    PlanField(
+        "vllm_memory_utilization", "--vllm-util", RL,
+        "vLLM gpu_memory_utilization share (0: the policy generates; default 0.3)",
+        parse="number", metavar="F", form=FormRow("vLLM share", "number", _RL_ROW),
+    ),
+    PlanField(
+        "examples", "--examples", DATA,
+        "training examples (with --epochs and --seq give the tokens)",
+        parse="count", form=FormRow("examples", "count", _TRAINING_ROW),
+    ),
+    PlanField(
+        "epochs", "--epochs", DATA, "passes over the examples (default 1)", parse="number",
+        form=FormRow("epochs", "number", _TRAINING_ROW),
+    ),
+    PlanField(
+        "tokens", "--tokens", DATA,
+        "total training tokens (or tokens to generate for inference)",
+        parse="count", form=FormRow("tokens", "count", "-inference-only"),
+    ),
+    PlanField(
+        "mfu", "--mfu", DATA, "model FLOPs utilisation (default: the catalog's per GPU)",
+        parse="number", form=FormRow("MFU", "number"),
+    ),
+    PlanField(
+        "flavors", "--flavor", DATA, "only these flavors (repeatable or comma-separated)",
+        kind="repeat", metavar="ID",
+    ),
+)  # fmt: skip
+
+#: Plan fields without a flag, each with the reason (none today: every field has one).
+NOT_FLAGS: dict[str, str] = {}
+
+#: The order :func:`~hwdash.commands.plan_args.plan_arguments` writes the fields in, kept from
+#: before this registry so that a copied command line reads as it did. A field not listed here
+#: is written after these, in ``--help`` order.
+ARGV_ORDER = (
+    "model",
+    "method",
+    "precision",
+    "optimizer",
+    "optimizer_impl",
+    "lora_r",
+    "batch",
+    "seq",
+    "grad_accum",
+    "attention",
+    "zero",
+    "offload",
+    "gpus",
+    "rl_method",
+    "fsdp",
+    "gpus_per_node",
+    "tp",
+    "pp",
+    "quant",
+    "framework",
+    "loss",
+    "qlora_frozen_dtype",
+    "adapter_dtype",
+    "value_head",
+    "lora_targets",
+    "lora_modules_to_save",
+    "lora_dropout",
+    "grad_ckpt",
+    "fsdp_offload",
+    "sequence_parallel",
+    "selective_recompute",
+    "hidden_dropout",
+    "compile",
+    "activation_offload",
+    "optimizer_in_backward",
+    "sync_each_batch",
+    "rl_reference",
+    "rl_reward_model",
+    "vllm_memory_utilization",
+    "examples",
+    "epochs",
+    "tokens",
+    "mfu",
+    "flavors",
+)
+
+#: Plan field -> its registry entry.
+BY_NAME: dict[str, PlanField] = {field.name: field for field in PLAN_FIELDS}
+
+
+def fields_in_argv_order() -> list[PlanField]:
+    """Every entry in the order a written command line lists them (:data:`ARGV_ORDER`)."""
+    listed = [BY_NAME[name] for name in ARGV_ORDER]
+    return listed + [field for field in PLAN_FIELDS if field.name not in ARGV_ORDER]
+
+
+def flag_spellings() -> dict[str, str]:
+    """Plan field -> how messages name its flag (``--compile/--no-compile``), in ``--help`` order."""
+    return {field.name: field.spelling for field in PLAN_FIELDS}
