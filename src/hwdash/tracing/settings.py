@@ -78,6 +78,46 @@ def _savers_note(plan: Plan) -> str | None:
 
 def trace_settings(plan: Plan) -> TraceSettings:
     """Map a plan onto a traceable step, or raise :class:`TraceUnavailable` saying why not."""
+    _refuse_untraceable(plan)
+    notes: list[str] = []
+    _note_one_gpu_view(plan, notes)
+    attention = plan.attention.value
+    if plan.attention is Attention.FLASH:
+        attention = Attention.SDPA.value
+        notes.append(
+            "flash attention traced as sdpa (flash-attn needs a real GPU; both keep O(s) per layer)"
+        )
+    weight_dtype, autocast, master_copy = _traced_precision(plan, notes)
+    if plan.method is Method.DORA:
+        notes.append(
+            "DoRA: PEFT leaves reference cycles that hold activations until Python's garbage "
+            "collector runs, so the peak depends on its timing (a repeated trace in one process "
+            "can differ by a few percent)"
+        )
+    seq, micro_batches = _traced_batch(plan, notes)
+    return TraceSettings(
+        method=plan.method.value,
+        weight_dtype=weight_dtype,
+        autocast=autocast,
+        master_copy=master_copy,
+        attention=attention,
+        optimizer=plan.optimizer.value,
+        grad_ckpt=plan.grad_ckpt and plan.method is not Method.INFERENCE,
+        lora_r=plan.lora_r,
+        lora_targets=tuple(plan.lora_targets),
+        lora_dropout=plan.lora_dropout,
+        optimizer_impl=plan.optimizer_impl.value,
+        batch=plan.batch,
+        seq=seq,
+        micro_batches=micro_batches,
+        notes=tuple(notes),
+        lora_modules_to_save=tuple(plan.lora_modules_to_save),
+    )
+
+
+def _refuse_untraceable(plan: Plan) -> None:
+    """Raise :class:`TraceUnavailable` for what fake tensors cannot run: a multi-model RL step,
+    bitsandbytes' quantized bases and optimizers."""
     if plan.method in (Method.PPO, Method.GRPO):
         raise TraceUnavailable(
             f"{plan.method.value} is not one training step (generation, reference and reward "
@@ -89,14 +129,17 @@ def trace_settings(plan: Plan) -> TraceSettings:
             f"{plan.method.value} quantizes the base model with bitsandbytes, whose kernels need a "
             "real CUDA GPU: fake tensors cannot run them; trace --method lora for the adapter part"
         )
-    notes: list[str] = []
-    method = plan.method.value
     bitsandbytes = (Optimizer.ADAMW_8BIT, Optimizer.ADAMW_8BIT_PAGED, Optimizer.ADAMW_32BIT_PAGED)
     if plan.method is not Method.INFERENCE and plan.optimizer in bitsandbytes:
         raise TraceUnavailable(
             f"{plan.optimizer.value} is bitsandbytes' optimizer, whose kernels need a real CUDA "
             "GPU: fake tensors cannot run it; trace --optimizer adamw instead"
         )
+
+
+def _note_one_gpu_view(plan: Plan, notes: list[str]) -> None:
+    """Note the sharding and the savers the trace leaves out: it runs one GPU's view on the
+    Hugging Face stack."""
     if plan.gpus > 1 or plan.zero or plan.offload is not Offload.NONE:
         notes.append(
             "traced one GPU's view without ZeRO, offload or data-parallel sharding "
@@ -106,12 +149,10 @@ def trace_settings(plan: Plan) -> TraceSettings:
     savers_note = _savers_note(plan)
     if savers_note:
         notes.append(savers_note)
-    attention = plan.attention.value
-    if plan.attention is Attention.FLASH:
-        attention = Attention.SDPA.value
-        notes.append(
-            "flash attention traced as sdpa (flash-attn needs a real GPU; both keep O(s) per layer)"
-        )
+
+
+def _traced_precision(plan: Plan, notes: list[str]) -> tuple[str, bool, bool]:
+    """(weight dtype, bf16 autocast, fp32 master copy) the plan's precision is traced with."""
     weight_dtype = "bfloat16"
     autocast = False
     master_copy = False
@@ -134,12 +175,11 @@ def trace_settings(plan: Plan) -> TraceSettings:
             "mixed is DeepSpeed's layout; traced as a plain PyTorch emulation: bf16 model and "
             "gradients, an fp32 master copy with fp32 gradients and fp32 optimizer states"
         )
-    if plan.method is Method.DORA:
-        notes.append(
-            "DoRA: PEFT leaves reference cycles that hold activations until Python's garbage "
-            "collector runs, so the peak depends on its timing (a repeated trace in one process "
-            "can differ by a few percent)"
-        )
+    return weight_dtype, autocast, master_copy
+
+
+def _traced_batch(plan: Plan, notes: list[str]) -> tuple[int, int]:
+    """(tokens per sequence, micro-batches per step) of the traced step, with their notes."""
     seq = plan.seq
     if plan.method is Method.INFERENCE:
         if seq < 2:
@@ -159,24 +199,7 @@ def trace_settings(plan: Plan) -> TraceSettings:
             f"gradient accumulation ({plan.grad_accum} micro-batches) traced as 2 per step: from "
             "the second on, the accumulated gradients are alive, and later ones add nothing"
         )
-    return TraceSettings(
-        method=method,
-        weight_dtype=weight_dtype,
-        autocast=autocast,
-        master_copy=master_copy,
-        attention=attention,
-        optimizer=plan.optimizer.value,
-        grad_ckpt=plan.grad_ckpt and plan.method is not Method.INFERENCE,
-        lora_r=plan.lora_r,
-        lora_targets=tuple(plan.lora_targets),
-        lora_dropout=plan.lora_dropout,
-        optimizer_impl=plan.optimizer_impl.value,
-        batch=plan.batch,
-        seq=seq,
-        micro_batches=micro_batches,
-        notes=tuple(notes),
-        lora_modules_to_save=tuple(plan.lora_modules_to_save),
-    )
+    return seq, micro_batches
 
 
 def traced_plan(plan: Plan, model: ModelSpec) -> Plan:
