@@ -64,7 +64,6 @@ STILL_OVER_MODULES = {
     "hwdash/ui/planner_pane.py": 1092,
     "hwdash/commands/plan.py": 1001,
     "hwdash/core/planning/fit_options.py": 818,
-    "hwdash/telemetry/fake_nvml.py": 725,
     "hwdash/core/plans/imports.py": 699,
     "hwdash/ui/app.py": 684,
     "hwdash/commands/monitor.py": 624,
