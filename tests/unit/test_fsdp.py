@@ -324,10 +324,18 @@ def _phases(plan: Plan) -> dict[str, float]:
     """Bytes alive in each training phase of ``plan`` on SMALL (before the overhead guesses)."""
     from hwdash.core import estimator as est
     from hwdash.core.estimator.parallelism import add_fsdp_training
+    from hwdash.core.estimator.training import _train_one_model
 
     acc = est._Accumulator()
     add_fsdp_training(
-        plan, est.architecture(SMALL), plan.method, plan.gpus, acc, "model", with_logits=True
+        plan,
+        est.architecture(SMALL),
+        plan.method,
+        plan.gpus,
+        acc,
+        "model",
+        with_logits=True,
+        train_one=_train_one_model,
     )
     phases = (est.PHASE_BACKWARD, est.PHASE_BACKWARD_END, est.PHASE_OPTIMIZER_STEP)
     return {phase: acc.phase_total(phase) for phase in phases}

@@ -25,7 +25,6 @@ STILL_OVER_FUNCTIONS = {
     "hwdash/commands/plan.py:render_report": 154,
     "hwdash/commands/monitor.py:print_readable": 139,
     "hwdash/core/plans/exports.py:trainer_snippet": 138,
-    "hwdash/core/estimator/parallelism.py:add_fsdp_training": 135,
     "hwdash/tracing.py:_trace": 133,
     "hwdash/commands/monitor.py:run": 107,
     "hwdash/tracing.py:trace_settings": 101,
