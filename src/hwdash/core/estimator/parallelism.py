@@ -192,16 +192,9 @@ def add_fsdp_training(
         plan, arch, method, fsdp.compute, acc, label, with_logits=with_logits, train_one=train_one
     )
     states = _fsdp_states(plan, arch, method, fsdp, trainable, no_sync=no_sync)
-    gathered = fsdp_gathered_params(arch) * states.gathered_per_param
-    if (
-        shard == 1
-        and states.gathered_per_param == states.layout.weight_bytes
-        and method is Method.FULL
-    ):
-        gathered = 0.0  # one rank, one dtype: the "gathered" unit is the parameter itself
     if shard == 1:
         acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
-    _note_gathered(acc, label, fsdp, gathered, states.unit_gradient)
+    _note_gathered(acc, label, fsdp, _gathered_bytes(arch, method, states, shard), states)
     if no_sync:
         _note_unsynced(plan, acc, label, states.unsynced_bytes)
     if plan.fsdp_offload:
@@ -209,14 +202,31 @@ def add_fsdp_training(
         acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
     else:
         _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
-    root_extra = (arch.embedding_params + arch.lm_head_params) * states.gathered_per_param
-    acc.warnings.append(
+    acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
+    return trainable
+
+
+def _root_unit_warning(arch: Architecture, gathered_per_param: float) -> str:
+    """What wrapping the embedding and output layer in the root unit would add."""
+    root_extra = (arch.embedding_params + arch.lm_head_params) * gathered_per_param
+    return (
         "FSDP counted with the embedding and output layer as their own units (torchtune's "
         "custom_sharded_layers); wrapped in the root unit (accelerate's transformer-layer "
         f"auto-wrap) they stay gathered from forward through backward: up to {root_extra / GIB:.1f} "
         "GiB more per GPU"
     )
-    return trainable
+
+
+def _gathered_bytes(arch: Architecture, method: Method, states: _FsdpStates, shard: int) -> float:
+    """Bytes of the gathered units (running + prefetched) per GPU."""
+    gathered = fsdp_gathered_params(arch) * states.gathered_per_param
+    if (
+        shard == 1
+        and states.gathered_per_param == states.layout.weight_bytes
+        and method is Method.FULL
+    ):
+        gathered = 0.0  # one rank, one dtype: the "gathered" unit is the parameter itself
+    return gathered
 
 
 @dataclass(frozen=True)
@@ -293,9 +303,10 @@ def _note_gathered(
     label: str,
     fsdp: FsdpLayout,
     gathered: float,
-    unit_gradient: float,
+    states: _FsdpStates,
 ) -> None:
     """The gathered units and one unit's unsharded gradient, alive during forward and backward."""
+    unit_gradient = states.unit_gradient
     # Gathered only while forward and backward run; resharded (freed) before the optimizer step.
     # Shown with the activations, the other part of memory that exists only then.
     acc.activations += gathered
