@@ -45,7 +45,6 @@ STILL_OVER_FUNCTIONS = {
     "hwdash/ui/app.py:make_app": 66,
     "hwdash/ui/app.py:HwdashApp.__init__": 65,
     "hwdash/ui/planner_pane.py:PlannerPane._build_plan": 65,
-    "hwdash/core/estimator/architecture.py:_derive": 62,
     "hwdash/core/plans/imports.py:_from_snippet": 62,
 }
 
