@@ -38,8 +38,6 @@ STILL_OVER_FUNCTIONS = {
     "hwdash/core/plans/exports.py:export_text": 73,
     "hwdash/core/plans/imports.py:_read_llama_factory": 71,
     "hwdash/tracing.py:_make_tracker": 70,
-    "hwdash/core/live/forecast.py:_forecast": 69,
-    "hwdash/core/live/alerts.py:AlertEngine.update": 66,
     "hwdash/ui/app.py:make_app": 66,
     "hwdash/ui/app.py:HwdashApp.__init__": 65,
     "hwdash/ui/planner_pane.py:PlannerPane._build_plan": 65,
