@@ -133,25 +133,48 @@ def _input_copies_kept(
       (``bench/lora_dropout_rows.py``). PEFT's ``lora.ParamWrapper`` (fused MoE experts) refuses
       dropout, so expert groups are left as they are.
     """
-    e = element_bytes
     lora = bool(targets)
-    casts = element_bytes != 4 if lora else autocast_from_fp32
-    if lora and adapter_casts is not None:
-        # 16-bit adapters (torchtune, --adapter-dtype bf16): no cast to the adapter dtype, so
-        # lora_A keeps the shared tensor itself, as in plain fp32
-        casts = adapter_casts
+    casts = _input_casts(lora, element_bytes, autocast_from_fp32, adapter_casts)
     names = {linear.name for linear in targets} if lora else {lin.name for lin in arch.linears}
-    by_name = {linear.name: linear for linear in arch.linears}
     # every adapted module keeps an input of its own: a cast, or its dropped-out copy (not for
     # fused MoE expert weights, whose lora.ParamWrapper runs no dropout)
     own_dense = casts or (lora and dropout)
+    by_name = {linear.name: linear for linear in arch.linears}
+    e = element_bytes
+    return (
+        _group_input_bytes(arch, by_name, tokens, e, names, casts, own_dense)
+        + _o_proj_input_bytes(arch, by_name, tokens, e, attention, names, casts, lora, dropout)
+        + _weight_grad_input_bytes(arch, by_name, tokens, e, names)
+    )
 
-    def tokens_through(linear: LinearShape) -> int:
-        return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
 
-    def own_copies(linear: LinearShape) -> bool:
-        return own_dense if linear.copies == 1 else casts
+def _input_casts(
+    lora: bool, element_bytes: int, autocast_from_fp32: bool, adapter_casts: bool | None
+) -> bool:
+    """Whether each linear (LoRA: each adapted module) keeps its own 16-bit cast of its input."""
+    if lora and adapter_casts is not None:
+        # 16-bit adapters (torchtune, --adapter-dtype bf16): no cast to the adapter dtype, so
+        # lora_A keeps the shared tensor itself, as in plain fp32
+        return adapter_casts
+    return element_bytes != 4 if lora else autocast_from_fp32
 
+
+def _routed_tokens(arch: Architecture, tokens: int, linear: LinearShape) -> int:
+    """Tokens through ``linear``: every token, k times for a MoE expert's."""
+    return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+
+
+def _group_input_bytes(
+    arch: Architecture,
+    by_name: dict[str, LinearShape],
+    tokens: int,
+    e: int,
+    names: set[str],
+    casts: bool,
+    own_dense: bool,
+) -> int:
+    """The inputs of the :data:`_SHARED_INPUT_GROUPS` (once per group, or once per adapted member
+    where each keeps its own), and of the shared expert's gate/up under a cast."""
     kept_bytes = 0
     # one norm feeding attention and MLP (Phi-2's, Falcon-7B's parallel block): without casts the
     # q/k/v group and the MLP's first linears keep the very same tensor
@@ -162,32 +185,55 @@ def _input_copies_kept(
         if not members:
             continue
         adapted = [linear for linear in members if linear.name in names]
-        kept = (len(adapted) if own_copies(members[0]) else 1) if adapted else 0
+        own = own_dense if members[0].copies == 1 else casts
+        kept = (len(adapted) if own else 1) if adapted else 0
         if kept and one_norm_output and members[0].copies == 1:
             kept, shared_kept = (0 if shared_kept else kept), True
-        kept_bytes += kept * e * tokens_through(members[0]) * members[0].in_features
+        kept_bytes += kept * e * _routed_tokens(arch, tokens, members[0]) * members[0].in_features
     shared = [by_name[name] for name in _SHARED_EXPERT_GROUP if name in by_name]
     if shared and casts:
         # the shared expert's gate/up (and Qwen's gate) read the router's input, counted once in
         # layer_activation_bytes; under a cast each adapted one keeps its own copy
         adapted_shared = [linear for linear in shared if linear.name in names]
         kept_bytes += len(adapted_shared) * e * tokens * arch.hidden
+    return kept_bytes
+
+
+def _o_proj_input_bytes(
+    arch: Architecture,
+    by_name: dict[str, LinearShape],
+    tokens: int,
+    e: int,
+    attention: Attention,
+    names: set[str],
+    casts: bool,
+    lora: bool,
+    dropout: bool,
+) -> int:
+    """The attention output o_proj reads, as eager or the fused kernels keep it, and an adapted
+    o_proj's own copy."""
     o_input = e * tokens * by_name["o_proj"].in_features
     if attention is Attention.EAGER:
         # eager's o_proj input is its own tensor (the transposed attention output)
-        kept_bytes += o_input if "o_proj" in names else 0
-    else:
-        # flash and SDPA keep their output, which is o_proj's input (already 16-bit); PEFT's cast
-        # to the adapter dtype makes an adapted o_proj keep a copy of its own, and so does its
-        # dropout where the kernel keeps its output (SDPA's math fallback keeps the probabilities,
-        # not the output: there lora_A's dropped copy replaces the input it kept)
-        keeps_output = _score_bytes_per_element(attention, e, arch.kv_heads != arch.heads) == 0
-        own_o = casts or (lora and dropout and keeps_output)
-        kept_bytes += o_input + (o_input if lora and "o_proj" in names and own_o else 0)
+        return o_input if "o_proj" in names else 0
+    # flash and SDPA keep their output, which is o_proj's input (already 16-bit); PEFT's cast
+    # to the adapter dtype makes an adapted o_proj keep a copy of its own, and so does its
+    # dropout where the kernel keeps its output (SDPA's math fallback keeps the probabilities,
+    # not the output: there lora_A's dropped copy replaces the input it kept)
+    keeps_output = _score_bytes_per_element(attention, e, arch.kv_heads != arch.heads) == 0
+    own_o = casts or (lora and dropout and keeps_output)
+    return o_input + (o_input if lora and "o_proj" in names and own_o else 0)
+
+
+def _weight_grad_input_bytes(
+    arch: Architecture, by_name: dict[str, LinearShape], tokens: int, e: int, names: set[str]
+) -> int:
+    """The inputs of :data:`_INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD` linears, kept only when trained."""
+    kept_bytes = 0
     for name in _INPUT_SAVED_ONLY_FOR_WEIGHT_GRAD:
         linear = by_name.get(name)
         if linear is not None and name in names:
-            kept_bytes += e * tokens_through(linear) * linear.in_features
+            kept_bytes += e * _routed_tokens(arch, tokens, linear) * linear.in_features
     return kept_bytes
 
 
@@ -394,26 +440,10 @@ def layer_activation_bytes(
     (``e`` = bytes per activation element, ``w`` = bytes per weight, ``t`` = b * s tokens). The
     count matches, to the byte, the tensors autograd keeps for a small Llama layer traced on CPU
     with transformers 5 and PEFT 0.21 (full, LoRA and DoRA; bf16 with sdpa and eager; amp):
+    the norms (:func:`_layer_norm_bytes`), attention (:func:`_attention_kept_bytes`), the MLP
+    (:func:`_mlp_kept_bytes`), the inputs the projections keep (:func:`_input_copies_kept`: the
+    norm outputs, the attention output, the MLP product), and:
 
-    * two RMSNorms, each keeping its fp32 upcast input (4 t h; ``LlamaRMSNorm`` computes in fp32),
-      the fp32 reciprocal RMS (4 t) and, when its weight trains, the normalised tensor in the model's
-      dtype (w t h);
-    * ``norms_per_layer`` norms (2; Gemma 4), Gemma's keeping more (:func:`_rms_norm_bytes`); with
-      ``qk_norm``, the same for the per-head norms of Q and K (in the activations' dtype);
-    * the inputs the projections keep (:func:`_input_copies_kept`): the norm outputs, the attention
-      output, the MLP product;
-    * Q (e t q_dim) and K, V: flash and SDPA keep them at ``kv_heads`` (both handle GQA natively in
-      current transformers), eager keeps them expanded to all heads by ``repeat_kv`` (e t q_dim each);
-      plus the kernel's fp32 log-sum-exp (4 b a s; not for eager);
-    * the scores where the kernel keeps them (:func:`_score_bytes_per_element`), and Gemma 2's
-      soft-capped scores (tanh output) in eager attention;
-    * gated MLP (SwiGLU): gate and up outputs and SiLU(gate), 3 e t i (+ the product, kept by
-      down_proj); a plain MLP (fc1, GELU, fc2) keeps the fc1 output (+ the GELU output, kept by fc2).
-      Korthikanti's 8 s b h + 8 s b h for i = 4h. No dropout masks (Korthikanti counts 2 s b h of
-      masks; modern LLMs train without dropout) except GPT-2-style residual dropout, 2 t h (1 byte);
-    * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
-      expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
-      router logits (4 t experts);
     * ``amp`` (fp32 weights under autocast): autocast's 16-bit copy of every weight matrix, kept for
       the input gradient (2 bytes per linear parameter, frozen or not);
     * LoRA-style methods: the adapters' own tensors (:func:`_adapter_extras`).
@@ -422,9 +452,37 @@ def layer_activation_bytes(
     e = element_bytes
     w = element_bytes if weight_bytes is None else weight_bytes
     autocast_from_fp32 = w == 4 and e == 2
-    h = arch.hidden
-    gqa = arch.kv_heads != arch.heads
     frozen = bool(lora_targets)
+    norms = _layer_norm_bytes(arch, tokens, e, w, frozen, compiled)
+    attention_bytes = _attention_kept_bytes(arch, batch, seq, e, w, frozen, attention)
+    mlp = _mlp_kept_bytes(arch, tokens, e, frozen)
+    inputs = _input_copies_kept(
+        arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts, lora_dropout
+    )
+    weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
+    adapters = _adapter_extras(
+        arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout, adapter_casts
+    )
+    # GPT-2-style residual dropout: one mask per block output (attention's c_proj, the MLP's
+    # c_proj), kept for backward as the bool mask CUDA's fused native_dropout saves (1 byte per
+    # element); the dropped tensor goes into the residual add, which keeps nothing. Found by the
+    # held-out gpt2-medium rows (-5.3% LoRA: issue 24), which trace it so.
+    masks = 2 * tokens * arch.hidden if arch.residual_dropout else 0
+    return norms + attention_bytes + mlp + inputs + weight_copies + adapters + masks
+
+
+def _layer_norm_bytes(
+    arch: Architecture, tokens: int, e: int, w: int, frozen: bool, compiled: bool
+) -> int:
+    """What one layer's norms keep.
+
+    * two RMSNorms, each keeping its fp32 upcast input (4 t h; ``LlamaRMSNorm`` computes in fp32),
+      the fp32 reciprocal RMS (4 t) and, when its weight trains, the normalised tensor in the model's
+      dtype (w t h);
+    * ``norms_per_layer`` norms (2; Gemma 4), Gemma's keeping more (:func:`_rms_norm_bytes`); with
+      ``qk_norm``, the same for the per-head norms of Q and K (in the activations' dtype).
+    """
+    h = arch.hidden
     norms = arch.norms_per_layer * _rms_norm_bytes(arch, tokens, h, 1, w, frozen)
     if arch.norm_saves_input:
         # GPT-2, GPT-NeoX, BLOOM, Falcon, GPT-BigCode: torch's own LayerNorm (block_activations)
@@ -439,6 +497,28 @@ def layer_activation_bytes(
         # 24672, 12384, 12384 bytes per token; end-of-forward slope between two and four layers).
         for heads in (arch.heads, arch.kv_heads):
             norms += _rms_norm_bytes(arch, tokens, heads * arch.head_dim, heads, e, frozen)
+    return norms
+
+
+def _attention_kept_bytes(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    e: int,
+    w: int,
+    frozen: bool,
+    attention: Attention,
+) -> int:
+    """What attention keeps besides the projections' inputs.
+
+    * Q (e t q_dim) and K, V: flash and SDPA keep them at ``kv_heads`` (both handle GQA natively in
+      current transformers), eager keeps them expanded to all heads by ``repeat_kv`` (e t q_dim each);
+      plus the kernel's fp32 log-sum-exp (4 b a s; not for eager); multi-head latent attention
+      instead: :func:`_latent_attention_bytes`;
+    * the scores where the kernel keeps them (:func:`_score_bytes_per_element`), and Gemma 2's
+      soft-capped scores (tanh output) in eager attention.
+    """
+    tokens = batch * seq
     # eager's repeat_kv, or a family that copies K and V out to all heads itself (Falcon's new
     # decoder architecture), keeps them at every query head
     kv_saved = arch.q_dim if attention is Attention.EAGER or arch.kv_expanded else arch.kv_dim
@@ -447,11 +527,28 @@ def layer_activation_bytes(
         attention_bytes = _latent_attention_bytes(arch, tokens, e, w, frozen, attention)
     if attention is not Attention.EAGER:
         attention_bytes += 4 * batch * arch.heads * seq  # the kernel's log-sum-exp per row
+    gqa = arch.kv_heads != arch.heads
     scores = _score_bytes_per_element(attention, e, gqa) * batch * arch.heads * seq * seq
     if arch.attn_logit_softcap and attention is Attention.EAGER:
         # Gemma 2: tanh keeps its output (scores / cap -> tanh -> * cap, in the scores' dtype).
         # Traced per layer: gemma-2-2b at b1/s512 eager (with the norms above, to the byte).
         scores += e * batch * arch.heads * seq * seq
+    return attention_bytes + scores
+
+
+def _mlp_kept_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> int:
+    """What the MLP keeps besides its projections' inputs.
+
+    * gated MLP (SwiGLU): gate and up outputs and SiLU(gate), 3 e t i (+ the product, kept by
+      down_proj); a plain MLP (fc1, GELU, fc2) keeps the fc1 output (+ the GELU output, kept by fc2).
+      Korthikanti's 8 s b h + 8 s b h for i = 4h. No dropout masks (Korthikanti counts 2 s b h of
+      masks; modern LLMs train without dropout) except GPT-2-style residual dropout, 2 t h (1 byte,
+      counted in :func:`layer_activation_bytes`);
+    * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
+      expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
+      router logits (4 t experts).
+    """
+    h = arch.hidden
     mlp = (3 if arch.gated_mlp else 1) * e * tokens * arch.intermediate
     if arch.mlp_activation == "gelu_new":
         # the tanh-approximated GELU written out elementwise (transformers' NewGELUActivation,
@@ -468,19 +565,7 @@ def layer_activation_bytes(
         k = arch.experts_per_token
         mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
         mlp += _shared_expert_bytes(arch, tokens, e, frozen)
-    inputs = _input_copies_kept(
-        arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts, lora_dropout
-    )
-    weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
-    adapters = _adapter_extras(
-        arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout, adapter_casts
-    )
-    # GPT-2-style residual dropout: one mask per block output (attention's c_proj, the MLP's
-    # c_proj), kept for backward as the bool mask CUDA's fused native_dropout saves (1 byte per
-    # element); the dropped tensor goes into the residual add, which keeps nothing. Found by the
-    # held-out gpt2-medium rows (-5.3% LoRA: issue 24), which trace it so.
-    masks = 2 * tokens * h if arch.residual_dropout else 0
-    return norms + attention_bytes + scores + mlp + inputs + weight_copies + adapters + masks
+    return mlp
 
 
 def dora_weight_norm_transient_bytes(
@@ -544,17 +629,6 @@ def training_activation_bytes(
     names = {linear.name for linear in lora_targets}
     kinds = []
     for count, kind in arch.block_kinds:
-        # a dense block of a MoE model (DeepSeek's first_k_dense_replace): the same adapted names
-        targets = (
-            lora_targets
-            if kind is arch
-            else tuple(
-                linear
-                for linear in kind.linears
-                # PEFT's fused-expert mapping takes the MLP names away from a dense block
-                if linear.name in names and not (arch.peft_fused_experts and is_mlp(linear.name))
-            )
-        )
         one = layer_activation_bytes(
             kind,
             batch,
@@ -562,7 +636,7 @@ def training_activation_bytes(
             element_bytes,
             attention,
             weight_bytes=w,
-            lora_targets=targets,
+            lora_targets=lora_targets if kind is arch else _dense_block_targets(arch, kind, names),
             lora_rank=lora_rank,
             dora=dora,
             lora_dropout=lora_dropout,
@@ -578,3 +652,16 @@ def training_activation_bytes(
     if not grad_ckpt:
         return sum(count * one for count, one in kinds) + lm_head_copy + cross
     return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy + cross
+
+
+def _dense_block_targets(
+    arch: Architecture, kind: Architecture, names: set[str]
+) -> tuple[LinearShape, ...]:
+    """The adapted linears of a dense block of a MoE model (DeepSeek's first_k_dense_replace):
+    the same adapted names."""
+    return tuple(
+        linear
+        for linear in kind.linears
+        # PEFT's fused-expert mapping takes the MLP names away from a dense block
+        if linear.name in names and not (arch.peft_fused_experts and is_mlp(linear.name))
+    )

@@ -62,7 +62,6 @@ def _derive(model: ModelSpec) -> Architecture:
     hidden, experts = model.hidden_size, model.experts
     norm = _norm_params(model)
     embedding = model.vocab_size * hidden
-    stacks = 2 if model.decoder_layers else 1
     return Architecture(
         layers=model.layers + model.decoder_layers,
         hidden=hidden,
@@ -75,14 +74,11 @@ def _derive(model: ModelSpec) -> Architecture:
         experts_per_token=model.experts_per_token,
         gated_mlp=model.mlp == "gated",
         linears=tuple(_attention_linears(model) + _mlp_linears(model) + _shared_linears(model)),
-        # MLA's q_a_layernorm and kv_a_layernorm: RMSNorms over the latents
-        norm_params_per_layer=model.norm_weights_per_layer * norm
-        + (model.q_lora_rank + model.kv_lora_rank if model.kv_lora_rank else 0),
+        norm_params_per_layer=_layer_norm_params(model, norm),
         router_params_per_layer=hidden * experts if experts > 1 else 0,
         embedding_params=embedding + _extra_lookup_params(model, norm),
         lm_head_params=0 if model.tied_embeddings else embedding,
-        # an encoder-decoder ends each stack with a norm
-        final_norm_params=stacks * norm if model.norm_weights_per_layer else 0,
+        final_norm_params=_final_norm_params(model, norm),
         qk_norm=model.qk_norm,
         norms_per_layer=model.norms_per_layer,
         norm_scale_in_fp32=model.norm_type in ("rmsnorm_offset", "rmsnorm_fp32_scale"),
@@ -111,6 +107,21 @@ def _derive(model: ModelSpec) -> Architecture:
         v_head_dim=model.v_head_dim if model.kv_lora_rank else 0,
         peft_fused_experts=model.peft_fused_experts,
     )
+
+
+def _layer_norm_params(model: ModelSpec, norm: int) -> int:
+    """The norm weights of one layer: its block norms, and MLA's latent norms."""
+    # MLA's q_a_layernorm and kv_a_layernorm: RMSNorms over the latents
+    return model.norm_weights_per_layer * norm + (
+        model.q_lora_rank + model.kv_lora_rank if model.kv_lora_rank else 0
+    )
+
+
+def _final_norm_params(model: ModelSpec, norm: int) -> int:
+    """The final norm's weights (none for a family without norm weights)."""
+    # an encoder-decoder ends each stack with a norm
+    stacks = 2 if model.decoder_layers else 1
+    return stacks * norm if model.norm_weights_per_layer else 0
 
 
 def _mlp_bias(model: ModelSpec) -> bool:

@@ -191,6 +191,73 @@ def add_fsdp_training(
     trainable = _activations_only(
         plan, arch, method, fsdp.compute, acc, label, with_logits=with_logits, train_one=train_one
     )
+    states = _fsdp_states(plan, arch, method, fsdp, trainable, no_sync=no_sync)
+    if shard == 1:
+        acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
+    _note_gathered(acc, label, fsdp, _gathered_bytes(arch, method, states, shard), states)
+    if no_sync:
+        _note_unsynced(plan, acc, label, states.unsynced_bytes)
+    if plan.fsdp_offload:
+        acc.host += states.params_bytes + states.gradient_bytes + states.state_bytes
+        acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
+    else:
+        _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
+    acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
+    return trainable
+
+
+def _root_unit_warning(arch: Architecture, gathered_per_param: float) -> str:
+    """What wrapping the embedding and output layer in the root unit would add."""
+    root_extra = (arch.embedding_params + arch.lm_head_params) * gathered_per_param
+    return (
+        "FSDP counted with the embedding and output layer as their own units (torchtune's "
+        "custom_sharded_layers); wrapped in the root unit (accelerate's transformer-layer "
+        f"auto-wrap) they stay gathered from forward through backward: up to {root_extra / GIB:.1f} "
+        "GiB more per GPU"
+    )
+
+
+def _gathered_bytes(arch: Architecture, method: Method, states: _FsdpStates, shard: int) -> float:
+    """Bytes of the gathered units (running + prefetched) per GPU."""
+    gathered = fsdp_gathered_params(arch) * states.gathered_per_param
+    if (
+        shard == 1
+        and states.gathered_per_param == states.layout.weight_bytes
+        and method is Method.FULL
+    ):
+        gathered = 0.0  # one rank, one dtype: the "gathered" unit is the parameter itself
+    return gathered
+
+
+@dataclass(frozen=True)
+class _FsdpStates:
+    """One model's states under FSDP, unsharded (the caller divides by the shard group)."""
+
+    layout: Layout
+    """The sharded states' layout (the adapters' for a LoRA-style method)."""
+    params_bytes: float
+    gathered_per_param: float
+    """Bytes per parameter of a gathered unit."""
+    unit_gradient: float
+    """One unit's unsharded gradient waiting for its reduce-scatter (0: none kept apart)."""
+    gradient_bytes: float
+    unsynced_bytes: float
+    """The unsharded gradients ``no_sync`` keeps between micro-batches (0 without it)."""
+    state_bytes: float
+    """Master copy and optimizer states."""
+
+
+def _fsdp_states(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    fsdp: FsdpLayout,
+    trainable: int,
+    *,
+    no_sync: bool,
+) -> _FsdpStates:
+    """The bytes of the parameters, gradients and optimizer states FSDP shards, for full
+    fine-tuning or a LoRA-style method (see :func:`add_fsdp_training`)."""
     if method is Method.FULL:
         state_layout = fsdp.sharded
         params_bytes = float(arch.total_params * state_layout.weight_bytes)
@@ -207,7 +274,6 @@ def add_fsdp_training(
         )
         params_bytes = base_bytes + trainable * state_layout.weight_bytes
         unit_gradient = 0.0
-    gradient_bytes = float(trainable * state_layout.gradient_bytes)
     unsynced_bytes = 0.0
     if no_sync:
         # autograd accumulates into the gathered parameters' gradients, in param_dtype (FSDP2
@@ -221,13 +287,26 @@ def add_fsdp_training(
     k_bytes = state_layout.master_bytes + est_states.optimizer_state_bytes_per_param(
         plan.optimizer, state_layout
     )
-    state_bytes = float(trainable * k_bytes)
-    gathered = fsdp_gathered_params(arch) * gathered_per_param
-    if shard == 1 and gathered_per_param == state_layout.weight_bytes and method is Method.FULL:
-        gathered = 0.0  # one rank, one dtype: the "gathered" unit is the parameter itself
-    if shard == 1:
-        acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
-    tag = f"1/{shard} shard"
+    return _FsdpStates(
+        layout=state_layout,
+        params_bytes=params_bytes,
+        gathered_per_param=gathered_per_param,
+        unit_gradient=unit_gradient,
+        gradient_bytes=float(trainable * state_layout.gradient_bytes),
+        unsynced_bytes=unsynced_bytes,
+        state_bytes=float(trainable * k_bytes),
+    )
+
+
+def _note_gathered(
+    acc: est_phases._Accumulator,
+    label: str,
+    fsdp: FsdpLayout,
+    gathered: float,
+    states: _FsdpStates,
+) -> None:
+    """The gathered units and one unit's unsharded gradient, alive during forward and backward."""
+    unit_gradient = states.unit_gradient
     # Gathered only while forward and backward run; resharded (freed) before the optimizer step.
     # Shown with the activations, the other part of memory that exists only then.
     acc.activations += gathered
@@ -241,49 +320,59 @@ def add_fsdp_training(
         unit_gradient,
         est_phases._BACKWARD_END_ONLY,
     )
-    if no_sync:
-        acc.warnings.append(
-            f"FSDP with --grad-accum {plan.grad_accum}: the Trainer's no_sync keeps "
-            f"{unsynced_bytes / GIB:.1f} GiB of unsharded gradients per GPU until the last "
-            "micro-batch; --sync-each-batch keeps them sharded (a reduce-scatter per micro-batch)"
-        )
-        acc.unsynced_gradients += unsynced_bytes
-        acc.note(
-            f"{label} unsharded gradients (no_sync between micro-batches)",
-            unsynced_bytes,
-            frozenset({est_phases.PHASE_BACKWARD, est_phases.PHASE_BACKWARD_END}),
-        )
-    if plan.fsdp_offload:
-        acc.host += params_bytes + gradient_bytes + state_bytes
-        acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
-    else:
-        acc.weights += params_bytes / shard
-        acc.note(f"{label} weights ({tag})", params_bytes / shard)
-        if no_sync:
-            # the shards appear as the last micro-batch's backward reduce-scatters the sums
-            acc.produced_gradients += gradient_bytes / shard
-            acc.note(f"{label} gradients ({tag})", gradient_bytes / shard, est_phases._PRODUCED)
-        elif plan.grad_accum > 1:
-            acc.persistent_gradients += gradient_bytes / shard
-            acc.note(f"{label} gradients ({tag})", gradient_bytes / shard)
-        else:
-            acc.produced_gradients += gradient_bytes / shard
-            acc.note(f"{label} gradients ({tag})", gradient_bytes / shard, est_phases._PRODUCED)
-        acc.optimizer += state_bytes / shard
-        acc.note(f"{label} optimizer states ({tag})", state_bytes / shard)
-        temporaries = est_states.optimizer_step_temporary_bytes(
-            arch, method, trainable, state_layout, plan.optimizer, 1, shard, plan.optimizer_impl
-        )
-        acc.step_temporaries += temporaries
-        acc.note(f"{label} optimizer step temporaries", temporaries, est_phases._STEP_ONLY)
-    root_extra = (arch.embedding_params + arch.lm_head_params) * gathered_per_param
+
+
+def _note_unsynced(
+    plan: Plan, acc: est_phases._Accumulator, label: str, unsynced_bytes: float
+) -> None:
+    """The unsharded gradients ``no_sync`` keeps between micro-batches, and the warning."""
     acc.warnings.append(
-        "FSDP counted with the embedding and output layer as their own units (torchtune's "
-        "custom_sharded_layers); wrapped in the root unit (accelerate's transformer-layer "
-        f"auto-wrap) they stay gathered from forward through backward: up to {root_extra / GIB:.1f} "
-        "GiB more per GPU"
+        f"FSDP with --grad-accum {plan.grad_accum}: the Trainer's no_sync keeps "
+        f"{unsynced_bytes / GIB:.1f} GiB of unsharded gradients per GPU until the last "
+        "micro-batch; --sync-each-batch keeps them sharded (a reduce-scatter per micro-batch)"
     )
-    return trainable
+    acc.unsynced_gradients += unsynced_bytes
+    acc.note(
+        f"{label} unsharded gradients (no_sync between micro-batches)",
+        unsynced_bytes,
+        frozenset({est_phases.PHASE_BACKWARD, est_phases.PHASE_BACKWARD_END}),
+    )
+
+
+def _note_sharded_states(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    acc: est_phases._Accumulator,
+    label: str,
+    states: _FsdpStates,
+    shard: int,
+    trainable: int,
+    no_sync: bool,
+) -> None:
+    """The GPU's shards of the weights, gradients and optimizer states, and the step's
+    temporaries (without CPU offload)."""
+    tag = f"1/{shard} shard"
+    acc.weights += states.params_bytes / shard
+    acc.note(f"{label} weights ({tag})", states.params_bytes / shard)
+    gradient_shard = states.gradient_bytes / shard
+    if no_sync:
+        # the shards appear as the last micro-batch's backward reduce-scatters the sums
+        acc.produced_gradients += gradient_shard
+        acc.note(f"{label} gradients ({tag})", gradient_shard, est_phases._PRODUCED)
+    elif plan.grad_accum > 1:
+        acc.persistent_gradients += gradient_shard
+        acc.note(f"{label} gradients ({tag})", gradient_shard)
+    else:
+        acc.produced_gradients += gradient_shard
+        acc.note(f"{label} gradients ({tag})", gradient_shard, est_phases._PRODUCED)
+    acc.optimizer += states.state_bytes / shard
+    acc.note(f"{label} optimizer states ({tag})", states.state_bytes / shard)
+    temporaries = est_states.optimizer_step_temporary_bytes(
+        arch, method, trainable, states.layout, plan.optimizer, 1, shard, plan.optimizer_impl
+    )
+    acc.step_temporaries += temporaries
+    acc.note(f"{label} optimizer step temporaries", temporaries, est_phases._STEP_ONLY)
 
 
 def keeps_unsharded_gradients(plan: Plan, savers: Savers, shard: int) -> bool:

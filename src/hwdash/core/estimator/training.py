@@ -213,13 +213,7 @@ def _add_adapted_weights(
     gpu_base, host_base = _frozen_weights_on_gpu(
         arch, base_bytes, zero, dp, plan.offload, per_param
     )
-    # DeepSpeed casts the whole module to bf16 and keeps an fp32 master copy of what trains;
-    # without DeepSpeed PEFT keeps fp32 adapters. Both come to 16 bytes per adapter parameter
-    # with Adam.
-    state_layout = LAYOUTS[Precision.MIXED] if zero > 0 else ADAPTER_LAYOUT
-    if zero == 0 and savers.adapter_dtype is StoreDtype.BF16:
-        # torchtune builds the adapters in the model's bf16 (--adapter-dtype bf16)
-        state_layout = LAYOUTS[Precision.BF16]
+    state_layout = _adapter_state_layout(zero, savers)
     states = model_state_bytes(trainable, trainable, state_layout, plan.optimizer, zero, dp)
     acc.weights += gpu_base + states.weights
     acc.host += host_base
@@ -229,32 +223,10 @@ def _add_adapted_weights(
     copy_params = sum(top_level_params(arch, part) for part in saved_top)
     copy_layout = None
     if copy_params:
-        # PEFT's ModulesToSaveWrapper keeps the frozen original and trains a deep copy in the
-        # base's dtype (peft/utils/other.py): the copy's weights, gradients and optimizer states.
-        # A quantized base's embedding and head are upcast by prepare_model_for_kbit_training
-        # (savers.qlora_frozen_bytes); DeepSpeed keeps an fp32 master copy of what trains.
         copy_layout = _copy_layout(plan, method, layout, savers)
-        copies = model_state_bytes(copy_params, copy_params, copy_layout, plan.optimizer, zero, dp)
-        acc.weights += copies.weights
-        acc.note(f"{label} trained copies ({', '.join(plan.lora_modules_to_save)})", copies.weights)
-        states = ModelStates(
-            weights=states.weights + copies.weights,
-            gradients=states.gradients + copies.gradients,
-            optimizer=states.optimizer + copies.optimizer,
-        )
+        states = _add_trained_copies(plan, copy_params, copy_layout, states, dp, acc, label)
         trainable += copy_params
-    if method in QUANTIZED_METHODS:
-        # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
-        largest = arch.largest_linear
-        dequantized = 2 * largest.in_features * largest.out_features
-        acc.activations += dequantized
-        acc.note(f"{label} dequantized weight (transient)", dequantized, _BACKWARD_ONLY)
-    if dora:
-        transient = dora_weight_norm_transient_bytes(
-            targets, state_layout.weight_bytes, layout.activation_bytes
-        )
-        acc.activations += transient
-        acc.note(f"{label} DoRA weight-norm transient", transient, _BACKWARD_ONLY)
+    _add_adapter_transients(arch, method, targets, state_layout, layout, acc, label)
     return _Trained(
         trainable,
         states,
@@ -265,6 +237,67 @@ def _add_adapted_weights(
         copy_params=copy_params,
         copy_layout=copy_layout,
     )
+
+
+def _adapter_state_layout(zero: int, savers: Savers) -> Layout:
+    """The adapters' states: as DeepSpeed or PEFT keep them, or torchtune's bf16 adapters."""
+    # DeepSpeed casts the whole module to bf16 and keeps an fp32 master copy of what trains;
+    # without DeepSpeed PEFT keeps fp32 adapters. Both come to 16 bytes per adapter parameter
+    # with Adam.
+    state_layout = LAYOUTS[Precision.MIXED] if zero > 0 else ADAPTER_LAYOUT
+    if zero == 0 and savers.adapter_dtype is StoreDtype.BF16:
+        # torchtune builds the adapters in the model's bf16 (--adapter-dtype bf16)
+        state_layout = LAYOUTS[Precision.BF16]
+    return state_layout
+
+
+def _add_trained_copies(
+    plan: Plan,
+    copy_params: int,
+    copy_layout: Layout,
+    states: ModelStates,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+) -> ModelStates:
+    """Add the weights of the modules trained in full beside the adapters; return ``states``
+    with the copies' weights, gradients and optimizer states added."""
+    # PEFT's ModulesToSaveWrapper keeps the frozen original and trains a deep copy in the
+    # base's dtype (peft/utils/other.py): the copy's weights, gradients and optimizer states.
+    # A quantized base's embedding and head are upcast by prepare_model_for_kbit_training
+    # (savers.qlora_frozen_bytes); DeepSpeed keeps an fp32 master copy of what trains.
+    copies = model_state_bytes(copy_params, copy_params, copy_layout, plan.optimizer, plan.zero, dp)
+    acc.weights += copies.weights
+    acc.note(f"{label} trained copies ({', '.join(plan.lora_modules_to_save)})", copies.weights)
+    return ModelStates(
+        weights=states.weights + copies.weights,
+        gradients=states.gradients + copies.gradients,
+        optimizer=states.optimizer + copies.optimizer,
+    )
+
+
+def _add_adapter_transients(
+    arch: Architecture,
+    method: Method,
+    targets: tuple[LinearShape, ...],
+    state_layout: Layout,
+    layout: Layout,
+    acc: _Accumulator,
+    label: str,
+) -> None:
+    """A quantized base's dequantized weight and DoRA's weight norm, alive in backward only."""
+    if method in QUANTIZED_METHODS:
+        # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
+        largest = arch.largest_linear
+        dequantized = 2 * largest.in_features * largest.out_features
+        acc.activations += dequantized
+        acc.note(f"{label} dequantized weight (transient)", dequantized, _BACKWARD_ONLY)
+    if method is Method.DORA:
+        transient = dora_weight_norm_transient_bytes(
+            targets, state_layout.weight_bytes, layout.activation_bytes
+        )
+        acc.activations += transient
+        acc.note(f"{label} DoRA weight-norm transient", transient, _BACKWARD_ONLY)
 
 
 def _copy_layout(plan: Plan, method: Method, layout: Layout, savers: Savers) -> Layout:
@@ -334,32 +367,10 @@ def _add_optimizer_states(
     """Add the optimizer states (to the host under ZeRO-Offload, to managed memory when paged);
     return the gradients on the GPU and the optimizer step's temporaries, as offload and the
     optimizer step in backward leave them."""
-    zero, offload = plan.zero, plan.offload
+    offload = plan.offload
     trainable, state_layout = trained.trainable, trained.state_layout
     gradients, optimizer = trained.states.gradients, trained.states.optimizer
-    step_temporaries = optimizer_step_temporary_bytes(
-        arch,
-        method,
-        trainable - trained.copy_params,
-        state_layout,
-        plan.optimizer,
-        zero,
-        dp,
-        plan.optimizer_impl,
-    )
-    if trained.copy_layout is not None:
-        # the trained copies step in their own dtype, each a vocab x hidden matrix (as full
-        # training's embedding: Method.FULL's largest tensor)
-        step_temporaries += optimizer_step_temporary_bytes(
-            arch,
-            Method.FULL,
-            trained.copy_params,
-            trained.copy_layout,
-            plan.optimizer,
-            zero,
-            dp,
-            plan.optimizer_impl,
-        )
+    step_temporaries = _step_temporaries(plan, arch, method, trained, dp)
     if offload is not Offload.NONE:
         # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on
         # the host; all shards of one machine add up to the full size there. We keep the 16-bit
@@ -372,32 +383,80 @@ def _add_optimizer_states(
         optimizer = 0.0
         step_temporaries = 0.0
     if savers.optimizer_in_backward:
-        # torchtune's optimizer_in_bwd: a hook steps each parameter and frees its gradient as soon
-        # as backward produces it (torchtune's memory utilities, utils/memory.py and later
-        # training/memory.py: create_optim_in_bwd_wrapper and
-        # register_optim_in_bwd_hooks, one optimizer per parameter stepped from a post-accumulate-
-        # grad hook; PyTorch tutorial "How to save memory by fusing the optimizer step into the
-        # backward pass"): at most
-        # one parameter's gradient and its step's temporaries exist at a time.
-        one_tensor = _largest_trained_tensor(arch, method, trainable)
-        gradients = min(gradients, float(one_tensor * state_layout.gradient_bytes))
-        if offload is Offload.NONE:
-            step_temporaries = optimizer_step_temporary_bytes(
-                arch,
-                method,
-                trainable,
-                state_layout,
-                plan.optimizer,
-                zero,
-                dp,
-                OptimizerImpl.FOR_LOOP,
-            )
+        gradients, step_temporaries = _optimizer_in_backward(
+            plan, arch, method, trained, dp, gradients, step_temporaries
+        )
     acc.optimizer += optimizer
     if is_paged(plan.optimizer):
         acc.managed += optimizer
         acc.note(f"{label} optimizer states (paged: CUDA managed memory)", optimizer)
     else:
         acc.note(f"{label} optimizer states", optimizer)
+    return gradients, step_temporaries
+
+
+def _step_temporaries(
+    plan: Plan, arch: Architecture, method: Method, trained: _Trained, dp: int
+) -> float:
+    """The optimizer step's temporaries: the trained parameters', then the trained copies' (PEFT's
+    modules_to_save) in their own dtype."""
+    step_temporaries = optimizer_step_temporary_bytes(
+        arch,
+        method,
+        trained.trainable - trained.copy_params,
+        trained.state_layout,
+        plan.optimizer,
+        plan.zero,
+        dp,
+        plan.optimizer_impl,
+    )
+    if trained.copy_layout is not None:
+        # the trained copies step in their own dtype, each a vocab x hidden matrix (as full
+        # training's embedding: Method.FULL's largest tensor)
+        step_temporaries += optimizer_step_temporary_bytes(
+            arch,
+            Method.FULL,
+            trained.copy_params,
+            trained.copy_layout,
+            plan.optimizer,
+            plan.zero,
+            dp,
+            plan.optimizer_impl,
+        )
+    return step_temporaries
+
+
+def _optimizer_in_backward(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    trained: _Trained,
+    dp: int,
+    gradients: float,
+    step_temporaries: float,
+) -> tuple[float, float]:
+    """The gradients and step temporaries with the optimizer step fused into backward."""
+    # torchtune's optimizer_in_bwd: a hook steps each parameter and frees its gradient as soon
+    # as backward produces it (torchtune's memory utilities, utils/memory.py and later
+    # training/memory.py: create_optim_in_bwd_wrapper and
+    # register_optim_in_bwd_hooks, one optimizer per parameter stepped from a post-accumulate-
+    # grad hook; PyTorch tutorial "How to save memory by fusing the optimizer step into the
+    # backward pass"): at most
+    # one parameter's gradient and its step's temporaries exist at a time.
+    trainable, state_layout = trained.trainable, trained.state_layout
+    one_tensor = _largest_trained_tensor(arch, method, trainable)
+    gradients = min(gradients, float(one_tensor * state_layout.gradient_bytes))
+    if plan.offload is Offload.NONE:
+        step_temporaries = optimizer_step_temporary_bytes(
+            arch,
+            method,
+            trainable,
+            state_layout,
+            plan.optimizer,
+            plan.zero,
+            dp,
+            OptimizerImpl.FOR_LOOP,
+        )
     return gradients, step_temporaries
 
 

@@ -230,65 +230,92 @@ class AlertEngine:
         now = snapshot.timestamp
         for gpu in snapshot.gpus:
             state = self._states.setdefault((gpu.index, None), _UnitState(seen_fresh_at=now))
-            if gpu.state == "lost":
-                if state.lost is None:
-                    state.lost = self._event(
-                        "lost", gpu, now, f"{_label(gpu)} is lost: NVML can no longer reach it"
-                    )
-                    state.raised = state.blind = None
-                    self._forget_mig(gpu.index)
-                    events.append(state.lost)
+            if self._lost_events(gpu, state, now, events):
                 continue
-            if state.lost is not None:
-                state.lost = None
-                state.seen_fresh_at = now
-                events.append(
-                    self._event("recovered", gpu, now, f"{_label(gpu)} answers NVML again")
-                )
-            if snapshot.stale or gpu.pressure is None:
-                blind_for = now - state.seen_fresh_at
-                if state.blind is None and blind_for >= self.rule.blind_after_s:
-                    state.blind = self._event(
-                        "blind",
-                        gpu,
-                        now,
-                        f"{_label(gpu)} is blind: no fresh memory reading for {blind_for:.0f} s; "
-                        f"{_blind_reason(gpu, snapshot.stale)}",
-                    )
-                    events.append(state.blind)
+            if self._blind_events(gpu, state, now, snapshot.stale, events):
                 continue  # old or missing numbers: no pressure verdict on them
-            if state.blind is not None:
-                events.append(
-                    self._event(
-                        "recovered",
-                        gpu,
-                        now,
-                        f"{_label(gpu)} memory readings again after "
-                        f"{now - state.seen_fresh_at:.0f} s blind",
-                    )
-                )
-                state.blind = None
             state.seen_fresh_at = now
             events.extend(self._pressure(gpu, None, state, now))
-            present = {mig.index for mig in gpu.mig}
-            for mig in gpu.mig:
-                self._migs.setdefault(gpu.index, set()).add(mig.index)
-                mig_state = self._states.setdefault(
-                    (gpu.index, mig.index), _UnitState(seen_fresh_at=now)
+            events.extend(self._mig_events(gpu, now))
+        return events
+
+    def _lost_events(
+        self, gpu: GpuReading, state: _UnitState, now: float, events: list[AlertEvent]
+    ) -> bool:
+        """Add ``lost`` when NVML loses the GPU (once) and ``recovered`` when it answers again;
+        True while it is lost (nothing else to judge)."""
+        if gpu.state == "lost":
+            if state.lost is None:
+                state.lost = self._event(
+                    "lost", gpu, now, f"{_label(gpu)} is lost: NVML can no longer reach it"
                 )
-                events.extend(self._pressure(gpu, mig, mig_state, now))
-            for slot in sorted(self._mig_slots(gpu.index) - present):
-                gone = self._states.pop((gpu.index, slot))
-                self._migs[gpu.index].discard(slot)
-                if gone.raised is not None:
-                    events.append(
-                        replace(
-                            gone.raised,
-                            kind="cleared",
-                            timestamp=now,
-                            message=f"{_label(gpu)} MIG slot {slot} is gone",
-                        )
+                state.raised = state.blind = None
+                self._forget_mig(gpu.index)
+                events.append(state.lost)
+            return True
+        if state.lost is not None:
+            state.lost = None
+            state.seen_fresh_at = now
+            events.append(self._event("recovered", gpu, now, f"{_label(gpu)} answers NVML again"))
+        return False
+
+    def _blind_events(
+        self,
+        gpu: GpuReading,
+        state: _UnitState,
+        now: float,
+        stale: bool,
+        events: list[AlertEvent],
+    ) -> bool:
+        """Add ``blind`` when no fresh memory reading came for ``blind_after_s`` (once) and
+        ``recovered`` when one comes again; True while the readings are old or missing."""
+        if stale or gpu.pressure is None:
+            blind_for = now - state.seen_fresh_at
+            if state.blind is None and blind_for >= self.rule.blind_after_s:
+                state.blind = self._event(
+                    "blind",
+                    gpu,
+                    now,
+                    f"{_label(gpu)} is blind: no fresh memory reading for {blind_for:.0f} s; "
+                    f"{_blind_reason(gpu, stale)}",
+                )
+                events.append(state.blind)
+            return True
+        if state.blind is not None:
+            events.append(
+                self._event(
+                    "recovered",
+                    gpu,
+                    now,
+                    f"{_label(gpu)} memory readings again after "
+                    f"{now - state.seen_fresh_at:.0f} s blind",
+                )
+            )
+            state.blind = None
+        return False
+
+    def _mig_events(self, gpu: GpuReading, now: float) -> list[AlertEvent]:
+        """Pressure events of the GPU's MIG slots, and ``cleared`` for a raised slot now gone."""
+        events: list[AlertEvent] = []
+        present = {mig.index for mig in gpu.mig}
+        for mig in gpu.mig:
+            self._migs.setdefault(gpu.index, set()).add(mig.index)
+            mig_state = self._states.setdefault(
+                (gpu.index, mig.index), _UnitState(seen_fresh_at=now)
+            )
+            events.extend(self._pressure(gpu, mig, mig_state, now))
+        for slot in sorted(self._mig_slots(gpu.index) - present):
+            gone = self._states.pop((gpu.index, slot))
+            self._migs[gpu.index].discard(slot)
+            if gone.raised is not None:
+                events.append(
+                    replace(
+                        gone.raised,
+                        kind="cleared",
+                        timestamp=now,
+                        message=f"{_label(gpu)} MIG slot {slot} is gone",
                     )
+                )
         return events
 
     def _pressure(

@@ -256,6 +256,45 @@ def _forecast(
     now: float | None,
 ) -> Forecast | None:
     """:func:`forecast_full` without the safety net."""
+    window = _window(points, window_s=window_s, recent_s=recent_s, min_points=min_points, now=now)
+    if window is None:
+        return None
+    used_points, end, recent_s = window
+    t_last, used_last, total = used_points[-1]
+    span = t_last - used_points[0][0]
+    if not math.isfinite(span) or span <= 0 or span < window_s / 4:
+        return None
+
+    # Times relative to the latest reading: the fitted line's value there is its intercept, and
+    # large Unix timestamps lose no precision in the products below.
+    ts = [p[0] - t_last for p in used_points]
+    ys = [p[1] for p in used_points]
+    slope = _climb_slope(ts, ys, cut=(end - t_last) - recent_s, min_points=min_points)
+    if slope is None:
+        return None
+    if not math.isfinite(slope * window_s) or slope * window_s < _MIN_RISE_FRACTION * total:
+        return None
+
+    level = used_last
+    free = total - level
+    if free <= 0:
+        return None
+    seconds = free / slope
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return Forecast(seconds_to_full=seconds, slope_bytes_per_s=slope, window_s=span)
+
+
+def _window(
+    points: Sequence[tuple[float, int, int]],
+    *,
+    window_s: float,
+    recent_s: float | None,
+    min_points: int,
+    now: float | None,
+) -> tuple[list[tuple[float, float, float]], float, float] | None:
+    """(the clean readings of the window, its end, the recent span), or None when the window, the
+    recent span or ``now`` is not a usable number or the window holds too few readings."""
     if not math.isfinite(window_s) or window_s <= 0:
         return None
     if recent_s is None:
@@ -272,20 +311,16 @@ def _forecast(
     used_points = [p for p in cleaned if end - window_s <= p[0] <= end]
     if len(used_points) < max(2, min_points):
         return None
+    return used_points, end, recent_s
 
-    t_last, used_last, total = used_points[-1]
-    span = t_last - used_points[0][0]
-    if not math.isfinite(span) or span <= 0 or span < window_s / 4:
-        return None
 
-    # Times relative to the latest reading: the fitted line's value there is its intercept, and
-    # large Unix timestamps lose no precision in the products below.
-    ts = [p[0] - t_last for p in used_points]
-    ys = [p[1] for p in used_points]
-
+def _climb_slope(
+    ts: Sequence[float], ys: Sequence[float], *, cut: float, min_points: int
+) -> float | None:
+    """The slope to forecast with (rules 2 to 4), or None when the climb has stopped, slows down
+    or does not stand out of the noise. ``cut``: where the recent readings begin."""
     # The current climb (rule 2): the last recent_s seconds, never fewer than a few readings.
     fewest = max(4, min_points // 2)
-    cut = (end - t_last) - recent_s
     first = next(i for i, t in enumerate(ts) if t >= cut or i == len(ts) - 1)
     while first > 0 and (len(ts) - first < fewest or ts[first] == 0):
         first -= 1
@@ -305,14 +340,4 @@ def _forecast(
         if climb_so_far <= 0 or not _stands_out(*whole, ts):
             return None
         slope = climb_so_far
-    if not math.isfinite(slope * window_s) or slope * window_s < _MIN_RISE_FRACTION * total:
-        return None
-
-    level = used_last
-    free = total - level
-    if free <= 0:
-        return None
-    seconds = free / slope
-    if not math.isfinite(seconds) or seconds <= 0:
-        return None
-    return Forecast(seconds_to_full=seconds, slope_bytes_per_s=slope, window_s=span)
+    return slope

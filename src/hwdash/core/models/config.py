@@ -307,6 +307,43 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     Missing ``head_dim`` is ``hidden_size / num_attention_heads``; missing ``num_key_value_heads``
     means no GQA.
     """
+    fields, model_type = _merged_fields(config, source)
+    if model_type in FAMILY_READERS:
+        return family_model(model_type, fields, name=name, source=source)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        supported = ", ".join(sorted({*SUPPORTED_MODEL_TYPES, *FAMILY_READERS}, key=str.lower))
+        raise UsageError(
+            f"{source}: model_type '{model_type or '?'}' is not supported (supported: {supported})",
+            flag=FLAG,
+        )
+    family = _SAME_AS.get(model_type, model_type)
+    # config-class defaults for the keys this family's published configs may leave out
+    for key, value in _DIMENSION_DEFAULTS.get(family, {}).items():
+        if fields.get(key) is None:
+            fields[key] = value
+    dimensions = _dimensions(config, fields, model_type, family, source)
+    family_fields = _family_fields(family, fields, source)
+    try:
+        return ModelSpec(
+            id=name.lower(),
+            name=name,
+            **dimensions,
+            source=f"config.json: {source}",
+            model_type=model_type,
+            hf_config=hf_config_of(config),
+            **family_fields,
+            module_names=_MODULE_NAMES.get(model_type, ""),
+            **_shared_expert(fields, source, dimensions["experts"]),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise UsageError(f"{source}: {field}: {first['msg']}", flag=FLAG) from None
+
+
+def _merged_fields(config: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+    """(the config's fields with ``text_config``'s over them, the model type to read them as):
+    the text model's type, or the outer one where only that is supported."""
     outer_type = config.get("model_type", "")
     if not isinstance(outer_type, str):  # refused below, naming the field
         outer_type = ""
@@ -321,20 +358,15 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
         )
     if model_type not in SUPPORTED_MODEL_TYPES and outer_type in SUPPORTED_MODEL_TYPES:
         model_type = outer_type
+    return fields, model_type
 
-    if model_type in FAMILY_READERS:
-        return family_model(model_type, fields, name=name, source=source)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        supported = ", ".join(sorted({*SUPPORTED_MODEL_TYPES, *FAMILY_READERS}, key=str.lower))
-        raise UsageError(
-            f"{source}: model_type '{model_type or '?'}' is not supported (supported: {supported})",
-            flag=FLAG,
-        )
-    family = _SAME_AS.get(model_type, model_type)
-    # config-class defaults for the keys this family's published configs may leave out
-    for key, value in _DIMENSION_DEFAULTS.get(family, {}).items():
-        if fields.get(key) is None:
-            fields[key] = value
+
+def _dimensions(
+    config: dict[str, Any], fields: dict[str, Any], model_type: str, family: str, source: str
+) -> dict[str, Any]:
+    """The ModelSpec fields every Llama-layout family reads the same way: sizes, experts, tied
+    embeddings, biases, the checkpoint's quantization and its Hub id (a UsageError naming the
+    first bad key, in this order)."""
     layers = _get_int(fields, "num_hidden_layers", source)
     hidden = _get_int(fields, "hidden_size", source)
     heads = _get_int(fields, "num_attention_heads", source)
@@ -352,49 +384,40 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     tied = _get_bool(fields, "tie_word_embeddings", source, tied_default)
     bias_key, bias_default = _BIAS_KEY.get(family, ("attention_bias", False))
     bias = family in _BIAS_ALWAYS or _get_bool(fields, bias_key, source, bias_default)
-    experts_per_token = 1
-    if experts > 1:
-        experts_per_token = _get_int(fields, "num_experts_per_tok", source, default=1)
-        if experts_per_token > experts:
-            raise UsageError(
-                f"{source}: 'num_experts_per_tok' ({experts_per_token}) is more than the "
-                f"{experts} experts",
-                flag=FLAG,
-            )
+    experts_per_token = _experts_per_token(fields, experts, source)
     checkpoint_bits = _checkpoint_bits(fields.get("quantization_config"), source)
     name_or_path = fields.get("_name_or_path")
-    hf_id = name_or_path[:200] if isinstance(name_or_path, str) else ""
-    family_fields = _family_fields(family, fields, source)
-    try:
-        return ModelSpec(
-            id=name.lower(),
-            name=name,
-            hf_id=hf_id,
-            layers=layers,
-            hidden_size=hidden,
-            heads=heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            intermediate_size=intermediate,
-            vocab_size=vocab,
-            tied_embeddings=tied,
-            mlp="gated" if SUPPORTED_MODEL_TYPES[model_type] == "gated" else "standard",
-            attention_bias=bias,
-            experts=experts,
-            experts_per_token=experts_per_token,
-            max_context=max_context,
-            checkpoint_bits=checkpoint_bits,
-            source=f"config.json: {source}",
-            model_type=model_type,
-            hf_config=hf_config_of(config),
-            **family_fields,
-            module_names=_MODULE_NAMES.get(model_type, ""),
-            **_shared_expert(fields, source, experts),
+    return {
+        "hf_id": name_or_path[:200] if isinstance(name_or_path, str) else "",
+        "layers": layers,
+        "hidden_size": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": intermediate,
+        "vocab_size": vocab,
+        "tied_embeddings": tied,
+        "mlp": "gated" if SUPPORTED_MODEL_TYPES[model_type] == "gated" else "standard",
+        "attention_bias": bias,
+        "experts": experts,
+        "experts_per_token": experts_per_token,
+        "max_context": max_context,
+        "checkpoint_bits": checkpoint_bits,
+    }
+
+
+def _experts_per_token(fields: dict[str, Any], experts: int, source: str) -> int:
+    """Experts each token is routed to (1 for a dense model); never more than the experts."""
+    if experts <= 1:
+        return 1
+    experts_per_token = _get_int(fields, "num_experts_per_tok", source, default=1)
+    if experts_per_token > experts:
+        raise UsageError(
+            f"{source}: 'num_experts_per_tok' ({experts_per_token}) is more than the "
+            f"{experts} experts",
+            flag=FLAG,
         )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise UsageError(f"{source}: {field}: {first['msg']}", flag=FLAG) from None
+    return experts_per_token
 
 
 def _shared_expert(fields: dict[str, Any], source: str, experts: int) -> dict[str, Any]:

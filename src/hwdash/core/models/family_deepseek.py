@@ -35,24 +35,21 @@ _DEFAULTS = {
 }
 
 
-def _deepseek(model_type: str, fields: dict[str, Any], source: str) -> dict[str, Any]:
-    defaults = _DEFAULTS[model_type]
+def _count(fields: dict[str, Any], key: str, default: int | None, source: str) -> int:
+    """A whole number that may be 0 (first_k_dense_replace, n_shared_experts)."""
+    value = fields.get(key, default)
+    if value is None:
+        value = 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100_000:
+        raise UsageError(
+            f"{source}: '{key}' must be a whole number from 0 to 100,000, got {value!r}",
+            flag=cfg_fields.FLAG,
+        )
+    return value
 
-    def whole(key: str, default: int | None = None) -> int:
-        return cfg_fields._int(fields, (key,), source, default=default)
 
-    def count(key: str) -> int:
-        """A whole number that may be 0 (first_k_dense_replace, n_shared_experts)."""
-        value = fields.get(key, defaults[key])
-        if value is None:
-            value = 0
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100_000:
-            raise UsageError(
-                f"{source}: '{key}' must be a whole number from 0 to 100,000, got {value!r}",
-                flag=cfg_fields.FLAG,
-            )
-        return value
-
+def _check_moe_layer_freq(fields: dict[str, Any], source: str) -> None:
+    """Refuse a ``moe_layer_freq`` other than 1 (MoE blocks every other layer are not counted)."""
     freq = fields.get("moe_layer_freq", 1)
     if freq != 1 or isinstance(freq, bool):
         raise UsageError(
@@ -60,6 +57,19 @@ def _deepseek(model_type: str, fields: dict[str, Any], source: str) -> dict[str,
             "every block from first_k_dense_replace on as a MoE block)",
             flag=cfg_fields.FLAG,
         )
+
+
+def _deepseek(model_type: str, fields: dict[str, Any], source: str) -> dict[str, Any]:
+    """The ModelSpec fields of a DeepSeek V2 or V3 config (``model_type``)."""
+    defaults = _DEFAULTS[model_type]
+
+    def whole(key: str, default: int | None = None) -> int:
+        return cfg_fields._int(fields, (key,), source, default=default)
+
+    def count(key: str) -> int:
+        return _count(fields, key, defaults[key], source)
+
+    _check_moe_layer_freq(fields, source)
     layers = whole("num_hidden_layers")
     heads = whole("num_attention_heads")
     rope = whole("qk_rope_head_dim")

@@ -2,7 +2,9 @@
 
 * :mod:`~hwdash.core.planning.fit`: the fit verdict per flavor (fits / tight / no), with time and
   cost;
-* :mod:`~hwdash.core.planning.fit_options`: make-it-fit, the smallest changes that fit;
+* :mod:`~hwdash.core.planning.fit_options`: make-it-fit, the smallest changes that fit (the
+  search and the ranking);
+* :mod:`~hwdash.core.planning.fit_knobs`: make-it-fit's knobs, what the search may change;
 * :mod:`~hwdash.core.planning.run_time`: the one time model (hours, slowdowns);
 * :mod:`~hwdash.core.planning.local_flavor`: this machine's GPUs as a flavor.
 

@@ -106,40 +106,11 @@ def evaluate_flavor(
     estimate = estimate_memory(plan, model, gpus=gpus, accelerator=accelerator, framework=framework)
     need = estimate.per_gpu.total
     usable = accelerator.usable_bytes
-    verdict = fit_verdict(need, usable)
-    reasons: list[str] = []
-    if (
-        verdict is FitVerdict.NO
-        and estimate.managed_bytes
-        and need - estimate.managed_bytes <= usable
-    ):
-        # Paged optimizer states (CUDA managed memory) are evicted to host RAM when the GPU runs
-        # short and paged back for the optimizer step (Dettmers et al. 2023, "QLoRA",
-        # arXiv:2305.14314, section 2, "Paged Optimizers"): the run goes on, slower. Tight, not fits.
-        verdict = FitVerdict.TIGHT
-        reasons.append(
-            f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB: the paged "
-            f"optimizer states ({estimate.managed_bytes / 2**30:.1f} GiB) spill to host RAM (slower)"
-        )
-    elif verdict is FitVerdict.NO:
-        reasons.append(f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB")
-    model_parallel = plan.tp * plan.pp
-    if gpus % model_parallel:
+    verdict, reasons = _memory_verdict(need, usable, estimate.managed_bytes)
+    refusals = _refusals(plan, flavor, accelerator, estimate)
+    if refusals:
         verdict = FitVerdict.NO
-        reasons.append(f"{gpus} GPUs is not a multiple of tp x pp = {model_parallel}")
-    unsupported = _unsupported_on(plan, accelerator)
-    if unsupported is not None:
-        verdict = FitVerdict.NO
-        reasons.append(unsupported)
-    if any(warning.startswith("vLLM's") for warning in estimate.warnings):
-        # vLLM refuses to start when its share cannot hold the weights and some KV cache.
-        verdict = FitVerdict.NO
-        reasons.append("the vLLM share is smaller than its weights + KV cache (raise --vllm-util)")
-    if flavor.ram_gb is not None and estimate.host_bytes > flavor.ram_gb * GB:
-        verdict = FitVerdict.NO
-        reasons.append(
-            f"offload needs {estimate.host_bytes / GB:.0f} GB host RAM, the flavor has {flavor.ram_gb:g} GB"
-        )
+        reasons += refusals
     if accelerator.kind == "tpu":
         reasons.append(TPU_REASON)
     elif accelerator.kind == "unified":
@@ -163,6 +134,46 @@ def evaluate_flavor(
         slowdowns=timing.slowdowns,
     )
     return fit, estimate
+
+
+def _memory_verdict(need: int, usable: int, managed: int) -> tuple[FitVerdict, list[str]]:
+    """The verdict on memory alone (:func:`fit_verdict`) and why it does not fit; ``managed``:
+    the paged optimizer states' bytes in ``need``."""
+    verdict = fit_verdict(need, usable)
+    if verdict is FitVerdict.NO and managed and need - managed <= usable:
+        # Paged optimizer states (CUDA managed memory) are evicted to host RAM when the GPU runs
+        # short and paged back for the optimizer step (Dettmers et al. 2023, "QLoRA",
+        # arXiv:2305.14314, section 2, "Paged Optimizers"): the run goes on, slower. Tight, not fits.
+        return FitVerdict.TIGHT, [
+            f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB: the paged "
+            f"optimizer states ({managed / 2**30:.1f} GiB) spill to host RAM (slower)"
+        ]
+    if verdict is FitVerdict.NO:
+        return verdict, [f"needs {need / 2**30:.1f} GiB per GPU, has {usable / 2**30:.1f} GiB"]
+    return verdict, []
+
+
+def _refusals(
+    plan: Plan, flavor: Flavor, accelerator: Accelerator, estimate: MemoryEstimate
+) -> list[str]:
+    """Why the plan cannot run on the flavor whatever its memory: the GPU count against tp x pp,
+    the hardware kind, vLLM's share, the host RAM that offload needs."""
+    reasons: list[str] = []
+    gpus = flavor.gpu_count
+    model_parallel = plan.tp * plan.pp
+    if gpus % model_parallel:
+        reasons.append(f"{gpus} GPUs is not a multiple of tp x pp = {model_parallel}")
+    unsupported = _unsupported_on(plan, accelerator)
+    if unsupported is not None:
+        reasons.append(unsupported)
+    if any(warning.startswith("vLLM's") for warning in estimate.warnings):
+        # vLLM refuses to start when its share cannot hold the weights and some KV cache.
+        reasons.append("the vLLM share is smaller than its weights + KV cache (raise --vllm-util)")
+    if flavor.ram_gb is not None and estimate.host_bytes > flavor.ram_gb * GB:
+        reasons.append(
+            f"offload needs {estimate.host_bytes / GB:.0f} GB host RAM, the flavor has {flavor.ram_gb:g} GB"
+        )
+    return reasons
 
 
 def _sort_key(fit: FlavorFit) -> tuple[int, float, int, str]:
@@ -285,18 +296,7 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
     if model is None:
         model = resolve_model(plan.model, catalog)
     check_plan_for_model(plan, model)
-    if plan.flavors:
-        unknown = [ident for ident in plan.flavors if ident not in catalog.flavors]
-        if unknown:
-            known = ", ".join(sorted(catalog.flavors)[:12])
-            raise UsageError(
-                f"unknown flavor {', '.join(repr(u) for u in unknown)} (known: {known}, ...; "
-                "see `hwdash catalog list --kind flavors`)",
-                flag="--flavor",
-            )
-        flavors = [catalog.flavors[ident] for ident in plan.flavors]
-    else:
-        flavors = list(catalog.flavors.values())
+    flavors = _chosen_flavors(plan, catalog)
     # The plan's own breakdown is hardware-neutral, unless --flavor names hardware: then it uses the
     # first named flavor's accelerator (its bf16 support, a vLLM engine's share of its memory).
     breakdown_accelerator = catalog.accelerator_for(flavors[0]) if plan.flavors else None
@@ -323,6 +323,43 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
     ]
     fits.sort(key=_sort_key)
     recommended, fastest = recommend(fits)
+    warnings = _report_warnings(plan, estimate, tokens, fits, recommended)
+    return PlanReport(
+        plan=plan,
+        model=model,
+        estimate=estimate,
+        flavors=tuple(fits),
+        recommended=recommended,
+        fastest=fastest,
+        tokens=tokens,
+        warnings=warnings,
+        framework=framework,
+    )
+
+
+def _chosen_flavors(plan: Plan, catalog: Catalog) -> list[Flavor]:
+    """The flavors ``--flavor`` names (a UsageError for an unknown one), else every flavor."""
+    if not plan.flavors:
+        return list(catalog.flavors.values())
+    unknown = [ident for ident in plan.flavors if ident not in catalog.flavors]
+    if unknown:
+        known = ", ".join(sorted(catalog.flavors)[:12])
+        raise UsageError(
+            f"unknown flavor {', '.join(repr(u) for u in unknown)} (known: {known}, ...; "
+            "see `hwdash catalog list --kind flavors`)",
+            flag="--flavor",
+        )
+    return [catalog.flavors[ident] for ident in plan.flavors]
+
+
+def _report_warnings(
+    plan: Plan,
+    estimate: MemoryEstimate,
+    tokens: int | None,
+    fits: list[FlavorFit],
+    recommended: str | None,
+) -> tuple[str, ...]:
+    """The estimate's warnings, then the report's own (RL time, no hours, nothing fits), once each."""
     warnings = list(estimate.warnings)
     if plan.is_rl:
         warnings.append(
@@ -341,14 +378,4 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
             "only tight fits (under 10% headroom): none recommended; a longer batch or a memory "
             "spike may OOM there"
         )
-    return PlanReport(
-        plan=plan,
-        model=model,
-        estimate=estimate,
-        flavors=tuple(fits),
-        recommended=recommended,
-        fastest=fastest,
-        tokens=tokens,
-        warnings=tuple(dict.fromkeys(warnings)),
-        framework=framework,
-    )
+    return tuple(dict.fromkeys(warnings))

@@ -1,0 +1,440 @@
+"""Make it fit, the knobs: what the search may change in a plan, and in which order.
+
+Each knob is a dimension a practitioner turns (gradient checkpointing, the micro-batch, the
+optimizer, the method...), with a short list of settings ordered from the mildest to the most
+drastic; :func:`knobs_for` lists those worth turning for one plan on one GPU count. The search and
+the ranking are in :mod:`hwdash.core.planning.fit_options`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hwdash.core.estimator import architecture, resolve_lora_targets
+from hwdash.core.estimator.savers import Savers, resolve_savers
+from hwdash.core.plan import (
+    LORA_STYLE_METHODS,
+    Attention,
+    FsdpMode,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+    Quant,
+)
+from hwdash.core.specs import Framework, ModelSpec
+
+SHORTEST_SEQUENCE = 256
+"""The search never proposes a sequence shorter than this (a truncated experiment is no experiment)."""
+
+SMALLEST_RANK = 4
+"""Nor a LoRA rank below this."""
+
+EXCLUSIVE_KNOBS = (("zero", "fsdp"),)
+"""Knobs never turned together (the plan refuses DeepSpeed ZeRO with PyTorch FSDP), in the order
+:func:`knobs_for` lists them."""
+
+ATTENTION_ONLY_TARGETS = ("q_proj", "v_proj")
+"""LoRA on the query and value projections only: the original LoRA paper's choice (Hu et al. 2021,
+arXiv:2106.09685, section 7.1)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of one knob: the plan fields it sets and how it reads."""
+
+    updates: Mapping[str, Any]
+    """Plan fields and their new values."""
+    words: str
+    """What the change means, e.g. ``gradient checkpointing on``."""
+    slowdown_keys: tuple[str, ...] = ()
+    """Catalog slowdown ids this setting brings in (``offload-optimizer``, ``qlora``...)."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A dimension the search turns: settings ordered from the mildest to the most drastic."""
+
+    name: str
+    keeps_experiment: bool
+    settings: tuple[Setting, ...]
+
+
+def _halvings(start: int, floor: int) -> list[int]:
+    values = []
+    value = start // 2
+    while value >= floor:
+        values.append(value)
+        value //= 2
+    return values
+
+
+def trained_method(plan: Plan) -> Method:
+    """The method of what is trained: the policy's under RL, else the plan's."""
+    return plan.rl_method if plan.is_rl else plan.method
+
+
+def knobs_for(
+    plan: Plan, model: ModelSpec, gpu_count: int, framework: Framework | None = None
+) -> list[Knob]:
+    """The knobs worth turning for this plan on ``gpu_count`` GPUs (none that change nothing).
+    ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one)."""
+    savers = resolve_savers(plan, framework) if plan.is_training else None
+    knobs = _checkpointing_knobs(plan, savers) if savers is not None else []
+    knobs += _micro_batch_knobs(plan)
+    knobs += _attention_knobs(plan)
+    if savers is not None:
+        knobs += _fused_optimizer_knobs(plan)
+        knobs += _saver_knobs(plan, framework)
+        accumulates = plan.grad_accum > 1 or any(k.name == "micro_batch" for k in knobs)
+        knobs += _sharding_knobs(plan, gpu_count, savers, accumulates)
+        knobs += _optimizer_knobs(plan)
+        knobs += _precision_knobs(plan)
+        knobs += _lora_knobs(plan, model)
+        knobs += _method_knobs(plan)
+    knobs += _quant_knobs(plan, model)
+    knobs += _sequence_knobs(plan)
+    return knobs
+
+
+def _checkpointing_knobs(plan: Plan, savers: Savers) -> list[Knob]:
+    """Checkpointing, then checkpointing with the checkpoints offloaded to host RAM (Unsloth's
+    offloaded checkpointing; torchtune's activation offloading on top of checkpointing)."""
+    if plan.grad_ckpt:
+        return []
+    settings = [Setting({"grad_ckpt": True}, "gradient checkpointing")]
+    if not savers.activation_offload:
+        settings.append(
+            Setting(
+                {"grad_ckpt": True, "activation_offload": True},
+                "gradient checkpointing + activation offloading to CPU",
+                ("activation-offload",),
+            )
+        )
+    return [Knob("grad_ckpt", True, tuple(settings))]
+
+
+def _micro_batch_knobs(plan: Plan) -> list[Knob]:
+    """Smaller micro-batches (the divisors of the batch, up to four); a training plan accumulates
+    more so the global batch stays the same."""
+    smaller = [b for b in range(plan.batch - 1, 0, -1) if plan.batch % b == 0]
+    if not smaller:
+        return []
+    settings = []
+    for micro in smaller[:4]:
+        if plan.is_training:
+            accum = plan.grad_accum * plan.batch // micro
+            words = f"micro-batch {plan.batch}->{micro}, accumulation {plan.grad_accum}->{accum}"
+            settings.append(Setting({"batch": micro, "grad_accum": accum}, words))
+        else:
+            settings.append(Setting({"batch": micro}, f"batch {plan.batch}->{micro}"))
+    return [Knob("micro_batch", True, tuple(settings))]
+
+
+def _attention_knobs(plan: Plan) -> list[Knob]:
+    """SDPA attention for a plan on eager attention (no full score matrix kept)."""
+    if plan.attention is not Attention.EAGER:
+        return []
+    setting = Setting({"attention": Attention.SDPA}, "sdpa attention (from eager)")
+    return [Knob("attention", True, (setting,))]
+
+
+def _fused_optimizer_knobs(plan: Plan) -> list[Knob]:
+    """The fused AdamW step for a training plan on AdamW's other implementations."""
+    if plan.optimizer is not Optimizer.ADAMW or plan.optimizer_impl is OptimizerImpl.FUSED:
+        return []
+    setting = Setting(
+        {"optimizer_impl": OptimizerImpl.FUSED},
+        f"fused AdamW (from {plan.optimizer_impl.value})",
+    )
+    return [Knob("optimizer_impl", True, (setting,))]
+
+
+def _sharding_knobs(plan: Plan, gpu_count: int, savers: Savers, accumulates: bool) -> list[Knob]:
+    """DeepSpeed ZeRO, PyTorch FSDP (never both: :data:`EXCLUSIVE_KNOBS`), and FSDP's
+    reduce-scatter every micro-batch where the plan (or the micro-batch knob) accumulates."""
+    knobs: list[Knob] = []
+    zero_settings = _zero_settings(plan, gpu_count)
+    if zero_settings:
+        knobs.append(Knob("zero", True, tuple(zero_settings)))
+    fsdp_settings = _fsdp_settings(plan, gpu_count)
+    if fsdp_settings:
+        knobs.append(Knob("fsdp", True, tuple(fsdp_settings)))
+    sharded = plan.fsdp is not FsdpMode.NONE or bool(fsdp_settings)
+    if not savers.sync_each_batch and sharded and accumulates and gpu_count > 1:
+        knobs.append(_sync_each_batch_knob())
+    return knobs
+
+
+def _optimizer_knobs(plan: Plan) -> list[Knob]:
+    """Lighter optimizers than AdamW (they change the experiment).
+
+    Paged 8-bit AdamW holds as many GPU bytes as 8-bit AdamW (NVML counts managed memory); it goes
+    further only because the driver may page its states out to host RAM, which the flavor verdict
+    calls tight (hwdash.core.planning.fit.evaluate_flavor): so it comes after 8-bit.
+    """
+    if plan.optimizer is not Optimizer.ADAMW:
+        return []
+    settings = (
+        Setting({"optimizer": Optimizer.ADAMW_8BIT}, "8-bit AdamW"),
+        Setting(
+            {"optimizer": Optimizer.ADAMW_8BIT_PAGED},
+            "paged 8-bit AdamW (states may spill to host RAM)",
+        ),
+        Setting({"optimizer": Optimizer.ADAFACTOR}, "Adafactor"),
+    )
+    return [Knob("optimizer", False, settings)]
+
+
+def _precision_knobs(plan: Plan) -> list[Knob]:
+    """bf16 weights and optimizer states for a plan in fp32 or mixed precision."""
+    if plan.precision not in (Precision.FP32, Precision.AMP, Precision.MIXED):
+        return []
+    setting = Setting(
+        {"precision": Precision.BF16},
+        f"bf16 weights and states (from {plan.precision.value})",
+    )
+    return [Knob("precision", False, (setting,))]
+
+
+def _lora_knobs(plan: Plan, model: ModelSpec) -> list[Knob]:
+    """A smaller LoRA rank (halvings, down to :data:`SMALLEST_RANK`), then adapters on the query
+    and value projections only."""
+    if trained_method(plan) not in LORA_STYLE_METHODS:
+        return []
+    knobs: list[Knob] = []
+    ranks = [r for r in _halvings(plan.lora_r, SMALLEST_RANK)][:3]
+    if ranks:
+        settings = tuple(Setting({"lora_r": r}, f"LoRA rank {plan.lora_r}->{r}") for r in ranks)
+        knobs.append(Knob("lora_r", False, settings))
+    targets = _attention_only_targets(plan, model)
+    if targets is not None:
+        setting = Setting({"lora_targets": targets}, f"LoRA on {','.join(targets)} only")
+        knobs.append(Knob("lora_targets", False, (setting,)))
+    return knobs
+
+
+def _method_knobs(plan: Plan) -> list[Knob]:
+    """Cheaper methods for the same model (:func:`_method_ladder`); the quantized ones bring in
+    the catalog's factor of their name."""
+    method = trained_method(plan)
+    ladder = _method_ladder(method)
+    if not ladder:
+        return []
+    method_field = "rl_method" if plan.is_rl else "method"
+    settings = tuple(
+        Setting(
+            {method_field: step},
+            f"{'policy ' if plan.is_rl else ''}{method.value}->{step.value}",
+            (step.value,) if step in (Method.QLORA, Method.LORA_8BIT) else (),
+        )
+        for step in ladder
+    )
+    return [Knob("method", False, settings)]
+
+
+def _quant_knobs(plan: Plan, model: ModelSpec) -> list[Knob]:
+    """Quantized weights for inference on a 16-bit checkpoint.
+
+    16-bit -> int8 -> 4-bit: quantized weights change what is measured (the outputs), so the knob
+    does not keep the experiment. int8 brings in the catalog's LLM.int8() factor; NF4 has none
+    (bitsandbytes 0.40.0's release notes measure its batch-1 kernels faster than 16-bit matmuls:
+    2.2x on Turing to 4.0x on Hopper).
+    """
+    if (
+        plan.method is not Method.INFERENCE
+        or plan.quant is not Quant.NONE
+        or model.checkpoint_bits is not None
+    ):
+        return []
+    settings = (
+        Setting({"quant": Quant.INT8}, "int8 weights (LLM.int8())", ("int8-inference",)),
+        Setting({"quant": Quant.NF4}, "4-bit NF4 weights (bitsandbytes)"),
+    )
+    return [Knob("quant", False, settings)]
+
+
+def _sequence_knobs(plan: Plan) -> list[Knob]:
+    """A shorter sequence (two halvings at most, down to :data:`SHORTEST_SEQUENCE`)."""
+    shorter = _halvings(plan.seq, SHORTEST_SEQUENCE)[:2]
+    if not shorter:
+        return []
+    settings = tuple(Setting({"seq": s}, f"sequence {plan.seq}->{s}") for s in shorter)
+    return [Knob("seq", False, settings)]
+
+
+def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
+    """ZeRO stages that shard over ``gpu_count`` GPUs, then CPU offload (slowest last)."""
+    settings: list[Setting] = []
+    # Sharding over the flavor's GPUs: the plan's own breakdown (``--gpus``) follows, so the
+    # option's command line shows the sharded memory.
+    gpus = {"gpus": gpu_count} if gpu_count > 1 else {}
+    if gpu_count > 1:
+        for stage in (1, 2, 3):
+            if stage > plan.zero and plan.offload is Offload.NONE:
+                settings.append(Setting({"zero": stage, **gpus}, f"ZeRO-{stage}"))
+    if plan.offload is Offload.NONE:
+        stage = max(plan.zero, 2)
+        settings.append(
+            Setting(
+                {"zero": stage, "offload": Offload.OPTIMIZER, **gpus},
+                f"ZeRO-{stage} + optimizer offload to CPU",
+                ("offload-optimizer",),
+            )
+        )
+    if plan.offload is not Offload.PARAMS:
+        settings.append(
+            Setting(
+                {"zero": 3, "offload": Offload.PARAMS, **gpus},
+                "ZeRO-3 + parameter offload to CPU",
+                ("offload-params",),
+            )
+        )
+    return settings
+
+
+def _saver_knobs(plan: Plan, framework: Framework | None = None) -> list[Knob]:
+    """The training stacks' memory savers that keep the experiment (:mod:`hwdash.core.estimator.savers`),
+    each offered only where the plan (or its ``--framework``'s defaults) has it off.
+
+    * loss: chunked, then fused-linear cross-entropy: the same loss, computed without the full
+      fp32 logits (torchtune's ``CEWithChunkedOutputLoss``; Liger's fused linear cross-entropy);
+    * activation offloading: the checkpoints go to host RAM. Only with gradient checkpointing
+      (here when the plan has it; else the grad_ckpt knob's second setting): torchtune's
+      memory_optimizations tutorial advises against it otherwise, as every saved tensor would
+      cross PCIe;
+    * optimizer in backward: full fine-tuning only (torchtune's ``optimizer_in_bwd`` exists in its
+      full fine-tuning recipes), with no accumulation (the plan refuses it) and not under ZeRO
+      (DeepSpeed runs its own optimizer step).
+    """
+    savers = resolve_savers(plan, framework)
+    return [
+        *_loss_knobs(savers),
+        *_activation_offload_knobs(plan, savers),
+        *_optimizer_in_backward_knobs(plan, savers),
+    ]
+
+
+def _loss_knobs(savers: Savers) -> list[Knob]:
+    """Chunked, then fused-linear cross-entropy, from the loss the plan computes now."""
+    losses = {
+        Loss.STANDARD: (Loss.CHUNKED, Loss.FUSED_LINEAR),
+        Loss.LEGACY: (Loss.CHUNKED, Loss.FUSED_LINEAR),
+        Loss.CHUNKED: (Loss.FUSED_LINEAR,),
+    }.get(savers.loss, ())
+    if not losses:
+        return []
+    settings = tuple(
+        Setting({"loss": loss}, f"{loss.value} cross-entropy (from {savers.loss.value})")
+        for loss in losses
+    )
+    return [Knob("loss", True, settings)]
+
+
+def _activation_offload_knobs(plan: Plan, savers: Savers) -> list[Knob]:
+    """Activation offloading to host RAM, for a plan that checkpoints already."""
+    if not plan.grad_ckpt or savers.activation_offload:
+        return []
+    setting = Setting(
+        {"activation_offload": True}, "activation offloading to CPU", ("activation-offload",)
+    )
+    return [Knob("activation_offload", True, (setting,))]
+
+
+def _optimizer_in_backward_knobs(plan: Plan, savers: Savers) -> list[Knob]:
+    """The optimizer step fused into backward: full fine-tuning, no accumulation, no ZeRO, no
+    tensor or pipeline parallelism."""
+    if (
+        savers.optimizer_in_backward
+        or trained_method(plan) is not Method.FULL
+        or plan.is_rl
+        or plan.grad_accum != 1
+        or plan.zero != 0
+        or plan.tp != 1
+        or plan.pp != 1
+    ):
+        return []
+    setting = Setting({"optimizer_in_backward": True}, "optimizer step fused into backward")
+    return [Knob("optimizer_in_backward", True, (setting,))]
+
+
+def _sync_each_batch_knob() -> Knob:
+    """FSDP with accumulation: a reduce-scatter after every micro-batch instead of the Trainer's
+    ``no_sync``, which keeps the whole unsharded gradient (:mod:`hwdash.core.estimator.parallelism`,
+    ``keeps_unsharded_gradients``). Offered where FSDP is on or offered, on more than one GPU,
+    and the plan accumulates or the micro-batch knob would make it. It keeps the experiment (the
+    same sums, reduced earlier). It costs one reduce-scatter per micro-batch instead of per step;
+    accelerate's guide warns of a slowdown but measures none for FSDP (docs
+    concept_guides/gradient_synchronization.md), so no catalog factor is applied."""
+    return Knob(
+        "sync_each_batch",
+        True,
+        (
+            Setting(
+                {"sync_each_batch": True},
+                "FSDP gradients reduce-scattered every micro-batch (sync_each_batch)",
+            ),
+        ),
+    )
+
+
+def _fsdp_settings(plan: Plan, gpu_count: int) -> list[Setting]:
+    """PyTorch FSDP full shard over the flavor's GPUs, then with CPU offload: an alternative to
+    ZeRO (the plan takes one or the other), for a fine-tuning plan not sharded yet."""
+    if (
+        gpu_count < 2
+        or plan.is_rl
+        or plan.fsdp is not FsdpMode.NONE
+        or plan.zero
+        or plan.offload is not Offload.NONE
+        or plan.tp > 1
+        or plan.pp > 1
+    ):
+        return []
+    return [
+        Setting(
+            {"fsdp": FsdpMode.FULL, "gpus": gpu_count}, f"FSDP full shard over {gpu_count} GPUs"
+        ),
+        Setting(
+            {"fsdp": FsdpMode.FULL, "fsdp_offload": True, "gpus": gpu_count},
+            f"FSDP full shard over {gpu_count} GPUs + CPU offload",
+            ("offload-params",),
+        ),
+    ]
+
+
+def _method_ladder(method: Method) -> list[Method]:
+    """Cheaper ways to train the same model: full -> LoRA -> 8-bit LoRA -> QLoRA (DoRA -> LoRA)."""
+    ladders = {
+        Method.FULL: [Method.LORA, Method.LORA_8BIT, Method.QLORA],
+        Method.DORA: [Method.LORA, Method.LORA_8BIT, Method.QLORA],
+        Method.LORA: [Method.LORA_8BIT, Method.QLORA],
+        Method.LORA_8BIT: [Method.QLORA],
+    }
+    return ladders.get(method, [])
+
+
+def _attention_only_targets(plan: Plan, model: ModelSpec) -> tuple[str, ...] | None:
+    """The query and value projections by the model's own module names (T5's ``q`` and ``v``);
+    None where the family fuses them with the key (GPT-2's ``c_attn``: no such choice)."""
+    arch = architecture(model)
+    names = tuple(
+        linear.path.rsplit(".", 1)[-1]
+        for linear in arch.linears
+        if linear.name in ATTENTION_ONLY_TARGETS
+    )
+    if len(names) != len(ATTENTION_ONLY_TARGETS) or tuple(plan.lora_targets) == names:
+        return None
+    try:
+        chosen = resolve_lora_targets(arch, names)
+        current = resolve_lora_targets(arch, plan.lora_targets)
+    except ValueError:
+        return None
+    if len(chosen) >= len(current):
+        return None
+    return names
