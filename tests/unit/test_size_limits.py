@@ -30,7 +30,6 @@ STILL_OVER_FUNCTIONS = {
     "hwdash/core/planning/fit_options.py:find_fit_options": 99,
     "hwdash/core/estimator/activations.py:_input_copies_kept": 97,
     "hwdash/core/models/config.py:model_from_config": 96,
-    "hwdash/commands/dashboard.py:build_app": 92,
     "hwdash/telemetry/exporter.py:SnapshotCollector._gpu_families": 89,
     "hwdash/ui/planner_pane.py:PlannerPane._make_control": 89,
     "hwdash/core/planning/fit.py:evaluate_flavor": 85,
