@@ -20,17 +20,10 @@ MODULE_LOGIC_LINES = 600
 
 #: Functions still over the limit, with their length when listed.
 STILL_OVER_FUNCTIONS = {
-    "hwdash/commands/plan.py:run": 167,
-    "hwdash/commands/plan.py:render_report": 154,
-    "hwdash/commands/monitor.py:print_readable": 139,
     "hwdash/core/plans/exports.py:trainer_snippet": 138,
-    "hwdash/commands/monitor.py:run": 107,
-    "hwdash/commands/dashboard.py:build_app": 92,
     "hwdash/telemetry/exporter.py:SnapshotCollector._gpu_families": 89,
     "hwdash/ui/planner_pane.py:PlannerPane._make_control": 89,
     "hwdash/ui/widgets/monitor_process_detail.py:detail_text": 78,
-    "hwdash/commands/monitor.py:add_sampling_arguments": 73,
-    "hwdash/commands/plan.py:plan_from_args": 73,
     "hwdash/core/plans/exports.py:export_text": 73,
     "hwdash/core/plans/imports.py:_read_llama_factory": 71,
     "hwdash/ui/app.py:make_app": 66,
@@ -42,10 +35,8 @@ STILL_OVER_FUNCTIONS = {
 #: Modules still over the limit, with their logic lines when listed.
 STILL_OVER_MODULES = {
     "hwdash/ui/planner_pane.py": 1092,
-    "hwdash/commands/plan.py": 1001,
     "hwdash/core/plans/imports.py": 699,
     "hwdash/ui/app.py": 684,
-    "hwdash/commands/monitor.py": 624,
 }
 
 

@@ -120,67 +120,17 @@ def build_app(
 ) -> tuple[HwdashApp, Any]:
     """The app the parsed flags ask for and its sampler (close it after the app has run); raises
     :class:`UsageError` for bad flags or when ``stdout`` is not a terminal."""
-    # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
-    from hwdash.commands.monitor import (
-        open_replay,
-        open_source,
-        parse_blind_after,
-        parse_forecast,
-        parse_fraction,
-        parse_interval,
-        with_subset,
-    )
-
-    interval = parse_interval(args.interval)
-    forecast = parse_forecast(args.alert_forecast)
-    threshold = parse_fraction(args.alert_threshold, DEFAULT_THRESHOLD, "--alert-threshold")
-    blind_after = parse_blind_after(args.blind_after, interval)
-    if args.on_alert is not None and not args.on_alert.strip():
-        raise UsageError("the command is empty", flag="--on-alert")
-    from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from
-
-    scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
-    loaded = None
-    if scenario is not None:
-        from hwdash.telemetry.fake_nvml import load_scenario
-
-        # A missing or broken scenario is a usage error, before the screen.
-        loaded = load_scenario(scenario)
+    interval, forecast, threshold, blind_after = _alert_settings(args)
+    scenario, loaded = _scenario(args)
     out = sys.stdout if stdout is None else stdout
     if not out.isatty():
         raise UsageError(NO_TERMINAL_MESSAGE)
 
     from hwdash.telemetry.alert_actions import default_alert_log_path
-    from hwdash.telemetry.source import make_sampler
 
-    replay = open_replay(args)
-    remote = open_source(args) if replay is None else None  # --prometheus
-    sampler: Any = with_subset(replay or remote or make_sampler(scenario, loaded=loaded), args)
-    if replay is not None:
-        # The recording's own pace: its median gap between snapshots, over --speed.
-        gaps = sorted(
-            later.timestamp - earlier.timestamp
-            for earlier, later in zip(replay.snapshots, replay.snapshots[1:], strict=False)
-        )
-        gap = gaps[len(gaps) // 2] if gaps else interval
-        interval = max(0.05, gap / replay.speed) if replay.speed else 0.05
-    tab, first_snapshot = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
-    from hwdash.telemetry.subset import SubsetSampler
-
-    if first_snapshot is None and isinstance(sampler, SubsetSampler) and not sampler.checked:
-        # --gpus (or CUDA_VISIBLE_DEVICES) is held against the GPUs on its first sample: taken
-        # here, so a GPU that is not there is said before the screen opens (and shown first).
-        first_snapshot = sampler.sample()
-
-    def read_catalog() -> Catalog:
-        from hwdash.core.catalog import load_catalog
-
-        return load_catalog(args.catalog)
-
-    # On the monitor the catalog (and pydantic) is read when the planner is built, after the first
-    # frame; a broken file then ends the app with the same message and exit 2.
-    catalog: Catalog | Callable[[], Catalog] = read_catalog if tab == "monitor" else read_catalog()
-
+    sampler, replay, remote, interval = _open_sampler(args, scenario, loaded, interval)
+    tab, first_snapshot = _first_tab(args, initial_tab, sampler)
+    catalog = _catalog(args, tab)
     from hwdash.ui.app import make_app
 
     app = make_app(
@@ -204,3 +154,90 @@ def build_app(
         else None,
     )
     return app, sampler
+
+
+def _alert_settings(args: argparse.Namespace) -> tuple[float, float | None, float, float]:
+    """(interval, alert forecast, alert threshold, blind after) from the flags, checked as
+    ``hwdash monitor`` checks them; an empty ``--on-alert`` is refused."""
+    # Flag checks shared with `hwdash monitor`, so both accept and reject the same values.
+    from hwdash.commands.monitor import (
+        parse_blind_after,
+        parse_forecast,
+        parse_fraction,
+        parse_interval,
+    )
+
+    interval = parse_interval(args.interval)
+    forecast = parse_forecast(args.alert_forecast)
+    threshold = parse_fraction(args.alert_threshold, DEFAULT_THRESHOLD, "--alert-threshold")
+    blind_after = parse_blind_after(args.blind_after, interval)
+    if args.on_alert is not None and not args.on_alert.strip():
+        raise UsageError("the command is empty", flag="--on-alert")
+    return interval, forecast, threshold, blind_after
+
+
+def _scenario(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(the fake scenario asked by ``--demo`` or ``--fake-nvml``, loaded) or (None, None); a
+    missing or broken scenario is a usage error, before the screen."""
+    from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from
+
+    scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
+    loaded = None
+    if scenario is not None:
+        from hwdash.telemetry.fake_nvml import load_scenario
+
+        # A missing or broken scenario is a usage error, before the screen.
+        loaded = load_scenario(scenario)
+    return scenario, loaded
+
+
+def _open_sampler(
+    args: argparse.Namespace, scenario: Any, loaded: Any, interval: float
+) -> tuple[Any, Any, Any, float]:
+    """(the sampler, the ``--replay`` recording or None, the ``--prometheus`` source or None, the
+    interval): a recording is shown at its own pace, its median gap over ``--speed``."""
+    from hwdash.commands.monitor import open_replay, open_source, with_subset
+    from hwdash.telemetry.source import make_sampler
+
+    replay = open_replay(args)
+    remote = open_source(args) if replay is None else None  # --prometheus
+    sampler: Any = with_subset(replay or remote or make_sampler(scenario, loaded=loaded), args)
+    if replay is not None:
+        # The recording's own pace: its median gap between snapshots, over --speed.
+        gaps = sorted(
+            later.timestamp - earlier.timestamp
+            for earlier, later in zip(replay.snapshots, replay.snapshots[1:], strict=False)
+        )
+        gap = gaps[len(gaps) // 2] if gaps else interval
+        interval = max(0.05, gap / replay.speed) if replay.speed else 0.05
+    return sampler, replay, remote, interval
+
+
+def _first_tab(
+    args: argparse.Namespace,
+    initial_tab: Literal["planner", "compare", "monitor"] | None,
+    sampler: Any,
+) -> tuple[Literal["planner", "compare", "monitor"], Any]:
+    """The tab shown first (:func:`choose_tab`) and the first snapshot, if one was taken."""
+    tab, first_snapshot = choose_tab(getattr(args, "tab", None) or initial_tab, sampler)
+    from hwdash.telemetry.subset import SubsetSampler
+
+    if first_snapshot is None and isinstance(sampler, SubsetSampler) and not sampler.checked:
+        # --gpus (or CUDA_VISIBLE_DEVICES) is held against the GPUs on its first sample: taken
+        # here, so a GPU that is not there is said before the screen opens (and shown first).
+        first_snapshot = sampler.sample()
+    return tab, first_snapshot
+
+
+def _catalog(args: argparse.Namespace, tab: str) -> Catalog | Callable[[], Catalog]:
+    """The catalog, read now; on the monitor a function that reads it when the planner is built,
+    after the first frame (a broken file then ends the app with the same message and exit 2)."""
+
+    def read_catalog() -> Catalog:
+        from hwdash.core.catalog import load_catalog
+
+        return load_catalog(args.catalog)
+
+    # On the monitor the catalog (and pydantic) is read when the planner is built, after the first
+    # frame; a broken file then ends the app with the same message and exit 2.
+    return read_catalog if tab == "monitor" else read_catalog()

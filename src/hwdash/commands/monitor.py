@@ -12,36 +12,43 @@
 * Every string from outside (GPU, MIG and process names, users, command lines) is printed as text,
   never as rich markup.
 * Without an NVIDIA driver it prints the host and one line saying so, and exits 0.
+
+This module holds the flags, their checks and the sampling loop; what it prints (the ``--once``
+tables, the streaming lines, ``--watch`` frames, JSON lines) is in :mod:`hwdash.commands.monitor_print`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hwdash.commands.monitor_print import (
+    ENTER_WATCH,
+    ERASE_BELOW,
+    ERASE_LINE,
+    HOME,
+    LEAVE_WATCH,
+    PIPED_WIDTH,
+    StreamLines,
+    emit_json,
+    gpu_line,
+    host_line,
+    print_readable,
+    torch_line,
+    watch_frame,
+)
 from hwdash.core.live.alerts import (
     BLIND_INTERVALS,
     BLIND_MINIMUM_S,
     DEFAULT_HYSTERESIS,
     DEFAULT_THRESHOLD,
     AlertEngine,
-    AlertEvent,
     AlertRule,
     blind_after_for,
-)
-from hwdash.core.strict_json import finite_or_none
-from hwdash.core.units import (
-    format_bytes,
-    format_forecast,
-    format_gib_pair,
-    format_power,
-    format_temperature,
 )
 from hwdash.errors import UsageError
 from hwdash.telemetry.alert_actions import (
@@ -51,31 +58,43 @@ from hwdash.telemetry.alert_actions import (
     default_alert_log_path,
     mark_alert_states,
 )
-from hwdash.telemetry.cluster import (
-    gpu_count_text,
-    gpu_label,
-    hosts_fullest_first,
-    source_text,
-)
 from hwdash.telemetry.history import History
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
-from hwdash.telemetry.types import (
-    GpuSample,
-    GpuState,
-    HostSample,
-    ProcessSample,
-    Sampler,
-    Snapshot,
-)
+from hwdash.telemetry.types import Sampler
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from hwdash.telemetry.replay import ReplaySampler
 
-PIPED_WIDTH = 132
-"""Columns of the ``--once`` tables when stdout is not a terminal."""
+#: What the monitor prints lives in :mod:`hwdash.commands.monitor_print`; its public names are
+#: importable from here as before.
+__all__ = [
+    "ENTER_WATCH",
+    "ERASE_BELOW",
+    "ERASE_LINE",
+    "HOME",
+    "LEAVE_WATCH",
+    "PIPED_WIDTH",
+    "add_parser",
+    "add_sampling_arguments",
+    "build_rule",
+    "check_watch",
+    "gpu_line",
+    "host_line",
+    "open_replay",
+    "open_source",
+    "parse_blind_after",
+    "parse_count",
+    "parse_forecast",
+    "parse_fraction",
+    "parse_interval",
+    "parse_speed",
+    "print_readable",
+    "run",
+    "torch_line",
+    "watch_frame",
+    "with_subset",
+]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -121,6 +140,13 @@ def add_parser(subparsers: Any) -> None:
 def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
     """Flags shared by ``hwdash monitor`` and the dashboard: where samples come from, how often,
     and what an alert is and does."""
+    _add_pace_and_alert_arguments(parser)
+    _add_source_arguments(parser, demo_help=demo_help)
+
+
+def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
+    """How often to sample, which GPUs, what raises an alert and what runs then; ``--replay``'s
+    pace."""
     parser.add_argument(
         "--interval", default="1", metavar="S", help="seconds between samples (default 1)"
     )
@@ -168,6 +194,11 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
         metavar="X",
         help="with --replay: X times the recorded pace (default 1; 0 = as fast as possible)",
     )
+
+
+def _add_source_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
+    """Where samples come from, one of: a fake NVML scenario, the demo, Prometheus, a recording
+    (the driver's NVML without any)."""
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--fake-nvml",
@@ -338,300 +369,7 @@ def open_replay(args: argparse.Namespace) -> ReplaySampler | None:
     return sampler
 
 
-# -- text output ----------------------------------------------------------------------------------
-
-
-def _percent(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0f}%"
-
-
-def _memory(gpu: GpuSample) -> str:
-    if gpu.total_bytes is None or gpu.free_bytes is None:
-        return "mem n/a"
-    taken = gpu.total_bytes - gpu.free_bytes
-    pressure = gpu.pressure or 0.0
-    return f"mem {format_gib_pair(taken, gpu.total_bytes, compact=True):>14} {pressure:6.1%}"
-
-
-def _gpu_number(gpu: GpuSample) -> str:
-    """``3``, or ``node-c:1`` for a cluster's GPU (its host and its number there)."""
-    return gpu_label(gpu.host, gpu.host_gpu, gpu.index)
-
-
-def _shown_order(gpus: tuple[GpuSample, ...]) -> list[GpuSample]:
-    """This machine's GPUs by index; a cluster's hosts fullest first (as the dashboard shows)."""
-    if not any(gpu.host for gpu in gpus):
-        return list(gpus)
-    return [gpu for _host, members in hosts_fullest_first(gpus) for gpu in members]
-
-
-def gpu_line(gpu: GpuSample, clock: str) -> str:
-    """One streaming line for one GPU (plain text: written to stdout, never through rich)."""
-    head = f"{clock} gpu{_gpu_number(gpu)} {gpu.name or 'unknown GPU'}"
-    if gpu.state in (GpuState.LOST, GpuState.ERROR):
-        reason = "; ".join(f"{name}: {why}" for name, why in gpu.errors) or gpu.state.value
-        return f"{head} {gpu.state.value.upper()} ({reason})"
-    if gpu.state == GpuState.BLIND and gpu.pressure is None:
-        return f"{head} BLIND (no memory reading)"
-    temperature = "n/a" if gpu.temperature_c is None else format_temperature(gpu.temperature_c)
-    power = "n/a" if gpu.power_w is None else format_power(gpu.power_w)
-    processes = len(gpu.processes)
-    line = (
-        f"{head} {_memory(gpu)} util {_percent(gpu.utilization_gpu)} {temperature} {power} "
-        f"procs {processes}"
-    )
-    if gpu.forecast_full_s is not None:
-        line += f" full in ~{gpu.forecast_full_s:.0f}s at this climb"
-    if gpu.memory_source == "host":
-        line += " (host RAM: unified memory)"
-    for mig in gpu.mig:
-        pressure = "n/a" if mig.pressure is None else f"{mig.pressure:.1%}"
-        alert = " ALERT" if mig.state == GpuState.ALERT else ""
-        line += f" | mig{mig.index} {pressure}{alert}"
-    if gpu.state in (GpuState.ALERT, GpuState.BLIND):
-        line += f" {gpu.state.value.upper()}"
-    return line
-
-
-def _process_gpu(process: ProcessSample) -> str:
-    """``0``, ``0/3 GI 5 CI 0`` for a process on MIG slot 3 of GPU 0, or ``node-c:1`` for a
-    process on GPU 1 of a cluster's host node-c."""
-    if process.host is not None:
-        return gpu_label(process.host, process.host_gpu, process.gpu_index)
-    if process.mig_index is None:
-        return str(process.gpu_index)
-    ids = ""
-    if process.gpu_instance_id is not None:
-        ids = f" GI {process.gpu_instance_id} CI {process.compute_instance_id}"
-    return f"{process.gpu_index}/{process.mig_index}{ids}"
-
-
-_KIND_LETTERS = {"compute": "C", "graphics": "G", "compute+graphics": "C+G"}
-
-
-def host_line(host: HostSample | None, clock: str) -> str:
-    """One streaming line for the host."""
-    if host is None:
-        return f"{clock} host n/a"
-    ram = "n/a"
-    if host.ram_used_bytes is not None and host.ram_total_bytes is not None:
-        ram = format_gib_pair(host.ram_used_bytes, host.ram_total_bytes, compact=True)
-    load = "n/a" if host.load_average is None else f"{host.load_average[0]:.2f}"
-    return f"{clock} host cpu {_percent(host.cpu_percent)} ram {ram} load {load}"
-
-
-def _clock_text(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
-
-
-def torch_line(process: ProcessSample) -> str:
-    """What a probed process's PyTorch allocator says, in one line (see :mod:`hwdash.probe`)."""
-    torch = process.torch
-    assert torch is not None
-    step = "" if torch.step is None else f", step {torch.step}"
-    fragmented = torch.fragmentation
-    cache = f"cache {format_bytes(torch.cache_bytes)}"
-    if fragmented is not None:
-        cache += f", {fragmented:.0%} of the pool fragmented"
-    text = (
-        f"PID {process.pid} on GPU {_process_gpu(process)} (PyTorch{step}): allocated "
-        f"{format_bytes(torch.allocated_bytes)}, reserved {format_bytes(torch.reserved_bytes)} "
-        f"({cache})"
-    )
-    if torch.max_allocated_bytes is not None:  # a cluster's series carry no peak
-        text += f", peak allocated {format_bytes(torch.max_allocated_bytes)}"
-    if torch.alloc_retries:
-        text += f"; {torch.alloc_retries} alloc retries"
-        if torch.retries_rising:
-            text += " and rising: the allocator frees its cache to fit allocations, an OOM is near"
-    if torch.ooms:
-        text += f"; {torch.ooms} out-of-memory errors caught"
-    return text
-
-
-def print_readable(
-    snapshot: Snapshot, alerts: list[AlertEvent], console: Console | None = None
-) -> None:
-    """The ``--once`` view: GPU table, process table, host summary (rich); ``--watch`` passes the
-    console that records each frame."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    # Piped output (no terminal) gets a fixed, roomy width instead of rich's default of 80 columns.
-    # Markup is off: GPU, MIG and process names, users and command lines come from outside and
-    # may hold brackets (``[/x]`` would end rich with MarkupError; ``[bold]`` would style).
-    if console is None:
-        console = Console(
-            highlight=False, markup=False, width=None if sys.stdout.isatty() else PIPED_WIDTH
-        )
-    if not snapshot.nvml.available:
-        console.print(snapshot.nvml.error or "NVML is not available")
-    else:
-        bindings = snapshot.nvml.bindings_version
-        console.print(
-            f"{source_text(snapshot.nvml)}, {snapshot.subset or gpu_count_text(snapshot.gpus)}"
-            + (f", nvidia-ml-py {bindings}" if bindings else "")
-        )
-        gpus = Table(show_edge=False, pad_edge=False)
-        forecasts = any(gpu.forecast_full_s is not None for gpu in snapshot.gpus)
-        titles = ["GPU", "name", "memory", "reserved", "pressure", "util", "temp", "power"]
-        if forecasts:
-            titles.insert(5, "OOM in")
-        for title in titles:
-            gpus.add_column(title, justify="left" if title == "name" else "right", no_wrap=True)
-        gpus.add_column("state")
-        for gpu in _shown_order(snapshot.gpus):
-            memory = "n/a"
-            if gpu.total_bytes is not None and gpu.free_bytes is not None:
-                taken = gpu.total_bytes - gpu.free_bytes
-                memory = format_gib_pair(taken, gpu.total_bytes, compact=True)
-            reserved = "n/a" if gpu.reserved_bytes is None else format_bytes(gpu.reserved_bytes)
-            pressure = "n/a" if gpu.pressure is None else f"{gpu.pressure:.1%}"
-            temperature = (
-                "n/a" if gpu.temperature_c is None else format_temperature(gpu.temperature_c)
-            )
-            power = "n/a" if gpu.power_w is None else format_power(gpu.power_w, gpu.power_limit_w)
-            state = gpu.state.value
-            if gpu.state in (GpuState.LOST, GpuState.ERROR) and gpu.errors:
-                state += ": " + gpu.errors[0][1]
-            if gpu.memory_source == "host":
-                memory += " host RAM"
-            row = [
-                _gpu_number(gpu),
-                gpu.name or "unknown",
-                memory,
-                reserved,
-                pressure,
-                _percent(gpu.utilization_gpu),
-                temperature,
-                power,
-                state,
-            ]
-            if forecasts:
-                row.insert(5, format_forecast(gpu.forecast_full_s))
-            gpus.add_row(*(Text(cell) for cell in row))
-            for mig in gpu.mig:
-                mig_memory = "n/a"
-                if mig.total_bytes is not None and mig.free_bytes is not None:
-                    taken = mig.total_bytes - mig.free_bytes
-                    mig_memory = format_gib_pair(taken, mig.total_bytes, compact=True)
-                ids = ""
-                if mig.gpu_instance_id is not None:
-                    ids = f" GI {mig.gpu_instance_id}"
-                mig_cells = [
-                    f"{gpu.index}/{mig.index}",
-                    f"  {mig.name or 'MIG'}{ids}",
-                    mig_memory,
-                    "",
-                    "n/a" if mig.pressure is None else f"{mig.pressure:.1%}",
-                    "",
-                    "",
-                    "",
-                    mig.state.value,
-                ]
-                if forecasts:
-                    mig_cells.insert(5, "")
-                gpus.add_row(*(Text(cell) for cell in mig_cells))
-        console.print(gpus)
-        processes = [process for gpu in _shown_order(snapshot.gpus) for process in gpu.processes]
-        if processes:
-            table = Table(show_edge=False, pad_edge=False)
-            for title in ("GPU", "PID", "type", "user", "GPU memory", "CPU", "RSS", "command"):
-                table.add_column(
-                    title,
-                    justify="left" if title in ("user", "command", "type") else "right",
-                    no_wrap=title != "command",
-                )
-            for process in processes:
-                used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
-                command = process.cmdline or process.name or ""
-                if process.host is not None:
-                    pass  # another machine's process: its PID is never looked up here
-                elif not process.verifiable:
-                    command = f"{command} (host PID: not checkable from this container)".strip()
-                elif process.exited:
-                    command = f"{command} (exited; NVML still lists its memory)".strip()
-                elif not process.visible:
-                    command = f"{command} (PID not visible on this host)".strip()
-                if process.container:
-                    command = f"[{process.container}] {command}"
-                cells = (
-                    _process_gpu(process),
-                    str(process.pid),
-                    _KIND_LETTERS.get(process.kind, process.kind),
-                    process.user or "n/a",
-                    used,
-                    _percent(process.cpu_percent),
-                    "n/a" if process.rss_bytes is None else format_bytes(process.rss_bytes),
-                    command,
-                )
-                table.add_row(*(Text(cell) for cell in cells))
-            console.print(table)
-            for process in processes:
-                if process.torch is not None:
-                    console.print(torch_line(process))
-        for gpu in snapshot.gpus:
-            unsupported = [name for name, why in gpu.errors if why == "not supported"]
-            if unsupported and gpu.state in (GpuState.OK, GpuState.ALERT, GpuState.BLIND):
-                console.print(
-                    f"GPU {gpu.index}: not supported by the driver: {', '.join(unsupported)}"
-                )
-            if gpu.memory_source == "host":
-                console.print(f"GPU {gpu.index}: {dict(gpu.errors).get('memory', '')}")
-            if not gpu.processes_reliable:
-                console.print(f"GPU {gpu.index}: process list {dict(gpu.errors)['processes']}")
-    for message in snapshot.errors:
-        if snapshot.nvml.available or message != snapshot.nvml.error:  # said above already
-            console.print(f"warning: {message}")
-    for alert in alerts:
-        console.print(f"ALERT: {alert.message}")
-    if snapshot.nvml.source is None:  # this machine's host line; a cluster's hosts have none here
-        console.print(host_line(snapshot.host, "").strip())
-
-
 # -- the command ----------------------------------------------------------------------------------
-
-
-#: Terminal sequences of ``--watch``: the alternate screen (the shell's screen comes back on exit),
-#: cursor home, erase to the end of the line / of the screen, hide and show the cursor (ECMA-48 and
-#: xterm's private modes 1049 and 25).
-ENTER_WATCH = "\x1b[?1049h\x1b[?25l"
-LEAVE_WATCH = "\x1b[?25h\x1b[?1049l"
-HOME = "\x1b[H"
-ERASE_LINE = "\x1b[K"
-ERASE_BELOW = "\x1b[J"
-
-
-def watch_frame(snapshot: Snapshot, alerts: list[AlertEvent], width: int, height: int) -> str:
-    """One ``--watch`` frame: the ``--once`` tables drawn over the last frame from the top left,
-    each line erased to its end and the rest of the screen cleared (nothing of a longer last frame
-    stays), cut to the terminal's height."""
-    import io
-
-    from rich.console import Console
-
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=width,
-        highlight=False,
-        markup=False,
-        force_terminal=True,
-        color_system="standard",
-        legacy_windows=False,
-    )
-    clock = time.strftime("%H:%M:%S", time.localtime(snapshot.timestamp))
-    console.print(f"hwdash monitor --watch  {clock}  (Ctrl-C quits)")
-    print_readable(snapshot, alerts, console)
-    lines = buffer.getvalue().rstrip("\n").split("\n")[: max(1, height)]
-    return HOME + (ERASE_LINE + "\n").join(lines) + ERASE_LINE + ERASE_BELOW
-
-
-def _emit_json(payload: dict[str, Any]) -> None:
-    # NaN and Infinity are not JSON: a reading that is not finite becomes null and the stream goes on.
-    sys.stdout.write(json.dumps(finite_or_none(payload), allow_nan=False) + "\n")
-    sys.stdout.flush()
 
 
 def check_watch(args: argparse.Namespace, *, terminal: bool) -> None:
@@ -665,85 +403,19 @@ def run(args: argparse.Namespace) -> int:
         args,
     )
     engine = AlertEngine(rule)
-    history = History(interval_s=interval)
-    watch = getattr(args, "watch", False)
     if args.once:
-        try:
-            # No wait for the host's CPU percent: a one-shot reports it only when the round took
-            # long enough to measure it (HostSampler.MIN_CPU_WINDOW_S), else n/a with the load.
-            snapshot = sampler.sample()
-        finally:
-            sampler.close()
-        engine.update(snapshot)
-        snapshot = mark_alert_states(snapshot, engine)
-        if args.json:
-            _emit_json(snapshot_to_dict(snapshot, engine.active))
-        else:
-            print_readable(snapshot, engine.active)
-        if snapshot.nvml.source is not None and not snapshot.nvml.available:
-            # A server that cannot be reached (or has no GPU series): the script saw nothing.
-            # (No driver on this machine is not an error: the monitor says so and exits 0.)
-            return 1
-        return 0
-
+        return _run_once(args, sampler, engine)
     simulated = fake_scenario_from(scenario) is not None or replay is not None
     log_path = (
         Path(args.alert_log) if args.alert_log else default_alert_log_path(simulated=simulated)
     )
     command = AlertCommand(args.on_alert) if args.on_alert else None
     actions = AlertActions(AlertLog(log_path), command)
-    said_no_driver = False
-    rounds = 0
-    next_at = time.monotonic()
+    watch = getattr(args, "watch", False)
     if watch:
         sys.stdout.write(ENTER_WATCH)
     try:
-        while True:
-            snapshot = sampler.sample()
-            history.add(snapshot)
-            snapshot = history.with_forecasts(snapshot)
-            events = engine.update(snapshot)
-            snapshot = mark_alert_states(snapshot, engine)
-            actions.handle(events)
-            if args.json:
-                _emit_json(snapshot_to_dict(snapshot, engine.active, events))
-            elif watch:
-                size = shutil.get_terminal_size()
-                sys.stdout.write(watch_frame(snapshot, engine.active, size.columns, size.lines))
-                sys.stdout.flush()
-            else:
-                clock = _clock_text(snapshot.timestamp)
-                lines: list[str] = []
-                said_now = False
-                if not snapshot.nvml.available and not said_no_driver:
-                    lines.append(snapshot.nvml.error or "NVML is not available")
-                    said_no_driver = said_now = True
-                stale = " (stale)" if snapshot.stale else ""
-                lines.extend(gpu_line(gpu, clock) + stale for gpu in snapshot.gpus)
-                if not snapshot.gpus:
-                    lines.append(host_line(snapshot.host, clock))
-                lines.extend(
-                    f"{clock} warning: {message}"
-                    for message in snapshot.errors
-                    if not (said_now and message == snapshot.nvml.error)
-                )
-                lines.extend(f"{clock} ALERT {event.kind}: {event.message}" for event in events)
-                sys.stdout.write("\n".join(lines) + "\n")
-                sys.stdout.flush()
-            rounds += 1
-            if count is not None and rounds >= count:
-                break
-            if replay is not None:
-                if replay.finished:
-                    break
-                time.sleep(replay.wait_s())
-                continue
-            next_at += interval
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_at = time.monotonic()  # fell behind: do not try to catch up in a burst
+        _stream(args, sampler, engine, actions, interval=interval, count=count, replay=replay)
     finally:
         if watch:
             sys.stdout.write(LEAVE_WATCH)
@@ -756,3 +428,79 @@ def run(args: argparse.Namespace) -> int:
                 f"{command.max_running} were still running\n"
             )
     return 0
+
+
+def _run_once(args: argparse.Namespace, sampler: Sampler, engine: AlertEngine) -> int:
+    """``--once``: one snapshot, readable or as one JSON object; 1 when a server could not be
+    read, else 0."""
+    try:
+        # No wait for the host's CPU percent: a one-shot reports it only when the round took
+        # long enough to measure it (HostSampler.MIN_CPU_WINDOW_S), else n/a with the load.
+        snapshot = sampler.sample()
+    finally:
+        sampler.close()
+    engine.update(snapshot)
+    snapshot = mark_alert_states(snapshot, engine)
+    if args.json:
+        emit_json(snapshot_to_dict(snapshot, engine.active))
+    else:
+        print_readable(snapshot, engine.active)
+    if snapshot.nvml.source is not None and not snapshot.nvml.available:
+        # A server that cannot be reached (or has no GPU series): the script saw nothing.
+        # (No driver on this machine is not an error: the monitor says so and exits 0.)
+        return 1
+    return 0
+
+
+def _stream(
+    args: argparse.Namespace,
+    sampler: Sampler,
+    engine: AlertEngine,
+    actions: AlertActions,
+    *,
+    interval: float,
+    count: int | None,
+    replay: ReplaySampler | None,
+) -> None:
+    """Sample every ``interval`` (a recording at its own pace) until ``count`` rounds, the
+    recording's end or Ctrl-C: forecasts, alerts and their actions, then JSON lines, a ``--watch``
+    frame or the streaming lines."""
+    history = History(interval_s=interval)
+    watch = getattr(args, "watch", False)
+    lines = StreamLines()
+    rounds = 0
+    next_at = time.monotonic()
+    while True:
+        snapshot = sampler.sample()
+        history.add(snapshot)
+        snapshot = history.with_forecasts(snapshot)
+        events = engine.update(snapshot)
+        snapshot = mark_alert_states(snapshot, engine)
+        actions.handle(events)
+        if args.json:
+            emit_json(snapshot_to_dict(snapshot, engine.active, events))
+        elif watch:
+            size = shutil.get_terminal_size()
+            sys.stdout.write(watch_frame(snapshot, engine.active, size.columns, size.lines))
+            sys.stdout.flush()
+        else:
+            lines.write(snapshot, events)
+        rounds += 1
+        if count is not None and rounds >= count:
+            return
+        if replay is not None:
+            if replay.finished:
+                return
+            time.sleep(replay.wait_s())
+            continue
+        next_at = _wait_until(next_at + interval)
+
+
+def _wait_until(next_at: float) -> float:
+    """Sleep until ``next_at`` (monotonic seconds) and return it; when that has passed already,
+    return now instead: a stream that fell behind does not catch up in a burst."""
+    delay = next_at - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+        return next_at
+    return time.monotonic()  # fell behind: do not try to catch up in a burst

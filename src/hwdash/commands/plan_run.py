@@ -1,0 +1,315 @@
+"""The flow of ``hwdash plan``: flags (and ``--from``) -> Plan -> estimate on the catalog -> output.
+
+:func:`run` reads the plan, checks the output flags, adds this machine's GPUs to the catalog,
+evaluates the plan, searches for options when asked (or when nothing fits), saves it, and prints
+the export, the JSON document or the text report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any
+
+from hwdash.commands.plan_export import exists_message, export
+from hwdash.commands.plan_inputs import (
+    apply_framework_defaults,
+    apply_imported,
+    blame_the_file,
+    chosen_fields,
+    plan_from_args,
+    unused_flag_warnings,
+)
+from hwdash.commands.plan_report import output_width, render_report
+from hwdash.core import strict_json
+from hwdash.core.plan import Plan
+from hwdash.core.planning.local_flavor import LOCAL_TARGETS
+from hwdash.core.results import FitVerdict
+from hwdash.errors import UsageError
+
+
+@dataclasses.dataclass
+class _Outcome:
+    """What the run found, for its output: the plan on the catalog and what goes beside it."""
+
+    plan: Plan
+    model: Any
+    catalog: Any
+    report: Any
+    machines: dict[str, Any]
+    framework_defaults: dict[str, Any]
+    #: --check's (exit status, line); None without --check
+    check: tuple[int, str] | None
+    fit_result: Any
+    fit_why: str
+    #: the catalog folders given: a suggested command repeats them
+    catalog_args: list[str]
+    #: (the saved plan's name, the line that says where) with --save
+    saved: tuple[str, str] | None
+    trace_skipped: str | None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand."""
+    from hwdash.commands import plan_fit
+    from hwdash.core.models.config import resolve_model
+
+    argv = getattr(args, "argv", [])
+    imported = _read_from_file(args)
+    plan = plan_from_args(args)
+    if imported is not None:
+        plan = apply_imported(plan, imported, argv, args.from_file)
+    _check_output_flags(args, plan)
+    plan, catalog, local, machines = _catalog_with_local_gpus(args, plan, imported)
+    model = resolve_model(plan.model, catalog)
+    trace_skipped = _trace_skipped(args, plan)
+    report, framework_defaults = _evaluate(args, plan, catalog, model, imported)
+    # --check's (exit status, line): the status holds whatever else is asked.
+    check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
+    fit_result, fit_why = _search_options(args, plan, model, catalog, local, report)
+    outcome = _Outcome(
+        plan=plan,
+        model=model,
+        catalog=catalog,
+        report=report,
+        machines=machines,
+        framework_defaults=framework_defaults,
+        check=check,
+        fit_result=fit_result,
+        fit_why=fit_why,
+        catalog_args=[arg for folder in args.catalog for arg in ("--catalog", folder)],
+        saved=_save(args, plan, report),
+        trace_skipped=trace_skipped,
+    )
+    return _print_outcome(args, outcome)
+
+
+def _read_from_file(args: argparse.Namespace) -> Any:
+    """The ``--from`` file's settings (None without one); its model when no flag names one."""
+    if args.from_file is None:
+        return None
+    from pathlib import Path
+
+    from hwdash.core.plans.imports import read_plan_file
+
+    imported = read_plan_file(Path(args.from_file))
+    if not args.model and not args.params and "model" in imported.updates:
+        args.model = imported.updates["model"]
+    return imported
+
+
+def _check_output_flags(args: argparse.Namespace, plan: Plan) -> None:
+    """Refuse the output flags that contradict each other (``-o`` without ``--export``...)."""
+    if args.output is not None and args.export is None:
+        raise UsageError("-o names the file --export writes: add --export FORMAT", flag="-o")
+    if args.force and args.output is None:
+        raise UsageError("--force overwrites the -o FILE of --export: add -o FILE", flag="--force")
+    if args.output is not None and not args.force and os.path.lexists(args.output):
+        raise UsageError(exists_message(args.output), flag="-o")
+    if args.export is not None and args.json and args.output is None:
+        raise UsageError(
+            "--export and --json would both write to stdout: add -o FILE for the export",
+            flag="--export",
+        )
+    if args.check and len(plan.flavors) != 1:
+        raise UsageError("give exactly one --flavor ID to check against", flag="--check")
+
+
+def _catalog_with_local_gpus(
+    args: argparse.Namespace, plan: Plan, imported: Any
+) -> tuple[Plan, Any, Any, dict[str, Any]]:
+    """(the plan with its framework's defaults, the catalog with this machine's GPUs as the
+    ``local`` flavors, the GPUs found, the local machines by flavor id); an unknown ``--fit``
+    target or a local flavor without GPUs is refused here, before any output."""
+    from hwdash.commands import plan_fit
+    from hwdash.core.catalog import load_catalog
+
+    catalog = load_catalog(args.catalog)
+    plan = apply_framework_defaults(plan, catalog, getattr(args, "argv", []), imported)
+    # This machine's GPUs become the `local` flavor (NVML, or the fake scenario).
+    local = plan_fit.probe_local_gpus(args.fake_nvml)
+    catalog, machines = plan_fit.add_local_flavors(
+        catalog, local, with_free=args.fit == "local-free" or "local-free" in plan.flavors
+    )
+    for flavor_id in plan.flavors:
+        if flavor_id in LOCAL_TARGETS and flavor_id not in catalog.flavors:
+            # "unknown flavor 'local'" would send the user to the catalog; the GPUs are missing.
+            plan_fit.target_flavors(flavor_id, catalog, local, flag="--flavor")
+    if args.fit is not None:
+        plan_fit.target_flavors(args.fit, catalog, local)  # an unknown target: exit 2 now
+    return plan, catalog, local, machines
+
+
+def _trace_skipped(args: argparse.Namespace, plan: Plan) -> str | None:
+    """With ``--trace``: why the trace will be skipped (torch, transformers or peft missing), or
+    None; a setting that cannot be traced is refused (exit 2) before any output."""
+    if not args.trace:
+        return None
+    from hwdash.tracing import TraceUnavailable, check_trace_dependencies, trace_settings
+
+    trace_settings(plan)  # a setting that cannot be traced: exit 2, before any output
+    try:
+        check_trace_dependencies(plan)
+    except TraceUnavailable as exc:
+        # The estimate needs none of torch/transformers/peft: print it, skip the trace.
+        return str(exc).removeprefix("--trace: ")
+    return None
+
+
+def _evaluate(
+    args: argparse.Namespace, plan: Plan, catalog: Any, model: Any, imported: Any
+) -> tuple[Any, dict[str, Any]]:
+    """(the report on the catalog's flavors, with warnings for the typed flags the plan ignores;
+    the defaults the framework applied that the user did not choose)."""
+    from hwdash.core.estimator.savers import applied_framework_defaults
+    from hwdash.core.planning.fit import evaluate_plan
+
+    argv = getattr(args, "argv", [])
+    try:
+        report = evaluate_plan(plan, catalog, model)
+    except UsageError as exc:
+        raise blame_the_file(exc, imported, argv, args.from_file) from None
+    # What the framework set that the user did not: the text's "framework" line and --json say it.
+    framework_defaults = applied_framework_defaults(
+        plan, catalog.framework_for(plan), chosen_fields(argv, imported)
+    )
+    unused = unused_flag_warnings(plan, argv)
+    if unused:
+        report = dataclasses.replace(report, warnings=(*unused, *report.warnings))
+    return report, framework_defaults
+
+
+def _search_options(
+    args: argparse.Namespace, plan: Plan, model: Any, catalog: Any, local: Any, report: Any
+) -> tuple[Any, str]:
+    """(the make-it-fit options, why they are shown): for ``--fit``, or when nothing fits."""
+    from hwdash.commands import plan_fit
+
+    if args.export is None and args.fit is not None:
+        return plan_fit.search(plan, model, catalog, args.fit, local), ""
+    if args.export is None and not args.json and not args.check and not report.recommended:
+        # Nothing fits and no --fit: the top three options for the flavor asked (--flavor; of
+        # several, the cheapest that comes close), else for the cheapest flavor that comes close.
+        from hwdash.core.planning.fit_options import closest_flavor
+
+        closest = closest_flavor(report)
+        if closest is not None and closest.verdict is not FitVerdict.TIGHT:
+            fit_result = plan_fit.search(plan, model, catalog, closest.flavor.id, local)
+            if len(plan.flavors) == 1:
+                return fit_result, "the flavor asked"
+            if plan.flavors:
+                return fit_result, "of the flavors asked, the cheapest that comes close"
+            return fit_result, "nothing fits: the cheapest flavor that comes close"
+    return None, ""
+
+
+def _save(args: argparse.Namespace, plan: Plan, report: Any) -> tuple[str, str] | None:
+    """With ``--save NAME``: the plan saved in the plans file, as (its name, where it went)."""
+    if args.save is None:
+        return None
+    from hwdash.core.plans.store import PlanStore, PlanSummary
+
+    store = PlanStore()
+    saved = store.save(args.save, plan, summary=PlanSummary.from_report(report))
+    return saved.name, f"saved plan '{saved.name}' to {store.path}"
+
+
+def _print_outcome(args: argparse.Namespace, outcome: _Outcome) -> int:
+    """Print the export, the JSON document, ``--check``'s line alone or the text report; the
+    exit status (``--check``'s, or the export's)."""
+    status = 0 if outcome.check is None else outcome.check[0]
+    saved_message = None if outcome.saved is None else outcome.saved[1]
+    if args.export is not None:
+        status = export(
+            args.export,
+            outcome.report,
+            outcome.catalog,
+            args.output,
+            check=outcome.check,
+            force=args.force,
+        )
+        if not args.json:
+            if saved_message is not None:
+                print(saved_message, file=sys.stderr)
+            return status
+    if args.json:
+        _print_json(args, outcome)
+        return status
+    if outcome.check is not None and args.fit is None and not args.trace:
+        print(outcome.check[1])  # the guard's line alone
+        if saved_message is not None:
+            print(saved_message)
+        return status
+    _print_text(args, outcome)
+    return status
+
+
+def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
+    """The ``--json`` document on stdout (the check's line, the save and a skipped trace said on
+    stderr)."""
+    from hwdash.commands import plan_fit
+
+    plan, report, check = outcome.plan, outcome.report, outcome.check
+    document = report.to_json()
+    if outcome.fit_result is not None:
+        document["fit"] = plan_fit.fit_json(
+            outcome.fit_result, outcome.catalog_args, outcome.catalog.framework_for(plan)
+        )
+    if outcome.machines:
+        document["local"] = {
+            ident: {"name": machine.flavor.name, "notes": list(machine.notes)}
+            for ident, machine in outcome.machines.items()
+        }
+    document["details"] = [[label, value] for label, value in report.estimate.details]
+    document["framework_defaults"] = outcome.framework_defaults
+    if check is not None:
+        document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
+        if args.export is None:  # (an export printed it)
+            print(check[1], file=sys.stderr)
+    if outcome.saved is not None:
+        document["saved_as"] = outcome.saved[0]
+        print(outcome.saved[1], file=sys.stderr)
+    if outcome.trace_skipped is not None:
+        document["trace"] = {"skipped": outcome.trace_skipped}
+        print(f"hwdash: trace skipped: {outcome.trace_skipped}", file=sys.stderr)
+    elif args.trace:
+        from hwdash.commands.plan_trace import trace_json
+
+        document["trace"] = trace_json(plan, outcome.model)
+    sys.stdout.write(strict_json.dumps(document, indent=2) + "\n")
+
+
+def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
+    """The text report, then the options, the save, the trace and ``--check``'s line."""
+    from hwdash.commands import plan_fit
+
+    plan = outcome.plan
+    render_report(
+        outcome.report,
+        local_notes=[n for m in outcome.machines.values() for n in m.notes],
+        framework_defaults=outcome.framework_defaults,
+    )
+    if outcome.fit_result is not None:
+        from rich.console import Console
+
+        auto = args.fit is None
+        plan_fit.render_options(
+            outcome.fit_result,
+            Console(width=output_width()),
+            limit=3 if auto else None,
+            extra_args=outcome.catalog_args,
+            framework=outcome.catalog.framework_for(plan),
+            why=outcome.fit_why,
+        )
+    if outcome.saved is not None:
+        print(outcome.saved[1])
+    if outcome.trace_skipped is not None:
+        print(f"hwdash: trace skipped: {outcome.trace_skipped}", file=sys.stderr)
+    elif args.trace:
+        from hwdash.commands.plan_trace import print_trace
+
+        print_trace(plan, outcome.model)
+    if outcome.check is not None:
+        print(outcome.check[1])
