@@ -25,14 +25,14 @@ a hung driver call delays nothing (the snapshot then says ``stale`` and so does
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hwdash.core.units import MIB
-from hwdash.telemetry.types import GpuSample, GpuState, Snapshot
+from hwdash.telemetry.types import GpuSample, GpuState, ProcessSample, Snapshot, TorchSample
 
 #: Label names of the DCGM series (dcgm-exporter's; ``Hostname`` became ``hostname`` in 2026:
 #: readers accept both, this exporter writes dcgm-exporter's long-standing spelling).
@@ -99,91 +99,133 @@ class SnapshotCollector(Collector):
         yield from self._gpu_families(snapshot.gpus)
 
     def _gpu_families(self, gpus: tuple[GpuSample, ...]) -> Iterator[GaugeMetricFamily]:
+        """The per-GPU families (:data:`_GPU_SERIES`), then the per-process ones
+        (:data:`_PROCESS_SERIES`), each with a sample for every GPU or process that has a value."""
         process_label_names = PROCESS_LABELS + (
             PROCESS_DETAIL_LABELS if self.process_details else ()
         )
-
-        def family(name: str, documentation: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, documentation, labels=list(labels))
-
-        used = family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", DCGM_LABELS)
-        free = family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", DCGM_LABELS)
-        reserved = family(
-            "DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", DCGM_LABELS
-        )
-        util = family("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", DCGM_LABELS)
-        temp = family("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", DCGM_LABELS)
-        power = family("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", DCGM_LABELS)
-        total = family(
-            "hwdash_gpu_memory_total_bytes",
-            "Memory of the GPU as NVML reports it.",
-            HWDASH_GPU_LABELS,
-        )
-        pressure = family(
-            "hwdash_gpu_memory_pressure",
-            "1 - free/total: how much a new allocation can no longer get (0..1).",
-            HWDASH_GPU_LABELS,
-        )
-        alert = family(
-            "hwdash_gpu_alert",
-            "1 while hwdash's alert rule holds an alert for the GPU (memory, blind or lost).",
-            HWDASH_GPU_LABELS,
-        )
-        lost = family("hwdash_gpu_lost", "1 when the GPU stopped answering.", HWDASH_GPU_LABELS)
-        forecast = family(
-            "hwdash_gpu_forecast_full_seconds",
-            "Seconds until memory is full at its current climb (absent: no such trend).",
-            HWDASH_GPU_LABELS,
-        )
-        process_used = family(
-            "hwdash_process_memory_used_bytes",
-            "GPU memory NVML charges a process.",
-            process_label_names,
-        )
-        allocated = family(
-            "hwdash_process_torch_allocated_bytes",
-            "PyTorch memory_allocated of a process running hwdash.probe.",
-            process_label_names,
-        )
-        torch_reserved = family(
-            "hwdash_process_torch_reserved_bytes",
-            "PyTorch memory_reserved (the caching allocator's pool) of a probed process.",
-            process_label_names,
-        )
-        retries = family(
-            "hwdash_process_torch_alloc_retries",
-            "PyTorch num_alloc_retries of a probed process (rising: an OOM is near).",
-            process_label_names,
-        )
+        gpu_families = [
+            (GaugeMetricFamily(name, documentation, labels=list(labels)), read)
+            for name, documentation, labels, read in _GPU_SERIES
+        ]
+        process_families = [
+            (GaugeMetricFamily(name, documentation, labels=list(process_label_names)), read)
+            for name, documentation, read in _PROCESS_SERIES
+        ]
         for gpu in gpus:
             labels = [str(gpu.index), gpu.uuid or "", gpu.name or "", self.hostname]
-            for target, value in (
-                (used, _mib(gpu.used_bytes)),
-                (free, _mib(gpu.free_bytes)),
-                (reserved, _mib(gpu.reserved_bytes)),
-                (util, gpu.utilization_gpu),
-                (temp, gpu.temperature_c),
-                (power, gpu.power_w),
-                (total, gpu.total_bytes),
-                (pressure, gpu.pressure),
-                (forecast, gpu.forecast_full_s),
-            ):
-                if value is not None:
-                    target.add_metric(labels, float(value))
-            alert.add_metric(labels, 1.0 if gpu.state is not GpuState.OK else 0.0)
-            lost.add_metric(labels, 1.0 if gpu.state is GpuState.LOST else 0.0)
+            for family, read_gpu in gpu_families:
+                _add_sample(family, labels, read_gpu(gpu))
             for process in gpu.processes:
-                process_labels = [str(gpu.index), gpu.uuid or "", self.hostname, str(process.pid)]
-                if self.process_details:
-                    command = (process.cmdline or process.name or "")[:COMMAND_LABEL_CHARS]
-                    process_labels += [process.user or "", command]
-                if process.used_bytes is not None:
-                    process_used.add_metric(process_labels, float(process.used_bytes))
-                if process.torch is not None:
-                    allocated.add_metric(process_labels, float(process.torch.allocated_bytes))
-                    torch_reserved.add_metric(process_labels, float(process.torch.reserved_bytes))
-                    retries.add_metric(process_labels, float(process.torch.alloc_retries))
-        yield from (
-            used, free, reserved, util, temp, power, total, pressure, alert, lost, forecast,
-            process_used, allocated, torch_reserved, retries,
-        )  # fmt: skip
+                process_labels = self._process_labels(gpu, process)
+                for family, read_process in process_families:
+                    _add_sample(family, process_labels, read_process(process))
+        yield from (family for family, _ in gpu_families)
+        yield from (family for family, _ in process_families)
+
+    def _process_labels(self, gpu: GpuSample, process: ProcessSample) -> list[str]:
+        """A process series' label values: GPU, UUID, host, PID (and, with ``--process-details``,
+        the user and the command line cut to :data:`COMMAND_LABEL_CHARS`)."""
+        process_labels = [str(gpu.index), gpu.uuid or "", self.hostname, str(process.pid)]
+        if self.process_details:
+            command = (process.cmdline or process.name or "")[:COMMAND_LABEL_CHARS]
+            process_labels += [process.user or "", command]
+        return process_labels
+
+
+def _add_sample(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    """One sample, where there is a value (a series a GPU does not report is absent, not 0)."""
+    if value is not None:
+        family.add_metric(labels, float(value))
+
+
+def _torch_reading(read: Callable[[TorchSample], float]) -> Callable[[ProcessSample], float | None]:
+    """A probed process's PyTorch number (None where the process runs no :mod:`hwdash.probe`)."""
+    return lambda process: None if process.torch is None else read(process.torch)
+
+
+#: The per-GPU series in the order served: (name, help, label names, the GPU's value or None).
+#: DCGM's first, in dcgm-exporter's units (MiB, %, C, W); then hwdash's.
+_GPU_SERIES: tuple[tuple[str, str, tuple[str, ...], Callable[[GpuSample], float | None]], ...] = (
+    (
+        "DCGM_FI_DEV_FB_USED",
+        "Framebuffer memory used (in MiB).",
+        DCGM_LABELS,
+        lambda gpu: _mib(gpu.used_bytes),
+    ),
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        "Framebuffer memory free (in MiB).",
+        DCGM_LABELS,
+        lambda gpu: _mib(gpu.free_bytes),
+    ),
+    (
+        "DCGM_FI_DEV_FB_RESERVED",
+        "Framebuffer memory reserved (in MiB).",
+        DCGM_LABELS,
+        lambda gpu: _mib(gpu.reserved_bytes),
+    ),
+    (
+        "DCGM_FI_DEV_GPU_UTIL",
+        "GPU utilization (in %).",
+        DCGM_LABELS,
+        lambda gpu: gpu.utilization_gpu,
+    ),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", DCGM_LABELS, lambda gpu: gpu.temperature_c),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", DCGM_LABELS, lambda gpu: gpu.power_w),
+    (
+        "hwdash_gpu_memory_total_bytes",
+        "Memory of the GPU as NVML reports it.",
+        HWDASH_GPU_LABELS,
+        lambda gpu: gpu.total_bytes,
+    ),
+    (
+        "hwdash_gpu_memory_pressure",
+        "1 - free/total: how much a new allocation can no longer get (0..1).",
+        HWDASH_GPU_LABELS,
+        lambda gpu: gpu.pressure,
+    ),
+    (
+        "hwdash_gpu_alert",
+        "1 while hwdash's alert rule holds an alert for the GPU (memory, blind or lost).",
+        HWDASH_GPU_LABELS,
+        lambda gpu: 1.0 if gpu.state is not GpuState.OK else 0.0,
+    ),
+    (
+        "hwdash_gpu_lost",
+        "1 when the GPU stopped answering.",
+        HWDASH_GPU_LABELS,
+        lambda gpu: 1.0 if gpu.state is GpuState.LOST else 0.0,
+    ),
+    (
+        "hwdash_gpu_forecast_full_seconds",
+        "Seconds until memory is full at its current climb (absent: no such trend).",
+        HWDASH_GPU_LABELS,
+        lambda gpu: gpu.forecast_full_s,
+    ),
+)
+
+#: The per-process series in the order served: (name, help, the process's value or None); their
+#: label names are :data:`PROCESS_LABELS` (plus :data:`PROCESS_DETAIL_LABELS` where asked for).
+_PROCESS_SERIES: tuple[tuple[str, str, Callable[[ProcessSample], float | None]], ...] = (
+    (
+        "hwdash_process_memory_used_bytes",
+        "GPU memory NVML charges a process.",
+        lambda process: process.used_bytes,
+    ),
+    (
+        "hwdash_process_torch_allocated_bytes",
+        "PyTorch memory_allocated of a process running hwdash.probe.",
+        _torch_reading(lambda torch: torch.allocated_bytes),
+    ),
+    (
+        "hwdash_process_torch_reserved_bytes",
+        "PyTorch memory_reserved (the caching allocator's pool) of a probed process.",
+        _torch_reading(lambda torch: torch.reserved_bytes),
+    ),
+    (
+        "hwdash_process_torch_alloc_retries",
+        "PyTorch num_alloc_retries of a probed process (rising: an OOM is near).",
+        _torch_reading(lambda torch: torch.alloc_retries),
+    ),
+)

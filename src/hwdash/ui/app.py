@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding, BindingType
-from textual.containers import Container, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.driver import Driver
-from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import ContentSwitcher, Footer, Input, Static
+from textual.widgets import Footer
 
 from hwdash.core.live.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
@@ -33,8 +31,9 @@ from hwdash.telemetry.signals import Signaller, SignalName, SignalRefused, refus
 from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.types import ProcessSample, Sampler, Snapshot
 from hwdash.ui import startup_gc
+from hwdash.ui.dashboard_tabs import TAB_NAMES, DashboardTabs, TabName, TabPage
+from hwdash.ui.help_screen import HELP_TEXT, HelpScreen
 from hwdash.ui.monitor_pane import MonitorPane
-from hwdash.ui.planner_keys import PLANNER_BINDINGS
 from hwdash.ui.sampling import (
     FRAME_HISTORY_POINTS,
     AlertingFrameBuilder,
@@ -49,7 +48,6 @@ from hwdash.ui.screen_diff import ScreenDiff, diffing_driver, terminal_hung_up
 from hwdash.ui.widgets.monitor_cells import TextCell
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
-from hwdash.ui.widgets.tab_bar import TabBar
 
 if TYPE_CHECKING:
     from hwdash.core.catalog import Catalog
@@ -57,8 +55,16 @@ if TYPE_CHECKING:
     from hwdash.ui.compare_pane import ComparePane
     from hwdash.ui.planner_pane import PlannerPane
 
-TabName = Literal["planner", "compare", "monitor"]
-TAB_NAMES: tuple[TabName, ...] = ("planner", "compare", "monitor")
+__all__ = [
+    "HELP_TEXT",
+    "TAB_NAMES",
+    "DashboardTabs",
+    "HelpScreen",
+    "HwdashApp",
+    "TabName",
+    "TabPage",
+    "make_app",
+]
 
 #: Seconds an alert toast stays up (alerts raised meanwhile join it).
 ALERT_TOAST_SECONDS = 10.0
@@ -76,56 +82,6 @@ TERMINAL_CHECK_SECONDS = 0.5
 #: Exit status when the terminal went away: 128 + SIGHUP, as a shell reports a hung-up job.
 TERMINAL_HUNG_UP_EXIT = 129
 
-#: Every key of every tab (tests/ui/test_keys.py checks that each binding is listed). A key line
-#: is two spaces, the keys (``a / b``), two spaces or more, what they do.
-HELP_TEXT = """\
-[b]hwdash[/b]: will it fit, what will it cost, is it about to run out?
-
-[b]Everywhere[/b] (but in a text field, where escape leaves the field)
-  p             planner: what a plan needs in memory, time and cost
-  c             compare saved plans side by side
-  m             live monitor of the GPUs and the host
-  ?             this help
-  q / ctrl+q    quit (ctrl+q also in a text field)
-  tab           next field or table (shift+tab: the one before)
-  escape        leave a field for the tab bar (where these keys work)
-  left / right  on the tab bar: the tab before / after (or click a tab)
-  ctrl+l        redraw the whole screen
-  ctrl+p        command palette (themes, keys)
-
-[b]Monitor[/b]
-  o             sort the process table by the next column (or click one)
-  O             reverse the order (when the table has focus)
-  up / down     move in the process table
-  home / end    its first or last process
-  enter         the selected process in detail (memory history, command,
-                PyTorch allocated/reserved where it runs hwdash.probe)
-  k / K         SIGTERM / SIGKILL the selected process (asks first; your
-                own processes unless root; off with --readonly)
-  space         replay (--replay FILE): pause or resume
-  left / right  replay: one recorded snapshot back or forward
-  OOM in        time until a GPU is full at its current climb
-  bar           ▒ reserved by the driver  █ used  │ alert level  ┃ plan
-
-[b]Planner[/b] (anywhere on the planner tab; in a text field, ctrl+ keys)
-  s / ctrl+s    save the current plan
-  t / ctrl+t    trace the plan on fake tensors
-  f             make it fit: the smallest changes that fit the selected
-                flavor (else the recommended one); enter applies one
-  1 / 2 / 3     sort flavors by cost, time or memory (again: reverse)
-  v             next provider (filters the flavor table)
-  o             show only the flavors the plan fits
-  e             export: DeepSpeed, Trainer/TRL, accelerate or hf jobs
-  escape        leave a text field (or a dialog)
-
-[b]Compare[/b]
-  left / right  choose a saved plan
-  enter / l     load it into the planner
-  r             rename it
-  d             delete it (asks first: y yes, n or escape no)
-
-Press escape, q or ? to close this help."""
-
 
 def alert_status_text(frame: MonitorFrame) -> str:
     """The line above the tabs: every GPU in alert and how full (empty when none is)."""
@@ -135,121 +91,6 @@ def alert_status_text(frame: MonitorFrame) -> str:
         return f"⚠ {frame.active[0].message}"
     line = "⚠ " + "  ·  ".join(notice.brief for notice in frame.active)
     return line + " memory" if all(n.kind == "raised" for n in frame.active) else line
-
-
-class HelpScreen(ModalScreen[None]):
-    """The list of keys."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss", "Close"),
-        Binding("q", "dismiss", "Close", show=False),
-        Binding("question_mark", "dismiss", "Close", show=False),
-    ]
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-body"):
-            yield Static(HELP_TEXT, id="help-text")
-
-
-class TabPage(Container):
-    """What one tab shows (its pane is mounted into it)."""
-
-
-class DashboardTabs(Vertical):
-    """The tab bar over the three pages, forwarding the planner's keys to the planner pane
-    while its tab is shown.
-
-    Focus starts on the tab bar, and escape leaves a field for it: from there (and from anywhere
-    in the planner tab but a text field) the planner's keys work; inside the pane, the pane's own
-    bindings answer first. Escape, shown in the footer while a text field has focus, leaves it.
-    """
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        *(
-            Binding(
-                binding.key,
-                f"planner({binding.action!r})",
-                binding.description,
-                show=binding.show,
-                group=binding.group,
-            )
-            for binding in PLANNER_BINDINGS
-        ),
-        Binding("escape", "leave_field", "Leave field"),
-    ]
-
-    class TabActivated(Message):
-        """The tab shown changed to ``tab``."""
-
-        def __init__(self, tab: str) -> None:
-            super().__init__()
-            self.tab = tab
-
-    def __init__(self, initial: TabName, first_pane: Widget) -> None:
-        super().__init__(id="tabs")
-        self._active: str = initial
-        self._first_pane = first_pane
-
-    def compose(self) -> ComposeResult:
-        yield TabBar([(tab, tab.capitalize()) for tab in TAB_NAMES], self._active, id="tab-bar")
-        with ContentSwitcher(initial=self._active):
-            for tab in TAB_NAMES:
-                with TabPage(id=tab):
-                    # The other tabs get their panes once the first frame is on screen.
-                    if tab == self._active:
-                        yield self._first_pane
-
-    @property
-    def active(self) -> str:
-        """Id of the tab shown."""
-        return self._active
-
-    @active.setter
-    def active(self, tab: str) -> None:
-        if tab == self._active:
-            return
-        self._active = tab
-        self.query_one(ContentSwitcher).current = tab
-        self.tab_bar.active = tab
-        self.post_message(self.TabActivated(tab))
-
-    @property
-    def tab_bar(self) -> TabBar:
-        return self.query_one(TabBar)
-
-    def get_pane(self, tab: str) -> TabPage:
-        """The page of ``tab``."""
-        return self.query_one(f"#{tab}", TabPage)
-
-    async def on_tab_bar_chosen(self, event: TabBar.Chosen) -> None:
-        event.stop()
-        await self.app.run_action(f"show_tab({event.tab!r})")
-
-    def _planner_pane(self) -> Widget | None:
-        """The planner pane, when its tab is shown."""
-        if self.active != "planner":
-            return None
-        pane = self.get_pane("planner")
-        return pane.children[0] if pane.children else None
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The planner's keys only while the planner is shown; escape (shown in the footer) only
-        in a text field: elsewhere the app's escape, not shown, takes the focus to the tab bar."""
-        if action == "planner":
-            return self._planner_pane() is not None
-        if action == "leave_field":
-            return isinstance(self.screen.focused, Input)
-        return True
-
-    async def action_planner(self, action: str) -> None:
-        """Run one of the planner pane's actions on it."""
-        pane = self._planner_pane()
-        if pane is not None:
-            await self.app.run_action(action, pane)
-
-    def action_leave_field(self) -> None:
-        """Leave a text field for the tab bar, where the single-letter keys work again."""
-        self.screen.set_focus(self.tab_bar)
 
 
 class HwdashApp(App[None]):
@@ -304,9 +145,9 @@ class HwdashApp(App[None]):
         """Real seconds the alert and allocator toasts stay up (Textual times toasts by the wall
         clock, not by ``clock``: tests that replay a scenario keep them up for good)."""
         self.signaller = signaller
+        """Sends SIGTERM/SIGKILL to a process the user picked and confirmed (None: ``--readonly``)."""
         self.replay = replay_of(sampler)
         """The recording being replayed (``--replay``), or None for live samples."""
-        """Sends SIGTERM/SIGKILL to a process the user picked and confirmed (None: ``--readonly``)."""
         self._first_snapshot = first_snapshot
         self._catalog_source = catalog
         self.catalog_error: CatalogError | None = None
@@ -322,15 +163,20 @@ class HwdashApp(App[None]):
         self._plan_store = plan_store
         """Saved plans (shared by the planner and compare panes)."""
         self.initial_tab: TabName = initial_tab
+        self._build_frame = build_frame
+        self._clock = clock
+        self._on_exit_callbacks = on_exit_callbacks
+        self._stall_after_s = max(stall_after_s, 3 * interval)
+        self._start_empty(alert_threshold)
+
+    def _start_empty(self, alert_threshold: float) -> None:
+        """What the app holds before its first frame: no frames or alerts yet, the status line and
+        the monitor pane built, the planner and compare panes not yet."""
         self._exit_requested = False
         self.frames_received = 0
         """Frames shown so far (tests wait on it)."""
         self.alerts_raised = 0
         """Alert notifications raised so far."""
-        self._build_frame = build_frame
-        self._clock = clock
-        self._on_exit_callbacks = on_exit_callbacks
-        self._stall_after_s = max(stall_after_s, 3 * interval)
         self._recent_toasts: list[tuple[float, AlertNotice]] = []
         self._thrashing: set[tuple[int, int]] = set()
         self._local_flavor_added = False
@@ -856,6 +702,45 @@ def make_app(
     ``toast_seconds``: how long (real time) alert toasts stay up; tests that step scenario time
     make it long, so what they check does not depend on the machine's speed. Call :meth:`HwdashApp.finish` after ``run()`` so running alert commands get a few seconds.
     """
+    builder, actions = alerting_frame_builder(
+        sampler,
+        interval=interval,
+        alert_threshold=alert_threshold,
+        blind_after_s=blind_after_s,
+        alert_forecast_s=alert_forecast_s,
+        alert_log=alert_log,
+        on_alert=on_alert,
+    )
+    return HwdashApp(
+        catalog=catalog,
+        sampler=sampler,
+        interval=interval,
+        alert_threshold=alert_threshold,
+        bell=bell,
+        plan_store=plan_store,
+        initial_tab=initial_tab,
+        build_frame=builder,
+        clock=clock or time.monotonic,
+        on_exit_callbacks=(lambda: actions.close(ALERT_COMMAND_GRACE_SECONDS),),
+        stall_after_s=stall_after_s,
+        first_snapshot=first_snapshot,
+        signaller=signaller,
+        toast_seconds=toast_seconds,
+    )
+
+
+def alerting_frame_builder(
+    sampler: Sampler | None,
+    *,
+    interval: float,
+    alert_threshold: float,
+    blind_after_s: float | None,
+    alert_forecast_s: float | None,
+    alert_log: Path | Literal[False] | None,
+    on_alert: str | None,
+) -> tuple[AlertingFrameBuilder, AlertActions]:
+    """What turns each snapshot into a frame (alert rule, history, the replay's own history), and
+    the actions it takes on an alert (the log, the ``--on-alert`` command), for :func:`make_app`."""
     if interval <= 0:
         raise ValueError("interval must be greater than zero")
     # Raises ValueError for a threshold outside (0, 1].
@@ -878,19 +763,4 @@ def make_app(
         else replay.history_feed(sampler.select if isinstance(sampler, SubsetSampler) else None)
     )
     builder = AlertingFrameBuilder(rule, history=history, actions=actions, history_feed=feed)
-    return HwdashApp(
-        catalog=catalog,
-        sampler=sampler,
-        interval=interval,
-        alert_threshold=alert_threshold,
-        bell=bell,
-        plan_store=plan_store,
-        initial_tab=initial_tab,
-        build_frame=builder,
-        clock=clock or time.monotonic,
-        on_exit_callbacks=(lambda: actions.close(ALERT_COMMAND_GRACE_SECONDS),),
-        stall_after_s=stall_after_s,
-        first_snapshot=first_snapshot,
-        signaller=signaller,
-        toast_seconds=toast_seconds,
-    )
+    return builder, actions

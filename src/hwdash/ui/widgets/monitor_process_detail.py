@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from hwdash.core.units import format_bytes
 from hwdash.telemetry.history import process_key
-from hwdash.telemetry.types import ProcessSample
+from hwdash.telemetry.types import ProcessSample, TorchSample
 from hwdash.ui.widgets.monitor_cells import sparkline
 
 #: How to start the probe, said where a process has none.
@@ -38,6 +38,21 @@ def detail_text(
 ) -> Text:
     """The screen's text (plain: every string from outside is shown as is)."""
     text = Text()
+    _append_identity(text, process, ended=ended)
+    _append_gpu_memory(text, process, history, total_bytes, width=width)
+    text.append("\n")
+    if process.torch is None:
+        text.append(PROBE_HINT + "\n", style="dim")
+    else:
+        _append_allocator(text, process.torch)
+    cpu = "n/a" if process.cpu_percent is None else f"{process.cpu_percent:.0f}%"
+    rss = "n/a" if process.rss_bytes is None else format_bytes(process.rss_bytes)
+    text.append(f"\nHost  CPU {cpu}  ·  RSS {rss}\n")
+    return text
+
+
+def _append_identity(text: Text, process: ProcessSample, *, ended: bool) -> None:
+    """Who the process is (PID, GPU, user, container), whether it can be checked, its command."""
     head = f"PID {process.pid}  ·  GPU {process.gpu_index}"
     if process.mig_index is not None:
         head += f"/{process.mig_index}"
@@ -59,6 +74,16 @@ def detail_text(
     text.append("Command  ", style="bold")
     text.append((process.cmdline or process.name or "unknown") + "\n\n")
 
+
+def _append_gpu_memory(
+    text: Text,
+    process: ProcessSample,
+    history: tuple[tuple[float, int | None], ...],
+    total_bytes: int | None,
+    *,
+    width: int,
+) -> None:
+    """NVML's memory of the process now, its range over the history, and its sparkline."""
     known = [used for _at, used in history if used is not None]
     used = "n/a" if process.used_bytes is None else format_bytes(process.used_bytes)
     text.append("GPU memory (NVML)  ", style="bold")
@@ -75,37 +100,31 @@ def detail_text(
         text.append(f"  {line}\n", style="green")
         text.append("  (height: share of the GPU's memory)\n", style="dim")
 
-    torch = process.torch
-    text.append("\n")
-    if torch is None:
-        text.append(PROBE_HINT + "\n", style="dim")
-    else:
-        step = "" if torch.step is None else f", step {torch.step}"
-        text.append(f"PyTorch allocator (hwdash.probe{step})\n", style="bold")
-        fragmented = torch.fragmentation
+
+def _append_allocator(text: Text, torch: TorchSample) -> None:
+    """What the process's PyTorch allocator says (through :mod:`hwdash.probe`)."""
+    step = "" if torch.step is None else f", step {torch.step}"
+    text.append(f"PyTorch allocator (hwdash.probe{step})\n", style="bold")
+    fragmented = torch.fragmentation
+    text.append(
+        f"  allocated {format_bytes(torch.allocated_bytes)}  ·  reserved "
+        f"{format_bytes(torch.reserved_bytes)}  ·  cache {format_bytes(torch.cache_bytes)}"
+        + ("" if fragmented is None else f"  ·  {fragmented:.0%} of the pool fragmented")
+        + "\n"
+    )
+    if torch.max_allocated_bytes is not None and torch.max_reserved_bytes is not None:
         text.append(
-            f"  allocated {format_bytes(torch.allocated_bytes)}  ·  reserved "
-            f"{format_bytes(torch.reserved_bytes)}  ·  cache {format_bytes(torch.cache_bytes)}"
-            + ("" if fragmented is None else f"  ·  {fragmented:.0%} of the pool fragmented")
-            + "\n"
+            f"  peak allocated {format_bytes(torch.max_allocated_bytes)}  ·  peak reserved "
+            f"{format_bytes(torch.max_reserved_bytes)}\n"
         )
-        if torch.max_allocated_bytes is not None and torch.max_reserved_bytes is not None:
-            text.append(
-                f"  peak allocated {format_bytes(torch.max_allocated_bytes)}  ·  peak reserved "
-                f"{format_bytes(torch.max_reserved_bytes)}\n"
-            )
-        retries = f"  alloc retries {torch.alloc_retries}  ·  OOMs caught {torch.ooms}"
-        text.append(retries)
-        if torch.retries_rising:
-            text.append(
-                "  rising: the allocator frees its cache to fit allocations, an OOM is near",
-                style="bold red",
-            )
-        text.append("\n")
-    cpu = "n/a" if process.cpu_percent is None else f"{process.cpu_percent:.0f}%"
-    rss = "n/a" if process.rss_bytes is None else format_bytes(process.rss_bytes)
-    text.append(f"\nHost  CPU {cpu}  ·  RSS {rss}\n")
-    return text
+    retries = f"  alloc retries {torch.alloc_retries}  ·  OOMs caught {torch.ooms}"
+    text.append(retries)
+    if torch.retries_rising:
+        text.append(
+            "  rising: the allocator frees its cache to fit allocations, an OOM is near",
+            style="bold red",
+        )
+    text.append("\n")
 
 
 class ProcessDetailScreen(ModalScreen[None]):

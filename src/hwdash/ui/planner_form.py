@@ -1,0 +1,635 @@
+"""The planner's form: its rows (which Plan field, which control, when a row is shown), reading
+them into a :class:`Plan`, marking the fields it cannot use, and the model search list under the
+model row.
+
+Part of :class:`~hwdash.ui.planner_pane.PlannerPane` (a mixin, see :mod:`hwdash.ui.planner_base`).
+May import the core, Textual, the planner widgets and :mod:`hwdash.ui.planner_base`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import ValidationError
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.events import DescendantBlur, DescendantFocus, Key
+from textual.suggester import SuggestFromList
+from textual.widget import Widget
+from textual.widgets import Checkbox, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
+
+from hwdash.core.catalog import Catalog
+from hwdash.core.estimator.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
+from hwdash.core.models.hf_cache import cached_model_ids
+from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
+from hwdash.core.plan import (
+    LORA_STYLE_METHODS,
+    RL_TRAINABLE_METHODS,
+    TRAINING_ONLY_FIELDS,
+    Attention,
+    Framework,
+    FsdpMode,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Plan,
+    Precision,
+    Quant,
+)
+from hwdash.core.units import format_count, parse_count
+from hwdash.ui.planner_base import PlannerParts
+from hwdash.ui.widgets.check import Check
+from hwdash.ui.widgets.form_select import FormSelect
+from hwdash.ui.widgets.ordered_input import OrderedInput
+
+#: Form fields in display order: (Plan field, label).
+FORM_FIELDS: tuple[tuple[str, str], ...] = (
+    ("model", "model"),
+    ("method", "method"),
+    ("precision", "precision"),
+    ("batch", "micro-batch"),
+    ("seq", "seq length"),
+    ("grad_ckpt", "grad ckpt"),
+    ("attention", "attention"),
+    ("optimizer", "optimizer"),
+    ("lora_r", "LoRA rank"),
+    ("zero", "ZeRO stage"),
+    ("offload", "offload"),
+    ("gpus", "GPUs"),
+    ("examples", "examples"),
+    ("epochs", "epochs"),
+    ("tokens", "tokens"),  # inference: the tokens to generate (hours and cost)
+    ("mfu", "MFU"),
+    # Added after the first layout: at the end, so the rows above keep their places.
+    ("grad_accum", "grad accum"),
+    ("lora_dropout", "LoRA drop"),
+    ("optimizer_impl", "AdamW impl"),
+    ("rl_method", "RL policy"),
+    ("rl_reference", "RL ref"),
+    ("rl_reward_model", "RL reward"),
+    ("vllm_memory_utilization", "vLLM share"),
+    ("quant", "quantize"),
+    # Issue 13: the training stacks' defaults and savers, FSDP and Megatron parallelism.
+    ("framework", "framework"),
+    ("loss", "loss"),
+    ("fsdp", "FSDP"),
+    ("fsdp_offload", "FSDP offl."),
+    ("tp", "tensor par."),
+    ("pp", "pipeline"),
+)
+FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
+#: Rows shown only for PPO and GRPO plans.
+_RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
+#: Rows shown only for inference plans.
+_INFERENCE_FIELDS = ("quant", "tokens")
+#: Fields of the adapters: hidden unless the plan trains LoRA-style adapters (directly, or as the
+#: policy of an RL plan); what they hold then does not apply and never blocks the plan.
+_LORA_FIELDS = ("lora_r", "lora_dropout")
+#: Rows hidden for inference (what they set only training reads: the command line warns about them).
+_TRAINING_FIELDS = (*(name for name in FIELD_NAMES if name in TRAINING_ONLY_FIELDS), "framework")
+#: Rows for fine-tuning plans (not inference, not RL): PyTorch FSDP.
+_FSDP_FIELDS = ("fsdp",)
+#: Rows shown only once FSDP shards the plan.
+_FSDP_ONLY_FIELDS = ("fsdp_offload",)
+#: Rows shown only for full training (Megatron-LM tensor and pipeline parallelism).
+_FULL_ONLY_FIELDS = ("tp", "pp")
+#: The class that shows a row only where it applies (the pane's method classes switch them).
+_ROW_CLASSES = {
+    **dict.fromkeys(_RL_FIELDS, "-rl-only"),
+    **dict.fromkeys(_INFERENCE_FIELDS, "-inference-only"),
+    **dict.fromkeys(_TRAINING_FIELDS, "-training-only"),
+    **dict.fromkeys(_FSDP_FIELDS, "-fine-tuning-only"),
+    **dict.fromkeys(_FSDP_ONLY_FIELDS, "-fsdp-only"),
+    **dict.fromkeys(_FULL_ONLY_FIELDS, "-full-only"),
+    **dict.fromkeys(_LORA_FIELDS, "-lora-only"),
+}
+#: The loss row's first choice: leave it to the framework (``Plan.loss`` None).
+LOSS_DEFAULT = "framework default"
+_INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum", "tp", "pp")
+#: Fields typed as decimal numbers.
+_NUMBER_FIELDS = ("epochs", "mfu", "vllm_memory_utilization", "lora_dropout")
+#: Enum fields shown as drop-downs of every member.
+_ENUM_FIELDS: dict[str, Any] = {
+    "method": Method,
+    "precision": Precision,
+    "attention": Attention,
+    "optimizer": Optimizer,
+    "optimizer_impl": OptimizerImpl,
+    "offload": Offload,
+    "quant": Quant,
+    "framework": Framework,
+    "fsdp": FsdpMode,
+}
+#: Fields shown as a check box, with the box's label.
+_CHECK_LABELS = {
+    "grad_ckpt": "recompute",
+    "fsdp_offload": "params, grads, optimizer",
+    "rl_reference": "frozen reference",
+    "rl_reward_model": "reward model",
+}
+
+#: What the empty examples field says.
+EXAMPLES_PLACEHOLDER = "e.g. 50k"
+#: How many model matches the search list shows.
+MODEL_MATCHES = 8
+
+#: The form's half of the pane's CSS (rows, error lines, the model list); the results' half
+#: follows it (:data:`hwdash.ui.planner_results.RESULTS_CSS`).
+FORM_CSS = """
+    PlannerPane {
+        layout: horizontal;
+        height: 1fr;
+    }
+    PlannerPane #plan-form {
+        width: 36;
+        height: 1fr;
+        border-right: vkey $foreground 20%;
+        padding: 0 1 0 0;
+    }
+    PlannerPane.-wide #plan-form {
+        width: 44;
+    }
+    PlannerPane .plan-field {
+        height: auto;
+    }
+    PlannerPane .plan-field > Horizontal {
+        height: auto;
+    }
+    PlannerPane .plan-field Label {
+        width: 12;
+        color: $text-muted;
+    }
+    PlannerPane .plan-field Input, PlannerPane .plan-field Select {
+        width: 1fr;
+    }
+    PlannerPane .plan-field.-invalid Label {
+        color: $error;
+        text-style: bold;
+    }
+    PlannerPane .plan-field Input.-invalid {
+        background: $error 25%;
+    }
+    PlannerPane .plan-field.-rl-only {
+        display: none;
+    }
+    PlannerPane.-rl .plan-field.-rl-only {
+        display: block;
+    }
+    PlannerPane .plan-field.-inference-only {
+        display: none;
+    }
+    PlannerPane .plan-field.-lora-only {
+        display: none;
+    }
+    PlannerPane.-lora .plan-field.-lora-only {
+        display: block;
+    }
+    PlannerPane.-inference .plan-field.-inference-only {
+        display: block;
+    }
+    PlannerPane.-inference .plan-field.-training-only {
+        display: none;
+    }
+    PlannerPane.-inference .plan-field.-fine-tuning-only, PlannerPane.-rl .plan-field.-fine-tuning-only {
+        display: none;
+    }
+    PlannerPane .plan-field.-fsdp-only, PlannerPane .plan-field.-full-only {
+        display: none;
+    }
+    PlannerPane.-fsdp .plan-field.-fsdp-only, PlannerPane.-full .plan-field.-full-only {
+        display: block;
+    }
+    PlannerPane .plan-error {
+        display: none;
+        color: $error;
+        padding-left: 12;
+        height: auto;
+    }
+    PlannerPane .plan-field.-invalid .plan-error {
+        display: block;
+    }
+    PlannerPane #plan-model-matches {
+        display: none;
+        height: auto;
+        max-height: 8;
+        margin-left: 2;
+        border: none;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    PlannerPane #plan-model-matches.-open {
+        display: block;
+    }
+"""
+
+_LEADING_FLAG = re.compile(r"--(fsdp-offload|fsdp|tp|pp|gpus|loss|framework)\b")
+
+
+def field_for_message(message: str) -> str | None:
+    """The form field a plan-level error is about, if its message names one (``offload``, ``zero``)."""
+    leading = _LEADING_FLAG.match(message)
+    if leading is not None:  # FSDP and Megatron messages start with their flag
+        return leading.group(1).replace("-", "_")
+    lowered = message.lower()
+    if lowered.startswith("quant "):
+        return "quant"
+    for name in ("offload", "zero", "method", "rl_method"):
+        if name in lowered:
+            return name if name in FIELD_NAMES else None
+    return None
+
+
+def control_id(field: str) -> str:
+    """The id of the control that edits ``field`` (``plan-lora-r``)."""
+    return f"plan-{field.replace('_', '-')}"
+
+
+def trains_adapters(method: Method, rl_method: Method | None) -> bool:
+    """Whether a plan trains LoRA-style adapters: LoRA, QLoRA, 8-bit LoRA, DoRA, or an RL plan
+    whose policy is one of them."""
+    if method in (Method.PPO, Method.GRPO):
+        return rl_method in LORA_STYLE_METHODS
+    return method in LORA_STYLE_METHODS
+
+
+def examples_placeholder(plan: Plan) -> str:
+    """The empty examples field names the plan's token count when it carries one."""
+    if plan.tokens is not None and plan.examples is None:
+        return f"{format_count(plan.tokens)} tokens (from the plan)"
+    return EXAMPLES_PLACEHOLDER
+
+
+def friendly(problem: Any) -> str:
+    """A pydantic error as a short phrase for the field's error line (the CLI's words)."""
+    return validation_phrase(problem)
+
+
+def make_control(name: str, plan: Plan, catalog: Catalog) -> Widget:
+    """The control that edits the Plan field ``name``, holding ``plan``'s value."""
+    cid = control_id(name)
+    if name == "model":
+        # Catalog ids, then models in the local Hugging Face cache (read offline).
+        suggestions = sorted(catalog.models) + cached_model_ids()
+        return OrderedInput(
+            plan.model,
+            placeholder="↓ lists models; or config.json, 7B",
+            suggester=SuggestFromList(suggestions, case_sensitive=False),
+            compact=True,
+            id=cid,
+        )
+    choices = _choices(name, plan)
+    if choices is not None:
+        options, value = choices
+        return FormSelect(options, value=value, allow_blank=False, compact=True, id=cid)
+    if name in _CHECK_LABELS:
+        return Check(_CHECK_LABELS[name], getattr(plan, name), compact=True, id=cid)
+    text, placeholder = _text_and_placeholder(name, plan)
+    if placeholder is None:
+        return OrderedInput(text, compact=True, id=cid)
+    return OrderedInput(text, placeholder=placeholder, compact=True, id=cid)
+
+
+def _choices(name: str, plan: Plan) -> tuple[list[tuple[str, Any]], Any] | None:
+    """A drop-down field's (label, value) choices and its current value; None for other fields."""
+    if name in _ENUM_FIELDS:
+        return [(member.value, member) for member in _ENUM_FIELDS[name]], getattr(plan, name)
+    if name == "zero":
+        return [(f"{stage}", stage) for stage in range(4)], plan.zero
+    if name == "loss":
+        choices: list[tuple[str, Any]] = [(LOSS_DEFAULT, LOSS_DEFAULT)]
+        choices += [(member.value, member) for member in Loss]
+        return choices, LOSS_DEFAULT if plan.loss is None else plan.loss
+    if name == "rl_method":
+        return [(member.value, member) for member in RL_TRAINABLE_METHODS], plan.rl_method
+    return None
+
+
+def _text_and_placeholder(name: str, plan: Plan) -> tuple[str, str | None]:
+    """A typed field's starting text and its placeholder (None: the Input's own)."""
+    value = getattr(plan, name)
+    if name in _INTEGER_FIELDS:
+        # Plain text: a restricted Input drops the characters it does not allow, so "4.5"
+        # became 45; the form keeps what was typed and says what is wrong with it.
+        return str(value), None
+    if name in ("epochs", "lora_dropout"):
+        return f"{value:g}", None
+    if name == "vllm_memory_utilization":
+        return f"{value:g}", "0: no vLLM engine"
+    if name == "tokens":
+        return ("" if value is None else str(value)), "to generate, e.g. 10M"
+    if name == "examples":
+        return ("" if value is None else str(value)), examples_placeholder(plan)
+    if name == "mfu":
+        return ("" if value is None else f"{value:g}"), "catalog default"
+    raise AssertionError(f"no control for {name}")
+
+
+def parse_text(name: str, text: str) -> Any:
+    """What a typed field holds, as the Plan field's value; ValueError says what is wrong."""
+    text = text.strip()
+    if name == "model":
+        if not text:
+            raise ValueError("choose a model: catalog id, config.json path or a count like 7B")
+        return text
+    if name in _INTEGER_FIELDS:
+        if not text:
+            raise ValueError("required: a whole number")
+        return parse_whole_number(text)  # the command line's words
+    if name in ("examples", "tokens"):
+        return parse_count(text) if text else None
+    if name in _NUMBER_FIELDS:
+        if not text:
+            if name == "mfu":
+                return None
+            raise ValueError("required: a number such as 1 or 0.5")
+        return parse_number(text)
+    raise AssertionError(name)
+
+
+class PlannerForm(PlannerParts):
+    """The form half of the planner pane: its rows, reading and filling them, its error marks."""
+
+    def _compose_form(self) -> ComposeResult:
+        plan = self._base
+        # Containers take no focus stop: tab goes from field to field, and p/c/m keep working.
+        with VerticalScroll(id="plan-form", can_focus=False):
+            for name, label in FORM_FIELDS:
+                classes = f"plan-field {_ROW_CLASSES.get(name, '')}".rstrip()
+                with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
+                    with Horizontal():
+                        yield Label(label)
+                        yield make_control(name, plan, self.catalog)
+                    if name == "model":
+                        yield OptionList(id="plan-model-matches")
+                    yield Static(
+                        "",
+                        classes="plan-error",
+                        id=f"plan-error-{name.replace('_', '-')}",
+                        markup=False,  # errors quote what was typed
+                    )
+
+    # -- reading the form ------------------------------------------------------------------------
+
+    def read_form(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The plan fields the form holds, and the reason for every field it cannot use."""
+        values: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for name in FIELD_NAMES:
+            control = self.query_one(f"#{control_id(name)}")
+            if isinstance(control, (Select, Checkbox)):
+                values[name] = None if control.value == LOSS_DEFAULT else control.value
+            elif isinstance(control, Input):
+                try:
+                    values[name] = parse_text(name, control.value)
+                except ValueError as exc:
+                    errors[name] = str(exc)
+        return values, errors
+
+    def _note_choices(self, plan: Plan) -> None:
+        """Put ``plan`` (the starting plan, a loaded one) in the framework's rows: a value that
+        differs from what its framework would choose counts as the user's choice."""
+        try:
+            resolved = with_framework_defaults(plan, self.catalog.framework_for(plan))
+        except ValidationError:
+            resolved = None  # the framework's defaults do not fit this plan: keep all it says
+        self._chosen_defaults = {
+            name
+            for name in FRAMEWORK_PLAN_FIELDS
+            if resolved is None or getattr(plan, name) != getattr(resolved, name)
+        }
+        self._shown_defaults = {name: getattr(plan, name) for name in FRAMEWORK_PLAN_FIELDS}
+
+    def _show_framework_defaults(self, plan: Plan) -> None:
+        """Show the framework's choices in the rows the user left alone (without a recompute)."""
+        for name in FRAMEWORK_PLAN_FIELDS:
+            if name in self._chosen_defaults:
+                continue
+            value = getattr(plan, name)
+            self._shown_defaults[name] = value
+            control = self.query_one(f"#{control_id(name)}")
+            if isinstance(control, (Select, Checkbox)) and control.value != value:
+                with control.prevent(Select.Changed, Checkbox.Changed):
+                    control.value = value
+
+    def _build_plan(self) -> tuple[Plan | None, dict[str, str]]:
+        """The plan the form holds (None while it has errors), and the reason for each error."""
+        values, errors = self.read_form()
+        for name in FRAMEWORK_PLAN_FIELDS:
+            if values.get(name) != self._shown_defaults.get(name):
+                self._chosen_defaults.add(name)  # edited: the user's choice wins from now on
+        data = self._base.model_dump()
+        data.update({k: v for k, v in values.items() if k not in errors})
+        self._drop_hidden_rows(data, values, errors)
+        # Fields the plan left unset and the form did not change stay unset, as on the command
+        # line: defaults that depend on other fields follow the plan (GRPO counts a reward model
+        # only when one is asked for: estimator/rl.py ``_rl_counts_reward_model``).
+        given = self._base.model_fields_set
+        data = {k: v for k, v in data.items() if k in given or v != getattr(self._base, k)}
+        return self._validated(data, errors)
+
+    def _drop_hidden_rows(
+        self, data: dict[str, Any], values: dict[str, Any], errors: dict[str, str]
+    ) -> None:
+        """What the rows hidden for the plan's method hold does not apply: put the starting plan's
+        value (or the field's neutral one) in ``data`` and forget their errors."""
+        method = Method(data["method"])
+        if method is not Method.INFERENCE:
+            # the quantize row is hidden for training: what it holds does not apply
+            data["quant"] = Quant.NONE
+        if not trains_adapters(Method(data["method"]), Method(data["rl_method"])):
+            # the LoRA rows are hidden: a half-typed rank there must not block a full fine-tune
+            for name in _LORA_FIELDS:
+                errors.pop(name, None)
+                data[name] = getattr(self._base, name)
+        if method is Method.INFERENCE or method in (Method.PPO, Method.GRPO):
+            # the FSDP rows are hidden there (FSDP is modelled for fine-tuning)
+            data["fsdp"] = FsdpMode.NONE
+        if FsdpMode(data["fsdp"]) is FsdpMode.NONE:
+            data["fsdp_offload"] = False
+        if method is not Method.FULL:
+            # the tensor/pipeline rows are for full training only (Megatron-LM)
+            data["tp"] = data["pp"] = 1
+        if method is Method.INFERENCE:
+            # The training rows are hidden: a half-typed value there must not block the plan.
+            # Examples stay in the plan (the warnings say they do nothing, as the command line does).
+            for name in _TRAINING_FIELDS:
+                if errors.pop(name, None) is not None:
+                    data[name] = getattr(self._base, name)
+        else:
+            # The tokens row is for inference: a training plan keeps the count it was given
+            # (``--tokens``), which yields to examples typed here.
+            errors.pop("tokens", None)
+            data["tokens"] = self._base.tokens
+            if values.get("examples") is not None:
+                data["tokens"] = None
+
+    def _validated(
+        self, data: dict[str, Any], errors: dict[str, str]
+    ) -> tuple[Plan | None, dict[str, str]]:
+        """``data`` as a Plan with its framework's defaults, or None and each field's reason."""
+        try:
+            plan = Plan.model_validate(data)
+        except ValidationError as exc:
+            for problem in exc.errors():
+                loc = problem["loc"]
+                message = friendly(problem)
+                field = str(loc[0]) if loc else field_for_message(message)
+                if field not in FIELD_NAMES:
+                    field = ""
+                errors.setdefault(field, message)
+            return None, errors
+        if errors:
+            return None, errors
+        try:
+            # The framework's precision, checkpointing and optimizer where the user chose none,
+            # by the function ``hwdash plan`` uses (its savers resolve in the estimator).
+            plan = with_framework_defaults(
+                plan, self.catalog.framework_for(plan), self._chosen_defaults
+            )
+        except ValidationError as exc:
+            errors["framework"] = friendly(exc.errors()[0])
+            return None, errors
+        return plan, errors
+
+    def _show_rows_for_method(self) -> None:
+        """Switch the pane's method classes, which show the rows that apply to the plan."""
+        method = self.query_one(f"#{control_id('method')}", Select).value
+        self.set_class(method in (Method.PPO, Method.GRPO), "-rl")
+        self.set_class(method is Method.INFERENCE, "-inference")
+        rl_method = self.query_one(f"#{control_id('rl_method')}", Select).value
+        self.set_class(
+            isinstance(method, Method)
+            and trains_adapters(method, rl_method if isinstance(rl_method, Method) else None),
+            "-lora",
+        )
+        self.set_class(method is Method.FULL, "-full")
+        fsdp = self.query_one(f"#{control_id('fsdp')}", Select).value
+        fine_tuning = method not in (Method.INFERENCE, Method.PPO, Method.GRPO)
+        self.set_class(fine_tuning and fsdp not in (FsdpMode.NONE, Select.BLANK), "-fsdp")
+
+    def _show_errors(self, errors: dict[str, str]) -> None:
+        """Mark the rows ``errors`` names, with the reason under each, and say so above the results."""
+        if errors == self._shown_errors:
+            return
+        self._shown_errors = dict(errors)
+        for name in FIELD_NAMES:
+            suffix = name.replace("_", "-")
+            invalid = name in errors
+            self.query_one(f"#plan-row-{suffix}").set_class(invalid, "-invalid")
+            self.query_one(f"#{control_id(name)}").set_class(invalid, "-invalid")
+            self.query_one(f"#plan-error-{suffix}", Static).update(errors.get(name, ""))
+        problem = self.query_one("#plan-problem", Static)
+        general = errors.get("")
+        if errors:
+            fields = [label for name, label in FORM_FIELDS if name in errors]
+            text = general or f"check {', '.join(fields)}"
+            problem.update(Text(f"✗ {text}; showing the last good estimate", style="bold"))
+        else:
+            problem.update("")
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def load_plan(self, plan: Plan, name: str | None = None) -> None:
+        """Fill the form from ``plan`` (fields the form does not show are kept) and recompute.
+        ``name``: the saved plan's name (the monitor draws the plan under it)."""
+        self._base = plan
+        self._note_choices(plan)
+        self._chosen_name = name if name is not None else f"{plan.model} {plan.method.value}"
+        if not self.query(f"#{control_id('model')}"):
+            # Called before the form is on screen (the pane is mounted after the first frame):
+            # the form is filled from this plan once it is.
+            self._load_pending = True
+            return
+        self._load_pending = False
+        for name in FIELD_NAMES:
+            control = self.query_one(f"#{control_id(name)}")
+            value = getattr(plan, name)
+            if isinstance(control, Select):
+                control.value = LOSS_DEFAULT if name == "loss" and value is None else value
+            elif isinstance(control, Checkbox):
+                control.value = bool(value)
+            elif isinstance(control, Input):
+                if value is None:
+                    control.value = ""
+                elif isinstance(value, float):
+                    control.value = f"{value:g}"
+                else:
+                    control.value = str(value)
+        examples = self.query_one(f"#{control_id('examples')}", Input)
+        examples.placeholder = examples_placeholder(plan)
+        self.query_one("#plan-model-matches", OptionList).remove_class("-open")
+        self.request_recompute()
+
+    # -- the model search list -------------------------------------------------------------------
+
+    def on_key(self, event: Key) -> None:
+        # Down from the model field walks into its list: the matches, or every catalog model.
+        if event.key != "down":
+            return
+        model_input = self.query_one(f"#{control_id('model')}", Input)
+        if not model_input.has_focus:
+            return
+        matches = self.query_one("#plan-model-matches", OptionList)
+        if not matches.has_class("-open"):
+            self._update_model_matches(model_input.value, browse=True)
+        event.stop()
+        event.prevent_default()
+        matches.focus()
+        current = model_input.value.strip().lower()
+        ids = [matches.get_option_at_index(i).id for i in range(matches.option_count)]
+        matches.highlighted = ids.index(current) if current in ids else 0
+
+    def on_descendant_blur(self, event: DescendantBlur) -> None:
+        # Focus may leave the pane altogether (escape to the tab bar): close the list then too.
+        if event.widget.id in (control_id("model"), "plan-model-matches"):
+            self.call_after_refresh(self._close_matches_unless_focused)
+
+    def _close_matches_unless_focused(self) -> None:
+        focused = self.app.focused
+        if focused is None or focused.id not in (control_id("model"), "plan-model-matches"):
+            self.query_one("#plan-model-matches", OptionList).remove_class("-open")
+
+    def on_descendant_focus(self, event: DescendantFocus) -> None:
+        if event.widget.id not in (control_id("model"), "plan-model-matches"):
+            self.query_one("#plan-model-matches", OptionList).remove_class("-open")
+
+    def _choose_model(self, model_id: str) -> None:
+        model_input = self.query_one(f"#{control_id('model')}", Input)
+        model_input.value = model_id
+        model_input.cursor_position = len(model_id)
+        self.query_one("#plan-model-matches", OptionList).remove_class("-open")
+        model_input.focus()
+
+    def model_matches(self, text: str) -> list[str]:
+        """Catalog model ids matching ``text`` (id, name or Hugging Face id), best first."""
+        key = text.strip().lower()
+        if not key:
+            return []
+        starts: list[str] = []
+        contains: list[str] = []
+        for model in sorted(self.catalog.models.values(), key=lambda m: m.id):
+            fields = (model.id, model.name.lower(), model.hf_id.lower())
+            if any(f.startswith(key) for f in fields):
+                starts.append(model.id)
+            elif any(key in f for f in fields):
+                contains.append(model.id)
+        return (starts + contains)[:MODEL_MATCHES]
+
+    def _update_model_matches(self, text: str, *, browse: bool = False) -> None:
+        matches = self.query_one("#plan-model-matches", OptionList)
+        model_input = self.query_one(f"#{control_id('model')}", Input)
+        exact = text.strip().lower() in self.catalog.models
+        found = sorted(self.catalog.models) if browse else self.model_matches(text)
+        matches.clear_options()
+        for model_id in found:
+            name = self.catalog.models[model_id].name
+            prompt = Text(model_id)
+            prompt.append(f"  {name}", style="dim")
+            matches.add_option(Option(prompt, id=model_id))
+        is_open = bool(found) and (browse or not exact) and model_input.has_focus
+        matches.set_class(is_open, "-open")
