@@ -48,7 +48,8 @@ QLoRA extras' and the adapters' dtype (PEFT decides them in code), PPO's shared 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hwdash.core.catalog import Catalog
@@ -66,7 +67,7 @@ from hwdash.core.plan import (
     ValueHead,
 )
 from hwdash.core.results import PlanReport
-from hwdash.core.specs import Framework, Slowdown
+from hwdash.core.specs import Flavor, Framework, Slowdown
 
 EXPORT_FORMATS = ("deepspeed", "trainer", "accelerate", "hf-jobs")
 
@@ -293,8 +294,34 @@ def trainer_snippet(
     processes = plan.gpus if gpus is None else gpus
     generations = grpo_generations(plan, processes) if plan.method is Method.GRPO else None
     mesh = hybrid_mesh(plan, processes)
-    method = trained_method(plan)
-    half = half_precision(plan, bf16_hardware)
+    config_class = _config_class(plan)
+    lines = _snippet_preamble(plan, model_id, config_class, mesh, bf16_hardware)
+    arguments = _trainer_arguments(plan, config_class, generations, bf16_hardware, framework)
+    if generations is not None:
+        lines.append(
+            f"# GRPO: {generations} completions of each prompt; they divide the generation batch "
+            f"{plan.batch} x {processes} process(es) x {plan.grad_accum} step(s)"
+        )
+    lines.append("args = " + config_class + "(")
+    lines += [f"    {name}={_py(value)}," for name, value in arguments]
+    if mesh is not None:
+        # FSDP2's hybrid sharding: a device mesh of nodes x GPUs per node (see the module docs)
+        lines.append(
+            f"    parallelism_config=ParallelismConfig(dp_replicate_size={mesh[0]}, "
+            f"dp_shard_size={mesh[1]}),"
+        )
+    lines.append(")")
+    lines += _lora_config_lines(plan)
+    lines += _quantization_config_lines(plan, bf16_hardware)
+    return "\n".join(lines) + "\n"
+
+
+_ADAPTER_METHODS = (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT)
+"""The methods that train PEFT LoRA adapters (the snippet writes a ``LoraConfig``)."""
+
+
+def _load_dtype(plan: Plan, bf16_hardware: bool) -> str:
+    """The ``torch_dtype`` the snippet loads the model in."""
     # How the weights are loaded: fp32 for amp/fp32 (the Trainer autocasts), 16-bit otherwise;
     # under FSDP, mixed means fp32 shards with the bf16 mixed-precision policy: loaded in fp32.
     fp32_loaded: tuple[Precision, ...] = (Precision.FP32, Precision.AMP)
@@ -303,7 +330,19 @@ def trainer_snippet(
     dtype = "float32" if plan.precision in fp32_loaded else "bfloat16"
     if dtype == "bfloat16" and not bf16_hardware:
         dtype = "float16"
-    config_class = _config_class(plan)
+    return dtype
+
+
+def _snippet_preamble(
+    plan: Plan,
+    model_id: str,
+    config_class: str,
+    mesh: tuple[int, int] | None,
+    bf16_hardware: bool,
+) -> list[str]:
+    """The snippet's lines before the arguments: the plan in a comment (and TRL's version for
+    PPO), the imports, and the model, its dtype and the length as constants."""
+    method = trained_method(plan)
     lines = [
         f"# hwdash plan: {model_id}, {plan.method.value}"
         + (f" (policy {method.value})" if plan.is_rl else "")
@@ -316,25 +355,36 @@ def trainer_snippet(
             f"# needs pip install '{PPO_TRL_REQUIREMENT}': later TRL has no PPOConfig in trl "
             "(huggingface/trl#4482, #7020)",
         )
-    imports = []
     if config_class == "TrainingArguments":
-        imports.append("from transformers import TrainingArguments")
+        lines.append("from transformers import TrainingArguments")
     else:
-        imports.append(f"from trl import {config_class}")
+        lines.append(f"from trl import {config_class}")
     if mesh is not None:
-        imports.append("from accelerate import ParallelismConfig")
-    if method in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT):
-        imports.append("from peft import LoraConfig")
+        lines.append("from accelerate import ParallelismConfig")
+    if method in _ADAPTER_METHODS:
+        lines.append("from peft import LoraConfig")
     if method in (Method.QLORA, Method.LORA_8BIT):
-        imports.append("from transformers import BitsAndBytesConfig")
-    lines += imports
-    lines += [
+        lines.append("from transformers import BitsAndBytesConfig")
+    dtype = _load_dtype(plan, bf16_hardware)
+    return [
+        *lines,
         "",
         f"MODEL = {_py(model_id)}",
         f"MODEL_DTYPE = {_py(dtype)}  # AutoModelForCausalLM.from_pretrained(MODEL, torch_dtype=...)",
         f"MAX_LENGTH = {plan.seq}  # tokens per example",
         "",
     ]
+
+
+def _trainer_arguments(
+    plan: Plan,
+    config_class: str,
+    generations: int | None,
+    bf16_hardware: bool,
+    framework: Framework | None,
+) -> list[tuple[str, Any]]:
+    """The keyword arguments of the Trainer's (or TRL's) config call, in the order written."""
+    half = half_precision(plan, bf16_hardware)
     arguments: list[tuple[str, Any]] = [
         ("output_dir", "out"),
         ("per_device_train_batch_size", plan.batch),
@@ -368,39 +418,37 @@ def trainer_snippet(
         )
     if plan.zero:
         arguments.append(("deepspeed", DEEPSPEED_CONFIG_NAME))
-    if generations is not None:
-        lines.append(
-            f"# GRPO: {generations} completions of each prompt; they divide the generation batch "
-            f"{plan.batch} x {processes} process(es) x {plan.grad_accum} step(s)"
-        )
-    lines.append("args = " + config_class + "(")
-    lines += [f"    {name}={_py(value)}," for name, value in arguments]
-    if mesh is not None:
-        # FSDP2's hybrid sharding: a device mesh of nodes x GPUs per node (see the module docs)
-        lines.append(
-            f"    parallelism_config=ParallelismConfig(dp_replicate_size={mesh[0]}, "
-            f"dp_shard_size={mesh[1]}),"
-        )
+    return arguments
+
+
+def _lora_config_lines(plan: Plan) -> list[str]:
+    """PEFT's ``LoraConfig(...)`` for an adapter method (alpha twice the rank); none otherwise."""
+    method = trained_method(plan)
+    if method not in _ADAPTER_METHODS:
+        return []
+    targets: Any = "all-linear" if "all-linear" in plan.lora_targets else list(plan.lora_targets)
+    lines = [
+        "peft_config = LoraConfig(",
+        f"    r={plan.lora_r},",
+        f"    lora_alpha={2 * plan.lora_r},",
+        f"    target_modules={_py(targets)},",
+        f"    lora_dropout={_py(plan.lora_dropout)},",
+        f"    use_dora={method is Method.DORA},",
+        '    task_type="CAUSAL_LM",',
+    ]
+    if plan.lora_modules_to_save:
+        # PEFT trains a full copy of each (ModulesToSaveWrapper)
+        lines.append(f"    modules_to_save={_py(list(plan.lora_modules_to_save))},")
     lines.append(")")
-    if method in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT):
-        targets: Any = (
-            "all-linear" if "all-linear" in plan.lora_targets else list(plan.lora_targets)
-        )
-        lines += [
-            "peft_config = LoraConfig(",
-            f"    r={plan.lora_r},",
-            f"    lora_alpha={2 * plan.lora_r},",
-            f"    target_modules={_py(targets)},",
-            f"    lora_dropout={_py(plan.lora_dropout)},",
-            f"    use_dora={method is Method.DORA},",
-            '    task_type="CAUSAL_LM",',
-        ]
-        if plan.lora_modules_to_save:
-            # PEFT trains a full copy of each (ModulesToSaveWrapper)
-            lines.append(f"    modules_to_save={_py(list(plan.lora_modules_to_save))},")
-        lines.append(")")
+    return lines
+
+
+def _quantization_config_lines(plan: Plan, bf16_hardware: bool) -> list[str]:
+    """transformers' ``BitsAndBytesConfig(...)`` for QLoRA (NF4, double quantization) or 8-bit
+    LoRA; none otherwise."""
+    method = trained_method(plan)
     if method is Method.QLORA:
-        lines += [
+        return [
             "quantization_config = BitsAndBytesConfig(",
             "    load_in_4bit=True,",
             '    bnb_4bit_quant_type="nf4",',
@@ -409,8 +457,8 @@ def trainer_snippet(
             ")",
         ]
     if method is Method.LORA_8BIT:
-        lines += ["quantization_config = BitsAndBytesConfig(load_in_8bit=True)"]
-    return "\n".join(lines) + "\n"
+        return ["quantization_config = BitsAndBytesConfig(load_in_8bit=True)"]
+    return []
 
 
 # -- accelerate ---------------------------------------------------------------------------------
@@ -514,10 +562,40 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
     and (for a named flavor) its GPU count. Raises ``ValueError`` with the reason when the plan
     cannot be written in that format.
     """
-    import yaml
+    target = _export_target(report, catalog)
+    notes: list[str] = []
+    missing = uncarried_settings(report.plan, kind, target.framework) if kind != "hf-jobs" else []
+    if missing:
+        notes.append(
+            f"{kind} has no field for {', '.join(missing)}: set it in the training code "
+            "(--from cannot read it back)"
+        )
+    write = _EXPORT_WRITERS.get(kind)
+    if write is None:
+        raise ValueError(
+            f"unknown export format {kind!r} (choose from {', '.join(EXPORT_FORMATS)})"
+        )
+    return write(report, target, notes)
 
-    from hwdash.core import strict_json
 
+@dataclass(frozen=True)
+class _ExportTarget:
+    """The hardware and framework an export is written for."""
+
+    flavor_id: str | None
+    """:func:`export_flavor_id`."""
+    flavor: Flavor | None
+    """That flavor in the catalog (None: none, or not in the catalog)."""
+    bf16: bool
+    """Whether its accelerator computes in bf16 (True without one)."""
+    gpus: int
+    """Data-parallel GPUs: a named ``--flavor``'s GPU count, else ``--gpus``."""
+    framework: Framework | None
+    """The catalog's entry for ``plan.framework``."""
+
+
+def _export_target(report: PlanReport, catalog: Catalog) -> _ExportTarget:
+    """The flavor, bf16 support, GPU count and framework of the export of ``report``."""
     plan = report.plan
     flavor_id = export_flavor_id(report)
     flavor = catalog.flavors.get(flavor_id) if flavor_id else None
@@ -526,57 +604,90 @@ def export_text(kind: str, report: PlanReport, catalog: Catalog) -> tuple[str, l
     gpus = plan.gpus
     if plan.flavors and flavor is not None and flavor.gpu_count:
         gpus = flavor.gpu_count
-    notes: list[str] = []
-    framework = catalog.framework_for(plan)
-    missing = uncarried_settings(plan, kind, framework) if kind != "hf-jobs" else []
-    if missing:
+    return _ExportTarget(flavor_id, flavor, bf16, gpus, catalog.framework_for(plan))
+
+
+def _export_deepspeed(
+    report: PlanReport, target: _ExportTarget, notes: list[str]
+) -> tuple[str, list[str]]:
+    """``--export deepspeed``: the JSON config."""
+    from hwdash.core import strict_json
+
+    plan = report.plan
+    if plan.precision in (Precision.BF16, Precision.AMP):
         notes.append(
-            f"{kind} has no field for {', '.join(missing)}: set it in the training code "
-            "(--from cannot read it back)"
+            "DeepSpeed's bf16/fp16 keeps an fp32 master copy: the memory is that of "
+            "--precision mixed"
         )
-    if kind == "deepspeed":
-        if plan.precision in (Precision.BF16, Precision.AMP):
-            notes.append(
-                "DeepSpeed's bf16/fp16 keeps an fp32 master copy: the memory is that of "
-                "--precision mixed"
-            )
-        config = deepspeed_config(plan, gpus, bf16_hardware=bf16)
-        return strict_json.dumps(config, indent=2) + "\n", notes
-    if kind == "trainer":
-        model_id = report.model.hf_id or report.model.id  # what from_pretrained takes
-        if plan.zero:
-            notes.append(
-                f"the snippet points at {DEEPSPEED_CONFIG_NAME}: write it with --export deepspeed"
-            )
-        if plan.method is Method.PPO:
-            notes.append(
-                f"warning: the PPO snippet needs pip install '{PPO_TRL_REQUIREMENT}' (newer TRL has "
-                "no PPOConfig in trl)"
-            )
-        text = trainer_snippet(plan, model_id, bf16_hardware=bf16, framework=framework, gpus=gpus)
-        return text, notes
-    if kind == "accelerate":
-        if plan.fsdp is not FsdpMode.NONE and plan.precision is not Precision.BF16:
-            notes.append(
-                "accelerate's FSDP config cannot say the model's dtype: load it in fp32 for "
-                f"--precision {plan.precision.value} (--from reads mixed_precision bf16 under FSDP "
-                "as --precision bf16)"
-            )
-        config = accelerate_config(plan, gpus, bf16_hardware=bf16)
-        return yaml.safe_dump(config, sort_keys=False), notes
-    if kind == "hf-jobs":
-        fit = next((f for f in report.flavors if f.flavor.id == flavor_id), None)
-        if fit is None or flavor is None or flavor.provider != "hf-jobs":
-            raise ValueError(
-                "hf-jobs needs a Hugging Face Jobs flavor: give --flavor ID, or a plan that one "
-                "of them fits"
-            )
-        if fit.hours is None:
-            raise ValueError(
-                "hf-jobs needs the run's length for its timeout: add --examples or --tokens"
-            )
-        return (
-            hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour, slowdowns=fit.slowdowns),
-            notes,
+    config = deepspeed_config(plan, target.gpus, bf16_hardware=target.bf16)
+    return strict_json.dumps(config, indent=2) + "\n", notes
+
+
+def _export_trainer(
+    report: PlanReport, target: _ExportTarget, notes: list[str]
+) -> tuple[str, list[str]]:
+    """``--export trainer``: the Python snippet."""
+    plan = report.plan
+    model_id = report.model.hf_id or report.model.id  # what from_pretrained takes
+    if plan.zero:
+        notes.append(
+            f"the snippet points at {DEEPSPEED_CONFIG_NAME}: write it with --export deepspeed"
         )
-    raise ValueError(f"unknown export format {kind!r} (choose from {', '.join(EXPORT_FORMATS)})")
+    if plan.method is Method.PPO:
+        notes.append(
+            f"warning: the PPO snippet needs pip install '{PPO_TRL_REQUIREMENT}' (newer TRL has "
+            "no PPOConfig in trl)"
+        )
+    text = trainer_snippet(
+        plan, model_id, bf16_hardware=target.bf16, framework=target.framework, gpus=target.gpus
+    )
+    return text, notes
+
+
+def _export_accelerate(
+    report: PlanReport, target: _ExportTarget, notes: list[str]
+) -> tuple[str, list[str]]:
+    """``--export accelerate``: the YAML config."""
+    import yaml
+
+    plan = report.plan
+    if plan.fsdp is not FsdpMode.NONE and plan.precision is not Precision.BF16:
+        notes.append(
+            "accelerate's FSDP config cannot say the model's dtype: load it in fp32 for "
+            f"--precision {plan.precision.value} (--from reads mixed_precision bf16 under FSDP "
+            "as --precision bf16)"
+        )
+    config = accelerate_config(plan, target.gpus, bf16_hardware=target.bf16)
+    return yaml.safe_dump(config, sort_keys=False), notes
+
+
+def _export_hf_jobs(
+    report: PlanReport, target: _ExportTarget, notes: list[str]
+) -> tuple[str, list[str]]:
+    """``--export hf-jobs``: the command line, for a Hugging Face Jobs flavor and a run length."""
+    fit = next((f for f in report.flavors if f.flavor.id == target.flavor_id), None)
+    flavor = target.flavor
+    if fit is None or flavor is None or flavor.provider != "hf-jobs":
+        raise ValueError(
+            "hf-jobs needs a Hugging Face Jobs flavor: give --flavor ID, or a plan that one "
+            "of them fits"
+        )
+    if fit.hours is None:
+        raise ValueError(
+            "hf-jobs needs the run's length for its timeout: add --examples or --tokens"
+        )
+    return (
+        hf_jobs_command(flavor.id, fit.hours, flavor.price_per_hour, slowdowns=fit.slowdowns),
+        notes,
+    )
+
+
+_EXPORT_WRITERS: dict[
+    str, Callable[[PlanReport, _ExportTarget, list[str]], tuple[str, list[str]]]
+] = {
+    "deepspeed": _export_deepspeed,
+    "trainer": _export_trainer,
+    "accelerate": _export_accelerate,
+    "hf-jobs": _export_hf_jobs,
+}
+"""The writer of each of :data:`EXPORT_FORMATS`."""

@@ -1,0 +1,100 @@
+"""``--from`` an accelerate config YAML (what ``accelerate config`` writes): processes, its
+``deepspeed_config`` or ``fsdp_config`` block, and ``mixed_precision``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hwdash.core.plan import FsdpMode, Offload, Precision
+from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan
+
+
+def read_accelerate(reader: ConfigReader, out: ImportedPlan) -> None:
+    """An accelerate config: the processes, its DeepSpeed or FSDP block and ``mixed_precision``."""
+    for key in ("compute_environment", "num_machines", "machine_rank", "use_cpu"):
+        reader.get(key)
+    processes = reader.integer("num_processes")
+    if processes:
+        out.updates["gpus"] = processes
+    distributed = reader.text("distributed_type")
+    deepspeed = reader.mapping("deepspeed_config")
+    precision = reader.text("mixed_precision")
+    if deepspeed or distributed == "DEEPSPEED":
+        stage = deepspeed.get("zero_stage", 0)
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage <= 3:
+            raise reader.bad("deepspeed_config.zero_stage", "0, 1, 2 or 3", stage)
+        out.updates["zero"] = stage
+        accum = deepspeed.get("gradient_accumulation_steps")
+        if isinstance(accum, int) and not isinstance(accum, bool) and accum > 0:
+            out.updates["grad_accum"] = accum
+        if deepspeed.get("offload_param_device") in ("cpu", "nvme"):
+            out.updates["offload"] = Offload.PARAMS
+        elif deepspeed.get("offload_optimizer_device") in ("cpu", "nvme"):
+            out.updates["offload"] = Offload.OPTIMIZER
+        else:
+            out.updates["offload"] = Offload.NONE
+    fsdp = reader.mapping("fsdp_config")
+    if fsdp or distributed == "FSDP":
+        _fsdp_block(reader, fsdp, out)
+    if precision in ("bf16", "fp16"):
+        # accelerate autocasts an fp32 model; under DeepSpeed the fp32 master copy is kept. Under
+        # FSDP the config cannot say the model's dtype: read as a bf16-loaded model, everything
+        # bf16 (torchtune's and hwdash's FSDP default), and said so.
+        if out.updates.get("zero"):
+            out.updates["precision"] = Precision.MIXED
+        elif out.updates.get("fsdp"):
+            out.updates["precision"] = Precision.BF16
+            out.notes.append(
+                "FSDP with mixed_precision bf16 read as a model loaded in bf16 (--precision bf16); "
+                "a model loaded in fp32 is --precision mixed"
+            )
+        else:
+            out.updates["precision"] = Precision.AMP
+            out.notes.append(
+                f"mixed_precision {precision} read as autocast over an fp32 model (--precision "
+                "amp): the config cannot say a model loaded in bf16 (--precision bf16)"
+            )
+    elif precision == "no":
+        out.updates["precision"] = Precision.FP32
+
+
+#: accelerate's ``fsdp_sharding_strategy``, by name or by the number older configs wrote
+#: (torch.distributed.fsdp.ShardingStrategy: 1 FULL_SHARD, 2 SHARD_GRAD_OP, 3 NO_SHARD,
+#: 4 HYBRID_SHARD, 5 _HYBRID_SHARD_ZERO2).
+_FSDP_STRATEGIES = {
+    "FULL_SHARD": FsdpMode.FULL,
+    "1": FsdpMode.FULL,
+    "HYBRID_SHARD": FsdpMode.HYBRID,
+    "4": FsdpMode.HYBRID,
+}
+
+
+def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan) -> None:
+    """accelerate's ``fsdp_config``: the sharding strategy, parameter offload and, for hybrid
+    sharding, the GPUs of a node."""
+    strategy = fsdp.get("fsdp_sharding_strategy")
+    if strategy is None:
+        # FSDP2 configs (fsdp_version: 2) say fsdp_reshard_after_forward instead: true is full
+        # shard, false keeps the gathered parameters as ZeRO-2 does (not modelled)
+        strategy = "FULL_SHARD" if fsdp.get("fsdp_reshard_after_forward", True) else "ZERO2"
+    key = str(strategy).upper()
+    mode = _FSDP_STRATEGIES.get(key)
+    if mode is None:
+        if isinstance(strategy, bool) or not isinstance(strategy, (str, int)):
+            raise reader.bad("fsdp_config.fsdp_sharding_strategy", "a sharding strategy", strategy)
+        out.notes.append(
+            f"FSDP sharding strategy {strategy!r} is not modelled: planned as full shard (less "
+            "memory than it needs)"
+        )
+        mode = FsdpMode.FULL
+    out.updates["fsdp"] = mode
+    offload = fsdp.get("fsdp_offload_params", False)
+    if not isinstance(offload, bool):
+        raise reader.bad("fsdp_config.fsdp_offload_params", "true or false", offload)
+    out.updates["fsdp_offload"] = offload
+    machines = reader.integer("num_machines")
+    processes = out.updates.get("gpus")
+    if mode is FsdpMode.HYBRID and machines and processes and processes % machines == 0:
+        out.updates["gpus_per_node"] = processes // machines

@@ -1,0 +1,98 @@
+"""``--from`` an axolotl YAML config, where its fields map onto a plan."""
+
+from __future__ import annotations
+
+from hwdash.core.plan import Attention, Method, Precision
+from hwdash.core.plans.from_deepspeed import deepspeed_path
+from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_numbers, module_names
+from hwdash.core.plans.from_trainer import read_optimizer
+
+
+def read_axolotl(reader: ConfigReader, out: ImportedPlan) -> None:
+    """An axolotl config: the model, the adapter (LoRA, QLoRA, DoRA) and its modules, the batch,
+    attention, precision, optimizer and DeepSpeed config."""
+    model = reader.text("base_model")
+    if model:
+        out.updates["model"] = model
+    adapter = reader.text("adapter")
+    in_4bit = reader.flag("load_in_4bit")
+    in_8bit = reader.flag("load_in_8bit")
+    if adapter in ("lora", "qlora"):
+        method = Method.LORA
+        if adapter == "qlora" or in_4bit:
+            method = Method.QLORA
+        elif in_8bit:
+            method = Method.LORA_8BIT
+        if reader.flag("peft_use_dora"):
+            method = Method.DORA
+        out.updates["method"] = method
+    elif adapter is None:
+        out.updates["method"] = Method.FULL
+    copy_numbers(
+        reader,
+        out,
+        {
+            "lora_r": "lora_r",
+            "sequence_len": "seq",
+            "micro_batch_size": "batch",
+            "gradient_accumulation_steps": "grad_accum",
+        },
+        {"lora_dropout": "lora_dropout", "num_epochs": "epochs"},
+    )
+    if reader.flag("lora_target_linear"):
+        out.updates["lora_targets"] = ("all-linear",)
+    modules = reader.get("lora_target_modules")
+    if isinstance(modules, list) and modules and all(isinstance(m, str) for m in modules):
+        out.updates["lora_targets"] = module_names(reader.path, "lora_target_modules", modules)
+    saved = reader.get("lora_modules_to_save")
+    if isinstance(saved, list) and saved and all(isinstance(m, str) for m in saved):
+        # axolotl hands it to PEFT's LoraConfig(modules_to_save=...)
+        out.updates["lora_modules_to_save"] = module_names(
+            reader.path, "lora_modules_to_save", saved
+        )
+    ckpt = reader.get("gradient_checkpointing")
+    if ckpt is not None:
+        out.updates["grad_ckpt"] = bool(ckpt)  # axolotl also takes "unsloth" here
+    if reader.flag("flash_attention"):
+        out.updates["attention"] = Attention.FLASH
+    elif reader.flag("sdp_attention"):
+        out.updates["attention"] = Attention.SDPA
+    _axolotl_precision(reader, out, in_8bit=bool(in_8bit))
+    read_optimizer(reader, "optimizer", out)
+    deepspeed_path(reader, "deepspeed", out)
+
+
+_MISSING = object()
+
+
+def _axolotl_bf16(reader: ConfigReader) -> bool | None:
+    """axolotl's ``bf16``: true, false, null or "auto" (its schema: ``Literal["auto"] | bool |
+    None``, default "auto"; pydantic also takes the words true and false). None means auto."""
+    reader.used.add("bf16")  # read raw: the reader's get() turns "auto" into None
+    written = reader.data.get("bf16", _MISSING)
+    if written is _MISSING or written == "auto":
+        return None
+    if written is None or isinstance(written, bool):
+        return bool(written)
+    if isinstance(written, str) and written.lower() in ("true", "false"):
+        return written.lower() == "true"
+    raise reader.bad("bf16", "true, false or auto", written)
+
+
+def _axolotl_precision(reader: ConfigReader, out: ImportedPlan, *, in_8bit: bool) -> None:
+    """The dtype axolotl loads and trains the model in, as its ``resolve_dtype`` picks it
+    (src/axolotl/utils/config/__init__.py): ``bf16: auto`` (the default) is bf16 where the GPU has
+    it, else fp16; then bf16/bfloat16 load in bfloat16, fp16/float16/load_in_8bit in float16, and
+    anything else in float32, trained without autocast."""
+    bf16 = _axolotl_bf16(reader)
+    fp16 = reader.flag("fp16")
+    if bf16 is None:  # auto
+        bf16 = not fp16
+        if bf16 and "bf16" in reader.data:
+            out.notes.append(
+                "bf16: auto planned as bf16 (axolotl picks bf16 where the GPU supports it, "
+                "fp16 elsewhere: the same bytes)"
+            )
+    sixteen_bits = bf16 or reader.flag("bfloat16") or fp16 or reader.flag("float16") or in_8bit
+    # 16 bits: axolotl loads the base weights in the training dtype; bf16 and fp16 weigh the same
+    out.updates["precision"] = Precision.BF16 if sixteen_bits else Precision.FP32

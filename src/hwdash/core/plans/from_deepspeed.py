@@ -1,0 +1,97 @@
+"""``--from`` a DeepSpeed JSON config, and the DeepSpeed config other formats point at (a path
+or an inline table under their ``deepspeed`` key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hwdash.core.plan import Offload, Precision
+from hwdash.core.plans.from_reader import FLAG, ConfigReader, ImportedPlan, resolved_path
+from hwdash.errors import UsageError
+
+
+def read_deepspeed(reader: ConfigReader, out: ImportedPlan) -> None:
+    """A DeepSpeed JSON config: batch sizes (and the GPUs their product implies), ZeRO, offload
+    and precision."""
+    micro = reader.integer("train_micro_batch_size_per_gpu")
+    accum = reader.integer("gradient_accumulation_steps")
+    total = reader.integer("train_batch_size")
+    if micro:
+        out.updates["batch"] = micro
+    if accum:
+        out.updates["grad_accum"] = accum
+    if total and micro and accum and total % (micro * accum) == 0:
+        out.updates["gpus"] = total // (micro * accum)
+    reader.get("gradient_clipping")
+    zero = reader.mapping("zero_optimization")
+    zero_block(reader, zero, out)
+    bf16 = reader.mapping("bf16").get("enabled")
+    fp16 = reader.mapping("fp16").get("enabled")
+    if bf16 is True or fp16 is True:
+        # DeepSpeed's bf16/fp16 keeps an fp32 master copy and fp32 Adam states.
+        out.updates["precision"] = Precision.MIXED
+    elif bf16 is False and fp16 is False:
+        out.updates["precision"] = Precision.FP32
+
+
+def zero_block(reader: ConfigReader, zero: Mapping[str, Any], out: ImportedPlan) -> None:
+    """DeepSpeed's ``zero_optimization`` table: the stage and what is offloaded."""
+    stage = zero.get("stage")
+    if stage is not None:
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage <= 3:
+            raise reader.bad("zero_optimization.stage", "0, 1, 2 or 3", stage)
+        out.updates["zero"] = stage
+    optimizer = zero.get("offload_optimizer") or {}
+    param = zero.get("offload_param") or {}
+    if isinstance(param, Mapping) and param.get("device") in ("cpu", "nvme"):
+        out.updates["offload"] = Offload.PARAMS
+    elif isinstance(optimizer, Mapping) and optimizer.get("device") in ("cpu", "nvme"):
+        out.updates["offload"] = Offload.OPTIMIZER
+    elif zero:
+        out.updates["offload"] = Offload.NONE
+
+
+def deepspeed_path(reader: ConfigReader, key: str, out: ImportedPlan) -> None:
+    """The DeepSpeed config under ``key`` (TrainingArguments, axolotl, LLaMA-Factory): an inline
+    table, whose ZeRO block is read, or the path of a DeepSpeed JSON next to the file."""
+    value = reader.get(key)
+    if value is None:
+        return
+    if isinstance(value, Mapping):
+        zero = value.get("zero_optimization")
+        if isinstance(zero, Mapping):
+            zero_block(reader, zero, out)
+    elif isinstance(value, str):
+        _deepspeed_file(reader, key, value, out)
+    else:
+        raise reader.bad(key, "a path to a DeepSpeed JSON", value)
+
+
+def _deepspeed_file(reader: ConfigReader, key: str, value: str, out: ImportedPlan) -> None:
+    """The DeepSpeed JSON ``value`` names (relative to the file), read as ``--from`` reads it: its
+    ZeRO stage, offload and mixed precision are taken; a missing file is a note, one already
+    being read a usage error."""
+    path = resolved_path(reader.path.parent / value)
+    try:
+        found = path is not None and path.is_file()
+    except (OSError, ValueError):
+        found = False
+    if path is None or not found:
+        out.notes.append(f"DeepSpeed config {value!r} not found next to the file: ZeRO unknown")
+        return
+    if path in reader.chain:
+        if path == reader.chain[-1]:
+            raise UsageError(f"{reader.path}: '{key}' names the file itself", flag=FLAG)
+        loop = " -> ".join(str(file) for file in (*reader.chain[reader.chain.index(path) :], path))
+        raise UsageError(
+            f"{reader.path}: '{key}' leads back to a file already being read ({loop})",
+            flag=FLAG,
+        )
+    nested = reader.read_nested(path, reader.chain)
+    for name in ("zero", "offload"):
+        if name in nested.updates:
+            out.updates[name] = nested.updates[name]
+    if nested.updates.get("precision") is Precision.MIXED:
+        out.updates["precision"] = Precision.MIXED
