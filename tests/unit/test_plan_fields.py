@@ -1,14 +1,17 @@
 """The plan field registry (:mod:`hwdash.core.plan_fields`): every Plan field has one entry, every
 flag it declares round-trips through ``plan_arguments`` -> ``hwdash plan``'s parser -> Plan, and the
-command line and the planner form spell each field as the registry does."""
+command line spells each field as the registry does, and the planner form has a row per registry
+form row."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from textual.widgets import Label
 
 from hwdash.cli import build_parser
 from hwdash.commands.plan import FIELD_FLAGS, apply_framework_defaults, plan_from_args
@@ -19,10 +22,12 @@ from hwdash.core.plan_fields import (
     ARGV_ORDER,
     BY_NAME,
     FLAG_GROUPS,
+    FORM_ORDER,
     NOT_FLAGS,
     PLAN_FIELDS,
     PlanField,
     flag_spellings,
+    form_fields,
 )
 
 CATALOG = load_catalog(include_user=False)
@@ -124,17 +129,68 @@ def test_the_parser_spells_each_field_as_the_registry_does() -> None:
     assert flag_spellings() == FIELD_FLAGS
 
 
-def test_the_form_rows_are_the_planner_forms() -> None:
-    # The planner form does not read the registry yet: its rows must say what the form does today.
-    from hwdash.ui import planner_pane as form
+def test_the_form_order_lists_form_rows_only_each_once() -> None:
+    assert len(FORM_ORDER) == len(set(FORM_ORDER))
+    assert all(BY_NAME[name].form is not None for name in FORM_ORDER), FORM_ORDER
+    # the form lists every row the registry declares: those FORM_ORDER lists first, in its order
+    names = [field.name for field, _ in form_fields()]
+    assert names[: len(FORM_ORDER)] == list(FORM_ORDER)
+    assert set(names) == {field.name for field in PLAN_FIELDS if field.form is not None}
 
-    rows = {field.name: field.form for field in PLAN_FIELDS if field.form is not None}
-    assert {name: row.label for name, row in rows.items()} == dict(form.FORM_FIELDS)
-    assert {name: row.shown for name, row in rows.items() if row.shown} == form._ROW_CLASSES
-    widgets = {name: row.widget for name, row in rows.items()}
-    for name in form._INTEGER_FIELDS:
-        assert widgets[name] == "integer", name
-    for name in form._NUMBER_FIELDS:
-        assert widgets[name] == "number", name
-    for name in (*form._ENUM_FIELDS, "zero", "loss", "rl_method"):
-        assert widgets[name] == "select", name
+
+def test_every_row_class_has_its_rules_in_the_form_css() -> None:
+    from hwdash.ui.planner_form import FORM_CSS
+
+    for _, row in form_fields():
+        if row.shown is not None:
+            # a rule that names the class (it hides the row, or shows it where it applies)
+            assert re.search(rf"\.plan-field\.{re.escape(row.shown)}[ ,]", FORM_CSS), row.shown
+
+
+def _row_words(row: Any) -> str:
+    return str(row.query_one(Label).render())
+
+
+async def test_the_planner_form_has_a_control_per_registry_row() -> None:
+    # The form is built from the registry: the mounted planner has exactly the registry's rows, in
+    # its order, each with the registry's label, control, row class, choices and placeholder.
+    from textual.app import App, ComposeResult
+    from textual.widgets import Checkbox, Input, Select
+
+    from hwdash.core.plans.store import PlanStore
+    from hwdash.ui.planner_pane import PlannerPane
+
+    plan = Plan(model="qwen2.5-7b", method="grpo", rl_method="lora", tokens=5_000_000)
+
+    class FormApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield PlannerPane(CATALOG, PlanStore(), initial=plan)
+
+    async with FormApp().run_test(size=(120, 60)) as pilot:
+        await pilot.pause()
+        rows = list(pilot.app.query(".plan-field"))
+        expected = form_fields()
+        assert [row.id for row in rows] == [
+            f"plan-row-{field.name.replace('_', '-')}" for field, _ in expected
+        ]
+        for (field, form_row), row in zip(expected, rows, strict=True):
+            assert _row_words(row) == form_row.label, field.name
+            shown = {name for name in row.classes if name != "plan-field"}
+            assert shown == ({form_row.shown} if form_row.shown else set()), field.name
+            control = row.query_one(f"#plan-{field.name.replace('_', '-')}")
+            value = getattr(plan, field.name)
+            if form_row.widget == "select":
+                assert isinstance(control, Select), field.name
+                labels = [str(label) for label, _ in control._options]
+                choices = list(field.choices or map(str, range(4)))  # ZeRO: its bounds 0-3
+                assert labels == ([form_row.unset] if form_row.unset else []) + choices
+                assert control.value == (form_row.unset if value is None else value)
+            elif form_row.widget == "switch":
+                assert isinstance(control, Checkbox), field.name
+                assert str(control.label) == form_row.box and control.value == value
+            else:
+                assert isinstance(control, Input), field.name
+                if field.name == "examples":  # the plan's tokens, until examples are typed
+                    assert control.placeholder == "5.0M tokens (from the plan)"
+                else:
+                    assert control.placeholder == (form_row.placeholder or ""), field.name

@@ -4,8 +4,10 @@ form row and place in a written command line, declared once.
 ``hwdash plan``'s option parser (:func:`hwdash.commands.plan.add_parser`) and its reverse,
 :func:`hwdash.commands.plan_args.plan_arguments`, are built from :data:`PLAN_FIELDS`. The bounds
 stay on the Plan model's pydantic fields (``Field(ge=..., le=...)``) and the parser's defaults are
-the model's own defaults, so neither is repeated here. The form rows (:class:`FormRow`) describe
-the planner form's rows as they are today; the form does not read them yet.
+the model's own defaults, so neither is repeated here. The planner form
+(:mod:`hwdash.ui.planner_controls`) builds its rows from the entries' :class:`FormRow` s, in
+:data:`FORM_ORDER`; a ``select`` row's choices are the entry's ``choices`` (or, for a whole number,
+the Plan field's bounds).
 
 Adding a field: the Plan field, one :class:`PlanField` entry here (``tests/unit/test_plan_fields.py``
 fails until there is one), and its estimator formula.
@@ -68,6 +70,13 @@ class FormRow:
     """Its control."""
     shown: str | None = None
     """The row class that shows it only where it applies (``-rl-only``...; None: always shown)."""
+    placeholder: str | None = None
+    """A typed row's words while it is empty (None: the text box's own, none)."""
+    box: str = ""
+    """A ``switch`` row's words beside its check box."""
+    unset: str | None = None
+    """A ``select`` row whose field may be unset (None): the first choice's words, which leave it
+    unset (the loss row's ``framework default``)."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +186,8 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "model", "--model", WHAT,
         "catalog id, Hugging Face id, config.json path or model folder, or a count (7B)",
         also=(("--params", "a bare parameter count (7B, 500M) instead of --model"),),
-        always_written=True, form=FormRow("model", "text"),
+        always_written=True,
+        form=FormRow("model", "text", placeholder="↓ lists models; or config.json, 7B"),
     ),
     PlanField(
         "method", "--method", WHAT,
@@ -241,7 +251,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "grad_ckpt", "--grad-ckpt", SHAPE,
         "gradient checkpointing (recompute activations); --no-grad-ckpt turns off a "
         "--framework's default (default off)",
-        kind="toggle", form=FormRow("grad ckpt", "switch", _TRAINING_ROW),
+        kind="toggle", form=FormRow("grad ckpt", "switch", _TRAINING_ROW, box="recompute"),
     ),
     PlanField(
         "grad_accum", "--grad-accum", SHAPE,
@@ -276,7 +286,8 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     PlanField(
         "fsdp_offload", "--fsdp-offload", SHARDING,
         "FSDP CPU offload: sharded parameters, gradients and optimizer states in host RAM",
-        kind="switch", form=FormRow("FSDP offl.", "switch", "-fsdp-only"),
+        kind="switch",
+        form=FormRow("FSDP offl.", "switch", "-fsdp-only", box="params, grads, optimizer"),
     ),
     PlanField(
         "sync_each_batch", "--sync-each-batch", SHARDING,
@@ -327,7 +338,8 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "loss", "--loss", SAVERS,
         "standard (fp32 logits), chunked (torchtune), fused-linear (Liger, Cut Cross-Entropy: "
         "no logits) or legacy (older transformers: one more fp32 copy)",
-        choices=_values(Loss), form=FormRow("loss", "select", _TRAINING_ROW),
+        choices=_values(Loss),
+        form=FormRow("loss", "select", _TRAINING_ROW, unset="framework default"),
     ),
     PlanField(
         "compile", "--compile", SAVERS,
@@ -365,22 +377,23 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     ),
     PlanField(
         "rl_reference", "--no-reference", RL, "no frozen reference model (KL beta=0)",
-        kind="negated", form=FormRow("RL ref", "switch", _RL_ROW),
+        kind="negated", form=FormRow("RL ref", "switch", _RL_ROW, box="frozen reference"),
     ),
     PlanField(
         "rl_reward_model", "--reward-model", RL, "count a frozen reward model (default for ppo)",
         kind="pair", off_help="no reward model (default for grpo: reward functions)",
-        form=FormRow("RL reward", "switch", _RL_ROW),
+        form=FormRow("RL reward", "switch", _RL_ROW, box="reward model"),
     ),
     PlanField(
         "vllm_memory_utilization", "--vllm-util", RL,
         "vLLM gpu_memory_utilization share (0: the policy generates; default 0.3)",
-        parse="number", metavar="F", form=FormRow("vLLM share", "number", _RL_ROW),
+        parse="number", metavar="F",
+        form=FormRow("vLLM share", "number", _RL_ROW, placeholder="0: no vLLM engine"),
     ),
     PlanField(
         "examples", "--examples", DATA,
         "training examples (with --epochs and --seq give the tokens)",
-        parse="count", form=FormRow("examples", "count", _TRAINING_ROW),
+        parse="count", form=FormRow("examples", "count", _TRAINING_ROW, placeholder="e.g. 50k"),
     ),
     PlanField(
         "epochs", "--epochs", DATA, "passes over the examples (default 1)", parse="number",
@@ -389,11 +402,14 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     PlanField(
         "tokens", "--tokens", DATA,
         "total training tokens (or tokens to generate for inference)",
-        parse="count", form=FormRow("tokens", "count", "-inference-only"),
+        parse="count",
+        form=FormRow(
+            "tokens", "count", "-inference-only", placeholder="to generate, e.g. 10M"
+        ),
     ),
     PlanField(
         "mfu", "--mfu", DATA, "model FLOPs utilisation (default: the catalog's per GPU)",
-        parse="number", form=FormRow("MFU", "number"),
+        parse="number", form=FormRow("MFU", "number", placeholder="catalog default"),
     ),
     PlanField(
         "flavors", "--flavor", DATA, "only these flavors (repeatable or comma-separated)",
@@ -454,6 +470,42 @@ ARGV_ORDER = (
     "flavors",
 )
 
+#: The planner form's rows, top to bottom (:func:`form_fields`; a row not listed goes last). Not the
+#: ``--help`` order: the first sixteen are the form's first layout and later rows were added at
+#: the end, so that a row never moved on screen.
+FORM_ORDER = (
+    "model",
+    "method",
+    "precision",
+    "batch",
+    "seq",
+    "grad_ckpt",
+    "attention",
+    "optimizer",
+    "lora_r",
+    "zero",
+    "offload",
+    "gpus",
+    "examples",
+    "epochs",
+    "tokens",
+    "mfu",
+    "grad_accum",
+    "lora_dropout",
+    "optimizer_impl",
+    "rl_method",
+    "rl_reference",
+    "rl_reward_model",
+    "vllm_memory_utilization",
+    "quant",
+    "framework",
+    "loss",
+    "fsdp",
+    "fsdp_offload",
+    "tp",
+    "pp",
+)
+
 #: Plan field -> its registry entry.
 BY_NAME: dict[str, PlanField] = {field.name: field for field in PLAN_FIELDS}
 
@@ -467,3 +519,11 @@ def fields_in_argv_order() -> list[PlanField]:
 def flag_spellings() -> dict[str, str]:
     """Plan field -> how messages name its flag (``--compile/--no-compile``), in ``--help`` order."""
     return {field.name: field.spelling for field in PLAN_FIELDS}
+
+
+def form_fields() -> list[tuple[PlanField, FormRow]]:
+    """Every entry with a planner form row, with its row: those :data:`FORM_ORDER` lists in its
+    order, then any other (a new row goes at the bottom), in ``--help`` order."""
+    listed = [BY_NAME[name] for name in FORM_ORDER]
+    others = [field for field in PLAN_FIELDS if field.name not in FORM_ORDER]
+    return [(field, field.form) for field in listed + others if field.form is not None]

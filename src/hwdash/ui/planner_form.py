@@ -1,9 +1,10 @@
-"""The planner's form: its rows (which Plan field, which control, when a row is shown), reading
-them into a :class:`Plan`, marking the fields it cannot use, and the model search list under the
+"""The planner's form: its rows (built from the plan field registry by
+:mod:`hwdash.ui.planner_controls`), reading them into a :class:`Plan`, marking the fields it cannot use, and the model search list under the
 model row.
 
 Part of :class:`~hwdash.ui.planner_pane.PlannerPane` (a mixin, see :mod:`hwdash.ui.planner_base`).
-May import the core, Textual, the planner widgets and :mod:`hwdash.ui.planner_base`.
+May import the core, Textual, the planner widgets, :mod:`hwdash.ui.planner_base` and
+:mod:`hwdash.ui.planner_controls`.
 """
 
 from __future__ import annotations
@@ -16,125 +17,47 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.events import DescendantBlur, DescendantFocus, Key
-from textual.suggester import SuggestFromList
-from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from hwdash.core.catalog import Catalog
 from hwdash.core.estimator.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
-from hwdash.core.models.hf_cache import cached_model_ids
-from hwdash.core.numbers import parse_number, parse_whole_number, validation_phrase
-from hwdash.core.plan import (
-    LORA_STYLE_METHODS,
-    RL_TRAINABLE_METHODS,
-    TRAINING_ONLY_FIELDS,
-    Attention,
-    Framework,
-    FsdpMode,
-    Loss,
-    Method,
-    Offload,
-    Optimizer,
-    OptimizerImpl,
-    Plan,
-    Precision,
-    Quant,
-)
-from hwdash.core.units import format_count, parse_count
+from hwdash.core.numbers import validation_phrase
+from hwdash.core.plan import LORA_STYLE_METHODS, FsdpMode, Method, Plan, Quant
 from hwdash.ui.planner_base import PlannerParts
-from hwdash.ui.widgets.check import Check
-from hwdash.ui.widgets.form_select import FormSelect
-from hwdash.ui.widgets.ordered_input import OrderedInput
-
-#: Form fields in display order: (Plan field, label).
-FORM_FIELDS: tuple[tuple[str, str], ...] = (
-    ("model", "model"),
-    ("method", "method"),
-    ("precision", "precision"),
-    ("batch", "micro-batch"),
-    ("seq", "seq length"),
-    ("grad_ckpt", "grad ckpt"),
-    ("attention", "attention"),
-    ("optimizer", "optimizer"),
-    ("lora_r", "LoRA rank"),
-    ("zero", "ZeRO stage"),
-    ("offload", "offload"),
-    ("gpus", "GPUs"),
-    ("examples", "examples"),
-    ("epochs", "epochs"),
-    ("tokens", "tokens"),  # inference: the tokens to generate (hours and cost)
-    ("mfu", "MFU"),
-    # Added after the first layout: at the end, so the rows above keep their places.
-    ("grad_accum", "grad accum"),
-    ("lora_dropout", "LoRA drop"),
-    ("optimizer_impl", "AdamW impl"),
-    ("rl_method", "RL policy"),
-    ("rl_reference", "RL ref"),
-    ("rl_reward_model", "RL reward"),
-    ("vllm_memory_utilization", "vLLM share"),
-    ("quant", "quantize"),
-    # Issue 13: the training stacks' defaults and savers, FSDP and Megatron parallelism.
-    ("framework", "framework"),
-    ("loss", "loss"),
-    ("fsdp", "FSDP"),
-    ("fsdp_offload", "FSDP offl."),
-    ("tp", "tensor par."),
-    ("pp", "pipeline"),
+from hwdash.ui.planner_controls import (
+    EXAMPLES_PLACEHOLDER,
+    FIELD_NAMES,
+    FORM_FIELDS,
+    FORM_ROWS,
+    LOSS_DEFAULT,
+    control_id,
+    control_value,
+    examples_placeholder,
+    field_text,
+    make_control,
+    parse_text,
+    rows_shown_by,
+    select_value,
 )
-FIELD_NAMES = tuple(name for name, _ in FORM_FIELDS)
-#: Rows shown only for PPO and GRPO plans.
-_RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
-#: Rows shown only for inference plans.
-_INFERENCE_FIELDS = ("quant", "tokens")
+
+__all__ = [
+    "EXAMPLES_PLACEHOLDER",
+    "FIELD_NAMES",
+    "FORM_FIELDS",
+    "LOSS_DEFAULT",
+    "PlannerForm",
+    "control_id",
+    "examples_placeholder",
+    "make_control",
+    "parse_text",
+]
+
 #: Fields of the adapters: hidden unless the plan trains LoRA-style adapters (directly, or as the
 #: policy of an RL plan); what they hold then does not apply and never blocks the plan.
-_LORA_FIELDS = ("lora_r", "lora_dropout")
+_LORA_FIELDS = rows_shown_by("-lora-only")
 #: Rows hidden for inference (what they set only training reads: the command line warns about them).
-_TRAINING_FIELDS = (*(name for name in FIELD_NAMES if name in TRAINING_ONLY_FIELDS), "framework")
-#: Rows for fine-tuning plans (not inference, not RL): PyTorch FSDP.
-_FSDP_FIELDS = ("fsdp",)
-#: Rows shown only once FSDP shards the plan.
-_FSDP_ONLY_FIELDS = ("fsdp_offload",)
-#: Rows shown only for full training (Megatron-LM tensor and pipeline parallelism).
-_FULL_ONLY_FIELDS = ("tp", "pp")
-#: The class that shows a row only where it applies (the pane's method classes switch them).
-_ROW_CLASSES = {
-    **dict.fromkeys(_RL_FIELDS, "-rl-only"),
-    **dict.fromkeys(_INFERENCE_FIELDS, "-inference-only"),
-    **dict.fromkeys(_TRAINING_FIELDS, "-training-only"),
-    **dict.fromkeys(_FSDP_FIELDS, "-fine-tuning-only"),
-    **dict.fromkeys(_FSDP_ONLY_FIELDS, "-fsdp-only"),
-    **dict.fromkeys(_FULL_ONLY_FIELDS, "-full-only"),
-    **dict.fromkeys(_LORA_FIELDS, "-lora-only"),
-}
-#: The loss row's first choice: leave it to the framework (``Plan.loss`` None).
-LOSS_DEFAULT = "framework default"
-_INTEGER_FIELDS = ("batch", "seq", "lora_r", "gpus", "grad_accum", "tp", "pp")
-#: Fields typed as decimal numbers.
-_NUMBER_FIELDS = ("epochs", "mfu", "vllm_memory_utilization", "lora_dropout")
-#: Enum fields shown as drop-downs of every member.
-_ENUM_FIELDS: dict[str, Any] = {
-    "method": Method,
-    "precision": Precision,
-    "attention": Attention,
-    "optimizer": Optimizer,
-    "optimizer_impl": OptimizerImpl,
-    "offload": Offload,
-    "quant": Quant,
-    "framework": Framework,
-    "fsdp": FsdpMode,
-}
-#: Fields shown as a check box, with the box's label.
-_CHECK_LABELS = {
-    "grad_ckpt": "recompute",
-    "fsdp_offload": "params, grads, optimizer",
-    "rl_reference": "frozen reference",
-    "rl_reward_model": "reward model",
-}
+_TRAINING_FIELDS = rows_shown_by("-training-only")
 
-#: What the empty examples field says.
-EXAMPLES_PLACEHOLDER = "e.g. 50k"
 #: How many model matches the search list shows.
 MODEL_MATCHES = 8
 
@@ -244,11 +167,6 @@ def field_for_message(message: str) -> str | None:
     return None
 
 
-def control_id(field: str) -> str:
-    """The id of the control that edits ``field`` (``plan-lora-r``)."""
-    return f"plan-{field.replace('_', '-')}"
-
-
 def trains_adapters(method: Method, rl_method: Method | None) -> bool:
     """Whether a plan trains LoRA-style adapters: LoRA, QLoRA, 8-bit LoRA, DoRA, or an RL plan
     whose policy is one of them."""
@@ -257,98 +175,9 @@ def trains_adapters(method: Method, rl_method: Method | None) -> bool:
     return method in LORA_STYLE_METHODS
 
 
-def examples_placeholder(plan: Plan) -> str:
-    """The empty examples field names the plan's token count when it carries one."""
-    if plan.tokens is not None and plan.examples is None:
-        return f"{format_count(plan.tokens)} tokens (from the plan)"
-    return EXAMPLES_PLACEHOLDER
-
-
 def friendly(problem: Any) -> str:
     """A pydantic error as a short phrase for the field's error line (the CLI's words)."""
     return validation_phrase(problem)
-
-
-def make_control(name: str, plan: Plan, catalog: Catalog) -> Widget:
-    """The control that edits the Plan field ``name``, holding ``plan``'s value."""
-    cid = control_id(name)
-    if name == "model":
-        # Catalog ids, then models in the local Hugging Face cache (read offline).
-        suggestions = sorted(catalog.models) + cached_model_ids()
-        return OrderedInput(
-            plan.model,
-            placeholder="↓ lists models; or config.json, 7B",
-            suggester=SuggestFromList(suggestions, case_sensitive=False),
-            compact=True,
-            id=cid,
-        )
-    choices = _choices(name, plan)
-    if choices is not None:
-        options, value = choices
-        return FormSelect(options, value=value, allow_blank=False, compact=True, id=cid)
-    if name in _CHECK_LABELS:
-        return Check(_CHECK_LABELS[name], getattr(plan, name), compact=True, id=cid)
-    text, placeholder = _text_and_placeholder(name, plan)
-    if placeholder is None:
-        return OrderedInput(text, compact=True, id=cid)
-    return OrderedInput(text, placeholder=placeholder, compact=True, id=cid)
-
-
-def _choices(name: str, plan: Plan) -> tuple[list[tuple[str, Any]], Any] | None:
-    """A drop-down field's (label, value) choices and its current value; None for other fields."""
-    if name in _ENUM_FIELDS:
-        return [(member.value, member) for member in _ENUM_FIELDS[name]], getattr(plan, name)
-    if name == "zero":
-        return [(f"{stage}", stage) for stage in range(4)], plan.zero
-    if name == "loss":
-        choices: list[tuple[str, Any]] = [(LOSS_DEFAULT, LOSS_DEFAULT)]
-        choices += [(member.value, member) for member in Loss]
-        return choices, LOSS_DEFAULT if plan.loss is None else plan.loss
-    if name == "rl_method":
-        return [(member.value, member) for member in RL_TRAINABLE_METHODS], plan.rl_method
-    return None
-
-
-def _text_and_placeholder(name: str, plan: Plan) -> tuple[str, str | None]:
-    """A typed field's starting text and its placeholder (None: the Input's own)."""
-    value = getattr(plan, name)
-    if name in _INTEGER_FIELDS:
-        # Plain text: a restricted Input drops the characters it does not allow, so "4.5"
-        # became 45; the form keeps what was typed and says what is wrong with it.
-        return str(value), None
-    if name in ("epochs", "lora_dropout"):
-        return f"{value:g}", None
-    if name == "vllm_memory_utilization":
-        return f"{value:g}", "0: no vLLM engine"
-    if name == "tokens":
-        return ("" if value is None else str(value)), "to generate, e.g. 10M"
-    if name == "examples":
-        return ("" if value is None else str(value)), examples_placeholder(plan)
-    if name == "mfu":
-        return ("" if value is None else f"{value:g}"), "catalog default"
-    raise AssertionError(f"no control for {name}")
-
-
-def parse_text(name: str, text: str) -> Any:
-    """What a typed field holds, as the Plan field's value; ValueError says what is wrong."""
-    text = text.strip()
-    if name == "model":
-        if not text:
-            raise ValueError("choose a model: catalog id, config.json path or a count like 7B")
-        return text
-    if name in _INTEGER_FIELDS:
-        if not text:
-            raise ValueError("required: a whole number")
-        return parse_whole_number(text)  # the command line's words
-    if name in ("examples", "tokens"):
-        return parse_count(text) if text else None
-    if name in _NUMBER_FIELDS:
-        if not text:
-            if name == "mfu":
-                return None
-            raise ValueError("required: a number such as 1 or 0.5")
-        return parse_number(text)
-    raise AssertionError(name)
 
 
 class PlannerForm(PlannerParts):
@@ -359,7 +188,7 @@ class PlannerForm(PlannerParts):
         # Containers take no focus stop: tab goes from field to field, and p/c/m keep working.
         with VerticalScroll(id="plan-form", can_focus=False):
             for name, label in FORM_FIELDS:
-                classes = f"plan-field {_ROW_CLASSES.get(name, '')}".rstrip()
+                classes = f"plan-field {FORM_ROWS[name].shown or ''}".rstrip()
                 with Vertical(classes=classes, id=f"plan-row-{name.replace('_', '-')}"):
                     with Horizontal():
                         yield Label(label)
@@ -382,7 +211,7 @@ class PlannerForm(PlannerParts):
         for name in FIELD_NAMES:
             control = self.query_one(f"#{control_id(name)}")
             if isinstance(control, (Select, Checkbox)):
-                values[name] = None if control.value == LOSS_DEFAULT else control.value
+                values[name] = control_value(name, control.value)
             elif isinstance(control, Input):
                 try:
                     values[name] = parse_text(name, control.value)
@@ -550,16 +379,11 @@ class PlannerForm(PlannerParts):
             control = self.query_one(f"#{control_id(name)}")
             value = getattr(plan, name)
             if isinstance(control, Select):
-                control.value = LOSS_DEFAULT if name == "loss" and value is None else value
+                control.value = select_value(name, value)
             elif isinstance(control, Checkbox):
                 control.value = bool(value)
             elif isinstance(control, Input):
-                if value is None:
-                    control.value = ""
-                elif isinstance(value, float):
-                    control.value = f"{value:g}"
-                else:
-                    control.value = str(value)
+                control.value = field_text(value)
         examples = self.query_one(f"#{control_id('examples')}", Input)
         examples.placeholder = examples_placeholder(plan)
         self.query_one("#plan-model-matches", OptionList).remove_class("-open")
