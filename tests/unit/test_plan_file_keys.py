@@ -19,6 +19,7 @@ from hwdash.core.plans.from_axolotl import read_axolotl
 from hwdash.core.plans.from_deepspeed import read_deepspeed
 from hwdash.core.plans.from_llama_factory import read_llama_factory
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, key_reading
+from hwdash.core.plans.from_snippet import read_snippet
 from hwdash.core.plans.from_trainer import read_trainer_mapping
 from hwdash.errors import UsageError
 
@@ -28,6 +29,7 @@ READERS: dict[str, Callable[[ConfigReader, ImportedPlan], None]] = {
     "accelerate": read_accelerate,
     "axolotl": read_axolotl,
     "llama-factory": read_llama_factory,
+    "peft": lambda reader, out: None,  # read inside a snippet: _read
 }
 
 #: The keys the readers copied onto a plan field from their own tables before the registry held
@@ -62,6 +64,7 @@ KEYS_BEFORE: dict[str, dict[str, str]] = {
         "lora_dropout": "lora_dropout",
         "num_train_epochs": "epochs",
     },
+    "peft": {"r": "lora_r", "lora_dropout": "lora_dropout"},
 }
 
 #: A value of each reading that no reader's default or conversion gives.
@@ -70,14 +73,19 @@ SAMPLES = {"whole": 7, "number": 0.375, "toggle": True}
 
 def _read(file_format: str, data: dict[str, Any], tmp_path: Path) -> ImportedPlan:
     path = tmp_path / "config.yaml"
-
-    def no_nested(nested: Path, chain: tuple[Path, ...]) -> ImportedPlan:
-        raise AssertionError(f"read {nested}")
-
-    reader = ConfigReader(path, data, (path,), no_nested)
+    if file_format == "peft":
+        # PEFT's LoraConfig keywords, as the --export trainer snippet holds them
+        keywords = ", ".join(f"{key}={value!r}" for key, value in data.items())
+        text = f"args = TrainingArguments()\nconfig = LoraConfig({keywords})\n"
+        return read_snippet(path, text, (path,), _no_nested)
+    reader = ConfigReader(path, data, (path,), _no_nested)
     out = ImportedPlan(kind=file_format)
     READERS[file_format](reader, out)
     return out
+
+
+def _no_nested(nested: Path, chain: tuple[Path, ...]) -> ImportedPlan:
+    raise AssertionError(f"read {nested}")
 
 
 def _declared(file_format: str) -> dict[str, str]:
@@ -160,12 +168,20 @@ def test_the_accelerate_export_writes_the_declared_keys() -> None:
     _check_written("accelerate", accelerate_config(PLAN, PLAN.gpus))
 
 
-def test_the_trainer_snippet_writes_the_declared_keys() -> None:
+def _snippet_keywords(call_name: str) -> dict[str, Any]:
+    """The literal keyword arguments of the ``call_name(...)`` call of the plan's snippet."""
     tree = ast.parse(trainer_snippet(PLAN, "org/model"))
     call = next(
         node
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "SFTConfig"
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == call_name
     )
-    keywords = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg is not None}
-    _check_written("trainer", keywords)
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg is not None}
+
+
+def test_the_trainer_snippet_writes_the_declared_keys() -> None:
+    _check_written("trainer", _snippet_keywords("SFTConfig"))
+
+
+def test_the_snippets_lora_config_writes_the_declared_keys() -> None:
+    _check_written("peft", _snippet_keywords("LoraConfig"))

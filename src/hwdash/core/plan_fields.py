@@ -82,7 +82,7 @@ class FormRow:
     unset (the loss row's ``framework default``)."""
 
 
-FileFormat = Literal["trainer", "deepspeed", "accelerate", "axolotl", "llama-factory"]
+FileFormat = Literal["trainer", "deepspeed", "accelerate", "axolotl", "llama-factory", "peft"]
 """A config file format whose keys :class:`FileKeys` declares."""
 
 
@@ -103,6 +103,8 @@ class FileKeys:
     """axolotl YAML keys (read only: hwdash writes no axolotl config)."""
     llama_factory: tuple[str, ...] = ()
     """LLaMA-Factory YAML keys (read only)."""
+    peft: tuple[str, ...] = ()
+    """PEFT ``LoraConfig`` keyword arguments (in the ``--export trainer`` snippet)."""
 
     def of(self, file_format: FileFormat) -> tuple[str, ...]:
         """The keys of ``file_format``."""
@@ -246,7 +248,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     PlanField(
         "lora_r", "--lora-r", WHAT, "LoRA/DoRA rank (default 16)", parse="whole", metavar="R",
         form=FormRow("LoRA rank", "integer", "-lora-only"),
-        keys=FileKeys(axolotl=("lora_r",), llama_factory=("lora_rank",)),
+        keys=FileKeys(axolotl=("lora_r",), llama_factory=("lora_rank",), peft=("r",)),
     ),
     PlanField(
         "lora_targets", "--lora-targets", WHAT,
@@ -264,7 +266,9 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "lora_dropout", "--lora-dropout", WHAT,
         "LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
         parse="number", metavar="P", form=FormRow("LoRA drop", "number", "-lora-only"),
-        keys=FileKeys(axolotl=("lora_dropout",), llama_factory=("lora_dropout",)),
+        keys=FileKeys(
+            axolotl=("lora_dropout",), llama_factory=("lora_dropout",), peft=("lora_dropout",)
+        ),
     ),
     PlanField(
         "quant", "--quant", WHAT,

@@ -430,10 +430,10 @@ def _lora_config_lines(plan: Plan) -> list[str]:
     targets: Any = "all-linear" if "all-linear" in plan.lora_targets else list(plan.lora_targets)
     lines = [
         "peft_config = LoraConfig(",
-        f"    r={plan.lora_r},",
+        f"    {file_key('lora_r', 'peft')}={plan.lora_r},",
         f"    lora_alpha={2 * plan.lora_r},",
         f"    target_modules={_py(targets)},",
-        f"    lora_dropout={_py(plan.lora_dropout)},",
+        f"    {file_key('lora_dropout', 'peft')}={_py(plan.lora_dropout)},",
         f"    use_dora={method is Method.DORA},",
         '    task_type="CAUSAL_LM",',
     ]
