@@ -7,7 +7,10 @@ stay on the Plan model's pydantic fields (``Field(ge=..., le=...)``) and the par
 the model's own defaults, so neither is repeated here. The planner form
 (:mod:`hwdash.ui.planner_controls`) builds its rows from the entries' :class:`FormRow` s, in
 :data:`FORM_ORDER`; a ``select`` row's choices are the entry's ``choices`` (or, for a whole number,
-the Plan field's bounds).
+the Plan field's bounds). The config files ``--export`` writes and ``--from`` reads take the
+key names of each entry's :class:`FileKeys` where a key is the field itself (same value, same
+unit); settings that need a conversion (precision from ``bf16``/``fp16``, the method from
+``finetuning_type``, optimizer names, ZeRO from nested tables) stay with their readers and writers.
 
 Adding a field: the Plan field, one :class:`PlanField` entry here (``tests/unit/test_plan_fields.py``
 fails until there is one), and its estimator formula.
@@ -79,6 +82,35 @@ class FormRow:
     unset (the loss row's ``framework default``)."""
 
 
+FileFormat = Literal["trainer", "deepspeed", "accelerate", "axolotl", "llama-factory", "peft"]
+"""A config file format whose keys :class:`FileKeys` declares."""
+
+
+@dataclass(frozen=True)
+class FileKeys:
+    """A Plan field's keys in the config files, where a key maps one-to-one onto the field (the
+    same value in the same unit). Several keys of one format: the exports write the first, and
+    the first wins when a file gives more than one."""
+
+    trainer: tuple[str, ...] = ()
+    """Hugging Face ``TrainingArguments`` / TRL config keys (and the ``--export trainer``
+    snippet's keyword arguments)."""
+    deepspeed: tuple[str, ...] = ()
+    """DeepSpeed JSON top-level keys."""
+    accelerate: tuple[str, ...] = ()
+    """accelerate config YAML top-level keys."""
+    axolotl: tuple[str, ...] = ()
+    """axolotl YAML keys (read only: hwdash writes no axolotl config)."""
+    llama_factory: tuple[str, ...] = ()
+    """LLaMA-Factory YAML keys (read only)."""
+    peft: tuple[str, ...] = ()
+    """PEFT ``LoraConfig`` keyword arguments (in the ``--export trainer`` snippet)."""
+
+    def of(self, file_format: FileFormat) -> tuple[str, ...]:
+        """The keys of ``file_format``."""
+        return tuple(getattr(self, file_format.replace("-", "_")))
+
+
 @dataclass(frozen=True)
 class PlanField:
     """One Plan field as the command line (and the planner form) spell it."""
@@ -105,6 +137,8 @@ class PlanField:
     never written back (``--params`` for ``--model``)."""
     form: FormRow | None = None
     """Its planner form row (None: the form has none)."""
+    keys: FileKeys = FileKeys()
+    """Its keys in the config files ``--export`` writes and ``--from`` reads."""
 
     @property
     def spelling(self) -> str:
@@ -214,6 +248,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     PlanField(
         "lora_r", "--lora-r", WHAT, "LoRA/DoRA rank (default 16)", parse="whole", metavar="R",
         form=FormRow("LoRA rank", "integer", "-lora-only"),
+        keys=FileKeys(axolotl=("lora_r",), llama_factory=("lora_rank",), peft=("r",)),
     ),
     PlanField(
         "lora_targets", "--lora-targets", WHAT,
@@ -231,6 +266,9 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "lora_dropout", "--lora-dropout", WHAT,
         "LoRA/DoRA dropout; above 0 its masks are kept for backward (default 0.05)",
         parse="number", metavar="P", form=FormRow("LoRA drop", "number", "-lora-only"),
+        keys=FileKeys(
+            axolotl=("lora_dropout",), llama_factory=("lora_dropout",), peft=("lora_dropout",)
+        ),
     ),
     PlanField(
         "quant", "--quant", WHAT,
@@ -242,22 +280,40 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     PlanField(
         "batch", "--batch", SHAPE, "micro-batch per GPU (default 1)", parse="whole",
         form=FormRow("micro-batch", "integer"),
+        keys=FileKeys(
+            trainer=("per_device_train_batch_size",),
+            deepspeed=("train_micro_batch_size_per_gpu",),
+            axolotl=("micro_batch_size",),
+            llama_factory=("per_device_train_batch_size",),
+        ),
     ),
     PlanField(
         "seq", "--seq", SHAPE, "sequence length in tokens (default 2048)", parse="whole",
         form=FormRow("seq length", "integer"),
+        keys=FileKeys(
+            trainer=("max_length", "max_seq_length"),  # TRL renamed max_seq_length max_length
+            axolotl=("sequence_len",),
+            llama_factory=("cutoff_len",),
+        ),
     ),
     PlanField(
         "grad_ckpt", "--grad-ckpt", SHAPE,
         "gradient checkpointing (recompute activations); --no-grad-ckpt turns off a "
         "--framework's default (default off)",
         kind="toggle", form=FormRow("grad ckpt", "switch", _TRAINING_ROW, box="recompute"),
+        keys=FileKeys(trainer=("gradient_checkpointing",)),
     ),
     PlanField(
         "grad_accum", "--grad-accum", SHAPE,
         "gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
         "during every backward (default 1)",
         parse="whole", metavar="N", form=FormRow("grad accum", "integer", _TRAINING_ROW),
+        keys=FileKeys(
+            trainer=("gradient_accumulation_steps",),
+            deepspeed=("gradient_accumulation_steps",),
+            axolotl=("gradient_accumulation_steps",),
+            llama_factory=("gradient_accumulation_steps",),
+        ),
     ),
     PlanField(
         "attention", "--attn", SHAPE,
@@ -275,6 +331,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     PlanField(
         "gpus", "--gpus", SHAPE, "data-parallel GPUs for the breakdown (default 1)",
         parse="whole", form=FormRow("GPUs", "integer"),
+        keys=FileKeys(accelerate=("num_processes",)),
     ),
     PlanField(
         "fsdp", "--fsdp", SHARDING,
@@ -398,6 +455,11 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     PlanField(
         "epochs", "--epochs", DATA, "passes over the examples (default 1)", parse="number",
         form=FormRow("epochs", "number", _TRAINING_ROW),
+        keys=FileKeys(
+            trainer=("num_train_epochs",),
+            axolotl=("num_epochs",),
+            llama_factory=("num_train_epochs",),
+        ),
     ),
     PlanField(
         "tokens", "--tokens", DATA,
@@ -527,3 +589,18 @@ def form_fields() -> list[tuple[PlanField, FormRow]]:
     listed = [BY_NAME[name] for name in FORM_ORDER]
     others = [field for field in PLAN_FIELDS if field.name not in FORM_ORDER]
     return [(field, field.form) for field in listed + others if field.form is not None]
+
+
+def fields_with_keys(file_format: FileFormat) -> list[tuple[PlanField, tuple[str, ...]]]:
+    """Every entry with keys in ``file_format``, with them, in ``--help`` order."""
+    found = [(field, field.keys.of(file_format)) for field in PLAN_FIELDS]
+    return [(field, keys) for field, keys in found if keys]
+
+
+def file_key(name: str, file_format: FileFormat) -> str:
+    """The key the exports write Plan field ``name`` under in ``file_format`` (its first);
+    ``KeyError`` when the registry declares none."""
+    keys = BY_NAME[name].keys.of(file_format)
+    if not keys:
+        raise KeyError(f"{name} has no {file_format} key in the plan field registry")
+    return keys[0]

@@ -66,6 +66,7 @@ from hwdash.core.plan import (
     StoreDtype,
     ValueHead,
 )
+from hwdash.core.plan_fields import file_key
 from hwdash.core.results import PlanReport
 from hwdash.core.specs import Flavor, Framework, Slowdown
 
@@ -116,8 +117,8 @@ def deepspeed_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> di
     half = half_precision(plan, bf16_hardware)
     return {
         "train_batch_size": plan.batch * plan.grad_accum * gpus,
-        "train_micro_batch_size_per_gpu": plan.batch,
-        "gradient_accumulation_steps": plan.grad_accum,
+        file_key("batch", "deepspeed"): plan.batch,
+        file_key("grad_accum", "deepspeed"): plan.grad_accum,
         "gradient_clipping": GRADIENT_CLIPPING,
         "zero_optimization": zero,
         "bf16": {"enabled": half == "bf16"},
@@ -387,17 +388,17 @@ def _trainer_arguments(
     half = half_precision(plan, bf16_hardware)
     arguments: list[tuple[str, Any]] = [
         ("output_dir", "out"),
-        ("per_device_train_batch_size", plan.batch),
-        ("gradient_accumulation_steps", plan.grad_accum),
-        ("gradient_checkpointing", plan.grad_ckpt),
+        (file_key("batch", "trainer"), plan.batch),
+        (file_key("grad_accum", "trainer"), plan.grad_accum),
+        (file_key("grad_ckpt", "trainer"), plan.grad_ckpt),
         ("bf16", half == "bf16" and plan.precision is not Precision.FP32),
         ("fp16", half == "fp16"),
         ("optim", optim_name(plan)),
         ("max_grad_norm", GRADIENT_CLIPPING),
-        ("num_train_epochs", plan.epochs),
+        (file_key("epochs", "trainer"), plan.epochs),
     ]
     if config_class == "SFTConfig":
-        arguments.append(("max_length", plan.seq))
+        arguments.append((file_key("seq", "trainer"), plan.seq))
     if generations is not None:
         # generation batch = per-device batch x processes x steps_per_generation (TRL's default:
         # gradient_accumulation_steps); the estimator's policy KV cache counts the same batch
@@ -429,10 +430,10 @@ def _lora_config_lines(plan: Plan) -> list[str]:
     targets: Any = "all-linear" if "all-linear" in plan.lora_targets else list(plan.lora_targets)
     lines = [
         "peft_config = LoraConfig(",
-        f"    r={plan.lora_r},",
+        f"    {file_key('lora_r', 'peft')}={plan.lora_r},",
         f"    lora_alpha={2 * plan.lora_r},",
         f"    target_modules={_py(targets)},",
-        f"    lora_dropout={_py(plan.lora_dropout)},",
+        f"    {file_key('lora_dropout', 'peft')}={_py(plan.lora_dropout)},",
         f"    use_dora={method is Method.DORA},",
         '    task_type="CAUSAL_LM",',
     ]
@@ -479,7 +480,7 @@ def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> d
         "distributed_type": distributed,
         "num_machines": machines,
         "machine_rank": 0,
-        "num_processes": gpus,
+        file_key("gpus", "accelerate"): gpus,  # the flavor's GPUs where one is named
         "mixed_precision": half or "no",
         "use_cpu": False,
     }

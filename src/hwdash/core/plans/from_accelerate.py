@@ -8,16 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from hwdash.core.plan import FsdpMode, Offload, Precision
-from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan
+from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
 
 def read_accelerate(reader: ConfigReader, out: ImportedPlan) -> None:
     """An accelerate config: the processes, its DeepSpeed or FSDP block and ``mixed_precision``."""
     for key in ("compute_environment", "num_machines", "machine_rank", "use_cpu"):
         reader.get(key)
-    processes = reader.integer("num_processes")
-    if processes:
-        out.updates["gpus"] = processes
+    copy_declared_keys(reader, out, "accelerate")  # the processes: data-parallel GPUs
     distributed = reader.text("distributed_type")
     deepspeed = reader.mapping("deepspeed_config")
     precision = reader.text("mixed_precision")

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from hwdash.core.plan import Attention, Method, Precision
 from hwdash.core.plans.from_deepspeed import deepspeed_path
-from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_numbers, module_names
+from hwdash.core.plans.from_reader import (
+    ConfigReader,
+    ImportedPlan,
+    copy_declared_keys,
+    module_names,
+)
 from hwdash.core.plans.from_trainer import read_optimizer
 
 
@@ -28,17 +33,7 @@ def read_axolotl(reader: ConfigReader, out: ImportedPlan) -> None:
         out.updates["method"] = method
     elif adapter is None:
         out.updates["method"] = Method.FULL
-    copy_numbers(
-        reader,
-        out,
-        {
-            "lora_r": "lora_r",
-            "sequence_len": "seq",
-            "micro_batch_size": "batch",
-            "gradient_accumulation_steps": "grad_accum",
-        },
-        {"lora_dropout": "lora_dropout", "num_epochs": "epochs"},
-    )
+    copy_declared_keys(reader, out, "axolotl")  # rank, dropout, batch, length, ...
     if reader.flag("lora_target_linear"):
         out.updates["lora_targets"] = ("all-linear",)
     modules = reader.get("lora_target_modules")

@@ -8,20 +8,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from hwdash.core.plan import Offload, Precision
-from hwdash.core.plans.from_reader import FLAG, ConfigReader, ImportedPlan, resolved_path
+from hwdash.core.plans.from_reader import (
+    FLAG,
+    ConfigReader,
+    ImportedPlan,
+    copy_declared_keys,
+    resolved_path,
+)
 from hwdash.errors import UsageError
 
 
 def read_deepspeed(reader: ConfigReader, out: ImportedPlan) -> None:
     """A DeepSpeed JSON config: batch sizes (and the GPUs their product implies), ZeRO, offload
     and precision."""
-    micro = reader.integer("train_micro_batch_size_per_gpu")
-    accum = reader.integer("gradient_accumulation_steps")
+    copy_declared_keys(reader, out, "deepspeed")  # the micro-batch and accumulation steps
+    micro = out.updates.get("batch")
+    accum = out.updates.get("grad_accum")
     total = reader.integer("train_batch_size")
-    if micro:
-        out.updates["batch"] = micro
-    if accum:
-        out.updates["grad_accum"] = accum
     if total and micro and accum and total % (micro * accum) == 0:
         out.updates["gpus"] = total // (micro * accum)
     reader.get("gradient_clipping")

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from hwdash.core.plan import Attention, Method, Precision
 from hwdash.core.plans.from_deepspeed import deepspeed_path
-from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_numbers, module_names
+from hwdash.core.plans.from_reader import (
+    ConfigReader,
+    ImportedPlan,
+    copy_declared_keys,
+    module_names,
+)
 from hwdash.core.plans.from_trainer import read_optimizer
 
 
@@ -15,17 +20,7 @@ def read_llama_factory(reader: ConfigReader, out: ImportedPlan) -> None:
     if model:
         out.updates["model"] = model
     method = _llama_factory_method(reader, out)
-    copy_numbers(
-        reader,
-        out,
-        {
-            "lora_rank": "lora_r",
-            "cutoff_len": "seq",
-            "per_device_train_batch_size": "batch",
-            "gradient_accumulation_steps": "grad_accum",
-        },
-        {"lora_dropout": "lora_dropout", "num_train_epochs": "epochs"},
-    )
+    copy_declared_keys(reader, out, "llama-factory")  # rank, dropout, batch, length, ...
     _llama_factory_modules(reader, out)
     _llama_factory_attention(reader, out)
     _llama_factory_precision(reader, out, method)

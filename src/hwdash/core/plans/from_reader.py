@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hwdash.core.plan_fields import FileFormat, PlanField, fields_with_keys
 from hwdash.errors import UsageError
 
 FLAG = "--from"
@@ -114,18 +115,46 @@ class ConfigReader:
         return sorted(str(key) for key in self.data if key not in self.used)
 
 
-def copy_numbers(
-    reader: ConfigReader, out: ImportedPlan, integers: Mapping[str, str], numbers: Mapping[str, str]
-) -> None:
-    """File key -> plan field, for whole numbers (kept when positive) and numbers."""
-    for key, name in integers.items():
+def copy_declared_keys(reader: ConfigReader, out: ImportedPlan, file_format: FileFormat) -> None:
+    """The values of the keys the plan field registry declares for ``file_format``
+    (:attr:`~hwdash.core.plan_fields.PlanField.keys`) copied onto their plan fields: whole numbers
+    (kept when positive), then numbers (kept when positive; a dropout also when 0), then
+    true/false settings. Of several keys of one field, the first declared wins."""
+    declared = fields_with_keys(file_format)
+    for how in KEY_READINGS:
+        for entry, keys in declared:
+            if key_reading(entry) != how:
+                continue
+            for key in reversed(keys):  # the first key is applied last: it wins
+                _copy_key(reader, out, entry.name, key, how)
+
+
+KEY_READINGS = ("whole", "number", "toggle")
+"""How a declared key's value is read, in the order :func:`copy_declared_keys` reads them."""
+
+
+def key_reading(entry: PlanField) -> str | None:
+    """How ``--from`` reads a declared key of ``entry``: ``whole``, ``number``, ``toggle``
+    (true/false), or None for a field whose keys it cannot copy as they are."""
+    if entry.kind == "toggle":
+        return "toggle"
+    return entry.parse if entry.parse in ("whole", "number") else None
+
+
+def _copy_key(reader: ConfigReader, out: ImportedPlan, name: str, key: str, how: str) -> None:
+    """One file key's value onto Plan field ``name``, read as :func:`key_reading` says."""
+    if how == "whole":
         value = reader.integer(key)
         if value:
             out.updates[name] = value
-    for key, name in numbers.items():
+    elif how == "number":
         number = reader.number(key)
         if number is not None and (number > 0 or name == "lora_dropout"):
             out.updates[name] = number
+    else:
+        flag = reader.flag(key)
+        if flag is not None:
+            out.updates[name] = flag
 
 
 def resolved_path(path: Path) -> Path | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core.plan import FsdpMode, Method
+from hwdash.core.plan_fields import file_key
 from hwdash.core.plans.from_reader import (
     FLAG,
     ConfigReader,
@@ -129,7 +130,7 @@ def _parallelism_mesh(mesh: Mapping[str, Any], out: ImportedPlan) -> None:
 def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None:
     """PEFT's ``LoraConfig(...)`` keyword arguments: rank, target modules, dropout and the modules
     trained in full."""
-    rank = lora.get("r")
+    rank = lora.get(file_key("lora_r", "peft"))
     if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
         out.updates["lora_r"] = rank
     targets = lora.get("target_modules")
@@ -137,7 +138,7 @@ def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None
         isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets)
     ):
         out.updates["lora_targets"] = module_names(path, "target_modules", targets)
-    dropout = lora.get("lora_dropout")
+    dropout = lora.get(file_key("lora_dropout", "peft"))
     if isinstance(dropout, (int, float)) and not isinstance(dropout, bool):
         out.updates["lora_dropout"] = float(dropout)
     saved = lora.get("modules_to_save")

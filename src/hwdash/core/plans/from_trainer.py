@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from hwdash.core.plan import FsdpMode, Loss, Optimizer, OptimizerImpl, Precision
 from hwdash.core.plans.from_deepspeed import deepspeed_path
-from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_numbers
+from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
 #: The Trainer's ``optim`` names (``OptimizerNames``, transformers/training_args.py) whose memory
 #: hwdash counts, as the plan's optimizer. The Trainer builds them in ``get_optimizer_cls_and_kwargs``
@@ -93,20 +93,7 @@ def _precision_from(
 def read_trainer_mapping(reader: ConfigReader, out: ImportedPlan) -> None:
     """``TrainingArguments`` / TRL config keys: batch, accumulation, length, checkpointing, the
     savers the Trainer has a key for, FSDP, precision and the DeepSpeed config."""
-    copy_numbers(
-        reader,
-        out,
-        {
-            "per_device_train_batch_size": "batch",
-            "gradient_accumulation_steps": "grad_accum",
-            "max_seq_length": "seq",
-            "max_length": "seq",
-        },
-        {"num_train_epochs": "epochs"},
-    )
-    ckpt = reader.flag("gradient_checkpointing")
-    if ckpt is not None:
-        out.updates["grad_ckpt"] = ckpt
+    copy_declared_keys(reader, out, "trainer")  # batch, accumulation, length, epochs, ckpt
     reader.get("max_grad_norm")
     reader.get("output_dir")
     # GRPOConfig: completions of each prompt; the batch already counts completions (TRL's
