@@ -365,3 +365,12 @@ def test_null_fields_take_their_defaults_and_zero_experts_is_dense() -> None:
     }
     model = model_from_config(config, name="nulls", source="nulls/config.json")
     assert (model.kv_heads, model.head_dim, model.experts) == (4, 16, 1)
+
+
+def test_an_unsupported_model_type_is_named_on_one_line() -> None:
+    # found by the config.json fuzz test in CI: a model_type holding a newline was printed raw, so
+    # the one-line error ran over two lines
+    with pytest.raises(UsageError) as info:
+        model_from_config({"model_type": "\n", "num_hidden_layers": 2}, name="x", source="c.json")
+    assert "\n" not in str(info.value)
+    assert "model_type '\\n' is not supported" in str(info.value)

@@ -313,7 +313,8 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
     if model_type not in SUPPORTED_MODEL_TYPES:
         supported = ", ".join(sorted({*SUPPORTED_MODEL_TYPES, *FAMILY_READERS}, key=str.lower))
         raise UsageError(
-            f"{source}: model_type '{model_type or '?'}' is not supported (supported: {supported})",
+            f"{source}: model_type {_shown(model_type or '?')} is not supported "
+            f"(supported: {supported})",
             flag=FLAG,
         )
     family = _SAME_AS.get(model_type, model_type)
