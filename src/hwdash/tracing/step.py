@@ -309,15 +309,25 @@ def _labels(ids: Any, options: _RunOptions) -> Any:
     return ids
 
 
+def _inference_inputs(
+    model: Any, settings: TraceSettings, tracker: Any, options: _RunOptions
+) -> Any:
+    """Start tracking ``model`` (weights counted from the setup phase) and draw the batch of token
+    ids an inference trace feeds it: batch x seq ids of the model's vocabulary."""
+    import torch
+
+    tracker.track_external(model)
+    vocab = int(model.config.vocab_size)
+    return torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)
+
+
 def _run_encoder_inference(
     model: Any, settings: TraceSettings, tracker: Any, options: _RunOptions
 ) -> list[TracePhase]:
     """An encoder's inference: one forward pass over the batch (no generation, no cache)."""
     import torch
 
-    tracker.track_external(model)
-    vocab = int(model.config.vocab_size)
-    ids = torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)
+    ids = _inference_inputs(model, settings, tracker, options)
     phases: list[TracePhase] = []
     with torch.no_grad(), tracker, _attention_kernel(options):
         tracker.close_phase(0, "setup", False)
@@ -333,9 +343,7 @@ def _run_inference(
 ) -> list[TracePhase]:
     import torch
 
-    tracker.track_external(model)
-    vocab = int(model.config.vocab_size)
-    ids = torch.randint(0, vocab, (settings.batch, settings.seq), device=options.device)
+    ids = _inference_inputs(model, settings, tracker, options)
     phases: list[TracePhase] = []
     with torch.no_grad(), tracker, _attention_kernel(options):
         tracker.close_phase(0, "setup", False)

@@ -177,7 +177,7 @@ SYNTHETIC_MIN_PARAMS = 1_000_000
 SYNTHETIC_MAX_PARAMS = 100 * 10**12
 
 
-class Catalog(Protocol):
+class ModelLookup(Protocol):
     """What the door needs of a catalog (:class:`hwdash.core.catalog.Catalog` is one): its models
     and their lookup. A protocol, so that the readers do not import the catalog that imports them."""
 
@@ -187,7 +187,7 @@ class Catalog(Protocol):
     def find_model(self, name: str) -> ModelSpec | None: ...
 
 
-def resolve_model(ref: str, catalog: Catalog) -> ModelSpec:
+def resolve_model(ref: str, catalog: ModelLookup) -> ModelSpec:
     """The model ``ref`` names: catalog entry, ``config.json`` (or its folder), or parameter count."""
     text = ref.strip()
     if not text:
@@ -230,7 +230,7 @@ def resolve_model(ref: str, catalog: Catalog) -> ModelSpec:
     raise UsageError(_unknown_model_message(text, catalog), flag=FLAG)
 
 
-def cached_models(catalog: Catalog) -> list[ModelSpec]:
+def cached_models(catalog: ModelLookup) -> list[ModelSpec]:
     """Models in the local Hugging Face cache that the catalog does not already know (by
     Hugging Face id), read from their cached config.json; unreadable ones are skipped."""
     known = {model.hf_id.lower() for model in catalog.models.values() if model.hf_id}
@@ -248,7 +248,7 @@ def cached_models(catalog: Catalog) -> list[ModelSpec]:
     return found
 
 
-def _unknown_model_message(text: str, catalog: Catalog) -> str:
+def _unknown_model_message(text: str, catalog: ModelLookup) -> str:
     names: dict[str, str] = {}
     for model in catalog.models.values():
         for alias in (model.id, model.name, model.hf_id):
