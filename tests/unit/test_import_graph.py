@@ -18,7 +18,12 @@ The layers (issue 25; each package's ``__init__`` docstring says the same):
 * ``hwdash.core.planning`` (fit verdicts, make-it-fit, run time): all of the above;
 * ``hwdash.core.plans`` (store, imports, exports): all of the above and planning;
 * ``hwdash.core.live`` (alerts, OOM forecast): the foundation;
-* ``hwdash.telemetry``: the foundation, live and the probe; never the planner;
+* ``hwdash.telemetry``: the foundation and live; never the planner (the probe file's protocol,
+  :mod:`hwdash.telemetry.probe_files`, is here: the probe writes what the telemetry reads);
+* ``hwdash.runs`` (a run held against its plan, the runs ledger, calibration): the core and the
+  telemetry;
+* ``hwdash.probe`` (in the training process): the telemetry (the probe file's protocol, the NVML
+  energy counter) and, at the end of a run, the runs ledger;
 * ``hwdash.tracing``: the core;
 * ``hwdash.ui``: the core, telemetry and tracing; never the commands or the CLI;
 * ``hwdash.commands``: all but the CLI.
@@ -50,13 +55,14 @@ ALLOWED: dict[str, set[str]] = {
         "errors",
     },
     "core.live": {FOUNDATION, "errors"},
-    "probe": {"errors"},
-    "telemetry": {FOUNDATION, "core.live", "probe", "errors"},
+    "telemetry": {FOUNDATION, "core.live", "errors"},
 }
 CORE = {name for name in ALLOWED if name.startswith("core")}
+ALLOWED["runs"] = CORE | {"telemetry", "errors"}
+ALLOWED["probe"] = {"telemetry", "runs", "errors"}
 ALLOWED["tracing"] = CORE | {"errors"}
-ALLOWED["ui"] = CORE | {"telemetry", "tracing", "probe", "errors"}
-ALLOWED["commands"] = CORE | {"telemetry", "tracing", "ui", "probe", "errors"}
+ALLOWED["ui"] = CORE | {"telemetry", "tracing", "runs", "probe", "errors"}
+ALLOWED["commands"] = CORE | {"telemetry", "tracing", "runs", "ui", "probe", "errors"}
 ALLOWED["cli"] = {"commands", "ui", "errors", "version"}
 ALLOWED["main"] = {"cli"}
 ALLOWED["version"] = set()

@@ -28,72 +28,39 @@ import atexit
 import contextlib
 import json
 import os
-import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
-"""Version of the file's layout (readers skip files of another version)."""
+from hwdash.telemetry.probe_files import (
+    DEFAULT_INTERVAL_S,
+    FORMAT,
+    REWRITE_S,
+    THREAD_NAME,
+    ProbeDirError,
+    private_dir,
+    probe_dir,
+    process_start_ticks,
+)
 
-DEFAULT_INTERVAL_S = 1.0
-THREAD_NAME = "hwdash-probe"
-REWRITE_S = 3.0
-"""An unchanged reading is rewritten this often (readers skip files older than 5 intervals + 5 s)."""
-
-
-class ProbeDirError(OSError):
-    """The probe folder cannot be used safely (another user's, a symlink, open to others)."""
-
-
-def probe_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where probes publish: ``$XDG_RUNTIME_DIR/hwdash/probes`` (a per-user, private folder on
-    systemd machines, per the XDG Base Directory specification), else ``hwdash-<uid>/probes`` under
-    the temporary folder (created with mode 0700 by :func:`private_dir`)."""
-    env = os.environ if environ is None else environ
-    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
-    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
-        return Path(runtime) / "hwdash" / "probes"
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"hwdash-{uid}" / "probes"
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` (and the folder above it) with mode 0700 and check it is ours.
-
-    A folder in a shared temporary directory could have been made by someone else to read or plant
-    probe files: it must be a real folder (not a symlink), owned by this user, closed to others.
-    """
-    for folder in (path.parent, path):
-        folder.mkdir(mode=0o700, exist_ok=True)
-        info = os.lstat(folder)
-        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-            raise ProbeDirError(f"{folder} is not a folder")
-        if hasattr(os, "getuid") and info.st_uid != os.getuid():
-            raise ProbeDirError(f"{folder} belongs to another user")
-        if info.st_mode & 0o077:
-            os.chmod(folder, 0o700)  # ours, but open to others: close it
-    return path
-
-
-def process_start_ticks(pid: int | str = "self", proc_root: str = "/proc") -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22, see
-    proc(5)); with the PID it names one process even after the number is reused. None off Linux."""
-    try:
-        with open(f"{proc_root}/{pid}/stat", "rb") as stat:
-            text = stat.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.
-    fields = text.rpartition(")")[2].split()
-    try:
-        return int(fields[19])  # field 22 overall: the 20th after the name and state
-    except (IndexError, ValueError):
-        return None
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "FORMAT",
+    "REWRITE_S",
+    "THREAD_NAME",
+    "Probe",
+    "ProbeDirError",
+    "private_dir",
+    "probe_dir",
+    "process_start_ticks",
+    "read_torch",
+    "set_step",
+    "start",
+    "stop",
+]
 
 
 def _stat(stats: Mapping[str, Any], key: str) -> int:

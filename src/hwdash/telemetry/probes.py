@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hwdash.core.strict_json import loads
-from hwdash.probe import FORMAT, probe_dir, process_start_ticks
+from hwdash.telemetry.probe_files import FORMAT, probe_dir, process_start_ticks
 from hwdash.telemetry.types import RETRIES_WARN_S, TorchSample
 
 log = logging.getLogger(__name__)
