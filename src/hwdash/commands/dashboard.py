@@ -196,12 +196,14 @@ def _open_sampler(
 ) -> tuple[Any, Any, Any, float]:
     """(the sampler, the ``--replay`` recording or None, the ``--prometheus`` source or None, the
     interval): a recording is shown at its own pace, its median gap over ``--speed``."""
-    from hwdash.commands.monitor import open_replay, open_source, with_subset
+    from hwdash.commands.monitor import open_replay, open_source, watch_runs, with_subset
     from hwdash.telemetry.source import make_sampler
 
     replay = open_replay(args)
     remote = open_source(args) if replay is None else None  # --prometheus
     sampler: Any = with_subset(replay or remote or make_sampler(scenario, loaded=loaded), args)
+    if replay is None and remote is None:
+        sampler = watch_runs(sampler, args)
     if replay is not None:
         # The recording's own pace: its median gap between snapshots, over --speed.
         gaps = sorted(

@@ -189,6 +189,13 @@ def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
         "at its current climb (robust trend over the last 2 minutes)",
     )
     parser.add_argument(
+        "--price",
+        default=None,
+        metavar="USD",
+        help="this machine's price per hour, for each probed run's cost (default: the price of "
+        "the flavor its plan names; a run is charged its share of the machine's GPUs)",
+    )
+    parser.add_argument(
         "--speed",
         default=None,
         metavar="X",
@@ -387,6 +394,28 @@ def check_watch(args: argparse.Namespace, *, terminal: bool) -> None:
         )
 
 
+def parse_price(text: str | None) -> float | None:
+    """``--price``: US dollars per hour, 0 or more; None when not given."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1e6:
+        raise UsageError(
+            f"--price: {text!r} is not a price per hour in US dollars (e.g. 2.5)", flag="--price"
+        )
+    return value
+
+
+def watch_runs(sampler: Sampler, args: argparse.Namespace) -> Sampler:
+    """The sampler with each probed run held against its plan (:mod:`hwdash.runs.watch`)."""
+    from hwdash.runs.watch import RunWatcher
+
+    return RunWatcher(sampler, price=parse_price(getattr(args, "price", None)))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
     check_watch(args, terminal=sys.stdout.isatty())
@@ -402,6 +431,8 @@ def run(args: argparse.Namespace) -> int:
         else make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))),
         args,
     )
+    if replay is None and source is None:
+        sampler = watch_runs(sampler, args)
     engine = AlertEngine(rule)
     if args.once:
         return _run_once(args, sampler, engine)

@@ -22,6 +22,7 @@ from hwdash.core.units import (
     format_power,
     format_temperature,
 )
+from hwdash.runs.display import plan_label, run_lines
 from hwdash.telemetry.cluster import (
     gpu_count_text,
     gpu_label,
@@ -297,6 +298,13 @@ def _print_processes(console: Console, snapshot: Snapshot) -> None:
     for process in processes:
         if process.torch is not None:
             console.print(torch_line(process))
+        if process.run is not None:
+            console.print(
+                Text(
+                    f"PID {process.pid} run against its plan ({plan_label(process.run.plan)}):\n"
+                    + "\n".join(f"  {line}" for line in run_lines(process.run))
+                )
+            )
 
 
 def _command_text(process: ProcessSample) -> str:

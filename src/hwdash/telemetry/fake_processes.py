@@ -6,9 +6,83 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from hwdash.telemetry.fake_scenario import Scenario, ScenarioProcess, _mib, series_value
+from hwdash.telemetry.fake_scenario import (
+    SCENARIO_DIR,
+    Scenario,
+    ScenarioGpu,
+    ScenarioProcess,
+    ScenarioTorch,
+    _mib,
+    series_value,
+)
 from hwdash.telemetry.host_sampler import EXITED, INVISIBLE, HostProcessInfo, ProcessTable
 from hwdash.telemetry.probes import ProbeReading, TorchDevice
+from hwdash.telemetry.types import RunProgress
+
+ENERGY_STEP_S = 1.0
+"""The fake probe integrates its GPU's scripted power over steps of this many scenario seconds."""
+
+
+def _plan_reference(plan: str | None) -> str | None:
+    """A scenario's plan: a packaged plan file beside the scenarios when one has that name (the
+    demo's), else the reference as written (a saved plan's name, a path)."""
+    if plan is None:
+        return None
+    packaged = SCENARIO_DIR / plan
+    return str(packaged) if "/" not in plan and packaged.is_file() else plan
+
+
+class _Energy:
+    """A GPU's scripted power integrated over scenario time (trapezoids of ENERGY_STEP_S), kept
+    as it goes so a long demo does not integrate from zero each round."""
+
+    def __init__(self, gpu: ScenarioGpu, start_s: float) -> None:
+        self.gpu = gpu
+        self.start_s = start_s
+        self.at = start_s
+        self.joules = 0.0
+
+    def until(self, now: float) -> float:
+        if now < self.at:  # scenario time went back (a test's clock): start again
+            self.at, self.joules = self.start_s, 0.0
+        while self.at < now:
+            step = min(ENERGY_STEP_S, now - self.at)
+            before = series_value(self.gpu.power_w, self.at)
+            after = series_value(self.gpu.power_w, self.at + step)
+            self.joules += (before + after) / 2 * step
+            self.at += step
+        return self.joules
+
+
+def _progress(
+    process: ScenarioProcess, torch: ScenarioTorch, now: float, wall: float, energy_j: float | None
+) -> RunProgress:
+    """What the scenario's probe publishes in its ``run`` object at scenario second ``now``
+    (``wall``: the same moment on the clock the file's times use)."""
+
+    def at(second: float) -> float:
+        return wall - (now - second)
+
+    rate = torch.steps_per_s
+    steps = 0 if rate is None else int(max(0.0, now - torch.cuda_ready_s) * rate)
+    if torch.max_steps is not None:
+        steps = min(steps, torch.max_steps)
+    per_step = torch.tokens_per_step
+    return RunProgress(
+        started_at=at(process.start_s),
+        at=wall,
+        command=process.cmdline or process.name,
+        plan=_plan_reference(torch.plan),
+        step=steps if rate is not None else None,
+        tokens=None if per_step is None or rate is None else steps * per_step,
+        tokens_per_s=None if per_step is None or rate is None or steps < 2 else rate * per_step,
+        step_time_s=None if rate is None or steps < 2 else 1.0 / rate,
+        first_step_at=None if rate is None or steps < 1 else at(torch.cuda_ready_s + 1.0 / rate),
+        last_step_at=None if rate is None or steps < 1 else at(torch.cuda_ready_s + steps / rate),
+        max_steps=torch.max_steps,
+        energy_j=energy_j,
+        world_size=torch.world_size,
+    )
 
 
 class ScenarioProcessTable:
@@ -72,12 +146,16 @@ class FakeProbes:
         self.scenario = scenario
         self._clock = clock
         self._peaks: dict[tuple[int, int], tuple[int, int]] = {}
+        self._energy: dict[tuple[int, int], _Energy] = {}
 
     def read(self) -> dict[int, ProbeReading]:
         now = self._clock()
         devices: dict[int, list[TorchDevice]] = {}
         ready: dict[int, bool] = {}
         steps: dict[int, int | None] = {}
+        runs: dict[int, RunProgress] = {}
+        joules: dict[int, float] = {}
+        written = time.time()
         for index, gpu in enumerate(self.scenario.gpus):
             for process in gpu.processes:
                 torch = process.torch
@@ -91,6 +169,11 @@ class FakeProbes:
                 )
                 if not ready[process.pid]:
                     continue
+                meter = self._energy.setdefault(
+                    (process.pid, index), _Energy(gpu, max(process.start_s, torch.cuda_ready_s))
+                )
+                joules[process.pid] = joules.get(process.pid, 0.0) + meter.until(now)
+                runs[process.pid] = _progress(process, torch, now, written, joules[process.pid])
                 allocated = _mib(series_value(torch.allocated_mib, now))
                 reserved = max(allocated, _mib(series_value(torch.reserved_mib, now)))
                 peak_allocated, peak_reserved = self._peaks.get((process.pid, index), (0, 0))
@@ -112,7 +195,6 @@ class FakeProbes:
                         inactive_split_bytes=_mib(series_value(torch.inactive_split_mib, now)),
                     )
                 )
-        written = time.time()
         return {
             pid: ProbeReading(
                 pid=pid,
@@ -121,6 +203,7 @@ class FakeProbes:
                 cuda_ready=is_ready,
                 step=steps.get(pid),
                 devices=tuple(devices.get(pid, ())),
+                run=runs.get(pid),
             )
             for pid, is_ready in ready.items()
         }

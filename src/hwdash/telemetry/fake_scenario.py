@@ -110,6 +110,15 @@ class ScenarioTorch(_Strict):
     """Training steps per second (the Trainer callback's global step); None: no step."""
     cuda_ready_s: float = 0.0
     """Scenario second CUDA is initialised; before it the probe says "waiting"."""
+    tokens_per_step: int | None = Field(default=None, gt=0)
+    """Tokens each step trains on (``hwdash.probe.step(tokens=...)``); None: the run counts none."""
+    plan: str | None = None
+    """The plan the run names (a saved plan's name or a plan file; a packaged file name is looked
+    up beside the scenarios)."""
+    max_steps: int | None = Field(default=None, gt=0)
+    """The Trainer's ``max_steps`` (for the time to finish)."""
+    world_size: int | None = Field(default=None, gt=0)
+    """Processes of the job, when it is a multi-GPU one."""
 
     @field_validator("allocated_mib", "reserved_mib", "alloc_retries", "inactive_split_mib")
     @classmethod

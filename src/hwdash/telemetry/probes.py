@@ -19,7 +19,6 @@ other files are read as usual.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import stat
@@ -31,7 +30,7 @@ from typing import Any, Protocol
 
 from hwdash.core.strict_json import loads
 from hwdash.telemetry.probe_files import FORMAT, probe_dir, process_start_ticks
-from hwdash.telemetry.types import RETRIES_WARN_S, TorchSample
+from hwdash.telemetry.types import RETRIES_WARN_S, RunProgress, TorchSample
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +117,8 @@ class ProbeReading:
     step: int | None
     devices: tuple[TorchDevice, ...]
     error: str | None = None
+    run: RunProgress | None = None
+    """The run's progress (the file's ``run`` object); None from a probe that publishes none."""
 
     def device(self, gpu_uuid: str | None) -> TorchDevice | None:
         """The device with this NVML UUID (None when the process has not used it)."""
@@ -129,6 +130,61 @@ class ProbeReading:
 
 def _int(value: Any) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+MAX_COUNT = 10**18
+"""Counts (steps, tokens) above this are not believed (a corrupt or hostile file)."""
+MAX_TEXT = 1000
+"""Command lines and plan references are cut to this many characters."""
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        return None
+    return value
+
+
+def _real(value: Any, *, low: float = 0.0, high: float = 1e18) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if low <= number <= high else None  # NaN fails both comparisons
+
+
+def _text(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return value[:MAX_TEXT]
+
+
+def parse_progress(data: Any, at: float | None = None) -> RunProgress | None:
+    """The probe file's ``run`` object, or None when there is none (or it names no start time).
+    Each member is checked on its own: a wrong type or an impossible value reads as unknown."""
+    if not isinstance(data, dict):
+        return None
+    started = _real(data.get("started_at"), low=1.0)
+    if started is None:
+        return None
+    world = _count(data.get("world_size"))
+    return RunProgress(
+        started_at=started,
+        at=at,
+        command=_text(data.get("command")),
+        plan=_text(data.get("plan")),
+        step=_count(data.get("step")),
+        tokens=_count(data.get("tokens")),
+        samples=_count(data.get("samples")),
+        sequences=_count(data.get("sequences")),
+        tokens_estimated=data.get("tokens_estimated") is True,
+        tokens_per_s=_real(data.get("tokens_per_s")),
+        step_time_s=_real(data.get("step_time_s")),
+        first_step_at=_real(data.get("first_step_at"), low=1.0),
+        last_step_at=_real(data.get("last_step_at"), low=1.0),
+        max_steps=_count(data.get("max_steps")),
+        total_tokens=_count(data.get("total_tokens")),
+        energy_j=_real(data.get("energy_j")),
+        world_size=world if world else None,
+    )
 
 
 def parse_reading(data: Any) -> ProbeReading | None:
@@ -170,6 +226,7 @@ def parse_reading(data: Any) -> ProbeReading | None:
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
         devices=tuple(devices),
         error=error if isinstance(error, str) else None,
+        run=parse_progress(data.get("run"), float(written)),
     )
 
 
@@ -212,6 +269,8 @@ class ProbeDirectory:
         self.owner_uid = _effective_uid() if owner_uid == EFFECTIVE_USER else owner_uid
         self._warned: dict[str, str] = {}
         """The warning last given for each file name (and ``""`` for the folder): said once."""
+        self._ended: list[ProbeReading] = []
+        """Last readings of runs whose process died leaving its file (see :meth:`take_ended`)."""
 
     def _warn(self, key: str, message: str) -> None:
         if self._warned.get(key) != message:
@@ -302,8 +361,12 @@ class ProbeDirectory:
                 continue
             self._warned.pop(name, None)
             if not self._pid_alive(reading.pid, data.get("start_ticks")):
-                with contextlib.suppress(OSError):
+                try:
                     os.unlink(name, dir_fd=folder)  # its process is gone; nobody else removes it
+                except OSError:
+                    continue  # another monitor removed it first (and records the run)
+                if reading.run is not None:
+                    self._ended.append(reading)
                 continue
             if now - reading.written_at > 5 * reading.interval_s + 5:
                 continue  # the process lives but its probe stopped answering
@@ -311,6 +374,13 @@ class ProbeDirectory:
         for gone in set(self._warned) - seen - {""}:
             del self._warned[gone]  # a file that comes back bad is warned about again
         return readings
+
+    def take_ended(self) -> list[ProbeReading]:
+        """The last readings of runs whose process died without its probe's exit handler (a
+        ``kill -9``, a crash in C): their files are removed here, so each is handed out once (of
+        several monitors, the one whose removal succeeded)."""
+        ended, self._ended = self._ended, []
+        return ended
 
 
 class ProbeSource(Protocol):
@@ -333,6 +403,11 @@ class ProbeJoiner:
     def read(self) -> dict[int, ProbeReading]:
         """This round's readings."""
         return self.source.read()
+
+    def take_ended(self) -> list[ProbeReading]:
+        """Runs whose process died leaving its probe file (see :meth:`ProbeDirectory.take_ended`)."""
+        take = getattr(self.source, "take_ended", None)
+        return [] if take is None else list(take())
 
     def sample_for(
         self, reading: ProbeReading | None, pid: int, gpu_uuid: str | None

@@ -16,6 +16,7 @@ from hwdash.telemetry.types import (
     HostSample,
     MigSample,
     ProcessSample,
+    RunView,
     Snapshot,
     TorchSample,
 )
@@ -42,7 +43,45 @@ def process_to_dict(process: ProcessSample) -> dict[str, Any]:
         "host": process.host,
         "host_gpu": process.host_gpu,
         "torch": torch_to_dict(process.torch),
+        "run": run_to_dict(process.run),
     }
+
+
+RUN_KEYS = (
+    "step",
+    "tokens",
+    "tokens_per_s",
+    "mfu",
+    "eta_s",
+    "cost_usd",
+    "cost_to_go_usd",
+    "energy_kwh",
+    "plan",
+    "planned_peak_bytes",
+    "measured_peak_bytes",
+    "peak_error",
+)
+"""The members issue 26 fixes for ``processes[].run`` (scripts rely on them), first."""
+
+
+def run_to_dict(run: RunView | None) -> dict[str, Any] | None:
+    """The run against its plan (:class:`hwdash.telemetry.types.RunView`), or None."""
+    if run is None:
+        return None
+    out: dict[str, Any] = {key: getattr(run, key) for key in RUN_KEYS}
+    for extra in (
+        "tokens_estimated",
+        "tflops",
+        "progress",
+        "price_per_hour",
+        "plan_error",
+        "planned_total_bytes",
+        "measured_nvml_peak_bytes",
+        "started_at",
+        "elapsed_s",
+    ):
+        out[extra] = getattr(run, extra)
+    return out
 
 
 def torch_to_dict(torch: TorchSample | None) -> dict[str, Any] | None:

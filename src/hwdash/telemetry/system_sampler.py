@@ -88,7 +88,9 @@ class SystemSampler:
         pids = {process.pid for gpu in snapshot.gpus for process in gpu.processes}
         infos = self.host_sampler.processes(pids) if pids and self.host_pid_namespace else {}
         readings: dict[int, ProbeReading] = {}
-        if self.probes is not None and pids and self.host_pid_namespace:
+        if self.probes is not None and self.host_pid_namespace:
+            # Read even with no GPU process listed: a run that died leaves its file to clear (and
+            # to record, see ProbeDirectory.take_ended).
             readings = self.probes.read()
         gpus: list[GpuSample] = []
         probed: set[tuple[int, str]] = set()
@@ -133,7 +135,7 @@ class SystemSampler:
         if torch is None:
             return process
         probed.add((process.pid, uuid_key(uuid) or ""))
-        return dataclasses.replace(process, torch=torch)
+        return dataclasses.replace(process, torch=torch, progress=reading.run)
 
     def close(self) -> None:
         """Stop the NVML worker (``nvmlShutdown``)."""

@@ -65,6 +65,75 @@ class TorchSample:
 
 
 @dataclass(frozen=True)
+class RunProgress:
+    """How far a probed training run has got, as its probe publishes it (the file's ``run``
+    object, :mod:`hwdash.probe`): counts since the probe started, the speed over the last minute."""
+
+    started_at: float
+    """When the probe started (seconds since the epoch)."""
+    at: float | None = None
+    """When the probe wrote this (the file's ``written_at``, the same clock as ``started_at``)."""
+    command: str | None = None
+    plan: str | None = None
+    """The plan the run names (a saved plan's name or a plan file's path); None: none named."""
+    step: int | None = None
+    tokens: int | None = None
+    """Tokens seen so far (the whole job's, as the Trainer counts them); None: never given."""
+    samples: int | None = None
+    sequences: int | None = None
+    tokens_estimated: bool = False
+    """True when a callback computed ``tokens`` as batch x sequence x accumulation x world size."""
+    tokens_per_s: float | None = None
+    """Over the last minute of steps, slow steps (a checkpoint save) left out (the probe's rule)."""
+    step_time_s: float | None = None
+    first_step_at: float | None = None
+    last_step_at: float | None = None
+    max_steps: int | None = None
+    total_tokens: int | None = None
+    energy_j: float | None = None
+    """The run's GPUs' energy since the probe first saw them (NVML's total energy counter)."""
+    world_size: int | None = None
+    """Processes of the job (each on its own GPU); None: this process alone."""
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A probed run held against its plan: the ``run`` object of ``monitor --json``'s processes.
+    None members where unknown (no plan, no price, no token counts)."""
+
+    step: int | None = None
+    tokens: int | None = None
+    tokens_per_s: float | None = None
+    tokens_estimated: bool = False
+    tflops: float | None = None
+    """Model TFLOPS achieved by the whole job (tokens/s x the plan's FLOPs per token)."""
+    mfu: float | None = None
+    """``tflops`` over the job's GPUs' peak (the accelerator catalog), 0..1."""
+    eta_s: float | None = None
+    progress: float | None = None
+    """Share of the run done, 0..1 (tokens of the total, or steps of max_steps)."""
+    cost_usd: float | None = None
+    cost_to_go_usd: float | None = None
+    price_per_hour: float | None = None
+    energy_kwh: float | None = None
+    plan: str | None = None
+    plan_error: str | None = None
+    """Why the named plan could not be read; None when it was (or none is named)."""
+    planned_peak_bytes: int | None = None
+    """The plan's per-GPU peak as the allocator reserves it (its total less the CUDA context)."""
+    measured_peak_bytes: int | None = None
+    """The allocator's reserved peak on this GPU (``max_memory_reserved``)."""
+    peak_error: float | None = None
+    """measured / planned - 1 (+0.04: the run needed 4% more than the plan said)."""
+    planned_total_bytes: int | None = None
+    """The plan's whole-GPU total (what NVML should show)."""
+    measured_nvml_peak_bytes: int | None = None
+    """The largest NVML reading of the process on this GPU since the monitor saw it."""
+    started_at: float | None = None
+    elapsed_s: float | None = None
+
+
+@dataclass(frozen=True)
 class ProcessSample:
     """One process using a GPU, joined with what the host knows about its PID."""
 
@@ -94,6 +163,10 @@ class ProcessSample:
     rss_bytes: int | None = None
     torch: TorchSample | None = None
     """What the process's own PyTorch allocator says (:mod:`hwdash.probe`); None without a probe."""
+    progress: RunProgress | None = None
+    """How far the process's training run has got, when its probe says (:mod:`hwdash.probe`)."""
+    run: RunView | None = None
+    """The run against its plan (set by :class:`hwdash.runs.watch.RunWatcher`); None without one."""
     container: str | None = None
     """The container the process runs in (``docker:3f2a1b9c0d4e``), from its cgroup; None on the host
     or when unknown."""

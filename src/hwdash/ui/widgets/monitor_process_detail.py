@@ -17,6 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from hwdash.core.units import format_bytes
+from hwdash.runs.display import plan_label, run_lines
 from hwdash.telemetry.history import process_key
 from hwdash.telemetry.types import ProcessSample, TorchSample
 from hwdash.ui.widgets.monitor_cells import sparkline
@@ -45,6 +46,10 @@ def detail_text(
         text.append(PROBE_HINT + "\n", style="dim")
     else:
         _append_allocator(text, process.torch)
+    if process.run is not None:
+        text.append(f"\nRun against its plan ({plan_label(process.run.plan)})\n", style="bold")
+        for line in run_lines(process.run):
+            text.append(f"  {line}\n")
     cpu = "n/a" if process.cpu_percent is None else f"{process.cpu_percent:.0f}%"
     rss = "n/a" if process.rss_bytes is None else format_bytes(process.rss_bytes)
     text.append(f"\nHost  CPU {cpu}  ·  RSS {rss}\n")

@@ -21,6 +21,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from hwdash.core.units import format_bytes, format_gib, format_gib_pair
+from hwdash.runs.display import run_cell
 from hwdash.telemetry.history import process_key
 from hwdash.telemetry.types import ProcessSample
 from hwdash.ui.widgets.monitor_cells import sparkline
@@ -42,6 +43,7 @@ PROCESS_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("gpu_memory", "GPU mem", 8),
     ("trend", "Trend", 8),
     ("torch", "Alloc/Rsv", 14),
+    ("run", "Speed  ETA", 15),
     ("cpu", "CPU", 4),
     ("rss", "RSS", 8),
     ("command", "Command", 24),
@@ -49,17 +51,22 @@ PROCESS_COLUMNS: tuple[tuple[str, str, int], ...] = (
 COLUMN_KEYS = tuple(key for key, _heading, _width in PROCESS_COLUMNS)
 #: The memory sparkline needs this many columns (below, the command keeps the room).
 TREND_MIN_WIDTH = 110
+#: The run's speed and time to finish need this many columns (below, the detail shows them).
+RUN_MIN_WIDTH = 100
 #: Marker before a process whose allocator is retrying allocations (an OOM is near).
 RETRYING = "!"
 
 
-def active_columns(width: int, *, torch: bool) -> tuple[str, ...]:
+def active_columns(width: int, *, torch: bool, run: bool = False) -> tuple[str, ...]:
     """The columns shown at ``width``: the trend only where there is room, PyTorch's
-    allocated/reserved only when some process runs :mod:`hwdash.probe`."""
+    allocated/reserved only when some process runs :mod:`hwdash.probe`, a run's speed and time to
+    finish when some probe reports progress and there is room."""
     return tuple(
         key
         for key in COLUMN_KEYS
-        if (key != "trend" or width >= TREND_MIN_WIDTH) and (key != "torch" or torch)
+        if (key != "trend" or width >= TREND_MIN_WIDTH)
+        and (key != "torch" or torch)
+        and (key != "run" or (run and width >= RUN_MIN_WIDTH))
     )
 
 
@@ -140,6 +147,11 @@ def process_cells(
         "gpu_memory": ProcessCell("n/a" if memory is None else format_gib(memory), _number(memory)),
         "trend": _trend_cell(history, total_bytes),
         "torch": _torch_cell(process),
+        "run": (
+            ProcessCell("", (0, 0.0))
+            if process.run is None
+            else ProcessCell(run_cell(process.run), _number(process.run.tokens_per_s))
+        ),
         "cpu": ProcessCell(
             unknown if process.cpu_percent is None else f"{process.cpu_percent:.0f}%",
             _number(process.cpu_percent),
@@ -199,6 +211,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._order: list[str] = []
         self._drawn: dict[int, tuple[object, ...]] = {}
         self._torch_shown = False
+        self._run_shown = False
         self._strips: dict[tuple[object, ...], Strip] = {}
 
     # -- what the pane and the tests call -----------------------------------------------------
@@ -225,7 +238,7 @@ class ProcessTable(ScrollView, can_focus=True):
     @property
     def columns(self) -> tuple[str, ...]:
         """Keys of the columns shown at the table's width."""
-        return active_columns(self.size.width, torch=self._torch_shown)
+        return active_columns(self.size.width, torch=self._torch_shown, run=self._run_shown)
 
     def show(
         self,
@@ -249,6 +262,7 @@ class ProcessTable(ScrollView, can_focus=True):
         """Bring the table in line with these rows (key ``gpu:pid``), repainting only what changed."""
         self._rows = dict(wanted)
         self._torch_shown = any(cells["torch"].text for cells in self._rows.values())
+        self._run_shown = any(cells["run"].text for cells in self._rows.values() if "run" in cells)
         self._order = self._sorted_keys()
         self.cursor_row = min(self.cursor_row, max(0, len(self._order) - 1))
         self.virtual_size = Size(self.size.width, len(self._order) + 1)
