@@ -539,6 +539,7 @@ class HwdashApp(App[None]):
                 history,
                 total,
                 signals=self.signaller is not None,
+                attach=getattr(self.sampler, "attach", None),
             )
         )
 

@@ -7,6 +7,7 @@ so and keeps the last numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.text import Text
@@ -148,6 +149,7 @@ class ProcessDetailScreen(ModalScreen[None]):
         Binding("escape,q,enter", "dismiss", "Close"),
         Binding("k", "signal('TERM')", "Terminate"),
         Binding("K", "signal('KILL')", "Kill"),
+        Binding("p", "attach_plan", "Attach plan"),
     ]
 
     def __init__(
@@ -157,8 +159,11 @@ class ProcessDetailScreen(ModalScreen[None]):
         total_bytes: int | None,
         *,
         signals: bool,
+        attach: Callable[[int, str | None], None] | None = None,
     ) -> None:
         super().__init__()
+        self.attach = attach
+        """Holds a PID's run against a plan (the run watcher's), None where runs are not watched."""
         self.process = process
         self.key = process_key(process.gpu_index, process.mig_index, process.pid)
         self.history = history
@@ -176,7 +181,37 @@ class ProcessDetailScreen(ModalScreen[None]):
             keys = "escape close" + (
                 "  ·  k SIGTERM  ·  K SIGKILL (asks first)" if self.signals else ""
             )
+            if self.attach is not None and self.process.progress is not None:
+                keys += "  ·  p attach a plan"
             yield Static(keys, id="process-detail-keys", markup=False)
+
+    def action_attach_plan(self) -> None:
+        """``p``: hold this run against a plan (a saved plan's name or a plan file's path); an
+        empty answer goes back to the plan the run names itself."""
+        if self.attach is None or self.process.progress is None:
+            self.notify("Only a run whose probe reports progress can be held against a plan")
+            return
+        from hwdash.ui.widgets.planner_dialogs import NameDialog
+
+        current = self.process.run.plan if self.process.run is not None else None
+        pid, attach = self.process.pid, self.attach
+
+        def done(answer: str | None) -> None:
+            if answer is None:
+                return
+            attach(pid, answer.strip() or None)
+            self.notify(
+                f"PID {pid} held against {answer.strip()}" if answer.strip() else "plan detached"
+            )
+
+        self.app.push_screen(
+            NameDialog(
+                "Hold this run against a plan (a saved plan's name or a plan file's path)",
+                current or "",
+                ok_label="Attach",
+            ),
+            done,
+        )
 
     def follow(
         self,
