@@ -342,9 +342,11 @@ def _count_newlines(handle: int, start: int, end: int) -> int:
 def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """A ledger line as a record, or (None, why it is not one)."""
     try:
-        document = strict_json.loads(line, max_depth=MAX_DEPTH)
+        text = line.decode("utf-8")  # json.loads would guess UTF-16 from a byte order mark
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
+    try:
+        document = strict_json.loads(text, max_depth=MAX_DEPTH)
     except ValueError as exc:
         return None, f"not JSON ({str(exc)[:80]})"
     if not isinstance(document, dict):
