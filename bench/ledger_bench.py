@@ -14,6 +14,8 @@ after the first):
   built and written as text;
 * ``hwdash runs show ID`` of the oldest run (the whole file is read: the slow case, for the record);
 * ``ledger.read()`` of the whole file (no limit; nothing in hwdash does this on every call);
+* ``ledger.read(last=50)`` again once the last line is cut short (its warning names its line
+  number, which counts the newlines before it);
 
 and then the three commands whole, ``python -m hwdash ...`` in a new process each time.
 """
@@ -176,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{name:36s} median of {args.repeat}: {median_s(action, args.repeat) * 1000:8.1f} ms"
             )
+        with path.open("ab") as file:
+            file.write(b'{"version": 1, "id": "cut sh')  # a writer killed mid-line
+        torn = median_s(lambda: ledger.read(path, last=50), args.repeat)
+        print(
+            f"{'the same, last line cut short':36s} median of {args.repeat}: {torn * 1000:8.1f} ms"
+        )
         env = {**os.environ, "XDG_STATE_HOME": tmp, "COLUMNS": "200"}
         env.pop("HWDASH_RUNS", None)
         print(
@@ -185,7 +193,13 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, "-m", "hwdash", *words]
 
             def once(command: list[str] = command) -> None:
-                subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    command,
+                    env=env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
 
             name = "hwdash " + " ".join(words)
             print(

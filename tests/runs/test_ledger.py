@@ -11,10 +11,16 @@ import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ledger_records import make_record
 
+from hwdash.commands.runs import show_text
+from hwdash.core import strict_json
 from hwdash.runs import ledger
 from hwdash.runs.ledger import LedgerError
+from hwdash.runs.report import build_report, report_json, report_markdown
+from hwdash.runs.table import runs_table
 
 T0 = 1_764_120_000.0
 
@@ -313,3 +319,69 @@ def test_reading_backwards_in_blocks_gives_every_line(seed: int, tmp_path: Path)
     assert [item for item in found[::-1] if item[1] != b""] == [
         item for item in expected if item[1] != b""
     ]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+RECORD_LIKE = st.dictionaries(
+    st.sampled_from([*ledger.RECORD_KEYS, "extra"]), JSON_VALUES, max_size=12
+).map(lambda record: {**record, "version": record.get("version", 1)})
+LINES = st.lists(
+    st.one_of(
+        RECORD_LIKE.map(lambda record: json.dumps(record).encode()),
+        st.binary(max_size=60).filter(lambda data: b"\n" not in data),
+    ),
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=LINES, tail=st.sampled_from([b"\n", b""]), last=st.sampled_from([None, 1, 3]))
+def test_any_ledger_content_reads_without_crashing_and_formats(
+    tmp_path: Path, lines: list[bytes], tail: bytes, last: int | None
+) -> None:
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(b"\n".join(lines) + tail)
+    path.chmod(0o600)
+    result = ledger.read(path, last=last, since=None if last else 0.0)
+    assert all(isinstance(r, dict) and isinstance(r["version"], int) for r in result.records)
+    assert last is None or len(result.records) <= last
+    assert result.skipped <= len(lines)
+    # Whatever the fields hold, the table, the report and --json are written without an error.
+    runs_table(result.records)
+    report = build_report(result.records, [], 0.0, 1e10)
+    report_markdown(report)
+    strict_json.dumps([ledger.complete(r) for r in result.records])
+    for record in result.records:
+        show_text(record)
+
+
+def test_extreme_numbers_show_as_unknown_not_as_an_error(tmp_path: Path) -> None:
+    record = make_record(
+        1,
+        -1e308,
+        ended=1e308,
+        duration_s=None,
+        mfu=1e308,
+        peak_error=None,
+        measured_peak_bytes=1e308,
+        planned_peak_bytes=1e-300,
+        energy_kwh=1e308,
+        cost_usd=1e308,
+    )
+    other = make_record(2, 0.0, energy_kwh=1e308, cost_usd=1e308)
+    row = runs_table([record]).splitlines()[1].split()
+    # No time the C library can show, no finite duration, MFU x 100 overflows, no believable peak.
+    assert row[1:3] == ["-", "-"] and row[6] == "-" and row[7] == "-"
+    assert row[-4:] == ["-", "-", "-", "normal"]  # peak error, kWh, cost
+    report = build_report([record, other], [], 0.0, 3600.0)
+    assert report.gpus[0].busy_s == 3600.0
+    document = strict_json.loads(strict_json.dumps(report_json(report)))
+    assert document["energy_kwh"] is None and document["cost_usd"] is None

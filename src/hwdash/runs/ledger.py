@@ -144,7 +144,11 @@ def encode(record: Mapping[str, Any]) -> bytes:
     Raises ``ValueError`` for a NaN or infinity and for a line over :data:`MAX_LINE_BYTES`."""
     document = dict(record)
     document.setdefault("version", VERSION)
-    data = (strict_json.dumps(document) + "\n").encode("ascii")  # ensure_ascii: plain bytes
+    try:
+        text = strict_json.dumps(document)
+    except TypeError as exc:  # a value JSON has no spelling for (a Path, a set)
+        raise ValueError(f"a ledger record must be plain JSON: {exc}") from None
+    data = (text + "\n").encode("ascii")  # ensure_ascii: plain bytes
     if len(data) > MAX_LINE_BYTES:
         raise ValueError(
             f"a ledger record of {len(data)} bytes is over the limit of {MAX_LINE_BYTES} bytes"

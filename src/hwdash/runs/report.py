@@ -22,14 +22,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwdash.core.units import format_bytes, format_money
+from hwdash.core import strict_json
 from hwdash.errors import UsageError
 from hwdash.runs.ledger import as_number, as_text, complete, gpus_of
 from hwdash.runs.table import (
+    believable,
+    bytes_cell,
     duration_of,
     format_duration,
     format_time,
     markdown_table,
+    money_cell,
     runs_table,
     text_table,
 )
@@ -263,8 +266,8 @@ def build_report(
 
 
 def report_json(report: Report) -> dict[str, Any]:
-    """The report for ``--json``."""
-    return {
+    """The report for ``--json`` (a total that overflowed to infinity is null)."""
+    document = {
         "since": report.since,
         "until": report.until,
         "runs": [complete(record) for record in report.runs],
@@ -276,6 +279,8 @@ def report_json(report: Report) -> dict[str, Any]:
         "warnings": report.warnings,
         "notes": [IDLE_NOTE, SPLIT_NOTE],
     }
+    cleaned: dict[str, Any] = strict_json.finite_or_none(document)
+    return cleaned
 
 
 def _gpu_rows(report: Report) -> list[list[str]]:
@@ -287,9 +292,9 @@ def _gpu_rows(report: Report) -> list[list[str]]:
             str(len(gpu.runs)),
             format_duration(gpu.busy_s),
             format_duration(gpu.idle_s),
-            "-" if gpu.peak_measured_bytes is None else format_bytes(gpu.peak_measured_bytes),
-            "-" if gpu.energy_kwh is None else f"{gpu.energy_kwh:.2f}",
-            format_money(gpu.cost_usd),
+            bytes_cell(gpu.peak_measured_bytes),
+            "-" if believable(gpu.energy_kwh) is None else f"{gpu.energy_kwh:.2f}",
+            money_cell(gpu.cost_usd),
             str(len(gpu.alerts)),
         ]
         for gpu in report.gpus
@@ -308,11 +313,11 @@ def _alert_line(event: Mapping[str, Any]) -> str:
 
 def _summary_lines(report: Report) -> list[str]:
     hours = (report.until - report.since) / 3600
-    energy = "-" if report.energy_kwh is None else f"{report.energy_kwh:.2f} kWh"
+    energy = "-" if believable(report.energy_kwh) is None else f"{report.energy_kwh:.2f} kWh"
     return [
         f"{format_time(report.since)} to {format_time(report.until)} ({hours:.1f} h): "
         f"{len(report.runs)} run(s), {len(report.alerts)} alert(s), energy {energy}, "
-        f"cost {format_money(report.cost_usd)}",
+        f"cost {money_cell(report.cost_usd)}",
         *(f"{name}: {path}" for name, path in report.sources.items()),
     ]
 

@@ -7,6 +7,7 @@ and :func:`hwdash.runs.ledger.as_text` before it is shown: a field of the wrong 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,6 +36,15 @@ RUN_WIDTH = 40
 """A command longer than this is cut (``hwdash runs show ID`` has it whole)."""
 NEWER_MARK = "*"
 NEWER_NOTE = f"{NEWER_MARK} from a newer hwdash: the fields this version reads are shown"
+SHOWN_BELOW = 1e15
+"""A number of this size or more (tokens/s, kWh, dollars) is not a measurement: shown as ``-``."""
+MAX_BYTES = 2**63
+"""Byte counts at or above this (a signed 64-bit counter's limit) are shown as ``-``."""
+
+
+def believable(value: float | None, limit: float = SHOWN_BELOW) -> float | None:
+    """``value`` when it is finite and below ``limit`` in size, else None (shown as ``-``)."""
+    return value if value is not None and math.isfinite(value) and abs(value) < limit else None
 
 
 def format_time(wall: float | None) -> str:
@@ -49,7 +59,7 @@ def format_time(wall: float | None) -> str:
 
 def format_duration(seconds: float | None) -> str:
     """``45s``, ``12m``, ``3h05m``, ``2d04h``; ``-`` when unknown."""
-    if seconds is None or seconds < 0:
+    if believable(seconds) is None or seconds is None or seconds < 0:
         return "-"
     whole = round(seconds)
     if whole < 60:
@@ -98,7 +108,19 @@ def describe(record: Mapping[str, Any], width: int = RUN_WIDTH) -> str:
 
 
 def _number(value: float | None, spec: str, suffix: str = "") -> str:
+    value = believable(value)
     return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def bytes_cell(value: float | None) -> str:
+    """A byte count in binary units; ``-`` when unknown or past any real memory."""
+    value = believable(value, MAX_BYTES)
+    return "-" if value is None else format_bytes(value)
+
+
+def money_cell(value: float | None) -> str:
+    """Dollars to the cent; ``-`` when unknown or past belief."""
+    return format_money(believable(value))
 
 
 def run_cells(record: Mapping[str, Any], width: int = RUN_WIDTH) -> list[str]:
@@ -117,11 +139,11 @@ def run_cells(record: Mapping[str, Any], width: int = RUN_WIDTH) -> list[str]:
         describe(record, width),
         _number(as_number(record, "tokens_per_s"), ",.0f"),
         _number(None if mfu is None else mfu * 100, ".1f", "%"),
-        "-" if measured is None else format_bytes(measured),
-        "-" if planned is None else format_bytes(planned),
+        bytes_cell(measured),
+        bytes_cell(planned),
         _number(None if error is None else error * 100, "+.1f", "%"),
         _number(as_number(record, "energy_kwh"), ".2f"),
-        format_money(as_number(record, "cost_usd")),
+        money_cell(as_number(record, "cost_usd")),
         as_text(record, "exit") or "-",
     ]
 
