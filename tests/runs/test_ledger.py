@@ -8,6 +8,8 @@ import multiprocessing
 import os
 import random
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -385,3 +387,24 @@ def test_extreme_numbers_show_as_unknown_not_as_an_error(tmp_path: Path) -> None
     assert report.gpus[0].busy_s == 3600.0
     document = strict_json.loads(strict_json.dumps(report_json(report)))
     assert document["energy_kwh"] is None and document["cost_usd"] is None
+
+
+def test_the_ledger_imports_nothing_but_the_standard_library_and_strict_json() -> None:
+    # The training process imports it at the end of a run: no pydantic, no NVML, no Textual.
+    code = (
+        "import sys; import hwdash.runs.ledger; "
+        "print(sorted(m.split('.')[0] if not m.startswith('hwdash') else m for m in sys.modules "
+        "if m.startswith('hwdash') or m.split('.')[0] in "
+        "('pydantic', 'pynvml', 'textual', 'rich', 'yaml', 'psutil', 'prometheus_client')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(
+        [
+            "hwdash",
+            "hwdash.core",
+            "hwdash.core.strict_json",
+            "hwdash.errors",
+            "hwdash.runs",
+            "hwdash.runs.ledger",
+        ]
+    )

@@ -106,6 +106,14 @@ def test_per_gpu_runs_busy_and_idle_time_energy_cost_and_alerts() -> None:
             "timestamp": since - 1,
             "message": "before",
         },
+        # No host: GPU 1 is one GPU of the window (box's); GPU 0 is two (box's and other's).
+        {"kind": "lost", "gpu_index": 1, "timestamp": since + 6 * HOUR, "message": "GPU 1 lost"},
+        {
+            "kind": "raised",
+            "gpu_index": 0,
+            "timestamp": since + 7 * HOUR,
+            "message": "which GPU 0?",
+        },
     ]
     report = build_report([a, b, c], alerts, since, NOW)
     by_uuid = {gpu.uuid: gpu for gpu in report.gpus}
@@ -124,10 +132,10 @@ def test_per_gpu_runs_busy_and_idle_time_energy_cost_and_alerts() -> None:
     assert other0.energy_kwh is None and other0.cost_usd is None
     assert box0.peak_measured_bytes == 70_000_000_000 and box1.peak_measured_bytes == 61_000_000_000
     assert [e["message"] for e in box0.alerts] == ["GPU 0 at 95%"]
-    assert [e["message"] for e in box1.alerts] == ["no data"]
+    assert [e["message"] for e in box1.alerts] == ["no data", "GPU 1 lost"]
     assert other0.alerts == []
-    assert [e["message"] for e in report.other_alerts] == ["GPU 5"]
-    assert len(report.alerts) == 3
+    assert [e["message"] for e in report.other_alerts] == ["GPU 5", "which GPU 0?"]
+    assert len(report.alerts) == 5
     assert report.energy_kwh == pytest.approx(2.9) and report.cost_usd == pytest.approx(22.5)
     document = report_json(report)
     assert document["gpus"][0] == {

@@ -220,7 +220,11 @@ def _place_alerts(
     }
     others = []
     for event in alerts:
-        gpu = by_place.get((as_text(event, "host"), event.get("gpu_index")))
+        host, index = as_text(event, "host"), event.get("gpu_index")
+        gpu = by_place.get((host, index))
+        if gpu is None and host is None:  # a line without a host: the one GPU of that index
+            same = [gpu for (_, number), gpu in by_place.items() if number == index]
+            gpu = same[0] if len(same) == 1 else None
         if gpu is None:
             others.append(dict(event))
         else:
