@@ -254,15 +254,17 @@ def test_last_reads_the_newest_and_since_stops_at_old_records(state: Path) -> No
     # A broken line at the start, far older than the window: a since read never reaches it.
     path.write_bytes(b"not json\n")
     path.chmod(0o600)
-    for n in range(40):
+    for n in range(120):
         ledger.append(make_record(n, T0 + n * 86400.0, seconds=600.0))
-    assert [r["pid"] for r in ledger.read(last=3).records] == [37, 38, 39]
-    since = T0 + 37 * 86400.0 + 300  # run 37 ended at +600 s: in
+    # A record whose clock was wrong (it ended at 0) does not hide the window's older runs.
+    ledger.append(make_record(999, 0.0, seconds=0.0))
+    assert [r["pid"] for r in ledger.read(last=3).records] == [118, 119, 999]
+    since = T0 + 117 * 86400.0 + 300  # run 117 ended at +600 s: in
     result = ledger.read(since=since)
-    assert [r["pid"] for r in result.records] == [37, 38, 39]
-    assert result.warnings == []
+    assert [r["pid"] for r in result.records] == [117, 118, 119]
+    assert result.warnings == []  # it stopped 50 old records before the broken first line
     full = ledger.read()
-    assert len(full.records) == 40 and full.warnings == [
+    assert len(full.records) == 121 and full.warnings == [
         f"{path}: line 1 skipped: not JSON (Expecting value: line 1 column 1 (char 0))"
     ]
 

@@ -46,7 +46,11 @@ BLOCK_BYTES = 256 * 1024
 """How much :func:`read` reads at a time, from the end of the file backwards."""
 SINCE_SLACK_S = 86400.0
 """Records are appended when a run ends, so the file is in order of ``ended``. A ``since`` read stops
-at the first record that ended this much before the cutoff (a day covers a clock that stepped back)."""
+after :data:`SINCE_STOP_AFTER` records in a row that ended this much before the cutoff (a day covers
+a clock that stepped back)."""
+SINCE_STOP_AFTER = 50
+"""Old records in a row that end a ``since`` read: one record with a wrong clock (``ended`` 0) does
+not hide the older runs of the window behind it."""
 MAX_WARNINGS = 10
 """Warnings kept per read; further skipped lines are only counted (:attr:`LedgerRead.skipped`)."""
 EFFECTIVE_USER = -1
@@ -393,6 +397,7 @@ def read(
     scan = _Scan(handle, result=result)
     newest_first: list[dict[str, Any]] = []
     newer = 0
+    old_in_a_row = 0
     try:
         size = os.fstat(handle).st_size
         for offset, line in lines_backwards(handle, size):
@@ -414,8 +419,11 @@ def read(
             when = record_time(record)
             if since is not None and (when is None or when < since):
                 if when is not None and when < since - SINCE_SLACK_S:
-                    break  # older than the window by more than the slack: the rest is older still
+                    old_in_a_row += 1
+                    if old_in_a_row >= SINCE_STOP_AFTER:
+                        break  # far older than the window: the rest of the file is older still
                 continue
+            old_in_a_row = 0
             newer += bool(record.get("_newer"))
             newest_first.append(record)
     finally:
