@@ -315,3 +315,23 @@ def test_report_with_nothing_recorded(state: Path, capsys: pytest.CaptureFixture
     assert "0 run(s), 0 alert(s), energy - kWh" not in out
     assert "0 run(s), 0 alert(s), energy -, cost -" in out
     assert "no recorded run" in out and "no GPU in a recorded run" in out
+
+
+def test_an_alert_log_that_cannot_be_read_is_a_warning_and_a_group_writable_one_is_read(
+    three_runs: list[dict], state: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = state / "hwdash" / "alerts.jsonl"
+    log.chmod(0o664)  # the monitor writes it with the umask: 002 on many desktops
+    with log.open("a") as file:
+        file.write("garbage\n")
+    assert main(["report", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(document["alerts"]) == 1
+    assert document["warnings"] == [f"{log}: 1 line(s) skipped (not alert events)"]
+    elsewhere = tmp_path / "planted.jsonl"
+    log.rename(elsewhere)
+    log.symlink_to(elsewhere)
+    assert main(["report", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["alerts"] == [] and len(document["runs"]) == 3
+    assert document["warnings"] == [f"alert log not read: {log} is a symbolic link"]

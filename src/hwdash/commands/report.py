@@ -75,7 +75,7 @@ def read_alerts(path: Path, since: float) -> tuple[list[dict[str, Any]], list[st
     if handle is None:
         return [], []
     events: list[dict[str, Any]] = []
-    skipped = 0
+    skipped = old_in_a_row = 0
     try:
         size = os.fstat(handle).st_size
         for offset, line in ledger.lines_backwards(handle, size):
@@ -93,8 +93,9 @@ def read_alerts(path: Path, since: float) -> tuple[list[dict[str, Any]], list[st
             if stamp is None:
                 skipped += 1
                 continue
-            if stamp < since - ledger.SINCE_SLACK_S:
-                break  # the log is in time order (give or take a stepped clock)
+            old_in_a_row = old_in_a_row + 1 if stamp < since - ledger.SINCE_SLACK_S else 0
+            if old_in_a_row >= ledger.SINCE_STOP_AFTER:
+                break  # the log is in time order (give or take a stepped clock), as the ledger
             if stamp >= since:
                 events.append(event)
     finally:
