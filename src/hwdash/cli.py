@@ -1,6 +1,7 @@
 """The ``hwdash`` command line: argument parsing and dispatch. The UI is imported lazily.
 
-``hwdash`` alone opens the dashboard; ``hwdash plan|catalog|monitor|compare`` are subcommands, each
+``hwdash`` alone opens the dashboard; ``hwdash plan|catalog|monitor|compare|exporter|runs|report``
+are subcommands, each
 in its own module under :mod:`hwdash.commands` with ``add_parser(subparsers)`` and ``run(args)``.
 """
 
@@ -17,7 +18,7 @@ from hwdash.commands.shared_args import add_dashboard_arguments as add_dashboard
 from hwdash.errors import CatalogError, UsageError
 
 #: Subcommand modules under hwdash.commands, in the order ``--help`` lists them.
-SUBCOMMANDS = ("plan", "catalog", "monitor", "compare", "exporter")
+SUBCOMMANDS = ("plan", "catalog", "monitor", "compare", "exporter", "runs", "report")
 
 
 class Parser(argparse.ArgumentParser):
