@@ -221,6 +221,12 @@ def _add_output_flags(out: Any) -> None:
         "and show the traced peak beside the estimate",
     )
     out.add_argument(
+        "--calibrated",
+        action="store_true",
+        help="use what this box measured for similar runs (same model and method, from the runs "
+        "ledger): their median MFU for hours and cost, their measured/planned peak for the verdict",
+    )
+    out.add_argument(
         "--save",
         metavar="NAME",
         help="save the plan under NAME in the plans file (dashboard compare)",

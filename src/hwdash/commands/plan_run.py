@@ -49,11 +49,13 @@ class _Outcome:
     #: (the saved plan's name, the line that says where) with --save
     saved: tuple[str, str] | None
     trace_skipped: str | None
+    #: what the runs ledger holds for similar plans (None: nothing)
+    measured: Any = None
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand."""
-    from hwdash.commands import plan_fit
+    from hwdash.commands import plan_fit, plan_measured
     from hwdash.core.models.config import resolve_model
 
     argv = getattr(args, "argv", [])
@@ -65,7 +67,12 @@ def run(args: argparse.Namespace) -> int:
     plan, catalog, local, machines = _catalog_with_local_gpus(args, plan, imported)
     model = resolve_model(plan.model, catalog)
     trace_skipped = _trace_skipped(args, plan)
+    measured = plan_measured.measured_for(plan, model)
+    if getattr(args, "calibrated", False):
+        plan = plan_measured.calibrated_plan(plan, measured)
     report, framework_defaults = _evaluate(args, plan, catalog, model, imported)
+    if getattr(args, "calibrated", False):
+        report = plan_measured.calibrated_report(report, measured)
     # --check's (exit status, line): the status holds whatever else is asked.
     check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
     fit_result, fit_why = _search_options(args, plan, model, catalog, local, report)
@@ -82,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         catalog_args=[arg for folder in args.catalog for arg in ("--catalog", folder)],
         saved=_save(args, plan, report),
         trace_skipped=trace_skipped,
+        measured=measured,
     )
     return _print_outcome(args, outcome)
 
@@ -253,6 +261,9 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
 
     plan, report, check = outcome.plan, outcome.report, outcome.check
     document = report.to_json()
+    measured = outcome.measured
+    document["measured_here"] = None if measured is None else measured.to_json()
+    document["calibrated"] = bool(getattr(args, "calibrated", False)) and measured is not None
     if outcome.fit_result is not None:
         document["fit"] = plan_fit.fit_json(
             outcome.fit_result, outcome.catalog_args, outcome.catalog.framework_for(plan)
@@ -281,6 +292,20 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
     sys.stdout.write(strict_json.dumps(document, indent=2) + "\n")
 
 
+def _print_measured(args: argparse.Namespace, outcome: _Outcome) -> None:
+    """What this box measured for similar plans, and whether ``--calibrated`` used it."""
+    measured = outcome.measured
+    calibrated = getattr(args, "calibrated", False)
+    if measured is not None:
+        used = " (used: --calibrated)" if calibrated else " (--calibrated uses it)"
+        print(f"Measured here: {measured.sentence()}{used}")
+    elif calibrated:
+        print(
+            "Measured here: no similar run in the runs ledger (same model and method): "
+            "--calibrated changed nothing"
+        )
+
+
 def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
     """The text report, then the options, the save, the trace and ``--check``'s line."""
     from hwdash.commands import plan_fit
@@ -291,6 +316,7 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         local_notes=[n for m in outcome.machines.values() for n in m.notes],
         framework_defaults=outcome.framework_defaults,
     )
+    _print_measured(args, outcome)
     if outcome.fit_result is not None:
         from rich.console import Console
 
