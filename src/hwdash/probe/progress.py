@@ -132,7 +132,7 @@ def window_rate(steps: list[tuple[float, float, int]]) -> tuple[float | None, fl
     if not steps:
         return None, None
     latest = steps[-1][0]
-    recent = [item for item in steps if item[0] >= latest - WINDOW_S]
+    recent = [item for item in steps if item[0] > latest - WINDOW_S]
     if len(recent) < MIN_WINDOW_STEPS:
         recent = steps[-MIN_WINDOW_STEPS:]
     median = statistics.median(duration for _ended, duration, _tokens in recent)
