@@ -102,8 +102,11 @@ def test_a_checkpoint_save_is_left_out_of_tokens_per_second() -> None:
     assert seen.tokens_per_s == pytest.approx(2000.0)  # 500 tokens / 0.25 s, the save left out
     assert seen.step_time_s == pytest.approx(0.25)
     # A step of 4x the median is training speed all the same: kept.
-    rate, median = window_rate([(t, 1.0, 100) for t in range(1, 10)] + [(14.0, 4.0, 100)])
+    rate, median = window_rate([*range(1, 10), 14.0], [1.0] * 9 + [4.0], [100] * 10)
     assert median == 1.0 and rate == pytest.approx(1000 / 13)
+    # Steps older than a minute before the latest are out of the window (the 999 tokens).
+    rate, median = window_rate([0.0, 70.0, 71.0, 72.0, 73.0], [1.0, 5.0, 1, 1, 1], [999, *[10] * 4])
+    assert (rate, median) == (5.0, 1.0)
 
 
 def test_the_window_is_the_last_minute_but_never_fewer_than_three_steps() -> None:

@@ -23,12 +23,13 @@ less than a minute, which changes nothing for a steady rate.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-import statistics
+import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 WINDOW_S = 60.0
@@ -74,8 +75,11 @@ class Progress:
         self._first: float | None = None
         self._last: float | None = None
         self._tokens_after_first = 0
-        self._window: deque[tuple[float, float, int]] = deque(maxlen=MAX_WINDOW_STEPS)
-        """(time the step ended, its duration, its tokens) for steps after the first."""
+        # The window, as three parallel deques (sums and sorts in C): when each step after the
+        # first ended, its duration, its tokens.
+        self._ends: deque[float] = deque(maxlen=MAX_WINDOW_STEPS)
+        self._durations: deque[float] = deque(maxlen=MAX_WINDOW_STEPS)
+        self._counts: deque[int] = deque(maxlen=MAX_WINDOW_STEPS)
 
     def step(
         self,
@@ -101,13 +105,21 @@ class Progress:
             else:
                 count = int(tokens or 0)
                 self._tokens_after_first += count
-                self._window.append((now, now - last, count))
+                ends = self._ends
+                ends.append(now)
+                self._durations.append(now - last)
+                self._counts.append(count)
+                cutoff = now - WINDOW_S  # keep the window's minute (and its last few steps)
+                while len(ends) > MIN_WINDOW_STEPS and ends[0] <= cutoff:
+                    ends.popleft()
+                    self._durations.popleft()
+                    self._counts.popleft()
             self._last = now
 
     def snapshot(self) -> ProgressSnapshot:
         """The counters now and the window's rate."""
         with self._lock:
-            window = list(self._window)
+            window = (list(self._ends), list(self._durations), list(self._counts))
             snapshot = ProgressSnapshot(
                 steps=self._steps,
                 tokens=self._tokens,
@@ -120,24 +132,35 @@ class Progress:
                 tokens_per_s=None,
                 step_time_s=None,
             )
-        rate, median = window_rate(window)
+        rate, median = window_rate(*window)
         if snapshot.tokens is None:
             rate = None
         return dataclasses.replace(snapshot, tokens_per_s=rate, step_time_s=median)
 
 
-def window_rate(steps: list[tuple[float, float, int]]) -> tuple[float | None, float | None]:
-    """``(tokens_per_s, step_time_s)`` of ``(ended, duration, tokens)`` steps, oldest first,
-    by the rule in the module docstring; ``(None, None)`` for no steps."""
-    if not steps:
+def window_rate(
+    ends: Sequence[float], durations: Sequence[float], tokens: Sequence[int]
+) -> tuple[float | None, float | None]:
+    """``(tokens_per_s, step_time_s)`` of steps given as three parallel sequences, oldest first
+    (when each ended, its duration, its tokens), by the rule in the module docstring;
+    ``(None, None)`` for no steps. The sort and the sums run in C (a steady window of 1200 steps
+    costs about 20 microseconds, once a second)."""
+    if not ends:
         return None, None
-    latest = steps[-1][0]
-    recent = [item for item in steps if item[0] > latest - WINDOW_S]
-    if len(recent) < MIN_WINDOW_STEPS:
-        recent = steps[-MIN_WINDOW_STEPS:]
-    median = statistics.median(duration for _ended, duration, _tokens in recent)
-    kept = [item for item in recent if item[1] <= SLOW_STEP_FACTOR * median]
-    seconds = sum(duration for _ended, duration, _tokens in kept)
+    cutoff = ends[-1] - WINDOW_S
+    if ends[0] <= cutoff:  # steps older than the window (Progress trims them as it goes)
+        first = next(index for index, ended in enumerate(ends) if ended > cutoff)
+        first = min(first, max(0, len(ends) - MIN_WINDOW_STEPS))
+        durations, tokens = list(durations)[first:], list(tokens)[first:]
+    ordered = sorted(durations)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    limit = SLOW_STEP_FACTOR * median
+    if ordered[-1] <= limit:  # no slow step: everything counts
+        seconds, total = sum(durations), sum(tokens)
+    else:  # leave the slow steps out (still in C: compress by a map of comparisons)
+        seconds = sum(ordered[: bisect.bisect_right(ordered, limit)])
+        total = sum(itertools.compress(tokens, map(limit.__ge__, durations)))
     if seconds <= 0:
         return None, median
-    return sum(tokens for _ended, _duration, tokens in kept) / seconds, median
+    return total / seconds, median
