@@ -436,9 +436,9 @@ def test_the_exit_kind_of_a_real_process(body: str, kind: str | None, tmp_path: 
     "args, message",
     [
         (["--plan"], "--plan: a value is needed"),
-        (["--plan", "", "x.py"], "--plan"),
+        (["--plan", "", "x.py"], "--plan: '' is neither a saved plan's name nor a plan file"),
         (["--plan", "plans/missing.json", "x.py"], "no such plan file"),
-        (["--plan=-m", "x.py"], "--plan"),
+        (["--plan=-m", "x.py"], "--plan: '-m' is neither"),
     ],
 )
 def test_python_m_hwdash_probe_refuses_a_bad_plan(
