@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -463,3 +464,18 @@ def test_the_probe_imports_neither_pydantic_nor_textual(tmp_path: Path) -> None:
     )
     done = _run(["-c", code], tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_round_stuck_in_the_driver_does_not_hang_the_record(
+    tmp_path: Path, ledger: list[dict[str, Any]]
+) -> None:
+    writer = Probe(directory=tmp_path, torch_module=lambda: None)
+    writer.record_step(tokens=1)
+    writer._publishing.acquire()  # the publishing thread, blocked in an NVML call
+    stopping = threading.Thread(target=writer.stop, kwargs={"timeout": 0}, daemon=True)
+    stopping.start()
+    stopping.join(10)
+    finished = not stopping.is_alive()
+    writer._publishing.release()
+    assert finished, "stop() waited for the stuck round"
+    assert [record["steps"] for record in ledger] == [1]

@@ -392,8 +392,13 @@ class Probe:
         try:
             if sys.excepthook == self._excepthook:
                 sys.excepthook = self._previous_hook or sys.__excepthook__
-            with self._publishing:
-                self.reading()  # the last allocator peaks and energy
+            # The last allocator peaks and energy; skipped if the thread is stuck in a round
+            # (a hung driver call) rather than hang the process's exit.
+            if self._publishing.acquire(timeout=1.0):
+                try:
+                    self.reading()
+                finally:
+                    self._publishing.release()
             if self.progress.snapshot().steps == 0 and not self._run.devices:
                 return  # imported, never trained: no run to remember
             hand_to_ledger(self.final_record(exit_kind(self._uncaught, self._run.ooms)))
