@@ -1,5 +1,9 @@
-"""``python -m hwdash.probe [--interval S] train.py ARGS...`` (or ``-m module ARGS...``): run a
-training script with the probe started, as if it had ``import hwdash.probe; hwdash.probe.start()``."""
+"""``python -m hwdash.probe [--interval S] [--plan NAME|PATH] (SCRIPT | -m MODULE) ARGS...``: run a
+training script with the probe started, as if it had ``import hwdash.probe; hwdash.probe.start()``.
+
+``--plan`` names the plan the run is measured against (a saved plan's name, or a plan file, which
+must exist); without it ``$HWDASH_PLAN`` is used. The script's ``sys.argv`` is set before the probe
+starts, so the run's command line is the script's."""
 
 from __future__ import annotations
 
@@ -7,37 +11,73 @@ import os
 import runpy
 import sys
 
-from hwdash.probe import DEFAULT_INTERVAL_S, start
+from hwdash.probe import DEFAULT_INTERVAL_S, looks_like_path, start
 
-USAGE = "usage: python -m hwdash.probe [--interval S] (SCRIPT | -m MODULE) [ARGS...]"
+USAGE = (
+    "usage: python -m hwdash.probe [--interval S] [--plan NAME|PATH] (SCRIPT | -m MODULE) [ARGS...]"
+)
+
+
+class _Usage(Exception):
+    """A bad option: the message is printed, the exit status is 2."""
+
+
+def _option(args: list[str], name: str) -> str:
+    """Pop ``--name VALUE`` or ``--name=VALUE`` off the front of ``args``."""
+    option = args.pop(0)
+    if "=" in option:
+        return option.partition("=")[2]
+    if not args:
+        raise _Usage(f"{name}: a value is needed")
+    return args.pop(0)
+
+
+def _interval(value: str) -> float:
+    try:
+        interval = float(value)
+    except ValueError:
+        interval = -1.0
+    if not (interval > 0 and interval != float("inf")):
+        raise _Usage(f"--interval: {value!r} is not a positive number of seconds")
+    return interval
+
+
+def _plan(value: str) -> str:
+    text = value.strip()
+    if not text or text.startswith("-") or any(ord(char) < 32 for char in text):
+        raise _Usage(f"--plan: {value!r} is neither a saved plan's name nor a plan file")
+    if looks_like_path(text) and not os.path.isfile(os.path.expanduser(text)):
+        raise _Usage(f"--plan: no such plan file: {text}")
+    return text
+
+
+def _options(args: list[str]) -> tuple[float, str | None]:
+    interval, plan = DEFAULT_INTERVAL_S, None
+    while args and args[0].split("=")[0] in ("--interval", "--plan"):
+        if args[0].startswith("--interval"):
+            interval = _interval(_option(args, "--interval"))
+        else:
+            plan = _plan(_option(args, "--plan"))
+    return interval, plan
 
 
 def main(argv: list[str]) -> int:
     """Parse the probe's own options, start it, run the target in this process."""
-    interval = DEFAULT_INTERVAL_S
     args = list(argv)
-    while args and args[0].startswith("--interval"):
-        option = args.pop(0)
-        value = option.partition("=")[2] if "=" in option else (args.pop(0) if args else "")
-        try:
-            interval = float(value)
-        except ValueError:
-            interval = -1.0
-        if not (interval > 0 and interval != float("inf")):
-            print(
-                f"hwdash.probe: error: --interval: {value!r} is not a positive number of seconds",
-                file=sys.stderr,
-            )
-            return 2
+    try:
+        interval, plan = _options(args)
+    except _Usage as problem:
+        print(f"hwdash.probe: error: {problem}", file=sys.stderr)
+        return 2
     if args[:1] in (["-h"], ["--help"]) or not args:
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         return 0 if args else 2
-    start(interval)
     if args[0] == "-m":
         if len(args) < 2:
             print(USAGE, file=sys.stderr)
             return 2
         sys.argv = [args[1], *args[2:]]
+        start(interval, plan=plan)
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         return 0
     script = args[0]
@@ -46,6 +86,7 @@ def main(argv: list[str]) -> int:
         return 2
     sys.argv = [script, *args[1:]]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python script.py` would
+    start(interval, plan=plan)
     runpy.run_path(script, run_name="__main__")
     return 0
 

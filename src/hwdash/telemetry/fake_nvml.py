@@ -21,7 +21,7 @@ or a list of ``[seconds, value]`` points, linear in between, the last value hold
     memory_reserved_mib = 512
     used_mib = [[0, 1024], [60, 75000]]
     utilization = [[0, 0], [10, 97]]
-    unsupported = ["power"]       # these calls raise NVML's NotSupported
+    unsupported = ["power"]       # these calls raise NVML's NotSupported ("energy": the counter)
     lost_after_s = 120            # from then on calls for this GPU raise GpuIsLost
     hang_after_s = 30             # from then on calls for this GPU block until released
 
@@ -51,6 +51,10 @@ that do not convert it to None do. ``memory_total_mib = 0`` or ``unsupported = [
 unified-memory part (GH200, GB10). ``monitor_in_container = true`` says the monitor runs in a PID
 namespace other than the host's.
 
+Energy: ``nvmlDeviceGetTotalEnergyConsumption`` returns a per-GPU counter in millijoules that starts at
+:data:`ENERGY_START_MJ` (a driver loaded before the run) and integrates the scripted ``power_w`` over
+scenario time (trapezoids through the series' points, exact for straight pieces); it never goes back.
+
 Scenario time: by default the seconds since the fake was created (real time, for ``--demo``). With
 ``time_step_s`` each call to ``nvmlDeviceGetCount`` (once per sampling round) advances it by that step, so
 a command-line run is deterministic. Tests pass their own ``clock`` (:class:`ManualClock`).
@@ -58,6 +62,8 @@ a command-line run is deterministic. Tests pass their own ``clock`` (:class:`Man
 
 from __future__ import annotations
 
+import itertools
+import math
 import struct
 import threading
 import time
@@ -142,6 +148,8 @@ class FakeNvml:
         self._initialized = False
         self._hang_release = threading.Event()
         self._step_time = 0.0
+        self._energy: dict[int, tuple[float, float]] = {}
+        """GPU index -> (scenario second of the last energy read, millijoules then)."""
         started = time.monotonic()
         if clock is not None:
             self._clock = clock
@@ -289,6 +297,26 @@ class FakeNvml:
         gpu = self._gpu(handle, "power")
         return round(max(0.0, series_value(gpu.power_w, self.now())) * 1000)  # milliwatts
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> FakeDeviceHandle:
+        self._require_init()
+        wanted = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        for index, gpu in enumerate(self.scenario.gpus):
+            if (gpu.uuid or f"GPU-fake-0000-0000-0000-{index:012d}") == wanted:
+                handle = FakeDeviceHandle(index)
+                self._gpu(handle)
+                return handle
+        raise self._error("NVMLError_NotFound")
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeDeviceHandle) -> int:
+        gpu = self._gpu(handle, "energy")
+        now = self.now()
+        last_s, energy = self._energy.get(handle.gpu_index, (now, float(ENERGY_START_MJ)))
+        if now > last_s:
+            energy += _integrate_watts(gpu.power_w, last_s, now) * 1000  # J -> mJ
+            last_s = now
+        self._energy[handle.gpu_index] = (last_s, energy)
+        return round(energy)
+
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeDeviceHandle) -> int:
         gpu = self._gpu(handle, "power_limit")
         return round(gpu.power_limit_w * 1000)  # milliwatts
@@ -422,6 +450,8 @@ class FakeNvml:
             "nvmlDeviceGetTemperature": self.nvmlDeviceGetTemperature,
             "nvmlDeviceGetPowerUsage": self.nvmlDeviceGetPowerUsage,
             "nvmlDeviceGetEnforcedPowerLimit": self.nvmlDeviceGetEnforcedPowerLimit,
+            "nvmlDeviceGetHandleByUUID": self.nvmlDeviceGetHandleByUUID,
+            "nvmlDeviceGetTotalEnergyConsumption": self.nvmlDeviceGetTotalEnergyConsumption,
             "nvmlDeviceGetClockInfo": self.nvmlDeviceGetClockInfo,
             "nvmlSystemGetProcessName": self.nvmlSystemGetProcessName,
             "nvmlDeviceGetMigMode": self.nvmlDeviceGetMigMode,
@@ -449,8 +479,30 @@ class FakeNvml:
         return call
 
 
+ENERGY_START_MJ = 5_000_000_000
+"""Where every fake GPU's energy counter starts (5 MJ): a counter is not zero when a run starts."""
+
+_ENERGY_STEP_S = 0.5
+"""The widest trapezoid when integrating power (waves are not straight between points)."""
+
 _NOT_AVAILABLE_ULONGLONG = 2**64 - 1
 """NVML_VALUE_NOT_AVAILABLE_ulonglong: what NVML writes into a 64-bit field it cannot fill."""
+
+
+def _integrate_watts(series: Series, start_s: float, end_s: float) -> float:
+    """Joules of a power series (watts) from ``start_s`` to ``end_s``: trapezoids through the
+    series' own points and at most :data:`_ENERGY_STEP_S` apart (exact for straight pieces)."""
+    marks = {start_s, end_s}
+    if isinstance(series, list):
+        marks.update(float(t) for t, _value in series if start_s < t < end_s)
+    width = end_s - start_s
+    pieces = max(1, math.ceil(width / _ENERGY_STEP_S)) if isinstance(series, Wave) else 1
+    marks.update(start_s + width * n / pieces for n in range(1, pieces))
+    ordered = sorted(marks)
+    return sum(
+        (b - a) * (max(0.0, series_value(series, a)) + max(0.0, series_value(series, b))) / 2
+        for a, b in itertools.pairwise(ordered)
+    )
 
 
 def _no_instance(mig: ScenarioMig | None, which: str, slot: int | None = None) -> int:

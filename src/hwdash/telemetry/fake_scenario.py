@@ -47,6 +47,7 @@ UnsupportedField = Literal[
     "processes",
     "process_name",
     "mig",
+    "energy",
 ]
 
 

@@ -1,4 +1,5 @@
-"""The NVML sampler: the one module in hwdash that calls ``pynvml``.
+"""The NVML sampler: the one module in hwdash that calls ``pynvml`` (with its small sibling
+:mod:`hwdash.telemetry.nvml_energy`, the energy counter that the probe reads in a training process).
 
 It takes the pynvml module as an argument (the real ``import pynvml`` or the fake from
 :mod:`hwdash.telemetry.fake_nvml`), so tests drive this very code.
