@@ -18,7 +18,10 @@ def _train(tmp_path: Path, **arguments: Any) -> Any:
     """Train a 1-layer GPT-2 built from its config for 3 optimizer steps on CPU; the callback."""
     torch = pytest.importorskip("torch", reason="torch is in the validate extra")
     transformers = pytest.importorskip("transformers", reason="in the validate extra")
-    from hwdash.probe.hf import HwdashProbeCallback
+    # Another test imports hwdash.probe.hf over a stand-in transformers: import it afresh here.
+    HwdashProbeCallback = importlib.reload(
+        importlib.import_module("hwdash.probe.hf")
+    ).HwdashProbeCallback
 
     config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=32)
     model = transformers.GPT2LMHeadModel(config)

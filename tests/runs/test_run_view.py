@@ -3,6 +3,7 @@ sampler and JSON, every number checked against arithmetic done here by hand."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,7 @@ from hwdash.telemetry.source import make_sampler
 
 MIB = 2**20
 PLAN_FILE = (
-    Path(__file__).resolve().parents[2]
-    / "src/hwdash/telemetry/scenarios/a100x4-training.plan.json"
+    Path(__file__).resolve().parents[2] / "src/hwdash/telemetry/scenarios/a100x4-training.plan.json"
 )
 
 # llama-3.1-8b (catalog): hidden 4096, MLP 14336, 32 layers, 32 query / 8 KV heads of 128, vocab
@@ -42,14 +42,15 @@ def _runs_at(second: float, **watcher: Any) -> dict[int, dict[str, Any]]:
 
 def _area(points: list[tuple[float, float]], start: float, end: float) -> float:
     """The integral of a piecewise-linear power series (watts) from ``start`` to ``end``."""
+
     def at(t: float) -> float:
-        for (t0, p0), (t1, p1) in zip(points, points[1:], strict=False):
+        for (t0, p0), (t1, p1) in itertools.pairwise(points):
             if t0 <= t <= t1:
                 return p0 + (p1 - p0) * (t - t0) / (t1 - t0)
         raise AssertionError(t)
 
     cuts = sorted({start, end, *(t for t, _ in points if start < t < end)})
-    return sum((at(a) + at(b)) / 2 * (b - a) for a, b in zip(cuts, cuts[1:], strict=False))
+    return sum((at(a) + at(b)) / 2 * (b - a) for a, b in itertools.pairwise(cuts))
 
 
 def test_the_monitor_json_holds_each_run_against_its_plan_as_computed_by_hand() -> None:

@@ -109,6 +109,13 @@ PLAN_ENV = "HWDASH_PLAN"
 """The environment variable that names the run's plan when ``start()`` is given none."""
 
 
+def world_size(environ: Mapping[str, str] | None = None) -> int | None:
+    """The job's process count as torchrun, accelerate and DeepSpeed's launcher set it
+    (``WORLD_SIZE``); None for a single process or a value that is not a positive number."""
+    text = (os.environ if environ is None else environ).get("WORLD_SIZE", "").strip()
+    return int(text) if text.isdigit() and 0 < int(text) <= 1_000_000 else None
+
+
 def plan_reference(plan: str | os.PathLike[str] | None) -> str | None:
     """A plan reference as the probe publishes it: a saved plan's name as given, a plan file's
     path made absolute (a reference with a folder separator or a ``.json``/``.toml`` ending is a
@@ -276,6 +283,7 @@ class Probe:
             "max_steps": self.max_steps,
             "total_tokens": self.total_tokens,
             "energy_j": self._run.energy_j(),
+            "world_size": world_size(),
             "exit": None,
         }
 
@@ -438,6 +446,7 @@ class Probe:
             energy_kwh=None if energy_j is None else energy_j / 3.6e6,  # 1 kWh = 3.6 MJ
             measured_peak_bytes=self._run.peak("max_reserved_bytes"),
             measured_peak_allocated_bytes=self._run.peak("max_allocated_bytes"),
+            world_size=world_size(),
         )
         return record
 

@@ -17,43 +17,10 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+# The ledger's own definitions (its module imports the standard library only).
+from hwdash.runs.ledger import RECORD_KEYS as RECORD_KEYS
+from hwdash.runs.ledger import VERSION as RECORD_VERSION  # noqa: F401  (re-exported)
 from hwdash.telemetry.nvml_energy import nvml_uuid
-
-RECORD_VERSION = 1
-"""The ledger record layout's version (the runs ledger's ``"version"``)."""
-
-RECORD_KEYS = (
-    "version",
-    "id",
-    "host",
-    "user",
-    "pid",
-    "command",
-    "started",
-    "ended",
-    "duration_s",
-    "exit",
-    "gpus",
-    "plan",
-    "model",
-    "method",
-    "steps",
-    "tokens",
-    "tokens_estimated",
-    "samples",
-    "tokens_per_s",
-    "mfu",
-    "flops_per_token",
-    "peak_tflops",
-    "energy_kwh",
-    "price_per_hour",
-    "cost_usd",
-    "measured_peak_bytes",
-    "measured_peak_allocated_bytes",
-    "planned_peak_bytes",
-    "peak_error",
-)
-"""Every key of a ledger record (docs: SPEC of issue 26); the probe fills those it knows."""
 
 COMMAND_CHARS = 1000
 """The command line is cut to this many characters."""
