@@ -19,7 +19,9 @@ from typing import Any
 
 # The ledger's own definitions (its module imports the standard library only).
 from hwdash.runs.ledger import RECORD_KEYS as RECORD_KEYS
-from hwdash.runs.ledger import VERSION as RECORD_VERSION  # noqa: F401  (re-exported)
+from hwdash.runs.ledger import VERSION as RECORD_VERSION
+
+__all__ = ["RECORD_KEYS", "RECORD_VERSION"]
 from hwdash.telemetry.nvml_energy import nvml_uuid
 
 COMMAND_CHARS = 1000
