@@ -31,14 +31,90 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: name -> hwdash plan flags. Every one is trained for real; none was used to tune a formula.
 SETTINGS: dict[str, list[str]] = {
-    "qwen2.5-0.5b-full-b4-s1024": ["--model", "qwen2.5-0.5b", "--method", "full", "--batch", "4", "--seq", "1024"],
-    "qwen2.5-0.5b-lora-b4-s1024": ["--model", "qwen2.5-0.5b", "--method", "lora", "--batch", "4", "--seq", "1024"],
-    "qwen3-0.6b-full-b4-s2048": ["--model", "qwen3-0.6b", "--method", "full", "--batch", "4", "--seq", "2048"],
-    "llama-3.2-1b-lora-b8-s1024": ["--model", "llama-3.2-1b", "--method", "lora", "--batch", "8", "--seq", "1024"],
-    "qwen2.5-1.5b-full-ckpt-b4-s2048": ["--model", "qwen2.5-1.5b", "--method", "full", "--batch", "4", "--seq", "2048", "--grad-ckpt"],
-    "llama-3.2-3b-lora-ckpt-b4-s2048": ["--model", "llama-3.2-3b", "--method", "lora", "--batch", "4", "--seq", "2048", "--grad-ckpt"],
-    "qwen2.5-7b-lora-ckpt-b2-s2048": ["--model", "qwen2.5-7b", "--method", "lora", "--batch", "2", "--seq", "2048", "--grad-ckpt"],
-    "llama-3.1-8b-full-ckpt-b1-s2048": ["--model", "llama-3.1-8b", "--method", "full", "--batch", "1", "--seq", "2048", "--grad-ckpt"],
+    "qwen2.5-0.5b-full-b4-s1024": [
+        "--model",
+        "qwen2.5-0.5b",
+        "--method",
+        "full",
+        "--batch",
+        "4",
+        "--seq",
+        "1024",
+    ],
+    "qwen2.5-0.5b-lora-b4-s1024": [
+        "--model",
+        "qwen2.5-0.5b",
+        "--method",
+        "lora",
+        "--batch",
+        "4",
+        "--seq",
+        "1024",
+    ],
+    "qwen3-0.6b-full-b4-s2048": [
+        "--model",
+        "qwen3-0.6b",
+        "--method",
+        "full",
+        "--batch",
+        "4",
+        "--seq",
+        "2048",
+    ],
+    "llama-3.2-1b-lora-b8-s1024": [
+        "--model",
+        "llama-3.2-1b",
+        "--method",
+        "lora",
+        "--batch",
+        "8",
+        "--seq",
+        "1024",
+    ],
+    "qwen2.5-1.5b-full-ckpt-b4-s2048": [
+        "--model",
+        "qwen2.5-1.5b",
+        "--method",
+        "full",
+        "--batch",
+        "4",
+        "--seq",
+        "2048",
+        "--grad-ckpt",
+    ],
+    "llama-3.2-3b-lora-ckpt-b4-s2048": [
+        "--model",
+        "llama-3.2-3b",
+        "--method",
+        "lora",
+        "--batch",
+        "4",
+        "--seq",
+        "2048",
+        "--grad-ckpt",
+    ],
+    "qwen2.5-7b-lora-ckpt-b2-s2048": [
+        "--model",
+        "qwen2.5-7b",
+        "--method",
+        "lora",
+        "--batch",
+        "2",
+        "--seq",
+        "2048",
+        "--grad-ckpt",
+    ],
+    "llama-3.1-8b-full-ckpt-b1-s2048": [
+        "--model",
+        "llama-3.1-8b",
+        "--method",
+        "full",
+        "--batch",
+        "1",
+        "--seq",
+        "2048",
+        "--grad-ckpt",
+    ],
 }
 
 
@@ -46,7 +122,16 @@ def plan_json(flags: list[str], steps: int) -> dict[str, Any]:
     """``hwdash plan --json`` for the setting, with the tokens of ``steps`` steps."""
     batch = int(flags[flags.index("--batch") + 1])
     seq = int(flags[flags.index("--seq") + 1])
-    command = [sys.executable, "-m", "hwdash", "plan", *flags, "--tokens", str(batch * seq * steps), "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "hwdash",
+        "plan",
+        *flags,
+        "--tokens",
+        str(batch * seq * steps),
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"hwdash plan failed: {done.stderr.strip()}")
@@ -70,7 +155,9 @@ def child(plan_file: str, steps: int, device: str, tiny: bool) -> None:
     fields = build_hf_config_dict(model_spec, layers=2 if tiny else None)
     model_type = fields.pop("model_type")
     config = AutoConfig.for_model(model_type, **fields)
-    config._attn_implementation = plan.get("attention", "sdpa") if plan.get("attention") != "eager" else "eager"
+    config._attn_implementation = (
+        plan.get("attention", "sdpa") if plan.get("attention") != "eager" else "eager"
+    )
     batch, seq = plan["batch"], (64 if tiny else plan["seq"])
     probe.start(0.5, plan=plan_file)
     dtype = torch.bfloat16
@@ -87,8 +174,11 @@ def child(plan_file: str, steps: int, device: str, tiny: bool) -> None:
         model = get_peft_model(
             model,
             LoraConfig(
-                r=plan["lora_r"], lora_alpha=2 * plan["lora_r"], lora_dropout=plan["lora_dropout"],
-                target_modules="all-linear", task_type="CAUSAL_LM",
+                r=plan["lora_r"],
+                lora_alpha=2 * plan["lora_r"],
+                lora_dropout=plan["lora_dropout"],
+                target_modules="all-linear",
+                task_type="CAUSAL_LM",
             ),
         )
     model.train()
@@ -162,17 +252,30 @@ class NvmlPeak:
         return None if self.baseline is None else self.peak
 
 
-def run_setting(name: str, flags: list[str], args: argparse.Namespace, meter: NvmlPeak) -> dict[str, Any]:
+def run_setting(
+    name: str, flags: list[str], args: argparse.Namespace, meter: NvmlPeak
+) -> dict[str, Any]:
     out = Path(args.out)
     report = plan_json(flags, args.steps)
     plan_file = out / f"{name}.plan.json"
     plan_file.write_text(json.dumps({"plan": report["plan"]}))
     meter.start()
     started = time.time()
-    command = [sys.executable, __file__, "--child", str(plan_file), "--steps", str(args.steps), "--device", args.device]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        str(plan_file),
+        "--steps",
+        str(args.steps),
+        "--device",
+        args.device,
+    ]
     if args.tiny:
         command.append("--tiny")
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=args.timeout)
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, timeout=args.timeout
+    )
     nvml_peak = meter.stop()
     row: dict[str, Any] = {
         "name": name,
@@ -216,7 +319,18 @@ def main() -> int:
             row = {"name": name, "error": f"{type(exc).__name__}: {exc}"}
         rows.append(row)
         (Path(args.out) / "gpu_runs.json").write_text(json.dumps(rows, indent=1))
-        summary = {k: row.get(k) for k in ("name", "returncode", "estimate_total", "max_allocated", "max_reserved", "nvml_peak_over_baseline", "error")}
+        summary = {
+            k: row.get(k)
+            for k in (
+                "name",
+                "returncode",
+                "estimate_total",
+                "max_allocated",
+                "max_reserved",
+                "nvml_peak_over_baseline",
+                "error",
+            )
+        }
         print(json.dumps(summary), flush=True)
     return 0
 
