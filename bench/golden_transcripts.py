@@ -45,6 +45,9 @@ wording change between Python versions (3.13 reworded both), hwdash's own output
 #: Environment variables removed for the run: they would change what hwdash reads or prints.
 CLEARED_ENV = (
     "HWDASH_CATALOG",
+    "HWDASH_RUNS",  # the runs ledger: XDG_STATE_HOME's (empty) one
+    "HWDASH_PLAN",
+    "HWDASH_PRICE",
     "HWDASH_FAKE_NVML",
     "HWDASH_PROMETHEUS_TOKEN",
     "HWDASH_PROMETHEUS_USER",

@@ -89,6 +89,16 @@ SHOTS = (
         step_s=4,
         keys=("enter",),
     ),
+    # Rank 0's run against its plan (issue 26): speed, MFU, time to finish, cost, energy and the
+    # planned vs measured peak, in the process detail on a taller terminal.
+    Shot(
+        "monitor-run.svg",
+        "a100x4-training",
+        until_s=120,
+        step_s=4,
+        size=(120, 44),
+        keys=("enter",),
+    ),
 )
 
 #: Plans saved before the compare screenshot (model, method and the settings that differ).

@@ -12,6 +12,17 @@ REQUIRE_VALIDATE = "HWDASH_REQUIRE_VALIDATE"
 ``validate`` that skips fails instead: the libraries it checks against must be there."""
 
 
+@pytest.fixture(autouse=True)
+def _private_runs_ledger(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test reads or writes the user's runs ledger (``hwdash plan`` reads it, a probe that stops
+    and a monitor that clears a dead run's probe file write it; subprocesses inherit this)."""
+    monkeypatch.setenv("HWDASH_RUNS", str(tmp_path_factory.mktemp("ledger") / "runs.jsonl"))
+    for name in ("HWDASH_PLAN", "HWDASH_PRICE"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

@@ -51,20 +51,22 @@ def run_cell(view: RunView) -> str:
     return f"{rate.removesuffix(' tok/s')}/s {format_eta(view.eta_s)}"
 
 
-def _peak_line(view: RunView) -> str | None:
+def _peak_lines(view: RunView) -> list[str]:
     if view.measured_peak_bytes is None and view.planned_peak_bytes is None:
-        return None
+        return []
     measured = "-" if view.measured_peak_bytes is None else format_gib(view.measured_peak_bytes)
     planned = "-" if view.planned_peak_bytes is None else format_gib(view.planned_peak_bytes)
     line = f"peak reserved {measured} measured vs {planned} planned"
     if view.peak_error is not None:
         line += f" ({view.peak_error:+.1%})"
+    lines = [line]
     if view.measured_nvml_peak_bytes is not None and view.planned_total_bytes is not None:
-        line += (
-            f"  ·  NVML {format_gib(view.measured_nvml_peak_bytes)} vs "
-            f"{format_gib(view.planned_total_bytes)} planned"
+        nvml = view.measured_nvml_peak_bytes / view.planned_total_bytes - 1
+        lines.append(
+            f"peak on the GPU (NVML) {format_gib(view.measured_nvml_peak_bytes)} vs "
+            f"{format_gib(view.planned_total_bytes)} planned ({nvml:+.1%})"
         )
-    return line
+    return lines
 
 
 def run_lines(view: RunView) -> list[str]:
@@ -80,10 +82,13 @@ def run_lines(view: RunView) -> list[str]:
     if view.mfu is not None:
         speed.append(f"MFU {view.mfu:.0%}")
     lines = ["  ·  ".join(speed)]
-    money = []
+    done = [f"finishes in {format_eta(view.eta_s)}"]
     if view.progress is not None:
-        money.append(f"{view.progress:.1%} done")
-    money.append(f"finishes in {format_eta(view.eta_s)}")
+        done.insert(0, f"{view.progress:.1%} done")
+    if view.elapsed_s is not None:
+        done.append(f"running {format_eta(view.elapsed_s)}")
+    lines.append("  ·  ".join(done))
+    money = []
     if view.cost_usd is not None:
         cost = f"cost so far {format_money(view.cost_usd)}"
         if view.cost_to_go_usd is not None:
@@ -93,10 +98,9 @@ def run_lines(view: RunView) -> list[str]:
         money.append(cost)
     if view.energy_kwh is not None:
         money.append(f"energy {view.energy_kwh:.3f} kWh")
-    lines.append("  ·  ".join(money))
-    peak = _peak_line(view)
-    if peak is not None:
-        lines.append(peak)
+    if money:
+        lines.append("  ·  ".join(money))
+    lines.extend(_peak_lines(view))
     if view.plan_error is not None:
         lines.append(f"plan {plan_label(view.plan)} not read: {view.plan_error}")
     elif view.plan is None:

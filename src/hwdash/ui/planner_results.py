@@ -3,14 +3,15 @@ breakdown, the warnings, the details and the flavor table, and the words that tu
 command-line advice into the form's.
 
 Part of :class:`~hwdash.ui.planner_pane.PlannerPane` (a mixin, see :mod:`hwdash.ui.planner_base`).
-May import the core, Textual, the planner widgets, :mod:`hwdash.ui.planner_base` and
-:mod:`hwdash.ui.planner_form`.
+May import the core, Textual, the planner widgets, :mod:`hwdash.ui.planner_base`,
+:mod:`hwdash.ui.planner_form` and the runs ledger (what this box measured for similar plans).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -240,6 +241,31 @@ def flavor_note(fit: FlavorFit) -> str:
     return "\n".join(lines)
 
 
+_LEDGER_CACHE: dict[str, Any] = {}
+
+
+def measured_here(report: PlanReport) -> str | None:
+    """What this box measured for similar plans (:mod:`hwdash.runs.calibration`), read from the
+    runs ledger again only when the file changed; None without similar runs (or a ledger)."""
+    from hwdash.runs import ledger
+    from hwdash.runs.calibration import calibration
+
+    path = ledger.ledger_path()
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    key = (str(path), info.st_mtime_ns, info.st_size)
+    if _LEDGER_CACHE.get("key") != key:
+        try:
+            records = ledger.read(path, last=5000).records
+        except (OSError, ValueError):
+            records = []
+        _LEDGER_CACHE.update(key=key, records=records)
+    found = calibration(_LEDGER_CACHE["records"], report.model.id, report.plan.method.value)
+    return None if found is None else found.sentence()
+
+
 class PlannerResults(PlannerParts):
     """The results half of the planner pane: estimating a plan and showing the estimate."""
 
@@ -288,6 +314,9 @@ class PlannerResults(PlannerParts):
         warning_view = self.query_one("#plan-warnings", Static)
         warning_view.update("\n".join(f"⚠ {form_words(w)}" for w in warnings))
         warning_view.display = bool(warnings)
-        details = details_text(report)
-        self.query_one("#plan-details", Static).update(details if estimate.details else "")
+        details = details_text(report) if estimate.details else Text()
+        measured = measured_here(report)
+        if measured is not None:
+            details.append(("\n" if details.plain else "") + f"measured here: {measured}", "italic")
+        self.query_one("#plan-details", Static).update(details)
         self.query_one(FlavorTable).show_report(report)

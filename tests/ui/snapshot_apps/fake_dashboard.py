@@ -13,6 +13,7 @@ from typing import Any
 
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.plans.store import PlanStore
+from hwdash.runs.watch import RunWatcher
 from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
 from hwdash.telemetry.host_sampler import HostProcessInfo
 from hwdash.telemetry.nvml_sampler import NvmlSampler
@@ -73,12 +74,14 @@ def fake_sampler(
     fake = make_fake_pynvml(scenario, clock)
     host: Any = FixedHost(fake.process_table())
     wall_clock = (lambda: SCENARIO_EPOCH + clock()) if scenario_time else time.time
-    return SystemSampler(
+    system = SystemSampler(
         NvmlSampler(fake.module, round_timeout_s=2.0, wall_clock=wall_clock),
         host,
         fake,
         probes=ProbeJoiner(fake.probe_source()),
     )
+    # As the dashboard command composes it: each probed run held against its plan.
+    return RunWatcher(system, record=None)  # type: ignore[return-value]
 
 
 def fake_app(
