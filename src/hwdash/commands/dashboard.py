@@ -31,12 +31,13 @@ NO_TERMINAL_MESSAGE = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Top-level flags of the dashboard."""
     add_dashboard_arguments(parser)
-    from hwdash.commands.monitor import add_sampling_arguments
+    from hwdash.commands.monitor import add_price_argument, add_sampling_arguments
 
     add_sampling_arguments(
         parser,
         demo_help="run on a simulated 4x A100 box whose memory climbs past 90%% (no GPU needed)",
     )
+    add_price_argument(parser)
     parser.add_argument(
         "--no-bell", action="store_true", help="do not ring the terminal bell on an alert"
     )

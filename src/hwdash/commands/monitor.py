@@ -135,6 +135,18 @@ def add_parser(subparsers: Any) -> None:
         parser,
         demo_help=f"use the packaged {DEMO_SCENARIO} scenario (memory climbs past 90%% in ~60 s)",
     )
+    add_price_argument(parser)
+
+
+def add_price_argument(parser: argparse.ArgumentParser) -> None:
+    """``--price``: the monitor and the dashboard hold probed runs against their plans."""
+    parser.add_argument(
+        "--price",
+        default=None,
+        metavar="USD",
+        help="this machine's price per hour, for each probed run's cost (default: the price of "
+        "the flavor its plan names; a run is charged its share of the machine's GPUs)",
+    )
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
@@ -187,13 +199,6 @@ def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="also raise the alert when a GPU's memory is forecast to be full within S seconds "
         "at its current climb (robust trend over the last 2 minutes)",
-    )
-    parser.add_argument(
-        "--price",
-        default=None,
-        metavar="USD",
-        help="this machine's price per hour, for each probed run's cost (default: the price of "
-        "the flavor its plan names; a run is charged its share of the machine's GPUs)",
     )
     parser.add_argument(
         "--speed",
