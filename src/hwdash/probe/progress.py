@@ -2,9 +2,8 @@
 
 The training loop calls :meth:`Progress.step` once per optimizer step (through
 :func:`hwdash.probe.step`); the probe's publishing thread calls :meth:`Progress.snapshot` once a
-round. A step costs one monotonic clock read, a few integer additions and one append to a bounded
-deque, under a lock that only the publishing thread shares (for the few microseconds it takes to
-copy the numbers once a second).
+round. A step costs one monotonic clock read and one append to a deque (atomic under the GIL: no
+lock on the training side); the publishing thread counts the steps it finds there once a round.
 
 **Tokens per second** (``tokens_per_s``) is measured over the *window*: the steps that ended in the
 :data:`WINDOW_S` (60) seconds up to the latest step, and never fewer than the last
@@ -38,6 +37,9 @@ MIN_WINDOW_STEPS = 3
 """The window holds at least this many of the latest steps, however long they took."""
 SLOW_STEP_FACTOR = 5.0
 """A step longer than this many times the window's median is left out of ``tokens_per_s``."""
+MAX_PENDING_STEPS = 10_000
+"""Steps waiting to be counted above which :meth:`Progress.step` counts them itself (a probe whose
+thread does not run, or is stuck, keeps flat memory)."""
 MAX_WINDOW_STEPS = 4096
 """Bound of the recent-steps deque (memory stays flat over a run of millions of steps)."""
 
@@ -80,6 +82,9 @@ class Progress:
         self._ends: deque[float] = deque(maxlen=MAX_WINDOW_STEPS)
         self._durations: deque[float] = deque(maxlen=MAX_WINDOW_STEPS)
         self._counts: deque[int] = deque(maxlen=MAX_WINDOW_STEPS)
+        # Steps recorded by the training loop and not yet counted: (time, tokens, samples,
+        # sequences, estimated); the publishing thread drains it once a round.
+        self._pending: deque[tuple[float, int | None, int | None, int | None, bool]] = deque()
 
     def step(
         self,
@@ -88,36 +93,60 @@ class Progress:
         sequences: int | None = None,
         estimated: bool = False,
     ) -> None:
-        """Count one optimizer step (see :func:`hwdash.probe.step`)."""
-        now = self._clock()
+        """Count one optimizer step (see :func:`hwdash.probe.step`): one clock read and one append
+        (atomic under the GIL, no lock); the publishing thread does the counting (:meth:`_drain`)."""
+        pending = self._pending
+        pending.append((self._clock(), tokens, samples, sequences, estimated))
+        if len(pending) > MAX_PENDING_STEPS:  # nobody drains (no thread): count them here
+            self._drain()
+
+    def _drain(self) -> None:
+        """Count the steps recorded since the last drain, oldest first."""
+        pending = self._pending
         with self._lock:
-            self._steps += 1
-            if tokens is not None:
-                self._tokens = (self._tokens or 0) + int(tokens)
-                self._estimated = self._estimated or bool(estimated)
-            if samples is not None:
-                self._samples = (self._samples or 0) + int(samples)
-            if sequences is not None:
-                self._sequences = (self._sequences or 0) + int(sequences)
-            last = self._last
-            if last is None:
-                self._first = now
-            else:
-                count = int(tokens or 0)
-                self._tokens_after_first += count
-                ends = self._ends
-                ends.append(now)
-                self._durations.append(now - last)
-                self._counts.append(count)
-                cutoff = now - WINDOW_S  # keep the window's minute (and its last few steps)
-                while len(ends) > MIN_WINDOW_STEPS and ends[0] <= cutoff:
-                    ends.popleft()
-                    self._durations.popleft()
-                    self._counts.popleft()
-            self._last = now
+            while pending:
+                try:
+                    entry = pending.popleft()
+                except IndexError:  # another thread drained the last one
+                    break
+                self._count(*entry)
+
+    def _count(
+        self,
+        now: float,
+        tokens: int | None,
+        samples: int | None,
+        sequences: int | None,
+        estimated: bool,
+    ) -> None:
+        self._steps += 1
+        if tokens is not None:
+            self._tokens = (self._tokens or 0) + int(tokens)
+            self._estimated = self._estimated or bool(estimated)
+        if samples is not None:
+            self._samples = (self._samples or 0) + int(samples)
+        if sequences is not None:
+            self._sequences = (self._sequences or 0) + int(sequences)
+        last = self._last
+        if last is None:
+            self._first = now
+        else:
+            count = int(tokens or 0)
+            self._tokens_after_first += count
+            ends = self._ends
+            ends.append(now)
+            self._durations.append(now - last)
+            self._counts.append(count)
+            cutoff = now - WINDOW_S  # keep the window's minute (and its last few steps)
+            while len(ends) > MIN_WINDOW_STEPS and ends[0] <= cutoff:
+                ends.popleft()
+                self._durations.popleft()
+                self._counts.popleft()
+        self._last = now
 
     def snapshot(self) -> ProgressSnapshot:
         """The counters now and the window's rate."""
+        self._drain()
         with self._lock:
             window = (list(self._ends), list(self._durations), list(self._counts))
             snapshot = ProgressSnapshot(
