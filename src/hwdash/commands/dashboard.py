@@ -202,9 +202,12 @@ def _open_sampler(
 
     replay = open_replay(args)
     remote = open_source(args) if replay is None else None  # --prometheus
-    sampler: Any = with_subset(replay or remote or make_sampler(scenario, loaded=loaded), args)
-    if replay is None and remote is None:
-        sampler = watch_runs(sampler, args)
+    # Runs are held against their plans on this machine's sampler (inside --gpus, so the subset
+    # stays the outer sampler the app and the first-sample check look for).
+    inner: Any = replay or remote
+    if inner is None:
+        inner = watch_runs(make_sampler(scenario, loaded=loaded), args)
+    sampler: Any = with_subset(inner, args)
     if replay is not None:
         # The recording's own pace: its median gap between snapshots, over --speed.
         gaps = sorted(

@@ -433,11 +433,11 @@ def run(args: argparse.Namespace) -> int:
     sampler: Sampler = with_subset(
         source
         if source is not None
-        else make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))),
+        else watch_runs(
+            make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))), args
+        ),
         args,
     )
-    if replay is None and source is None:
-        sampler = watch_runs(sampler, args)
     engine = AlertEngine(rule)
     if args.once:
         return _run_once(args, sampler, engine)
