@@ -4,6 +4,7 @@ ledger (:mod:`hwdash.runs.ledger`), one line per run that ended with the hwdash 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from typing import Any, TextIO
 
@@ -100,7 +101,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         window = "" if args.since is None else f" since {format_time(since)}"
         out.write(f"no runs recorded{window} in {result.path}{where}.\n{HOW_TO_RECORD}\n")
         return 0
-    out.write(runs_table(result.records))
+    width = shutil.get_terminal_size((0, 0)).columns if out.isatty() else 0
+    out.write(runs_table(result.records, width=width or None))
     if result.more:
         out.write(f"(the newest {last} shown; --last N for more)\n")
     return 0

@@ -177,10 +177,37 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: s
     return "\n".join(lines) + "\n"
 
 
-def runs_table(records: Sequence[Mapping[str, Any]], *, markdown: bool = False) -> str:
-    """The runs as a table (text or Markdown), with a note under it when one is from a newer hwdash."""
+NARROW_DROP = ("PLANNED", "KWH", "ENDED", "COST", "MFU", "TOK/S")
+"""Columns left out, in this order, until a text table fits the terminal (``runs show`` has all)."""
+
+
+def _fit(
+    header: Sequence[str], rows: Sequence[Sequence[str]], width: int
+) -> tuple[list[str], list[list[str]]]:
+    """The header and rows without the :data:`NARROW_DROP` columns a ``width`` cannot hold."""
+    keep = list(range(len(header)))
+
+    def table_width() -> int:
+        return sum(max(len(row[i]) for row in [header, *rows]) + 2 for i in keep) - 2
+
+    for name in NARROW_DROP:
+        if table_width() <= width:
+            break
+        keep.remove(list(header).index(name))
+    return [header[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
+def runs_table(
+    records: Sequence[Mapping[str, Any]], *, markdown: bool = False, width: int | None = None
+) -> str:
+    """The runs as a table (text or Markdown), with a note under it when one is from a newer hwdash.
+    A text table wider than ``width`` (the terminal) leaves out :data:`NARROW_DROP` columns."""
     rows = [run_cells(record) for record in records]
-    table = (markdown_table if markdown else text_table)(COLUMNS, rows, _LEFT)
+    if markdown or width is None:
+        table = (markdown_table if markdown else text_table)(COLUMNS, rows, _LEFT)
+    else:
+        header, rows = _fit(COLUMNS, rows, width)
+        table = text_table(header, rows, _LEFT)
     if any(record.get("_newer") for record in records):
         table += ("\n" if markdown else "") + NEWER_NOTE + "\n"
     return table
