@@ -130,10 +130,12 @@ class AllocatorHistory:
         self._call("_cuda_isHistoryEnabled", (), {})
         return self.enabled
 
-    def out_of_memory(self, device: int, alloc: int, allocated: int, free: int) -> None:
-        """What the caching allocator does before it raises ``OutOfMemoryError``."""
+    def out_of_memory(self, device: int, alloc: int, limit: int, free: int) -> None:
+        """What the caching allocator does before it raises ``OutOfMemoryError``: each observer
+        gets the device, the bytes requested, the device's total (or allowed maximum) and the
+        bytes free."""
         for observer in self.observers:
-            observer(device, alloc, allocated, free)
+            observer(device, alloc, limit, free)
 
     def called(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         return [(args, kwargs) for called, args, kwargs in self.calls if called == name]

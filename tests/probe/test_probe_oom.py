@@ -27,6 +27,7 @@ UUID0 = "5a1c2e0b-7d3f-4c21-9a6e-000000000000"
 HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parents[1] / "src")
 MIB = 2**20
+GIB_16 = 16 * 2**30
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +41,6 @@ def gpu(initialized: bool = True) -> StandInCuda:
         devices=[Device(UUID0, allocated=GIB_16, reserved=GIB_16, max_reserved=GIB_16)],
         initialized=initialized,
     )
-
-
-GIB_16 = 16 * 2**30
 
 
 def probed(
@@ -141,12 +139,14 @@ def test_a_torch_without_cuda_is_refused_with_one_line_and_the_error(
 ) -> None:
     cuda = gpu()
     writer, _torch = probed(tmp_path, cuda, None)  # no torch._C: a CPU-only build
-    for _round in range(3):
-        writer.publish()
-    writer.stop()
-    state = written_state = writer.oom.state()  # type: ignore[union-attr]
+    try:
+        for _round in range(3):
+            writer.publish()
+        state = written(writer)["oom"]
+    finally:
+        writer.stop()
     assert state["recording"] is False and state["snapshots"] == []
-    assert "2.13.0+stand-in has no CUDA caching allocator" in written_state["error"]
+    assert "2.13.0+stand-in has no CUDA caching allocator" in state["error"]
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("hwdash.probe: out-of-memory recording refused: torch 2.13.0+stand-in")
 
@@ -161,14 +161,17 @@ def test_the_observer_dumps_the_snapshot_before_the_error_and_the_file_lists_it(
     writer, _torch = probed(tmp_path, gpu(), history)
     try:
         writer.publish()
-        history.out_of_memory(0, 64 * MIB, GIB_16, MIB)  # what the allocator does before raising
+        history.out_of_memory(0, 64 * MIB, 80 * 2**30, MIB)  # what the allocator does first
         (path,) = snapshot_files(tmp_path)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         with path.open("rb") as handle:
             assert pickle.load(handle) == SNAPSHOT
         assert [name for name, _a, _k in history.calls][-1] == "_snapshot"
         err = capsys.readouterr().err
-        assert "CUDA out of memory on device 0 (64.0 MiB requested, 1.0 MiB free)" in err
+        assert (
+            "CUDA out of memory on device 0 (64.0 MiB requested, 1.0 MiB free of 81,920.0 MiB)"
+            in err
+        )
         assert f"hwdash oom {path}" in err
         writer.publish()
         listed = written(writer)["oom"]
@@ -196,7 +199,10 @@ def test_only_the_newest_snapshots_are_kept(
         writer.publish()
         paths = []
         for size in (1, 2, 3, 4):
-            history.snapshot = {"segments": [], "device_traces": [[{"action": "oom", "size": size}]]}
+            history.snapshot = {
+                "segments": [],
+                "device_traces": [[{"action": "oom", "size": size}]],
+            }
             history.out_of_memory(0, size, 0, 0)
             paths.append(writer.oom.snapshots[-1]["path"])  # type: ignore[union-attr]
         kept = snapshot_files(tmp_path)
@@ -307,9 +313,13 @@ def test_sigusr2_dumps_a_snapshot_on_the_probe_thread_chaining_the_previous_hand
     seen = json.loads(out)
     folder = tmp_path / "hwdash" / "probes"
     (entry,) = seen["listed"]["snapshots"]
-    assert entry["reason"] == "signal" and entry["path"] == str(folder / f"{process.pid}-oom-1.pickle")
+    assert entry["reason"] == "signal" and entry["path"] == str(
+        folder / f"{process.pid}-oom-1.pickle"
+    )
     snapshot = Path(entry["path"])
-    assert stat.S_IMODE(snapshot.stat().st_mode) == 0o600 and entry["bytes"] == snapshot.stat().st_size
+    assert (
+        stat.S_IMODE(snapshot.stat().st_mode) == 0o600 and entry["bytes"] == snapshot.stat().st_size
+    )
     with snapshot.open("rb") as handle:
         assert pickle.load(handle) == SNAPSHOT
     assert seen["chained"] == [signal.SIGUSR2]  # the script's own handler still ran

@@ -8,9 +8,9 @@ max_entries=N)``: every allocation's Python stack, a ring of the last N alloc/fr
 N = :data:`DEFAULT_ENTRIES` or ``$HWDASH_OOM_ENTRIES``; see PyTorch's "Understanding CUDA Memory
 Usage" and the docstring of ``_record_memory_history`` in ``torch/cuda/memory.py``) and attaches an
 out-of-memory observer (``torch._C._cuda_attach_out_of_memory_observer``: the caching allocator
-calls it with ``(device, requested bytes, bytes allocated on the device, bytes free on the
-device)`` just before it raises ``OutOfMemoryError``, with its own lock released, so the stack that
-failed is still live). The observer pickles ``torch.cuda.memory._snapshot()`` into the private
+calls it with ``(device, requested bytes, the device's total or the allowed maximum when a memory
+fraction is set, bytes free on the device)`` just before it raises ``OutOfMemoryError``, with its
+own lock released (``c10/cuda/CUDACachingAllocator.cpp``), so the stack that failed is still live). The observer pickles ``torch.cuda.memory._snapshot()`` into the private
 probe folder as ``<pid>-oom-<n>.pickle`` (:func:`hwdash.telemetry.probe_files.snapshot_name`;
 mode 0600, opened with ``O_NOFOLLOW``, written to a temporary name and renamed), keeps the newest
 ``$HWDASH_OOM_KEEP`` (3) of this process and says the path on stderr. ``SIGUSR2`` asks for one on
@@ -163,11 +163,11 @@ _attached: tuple[int, Any] | None = None
 """(pid, ``torch._C``) the observer is attached to: once per process and torch."""
 
 
-def _observer(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+def _observer(device: int, alloc: int, device_limit: int, device_free: int) -> None:
     """The function the allocator calls on an out-of-memory error (never raises)."""
     recorder = _active
     if recorder is not None:
-        recorder.on_oom(device, alloc, device_allocated, device_free)
+        recorder.on_oom(device, alloc, device_limit, device_free)
 
 
 def _attach(torch: Any, recorder: OomRecorder) -> None:
@@ -243,7 +243,9 @@ class OomRecorder:
             if self.recording:
                 self.dump("signal")
             else:
-                _say("SIGUSR2: no allocator snapshot: recording has not started (CUDA not used yet)")
+                _say(
+                    "SIGUSR2: no allocator snapshot: recording has not started (CUDA not used yet)"
+                )
 
     def _try_start(self, torch: Any) -> None:
         problem = cuda_build_problem(torch)
@@ -269,8 +271,10 @@ class OomRecorder:
         return bool(enabled()) if callable(enabled) else False
 
     # -- the training thread, inside the allocator's out-of-memory path ---------------------------
-    def on_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
-        """Dump a snapshot before the ``OutOfMemoryError`` unwinds the stack. Never raises."""
+    def on_oom(self, device: int, alloc: int, device_limit: int, device_free: int) -> None:
+        """Dump a snapshot before the ``OutOfMemoryError`` unwinds the stack (the allocator's
+        arguments: the device, the bytes requested, the device's total or allowed maximum, the
+        bytes free). Never raises."""
         if self._closed or not self.recording or os.getpid() != self.pid:
             return
         try:
@@ -278,7 +282,8 @@ class OomRecorder:
             if entry is not None:
                 _say(
                     f"CUDA out of memory on device {device} ({_mib(alloc)} requested,"
-                    f" {_mib(device_free)} free): allocator snapshot in {entry['path']}"
+                    f" {_mib(device_free)} free of {_mib(device_limit)}):"
+                    f" allocator snapshot in {entry['path']}"
                     f" (read it with: hwdash oom {entry['path']})"
                 )
         except Exception:  # dump() reports its own failures; nothing may reach the allocator
@@ -296,7 +301,9 @@ class OomRecorder:
             self._fail(f"{reason} snapshot not written: {type(exc).__name__}: {exc}")
             return None
         if announce:
-            _say(f"allocator snapshot in {entry['path']} (read it with: hwdash oom {entry['path']})")
+            _say(
+                f"allocator snapshot in {entry['path']} (read it with: hwdash oom {entry['path']})"
+            )
         return entry
 
     def _write(self, snapshot: Any, reason: str) -> dict[str, Any]:
