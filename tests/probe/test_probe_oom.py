@@ -21,7 +21,7 @@ from stand_in_torch import SNAPSHOT, AllocatorHistory, Device, StandInCuda, Stan
 import hwdash.probe as probe
 from hwdash.probe import Probe, oom
 from hwdash.telemetry.probe_files import MAX_OOM_SNAPSHOTS
-from hwdash.telemetry.probes import ProbeDirectory, parse_oom, parse_reading
+from hwdash.telemetry.probes import ProbeDirectory, ProbeOom, parse_oom, parse_reading
 
 UUID0 = "5a1c2e0b-7d3f-4c21-9a6e-000000000000"
 HERE = Path(__file__).resolve().parent
@@ -226,7 +226,7 @@ def test_a_failed_dump_never_reaches_the_training_process(
         history.out_of_memory(0, MIB, 0, 0)
         assert snapshot_files(tmp_path) == []
         message = "oom snapshot not written: RuntimeError: CUDA error: an illegal memory access"
-        assert writer.oom is not None and writer.oom.error.startswith(message)  # type: ignore[union-attr]
+        assert writer.oom is not None and (writer.oom.error or "").startswith(message)
         assert capsys.readouterr().err.count("snapshot not written") == 1  # said once
         writer.publish()
         assert written(writer)["oom"]["error"].startswith(message)
@@ -249,7 +249,9 @@ def test_a_planted_link_at_the_temporary_name_is_not_followed(tmp_path: Path) ->
         writer.stop()
     assert target.read_text() == "untouched"
     assert not (tmp_path / name).exists()
-    assert "oom snapshot not written: OSError" in (writer.oom.error or "")  # type: ignore[union-attr]
+    assert writer.oom is not None and "oom snapshot not written: OSError" in (
+        writer.oom.error or ""
+    )
 
 
 # -- SIGUSR2 -------------------------------------------------------------------------------------
@@ -425,6 +427,12 @@ def oom_object(folder: Path, pid: int, **entry: Any) -> dict[str, Any]:
     return {"recording": True, "snapshots": [listed], "error": None}
 
 
+def parsed(data: dict[str, Any], folder: Path, pid: int = 42) -> ProbeOom:
+    result = parse_oom(data, pid, folder)
+    assert result is not None
+    return result
+
+
 def test_the_reader_parses_the_oom_object(tmp_path: Path) -> None:
     data = {"format": 1, "pid": 42, "written_at": 1.7e9, "oom": oom_object(tmp_path, 42)}
     reading = parse_reading(data, tmp_path)
@@ -434,7 +442,7 @@ def test_the_reader_parses_the_oom_object(tmp_path: Path) -> None:
     assert (snapshot.at, snapshot.reason, snapshot.bytes) == (1.7e9, "oom", 4096)
     assert reading.oom.recording and reading.oom.error is None
     refused = {"recording": False, "snapshots": [], "error": "torch 2.13.0+cpu has no CUDA"}
-    assert parse_oom(refused, 42, tmp_path).error == "torch 2.13.0+cpu has no CUDA"  # type: ignore[union-attr]
+    assert parsed(refused, tmp_path).error == "torch 2.13.0+cpu has no CUDA"
 
 
 @pytest.mark.parametrize(
@@ -486,7 +494,7 @@ def test_the_reader_refuses_a_snapshot_path_outside_the_probe_folder(
 def test_the_reader_drops_an_entry_with_a_bad_member(entry: dict[str, Any], tmp_path: Path) -> None:
     parsed = parse_oom(oom_object(tmp_path, 42, **entry), 42, tmp_path)
     assert parsed is not None and parsed.snapshots == ()
-    assert len(parse_oom(oom_object(tmp_path, 42), 42, tmp_path).snapshots) == 1  # type: ignore[union-attr]
+    assert len(parsed(oom_object(tmp_path, 42), tmp_path).snapshots) == 1
 
 
 @pytest.mark.parametrize(
@@ -519,10 +527,10 @@ def test_a_bad_oom_object_reads_as_none_and_the_rest_of_the_file_still_reads(
 def test_sixteen_snapshots_are_believed(tmp_path: Path) -> None:
     entry = oom_object(tmp_path, 42)["snapshots"][0]
     data = {"recording": True, "snapshots": [entry] * MAX_OOM_SNAPSHOTS, "error": None}
-    assert len(parse_oom(data, 42, tmp_path).snapshots) == MAX_OOM_SNAPSHOTS  # type: ignore[union-attr]
+    assert len(parsed(data, tmp_path).snapshots) == MAX_OOM_SNAPSHOTS
 
 
-# -- the real, CPU-only torch ------------------------------------------------------------------------
+# -- the real, CPU-only torch ----------------------------------------------------------------------
 
 
 @pytest.mark.validate

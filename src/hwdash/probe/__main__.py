@@ -5,8 +5,8 @@ hwdash.probe.start()``.
 ``--plan`` names the plan the run is measured against (a saved plan's name, or a plan file, which
 must exist); without it ``$HWDASH_PLAN`` is used. ``--record-oom`` (or ``HWDASH_RECORD_OOM=1``)
 records the allocator's history and dumps a snapshot on an out-of-memory error and on ``SIGUSR2``
-(:mod:`hwdash.probe.oom`); a bad ``HWDASH_OOM_ENTRIES`` or ``HWDASH_OOM_KEEP`` is refused here. The script's ``sys.argv`` is set before the probe
-starts, so the run's command line is the script's."""
+(:mod:`hwdash.probe.oom`); a bad ``HWDASH_OOM_ENTRIES`` or ``HWDASH_OOM_KEEP`` is refused here. The
+script's ``sys.argv`` is set before the probe starts, so the run's command line is the script's."""
 
 from __future__ import annotations
 

@@ -7,15 +7,17 @@ initialised CUDA (the probe never does), :class:`OomRecorder` turns on PyTorch's
 max_entries=N)``: every allocation's Python stack, a ring of the last N alloc/free events;
 N = :data:`DEFAULT_ENTRIES` or ``$HWDASH_OOM_ENTRIES``; see PyTorch's "Understanding CUDA Memory
 Usage" and the docstring of ``_record_memory_history`` in ``torch/cuda/memory.py``) and attaches an
-out-of-memory observer (``torch._C._cuda_attach_out_of_memory_observer``: the caching allocator
-calls it with ``(device, requested bytes, the device's total or the allowed maximum when a memory
-fraction is set, bytes free on the device)`` just before it raises ``OutOfMemoryError``, with its
-own lock released (``c10/cuda/CUDACachingAllocator.cpp``), so the stack that failed is still live). The observer pickles ``torch.cuda.memory._snapshot()`` into the private
-probe folder as ``<pid>-oom-<n>.pickle`` (:func:`hwdash.telemetry.probe_files.snapshot_name`;
-mode 0600, opened with ``O_NOFOLLOW``, written to a temporary name and renamed), keeps the newest
+out-of-memory observer (``torch._C._cuda_attach_out_of_memory_observer``). The caching allocator
+calls the observer with ``(device, requested bytes, the device's total or the allowed maximum when
+a memory fraction is set, bytes free on the device)`` just before it raises ``OutOfMemoryError``,
+with its own lock released (``c10/cuda/CUDACachingAllocator.cpp``), so the stack that failed is
+still live. The observer pickles ``torch.cuda.memory._snapshot()`` into the private probe folder as
+``<pid>-oom-<n>.pickle`` (:func:`hwdash.telemetry.probe_files.snapshot_name`; mode 0600, opened
+with ``O_NOFOLLOW``, written to a temporary name and renamed), keeps the newest
 ``$HWDASH_OOM_KEEP`` (3) of this process and says the path on stderr. ``SIGUSR2`` asks for one on
 demand: the handler only sets a flag (chaining a previous Python handler), and the probe's thread
-dumps at its next round. ``hwdash oom PATH`` reads the file.
+dumps at its next round. ``hwdash oom PATH`` reads the file. The snapshots outlive the process (the
+probe file does not): they are what the user reads after the crash.
 
 The probe file's ``"oom"`` object (present only when recording was asked for) is
 :meth:`OomRecorder.state`: ``{"recording": bool, "snapshots": [{"path", "at", "reason": "oom" |
@@ -76,7 +78,8 @@ NATIVE_CALLS = (
     "_cuda_attach_out_of_memory_observer",
 )
 """``torch._C`` functions a torch built with CUDA has (``torch/csrc/cuda/Module.cpp``): the first
-two behind ``torch.cuda.memory._record_memory_history`` and ``_snapshot``, the third called directly."""
+two are behind ``torch.cuda.memory._record_memory_history`` and ``_snapshot``, the third is called
+directly."""
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -266,7 +269,7 @@ class OomRecorder:
 
     @staticmethod
     def _history_on(torch: Any) -> bool:
-        """Whether the script turned the history on itself (then it is left as the script set it)."""
+        """Whether the script turned the history on itself (then it is left as it was set)."""
         enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
         return bool(enabled()) if callable(enabled) else False
 
@@ -289,7 +292,7 @@ class OomRecorder:
         except Exception:  # dump() reports its own failures; nothing may reach the allocator
             pass
 
-    # -- dumping ------------------------------------------------------------------------------------
+    # -- dumping -----------------------------------------------------------------------------
     def dump(self, reason: str, *, announce: bool = True) -> dict[str, Any] | None:
         """Pickle ``torch.cuda.memory._snapshot()`` to the next ``<pid>-oom-<n>.pickle`` and list
         it (``reason``: ``"oom"`` or ``"signal"``); the entry, or None when it failed (published
@@ -314,7 +317,8 @@ class OomRecorder:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
         handle = os.open(temporary, flags | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
-            os.fchmod(handle, 0o600)  # a leftover temporary file keeps its mode through O_TRUNC
+            if hasattr(os, "fchmod"):  # a leftover temporary file keeps its mode through O_TRUNC
+                os.fchmod(handle, 0o600)
             with os.fdopen(handle, "wb") as out:
                 handle = -1  # the file object closes it
                 pickle.dump(snapshot, out)  # as torch.cuda.memory._dump_snapshot writes it
@@ -375,7 +379,7 @@ class OomRecorder:
                 signal.signal(signal.SIGUSR2, self._previous_signal)
         self._signal_installed = False
 
-    # -- the end --------------------------------------------------------------------------------------
+    # -- the end -----------------------------------------------------------------------------
     def close(self) -> None:
         """Stop: the observer reports to nobody, ``SIGUSR2`` gets its handler back (from the main
         thread), the history is turned off if this recorder turned it on. Never raises."""

@@ -129,7 +129,7 @@ class OomSnapshotFile:
     """One allocator snapshot a probe dumped (the ``"oom"`` object's ``snapshots``)."""
 
     path: Path
-    """``<probe folder>/<pid>-oom-<n>.pickle``, rebuilt from the folder read and the checked name."""
+    """``<probe folder>/<pid>-oom-<n>.pickle``, rebuilt from the folder and the checked name."""
     at: float
     """When it was written (seconds since the epoch)."""
     reason: str
@@ -163,7 +163,8 @@ class ProbeReading:
     run: RunProgress | None = None
     """The run's progress (the file's ``run`` object); None from a probe that publishes none."""
     oom: ProbeOom | None = None
-    """Out-of-memory snapshots; None when the probe was not asked to record (or the object is bad)."""
+    """Out-of-memory snapshots; None when the probe was not asked to record (or the object is
+    bad)."""
 
     def device(self, gpu_uuid: str | None) -> TorchDevice | None:
         """The device with this NVML UUID (None when the process has not used it)."""
