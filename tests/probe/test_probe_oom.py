@@ -249,9 +249,8 @@ def test_a_planted_link_at_the_temporary_name_is_not_followed(tmp_path: Path) ->
         writer.stop()
     assert target.read_text() == "untouched"
     assert not (tmp_path / name).exists()
-    assert writer.oom is not None and "oom snapshot not written: OSError" in (
-        writer.oom.error or ""
-    )
+    assert writer.oom is not None
+    assert "oom snapshot not written: OSError" in (writer.oom.error or "")
 
 
 # -- SIGUSR2 -------------------------------------------------------------------------------------
@@ -427,7 +426,7 @@ def oom_object(folder: Path, pid: int, **entry: Any) -> dict[str, Any]:
     return {"recording": True, "snapshots": [listed], "error": None}
 
 
-def parsed(data: dict[str, Any], folder: Path, pid: int = 42) -> ProbeOom:
+def oom_of(data: dict[str, Any], folder: Path, pid: int = 42) -> ProbeOom:
     result = parse_oom(data, pid, folder)
     assert result is not None
     return result
@@ -442,7 +441,7 @@ def test_the_reader_parses_the_oom_object(tmp_path: Path) -> None:
     assert (snapshot.at, snapshot.reason, snapshot.bytes) == (1.7e9, "oom", 4096)
     assert reading.oom.recording and reading.oom.error is None
     refused = {"recording": False, "snapshots": [], "error": "torch 2.13.0+cpu has no CUDA"}
-    assert parsed(refused, tmp_path).error == "torch 2.13.0+cpu has no CUDA"
+    assert oom_of(refused, tmp_path).error == "torch 2.13.0+cpu has no CUDA"
 
 
 @pytest.mark.parametrize(
@@ -494,7 +493,7 @@ def test_the_reader_refuses_a_snapshot_path_outside_the_probe_folder(
 def test_the_reader_drops_an_entry_with_a_bad_member(entry: dict[str, Any], tmp_path: Path) -> None:
     parsed = parse_oom(oom_object(tmp_path, 42, **entry), 42, tmp_path)
     assert parsed is not None and parsed.snapshots == ()
-    assert len(parsed(oom_object(tmp_path, 42), tmp_path).snapshots) == 1
+    assert len(oom_of(oom_object(tmp_path, 42), tmp_path).snapshots) == 1
 
 
 @pytest.mark.parametrize(
@@ -527,7 +526,7 @@ def test_a_bad_oom_object_reads_as_none_and_the_rest_of_the_file_still_reads(
 def test_sixteen_snapshots_are_believed(tmp_path: Path) -> None:
     entry = oom_object(tmp_path, 42)["snapshots"][0]
     data = {"recording": True, "snapshots": [entry] * MAX_OOM_SNAPSHOTS, "error": None}
-    assert len(parsed(data, tmp_path).snapshots) == MAX_OOM_SNAPSHOTS
+    assert len(oom_of(data, tmp_path).snapshots) == MAX_OOM_SNAPSHOTS
 
 
 # -- the real, CPU-only torch ----------------------------------------------------------------------
