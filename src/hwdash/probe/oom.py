@@ -246,9 +246,8 @@ class OomRecorder:
             if self.recording:
                 self.dump("signal")
             else:
-                _say(
-                    "SIGUSR2: no allocator snapshot: recording has not started (CUDA not used yet)"
-                )
+                why = self.error or "recording has not started (CUDA not used yet)"
+                _say(f"SIGUSR2: no allocator snapshot: {why}")
 
     def _try_start(self, torch: Any) -> None:
         problem = cuda_build_problem(torch)
