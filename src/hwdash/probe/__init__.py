@@ -48,6 +48,11 @@ DataLoader worker) builds :meth:`Probe.final_record` once and hands it to the ru
 (``hwdash.runs.recorder.record_run``); a run that never stepped and never used CUDA is not recorded.
 Its ``exit`` is ``"oom"`` when the allocator counted an out-of-memory error or the process died of
 ``OutOfMemoryError``, ``"error"`` for another uncaught exception, else ``"normal"``.
+
+**Why it ran out of memory.** ``start(record_oom=True)`` (or ``HWDASH_RECORD_OOM=1``, or
+``python -m hwdash.probe --record-oom``) records the caching allocator's history once the script
+has initialised CUDA, and dumps a snapshot to the probe folder on an out-of-memory error and on
+``SIGUSR2``; the file's ``"oom"`` object lists them. See :mod:`hwdash.probe.oom`.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hwdash.probe.oom import OomRecorder
+from hwdash.probe.oom import requested as oom_requested
 from hwdash.probe.progress import Progress, ProgressSnapshot
 from hwdash.probe.record import (
     RECORD_KEYS,
@@ -201,6 +208,7 @@ class Probe:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         nvml: Any = None,
+        record_oom: bool = False,
     ) -> None:
         if not interval_s > 0 or interval_s != interval_s or interval_s == float("inf"):
             raise ValueError(
@@ -241,6 +249,8 @@ class Probe:
         self._previous_hook: Any = None
         self._recorded = False
         self._record_lock = threading.Lock()
+        self.oom: OomRecorder | None = OomRecorder.from_env(self.directory) if record_oom else None
+        """The out-of-memory recorder (:mod:`hwdash.probe.oom`); None when not asked for."""
 
     # -- progress ---------------------------------------------------------------------------
     def record_step(
@@ -302,8 +312,10 @@ class Probe:
         self.last_error = error
         if cuda == "ready":
             self._run.saw(devices)
+        if self.oom is not None:
+            self.oom.poll(torch)
         run = self.run_object()
-        return {
+        reading = {
             "format": FORMAT,
             "pid": self.pid,
             "start_ticks": self._start_ticks,
@@ -315,6 +327,9 @@ class Probe:
             "error": error,
             "run": run,
         }
+        if self.oom is not None:
+            reading["oom"] = self.oom.state()
+        return reading
 
     def publish(self, *, force: bool = True) -> None:
         """Write one reading, atomically (readers never see half a file). Without ``force`` an
@@ -366,7 +381,16 @@ class Probe:
             self._previous_hook = sys.excepthook
             sys.excepthook = self._excepthook
             atexit.register(self.stop)
+            if self.oom is not None:
+                self.oom.install_signal()
         return self
+
+    def record_oom(self) -> None:
+        """Start recording out-of-memory snapshots too (a running probe asked again)."""
+        if self.oom is None:
+            self.oom = OomRecorder.from_env(self.directory)
+            if self._thread is not None:
+                self.oom.install_signal()
 
     def _excepthook(self, kind: type[BaseException], value: BaseException, traceback: Any) -> None:
         self._uncaught = kind  # the run died of it: its exit kind
@@ -385,6 +409,8 @@ class Probe:
         if thread is not None and thread is not threading.current_thread() and thread.is_alive():
             thread.join(timeout)
         if os.getpid() == self.pid:
+            if self.oom is not None:
+                self.oom.close()
             self._finish()
             for path in (self.path, self._temporary):
                 with contextlib.suppress(OSError):
@@ -528,10 +554,14 @@ def start(
     plan: str | os.PathLike[str] | None = None,
     max_steps: int | None = None,
     total_tokens: int | None = None,
+    record_oom: bool = False,
 ) -> Probe:
     """Start this process's probe (a second call returns the running one, taking the ``plan``,
-    ``max_steps`` and ``total_tokens`` it is given). ``plan`` defaults to ``$HWDASH_PLAN``."""
+    ``max_steps``, ``total_tokens`` and ``record_oom`` it is given). ``plan`` defaults to
+    ``$HWDASH_PLAN``; ``record_oom`` (out-of-memory snapshots, :mod:`hwdash.probe.oom`) is also
+    turned on by ``HWDASH_RECORD_OOM=1``."""
     global _probe
+    record_oom = record_oom or oom_requested()
     with _lock:
         if _probe is None or not _probe.alive or _probe.pid != os.getpid():
             _probe = Probe(
@@ -540,10 +570,13 @@ def start(
                 plan=plan,
                 max_steps=max_steps,
                 total_tokens=total_tokens,
+                record_oom=record_oom,
             ).start()
             return _probe
         if plan is not None:
             _probe.plan = plan_reference(plan)
+        if record_oom:
+            _probe.record_oom()
     set_total(max_steps, total_tokens)
     return _probe
 

@@ -1,9 +1,12 @@
-"""``python -m hwdash.probe [--interval S] [--plan NAME|PATH] (SCRIPT | -m MODULE) ARGS...``: run a
-training script with the probe started, as if it had ``import hwdash.probe; hwdash.probe.start()``.
+"""``python -m hwdash.probe [--interval S] [--plan NAME|PATH] [--record-oom] (SCRIPT | -m MODULE)
+ARGS...``: run a training script with the probe started, as if it had ``import hwdash.probe;
+hwdash.probe.start()``.
 
 ``--plan`` names the plan the run is measured against (a saved plan's name, or a plan file, which
-must exist); without it ``$HWDASH_PLAN`` is used. The script's ``sys.argv`` is set before the probe
-starts, so the run's command line is the script's."""
+must exist); without it ``$HWDASH_PLAN`` is used. ``--record-oom`` (or ``HWDASH_RECORD_OOM=1``)
+records the allocator's history and dumps a snapshot on an out-of-memory error and on ``SIGUSR2``
+(:mod:`hwdash.probe.oom`); a bad ``HWDASH_OOM_ENTRIES`` or ``HWDASH_OOM_KEEP`` is refused here. The
+script's ``sys.argv`` is set before the probe starts, so the run's command line is the script's."""
 
 from __future__ import annotations
 
@@ -12,10 +15,13 @@ import runpy
 import sys
 
 from hwdash.probe import DEFAULT_INTERVAL_S, looks_like_path, start
+from hwdash.probe.oom import OomSettingError, requested, settings_from_env
 
 USAGE = (
-    "usage: python -m hwdash.probe [--interval S] [--plan NAME|PATH] (SCRIPT | -m MODULE) [ARGS...]"
+    "usage: python -m hwdash.probe [--interval S] [--plan NAME|PATH] [--record-oom]"
+    " (SCRIPT | -m MODULE) [ARGS...]"
 )
+OPTIONS = ("--interval", "--plan", "--record-oom")
 
 
 class _Usage(Exception):
@@ -51,21 +57,30 @@ def _plan(value: str) -> str:
     return text
 
 
-def _options(args: list[str]) -> tuple[float, str | None]:
-    interval, plan = DEFAULT_INTERVAL_S, None
-    while args and args[0].split("=")[0] in ("--interval", "--plan"):
+def _options(args: list[str]) -> tuple[float, str | None, bool]:
+    interval, plan, record_oom = DEFAULT_INTERVAL_S, None, requested()
+    while args and args[0].split("=")[0] in OPTIONS:
         if args[0].startswith("--interval"):
             interval = _interval(_option(args, "--interval"))
-        else:
+        elif args[0].startswith("--plan"):
             plan = _plan(_option(args, "--plan"))
-    return interval, plan
+        elif args.pop(0) != "--record-oom":
+            raise _Usage("--record-oom takes no value")
+        else:
+            record_oom = True
+    if record_oom:
+        try:
+            settings_from_env()
+        except OomSettingError as problem:
+            raise _Usage(str(problem)) from None
+    return interval, plan, record_oom
 
 
 def main(argv: list[str]) -> int:
     """Parse the probe's own options, start it, run the target in this process."""
     args = list(argv)
     try:
-        interval, plan = _options(args)
+        interval, plan, record_oom = _options(args)
     except _Usage as problem:
         print(f"hwdash.probe: error: {problem}", file=sys.stderr)
         return 2
@@ -77,7 +92,7 @@ def main(argv: list[str]) -> int:
             print(USAGE, file=sys.stderr)
             return 2
         sys.argv = [args[1], *args[2:]]
-        start(interval, plan=plan)
+        start(interval, plan=plan, record_oom=record_oom)
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         return 0
     script = args[0]
@@ -86,7 +101,7 @@ def main(argv: list[str]) -> int:
         return 2
     sys.argv = [script, *args[1:]]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python script.py` would
-    start(interval, plan=plan)
+    start(interval, plan=plan, record_oom=record_oom)
     runpy.run_path(script, run_name="__main__")
     return 0
 

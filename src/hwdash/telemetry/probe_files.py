@@ -21,6 +21,12 @@ THREAD_NAME = "hwdash-probe"
 REWRITE_S = 3.0
 """An unchanged reading is rewritten this often (readers skip files older than 5 intervals + 5 s)."""
 
+MAX_OOM_SNAPSHOTS = 16
+"""A probe keeps (and its file lists) at most this many allocator snapshots of its process."""
+SNAPSHOT_SUFFIX = ".pickle"
+"""Allocator snapshots are pickles, as ``torch.cuda.memory._dump_snapshot`` writes them."""
+_MAX_SNAPSHOT_NUMBER_DIGITS = 9
+
 
 class ProbeDirError(OSError):
     """The probe folder cannot be used safely (another user's, a symlink, open to others)."""
@@ -36,6 +42,27 @@ def probe_dir(environ: Mapping[str, str] | None = None) -> Path:
         return Path(runtime) / "hwdash" / "probes"
     uid = os.getuid() if hasattr(os, "getuid") else 0
     return Path(tempfile.gettempdir()) / f"hwdash-{uid}" / "probes"
+
+
+def snapshot_name(pid: int, number: int) -> str:
+    """The file name of a process's ``number``-th allocator snapshot: ``<pid>-oom-<n>.pickle``
+    (not ``<pid>.json``: readers of probe files pass it by)."""
+    return f"{pid}-oom-{number}{SNAPSHOT_SUFFIX}"
+
+
+def is_snapshot_name(name: str, pid: int) -> bool:
+    """Whether ``name`` is exactly what :func:`snapshot_name` gives for ``pid`` (ASCII digits, no
+    leading zero, no folder part)."""
+    prefix = f"{pid}-oom-"
+    if not (name.startswith(prefix) and name.endswith(SNAPSHOT_SUFFIX)):
+        return False
+    number = name[len(prefix) : -len(SNAPSHOT_SUFFIX)]
+    return (
+        number.isascii()
+        and number.isdigit()
+        and not number.startswith("0")
+        and len(number) <= _MAX_SNAPSHOT_NUMBER_DIGITS
+    )
 
 
 def private_dir(path: Path) -> Path:

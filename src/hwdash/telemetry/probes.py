@@ -15,6 +15,12 @@ must be a real folder owned by this user and writable by no one else, as the wri
 most :data:`MAX_PROBE_FILE_BYTES`, parsed strictly (:func:`hwdash.core.strict_json.loads`) and believed
 only when its ``pid`` is its name. A bad file is skipped with one warning (not one per round); the
 other files are read as usual.
+
+A probe recording out-of-memory snapshots (:mod:`hwdash.probe.oom`) lists them in its ``"oom"``
+object; :func:`parse_oom` believes a listed path only when it is exactly
+``<probe folder>/<pid>-oom-<n>.pickle`` of the file's own PID (no ``..``, no other folder, no other
+name), at most :data:`~hwdash.telemetry.probe_files.MAX_OOM_SNAPSHOTS` of them. The snapshot file
+itself is untrusted too: whoever opens it checks it is a regular file of ours (``O_NOFOLLOW``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hwdash.core.strict_json import loads
-from hwdash.telemetry.probe_files import FORMAT, probe_dir, process_start_ticks
+from hwdash.telemetry.probe_files import (
+    FORMAT,
+    MAX_OOM_SNAPSHOTS,
+    is_snapshot_name,
+    probe_dir,
+    process_start_ticks,
+)
 from hwdash.telemetry.types import RETRIES_WARN_S, RunProgress, TorchSample
 
 log = logging.getLogger(__name__)
@@ -106,6 +118,37 @@ class TorchDevice:
     inactive_split_bytes: int
 
 
+OOM_REASONS = ("oom", "signal")
+"""Why a probe dumped an allocator snapshot: an out-of-memory error, or ``SIGUSR2``."""
+MAX_PATH_CHARS = 4096
+"""``PATH_MAX`` on Linux: a longer path is not one the probe wrote."""
+
+
+@dataclass(frozen=True)
+class OomSnapshotFile:
+    """One allocator snapshot a probe dumped (the ``"oom"`` object's ``snapshots``)."""
+
+    path: Path
+    """``<probe folder>/<pid>-oom-<n>.pickle``, rebuilt from the folder and the checked name."""
+    at: float
+    """When it was written (seconds since the epoch)."""
+    reason: str
+    """``"oom"`` (the allocator's out-of-memory observer) or ``"signal"`` (``SIGUSR2``)."""
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ProbeOom:
+    """A probe's out-of-memory recording (the file's ``"oom"`` object)."""
+
+    recording: bool
+    """The allocator history is on and the out-of-memory observer attached."""
+    snapshots: tuple[OomSnapshotFile, ...]
+    """Oldest first; entries whose path, time, reason or size is not believable are left out."""
+    error: str | None
+    """Why recording was refused (a torch without CUDA) or the last snapshot failed."""
+
+
 @dataclass(frozen=True)
 class ProbeReading:
     """One probe file."""
@@ -119,6 +162,9 @@ class ProbeReading:
     error: str | None = None
     run: RunProgress | None = None
     """The run's progress (the file's ``run`` object); None from a probe that publishes none."""
+    oom: ProbeOom | None = None
+    """Out-of-memory snapshots; None when the probe was not asked to record (or the object is
+    bad)."""
 
     def device(self, gpu_uuid: str | None) -> TorchDevice | None:
         """The device with this NVML UUID (None when the process has not used it)."""
@@ -187,8 +233,50 @@ def parse_progress(data: Any, at: float | None = None) -> RunProgress | None:
     )
 
 
-def parse_reading(data: Any) -> ProbeReading | None:
-    """A probe file's object, or None when it is not one this version understands."""
+def _snapshot_file(item: Any, pid: int, folder: str) -> OomSnapshotFile | None:
+    """One listed snapshot, or None when any member is not what the probe writes."""
+    if not isinstance(item, dict):
+        return None
+    path = item.get("path")
+    if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH_CHARS or "\0" in path:
+        return None
+    parent, name = os.path.split(path)
+    # The exact folder (no '..', no '//', no link to elsewhere spelled in) and the exact name.
+    if parent != folder or os.path.normpath(path) != path or not is_snapshot_name(name, pid):
+        return None
+    at = _real(item.get("at"), low=1.0)
+    size = _count(item.get("bytes"))
+    reason = item.get("reason")
+    if at is None or size is None or reason not in OOM_REASONS:
+        return None
+    return OomSnapshotFile(path=Path(folder) / name, at=at, reason=str(reason), bytes=size)
+
+
+def parse_oom(data: Any, pid: int, folder: Path | None = None) -> ProbeOom | None:
+    """The probe file's ``"oom"`` object, or None when there is none or it is not one: ``recording``
+    must be a boolean, ``error`` a string or null, ``snapshots`` a list of at most
+    :data:`MAX_OOM_SNAPSHOTS`; each snapshot is kept only when its path is in ``folder`` (the probe
+    folder read; default :func:`probe_dir`) and named for ``pid`` (see the module)."""
+    if not isinstance(data, dict):
+        return None
+    recording, listed, error = data.get("recording"), data.get("snapshots"), data.get("error")
+    if not isinstance(recording, bool) or not (error is None or isinstance(error, str)):
+        return None
+    if not isinstance(listed, list) or len(listed) > MAX_OOM_SNAPSHOTS:
+        return None
+    where = os.path.normpath(os.path.abspath(folder if folder is not None else probe_dir()))
+    found = (_snapshot_file(item, pid, where) for item in listed)
+    return ProbeOom(
+        recording=recording,
+        snapshots=tuple(item for item in found if item is not None),
+        error=_text(error),
+    )
+
+
+def parse_reading(data: Any, folder: Path | None = None) -> ProbeReading | None:
+    """A probe file's object, or None when it is not one this version understands. ``folder`` is
+    the probe folder the file was read from (snapshot paths must be in it; default
+    :func:`probe_dir`)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
     pid = data.get("pid")
@@ -227,6 +315,7 @@ def parse_reading(data: Any) -> ProbeReading | None:
         devices=tuple(devices),
         error=error if isinstance(error, str) else None,
         run=parse_progress(data.get("run"), float(written)),
+        oom=parse_oom(data.get("oom"), pid, folder) if "oom" in data else None,
     )
 
 
@@ -348,7 +437,7 @@ class ProbeDirectory:
             seen.add(name)
             try:
                 data = self._load(folder, name)
-                reading = parse_reading(data)
+                reading = parse_reading(data, self.directory)
                 if reading is None:
                     raise ProbeFileError(f"not a probe file of format {FORMAT}")
                 if reading.pid != int(stem):
