@@ -474,6 +474,8 @@ class Probe:
             measured_peak_allocated_bytes=self._run.peak("max_allocated_bytes"),
             world_size=world_size(),
         )
+        if self.oom is not None and self.oom.snapshots:
+            record["oom_snapshot"] = self.oom.snapshots[-1].get("path")
         return record
 
     def _loop(self) -> None:

@@ -72,6 +72,11 @@ def raw_from_reading(reading: ProbeReading, *, exit: str) -> dict[str, Any] | No
             (d.max_allocated_bytes for d in devices), default=None
         ),
         "world_size": run.world_size,
+        "oom_snapshot": (
+            str(reading.oom.snapshots[-1].path)
+            if reading.oom is not None and reading.oom.snapshots
+            else None
+        ),
     }
 
 

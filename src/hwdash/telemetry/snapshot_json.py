@@ -44,6 +44,8 @@ def process_to_dict(process: ProcessSample) -> dict[str, Any]:
         "host_gpu": process.host_gpu,
         "torch": torch_to_dict(process.torch),
         "run": run_to_dict(process.run),
+        "oom_recording": process.oom_recording,
+        "oom_snapshot": process.oom_snapshot,
     }
 
 

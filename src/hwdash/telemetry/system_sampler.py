@@ -135,7 +135,14 @@ class SystemSampler:
         if torch is None:
             return process
         probed.add((process.pid, uuid_key(uuid) or ""))
-        return dataclasses.replace(process, torch=torch, progress=reading.run)
+        oom = reading.oom
+        return dataclasses.replace(
+            process,
+            torch=torch,
+            progress=reading.run,
+            oom_recording=oom is not None and oom.recording,
+            oom_snapshot=str(oom.snapshots[-1].path) if oom is not None and oom.snapshots else None,
+        )
 
     def close(self) -> None:
         """Stop the NVML worker (``nvmlShutdown``)."""

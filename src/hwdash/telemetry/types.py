@@ -167,6 +167,10 @@ class ProcessSample:
     """How far the process's training run has got, when its probe says (:mod:`hwdash.probe`)."""
     run: RunView | None = None
     """The run against its plan (set by :class:`hwdash.runs.watch.RunWatcher`); None without one."""
+    oom_recording: bool = False
+    """The probe records the allocator's history for an out-of-memory snapshot (``record_oom``)."""
+    oom_snapshot: str | None = None
+    """The newest allocator snapshot the probe dumped (read it with ``hwdash oom PATH``); None: none."""
     container: str | None = None
     """The container the process runs in (``docker:3f2a1b9c0d4e``), from its cgroup; None on the host
     or when unknown."""

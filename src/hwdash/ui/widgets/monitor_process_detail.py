@@ -47,6 +47,16 @@ def detail_text(
         text.append(PROBE_HINT + "\n", style="dim")
     else:
         _append_allocator(text, process.torch)
+    if process.oom_snapshot is not None:
+        text.append("\nOut-of-memory snapshot  ", style="bold red")
+        text.append(process.oom_snapshot + "\n")
+        text.append(f"  read it: hwdash oom {process.oom_snapshot}  (s: here)\n", style="dim")
+    elif process.oom_recording:
+        text.append(
+            "\nRecording the allocator's history: an out-of-memory error (or SIGUSR2) leaves a "
+            "snapshot\n",
+            style="dim",
+        )
     if process.run is not None:
         text.append(f"\nRun against its plan ({plan_label(process.run.plan)})\n", style="bold")
         for line in run_lines(process.run):
