@@ -183,7 +183,10 @@ class _GuardedFile:
 def read_snapshot(path: str | Path) -> Snapshot:
     """Load and check the snapshot at ``path`` (see the module docstring). Raises SnapshotError."""
     data = load_pickle(path)
-    return to_snapshot(data)
+    try:
+        return to_snapshot(data)
+    except SnapshotError as exc:
+        raise SnapshotError(f"{path}: {exc}") from None
 
 
 def load_pickle(path: str | Path) -> Any:

@@ -41,7 +41,10 @@ def _bytes(n: int) -> str:
 def header_lines(report: OomReport, source: str, width: int = WIDTH) -> list[str]:
     """The totals: the failed request, the device, reserved, allocated, fragmentation."""
     moment = "at the out-of-memory" if report.oom else "at the snapshot (no out-of-memory in it)"
-    lines = [_clip(f"{source}: device {report.device}, {moment}", width)]
+    tail = f": device {report.device}, {moment}"
+    room = width - len(tail)
+    shown = source if len(source) <= room else "..." + source[len(source) - room + 3 :]
+    lines = [shown + tail]
     if report.oom is not None:
         free = report.oom.free_bytes
         said = "" if free is None else f"; CUDA reported {format_bytes(free)} free"
