@@ -41,7 +41,7 @@ def _refused(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_the_scripted_run_reads_back_as_typed_dataclasses(tmp_path: Path) -> None:
     path = write(tmp_path / "s.pickle", training_oom().snapshot())
-    snapshot = read_snapshot(path)
+    snapshot = oom_snapshot.to_snapshot(oom_snapshot.load_pickle(path), actions=None)
     assert len(snapshot.segments) == 5
     assert sum(s.total_size for s in snapshot.segments if s.device == 0) == EXPECTED["reserved"]
     states = {block.state for segment in snapshot.segments for block in segment.blocks}
@@ -51,6 +51,9 @@ def test_the_scripted_run_reads_back_as_typed_dataclasses(tmp_path: Path) -> Non
     assert [(e.size, e.device_free, e.addr) for e in oom] == [(300 * MIB, 200 * MIB, None)]
     actions = {entry.action for entry in snapshot.device_traces[0]}
     assert actions == {"segment_alloc", "alloc", "free_requested", "free_completed", "oom"}
+    # by default only the entries the analysis reads are converted; all are counted
+    assert [e.action for e in read_snapshot(path).device_traces[0]] == ["oom"]
+    assert read_snapshot(path).trace_lengths == snapshot.trace_lengths == (27, 2)
     # a stack that PyTorch shares between blocks is one tuple of frames here too
     blocks = [b for b in snapshot.segments[0].blocks]
     assert blocks[0].frames is blocks[1].frames
@@ -151,8 +154,12 @@ def test_a_two_gigabyte_claim_in_a_small_file_is_refused_before_allocating(
             "device_traces[0][0].size is bool, expected a whole number",
         ),
         (
-            {"segments": [], "device_traces": [[{"action": "alloc", "frames": [{"line": 1}]}]]},
+            {"segments": [], "device_traces": [[{"action": "oom", "frames": [{"line": 1}]}]]},
             "device_traces[0][0].frames[0] has no 'filename'",
+        ),
+        (
+            {"segments": [], "device_traces": [[{"action": "alloc"}, ["alloc"]]]},
+            "device_traces[0][1] is list, expected a dict",
         ),
     ],
 )

@@ -43,9 +43,11 @@ Categories, the first rule that a frame of the stack matches wins (:data:`CATEGO
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from hwdash.errors import UsageError
@@ -79,6 +81,7 @@ _COMPILED = tuple(
 )
 
 
+@lru_cache(maxsize=1 << 16)
 def is_library(frame: Frame) -> bool:
     """A library frame: an installed package, the standard library, or not Python at all."""
     name = frame.filename
@@ -87,28 +90,43 @@ def is_library(frame: Frame) -> bool:
     return not (name.endswith(".py") or name.startswith("<"))
 
 
+@lru_cache(maxsize=1 << 16)
+def _rule_of(frame: Frame) -> int | None:
+    """The first of :data:`CATEGORY_RULES` that ``frame`` matches (its index), or None."""
+    for index, (category, path, func) in enumerate(_COMPILED):
+        if (path is not None and path.search(frame.filename)) or (
+            func is not None and func.search(frame.name)
+        ):
+            return index
+        if (
+            category == "parameters"
+            and frame.name in _MODULE_PARAMETER_NAMES
+            and _MODULE_FILE.search(frame.filename)
+        ):
+            return index
+    return None
+
+
 def categorize(frames: tuple[Frame, ...]) -> tuple[str, Frame | None]:
-    """(category, the frame that decided it) by :data:`CATEGORY_RULES`."""
-    for category, path, func in _COMPILED:
-        for frame in frames:
-            if (path is not None and path.search(frame.filename)) or (
-                func is not None and func.search(frame.name)
-            ):
-                return category, frame
-            if (
-                category == "parameters"
-                and frame.name in _MODULE_PARAMETER_NAMES
-                and _MODULE_FILE.search(frame.filename)
-            ):
-                return category, frame
-    return "unknown", None
+    """(category, the frame that decided it): the first rule of :data:`CATEGORY_RULES` that any
+    frame matches, decided by the innermost frame that matches it."""
+    best: int | None = None
+    decided_by = None
+    for frame in frames:
+        rule = _rule_of(frame)
+        if rule is not None and (best is None or rule < best):
+            best, decided_by = rule, frame
+    if best is None:
+        return "unknown", None
+    return _COMPILED[best][0], decided_by
 
 
 def fold(frames: tuple[Frame, ...], decided_by: Frame | None) -> tuple[Frame, ...]:
     """The frames a site shows: the user's (innermost first), then the innermost library frame
     and the library frame that decided the category."""
-    user = [frame for frame in frames if not is_library(frame)]
-    library = [frame for frame in frames if is_library(frame)]
+    flags = [is_library(frame) for frame in frames]
+    user = [frame for frame, flag in zip(frames, flags, strict=True) if not flag]
+    library = [frame for frame, flag in zip(frames, flags, strict=True) if flag]
     kept = library[:1]
     if decided_by is not None and decided_by in library and decided_by not in kept:
         kept.append(decided_by)
@@ -213,7 +231,7 @@ def _frames_json(frames: Iterable[Frame]) -> list[dict[str, Any]]:
 def devices_in(snapshot: Snapshot) -> tuple[int, ...]:
     """The devices a snapshot has segments or trace entries for."""
     found = {segment.device for segment in snapshot.segments}
-    found.update(index for index, trace in enumerate(snapshot.device_traces) if trace)
+    found.update(index for index, length in enumerate(snapshot.trace_lengths) if length)
     return tuple(sorted(found))
 
 
@@ -263,15 +281,14 @@ def analyse(
     live = [block for segment in segments for block in segment.blocks]
     categories = dict.fromkeys(CATEGORIES, 0)
     grouped: dict[tuple[tuple[Frame, ...], str], list[int]] = {}
-    largest: list[LiveBlock] = []
+    live_shown: list[tuple[Block, str, tuple[Frame, ...]]] = []
     decided: dict[int, tuple[str, tuple[Frame, ...]]] = {}  # by the (shared) frames tuple's id
-    allocated = awaiting = count = 0
+    allocated = awaiting = 0
     for block in live:
         if block.state == "active_awaiting_free":
             awaiting += block.size
         if block.state != "active_allocated":
             continue
-        count += 1
         allocated += block.size
         known = decided.get(id(block.frames))
         if known is None:
@@ -282,10 +299,14 @@ def analyse(
         totals = grouped.setdefault((shown, category), [0, 0])
         totals[0] += block.size
         totals[1] += 1
-        largest.append(LiveBlock(block.address, block.size, block.requested_size, category, shown))
+        live_shown.append((block, category, shown))
     sites = [Site(shown, category, b, n) for (shown, category), (b, n) in grouped.items()]
     sites.sort(key=lambda site: (-site.bytes, -site.count, site.category))
-    largest.sort(key=lambda block: (-block.bytes, block.address))
+    biggest = heapq.nsmallest(top, live_shown, key=lambda item: (-item[0].size, item[0].address))
+    largest = [
+        LiveBlock(block.address, block.size, block.requested_size, category, shown)
+        for block, category, shown in biggest
+    ]
     return OomReport(
         device=chosen,
         devices=devices_in(snapshot),
@@ -298,7 +319,7 @@ def analyse(
         categories=categories,
         sites=sites[:top],
         largest_blocks=largest[:top],
-        live_blocks=count,
+        live_blocks=len(live_shown),
         segments=len(segments),
     )
 

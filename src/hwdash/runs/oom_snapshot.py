@@ -60,6 +60,12 @@ BLOCK_STATES = {
 }
 
 
+#: The trace entries converted by default: the analysis reads the failed request and nothing else
+#: of the history, and a long run's trace holds about a million entries (converting each into a
+#: dataclass would take seconds); the others are counted (and must be dicts).
+ANALYSED_ACTIONS = frozenset({"oom", "snapshot"})
+
+
 class SnapshotError(UsageError):
     """A snapshot file that cannot be read, or is refused. Exit status 2, one line."""
 
@@ -112,10 +118,13 @@ class TraceEntry:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A whole snapshot: every device's segments, and each device's trace (index = device)."""
+    """A whole snapshot: every device's segments, and each device's trace (index = device): its
+    entries of the kept actions (:data:`ANALYSED_ACTIONS` unless asked for all), and how many
+    entries it had in all."""
 
     segments: tuple[Segment, ...]
     device_traces: tuple[tuple[TraceEntry, ...], ...]
+    trace_lengths: tuple[int, ...]
 
 
 class _RefusingUnpickler(pickle.Unpickler):
@@ -182,11 +191,15 @@ class _GuardedFile:
 
 def read_snapshot(path: str | Path) -> Snapshot:
     """Load and check the snapshot at ``path`` (see the module docstring). Raises SnapshotError."""
-    data = load_pickle(path)
+    was_enabled = gc.isenabled()
+    gc.disable()  # millions of containers come and go: a collection pass would visit them all
     try:
-        return to_snapshot(data)
+        return to_snapshot(load_pickle(path))
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from None
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def load_pickle(path: str | Path) -> Any:
@@ -238,17 +251,19 @@ class _Reader:
     dicts that PyTorch shares between blocks are converted once (by identity)."""
 
     def __init__(self) -> None:
-        self._frames: dict[int, tuple[Frame, ...]] = {}
+        self._stacks: dict[tuple[int, ...], tuple[Frame, ...]] = {}
         self._frame: dict[int, Frame] = {}
 
     def frames(self, value: Any, where: str) -> tuple[Frame, ...]:
-        known = self._frames.get(id(value))
-        if known is not None:
-            return known
+        """A stack: PyTorch gives each allocation its own list of shared frame dicts, so stacks
+        are known by the identities of their frames (the raw object lives while converting)."""
         items = _typed(value, list, where)
-        converted = tuple(self.frame(item, f"{where}[{i}]") for i, item in enumerate(items))
-        self._frames[id(value)] = converted
-        return converted
+        key = tuple(map(id, items))
+        known = self._stacks.get(key)
+        if known is None:
+            known = tuple(self.frame(item, f"{where}[{i}]") for i, item in enumerate(items))
+            self._stacks[key] = known
+        return known
 
     def frame(self, value: Any, where: str) -> Frame:
         known = self._frame.get(id(value))
@@ -310,8 +325,9 @@ class _Reader:
         )
 
 
-def to_snapshot(data: Any) -> Snapshot:
-    """The checked snapshot from the raw object ``torch.cuda.memory._snapshot()`` returns."""
+def to_snapshot(data: Any, *, actions: frozenset[str] | None = ANALYSED_ACTIONS) -> Snapshot:
+    """The checked snapshot from the raw object ``torch.cuda.memory._snapshot()`` returns; the
+    trace entries of ``actions`` only (None: every entry)."""
     raw = _typed(data, dict, "the snapshot")
     for key in ("segments", "device_traces"):
         if key not in raw:
@@ -324,11 +340,19 @@ def to_snapshot(data: Any) -> Snapshot:
         for i, item in enumerate(_typed(raw["segments"], list, "segments"))
     )
     traces = []
+    lengths = []
     for device, trace in enumerate(_typed(raw["device_traces"], list, "device_traces")):
         where = f"device_traces[{device}]"
         items = _typed(trace, list, where)
-        traces.append(tuple(reader.entry(item, f"{where}[{i}]") for i, item in enumerate(items)))
-    return Snapshot(segments=segments, device_traces=tuple(traces))
+        kept = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                _typed(item, dict, f"{where}[{i}]")
+            if actions is None or item.get("action") in actions:
+                kept.append(reader.entry(item, f"{where}[{i}]"))
+        traces.append(tuple(kept))
+        lengths.append(len(items))
+    return Snapshot(segments=segments, device_traces=tuple(traces), trace_lengths=tuple(lengths))
 
 
 _TYPE_NAMES = {dict: "a dict", list: "a list", str: "a string", int: "a whole number"}
