@@ -1,6 +1,6 @@
 """The ``hwdash`` command line: argument parsing and dispatch. The UI is imported lazily.
 
-``hwdash`` alone opens the dashboard; ``hwdash plan|catalog|monitor|compare|exporter|runs|report``
+``hwdash`` alone opens the dashboard; ``hwdash plan|catalog|monitor|compare|exporter|runs|report|oom``
 are subcommands, each
 in its own module under :mod:`hwdash.commands` with ``add_parser(subparsers)`` and ``run(args)``.
 """
@@ -18,7 +18,7 @@ from hwdash.commands.shared_args import add_dashboard_arguments as add_dashboard
 from hwdash.errors import CatalogError, UsageError
 
 #: Subcommand modules under hwdash.commands, in the order ``--help`` lists them.
-SUBCOMMANDS = ("plan", "catalog", "monitor", "compare", "exporter", "runs", "report")
+SUBCOMMANDS = ("plan", "catalog", "monitor", "compare", "exporter", "runs", "report", "oom")
 
 
 class Parser(argparse.ArgumentParser):
