@@ -318,3 +318,12 @@ def test_monitor_replay_of_any_line_ends_cleanly(
     elif as_json:
         for printed in out.splitlines():
             json.loads(printed, parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+
+
+def test_a_replayed_time_past_what_the_c_library_holds_prints_as_unknown() -> None:
+    # Found by the replay fuzz above in CI: 2**63-ish timestamps raised OverflowError/EOVERFLOW.
+    from hwdash.commands.monitor_print import _clock_text
+
+    assert _clock_text(9_223_372_036_854_775_296) == "??:??:??"
+    assert _clock_text(-1e300) == "??:??:??"
+    assert len(_clock_text(1_795_668_792.0)) == 8

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -126,7 +125,12 @@ def host_line(host: HostSample | None, clock: str) -> str:
 
 
 def _clock_text(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+    """``HH:MM:SS`` of a snapshot's time; ``??:??:??`` for one the C library cannot hold (a
+    replayed line may carry any number, 2**63 included)."""
+    try:
+        return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return "??:??:??"
 
 
 def torch_line(process: ProcessSample) -> str:
@@ -393,7 +397,7 @@ def watch_frame(snapshot: Snapshot, alerts: list[AlertEvent], width: int, height
         color_system="standard",
         legacy_windows=False,
     )
-    clock = time.strftime("%H:%M:%S", time.localtime(snapshot.timestamp))
+    clock = _clock_text(snapshot.timestamp)
     console.print(f"hwdash monitor --watch  {clock}  (Ctrl-C quits)")
     print_readable(snapshot, alerts, console)
     lines = buffer.getvalue().rstrip("\n").split("\n")[: max(1, height)]
