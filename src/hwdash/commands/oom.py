@@ -4,7 +4,9 @@ a PyTorch CUDA memory snapshot (:mod:`hwdash.runs.oom_snapshot`, :mod:`hwdash.ru
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import textwrap
 from typing import Any, TextIO
 
 from hwdash.core import strict_json
@@ -33,6 +35,18 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("snapshot", metavar="SNAPSHOT", help="the snapshot file (a pickle)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--plan",
+        metavar="NAME|FILE",
+        help="hold the snapshot against this plan (a saved plan or a plan file; default: the plan "
+        "of the ledger's run that left the snapshot)",
+    )
+    parser.add_argument(
+        "--fit",
+        metavar="FLAVOR",
+        help="the smallest changes that make the plan fit FLAVOR at the measured need (default: "
+        "the plan's flavor, when it names one)",
+    )
     parser.add_argument(
         "--device",
         default=None,
@@ -66,8 +80,112 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     top = _whole(args.top, "--top", least=1, most=MAX_TOP)
     snapshot = read_snapshot(args.snapshot)
     report = analyse(snapshot, device=device, top=DEFAULT_TOP if top is None else top)
+    against = _against_plan(args, report)
     if args.json:
-        out.write(strict_json.dumps(report.to_json(), indent=2) + "\n")
-    else:
-        out.write(report_text(report, args.snapshot))
+        document = report.to_json()
+        if against is not None:
+            document["plan"] = _plan_json(*against)
+        out.write(strict_json.dumps(document, indent=2) + "\n")
+        return 0
+    out.write(report_text(report, args.snapshot))
+    if against is not None:
+        _print_against(out, *against)
     return 0
+
+
+def plan_of_snapshot(path: str) -> str | None:
+    """The plan of the run whose ledger record names this snapshot (newest first), or None."""
+    from hwdash.runs import ledger
+
+    wanted = os.path.realpath(path)
+    try:
+        records = ledger.read(last=2000).records
+    except (OSError, ValueError):
+        return None
+    for record in reversed(records):
+        named = record.get("oom_snapshot")
+        if isinstance(named, str) and os.path.realpath(named) == wanted:
+            plan = record.get("plan")
+            return plan if isinstance(plan, str) and plan else None
+    return None
+
+
+def _against_plan(args: argparse.Namespace, report: Any) -> tuple[Any, Any, Any] | None:
+    """(the comparison, the make-it-fit search or None, the catalog) when a plan is known:
+    ``--plan``, else the plan of the ledger's run that left this snapshot."""
+    from hwdash.core.catalog import load_catalog
+    from hwdash.runs.oom_plan import compare, fit_measured
+    from hwdash.runs.plans import read_plan_reference
+
+    reference = args.plan or plan_of_snapshot(args.snapshot)
+    if reference is None:
+        return None
+    name, plan = read_plan_reference(reference)
+    catalog = load_catalog()
+    comparison = compare(report, name, plan, catalog)
+    target = args.fit or (plan.flavors[0] if len(plan.flavors) == 1 else None)
+    if target is None:
+        return comparison, None, catalog
+    if target not in catalog.flavors:
+        raise UsageError(f"unknown flavor {target!r} (hwdash catalog lists them)", flag="--fit")
+    return comparison, fit_measured(comparison, catalog, target), catalog
+
+
+def _plan_json(comparison: Any, search: Any, catalog: Any) -> dict[str, Any]:
+    from hwdash.commands.plan_args import plan_arguments
+
+    document: dict[str, Any] = comparison.to_json()
+    if search is None:
+        document["fit"] = None
+        return document
+    framework = catalog.framework_for(comparison.plan)
+    document["fit"] = {
+        "target": search.target,
+        "fits_already": search.fits_already,
+        "options": [
+            option.to_json(plan_arguments(option.plan, framework)) for option in search.options
+        ],
+    }
+    return document
+
+
+def _print_against(out: TextIO, comparison: Any, search: Any, catalog: Any) -> None:
+    """The categories beside the plan, the surprise, and the options for the measured need."""
+    from rich.console import Console
+
+    from hwdash.commands.plan_fit import render_options
+    from hwdash.core.units import format_gib
+    from hwdash.runs.oom_plan import LABELS
+
+    out.write(f"\nAgainst the plan {comparison.name}\n")
+    for category, measured, planned in comparison.rows:
+        label = LABELS[category]
+        out.write(
+            f"  {label:<17} {format_gib(measured):>10} live  {format_gib(planned):>10} planned\n"
+        )
+    factor = comparison.factor
+    need = (
+        f"  need {format_gib(comparison.measured_need_bytes)} (live + the failed request) vs "
+        f"{format_gib(comparison.planned_need_bytes)} planned"
+    )
+    out.write(need + ("" if factor is None else f": {factor:.2f}x") + "\n")
+    for head, words in (
+        ("biggest surprise", comparison.surprise),
+        ("note", comparison.unknown_note),
+    ):
+        if words is not None:
+            out.write(
+                textwrap.fill(f"{head}: {words}", 80, initial_indent="  ", subsequent_indent="    ")
+                + "\n"
+            )
+    if search is None:
+        out.write("  give --fit FLAVOR for the smallest changes that fit the measured need\n")
+        return
+    out.write("\n")
+    console = Console(file=out, width=100, highlight=False, color_system=None)
+    render_options(
+        search,
+        console,
+        framework=catalog.framework_for(comparison.plan),
+        why=f"the measured need, {max(1.0, factor or 1.0):.2f}x the plan's",
+    )
