@@ -183,13 +183,73 @@ async def take_cluster(out_dir: Path) -> Path:
     return path
 
 
+OOM_FOLDER = Path("/tmp/hwdash-demo")
+"""Where the OOM screenshot's snapshot and plan are put (a fixed path: it is on the screen)."""
+
+
+def oom_scenario() -> object:
+    """The demo scenario whose rank 0 left the real H200 snapshot (tests/data/oom), held against a
+    plan of the run that made it."""
+    import gzip
+    import shutil
+
+    from hwdash.telemetry.fake_nvml import load_scenario
+
+    data = ROOT / "tests" / "data" / "oom"
+    OOM_FOLDER.mkdir(exist_ok=True)
+    snapshot = OOM_FOLDER / "h200-llama-oom.pickle"
+    with gzip.open(data / "h200-llama-oom.pickle.gz") as source, snapshot.open("wb") as target:
+        shutil.copyfileobj(source, target)
+    config = OOM_FOLDER / "config.json"
+    shutil.copyfile(data / "h200-llama-oom.config.json", config)
+    plan = OOM_FOLDER / "oom-run.plan.json"
+    fields = {"model": str(config), "method": "full", "batch": 16, "seq": 1024}
+    plan.write_text(json.dumps({"plan": fields}))
+    scenario = load_scenario("a100x4-training")
+    gpu = scenario.gpus[0]
+    process = gpu.processes[0]
+    assert process.torch is not None
+    torch = process.torch.model_copy(update={"oom_snapshot": str(snapshot), "plan": str(plan)})
+    gpu = gpu.model_copy(
+        update={"processes": [process.model_copy(update={"torch": torch}), *gpu.processes[1:]]}
+    )
+    return scenario.model_copy(update={"gpus": [gpu, *scenario.gpus[1:]]})
+
+
+async def take_oom(out_dir: Path) -> Path:
+    """Why rank 0 ran out of memory: ``enter`` on it, then ``s``."""
+    with tempfile.TemporaryDirectory() as data:
+        app, clock = fake_app(
+            oom_scenario(),  # type: ignore[arg-type]
+            data_dir=Path(data),
+            scenario_time=True,
+            signaller=SimulatedSignaller(),
+        )
+        async with app.run_test(size=(120, 50), notifications=True) as pilot:
+            await replay(pilot, app, clock, until_s=60, step_s=4)
+            await pilot.press("enter")
+            await pilot.pause()
+            await pilot.press("s")
+            screen = app.screen
+            for _ in range(600):
+                if getattr(screen, "shown", ""):
+                    break
+                await pilot.pause(0.05)
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            path = Path(app.save_screenshot(filename="monitor-oom.svg", path=str(out_dir)))
+        app.finish()
+    return path
+
+
 async def main(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for shot in SHOTS:
         path = await take(shot, out_dir)
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    path = await take_cluster(out_dir)
-    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    for extra in (take_cluster, take_oom):
+        path = await extra(out_dir)
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,9 @@ def site_lines(report: OomReport, width: int = WIDTH) -> list[str]:
     for rank, site in enumerate(report.sites, 1):
         lines.append(f"  {rank:>2}. {_bytes(site.bytes)}  x{site.count:<6,} {site.category}")
         if not site.frames:
-            lines.append("        (no Python stack: C++, or the autograd engine's thread)")
+            lines.append(
+                "        (no Python stack: before the history began, C++, or autograd's thread)"
+            )
         for frame in site.frames:
             mark = "~ " if is_library(frame) else ""
             lines.append(_clip(f"        {mark}{frame_text(frame)}", width))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from hwdash.telemetry.fake_scenario import (
     SCENARIO_DIR,
@@ -16,7 +17,7 @@ from hwdash.telemetry.fake_scenario import (
     series_value,
 )
 from hwdash.telemetry.host_sampler import EXITED, INVISIBLE, HostProcessInfo, ProcessTable
-from hwdash.telemetry.probes import ProbeReading, TorchDevice
+from hwdash.telemetry.probes import OomSnapshotFile, ProbeOom, ProbeReading, TorchDevice
 from hwdash.telemetry.types import RunProgress
 
 ENERGY_STEP_S = 1.0
@@ -30,6 +31,17 @@ def _plan_reference(plan: str | None) -> str | None:
         return None
     packaged = SCENARIO_DIR / plan
     return str(packaged) if "/" not in plan and packaged.is_file() else plan
+
+
+def _oom(snapshot: str, written: float) -> ProbeOom:
+    """The probe's ``oom`` object for a scenario's snapshot (relative paths beside the scenarios)."""
+    path = Path(snapshot) if Path(snapshot).is_absolute() else SCENARIO_DIR / snapshot
+    size = path.stat().st_size if path.is_file() else 0
+    return ProbeOom(
+        recording=True,
+        snapshots=(OomSnapshotFile(path=path, at=written, reason="oom", bytes=size),),
+        error=None,
+    )
 
 
 class _Energy:
@@ -154,6 +166,7 @@ class FakeProbes:
         ready: dict[int, bool] = {}
         steps: dict[int, int | None] = {}
         runs: dict[int, RunProgress] = {}
+        ooms: dict[int, ProbeOom] = {}
         joules: dict[int, float] = {}
         written = time.time()
         for index, gpu in enumerate(self.scenario.gpus):
@@ -173,6 +186,8 @@ class FakeProbes:
                     (process.pid, index), _Energy(gpu, max(process.start_s, torch.cuda_ready_s))
                 )
                 joules[process.pid] = joules.get(process.pid, 0.0) + meter.until(now)
+                if torch.oom_snapshot is not None:
+                    ooms[process.pid] = _oom(torch.oom_snapshot, written)
                 runs[process.pid] = _progress(process, torch, now, written, joules[process.pid])
                 allocated = _mib(series_value(torch.allocated_mib, now))
                 reserved = max(allocated, _mib(series_value(torch.reserved_mib, now)))
@@ -204,6 +219,7 @@ class FakeProbes:
                 step=steps.get(pid),
                 devices=tuple(devices.get(pid, ())),
                 run=runs.get(pid),
+                oom=ooms.get(pid),
             )
             for pid, is_ready in ready.items()
         }

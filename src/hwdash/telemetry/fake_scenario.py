@@ -120,6 +120,9 @@ class ScenarioTorch(_Strict):
     """The Trainer's ``max_steps`` (for the time to finish)."""
     world_size: int | None = Field(default=None, gt=0)
     """Processes of the job, when it is a multi-GPU one."""
+    oom_snapshot: str | None = None
+    """An allocator snapshot the probe dumped at an out-of-memory error (a path; a relative one is
+    beside the scenario files): the probe records with ``record_oom`` and lists it."""
 
     @field_validator("allocated_mib", "reserved_mib", "alloc_retries", "inactive_split_mib")
     @classmethod

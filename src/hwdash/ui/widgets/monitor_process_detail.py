@@ -160,6 +160,7 @@ class ProcessDetailScreen(ModalScreen[None]):
         Binding("k", "signal('TERM')", "Terminate"),
         Binding("K", "signal('KILL')", "Kill"),
         Binding("p", "attach_plan", "Attach plan"),
+        Binding("s", "oom_snapshot", "OOM snapshot"),
     ]
 
     def __init__(
@@ -193,7 +194,23 @@ class ProcessDetailScreen(ModalScreen[None]):
             )
             if self.attach is not None and self.process.progress is not None:
                 keys += "  ·  p attach a plan"
+            if self.process.oom_snapshot is not None:
+                keys += "  ·  s why it ran out of memory"
             yield Static(keys, id="process-detail-keys", markup=False)
+
+    def action_oom_snapshot(self) -> None:
+        """``s``: the process's newest out-of-memory snapshot, read and held against its plan."""
+        path = self.process.oom_snapshot
+        if path is None:
+            self.notify(
+                "No out-of-memory snapshot: start the probe with record_oom=True "
+                "(HWDASH_RECORD_OOM=1); an OOM or SIGUSR2 then leaves one"
+            )
+            return
+        from hwdash.ui.widgets.oom_screen import OomScreen
+
+        plan = self.process.run.plan if self.process.run is not None else None
+        self.app.push_screen(OomScreen(path, plan))
 
     def action_attach_plan(self) -> None:
         """``p``: hold this run against a plan (a saved plan's name or a plan file's path); an
