@@ -181,3 +181,23 @@ def test_fold_keeps_user_frames_and_two_library_frames() -> None:
     category, by = categorize(frames)
     assert category == "activations" and by == frames[1]
     assert fold(frames, by) == (frames[3], frames[0], frames[1])
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"device": 0, "device_limit_bytes": 80 * 2**30, "device_free_bytes": MIB}, 80 * 2**30),
+        ({"device": 1, "device_limit_bytes": 80 * 2**30}, None),  # another device's limit
+        ({"device": 0, "device_limit_bytes": True}, None),
+        ({"device": 0, "device_limit_bytes": -5}, None),
+        ({"device": "0", "device_limit_bytes": 5}, None),
+        ("not a dict", None),
+    ],
+)
+def test_the_probe_s_device_limit_is_the_total_when_it_is_believable(
+    tmp_path: Path, extra: object, expected: int | None
+) -> None:
+    document = {**training_oom().snapshot(), "hwdash": extra}
+    report = analyse(read_snapshot(write(tmp_path / "s.pickle", document)))
+    assert report.total_bytes == expected
+    assert report.to_json()["total_bytes"] == expected

@@ -201,6 +201,8 @@ class OomRecorder:
         """Whether the history is on and the observer attached."""
         self.error: str | None = None
         """Why recording was refused or the last snapshot failed (None when all is well)."""
+        self._limits: dict[str, int] | None = None
+        """The out-of-memory observer's device, limit and free bytes, for the dump it asks for."""
         self.snapshots: list[dict[str, Any]] = []
         """The kept snapshots, oldest first, as the probe file lists them."""
         self._wall_clock = wall_clock
@@ -280,6 +282,7 @@ class OomRecorder:
         if self._closed or not self.recording or os.getpid() != self.pid:
             return
         try:
+            self._limits = {"device": device, "limit": device_limit, "free": device_free}
             entry = self.dump("oom", announce=False)
             if entry is not None:
                 _say(
@@ -298,6 +301,18 @@ class OomRecorder:
         as ``"error"``, said on stderr). Never raises."""
         try:
             snapshot = self._torch.cuda.memory._snapshot()
+            limits, self._limits = self._limits, None
+            if isinstance(snapshot, dict) and limits is not None:
+                # What the observer knew and the snapshot does not hold: the device's total (or
+                # the allowed maximum under a memory fraction), read back by hwdash oom.
+                snapshot = {
+                    **snapshot,
+                    "hwdash": {
+                        "device": int(limits["device"]),
+                        "device_limit_bytes": int(limits["limit"]),
+                        "device_free_bytes": int(limits["free"]),
+                    },
+                }
             entry = self._write(snapshot, reason)
         except Exception as exc:
             self._fail(f"{reason} snapshot not written: {type(exc).__name__}: {exc}")

@@ -125,6 +125,10 @@ class Snapshot:
     segments: tuple[Segment, ...]
     device_traces: tuple[tuple[TraceEntry, ...], ...]
     trace_lengths: tuple[int, ...]
+    device_limits: tuple[tuple[int, int], ...] = ()
+    """(device, bytes) the allocator was held to at the out-of-memory error: the device's total
+    or, under a memory fraction, the allowed maximum. Not in PyTorch's format: hwdash.probe adds it
+    (a ``"hwdash"`` entry) from what the out-of-memory observer was told; empty otherwise."""
 
 
 class _RefusingUnpickler(pickle.Unpickler):
@@ -333,7 +337,7 @@ def to_snapshot(data: Any, *, actions: frozenset[str] | None = ANALYSED_ACTIONS)
         if key not in raw:
             found = ", ".join(sorted(str(k)[:30] for k in raw)[:8]) or "nothing"
             raise SnapshotError(f"not a memory snapshot: no {key!r} (it holds {found})")
-    _bounded_extras(raw, ("segments", "device_traces"), "the snapshot")
+    _bounded_extras(raw, ("segments", "device_traces", "hwdash"), "the snapshot")
     reader = _Reader()
     segments = tuple(
         reader.segment(item, f"segments[{i}]")
@@ -352,7 +356,27 @@ def to_snapshot(data: Any, *, actions: frozenset[str] | None = ANALYSED_ACTIONS)
                 kept.append(reader.entry(item, f"{where}[{i}]"))
         traces.append(tuple(kept))
         lengths.append(len(items))
-    return Snapshot(segments=segments, device_traces=tuple(traces), trace_lengths=tuple(lengths))
+    return Snapshot(
+        segments=segments,
+        device_traces=tuple(traces),
+        trace_lengths=tuple(lengths),
+        device_limits=_device_limits(raw.get("hwdash")),
+    )
+
+
+def _device_limits(extra: Any) -> tuple[tuple[int, int], ...]:
+    """hwdash.probe's ``{"device", "device_limit_bytes"}`` entry, when it is one; else nothing
+    (a snapshot of another writer is read all the same)."""
+    if not isinstance(extra, dict):
+        return ()
+    device, limit = extra.get("device"), extra.get("device_limit_bytes")
+    if isinstance(device, bool) or isinstance(limit, bool):
+        return ()
+    if not isinstance(device, int) or not isinstance(limit, int):
+        return ()
+    if not (0 <= device < 1024 and 0 < limit < 2**63):
+        return ()
+    return ((device, limit),)
 
 
 _TYPE_NAMES = {dict: "a dict", list: "a list", str: "a string", int: "a whole number"}

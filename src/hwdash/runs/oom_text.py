@@ -53,9 +53,11 @@ def header_lines(report: OomReport, source: str, width: int = WIDTH) -> list[str
             f"({report.oom.requested_bytes:,} B){said}"
         )
     if report.total_bytes is not None:
-        lines.append(f"  device total    {_bytes(report.total_bytes)}")
+        lines.append(
+            f"  device limit    {_bytes(report.total_bytes)}  (the total, or its fraction)"
+        )
     else:
-        lines.append("  device total          ?  (a snapshot does not record it)")
+        lines.append("  device limit          ?  (not in the snapshot: not dumped by hwdash.probe)")
     lines.append(
         f"  reserved        {_bytes(report.reserved_bytes)}  in {report.segments} segments"
     )
