@@ -126,4 +126,6 @@ def test_the_biggest_surprise_is_named() -> None:
     assert _surprise((("parameters", GIB, GIB),), plan) is None
     # Under the floor: 200 MiB over a 100 MiB plan is no surprise worth naming.
     assert _surprise((("optimizer", 300 * 2**20, 100 * 2**20),), plan) is None
-    assert _surprise((("kv_cache", GIB, 0),), plan) == "KV cache 1.0 GiB live, the plan expected none"
+    assert (
+        _surprise((("kv_cache", GIB, 0),), plan) == "KV cache 1.0 GiB live, the plan expected none"
+    )
