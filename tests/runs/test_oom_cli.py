@@ -71,3 +71,9 @@ def test_help_lists_oom(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "why a run ran out of memory" in capsys.readouterr().out
+
+
+def test_a_missing_file_is_named_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "gone.pickle"
+    assert main(["oom", str(missing)]) == 2
+    assert capsys.readouterr().err.strip() == f"hwdash oom: error: {missing}: no such file"

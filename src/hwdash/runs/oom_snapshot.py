@@ -200,7 +200,10 @@ def read_snapshot(path: str | Path) -> Snapshot:
     try:
         return to_snapshot(load_pickle(path))
     except SnapshotError as exc:
-        raise SnapshotError(f"{path}: {exc}") from None
+        message = str(exc)  # the loader's own errors name the file already
+        raise SnapshotError(
+            message if message.startswith(f"{path}:") else f"{path}: {message}"
+        ) from None
     finally:
         if was_enabled:
             gc.enable()
