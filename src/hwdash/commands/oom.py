@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import textwrap
 from typing import Any, TextIO
 
 from hwdash.core import strict_json
@@ -154,30 +153,10 @@ def _print_against(out: TextIO, comparison: Any, search: Any, catalog: Any) -> N
     from rich.console import Console
 
     from hwdash.commands.plan_fit import render_options
-    from hwdash.core.units import format_gib
-    from hwdash.runs.oom_plan import LABELS
+    from hwdash.runs.oom_plan import comparison_lines
 
-    out.write(f"\nAgainst the plan {comparison.name}\n")
-    for category, measured, planned in comparison.rows:
-        label = LABELS[category]
-        out.write(
-            f"  {label:<17} {format_gib(measured):>10} live  {format_gib(planned):>10} planned\n"
-        )
+    out.write("\n" + "\n".join(comparison_lines(comparison)) + "\n")
     factor = comparison.factor
-    need = (
-        f"  need {format_gib(comparison.measured_need_bytes)} (live + the failed request) vs "
-        f"{format_gib(comparison.planned_need_bytes)} planned"
-    )
-    out.write(need + ("" if factor is None else f": {factor:.2f}x") + "\n")
-    for head, words in (
-        ("biggest surprise", comparison.surprise),
-        ("note", comparison.unknown_note),
-    ):
-        if words is not None:
-            out.write(
-                textwrap.fill(f"{head}: {words}", 80, initial_indent="  ", subsequent_indent="    ")
-                + "\n"
-            )
     if search is None:
         out.write("  give --fit FLAVOR for the smallest changes that fit the measured need\n")
         return

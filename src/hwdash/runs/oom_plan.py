@@ -140,6 +140,34 @@ def compare(report: OomReport, name: str, plan: Plan, catalog: Catalog) -> PlanC
     )
 
 
+def comparison_lines(comparison: PlanComparison, width: int = 80) -> list[str]:
+    """The comparison in words: each category live and planned, the need and its factor, the
+    surprise and the note (wrapped at ``width``)."""
+    import textwrap
+
+    lines = [f"Against the plan {comparison.name}"]
+    for category, measured, planned in comparison.rows:
+        lines.append(
+            f"  {LABELS[category]:<17} {format_gib(measured):>10} live  "
+            f"{format_gib(planned):>10} planned"
+        )
+    factor = comparison.factor
+    lines.append(
+        f"  need {format_gib(comparison.measured_need_bytes)} (live + the failed request) vs "
+        f"{format_gib(comparison.planned_need_bytes)} planned"
+        + ("" if factor is None else f": {factor:.2f}x")
+    )
+    for head, words in (
+        ("biggest surprise", comparison.surprise),
+        ("note", comparison.unknown_note),
+    ):
+        if words is not None:
+            lines += textwrap.wrap(
+                f"{head}: {words}", width, initial_indent="  ", subsequent_indent="    "
+            )
+    return lines
+
+
 def fit_measured(comparison: PlanComparison, catalog: Catalog, target: str) -> FitSearch:
     """The smallest changes that make the plan fit ``target`` (a flavor id) once every estimate is
     scaled by the measured factor (never below 1: a plan that was right needs no scaling)."""

@@ -15,8 +15,6 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from hwdash.core.units import format_gib
-
 WIDTH = 96
 
 
@@ -49,7 +47,7 @@ def oom_text(path: str, plan: str | None, width: int = WIDTH) -> str:
 def _against(report: object, reference: str) -> str:
     from hwdash.core.catalog import load_catalog
     from hwdash.errors import UsageError
-    from hwdash.runs.oom_plan import LABELS, compare
+    from hwdash.runs.oom_plan import compare, comparison_lines
     from hwdash.runs.plans import read_plan_reference
 
     try:
@@ -57,22 +55,7 @@ def _against(report: object, reference: str) -> str:
         comparison = compare(report, name, plan, load_catalog())  # type: ignore[arg-type]
     except (UsageError, OSError, ValueError) as exc:
         return f"\nthe plan {reference} could not be read: {exc}\n"
-    lines = ["", f"Against the plan {comparison.name}"]
-    for category, measured, planned in comparison.rows:
-        lines.append(
-            f"  {LABELS[category]:<17} {format_gib(measured):>10} live  "
-            f"{format_gib(planned):>10} planned"
-        )
-    factor = comparison.factor
-    lines.append(
-        f"  need {format_gib(comparison.measured_need_bytes)} (live + the failed request) vs "
-        f"{format_gib(comparison.planned_need_bytes)} planned"
-        + ("" if factor is None else f": {factor:.2f}x")
-    )
-    if comparison.surprise is not None:
-        lines.append(f"  biggest surprise: {comparison.surprise}")
-    if comparison.unknown_note is not None:
-        lines.append(f"  note: {comparison.unknown_note}")
+    lines = ["", *comparison_lines(comparison, width=WIDTH - 4)]
     lines.append(f"  the changes that fit: hwdash oom PATH --plan {reference} --fit FLAVOR")
     return "\n".join(lines) + "\n"
 
