@@ -272,8 +272,7 @@ def analyse(
 ) -> OomReport:
     """The report for one device of ``snapshot`` (see the module docstring)."""
     chosen = choose_device(snapshot, device)
-    if total_bytes is None:
-        total_bytes = dict(snapshot.device_limits).get(chosen)
+    total_bytes = dict(snapshot.device_limits).get(chosen) if total_bytes is None else total_bytes
     segments = [segment for segment in snapshot.segments if segment.device == chosen]
     trace = snapshot.device_traces[chosen] if chosen < len(snapshot.device_traces) else ()
     entry = last_oom(trace)

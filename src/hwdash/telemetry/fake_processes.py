@@ -160,6 +160,27 @@ class FakeProbes:
         self._peaks: dict[tuple[int, int], tuple[int, int]] = {}
         self._energy: dict[tuple[int, int], _Energy] = {}
 
+    def _device(
+        self, pid: int, index: int, gpu: ScenarioGpu, torch: ScenarioTorch, now: float
+    ) -> TorchDevice:
+        """What the process's allocator says about its GPU at scenario second ``now``."""
+        allocated = _mib(series_value(torch.allocated_mib, now))
+        reserved = max(allocated, _mib(series_value(torch.reserved_mib, now)))
+        peak_allocated, peak_reserved = self._peaks.get((pid, index), (0, 0))
+        peak_allocated, peak_reserved = max(peak_allocated, allocated), max(peak_reserved, reserved)
+        self._peaks[pid, index] = (peak_allocated, peak_reserved)
+        uuid = gpu.uuid or f"GPU-fake-{index}"
+        return TorchDevice(
+            uuid=uuid.removeprefix("GPU-"),
+            allocated_bytes=allocated,
+            reserved_bytes=reserved,
+            max_allocated_bytes=peak_allocated,
+            max_reserved_bytes=peak_reserved,
+            alloc_retries=int(series_value(torch.alloc_retries, now)),
+            ooms=torch.ooms,
+            inactive_split_bytes=_mib(series_value(torch.inactive_split_mib, now)),
+        )
+
     def read(self) -> dict[int, ProbeReading]:
         now = self._clock()
         devices: dict[int, list[TorchDevice]] = {}
@@ -189,26 +210,8 @@ class FakeProbes:
                 if torch.oom_snapshot is not None:
                     ooms[process.pid] = _oom(torch.oom_snapshot, written)
                 runs[process.pid] = _progress(process, torch, now, written, joules[process.pid])
-                allocated = _mib(series_value(torch.allocated_mib, now))
-                reserved = max(allocated, _mib(series_value(torch.reserved_mib, now)))
-                peak_allocated, peak_reserved = self._peaks.get((process.pid, index), (0, 0))
-                peak_allocated, peak_reserved = (
-                    max(peak_allocated, allocated),
-                    max(peak_reserved, reserved),
-                )
-                self._peaks[process.pid, index] = (peak_allocated, peak_reserved)
-                uuid = gpu.uuid or f"GPU-fake-{index}"
                 devices.setdefault(process.pid, []).append(
-                    TorchDevice(
-                        uuid=uuid.removeprefix("GPU-"),
-                        allocated_bytes=allocated,
-                        reserved_bytes=reserved,
-                        max_allocated_bytes=peak_allocated,
-                        max_reserved_bytes=peak_reserved,
-                        alloc_retries=int(series_value(torch.alloc_retries, now)),
-                        ooms=torch.ooms,
-                        inactive_split_bytes=_mib(series_value(torch.inactive_split_mib, now)),
-                    )
+                    self._device(process.pid, index, gpu, torch, now)
                 )
         return {
             pid: ProbeReading(
