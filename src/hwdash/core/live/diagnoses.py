@@ -11,7 +11,7 @@ Every threshold lives in :class:`Thresholds`, with its reason; the rules (issue 
   share is over the whole window (time before the first reading counts as not throttled).
   Clears when the share falls below ``throttle_clear_share``.
 * ``xid``: a new Xid critical error, one event per Xid number; its meaning and hint come from
-  ``catalog/xid.toml`` (NVIDIA's Xid catalog). The same number again while it is shown raises
+  ``catalog/health/xid.toml`` (NVIDIA's Xid catalog). The same number again while it is shown raises
   nothing new (it counts, and restarts the quiet period); it clears after ``xid_quiet_s`` without it.
 * ``ecc``: the uncorrected ECC count rose since the previous reading (a count already there at the
   first reading is history, not news): clears after ``ecc_quiet_s`` without a further rise; or a
@@ -239,7 +239,7 @@ class DiagnosisEvent:
 
 @dataclass(frozen=True)
 class XidEntry:
-    """What one Xid number means (``catalog/xid.toml``)."""
+    """What one Xid number means (``catalog/health/xid.toml``)."""
 
     meaning: str
     hint: str
@@ -250,8 +250,8 @@ XID_CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/"
 
 @functools.cache
 def xid_catalog() -> dict[int, XidEntry]:
-    """The common Xid numbers' meanings and hints, from ``catalog/xid.toml``."""
-    path = packaged_catalog_dir() / "xid.toml"
+    """The common Xid numbers' meanings and hints, from ``catalog/health/xid.toml``."""
+    path = packaged_catalog_dir() / "health" / "xid.toml"
     data = read_catalog_toml(path)
     return {int(number): XidEntry(str(t["meaning"]), str(t["hint"])) for number, t in data.items()}
 
@@ -492,8 +492,7 @@ class DiagnosisEngine:
                 "a downgraded link slows host transfers: reseat the card or check the riser and "
                 "the slot's BIOS setting; nvidia-smi -q -d PCIE shows current and max"
             )
-            since = self._holds[(gpu.index, "link-down")].since or gpu.at
-            return self._raise(key, message, hint, since, gpu.at)
+            return self._raise(key, message, hint, gpu.at - down_for, gpu.at)
         if full_for is not None and full_for >= t.link_hold_s:
             return self._clear(key, f"PCIe link back at gen {gen} x{width}", gpu.at)
         return []
