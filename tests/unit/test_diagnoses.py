@@ -61,6 +61,18 @@ def test_throttled_raises_past_ten_percent_of_a_minute_and_clears_under_five():
     assert engine.diagnoses(0) == []
 
 
+def test_a_throttle_hovering_at_the_threshold_raises_once_and_never_flaps():
+    # 7 s of thermal throttling in every minute: the share moves between 10% and 11.7%, above the
+    # 5% that clears, so one event for five minutes, not one per burst.
+    def script(at: float) -> list[GpuReading]:
+        reasons = ("hw_thermal_slowdown",) if 0 < at % 60 <= 7 else ()
+        return [gpu(at, clocks_event_reasons=reasons)]
+
+    engine, events = run(script, range(0, 300))
+    assert summary(events) == [("raised", "throttled", 0, 7)]
+    assert [d.kind for d in engine.diagnoses(0)] == ["throttled"]
+
+
 def test_throttle_for_nine_percent_of_a_minute_raises_nothing():
     # 27 readings 0.2 s apart: 5.4 s of power brake, 9% of the minute.
     def script(at: float) -> list[GpuReading]:
@@ -322,7 +334,7 @@ def test_a_stray_context_on_gpu0_raises_with_the_set_device_hint_and_clears_when
     raised = events[0]
     assert raised.hint == "call torch.cuda.set_device(local_rank) before any CUDA work"
     assert raised.message == (
-        "PID 101 of GPU 1 holds a 500 MiB context on GPU 0 besides its 30 GiB on GPU 1"
+        "PID 101 (job 99) of GPU 1 holds a 500 MiB context on GPU 0 besides its 30 GiB on GPU 1"
     )
     assert (raised.pid, raised.since) == (101, 0)
     assert engine.active == {}

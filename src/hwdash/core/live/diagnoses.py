@@ -25,11 +25,12 @@ Every threshold lives in :class:`Thresholds`, with its reason; the rules (issue 
   utilization reaches ``idle_clear_percent`` (a 1% blip does not), the process holds no more than
   ``idle_holding_bytes`` or is gone.
 * ``stray-context``: a PID that holds memory on GPU 0 and on another GPU, where its GPU 0 share
-  is a small context (under ``stray_context_bytes``) and the most of its memory is on one other
-  GPU, for ``stray_hold_s`` in a row. Shown on GPU 0 (where the stray context sits). Clears when
+  is a small context (under ``stray_context_bytes``) and most of its memory (at least half, and
+  more than on GPU 0) is on one other GPU, for ``stray_hold_s`` in a row; the message names the
+  process's ``job`` when known. Shown on GPU 0 (where the stray context sits). Clears when
   the PID holds nothing on GPU 0 any more, or is gone.
-* ``input-bound``: over the last ``input_window_s`` (a full window of readings of the process),
-  the GPU's mean utilization is under ``input_gpu_percent`` while the process's mean CPU is at
+* ``input-bound``: over the last ``input_window_s`` (once the process has been seen that long;
+  means are plain means of the window's readings), the GPU's mean utilization is under ``input_gpu_percent`` while the process's mean CPU is at
   least ``input_cpu_percent`` of one core (a saturated single-threaded loop or loader; a process
   that uses more cores saturates one core's worth too). Clears when the window's mean GPU
   utilization reaches ``input_clear_gpu_percent`` or its mean CPU falls under
@@ -166,7 +167,8 @@ class ProcessReading:
     job: int | str | None = None
     """A key grouping the ranks of one multi-GPU job (e.g. the parent PID), or None."""
     sm_percent: float | None = None
-    """The process's SM utilization (NVML's per-process utilization), when known."""
+    """The process's SM utilization (NVML's per-process utilization), when known; carried for
+    the caller, no rule reads it yet (input-bound judges the GPU's utilization, as issue 28 says)."""
 
 
 @dataclass(frozen=True)
@@ -571,6 +573,7 @@ class DiagnosisEngine:
         if gpu0 is None:
             return events
         held = _holdings_by_pid(readings)
+        jobs = {p.pid: p.job for gpu in readings for p in gpu.processes if p.job is not None}
         for pid, by_gpu in sorted(held.items()):
             key: Key = (0, "stray-context", pid)
             small = by_gpu.get(0, 0)
@@ -584,9 +587,11 @@ class DiagnosisEngine:
             )
             for_s = self._holding(0, "stray", pid).hold(stray, gpu0.at)
             if for_s is not None and for_s >= t.stray_hold_s and main is not None:
+                job = jobs.get(pid)
                 message = (
-                    f"PID {pid} of GPU {main} holds a {format_bytes(small)} context on GPU 0 "
-                    f"besides its {_gib_words(others[main])} on GPU {main}"
+                    f"PID {pid}{'' if job is None else f' (job {job})'} of GPU {main} holds a "
+                    f"{format_bytes(small)} context on GPU 0 besides its "
+                    f"{_gib_words(others[main])} on GPU {main}"
                 )
                 hint = "call torch.cuda.set_device(local_rank) before any CUDA work"
                 events.extend(self._raise(key, message, hint, gpu0.at - for_s, gpu0.at, pid))
