@@ -551,6 +551,21 @@ class FakeNvml:
             "nvmlDeviceGetMigDeviceHandleByIndex": self.nvmlDeviceGetMigDeviceHandleByIndex,
             "nvmlDeviceGetGpuInstanceId": self.nvmlDeviceGetGpuInstanceId,
             "nvmlDeviceGetComputeInstanceId": self.nvmlDeviceGetComputeInstanceId,
+            **self._health_functions(),
+        }
+        for kind, label in (("compute", "Compute"), ("graphics", "Graphics")):
+            base = f"nvmlDeviceGet{label}RunningProcesses"
+            functions[base] = _bind_kind(self._processes_unversioned, kind)
+            functions[f"{base}_v3"] = _bind_kind(self._processes_v3, kind)
+            functions[f"{base}_v2"] = _bind_kind(self._processes, kind)
+
+        for name, function in functions.items():
+            setattr(module, name, self._counted(name, function))
+        return module
+
+    def _health_functions(self) -> dict[str, Callable[..., Any]]:
+        """The health readings' calls (throttle reasons, PCIe, ECC, fan, P-state, per-process SM%)."""
+        functions: dict[str, Callable[..., Any]] = {
             "nvmlDeviceGetCurrentClocksEventReasons": self.nvmlDeviceGetCurrentClocksEventReasons,
             "nvmlDeviceGetCurrentClocksThrottleReasons": (
                 self.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -564,15 +579,7 @@ class FakeNvml:
         }
         for name, series in _PCIE_FUNCTIONS:
             functions[name] = _bind_kind(self._pcie, series)
-        for kind, label in (("compute", "Compute"), ("graphics", "Graphics")):
-            base = f"nvmlDeviceGet{label}RunningProcesses"
-            functions[base] = _bind_kind(self._processes_unversioned, kind)
-            functions[f"{base}_v3"] = _bind_kind(self._processes_v3, kind)
-            functions[f"{base}_v2"] = _bind_kind(self._processes, kind)
-
-        for name, function in functions.items():
-            setattr(module, name, self._counted(name, function))
-        return module
+        return functions
 
     def _counted(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
