@@ -132,7 +132,11 @@ def test_ecc_and_remapped_rows(rigs: list[Rig]) -> None:
         gpu(
             ecc_uncorrected=[[0, 0], [10, 0], [11, 3]],
             ecc_uncorrected_aggregate=[[0, 7], [11, 10]],
-            remapped_rows={"corrected": 2, "uncorrected": [[0, 0], [11, 1]], "pending": [[0, 0], [11, 1]]},
+            remapped_rows={
+                "corrected": 2,
+                "uncorrected": [[0, 0], [11, 1]],
+                "pending": [[0, 0], [11, 1]],
+            },
         ),
     )
     sample = rig.gpu()
@@ -318,3 +322,26 @@ def test_replay_tolerates_odd_health_values() -> None:
     assert gpu_back.pcie == PcieLink(width=8)
     assert gpu_back.remapped_rows is None and gpu_back.fan_percent is None
     assert gpu_back.processes[0].sm_percent is None
+
+
+def test_the_health_scenario_shows_one_trouble_per_gpu(rigs: list[Rig]) -> None:
+    rig = Rig("health")
+    rigs.append(rig)
+    rig.clock.advance(5)
+    gpus = rig.sampler.sample().gpus
+    stray = {process.pid: process.used_bytes for process in gpus[0].processes}
+    assert 7101 in stray and 7101 in {process.pid for process in gpus[1].processes}
+    assert gpus[2].clocks_event_reasons == ("sw_power_cap", "hw_power_brake_slowdown")
+    assert gpus[1].pcie is not None and gpus[1].pcie.gen == gpus[1].pcie.gen_max == 5
+    assert gpus[3].ecc_uncorrected == 0
+    assert gpus[4].processes[0].cpu_percent is None  # the host's view comes from the host sampler
+    assert gpus[4].processes[0].sm_percent == 30.0 and gpus[4].utilization_gpu == 30.0
+    assert gpus[5].utilization_gpu == 0.0 and gpus[5].clocks_event_reasons == ("gpu_idle",)
+    assert all(gpu.fan_percent is None and gpu.errors == () for gpu in gpus)  # H100 SXM: no fan
+    rig.clock.advance(120)
+    gpus = rig.sampler.sample().gpus
+    assert gpus[1].pcie is not None and (gpus[1].pcie.gen, gpus[1].pcie.width) == (3, 8)
+    assert gpus[3].ecc_uncorrected == 2 and gpus[3].remapped_rows is not None
+    assert gpus[3].remapped_rows.pending
+    rig.clock.advance(600)
+    assert rig.sampler.sample().gpus[2].clocks_event_reasons == ()

@@ -51,6 +51,25 @@ that do not convert it to None do. ``memory_total_mib = 0`` or ``unsupported = [
 unified-memory part (GH200, GB10). ``monitor_in_container = true`` says the monitor runs in a PID
 namespace other than the host's.
 
+Health readings (issue 28), each NotSupported when its name is in ``unsupported`` (``fan``, ``ecc``,
+``pcie``, ``pcie_throughput``, ``remapped_rows``, ``pstate``, ``clocks_event_reasons``,
+``process_utilization``); the defaults are a healthy Gen4 x16 GPU at P0 with its fan at 30%::
+
+    clocks_event_reasons = [[0, ["sw_power_cap", "hw_power_brake_slowdown"]], [600, []]]  # held
+    pcie_gen = [[0, 5], [60, 5], [60, 3]]   # pcie_gen_max = 5, pcie_width(_max), pcie_tx/rx_mib_s
+    ecc_uncorrected = [[0, 0], [120, 2]]    # volatile; ecc_uncorrected_aggregate (default: the same)
+    remapped_rows = { corrected = 1, uncorrected = 0, pending = [[0, 0], [120, 1]], failure = 0 }
+    fan_percent = 30
+    pstate = 0
+
+    [[gpus.processes]]
+    sm_percent = [[0, 90], [60, 30]]        # NVML's per-process samples; leave out: no sample
+    memory_bandwidth_percent = 40
+
+The clock-event reasons answer under the R535 name and the older ``...ThrottleReasons`` one (the
+``old-driver`` failure mode has only the older); per-process samples are stamped with scenario time,
+so a round at the same scenario second as the last sees none (NVML's NotFound).
+
 Energy: ``nvmlDeviceGetTotalEnergyConsumption`` returns a per-GPU counter in millijoules that starts at
 :data:`ENERGY_START_MJ` (a driver loaded before the run) and integrates the scripted ``power_w`` over
 scenario time (trapezoids through the series' points, exact for straight pieces); it never goes back.
