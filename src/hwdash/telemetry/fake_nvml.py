@@ -51,6 +51,25 @@ that do not convert it to None do. ``memory_total_mib = 0`` or ``unsupported = [
 unified-memory part (GH200, GB10). ``monitor_in_container = true`` says the monitor runs in a PID
 namespace other than the host's.
 
+Health readings (issue 28), each NotSupported when its name is in ``unsupported`` (``fan``, ``ecc``,
+``pcie``, ``pcie_throughput``, ``remapped_rows``, ``pstate``, ``clocks_event_reasons``,
+``process_utilization``); the defaults are a healthy Gen4 x16 GPU at P0 with its fan at 30%::
+
+    clocks_event_reasons = [[0, ["sw_power_cap", "hw_power_brake_slowdown"]], [600, []]]  # held
+    pcie_gen = [[0, 5], [60, 5], [60, 3]]   # pcie_gen_max = 5, pcie_width(_max), pcie_tx/rx_mib_s
+    ecc_uncorrected = [[0, 0], [120, 2]]    # volatile; ecc_uncorrected_aggregate (default: the same)
+    remapped_rows = { corrected = 1, uncorrected = 0, pending = [[0, 0], [120, 1]], failure = 0 }
+    fan_percent = 30
+    pstate = 0
+
+    [[gpus.processes]]
+    sm_percent = [[0, 90], [60, 30]]        # NVML's per-process samples; leave out: no sample
+    memory_bandwidth_percent = 40
+
+The clock-event reasons answer under the R535 name and the older ``...ThrottleReasons`` one (the
+``old-driver`` failure mode has only the older); per-process samples are stamped with scenario time,
+so a round at the same scenario second as the last sees none (NVML's NotFound).
+
 Energy: ``nvmlDeviceGetTotalEnergyConsumption`` returns a per-GPU counter in millijoules that starts at
 :data:`ENERGY_START_MJ` (a driver loaded before the run) and integrates the scripted ``power_w`` over
 scenario time (trapezoids through the series' points, exact for straight pieces); it never goes back.
@@ -96,6 +115,7 @@ from hwdash.telemetry.fake_scenario import (
     series_value,
 )
 from hwdash.telemetry.host_sampler import ProcessTable
+from hwdash.telemetry.nvml_health import CLOCKS_EVENT_REASONS
 
 __all__ = [
     "SCENARIO_DIR",
@@ -329,6 +349,94 @@ class FakeNvml:
             return round(series_value(gpu.memory_clock_mhz, self.now()))
         raise self._error("NVMLError_InvalidArgument")
 
+    def _reasons_mask(self, handle: FakeDeviceHandle) -> int:
+        gpu = self._gpu(handle, "clocks_event_reasons")
+        bits = dict(CLOCKS_EVENT_REASONS)
+        names = gpu.clocks_event_reasons_at(self.now())
+        return sum(int(getattr(self._real, "nvmlClocksEventReason" + bits[name])) for name in names)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeDeviceHandle) -> int:
+        if self._old_driver():  # the name came with driver R535
+            raise self._error("NVMLError_FunctionNotFound")
+        return self._reasons_mask(handle)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeDeviceHandle) -> int:
+        return self._reasons_mask(handle)
+
+    def _pcie(self, handle: FakeDeviceHandle, series: str) -> int:
+        gpu = self._gpu(handle, "pcie")
+        value: Series | int = getattr(gpu, series)
+        return round(series_value(value, self.now()) if not isinstance(value, int) else value)
+
+    def nvmlDeviceGetPcieThroughput(self, handle: FakeDeviceHandle, counter: int) -> int:
+        gpu = self._gpu(handle, "pcie_throughput")
+        if counter == self._real.NVML_PCIE_UTIL_TX_BYTES:
+            series = gpu.pcie_tx_mib_s
+        elif counter == self._real.NVML_PCIE_UTIL_RX_BYTES:
+            series = gpu.pcie_rx_mib_s
+        else:
+            raise self._error("NVMLError_InvalidArgument")
+        return round(max(0.0, series_value(series, self.now())) * 1024)  # MiB/s -> KB/s
+
+    def nvmlDeviceGetTotalEccErrors(
+        self, handle: FakeDeviceHandle, error_type: int, counter_type: int
+    ) -> int:
+        gpu = self._gpu(handle, "ecc")
+        if error_type != self._real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return 0  # scenarios script the uncorrected errors only
+        series = gpu.ecc_uncorrected
+        if counter_type == self._real.NVML_AGGREGATE_ECC:
+            series = (
+                gpu.ecc_uncorrected_aggregate
+                if gpu.ecc_uncorrected_aggregate is not None
+                else series
+            )
+        elif counter_type != self._real.NVML_VOLATILE_ECC:
+            raise self._error("NVMLError_InvalidArgument")
+        return math.floor(max(0.0, series_value(series, self.now())))
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeDeviceHandle) -> tuple[int, int, int, int]:
+        rows = self._gpu(handle, "remapped_rows").remapped_rows
+        now = self.now()
+        return (
+            math.floor(max(0.0, series_value(rows.corrected, now))),
+            math.floor(max(0.0, series_value(rows.uncorrected, now))),
+            int(series_value(rows.pending, now) > 0),
+            int(series_value(rows.failure, now) > 0),
+        )
+
+    def nvmlDeviceGetFanSpeed(self, handle: FakeDeviceHandle) -> int:
+        gpu = self._gpu(handle, "fan")
+        return round(min(100.0, max(0.0, series_value(gpu.fan_percent, self.now()))))
+
+    def nvmlDeviceGetPerformanceState(self, handle: FakeDeviceHandle) -> int:
+        gpu = self._gpu(handle, "pstate")
+        return round(series_value(gpu.pstate, self.now()))
+
+    def nvmlDeviceGetProcessUtilization(self, handle: FakeDeviceHandle, since_us: int) -> list[Any]:
+        """One sample per process with a scripted SM series, stamped with scenario time (NVML's
+        microseconds, from :data:`_SAMPLE_EPOCH_US`); NotFound when none is newer than ``since_us``."""
+        gpu = self._gpu(handle, "process_utilization")
+        now = self.now()
+        stamp = _SAMPLE_EPOCH_US + round(now * 1_000_000)
+        samples = [
+            types.SimpleNamespace(
+                pid=process.pid,
+                timeStamp=stamp,
+                smUtil=round(min(100.0, max(0.0, series_value(process.sm_percent, now)))),
+                memUtil=round(
+                    min(100.0, max(0.0, series_value(process.memory_bandwidth_percent or 0.0, now)))
+                ),
+                encUtil=0,
+                decUtil=0,
+            )
+            for process in gpu.processes
+            if process.sm_percent is not None and self._alive(process) and stamp > since_us
+        ]
+        if not samples:
+            raise self._error("NVMLError_NotFound")
+        return samples
+
     def _alive(self, process: ScenarioProcess) -> bool:
         return process.alive_at(self.now())
 
@@ -436,6 +544,9 @@ class FakeNvml:
             "nvmlMemory_v2",
         ):
             setattr(module, name, getattr(self._real, name))
+        for name in dir(self._real):
+            if name.startswith(_HEALTH_CONSTANTS):
+                setattr(module, name, getattr(self._real, name))
 
         functions: dict[str, Callable[..., Any]] = {
             "nvmlInit": self.nvmlInit,
@@ -459,6 +570,7 @@ class FakeNvml:
             "nvmlDeviceGetMigDeviceHandleByIndex": self.nvmlDeviceGetMigDeviceHandleByIndex,
             "nvmlDeviceGetGpuInstanceId": self.nvmlDeviceGetGpuInstanceId,
             "nvmlDeviceGetComputeInstanceId": self.nvmlDeviceGetComputeInstanceId,
+            **self._health_functions(),
         }
         for kind, label in (("compute", "Compute"), ("graphics", "Graphics")):
             base = f"nvmlDeviceGet{label}RunningProcesses"
@@ -470,6 +582,24 @@ class FakeNvml:
             setattr(module, name, self._counted(name, function))
         return module
 
+    def _health_functions(self) -> dict[str, Callable[..., Any]]:
+        """The health readings' calls (throttle reasons, PCIe, ECC, fan, P-state, per-process SM%)."""
+        functions: dict[str, Callable[..., Any]] = {
+            "nvmlDeviceGetCurrentClocksEventReasons": self.nvmlDeviceGetCurrentClocksEventReasons,
+            "nvmlDeviceGetCurrentClocksThrottleReasons": (
+                self.nvmlDeviceGetCurrentClocksThrottleReasons
+            ),
+            "nvmlDeviceGetPcieThroughput": self.nvmlDeviceGetPcieThroughput,
+            "nvmlDeviceGetTotalEccErrors": self.nvmlDeviceGetTotalEccErrors,
+            "nvmlDeviceGetRemappedRows": self.nvmlDeviceGetRemappedRows,
+            "nvmlDeviceGetFanSpeed": self.nvmlDeviceGetFanSpeed,
+            "nvmlDeviceGetPerformanceState": self.nvmlDeviceGetPerformanceState,
+            "nvmlDeviceGetProcessUtilization": self.nvmlDeviceGetProcessUtilization,
+        }
+        for name, series in _PCIE_FUNCTIONS:
+            functions[name] = _bind_kind(self._pcie, series)
+        return functions
+
     def _counted(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
@@ -478,6 +608,30 @@ class FakeNvml:
         call.__name__ = name
         return call
 
+
+_HEALTH_CONSTANTS = (
+    "nvmlClocksEventReason",
+    "nvmlClocksThrottleReason",
+    "NVML_MEMORY_ERROR_TYPE_",
+    "NVML_VOLATILE_ECC",
+    "NVML_AGGREGATE_ECC",
+    "NVML_PCIE_UTIL_",
+    "NVML_PSTATE_",
+)
+"""Prefixes of the real bindings' constants the fake module carries for the health readings."""
+
+_PCIE_FUNCTIONS = (
+    ("nvmlDeviceGetCurrPcieLinkGeneration", "pcie_gen"),
+    ("nvmlDeviceGetMaxPcieLinkGeneration", "pcie_gen_max"),
+    ("nvmlDeviceGetGpuMaxPcieLinkGeneration", "pcie_gen_max"),
+    ("nvmlDeviceGetCurrPcieLinkWidth", "pcie_width"),
+    ("nvmlDeviceGetMaxPcieLinkWidth", "pcie_width_max"),
+)
+"""The PCIe link calls and the scenario field each answers from."""
+
+_SAMPLE_EPOCH_US = 1_700_000_000_000_000
+"""Scenario second 0 on NVML's per-process sample clock (microseconds since the epoch, as the
+driver stamps them: never 0, so a first read "since 0" sees every sample)."""
 
 ENERGY_START_MJ = 5_000_000_000
 """Where every fake GPU's energy counter starts (5 MJ): a counter is not zero when a run starts."""
@@ -552,9 +706,9 @@ def _read_at_v3_stride(rows: list[Any]) -> list[Any]:
 
 
 def _bind_kind(
-    function: Callable[[FakeDeviceHandle, str], list[Any]], kind: str
-) -> Callable[[FakeDeviceHandle], list[Any]]:
-    def call(handle: FakeDeviceHandle) -> list[Any]:
+    function: Callable[[FakeDeviceHandle, str], Any], kind: str
+) -> Callable[[FakeDeviceHandle], Any]:
+    def call(handle: FakeDeviceHandle) -> Any:
         return function(handle, kind)
 
     return call

@@ -48,7 +48,29 @@ UnsupportedField = Literal[
     "process_name",
     "mig",
     "energy",
+    "process_utilization",
+    "clocks_event_reasons",
+    "pcie",
+    "pcie_throughput",
+    "ecc",
+    "remapped_rows",
+    "fan",
+    "pstate",
 ]
+
+ClocksEventReason = Literal[
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+]
+"""The clock-event reasons a scenario may name (hwdash's names of NVML's bits, as
+:data:`hwdash.telemetry.nvml_health.CLOCKS_EVENT_REASONS` lists them)."""
 
 
 class ScenarioError(UsageError):
@@ -168,8 +190,13 @@ class ScenarioProcess(_Strict):
     """The process runs :mod:`hwdash.probe` and publishes these allocator numbers."""
     container: str | None = None
     """The container the host sees it in (``docker:3f2a1b9c0d4e``); None: on the host."""
+    sm_percent: Series | None = None
+    """The process's SM utilization in NVML's per-process samples; None: NVML has no sample."""
+    memory_bandwidth_percent: Series | None = None
+    """The process's memory-bandwidth utilization (NVML's ``memUtil``); None: 0 with an SM
+    sample, no sample without one."""
 
-    @field_validator("used_mib")
+    @field_validator("used_mib", "sm_percent", "memory_bandwidth_percent")
     @classmethod
     def _series_in_order(cls, value: Series | None) -> Series | None:
         return _check_series(value)
@@ -201,6 +228,23 @@ class ScenarioMig(_Strict):
     @classmethod
     def _series_in_order(cls, value: Series | None) -> Series | None:
         return _check_series(value)
+
+
+class ScenarioRemappedRows(_Strict):
+    """A GPU's row remapping (``nvmlDeviceGetRemappedRows``); counts are whole numbers of the
+    interpolated value, ``pending`` and ``failure`` are true where their series is above 0."""
+
+    corrected: Points = 0.0
+    uncorrected: Points = 0.0
+    pending: Points = 0.0
+    failure: Points = 0.0
+
+    @field_validator("corrected", "uncorrected", "pending", "failure")
+    @classmethod
+    def _series_in_order(cls, value: Points) -> Points:
+        checked = _check_series(value)
+        assert checked is not None and not isinstance(checked, Wave)
+        return checked
 
 
 class ScenarioGpu(_Strict):
@@ -244,6 +288,27 @@ class ScenarioGpu(_Strict):
     """MIG mode in force now (default: on when ``mig`` lists instances)."""
     mig_mode_pending: bool | None = None
     """MIG mode after the next GPU reset (default: the current mode)."""
+    clocks_event_reasons: list[tuple[float, list[ClocksEventReason]]] = []
+    """``[seconds, [names]]`` points: the clock-event (throttle) reasons from that second until the
+    next point; none before the first point (and with none listed)."""
+    pcie_gen: Points = 4.0
+    """PCIe link generation now (a link downgraded under load: a series that drops)."""
+    pcie_gen_max: int = Field(default=4, ge=1)
+    pcie_width: Points = 16.0
+    """PCIe lanes in use now."""
+    pcie_width_max: int = Field(default=16, ge=1)
+    pcie_tx_mib_s: Series = 0.0
+    """PCIe traffic the GPU sends, MiB/s (NVML reports KB/s)."""
+    pcie_rx_mib_s: Series = 0.0
+    ecc_uncorrected: Points = 0.0
+    """Volatile uncorrected ECC errors (whole numbers of the interpolated value)."""
+    ecc_uncorrected_aggregate: Points | None = None
+    """Lifetime uncorrected ECC errors; default: the volatile count."""
+    remapped_rows: ScenarioRemappedRows = ScenarioRemappedRows()
+    fan_percent: Series = 30.0
+    """Fan speed, percent of its maximum (list ``fan`` in ``unsupported`` for a passive card)."""
+    pstate: Points = 0.0
+    """Performance state (0: P0)."""
     process_struct_mismatch: bool = False
     """Return process rows packed as NVML's v2 struct and read back at the v3 stride, as
     nvidia-ml-py 12.535.77 does on drivers that fill v2: rows after the first are scrambled."""
@@ -279,12 +344,37 @@ class ScenarioGpu(_Strict):
         "power_w",
         "sm_clock_mhz",
         "memory_clock_mhz",
+        "pcie_gen",
+        "pcie_width",
+        "pcie_tx_mib_s",
+        "pcie_rx_mib_s",
+        "ecc_uncorrected",
+        "ecc_uncorrected_aggregate",
+        "fan_percent",
+        "pstate",
     )
     @classmethod
-    def _series_in_order(cls, value: Series) -> Series:
-        checked = _check_series(value)
-        assert checked is not None
-        return checked
+    def _series_in_order(cls, value: Series | None) -> Series | None:
+        return _check_series(value)
+
+    @field_validator("clocks_event_reasons")
+    @classmethod
+    def _reasons_in_order(
+        cls, value: list[tuple[float, list[ClocksEventReason]]]
+    ) -> list[tuple[float, list[ClocksEventReason]]]:
+        times = [point[0] for point in value]
+        if times != sorted(times):
+            raise ValueError("clock-event reason points must be in time order")
+        return value
+
+    def clocks_event_reasons_at(self, at_s: float) -> list[ClocksEventReason]:
+        """The reasons in force at scenario second ``at_s`` (the last point at or before it)."""
+        current: list[ClocksEventReason] = []
+        for second, names in self.clocks_event_reasons:
+            if second > at_s:
+                break
+            current = names
+        return current
 
 
 class Scenario(_Strict):

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hwdash.telemetry.nvml_health import HealthReader
 from hwdash.telemetry.types import (
     GpuSample,
     GpuState,
@@ -162,6 +163,8 @@ class _NvmlReader:
         self.process_names: dict[int, str | None] = {}
         """Names by PID, kept only while the PID is in NVML's process lists."""
         self._seen_pids: set[int] = set()
+        self.health = HealthReader(self)
+        """Throttle reasons, PCIe, ECC, fan, P-state, energy, per-process SM% (nvml_health)."""
 
     def _error_class(self, name: str) -> type[BaseException]:
         cls = getattr(self.nvml, name, None)
@@ -263,7 +266,16 @@ class _NvmlReader:
         self, errors: list[tuple[str, str]], label: str, function_name: str, *args: Any
     ) -> Any:
         """Call one NVML function; on failure record ``(label, reason)`` and return None."""
-        function = getattr(self.nvml, function_name, None)
+        return self.call_function(errors, label, getattr(self.nvml, function_name, None), *args)
+
+    def call_function(
+        self,
+        errors: list[tuple[str, str]],
+        label: str,
+        function: Callable[..., Any] | None,
+        *args: Any,
+    ) -> Any:
+        """:meth:`call` for a function in hand (None: the bindings lack it)."""
         if function is None:
             errors.append((label, "not in these NVML bindings"))
             return None
@@ -276,7 +288,7 @@ class _NvmlReader:
         except (
             Exception
         ) as exc:  # the bindings raise odd things on odd drivers; never end the monitor
-            log.warning("NVML %s failed unexpectedly: %r", function_name, exc)
+            log.warning("NVML %s failed unexpectedly: %r", label, exc)
             errors.append((label, f"unexpected error: {exc!r}"))
         return None
 
@@ -339,6 +351,43 @@ class _NvmlReader:
         handle = info.handle
         total, reserved, used, free = self.read_memory(handle, errors, "memory")
         utilization = self.call(errors, "utilization", "nvmlDeviceGetUtilizationRates", handle)
+        sensors = self.read_sensors(handle, errors)
+        unified = total == 0 or (total is None and ("memory", "not supported") in errors)
+        if total == 0:
+            errors.append(("memory", "total 0: unified memory"))
+            total = reserved = used = free = None
+        mig: tuple[MigSample, ...] = ()
+        if info.mig_enabled:
+            mig, processes = self.read_mig(index, handle, errors)
+        else:
+            processes = self.read_processes(index, handle, errors)
+        reliable, processes = self.checked_processes(processes, total, errors)
+        if not info.mig_enabled:  # NVML keeps no per-process samples on MIG devices
+            processes = self.health.with_process_utilization(index, handle, processes, errors)
+        health = self.health.read_gpu(index, handle, errors)
+        return GpuSample(
+            index=index,
+            name=info.name,
+            uuid=info.uuid,
+            state=GpuState.OK,
+            total_bytes=total,
+            reserved_bytes=reserved,
+            used_bytes=used,
+            free_bytes=free,
+            utilization_gpu=None if utilization is None else float(utilization.gpu),
+            utilization_memory=None if utilization is None else float(utilization.memory),
+            power_limit_w=info.power_limit_w,
+            processes=processes,
+            mig=mig,
+            errors=tuple(errors),
+            unified_memory=unified,
+            processes_reliable=reliable,
+            **sensors,
+            **health,
+        )
+
+    def read_sensors(self, handle: Any, errors: list[tuple[str, str]]) -> dict[str, Any]:
+        """Temperature, power and clocks: the :class:`GpuSample` fields by name."""
         temperature = self.call(
             errors,
             "temperature",
@@ -361,38 +410,12 @@ class _NvmlReader:
             handle,
             getattr(self.nvml, "NVML_CLOCK_MEM", 2),
         )
-        unified = total == 0 or (total is None and ("memory", "not supported") in errors)
-        if total == 0:
-            errors.append(("memory", "total 0: unified memory"))
-            total = reserved = used = free = None
-        mig: tuple[MigSample, ...] = ()
-        if info.mig_enabled:
-            mig, processes = self.read_mig(index, handle, errors)
-        else:
-            processes = self.read_processes(index, handle, errors)
-        reliable, processes = self.checked_processes(processes, total, errors)
-        return GpuSample(
-            index=index,
-            name=info.name,
-            uuid=info.uuid,
-            state=GpuState.OK,
-            total_bytes=total,
-            reserved_bytes=reserved,
-            used_bytes=used,
-            free_bytes=free,
-            utilization_gpu=None if utilization is None else float(utilization.gpu),
-            utilization_memory=None if utilization is None else float(utilization.memory),
-            temperature_c=None if temperature is None else float(temperature),
-            power_w=None if power_mw is None else power_mw / 1000,
-            power_limit_w=info.power_limit_w,
-            sm_clock_mhz=None if sm_clock is None else int(sm_clock),
-            memory_clock_mhz=None if memory_clock is None else int(memory_clock),
-            processes=processes,
-            mig=mig,
-            errors=tuple(errors),
-            unified_memory=unified,
-            processes_reliable=reliable,
-        )
+        return {
+            "temperature_c": None if temperature is None else float(temperature),
+            "power_w": None if power_mw is None else power_mw / 1000,
+            "sm_clock_mhz": None if sm_clock is None else int(sm_clock),
+            "memory_clock_mhz": None if memory_clock is None else int(memory_clock),
+        }
 
     def checked_processes(
         self,

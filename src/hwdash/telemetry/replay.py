@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,9 @@ from hwdash.telemetry.types import (
     HostSample,
     MigSample,
     NvmlStatus,
+    PcieLink,
     ProcessSample,
+    RemappedRows,
     Snapshot,
     TorchSample,
 )
@@ -102,7 +105,39 @@ def _process(data: dict[str, Any], gpu_index: int) -> ProcessSample:
         container=_str(data.get("container")),
         host=_str(data.get("host")),
         host_gpu=_int(data.get("host_gpu")),
+        sm_percent=_float(data.get("sm_percent")),
+        memory_bandwidth_percent=_float(data.get("memory_bandwidth_percent")),
     )
+
+
+def _health(data: dict[str, Any]) -> dict[str, Any]:
+    """The GPU's health readings (:func:`hwdash.telemetry.snapshot_json.health_to_dict`)."""
+    reasons = data.get("clocks_event_reasons")
+    pcie = data.get("pcie")
+    rows = data.get("remapped_rows")
+    return {
+        "clocks_event_reasons": tuple(str(name) for name in reasons if isinstance(name, str))
+        if isinstance(reasons, list)
+        else None,
+        "pcie": PcieLink(
+            **{key: _int(pcie.get(key)) for key in (field.name for field in fields(PcieLink))}
+        )
+        if isinstance(pcie, dict)
+        else None,
+        "ecc_uncorrected": _int(data.get("ecc_uncorrected")),
+        "ecc_uncorrected_aggregate": _int(data.get("ecc_uncorrected_aggregate")),
+        "remapped_rows": RemappedRows(
+            corrected=_int(rows.get("corrected")) or 0,
+            uncorrected=_int(rows.get("uncorrected")) or 0,
+            pending=rows.get("pending") is True,
+            failure=rows.get("failure") is True,
+        )
+        if isinstance(rows, dict)
+        else None,
+        "fan_percent": _float(data.get("fan_percent")),
+        "pstate": _int(data.get("pstate")),
+        "energy_mj": _int(data.get("energy_mj")),
+    }
 
 
 def _mig(data: dict[str, Any]) -> MigSample:
@@ -154,6 +189,7 @@ def _gpu(data: dict[str, Any]) -> GpuSample:
         host=_str(data.get("host")),
         host_gpu=_int(data.get("host_gpu")),
         processes_reliable=data.get("processes_reliable") is not False,
+        **_health(data),
     )
 
 

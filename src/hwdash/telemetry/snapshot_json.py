@@ -7,6 +7,7 @@ Top-level keys: ``timestamp``, ``nvml`` (``available``, ``driver_version``, ``er
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,6 +47,8 @@ def process_to_dict(process: ProcessSample) -> dict[str, Any]:
         "run": run_to_dict(process.run),
         "oom_recording": process.oom_recording,
         "oom_snapshot": process.oom_snapshot,
+        "sm_percent": process.sm_percent,
+        "memory_bandwidth_percent": process.memory_bandwidth_percent,
     }
 
 
@@ -145,6 +148,28 @@ def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
         "processes_reliable": gpu.processes_reliable,
         "mig": [mig_to_dict(mig) for mig in gpu.mig],
         "errors": {name: reason for name, reason in gpu.errors},
+        **health_to_dict(gpu),
+    }
+
+
+def health_to_dict(gpu: GpuSample) -> dict[str, Any]:
+    """The GPU's health readings (:mod:`hwdash.telemetry.nvml_health`); null where unreadable.
+
+    ``xid_events`` is always ``[]`` for now: Xid events are not read yet.
+    """
+    reasons = gpu.clocks_event_reasons
+    return {
+        "clocks_event_reasons": None if reasons is None else list(reasons),
+        "pcie": None if gpu.pcie is None else dataclasses.asdict(gpu.pcie),
+        "ecc_uncorrected": gpu.ecc_uncorrected,
+        "ecc_uncorrected_aggregate": gpu.ecc_uncorrected_aggregate,
+        "remapped_rows": None
+        if gpu.remapped_rows is None
+        else dataclasses.asdict(gpu.remapped_rows),
+        "fan_percent": gpu.fan_percent,
+        "pstate": gpu.pstate,
+        "energy_mj": gpu.energy_mj,
+        "xid_events": [],
     }
 
 

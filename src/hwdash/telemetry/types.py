@@ -183,6 +183,13 @@ class ProcessSample:
     """When the process started (psutil's ``create_time``, seconds since the epoch), read when the
     row was sampled; a signal is sent only while the PID's process still has this start time.
     None when unknown (another machine's process, a fake scenario, a replay)."""
+    sm_percent: float | None = None
+    """Share of time the process's kernels ran on the SMs, percent (NVML's per-process
+    utilization samples, ``nvmlDeviceGetProcessUtilization``'s ``smUtil``; nvitop's ``%SM``);
+    None when NVML has no sample for it since the last round, or cannot say (MIG, old GPUs)."""
+    memory_bandwidth_percent: float | None = None
+    """Share of time the process read or wrote device memory, percent (``memUtil``; nvitop's
+    ``%GMBW``); None as for ``sm_percent``."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +214,38 @@ class MigSample:
     def pressure(self) -> float | None:
         """Memory pressure of the instance (``1 - free/total``); alerts are evaluated per instance."""
         return _pressure(self.total_bytes, self.free_bytes)
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """A GPU's PCIe link now and at its best, and its traffic (:mod:`hwdash.telemetry.nvml_health`).
+    Each member is None where NVML cannot read it; a link below its maximum is ``gen < gen_max``
+    or ``width < width_max`` (links drop to a lower generation when idle, to save power)."""
+
+    gen: int | None = None
+    gen_max: int | None = None
+    """The most this GPU and its slot can do (``nvmlDeviceGetMaxPcieLinkGeneration``)."""
+    width: int | None = None
+    """Lanes in use now (x16: 16)."""
+    width_max: int | None = None
+    tx_bytes_per_s: int | None = None
+    """Bytes per second the GPU sent over the link (``nvmlDeviceGetPcieThroughput``, a 20 ms
+    sample)."""
+    rx_bytes_per_s: int | None = None
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """Memory rows the GPU replaced with spares (``nvmlDeviceGetRemappedRows``; A100 and later)."""
+
+    corrected: int
+    """Rows remapped after correctable errors."""
+    uncorrected: int
+    """Rows remapped after uncorrectable errors."""
+    pending: bool
+    """A remapping waits for the next GPU reset."""
+    failure: bool
+    """A remapping failed (no spare row left): the GPU needs service."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +294,24 @@ class GpuSample:
     processes_reliable: bool = True
     """False when NVML's process rows failed the sanity check (PID 0 or 0xFFFFFFFF, more memory
     than the GPU has): the rows are dropped and the reason is in ``errors``."""
+    clocks_event_reasons: tuple[str, ...] | None = None
+    """Why the clocks are below their maximum now, by name (``sw_power_cap``, ``hw_slowdown``,
+    ``gpu_idle``..., :data:`hwdash.telemetry.nvml_health.CLOCKS_EVENT_REASONS`); () when none; None
+    when NVML cannot say."""
+    pcie: PcieLink | None = None
+    """The PCIe link; None when no part of it could be read."""
+    ecc_uncorrected: int | None = None
+    """Uncorrected ECC errors since the driver loaded (NVML's volatile count); None without ECC."""
+    ecc_uncorrected_aggregate: int | None = None
+    """Uncorrected ECC errors over the GPU's life (NVML's aggregate count)."""
+    remapped_rows: RemappedRows | None = None
+    """Row remapping; None on GPUs without it (before Ampere, consumer cards)."""
+    fan_percent: float | None = None
+    """Fan speed as a percent of its maximum; None on passively cooled GPUs."""
+    pstate: int | None = None
+    """Performance state, 0 (P0, the fastest) to 15; None when unknown."""
+    energy_mj: int | None = None
+    """NVML's energy counter (millijoules since the driver loaded; Volta and later)."""
 
     @property
     def pressure(self) -> float | None:
