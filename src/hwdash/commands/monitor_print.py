@@ -275,6 +275,11 @@ def _print_processes(console: Console, snapshot: Snapshot) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    for gpu in snapshot.gpus:  # what the health rules say, before the processes
+        for diagnosis in gpu.diagnoses:
+            console.print(
+                Text(f"GPU {gpu.index} {diagnosis.kind}: {diagnosis.message}; {diagnosis.hint}")
+            )
     processes = [process for gpu in _shown_order(snapshot.gpus) for process in gpu.processes]
     if not processes:
         return

@@ -146,6 +146,7 @@ def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
         "host_gpu": gpu.host_gpu,
         "processes": [process_to_dict(process) for process in gpu.processes],
         "processes_reliable": gpu.processes_reliable,
+        "diagnoses": [diagnosis.to_dict() for diagnosis in gpu.diagnoses],
         "mig": [mig_to_dict(mig) for mig in gpu.mig],
         "errors": {name: reason for name, reason in gpu.errors},
         **health_to_dict(gpu),

@@ -6,6 +6,8 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING
 
+from hwdash.core.live.diagnoses import DiagnosisEngine, DiagnosisEvent
+from hwdash.telemetry.diagnosis_feed import diagnose
 from hwdash.telemetry.host_sampler import HostProcessInfo, HostSampler
 from hwdash.telemetry.nvml_sampler import NvmlSampler
 from hwdash.telemetry.probes import ProbeJoiner, ProbeReading, uuid_key
@@ -79,6 +81,10 @@ class SystemSampler:
         self.probes = probes
         """Readings of :mod:`hwdash.probe` in training processes, joined by PID and GPU UUID (not
         in a PID namespace of its own, where the probe's PIDs are not NVML's)."""
+        self.diagnoses = DiagnosisEngine()
+        """The health rules, fed every round (:mod:`hwdash.telemetry.diagnosis_feed`)."""
+        self.diagnosis_events: list[DiagnosisEvent] = []
+        """The last round's raised and cleared diagnoses."""
 
     def sample(self) -> Snapshot:
         """GPUs (never blocking longer than the NVML round timeout), host, processes joined by PID."""
@@ -109,9 +115,10 @@ class SystemSampler:
             gpus.append(gpu)
         if self.probes is not None:
             self.probes.forget_except(probed)
+        shown, self.diagnosis_events = diagnose(self.diagnoses, gpus, snapshot.timestamp)
         return dataclasses.replace(
             snapshot,
-            gpus=tuple(gpus),
+            gpus=shown,
             host=host,
             sample_seconds=time.perf_counter() - started,
         )

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal, Protocol
 
+from hwdash.core.live.diagnoses import Diagnosis
+
 
 class GpuState(str, Enum):
     """Health of one GPU in a snapshot. ``alert`` and ``blind`` are set by the alert rule, not by
@@ -294,6 +296,9 @@ class GpuSample:
     processes_reliable: bool = True
     """False when NVML's process rows failed the sanity check (PID 0 or 0xFFFFFFFF, more memory
     than the GPU has): the rows are dropped and the reason is in ``errors``."""
+    diagnoses: tuple[Diagnosis, ...] = ()
+    """What the health rules say of this GPU now (:mod:`hwdash.core.live.diagnoses`): throttled,
+    an Xid, ECC, a slow link, an idle holder, a stray context, an input-bound process."""
     clocks_event_reasons: tuple[str, ...] | None = None
     """Why the clocks are below their maximum now, by name (``sw_power_cap``, ``hw_slowdown``,
     ``gpu_idle``..., :data:`hwdash.telemetry.nvml_health.CLOCKS_EVENT_REASONS`); () when none; None

@@ -98,6 +98,11 @@ def detail_text(gpu: GpuSample) -> str:
         "reserved "
         + (NOT_AVAILABLE if gpu.reserved_bytes is None else format_bytes(gpu.reserved_bytes))
     ]
+    if gpu.diagnoses:
+        # What the health rules say comes first: it is why the user should look at this GPU.
+        first = gpu.diagnoses[0]
+        more = f" (+{len(gpu.diagnoses) - 1} more)" if len(gpu.diagnoses) > 1 else ""
+        parts.insert(0, f"⚠ {first.message}: {first.hint}{more}")
     if gpu.sm_clock_mhz is not None:
         parts.append(f"SM {clock_text(gpu.sm_clock_mhz)}")
     if gpu.memory_clock_mhz is not None:
