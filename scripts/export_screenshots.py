@@ -89,6 +89,9 @@ SHOTS = (
         step_s=4,
         keys=("enter",),
     ),
+    # Issue 28: per-process SM%, and the health rules explained in the GPU rows: a stray context
+    # on GPU 0, a slow PCIe link, a throttled GPU, ECC errors, an input-bound loader.
+    Shot("monitor-health.svg", "health", until_s=130, step_s=5, size=(140, 44)),
     # Rank 0's run against its plan (issue 26): speed, MFU, time to finish, cost, energy and the
     # planned vs measured peak, in the process detail on a taller terminal.
     Shot(

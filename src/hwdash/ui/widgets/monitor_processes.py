@@ -44,6 +44,7 @@ PROCESS_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("trend", "Trend", 8),
     ("torch", "Alloc/Rsv", 14),
     ("run", "Speed  ETA", 15),
+    ("sm", "SM%", 4),
     ("cpu", "CPU", 4),
     ("rss", "RSS", 8),
     ("command", "Command", 24),
@@ -57,7 +58,9 @@ RUN_MIN_WIDTH = 100
 RETRYING = "!"
 
 
-def active_columns(width: int, *, torch: bool, run: bool = False) -> tuple[str, ...]:
+def active_columns(
+    width: int, *, torch: bool, run: bool = False, sm: bool = False
+) -> tuple[str, ...]:
     """The columns shown at ``width``: the trend only where there is room, PyTorch's
     allocated/reserved only when some process runs :mod:`hwdash.probe`, a run's speed and time to
     finish when some probe reports progress and there is room."""
@@ -67,6 +70,7 @@ def active_columns(width: int, *, torch: bool, run: bool = False) -> tuple[str, 
         if (key != "trend" or width >= TREND_MIN_WIDTH)
         and (key != "torch" or torch)
         and (key != "run" or (run and width >= RUN_MIN_WIDTH))
+        and (key != "sm" or sm)
     )
 
 
@@ -147,6 +151,10 @@ def process_cells(
         "gpu_memory": ProcessCell("n/a" if memory is None else format_gib(memory), _number(memory)),
         "trend": _trend_cell(history, total_bytes),
         "torch": _torch_cell(process),
+        "sm": ProcessCell(
+            "" if process.sm_percent is None else f"{process.sm_percent:.0f}%",
+            _number(process.sm_percent),
+        ),
         "run": (
             ProcessCell("", (0, 0.0))
             if process.run is None
@@ -212,6 +220,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._drawn: dict[int, tuple[object, ...]] = {}
         self._torch_shown = False
         self._run_shown = False
+        self._sm_shown = False
         self._strips: dict[tuple[object, ...], Strip] = {}
 
     # -- what the pane and the tests call -----------------------------------------------------
@@ -238,7 +247,9 @@ class ProcessTable(ScrollView, can_focus=True):
     @property
     def columns(self) -> tuple[str, ...]:
         """Keys of the columns shown at the table's width."""
-        return active_columns(self.size.width, torch=self._torch_shown, run=self._run_shown)
+        return active_columns(
+            self.size.width, torch=self._torch_shown, run=self._run_shown, sm=self._sm_shown
+        )
 
     def show(
         self,
@@ -263,6 +274,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._rows = dict(wanted)
         self._torch_shown = any(cells["torch"].text for cells in self._rows.values())
         self._run_shown = any(cells["run"].text for cells in self._rows.values() if "run" in cells)
+        self._sm_shown = any(cells["sm"].text for cells in self._rows.values() if "sm" in cells)
         self._order = self._sorted_keys()
         self.cursor_row = min(self.cursor_row, max(0, len(self._order) - 1))
         self.virtual_size = Size(self.size.width, len(self._order) + 1)
