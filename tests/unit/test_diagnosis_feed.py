@@ -68,3 +68,36 @@ def test_the_json_and_the_gpu_row_say_it() -> None:
     assert stray["since"] == EPOCH  # since the context was first seen (raised after a 5 s hold)
     row = detail_text(snapshot.gpus[2])
     assert row.startswith("⚠ clocks throttled")
+
+
+def test_diagnoses_reach_the_alert_log_and_on_alert_with_their_kind(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import time as wall
+
+    from hwdash.core.live.alerts import AlertEngine
+    from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
+
+    out = tmp_path / "kinds.txt"
+    log = AlertLog(tmp_path / "alerts.jsonl")
+    command = AlertCommand(f'echo "$HWDASH_EVENT $HWDASH_KIND $HWDASH_GPU" >> {out}')
+    actions = AlertActions(log, command)
+    engine = AlertEngine()
+    clock = [0.0]
+    sampler = _sampler(clock)
+    for second in range(0, 80, 5):
+        clock[0] = float(second)
+        actions.handle(engine.update(sampler.sample()))
+    actions.close(10)
+    deadline = wall.monotonic() + 10
+    while wall.monotonic() < deadline and len(out.read_text().splitlines()) < 4:
+        wall.sleep(0.05)
+    assert sorted(out.read_text().splitlines()) == [
+        "raised input-bound 4",
+        "raised link 1",
+        "raised stray-context 0",
+        "raised throttled 2",
+    ]
+    lines = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    by_kind = {line["diagnosis"]: line for line in lines if "diagnosis" in line}
+    assert set(by_kind) == {"stray-context", "throttled", "input-bound", "link"}
+    assert by_kind["link"]["kind"] == "raised" and by_kind["link"]["gpu_index"] == 1
+    assert "set_device(local_rank)" in by_kind["stray-context"]["message"]

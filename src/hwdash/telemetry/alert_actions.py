@@ -106,7 +106,8 @@ def alert_environment(event: AlertEvent, base: Mapping[str, str] | None = None) 
     env.update(
         {
             "HWDASH_EVENT": event.kind,
-            "HWDASH_KIND": event.kind,
+            # A diagnosis's rule (throttled, xid, ...); a memory alert's crossing (raised, lost...).
+            "HWDASH_KIND": event.diagnosis or event.kind,
             "HWDASH_GPU": str(event.gpu_index),
             "HWDASH_MIG": text(event.mig_index),
             "HWDASH_GPU_NAME": event.gpu_name or "",

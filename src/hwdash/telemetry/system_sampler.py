@@ -119,6 +119,7 @@ class SystemSampler:
         return dataclasses.replace(
             snapshot,
             gpus=shown,
+            diagnosis_events=tuple(self.diagnosis_events),
             host=host,
             sample_seconds=time.perf_counter() - started,
         )

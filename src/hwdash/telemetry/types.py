@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal, Protocol
 
-from hwdash.core.live.diagnoses import Diagnosis
+from hwdash.core.live.diagnoses import Diagnosis, DiagnosisEvent
 
 
 class GpuState(str, Enum):
@@ -379,6 +379,9 @@ class Snapshot:
     """Round-level problems (a call that timed out, a GPU that vanished)."""
     stale: bool = False
     """True when NVML did not answer in time: ``gpus`` are the last good values, ``errors`` says why."""
+    diagnosis_events: tuple[DiagnosisEvent, ...] = ()
+    """The health rules' raised and cleared diagnoses of this round (the alert log and
+    ``--on-alert`` get them through :class:`hwdash.core.live.alerts.AlertEngine`)."""
     subset: str | None = None
     """Set when only some GPUs are shown (``2 of 8 GPUs (--gpus 0,2)``); None: all of them."""
 

@@ -211,7 +211,9 @@ class AlertingFrameBuilder:
         raised = tuple(
             alert_notice(by_index[event.gpu_index], event.kind, event.mig_index)
             for event in events
-            if event.kind in ("raised", "lost", "blind") and event.gpu_index in by_index
+            if event.kind in ("raised", "lost", "blind")
+            and event.diagnosis is None  # a health diagnosis is shown in its GPU's row
+            and event.gpu_index in by_index
         )
         active = tuple(
             alert_notice(by_index[event.gpu_index], event.kind, event.mig_index)

@@ -139,10 +139,14 @@ class AlertEvent:
     """The MIG instance (slot) the event is about; None for the whole GPU."""
     mig_name: str | None = None
     """The MIG instance's name (``... MIG 3g.40gb``)."""
+    diagnosis: str | None = None
+    """A health rule's kind (``throttled``, ``stray-context``...) when the event is a diagnosis
+    (:mod:`hwdash.core.live.diagnoses`), not a memory alert; ``--on-alert`` gets it as
+    ``HWDASH_KIND``."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (bytes as integers)."""
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "gpu_index": self.gpu_index,
             "gpu_name": self.gpu_name,
@@ -154,6 +158,9 @@ class AlertEvent:
             "message": self.message,
             "timestamp": self.timestamp,
         }
+        if self.diagnosis is not None:
+            out["diagnosis"] = self.diagnosis
+        return out
 
 
 UnitKey = tuple[int, int | None]
@@ -212,6 +219,31 @@ class _UnitState:
     blind: AlertEvent | None = None
 
 
+def _diagnosis_events(snapshot: SnapshotReading) -> list[AlertEvent]:
+    """The health rules' events of this round as alert events (``diagnosis`` set): logged and given
+    to ``--on-alert`` like the memory alerts. A snapshot without them (a replay) gives none."""
+    names = {gpu.index: gpu.name for gpu in snapshot.gpus}
+    out = []
+    for event in getattr(snapshot, "diagnosis_events", ()):
+        words = f"GPU {event.gpu_index} {event.kind}: {event.message}"
+        if event.event == "raised" and event.hint:
+            words += f"; {event.hint}"
+        out.append(
+            AlertEvent(
+                kind=event.event,
+                gpu_index=event.gpu_index,
+                gpu_name=names.get(event.gpu_index),
+                pressure=None,
+                used_bytes=None,
+                total_bytes=None,
+                message=words,
+                timestamp=event.at,
+                diagnosis=event.kind,
+            )
+        )
+    return out
+
+
 @dataclass
 class AlertEngine:
     """Feeds snapshots through an :class:`AlertRule` and remembers which alerts are active."""
@@ -237,6 +269,7 @@ class AlertEngine:
             state.seen_fresh_at = now
             events.extend(self._pressure(gpu, None, state, now))
             events.extend(self._mig_events(gpu, now))
+        events.extend(_diagnosis_events(snapshot))
         return events
 
     def _lost_events(
