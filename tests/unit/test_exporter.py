@@ -187,3 +187,21 @@ def test_the_command_line_flag_reaches_the_served_metrics(tmp_path: Path) -> Non
             server.wait(10)
     plain, detailed = bodies
     assert 'user="alice"' not in plain and 'user="alice"' in detailed
+
+
+def test_the_health_readings_under_dcgm_exporters_names() -> None:
+    # health.toml: GPU 1's link drops from gen 5 x16 to gen 3 x8 at 60 s; GPU 3's uncorrected ECC
+    # count is 2 from 120 s. The diagnoses need time in the snapshot's clock: the count here is
+    # what the rules hold after these rounds (none yet on a 3-round scrape), never negative.
+    snapshot = scenario_snapshot("health", 130.0)
+    by_name: dict[str, dict[str, float]] = {}
+    for sample in samples(scrape(snapshot)):
+        by_name.setdefault(sample.name, {})[sample.labels.get("gpu", "")] = sample.value
+    assert by_name["DCGM_FI_DEV_PCIE_LINK_GEN"]["1"] == 3
+    assert by_name["DCGM_FI_DEV_PCIE_LINK_WIDTH"]["1"] == 8
+    assert by_name["DCGM_FI_DEV_PCIE_MAX_LINK_GEN"]["1"] == 5
+    assert by_name["DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"]["1"] == 16
+    assert by_name["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]["3"] == 2
+    assert by_name["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"] > 0
+    assert set(by_name["hwdash_gpu_diagnoses"]) == {str(gpu.index) for gpu in snapshot.gpus}
+    assert all(value >= 0 for value in by_name["hwdash_gpu_diagnoses"].values())

@@ -174,6 +174,42 @@ _GPU_SERIES: tuple[tuple[str, str, tuple[str, ...], Callable[[GpuSample], float 
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", DCGM_LABELS, lambda gpu: gpu.temperature_c),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", DCGM_LABELS, lambda gpu: gpu.power_w),
     (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Total energy consumption since the driver loaded (in mJ).",
+        DCGM_LABELS,
+        lambda gpu: gpu.energy_mj,
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_LINK_GEN",
+        "PCIe link generation.",
+        DCGM_LABELS,
+        lambda gpu: None if gpu.pcie is None else gpu.pcie.gen,
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+        "PCIe link width (lanes).",
+        DCGM_LABELS,
+        lambda gpu: None if gpu.pcie is None else gpu.pcie.width,
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+        "PCIe link generation the device and system support.",
+        DCGM_LABELS,
+        lambda gpu: None if gpu.pcie is None else gpu.pcie.gen_max,
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
+        "PCIe link width the device and system support.",
+        DCGM_LABELS,
+        lambda gpu: None if gpu.pcie is None else gpu.pcie.width_max,
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "Uncorrectable (double-bit) ECC errors since the driver loaded.",
+        DCGM_LABELS,
+        lambda gpu: gpu.ecc_uncorrected,
+    ),
+    (
         "hwdash_gpu_memory_total_bytes",
         "Memory of the GPU as NVML reports it.",
         HWDASH_GPU_LABELS,
@@ -196,6 +232,13 @@ _GPU_SERIES: tuple[tuple[str, str, tuple[str, ...], Callable[[GpuSample], float 
         "1 when the GPU stopped answering.",
         HWDASH_GPU_LABELS,
         lambda gpu: 1.0 if gpu.state is GpuState.LOST else 0.0,
+    ),
+    (
+        "hwdash_gpu_diagnoses",
+        "Health diagnoses in force on the GPU (throttled, xid, ecc, link, idle-holding, "
+        "stray-context, input-bound); the dashboard and the alert log say which.",
+        HWDASH_GPU_LABELS,
+        lambda gpu: float(len(gpu.diagnoses)),
     ),
     (
         "hwdash_gpu_forecast_full_seconds",
