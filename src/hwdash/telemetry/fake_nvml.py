@@ -81,7 +81,6 @@ a command-line run is deterministic. Tests pass their own ``clock`` (:class:`Man
 
 from __future__ import annotations
 
-import itertools
 import math
 import struct
 import threading
@@ -109,6 +108,7 @@ from hwdash.telemetry.fake_scenario import (
     UnsupportedField,
     Wave,
     _mib,
+    integrate_watts,
     load_scenario,
     scenario_names,
     scenario_path,
@@ -332,7 +332,7 @@ class FakeNvml:
         now = self.now()
         last_s, energy = self._energy.get(handle.gpu_index, (now, float(ENERGY_START_MJ)))
         if now > last_s:
-            energy += _integrate_watts(gpu.power_w, last_s, now) * 1000  # J -> mJ
+            energy += integrate_watts(gpu.power_w, last_s, now) * 1000  # J -> mJ
             last_s = now
         self._energy[handle.gpu_index] = (last_s, energy)
         return round(energy)
@@ -636,27 +636,8 @@ driver stamps them: never 0, so a first read "since 0" sees every sample)."""
 ENERGY_START_MJ = 5_000_000_000
 """Where every fake GPU's energy counter starts (5 MJ): a counter is not zero when a run starts."""
 
-_ENERGY_STEP_S = 0.5
-"""The widest trapezoid when integrating power (waves are not straight between points)."""
-
 _NOT_AVAILABLE_ULONGLONG = 2**64 - 1
 """NVML_VALUE_NOT_AVAILABLE_ulonglong: what NVML writes into a 64-bit field it cannot fill."""
-
-
-def _integrate_watts(series: Series, start_s: float, end_s: float) -> float:
-    """Joules of a power series (watts) from ``start_s`` to ``end_s``: trapezoids through the
-    series' own points and at most :data:`_ENERGY_STEP_S` apart (exact for straight pieces)."""
-    marks = {start_s, end_s}
-    if isinstance(series, list):
-        marks.update(float(t) for t, _value in series if start_s < t < end_s)
-    width = end_s - start_s
-    pieces = max(1, math.ceil(width / _ENERGY_STEP_S)) if isinstance(series, Wave) else 1
-    marks.update(start_s + width * n / pieces for n in range(1, pieces))
-    ordered = sorted(marks)
-    return sum(
-        (b - a) * (max(0.0, series_value(series, a)) + max(0.0, series_value(series, b))) / 2
-        for a, b in itertools.pairwise(ordered)
-    )
 
 
 def _no_instance(mig: ScenarioMig | None, which: str, slot: int | None = None) -> int:

@@ -14,14 +14,12 @@ from hwdash.telemetry.fake_scenario import (
     ScenarioProcess,
     ScenarioTorch,
     _mib,
+    integrate_watts,
     series_value,
 )
 from hwdash.telemetry.host_sampler import EXITED, INVISIBLE, HostProcessInfo, ProcessTable
 from hwdash.telemetry.probes import OomSnapshotFile, ProbeOom, ProbeReading, TorchDevice
 from hwdash.telemetry.types import RunProgress
-
-ENERGY_STEP_S = 1.0
-"""The fake probe integrates its GPU's scripted power over steps of this many scenario seconds."""
 
 
 def _plan_reference(plan: str | None) -> str | None:
@@ -45,8 +43,8 @@ def _oom(snapshot: str, written: float) -> ProbeOom:
 
 
 class _Energy:
-    """A GPU's scripted power integrated over scenario time (trapezoids of ENERGY_STEP_S), kept
-    as it goes so a long demo does not integrate from zero each round."""
+    """A GPU's scripted power integrated over scenario time (the fake NVML's own integrator),
+    kept as it goes so a long demo does not integrate from zero each round."""
 
     def __init__(self, gpu: ScenarioGpu, start_s: float) -> None:
         self.gpu = gpu
@@ -57,12 +55,9 @@ class _Energy:
     def until(self, now: float) -> float:
         if now < self.at:  # scenario time went back (a test's clock): start again
             self.at, self.joules = self.start_s, 0.0
-        while self.at < now:
-            step = min(ENERGY_STEP_S, now - self.at)
-            before = series_value(self.gpu.power_w, self.at)
-            after = series_value(self.gpu.power_w, self.at + step)
-            self.joules += (before + after) / 2 * step
-            self.at += step
+        if now > self.at:
+            self.joules += integrate_watts(self.gpu.power_w, self.at, now)
+            self.at = now
         return self.joules
 
 
