@@ -7,26 +7,20 @@ import sys
 from typing import Any
 
 from hwdash.core.plan import Plan
-from hwdash.runs.calibration import Calibration, apply_peak_factor, calibration
-
-LEDGER_RECORDS = 5000
-"""The newest records read for the comparison (a long ledger is not read whole)."""
+from hwdash.runs.calibration import Calibration, apply_peak_factor, calibration, newest_records
 
 
 def measured_for(plan: Plan, model: Any) -> Calibration | None:
     """The similar runs in the ledger (None without a ledger, or without similar runs). A ledger
     that cannot be read is said on stderr once; the plan goes on without it."""
-    from hwdash.runs import ledger
-
-    path = ledger.ledger_path()
-    if not path.exists():
-        return None
     try:
-        found = ledger.read(path, last=LEDGER_RECORDS)
+        records = newest_records()
     except (OSError, ValueError) as exc:
         print(f"hwdash: the runs ledger was not read: {exc}", file=sys.stderr)
         return None
-    return calibration(found.records, model.id, plan.method.value)
+    if records is None:
+        return None
+    return calibration(records, model.id, plan.method.value)
 
 
 def calibrated_plan(plan: Plan, measured: Calibration | None) -> Plan:

@@ -19,6 +19,7 @@ import dataclasses
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hwdash.core.estimator import CUDA_CONTEXT_BYTES
@@ -26,6 +27,8 @@ from hwdash.core.planning.fit import _sort_key, fit_verdict, recommend
 from hwdash.core.results import PlanReport
 
 SIMILAR_EXITS = ("normal", "killed")
+LEDGER_RECORDS = 5000
+"""The newest ledger records read for the comparison (a long ledger is not read whole)."""
 
 
 @dataclass(frozen=True)
@@ -121,3 +124,14 @@ def apply_peak_factor(report: PlanReport, factor: float | None) -> PlanReport:
     return dataclasses.replace(
         report, flavors=tuple(fits), recommended=recommended, fastest=fastest
     )
+
+
+def newest_records(path: Path | None = None) -> list[dict[str, Any]] | None:
+    """The ledger's newest :data:`LEDGER_RECORDS` records; None when there is no ledger. Raises
+    ``OSError`` or ``ValueError`` (:class:`hwdash.runs.ledger.LedgerError`) when it cannot be read."""
+    from hwdash.runs import ledger
+
+    path = ledger.ledger_path() if path is None else path
+    if not path.exists():
+        return None
+    return ledger.read(path, last=LEDGER_RECORDS).records

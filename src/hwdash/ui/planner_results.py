@@ -248,7 +248,7 @@ def measured_here(report: PlanReport) -> str | None:
     """What this box measured for similar plans (:mod:`hwdash.runs.calibration`), read from the
     runs ledger again only when the file changed; None without similar runs (or a ledger)."""
     from hwdash.runs import ledger
-    from hwdash.runs.calibration import calibration
+    from hwdash.runs.calibration import calibration, newest_records
 
     path = ledger.ledger_path()
     try:
@@ -258,7 +258,7 @@ def measured_here(report: PlanReport) -> str | None:
     key = (str(path), info.st_mtime_ns, info.st_size)
     if _LEDGER_CACHE.get("key") != key:
         try:
-            records = ledger.read(path, last=5000).records
+            records = newest_records(path) or []
         except (OSError, ValueError):
             records = []
         _LEDGER_CACHE.update(key=key, records=records)
