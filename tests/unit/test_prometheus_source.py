@@ -13,6 +13,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from hwdash.core.live.alerts import AlertEngine, AlertRule
 from hwdash.core.live.diagnoses import Diagnosis
 from hwdash.errors import UsageError
 from hwdash.telemetry.prometheus_source import (
@@ -198,6 +199,29 @@ def test_a_diagnosis_info_series_carries_the_remote_words() -> None:
             "idle-holding", "PID 7300 holding 2.0 GiB, idle 10 min", 1799999400.0, "free it", 7300
         ),
     )
+
+
+def test_a_remote_diagnosis_reaches_the_alert_log_once_raised_and_once_cleared() -> None:
+    info = {**DCGM, "kind": "ecc", "message": "uncorrected ECC errors rose 0 -> 2"}
+    info.update(hint="drain and reset the GPU", pid="", since="1799999000")
+    diagnosed = vector(*dcgm(DCGM, 1000, 80000), ("hwdash_gpu_diagnosis_info", info, 1))
+    server = Server(diagnosed, diagnosed, vector(*dcgm(DCGM, 1000, 80000)))
+    sampler = PrometheusSampler("http://prom", fetch=server)
+    engine = AlertEngine(AlertRule())
+    said = [[(e.kind, e.diagnosis, e.message) for e in engine.update(sampler.sample())]]
+    said += [[(e.kind, e.diagnosis, e.message) for e in engine.update(sampler.sample())]]
+    said += [[(e.kind, e.diagnosis, e.message) for e in engine.update(sampler.sample())]]
+    assert said == [
+        [
+            (
+                "raised",
+                "ecc",
+                "node-a GPU 0 ecc: uncorrected ECC errors rose 0 -> 2; drain and reset the GPU",
+            )
+        ],
+        [],  # still in force: nothing new
+        [("cleared", "ecc", "node-a GPU 0 ecc: ecc no longer reported by node-a")],
+    ]
 
 
 def test_indices_stay_with_their_gpu_and_a_vanished_host_is_kept_stale() -> None:

@@ -43,7 +43,13 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
-from hwdash.core.live.diagnoses import DIAGNOSIS_KINDS, Diagnosis, DiagnosisKind
+from hwdash.core.live.diagnoses import (
+    DIAGNOSIS_KINDS,
+    Diagnosis,
+    DiagnosisEvent,
+    DiagnosisKind,
+    EventKind,
+)
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
 from hwdash.telemetry.types import (
@@ -194,6 +200,8 @@ class PrometheusSampler:
         self._indices: dict[tuple[str, str], int] = {}
         self._last: dict[int, GpuSample] = {}
         self._seen_at: dict[str, float] = {}
+        self._held: dict[int, dict[tuple[DiagnosisKind, int | None, float], Diagnosis]] = {}
+        """GPU index -> its diagnoses of the last round (for the raised/cleared events)."""
         self._diagnosis_seen: dict[tuple[str, str, str], float] = {}
         """(host, GPU, kind) -> when a diagnosis without its words was first seen (its ``since``)."""
 
@@ -273,7 +281,26 @@ class PrometheusSampler:
             gpus=gpus,
             errors=errors,
             sample_seconds=time.perf_counter() - started,
+            diagnosis_events=tuple(self._diagnosis_events(gpus, now)),
         )
+
+    def _diagnosis_events(self, gpus: tuple[GpuSample, ...], now: float) -> list[DiagnosisEvent]:
+        """A remote diagnosis that appeared since the last round is ``raised``, one that went is
+        ``cleared`` (so the alert log and ``--on-alert`` hear of each host's diagnoses as of this
+        machine's own); one diagnosis is its kind, process and start."""
+        events: list[DiagnosisEvent] = []
+        for gpu in gpus:
+            before = self._held.get(gpu.index, {})
+            now_held = {(d.kind, d.pid, d.since): d for d in gpu.diagnoses}
+            for key, diagnosis in now_held.items():
+                if key not in before:
+                    events.append(_event("raised", gpu, diagnosis, diagnosis.message, now))
+            for key, gone in before.items():
+                if key not in now_held:
+                    words = f"{gone.kind} no longer reported by {gpu.host}"
+                    events.append(_event("cleared", gpu, gone, words, now))
+            self._held[gpu.index] = now_held
+        return events
 
     def close(self) -> None:
         """Nothing to release."""
@@ -433,6 +460,21 @@ class PrometheusSampler:
                 )
             )
         return tuple(found)
+
+
+def _event(
+    event: EventKind, gpu: GpuSample, diagnosis: Diagnosis, message: str, now: float
+) -> DiagnosisEvent:
+    return DiagnosisEvent(
+        event,
+        diagnosis.kind,
+        gpu.index,
+        message,
+        diagnosis.hint,
+        diagnosis.since,
+        now,
+        diagnosis.pid,
+    )
 
 
 def _kind(name: str) -> DiagnosisKind | None:
