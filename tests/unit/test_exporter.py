@@ -312,6 +312,9 @@ def test_the_health_readings_and_diagnoses_round_trip_through_our_prometheus_rea
         assert again.energy_mj == original.energy_mj
         assert again.pstate == original.pstate
         assert again.fan_percent == original.fan_percent
+        assert [(p.pid, p.sm_percent, p.memory_bandwidth_percent) for p in again.processes] == [
+            (p.pid, p.sm_percent, p.memory_bandwidth_percent) for p in original.processes
+        ]
         assert original.pcie is not None and again.pcie is not None
         assert (again.pcie.gen, again.pcie.gen_max, again.pcie.width, again.pcie.width_max) == (
             original.pcie.gen,
@@ -320,3 +323,4 @@ def test_the_health_readings_and_diagnoses_round_trip_through_our_prometheus_rea
             original.pcie.width_max,
         )
     assert any(gpu.diagnoses for gpu in read.gpus)
+    assert any(p.sm_percent for gpu in read.gpus for p in gpu.processes)  # not all None

@@ -18,9 +18,9 @@ renamed field (go-dcgm ``pkg/dcgm/dcgm_fields.h``: ``DCGM_FI_DEV_CLOCKS_EVENT_RE
 (:mod:`hwdash.telemetry.prometheus_source`) accepts both spellings.
 
 Plus ``hwdash_*`` series for what DCGM lacks: memory total in bytes, pressure, the alert state, the OOM
-forecast, the health diagnoses, per-process memory and, where a process runs :mod:`hwdash.probe`,
-PyTorch's allocated and reserved bytes; and the exporter's own health (when it last sampled, whether
-NVML answered).
+forecast, the health diagnoses, per-process memory and SM / memory-bandwidth utilization and, where a
+process runs :mod:`hwdash.probe`, PyTorch's allocated and reserved bytes; and the exporter's own health
+(when it last sampled, whether NVML answered).
 
 The diagnoses (:mod:`hwdash.core.live.diagnoses`) are served three ways:
 ``hwdash_gpu_diagnoses`` (how many are in force), ``hwdash_gpu_diagnosis{kind=...}`` (one series per
@@ -394,6 +394,17 @@ _PROCESS_SERIES: tuple[tuple[str, str, Callable[[ProcessSample], float | None]],
         "hwdash_process_memory_used_bytes",
         "GPU memory NVML charges a process.",
         lambda process: process.used_bytes,
+    ),
+    (
+        "hwdash_process_sm_percent",
+        "Share of time the process's kernels ran on the SMs (in %; NVML's per-process "
+        "utilization, nvitop's %SM).",
+        lambda process: process.sm_percent,
+    ),
+    (
+        "hwdash_process_memory_bandwidth_percent",
+        "Share of time the process read or wrote device memory (in %; nvitop's %GMBW).",
+        lambda process: process.memory_bandwidth_percent,
     ),
     (
         "hwdash_process_torch_allocated_bytes",

@@ -94,6 +94,8 @@ SERIES: dict[str, tuple[str, float]] = {
 }
 PROCESS_SERIES = {
     "hwdash_process_memory_used_bytes": "used_bytes",
+    "hwdash_process_sm_percent": "sm_percent",
+    "hwdash_process_memory_bandwidth_percent": "memory_bandwidth_percent",
     "hwdash_process_torch_allocated_bytes": "allocated_bytes",
     "hwdash_process_torch_reserved_bytes": "reserved_bytes",
     "hwdash_process_torch_alloc_retries": "alloc_retries",
@@ -546,6 +548,8 @@ def _process(index: int, host: str, gpu: str, pid: str, row: dict[str, Any]) -> 
         torch=torch,
         host=host,
         host_gpu=int(gpu) if gpu.isdigit() else None,
+        sm_percent=row.get("sm_percent"),
+        memory_bandwidth_percent=row.get("memory_bandwidth_percent"),
     )
 
 
