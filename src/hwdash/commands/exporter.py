@@ -32,8 +32,10 @@ def add_parser(subparsers: Any) -> None:
         help="serve GPU metrics to Prometheus (dcgm-exporter's names, plus hwdash_* series)",
         description=(
             "Serve the monitor's view as Prometheus metrics: per GPU under dcgm-exporter's names "
-            "and units (DCGM_FI_DEV_FB_USED in MiB, ...), plus hwdash_* series for pressure, alert "
-            "state, the OOM forecast, per-process memory and the PyTorch probe's numbers."
+            "and units (DCGM_FI_DEV_FB_USED in MiB, ..., and the health readings: PCIe link, "
+            "ECC, remapped rows, clock-event reasons, energy), plus hwdash_* series for pressure, "
+            "alert state, the health diagnoses, the OOM forecast, per-process memory and "
+            "utilization and the PyTorch probe's numbers."
         ),
     )
     parser.add_argument(

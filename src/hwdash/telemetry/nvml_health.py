@@ -12,7 +12,8 @@ failure (no permission, an unknown error) is, under the reading's label.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from hwdash.telemetry.types import PcieLink, ProcessSample, RemappedRows
@@ -31,6 +32,32 @@ CLOCKS_EVENT_REASONS: tuple[tuple[str, str], ...] = (
 """The names hwdash gives NVML's clock-event reason bits, and the suffix of each bit's constant in
 the bindings (``nvmlClocksEventReason...``, before driver R535 ``nvmlClocksThrottleReason...``);
 the bit values come from the installed nvidia-ml-py (pynvml.py), never from here."""
+
+
+def reason_bits(nvml: Any) -> dict[str, int]:
+    """Each reason's name -> its bit, from ``nvml``'s constants (``nvmlClocksEventReason...``, else
+    the pre-R535 ``nvmlClocksThrottleReason...``); a reason the bindings lack is left out."""
+    bits: dict[str, int] = {}
+    for name, suffix in CLOCKS_EVENT_REASONS:
+        bit = getattr(nvml, "nvmlClocksEventReason" + suffix, None)
+        if not isinstance(bit, int):
+            bit = getattr(nvml, "nvmlClocksThrottleReason" + suffix, None)
+        if isinstance(bit, int) and bit:
+            bits[name] = bit
+    return bits
+
+
+@functools.cache
+def installed_reason_bits() -> Mapping[str, int]:
+    """:func:`reason_bits` of the installed nvidia-ml-py, for the exporter's and the Prometheus
+    reader's clock-event bitmask (DCGM's clock-event field carries NVML's bit values: dcgm_fields.h,
+    ``DCGM_CLOCKS_EVENT_REASON_*``); empty without the bindings."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    return reason_bits(pynvml)
+
 
 _OLD_REASONS_FUNCTION = "nvmlDeviceGetCurrentClocksThrottleReasons"
 """The name before driver R535 (and nvidia-ml-py 12.535), kept by later bindings as an alias."""
@@ -130,14 +157,7 @@ class HealthReader:
         return None
 
     def _reason_names(self, mask: int) -> tuple[str, ...]:
-        found = []
-        for name, suffix in CLOCKS_EVENT_REASONS:
-            bit = getattr(self.nvml, "nvmlClocksEventReason" + suffix, None)
-            if not isinstance(bit, int):
-                bit = getattr(self.nvml, "nvmlClocksThrottleReason" + suffix, None)
-            if isinstance(bit, int) and bit and mask & bit:
-                found.append(name)
-        return tuple(found)
+        return reason_names(mask, reason_bits(self.nvml))
 
     def pcie(self, index: int, handle: Any, errors: list[tuple[str, str]]) -> PcieLink | None:
         """The link now, its maximum (read once per GPU) and its traffic (KB/s -> bytes/s)."""
@@ -265,3 +285,19 @@ def _number(value: Any) -> float | None:
 def _percent(value: Any) -> float | None:
     number = _count(value)
     return None if number is None or number > _PERCENT_MAX else float(number)
+
+
+def reason_names(mask: int, bits: Mapping[str, int]) -> tuple[str, ...]:
+    """The names of the reasons set in ``mask``, in :data:`CLOCKS_EVENT_REASONS`' order."""
+    return tuple(name for name, bit in bits.items() if mask & bit)
+
+
+def reason_mask(names: tuple[str, ...], bits: Mapping[str, int]) -> int | None:
+    """The bitmask of these reasons (NVML's, and DCGM's clock-event field's); None when a name has
+    no bit in ``bits`` (bindings without it: a partial mask would say less than it seems to)."""
+    if any(name not in bits for name in names):
+        return None
+    mask = 0
+    for name in names:
+        mask |= bits[name]
+    return mask
