@@ -458,5 +458,7 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
             unused.append((name, "only --fsdp hybrid shards within a node"))
         elif name == "generation" and not _generates_with_transformers(plan):
-            unused.append((name, "only inference and RL generating with the policy (--vllm-util 0)"))
+            unused.append(
+                (name, "only inference and RL generating with the policy (--vllm-util 0)")
+            )
     return unused
