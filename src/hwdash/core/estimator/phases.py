@@ -120,7 +120,7 @@ class _Accumulator:
     save_freed_gradients: float = 0.0
     """The part of ``persistent_gradients`` gone by a checkpoint save: gradient-accumulation sums,
     which the Trainer frees with ``zero_grad`` after the optimizer step and before it saves
-    (transformers' ``Trainer._inner_training_loop``: ``optimizer.step()``, ``model.zero_grad()``,
+    (transformers' ``trainer.py``, ``_inner_training_loop``: ``optimizer.step()``, ``model.zero_grad()``,
     then ``_maybe_log_save_evaluate``). DeepSpeed's and Megatron's gradient buffers stay."""
 
     def __post_init__(self) -> None:

@@ -28,7 +28,8 @@ read in transformers 5.24 and bitsandbytes (main, 0.50.2.dev0):
 * ``core_model_loading.py`` (``convert_and_load_state_dict_in_model``) loads the checkpoint one
   tensor at a time: each is read from the safetensors file (mmap) and moved straight to its
   device in the load dtype (``_materialize_copy``: ``tensor[...]`` then ``.to(device, dtype)``;
-  a CPU-to-GPU copy with a cast casts on the CPU, so the GPU gets only the result). A weight
+  with a cast, ATen's ``native/cuda/Copy.cu`` converts on the CPU side of a CPU-to-GPU copy, so
+  the GPU gets only the result). A weight
   bitsandbytes quantizes keeps the load dtype (``needs_quantization`` skips the cast), and with
   on-the-fly quantization the loader runs without its thread pool ("to avoid worker threads
   loading full-precision tensors to GPU faster than the main thread can quantize them"), so one
