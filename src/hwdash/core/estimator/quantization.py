@@ -144,8 +144,8 @@ def add_quantized_base_load(
             PHASE_MODEL_LOAD,
             "weights",
             upcast,
-            f"{label} prepare_model_for_kbit_training's fp32 upcast (and the largest 16-bit "
-            "original being cast)",
+            f"{label} fp32 upcast of the unquantized parts (PEFT's "
+            "prepare_model_for_kbit_training)",
         )
 
 
