@@ -64,6 +64,7 @@ FIELD_FLAGS = {
     "qlora_frozen_dtype": "--qlora-frozen-dtype",
     "adapter_dtype": "--adapter-dtype",
     "value_head": "--value-head",
+    "generation": "--generation",
 }
 
 
@@ -158,6 +159,7 @@ def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
         "selective_recompute": args.selective_recompute,
         "hidden_dropout": args.hidden_dropout,
         "quant": args.quant,
+        "generation": args.generation,
     }
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model

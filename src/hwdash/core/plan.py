@@ -115,6 +115,17 @@ class Loss(str, Enum):
     """Older transformers (before the loss refactor of 4.46): one more fp32 copy of the logits."""
 
 
+class Generation(str, Enum):
+    """How ``generate`` keeps the KV cache between decoding steps (inference, RL generation)."""
+
+    CURRENT = "current"
+    """transformers 4.42 and later: ``generate`` keeps one ``DynamicCache`` object whose layers
+    grow in place, so the previous step's cache is not kept beside the next."""
+    LEGACY = "legacy"
+    """Older transformers: the legacy tuple cache, rebuilt by ``torch.cat`` every step while
+    ``generate`` still holds the previous one: two copies of the cache at the peak."""
+
+
 class ValueHead(str, Enum):
     """PPO's value model."""
 
@@ -294,6 +305,9 @@ class Plan(BaseModel):
     """LoRA/DoRA adapters' dtype: fp32 (PEFT, Unsloth) or bf16 (torchtune)."""
     value_head: ValueHead | None = None
     """PPO: the value model as a second backbone or a head on the policy's."""
+    generation: Generation = Generation.CURRENT
+    """Inference and RL generation with the policy: the KV cache as today's ``generate`` keeps it,
+    or the legacy tuple cache of older transformers (two copies at the peak)."""
 
     @model_validator(mode="after")
     def _check(self) -> Plan:
@@ -403,6 +417,13 @@ _QUANTIZED_BASE_FIELDS = ("qlora_frozen_dtype",)
 _PPO_FIELDS = ("value_head",)
 
 
+def _generates_with_transformers(plan: Plan) -> bool:
+    """Whether transformers' ``generate`` makes the plan's KV cache (``Plan.generation``)."""
+    if plan.method is Method.INFERENCE:
+        return True
+    return plan.is_rl and plan.vllm_memory_utilization == 0
+
+
 def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
     """The settings in ``given`` (Plan field names the user set) that ``plan``'s method ignores,
     each with the reason in words; the command line warns about them, as it does for ZeRO on
@@ -436,4 +457,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
             unused.append((name, "only --fsdp hybrid shards within a node"))
+        elif name == "generation" and not _generates_with_transformers(plan):
+            unused.append(
+                (name, "only inference and RL generating with the policy (--vllm-util 0)")
+            )
     return unused

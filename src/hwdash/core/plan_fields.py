@@ -32,6 +32,7 @@ from hwdash.core.plan import (
     Attention,
     Framework,
     FsdpMode,
+    Generation,
     Loss,
     Method,
     Offload,
@@ -397,6 +398,13 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "no logits) or legacy (older transformers: one more fp32 copy)",
         choices=_values(Loss),
         form=FormRow("loss", "select", _TRAINING_ROW, unset="framework default"),
+    ),
+    PlanField(
+        "generation", "--generation", SAVERS,
+        "inference and RL generating with the policy: current (transformers >= 4.42: one "
+        "DynamicCache grown in place) or legacy (older transformers' tuple cache: the previous "
+        "step's cache kept while torch.cat builds the next, two copies; default current)",
+        choices=_values(Generation),
     ),
     PlanField(
         "compile", "--compile", SAVERS,

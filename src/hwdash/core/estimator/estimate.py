@@ -24,7 +24,12 @@ import math
 
 from hwdash.core.estimator.architecture import Architecture, architecture
 from hwdash.core.estimator.inference import _add_inference
-from hwdash.core.estimator.phases import _Accumulator, _peak_breakdown, _peak_phase
+from hwdash.core.estimator.phases import (
+    _Accumulator,
+    _peak_breakdown,
+    _peak_phase,
+    _phase_details,
+)
 from hwdash.core.estimator.rl import _add_rl
 from hwdash.core.estimator.savers import resolve_savers
 from hwdash.core.estimator.states import Layout
@@ -75,7 +80,10 @@ def estimate_memory(
       (:func:`~hwdash.core.estimator.phases._gradients_persist`);
     * end of backward: the gradients backward produced and the first layer's activations;
     * optimizer step: weights + optimizer states + every gradient + the step's temporaries
-      (:func:`~hwdash.core.estimator.states.optimizer_step_temporary_bytes`), no activations.
+      (:func:`~hwdash.core.estimator.states.optimizer_step_temporary_bytes`), no activations;
+    * model load (outside the step): the weights as ``from_pretrained`` loads them and its largest
+      transient (quantize-on-load, PEFT's fp32 upcast; :mod:`~hwdash.core.estimator.quantization`);
+    * checkpoint save (between steps): weights + optimizer states + what a save gathers.
 
     Gradients fill in as backward frees the activations layer by layer, so between the two ends the
     sum of activations and gradients moves from one to the other; the traces show no peak in
@@ -249,7 +257,7 @@ def _memory_estimate(
     phase = _peak_phase(plan, acc)
     rest = acc.phase_total(phase)
     overhead = CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * rest
-    details = [(label, value) for label, value, phases in acc.details if phase in phases]
+    details = _phase_details(acc, phase)
     details.append(("CUDA context (guess)", CUDA_CONTEXT_BYTES))
     details.append(("allocator fragmentation (guess)", round(ALLOCATOR_FRAGMENTATION * rest)))
     return MemoryEstimate(

@@ -50,9 +50,12 @@ from hwdash.core.estimator.phases import (
     _BACKWARD_ONLY,
     _PRODUCED,
     _STEP_ONLY,
+    _STEP_PHASES,
+    PHASE_MODEL_LOAD,
     _Accumulator,
     _gradients_persist,
 )
+from hwdash.core.estimator.quantization import add_quantized_base_load
 from hwdash.core.estimator.savers import (
     Savers,
     is_paged,
@@ -188,6 +191,7 @@ def _add_full_weights(
     acc.weights += gpu_weights
     acc.host += host_weights
     acc.note(f"{label} weights", gpu_weights)
+    acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", gpu_weights, f"{label} weights as loaded")
     return _Trained(trainable, states, layout)
 
 
@@ -219,6 +223,7 @@ def _add_adapted_weights(
     acc.host += host_base
     acc.note(f"{label} frozen base ({method.value})", gpu_base)
     acc.note(f"{label} adapters", states.weights)
+    _add_base_load(plan, arch, method, base_bytes, gpu_base, acc, label, savers)
     saved_top = resolve_top_level(arch, plan.lora_modules_to_save)
     copy_params = sum(top_level_params(arch, part) for part in saved_top)
     copy_layout = None
@@ -237,6 +242,33 @@ def _add_adapted_weights(
         copy_params=copy_params,
         copy_layout=copy_layout,
     )
+
+
+def _add_base_load(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    base_bytes: float,
+    gpu_base: float,
+    acc: _Accumulator,
+    label: str,
+    savers: Savers,
+) -> None:
+    """Record the frozen base's model load: as loaded (the adapters come later, from PEFT's
+    ``get_peft_model``), and for a quantized base what quantizing and upcasting it hold
+    (:func:`~hwdash.core.estimator.quantization.add_quantized_base_load`). Under ZeRO-3 the base
+    is loaded into its shards (DeepSpeed's ``zero.Init``): counted as sharded, no transient."""
+    bits = arch.checkpoint_bits
+    if method is Method.QLORA:
+        bits = 4
+    elif method is Method.LORA_8BIT:
+        bits = 8
+    if bits is None or plan.zero >= 3:
+        acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", gpu_base, f"{label} base as loaded")
+        return
+    frozen_bytes = savers.qlora_frozen_bytes
+    linears = base_bytes - frozen_bytes * arch.unquantized_params
+    add_quantized_base_load(acc, arch, bits, linears, frozen_bytes, label)
 
 
 def _adapter_state_layout(zero: int, savers: Savers) -> Layout:
@@ -475,7 +507,12 @@ def _add_gradients(
     and the fp32 copies a master copy's step reads."""
     if _gradients_persist(plan):
         acc.persistent_gradients += gradients
-        acc.note(f"{label} gradients", gradients)
+        if plan.zero == 0 and not plan.is_rl:
+            # gradient accumulation's sums: the Trainer frees them (zero_grad) before it saves
+            acc.save_freed_gradients += gradients
+            acc.note(f"{label} gradients", gradients, _STEP_PHASES)
+        else:
+            acc.note(f"{label} gradients", gradients)
     else:
         acc.produced_gradients += gradients
         acc.note(f"{label} gradients", gradients, _PRODUCED)
