@@ -92,8 +92,7 @@ def estimate_memory(
     dp = plan.gpus if gpus is None else max(1, gpus)
     arch = architecture(model)
     acc = _Accumulator()
-    # ``framework``: the catalog's entry for plan.framework (a user catalog may override it); None
-    # reads the packaged frameworks.toml
+    # ``framework``: the catalog's entry (a user catalog may override it); None: the packaged one
     savers = resolve_savers(plan, framework)
     compute_dtype = _compute_dtype(plan, accelerator, acc)
     layout = _effective_layout(plan, acc)
