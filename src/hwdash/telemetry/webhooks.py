@@ -120,10 +120,12 @@ def check_url(url: str, flag: str) -> str:
         _ = parts.port  # ValueError for a port that is not a number in range
     except ValueError:
         raise UsageError(f"{redact_url(url)} is not a URL with a valid port", flag=flag) from None
+    if not parts.scheme:
+        raise UsageError("the URL does not start with http:// or https://", flag=flag)
     if parts.scheme.lower() not in SCHEMES:
-        scheme = f"{clean_line(parts.scheme, limit=16)}://" if parts.scheme else "no scheme"
         raise UsageError(
-            f"only http:// and https:// webhooks are sent, not {scheme} ({redact_url(url)})",
+            f"only http:// and https:// webhooks are sent, not "
+            f"{clean_line(parts.scheme, limit=16)}:// ({redact_url(url)})",
             flag=flag,
         )
     if not host:
@@ -157,10 +159,10 @@ def parse_webhook_urls(
                     f"{clean_line(name, limit=40)!r}",
                     flag=flag,
                 )
+            flag = f"{flag} env:{name}"
             text = env.get(name, "").strip()
             if not text:
                 raise UsageError(f"environment variable {name} is not set or empty", flag=flag)
-            flag = f"{flag} env:{name}"
         if not text:
             raise UsageError("the URL is empty", flag=flag)
         url = check_url(text, flag)
@@ -237,12 +239,16 @@ class WebhookStats:
             words += f", {self.dropped} dropped"
         return words
 
-    def summary(self) -> str:
-        """One line for the end of ``hwdash monitor``."""
-        words = f"webhooks: {self.sent} sent, {self.failed} failed, {self.dropped} dropped"
+    def counts(self) -> str:
+        """``3 sent, 1 failed, 0 dropped (last error: https://host/…: HTTP 500)``."""
+        words = f"{self.sent} sent, {self.failed} failed, {self.dropped} dropped"
         if self.last_error:
             words += f" (last error: {self.last_error})"
         return words
+
+    def summary(self) -> str:
+        """One line for the end of ``hwdash monitor``: ``webhooks:`` and :meth:`counts`."""
+        return f"webhooks: {self.counts()}"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

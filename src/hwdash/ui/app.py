@@ -648,7 +648,10 @@ class HwdashApp(App[None]):
     def action_help(self) -> None:
         """Show the list of keys."""
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            frame = self.monitor.frame
+            webhooks = frame.webhooks if frame is not None else None
+            status = f"Alerts to --webhook: {webhooks.counts()}" if webhooks is not None else ""
+            self.push_screen(HelpScreen(status))
 
     async def action_quit(self) -> None:
         """Quit: stop sampling first so no frame arrives while the screen is torn down."""
