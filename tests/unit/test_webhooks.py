@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -33,6 +37,8 @@ from hwdash.telemetry.webhooks import (
 )
 
 pytestmark = pytest.mark.usefixtures("private_state")
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 HOSTILE_NAME = "[bold red]B200[/bold red]\x1b[31m<!channel>\x1b]0;pwned\x07 @here\n" + "y" * 5000
 
@@ -416,3 +422,43 @@ def test_the_alert_log_and_the_webhook_get_the_same_record(tmp_path: Path) -> No
         body = server.bodies[0]
     logged = json.loads((tmp_path / "alerts.jsonl").read_text())
     assert {k: v for k, v in body.items() if k != "text"} == logged
+
+
+def test_hwdash_exporter_posts_its_alerts_and_runs_on_alert(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    paged = tmp_path / "paged.txt"
+    with webhook_server() as server:
+        command = [
+            *(sys.executable, "-m", "hwdash", "exporter", "--interval", "0.05"),
+            *("--fake-nvml", str(crossing_scenario(tmp_path))),
+            *("--listen", f"127.0.0.1:{port}", "--hostname", "node-7"),
+            *("--webhook", "env:HOOK", "--on-alert", f'echo "$HWDASH_GPU" >> {paged}'),
+        ]
+        exporter = subprocess.Popen(
+            command,
+            env={
+                **os.environ,
+                "PYTHONPATH": SRC,
+                "XDG_STATE_HOME": str(tmp_path),
+                "HOOK": server.url,
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until(lambda: server.requests >= 2 or exporter.poll() is not None, timeout_s=60)
+        finally:
+            exporter.send_signal(signal.SIGINT)
+            _out, err = exporter.communicate(timeout=30)
+        bodies = list(server.bodies)
+    assert exporter.returncode == 0, err
+    assert [(b["kind"], b["gpu_index"]) for b in bodies[:2]] == [("raised", 1), ("raised", 0)]
+    assert bodies[0]["host"] == "node-7" and bodies[0]["text"].startswith(
+        "hwdash node-7: ALERT: GPU 1"
+    )
+    assert "hwdash exporter: webhooks: " in err and " sent, 0 failed" in err
+    assert "s3cr3t" not in err
+    wait_until(lambda: paged.is_file() and "1" in paged.read_text().split())
