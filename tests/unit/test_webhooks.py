@@ -462,3 +462,26 @@ def test_hwdash_exporter_posts_its_alerts_and_runs_on_alert(tmp_path: Path) -> N
     assert "hwdash exporter: webhooks: " in err and " sent, 0 failed" in err
     assert "s3cr3t" not in err
     wait_until(lambda: paged.is_file() and "1" in paged.read_text().split())
+
+
+def test_hwdash_webhook_is_not_read_for_a_simulated_box_but_an_explicit_flag_is() -> None:
+    env = {WEBHOOK_ENV: "https://hooks.example.com/real-phone"}
+    assert parse_webhook_urls(None, env, simulated=True) == ()
+    assert parse_webhook_urls(None, env) == ("https://hooks.example.com/real-phone",)
+    assert parse_webhook_urls(["http://localhost:9/try"], env, simulated=True) == (
+        "http://localhost:9/try",
+    )
+
+
+def test_a_demo_run_never_posts_to_hwdash_webhook(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with webhook_server() as server:
+        monkeypatch.setenv(WEBHOOK_ENV, server.url)
+        status, out, err = run_monitor(
+            capsys,
+            *("--demo", "--count", "2", "--interval", "0.01", "--json"),
+            *("--alert-threshold", "0.02", "--alert-hysteresis", "0.01"),
+        )
+        assert status == 0 and '"raised"' in out
+        assert server.requests == 0 and "webhooks" not in err

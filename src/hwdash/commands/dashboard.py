@@ -122,9 +122,11 @@ def build_app(
     """The app the parsed flags ask for and its sampler (close it after the app has run); raises
     :class:`UsageError` for bad flags or when ``stdout`` is not a terminal."""
     interval, forecast, threshold, blind_after = _alert_settings(args)
-    from hwdash.telemetry.webhooks import parse_webhook_urls
+    from hwdash.commands.monitor import webhook_urls
+    from hwdash.telemetry.source import DEMO_SCENARIO
 
-    webhooks = parse_webhook_urls(getattr(args, "webhook", None))  # before the screen
+    # Checked before the screen opens; HWDASH_WEBHOOK is not read for a simulated box.
+    webhooks = webhook_urls(args, DEMO_SCENARIO if args.demo else args.fake_nvml)
     scenario, loaded = _scenario(args)
     out = sys.stdout if stdout is None else stdout
     if not out.isatty():

@@ -93,21 +93,21 @@ def run(args: argparse.Namespace) -> int:
         open_source,
         open_webhooks,
         parse_interval,
+        webhook_urls,
         with_subset,
     )
     from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, mark_alert_states
     from hwdash.telemetry.exporter import SnapshotCollector
     from hwdash.telemetry.history import History
     from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
-    from hwdash.telemetry.webhooks import parse_webhook_urls
 
     interval = parse_interval(args.interval)
     rule = build_rule(args, interval)
-    urls = parse_webhook_urls(getattr(args, "webhook", None))
+    scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
+    urls = webhook_urls(args, scenario)
     host, port = parse_listen(args.listen)
     hostname = args.hostname or socket.gethostname()
     replay = open_replay(args) or open_source(args)
-    scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
     registry = CollectorRegistry(auto_describe=False)
     collector = SnapshotCollector(hostname, process_details=args.process_details)
     registry.register(collector)

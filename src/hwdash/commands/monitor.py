@@ -411,6 +411,15 @@ def check_watch(args: argparse.Namespace, *, terminal: bool) -> None:
         )
 
 
+def webhook_urls(args: argparse.Namespace, scenario: str | None) -> tuple[str, ...]:
+    """The ``--webhook`` URLs, else ``HWDASH_WEBHOOK``'s unless the samples are simulated (a fake
+    scenario or ``--replay``: see :func:`hwdash.telemetry.webhooks.parse_webhook_urls`)."""
+    simulated = (
+        fake_scenario_from(scenario) is not None or getattr(args, "replay", None) is not None
+    )
+    return parse_webhook_urls(getattr(args, "webhook", None), simulated=simulated)
+
+
 def open_webhooks(urls: tuple[str, ...]) -> WebhookSender | None:
     """The sender of ``--webhook`` (or ``HWDASH_WEBHOOK``) URLs, checked by
     :func:`hwdash.telemetry.webhooks.parse_webhook_urls`; None when there are none."""
@@ -445,8 +454,8 @@ def run(args: argparse.Namespace) -> int:
     interval = parse_interval(args.interval)
     count = parse_count(args.count)
     rule = build_rule(args, interval)
-    urls = parse_webhook_urls(getattr(args, "webhook", None))  # a bad URL is said before sampling
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
+    urls = webhook_urls(args, scenario)  # a bad URL is said before sampling
     replay = open_replay(args)
     source = replay if replay is not None else open_source(args)
     sampler: Sampler = with_subset(

@@ -134,17 +134,24 @@ def check_url(url: str, flag: str) -> str:
 
 
 def parse_webhook_urls(
-    values: Sequence[str] | None, environ: Mapping[str, str] | None = None
+    values: Sequence[str] | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    simulated: bool = False,
 ) -> tuple[str, ...]:
     """The URLs to post alerts to: each ``--webhook`` value (``env:NAME`` is the value of variable
     ``NAME``), else those in ``HWDASH_WEBHOOK``; checked (http or https, a host), duplicates
-    once. A bad one is a :class:`UsageError` naming the flag (or the variable)."""
+    once. A bad one is a :class:`UsageError` naming the flag (or the variable). ``simulated``
+    (``--demo``, a fake scenario, a replay): ``HWDASH_WEBHOOK`` is not read, so a demo never pages
+    the phone a profile's variable points at; an explicit ``--webhook`` still posts (to try it)."""
     import os
 
     env = os.environ if environ is None else environ
     sources: list[tuple[str, str]]
     if values:
         sources = [(value, FLAG) for value in values]
+    elif simulated:
+        return ()
     else:
         listed = env.get(WEBHOOK_ENV, "")
         sources = [(value, WEBHOOK_ENV) for value in re.split(r"[,\s]+", listed) if value]
