@@ -133,6 +133,7 @@ def test_hwdash_monitor_posts_each_alert_event_with_its_record_and_a_text_line(
     text = bodies[0]["text"]
     assert "\x1b" not in text and "\n" not in text and "<" not in text
     assert "[bold red]B200[/bold red]" in text and "&lt;!channel&gt;" in text
+    assert "@" not in text and "\uff20here" in text  # Mattermost's @here pings nobody
     assert len(text) <= TEXT_LIMIT + 20  # + Slack's escapes
     # The counters: in --json (as counted by each round), and once at exit.
     lines = [json.loads(line) for line in out.splitlines()]

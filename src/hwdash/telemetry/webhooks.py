@@ -5,8 +5,9 @@ The body is the alert-log record of the event (:func:`hwdash.telemetry.alert_act
 for a health rule) plus ``text``: one line a person reads, which Slack and Mattermost incoming webhooks
 show as the message. The structured fields are the raw strings (``json.dumps`` escapes whatever they
 hold); ``text`` is cleaned: no control characters or escape sequences, at most :data:`TEXT_LIMIT`
-characters, and ``&``, ``<``, ``>`` written as ``&amp;``, ``&lt;``, ``&gt;`` (Slack's message formatting
-reads ``<...>`` as a link or a mention, ``<!channel>`` included), so a GPU or host name stays text.
+characters, ``&``, ``<``, ``>`` written as ``&amp;``, ``&lt;``, ``&gt;`` (Slack's message formatting
+reads ``<...>`` as a link or a mention, ``<!channel>`` included) and ``@`` as ``＠`` (Mattermost's
+``@channel``), so a GPU or host name stays text and pages nobody.
 
 Delivery never holds up sampling. :meth:`WebhookSender.post` serialises the event and appends it to a
 bounded queue (O(1), never waits on the network); when the queue is full the oldest entry is dropped
@@ -77,8 +78,10 @@ _RESPONSE_READ_LIMIT = 64 * 1024
 _ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.)?")
 """An ANSI/VT escape: CSI (``ESC [ ... m``), OSC (``ESC ] ... BEL``) or a two-character one."""
 
-_SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
-"""The three characters Slack's message formatting asks to escape in ``text``."""
+_CHAT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "@": "\uff20"})
+"""The three characters Slack's message formatting asks to escape in ``text``, and ``@`` as the
+full-width ``＠``: Mattermost reads ``@channel`` or ``@here`` in a webhook's text as a mention that
+notifies everyone in the channel."""
 
 _WORDS = {
     "raised": "ALERT",
@@ -185,7 +188,7 @@ def clean_line(text: str, *, limit: int = TEXT_LIMIT) -> str:
     """``text`` as one plain line: escape sequences and control or format characters removed
     (tabs and line breaks become spaces), runs of spaces made one, at most ``limit`` characters
     (the last one ``…`` when cut)."""
-    text = _ESCAPE_SEQUENCE.sub("", text)
+    text = _ESCAPE_SEQUENCE.sub("", text[: limit * 8])  # a huge line is cut before it is read
     kept = []
     for char in text:
         if char.isspace():
@@ -201,7 +204,7 @@ def clean_line(text: str, *, limit: int = TEXT_LIMIT) -> str:
 def webhook_text(record: Mapping[str, Any]) -> str:
     """The line a chat shows: ``hwdash HOST: ALERT: GPU 3 (NVIDIA A100...) memory 93% full...``
     (the host, the GPU and what happened: the alert's own message names the GPU), cleaned by
-    :func:`clean_line` and escaped for Slack."""
+    :func:`clean_line` and escaped for Slack and Mattermost."""
     kind = str(record.get("kind") or "")
     word = _WORDS.get(kind, kind or "event")
     if record.get("diagnosis") and kind == "raised":
@@ -209,7 +212,7 @@ def webhook_text(record: Mapping[str, Any]) -> str:
     host = str(record.get("host") or "?")
     message = str(record.get("message") or "")
     line = clean_line(f"hwdash {host}: {word}: {message}")
-    return line.translate(_SLACK_ESCAPES)
+    return line.translate(_CHAT_ESCAPES)
 
 
 # -- the sender -----------------------------------------------------------------------------------
