@@ -72,6 +72,10 @@ QUEUE_SIZE = 256
 TEXT_LIMIT = 300
 """Characters of ``text`` at most (before Slack's escaping): one line on a phone's notification."""
 
+_SETTLE_S = 0.5
+"""Seconds :meth:`WebhookSender.close` waits, after stopping, for a delivery between tries to count
+itself failed."""
+
 _RESPONSE_READ_LIMIT = 64 * 1024
 """Bytes of a server's answer read (and ignored) before the connection is closed."""
 
@@ -386,6 +390,11 @@ class WebhookSender:
             self._queue.clear()
             self._stop.set()
             self._cond.notify_all()
+            # A delivery waiting to retry gives up at once (counted failed); one on the wire is
+            # not waited for beyond a moment (its thread is a daemon).
+            settle_by = time.monotonic() + _SETTLE_S
+            while self._busy and (remaining := settle_by - time.monotonic()) > 0:
+                self._cond.wait(remaining)
         return self.stats()
 
     # -- the sender thread --------------------------------------------------------------------
