@@ -5,7 +5,8 @@
     hwdash exporter --process-details      # also each GPU process's user name and command line
 
 One sampling loop (the monitor's sampler, with its round timeout) keeps the last snapshot, with the
-alert rule's states and the OOM forecast; a scrape only reads it.
+alert rule's states and the OOM forecast; a scrape only reads it. Alert events run ``--on-alert`` and
+go to the ``--webhook`` URLs as in ``hwdash monitor`` (the exporter writes no alert log).
 """
 
 from __future__ import annotations
@@ -92,20 +93,23 @@ def run(args: argparse.Namespace) -> int:
         build_rule,
         open_replay,
         open_source,
+        open_webhooks,
         parse_interval,
+        webhook_urls,
         with_subset,
     )
-    from hwdash.telemetry.alert_actions import mark_alert_states
+    from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, mark_alert_states
     from hwdash.telemetry.exporter import SnapshotCollector
     from hwdash.telemetry.history import History
     from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
 
     interval = parse_interval(args.interval)
     rule = build_rule(args, interval)
+    scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
+    urls = webhook_urls(args, scenario)
     host, port = parse_listen(args.listen)
     hostname = args.hostname or socket.gethostname()
     replay = open_replay(args) or open_source(args)
-    scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
     registry = CollectorRegistry(auto_describe=False)
     collector = SnapshotCollector(hostname, process_details=args.process_details)
     registry.register(collector)
@@ -120,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     )
     sampler = with_subset(sampler, args)
     engine = AlertEngine(rule)
+    on_alert = getattr(args, "on_alert", None)
+    webhooks = open_webhooks(urls)
+    actions = AlertActions(
+        None, AlertCommand(on_alert) if on_alert else None, webhooks, host=hostname
+    )
     history = History(interval_s=interval)
     print(
         f"hwdash exporter: serving http://{args.listen}/metrics as Hostname={hostname}",
@@ -131,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             snapshot = sampler.sample()
             history.add(snapshot)
             snapshot = history.with_forecasts(snapshot)
-            engine.update(snapshot)
+            actions.handle(engine.update(snapshot))  # queues webhooks: never waits on the network
             collector.update(mark_alert_states(snapshot, engine))
             next_at += interval
             time.sleep(max(0.0, next_at - time.monotonic()))
@@ -140,3 +149,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         sampler.close()
         server.shutdown()
+        actions.close()
+        if webhooks is not None:
+            print(f"hwdash exporter: {webhooks.stats().summary()}", file=sys.stderr)

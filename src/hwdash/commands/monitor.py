@@ -62,6 +62,7 @@ from hwdash.telemetry.history import History
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
 from hwdash.telemetry.types import Sampler
+from hwdash.telemetry.webhooks import WebhookSender, parse_webhook_urls
 
 if TYPE_CHECKING:
     from hwdash.telemetry.replay import ReplaySampler
@@ -184,6 +185,17 @@ def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
             "shell command run for each raised, lost or blind alert, with HWDASH_KIND, "
             "HWDASH_GPU, HWDASH_MIG, HWDASH_PRESSURE, HWDASH_USED_BYTES, HWDASH_TOTAL_BYTES, "
             "HWDASH_MESSAGE in its environment; at most 4 run at once"
+        ),
+    )
+    parser.add_argument(
+        "--webhook",
+        action="append",
+        default=None,
+        metavar="URL",
+        help=(
+            "POST each alert event as JSON (a `text` line for Slack/Mattermost plus the alert "
+            "log's fields) to URL, http or https; repeatable; env:NAME reads the URL from "
+            "variable NAME; default: the URLs in HWDASH_WEBHOOK"
         ),
     )
     parser.add_argument(
@@ -399,6 +411,21 @@ def check_watch(args: argparse.Namespace, *, terminal: bool) -> None:
         )
 
 
+def webhook_urls(args: argparse.Namespace, scenario: str | None) -> tuple[str, ...]:
+    """The ``--webhook`` URLs, else ``HWDASH_WEBHOOK``'s unless the samples are simulated (a fake
+    scenario or ``--replay``: see :func:`hwdash.telemetry.webhooks.parse_webhook_urls`)."""
+    simulated = (
+        fake_scenario_from(scenario) is not None or getattr(args, "replay", None) is not None
+    )
+    return parse_webhook_urls(getattr(args, "webhook", None), simulated=simulated)
+
+
+def open_webhooks(urls: tuple[str, ...]) -> WebhookSender | None:
+    """The sender of ``--webhook`` (or ``HWDASH_WEBHOOK``) URLs, checked by
+    :func:`hwdash.telemetry.webhooks.parse_webhook_urls`; None when there are none."""
+    return WebhookSender(urls) if urls else None
+
+
 def parse_price(text: str | None) -> float | None:
     """``--price``: US dollars per hour, 0 or more; None when not given."""
     if text is None:
@@ -428,6 +455,7 @@ def run(args: argparse.Namespace) -> int:
     count = parse_count(args.count)
     rule = build_rule(args, interval)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
+    urls = webhook_urls(args, scenario)  # a bad URL is said before sampling
     replay = open_replay(args)
     source = replay if replay is not None else open_source(args)
     sampler: Sampler = with_subset(
@@ -446,7 +474,8 @@ def run(args: argparse.Namespace) -> int:
         Path(args.alert_log) if args.alert_log else default_alert_log_path(simulated=simulated)
     )
     command = AlertCommand(args.on_alert) if args.on_alert else None
-    actions = AlertActions(AlertLog(log_path), command)
+    webhooks = open_webhooks(urls)
+    actions = AlertActions(AlertLog(log_path), command, webhooks)
     watch = getattr(args, "watch", False)
     if watch:
         sys.stdout.write(ENTER_WATCH)
@@ -463,6 +492,8 @@ def run(args: argparse.Namespace) -> int:
                 f"hwdash: {command.skipped} alert command(s) skipped: "
                 f"{command.max_running} were still running\n"
             )
+        if webhooks is not None:
+            sys.stderr.write(f"hwdash: {webhooks.stats().summary()}\n")
     return 0
 
 
@@ -514,7 +545,11 @@ def _stream(
         snapshot = mark_alert_states(snapshot, engine)
         actions.handle(events)
         if args.json:
-            emit_json(snapshot_to_dict(snapshot, engine.active, events))
+            payload = snapshot_to_dict(snapshot, engine.active, events)
+            if actions.webhooks is not None:
+                # Counted so far (deliveries finish on their own thread, after the round).
+                payload["webhooks"] = actions.webhooks.stats().to_dict()
+            emit_json(payload)
         elif watch:
             size = shutil.get_terminal_size()
             sys.stdout.write(watch_frame(snapshot, engine.active, size.columns, size.lines))

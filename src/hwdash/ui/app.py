@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -30,6 +30,7 @@ from hwdash.telemetry.replay import ReplaySampler
 from hwdash.telemetry.signals import Signaller, SignalName, SignalRefused, refusal
 from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.types import ProcessSample, Sampler, Snapshot
+from hwdash.telemetry.webhooks import WebhookSender
 from hwdash.ui import startup_gc
 from hwdash.ui.dashboard_tabs import TAB_NAMES, DashboardTabs, TabName, TabPage
 from hwdash.ui.help_screen import HELP_TEXT, HelpScreen
@@ -647,7 +648,10 @@ class HwdashApp(App[None]):
     def action_help(self) -> None:
         """Show the list of keys."""
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            frame = self.monitor.frame
+            webhooks = frame.webhooks if frame is not None else None
+            status = f"Alerts to --webhook: {webhooks.counts()}" if webhooks is not None else ""
+            self.push_screen(HelpScreen(status))
 
     async def action_quit(self) -> None:
         """Quit: stop sampling first so no frame arrives while the screen is torn down."""
@@ -693,6 +697,7 @@ def make_app(
     signaller: Signaller | None = None,
     alert_forecast_s: float | None = None,
     toast_seconds: float = ALERT_TOAST_SECONDS,
+    webhooks: Sequence[str] = (),
 ) -> HwdashApp:
     """Build the dashboard. The one factory: the CLI, ``--demo``, tests and screenshots call it.
 
@@ -701,7 +706,10 @@ def make_app(
     sampling thread, so tests can control it. ``alert_log`` is where alert events are appended
     (default ``$XDG_STATE_HOME/hwdash/alerts.jsonl``; False writes none, for screenshots).
     ``toast_seconds``: how long (real time) alert toasts stay up; tests that step scenario time
-    make it long, so what they check does not depend on the machine's speed. Call :meth:`HwdashApp.finish` after ``run()`` so running alert commands get a few seconds.
+    make it long, so what they check does not depend on the machine's speed. ``webhooks``: the
+    ``--webhook`` URLs (checked by :func:`hwdash.telemetry.webhooks.parse_webhook_urls`); their
+    counters join the monitor's status line. Call :meth:`HwdashApp.finish` after ``run()`` so running
+    alert commands and queued webhooks get a few seconds.
     """
     builder, actions = alerting_frame_builder(
         sampler,
@@ -711,6 +719,7 @@ def make_app(
         alert_forecast_s=alert_forecast_s,
         alert_log=alert_log,
         on_alert=on_alert,
+        webhooks=webhooks,
     )
     return HwdashApp(
         catalog=catalog,
@@ -739,6 +748,7 @@ def alerting_frame_builder(
     alert_forecast_s: float | None,
     alert_log: Path | Literal[False] | None,
     on_alert: str | None,
+    webhooks: Sequence[str] = (),
 ) -> tuple[AlertingFrameBuilder, AlertActions]:
     """What turns each snapshot into a frame (alert rule, history, the replay's own history), and
     the actions it takes on an alert (the log, the ``--on-alert`` command), for :func:`make_app`."""
@@ -752,6 +762,7 @@ def alerting_frame_builder(
     actions = AlertActions(
         AlertLog(alert_log) if alert_log is not False else None,
         AlertCommand(on_alert) if on_alert else None,
+        WebhookSender(webhooks) if webhooks else None,
     )
     # Ten minutes of history at the interval, and never fewer points than a sparkline can show.
     window_s = max(DEFAULT_WINDOW_S, FRAME_HISTORY_POINTS * interval)

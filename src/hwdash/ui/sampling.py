@@ -25,6 +25,7 @@ from hwdash.core.live.alerts import AlertEngine, AlertRule
 from hwdash.telemetry.alert_actions import AlertActions, mark_alert_states
 from hwdash.telemetry.history import History
 from hwdash.telemetry.types import GpuSample, GpuState, NvmlStatus, Sampler, Snapshot
+from hwdash.telemetry.webhooks import WebhookStats
 
 #: Name of the sampling thread (tests count live threads by this name).
 SAMPLING_THREAD_NAME = "hwdash-sampler"
@@ -68,6 +69,8 @@ class MonitorFrame:
     process_history: tuple[tuple[str, tuple[tuple[float, int | None], ...]], ...] = ()
     """Per process (key ``gpu:pid``, see :func:`hwdash.telemetry.history.process_key`),
     (timestamp, NVML's used bytes) over the recent history, oldest first."""
+    webhooks: WebhookStats | None = None
+    """What ``--webhook`` has sent, failed and dropped so far (None: no webhook)."""
 
     def process_points_for(self, key: str) -> tuple[tuple[float, int | None], ...]:
         """(timestamp, used bytes) history of one process (empty when unknown)."""
@@ -192,7 +195,8 @@ class AlertingFrameBuilder:
         self.history = history
         """Rings of recent points per GPU (telemetry's history)."""
         self.actions = actions
-        """The alerts log and the ``--on-alert`` command (None: no actions, e.g. screenshots)."""
+        """The alerts log, the ``--on-alert`` command and the webhooks (None: no actions, e.g.
+        screenshots)."""
         self.history_feed = history_feed
         """Adds each snapshot to the history instead of ``history.add`` (a replay's, which keeps
         it equal to the recording up to the snapshot shown); None: every snapshot is added."""
@@ -232,7 +236,13 @@ class AlertingFrameBuilder:
             process_history=tuple(
                 (key, self.history.process(key)) for key in self.history.process_keys()
             ),
+            webhooks=self._webhook_stats(),
         )
+
+    def _webhook_stats(self) -> WebhookStats | None:
+        """The webhooks' counters now (deliveries run on their own thread: a round later at most)."""
+        webhooks = self.actions.webhooks if self.actions is not None else None
+        return webhooks.stats() if webhooks is not None else None
 
 
 class SamplingThread:
