@@ -16,7 +16,7 @@ import ipaddress
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from hwdash.core.live.alerts import AlertEngine
 from hwdash.errors import UsageError
@@ -87,8 +87,6 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
-    from prometheus_client import CollectorRegistry, start_http_server
-
     from hwdash.commands.monitor import (
         build_rule,
         open_replay,
@@ -98,9 +96,8 @@ def run(args: argparse.Namespace) -> int:
         webhook_urls,
         with_subset,
     )
-    from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, mark_alert_states
+    from hwdash.telemetry.alert_actions import AlertActions, AlertCommand
     from hwdash.telemetry.exporter import SnapshotCollector
-    from hwdash.telemetry.history import History
     from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
 
     interval = parse_interval(args.interval)
@@ -110,15 +107,8 @@ def run(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     hostname = args.hostname or socket.gethostname()
     replay = open_replay(args) or open_source(args)
-    registry = CollectorRegistry(auto_describe=False)
     collector = SnapshotCollector(hostname, process_details=args.process_details)
-    registry.register(collector)
-    try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}", flag="--listen"
-        ) from None
+    server = _listen(host, port, collector)
     sampler: Any = replay or make_sampler(
         scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))
     )
@@ -129,21 +119,12 @@ def run(args: argparse.Namespace) -> int:
     actions = AlertActions(
         None, AlertCommand(on_alert) if on_alert else None, webhooks, host=hostname
     )
-    history = History(interval_s=interval)
     print(
         f"hwdash exporter: serving http://{args.listen}/metrics as Hostname={hostname}",
         file=sys.stderr,
     )
-    next_at = time.monotonic()
     try:
-        while True:
-            snapshot = sampler.sample()
-            history.add(snapshot)
-            snapshot = history.with_forecasts(snapshot)
-            actions.handle(engine.update(snapshot))  # queues webhooks: never waits on the network
-            collector.update(mark_alert_states(snapshot, engine))
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
+        _serve(sampler, engine, actions, collector, interval)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -152,3 +133,36 @@ def run(args: argparse.Namespace) -> int:
         actions.close()
         if webhooks is not None:
             print(f"hwdash exporter: {webhooks.stats().summary()}", file=sys.stderr)
+
+
+def _listen(host: str, port: int, collector: Any) -> Any:
+    """The HTTP server serving ``collector`` on ``host:port``; a port in use is a usage error."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", flag="--listen"
+        ) from None
+    return server
+
+
+def _serve(sampler: Any, engine: Any, actions: Any, collector: Any, interval: float) -> NoReturn:
+    """Sample every ``interval`` seconds until interrupted: forecasts, alert actions (which queue
+    webhooks and never wait on the network), and the collector's newest snapshot."""
+    from hwdash.telemetry.alert_actions import mark_alert_states
+    from hwdash.telemetry.history import History
+
+    history = History(interval_s=interval)
+    next_at = time.monotonic()
+    while True:
+        snapshot = sampler.sample()
+        history.add(snapshot)
+        snapshot = history.with_forecasts(snapshot)
+        actions.handle(engine.update(snapshot))
+        collector.update(mark_alert_states(snapshot, engine))
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.monotonic()))

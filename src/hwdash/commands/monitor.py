@@ -157,6 +157,21 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
     _add_source_arguments(parser, demo_help=demo_help)
 
 
+def add_webhook_argument(parser: argparse.ArgumentParser) -> None:
+    """``--webhook URL`` (repeatable): where alert events are posted."""
+    parser.add_argument(
+        "--webhook",
+        action="append",
+        default=None,
+        metavar="URL",
+        help=(
+            "POST each alert event as JSON (a `text` line for Slack/Mattermost plus the alert "
+            "log's fields) to URL, http or https; repeatable; env:NAME reads the URL from "
+            "variable NAME; default: the URLs in HWDASH_WEBHOOK"
+        ),
+    )
+
+
 def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
     """How often to sample, which GPUs, what raises an alert and what runs then; ``--replay``'s
     pace."""
@@ -187,17 +202,7 @@ def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
             "HWDASH_MESSAGE in its environment; at most 4 run at once"
         ),
     )
-    parser.add_argument(
-        "--webhook",
-        action="append",
-        default=None,
-        metavar="URL",
-        help=(
-            "POST each alert event as JSON (a `text` line for Slack/Mattermost plus the alert "
-            "log's fields) to URL, http or https; repeatable; env:NAME reads the URL from "
-            "variable NAME; default: the URLs in HWDASH_WEBHOOK"
-        ),
-    )
+    add_webhook_argument(parser)
     parser.add_argument(
         "--gpus",
         default=None,

@@ -22,28 +22,23 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from hwdash.core.live.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
-from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
-from hwdash.telemetry.history import DEFAULT_WINDOW_S, History, process_key
-from hwdash.telemetry.replay import ReplaySampler
+from hwdash.telemetry.history import process_key
 from hwdash.telemetry.signals import Signaller, SignalName, SignalRefused, refusal
-from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.types import ProcessSample, Sampler, Snapshot
-from hwdash.telemetry.webhooks import WebhookSender
 from hwdash.ui import startup_gc
 from hwdash.ui.dashboard_tabs import TAB_NAMES, DashboardTabs, TabName, TabPage
 from hwdash.ui.help_screen import HELP_TEXT, HelpScreen
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.sampling import (
-    FRAME_HISTORY_POINTS,
-    AlertingFrameBuilder,
     AlertNotice,
     FrameBuilder,
     MonitorFrame,
     SamplingThread,
     SnapshotReady,
+    alerting_frame_builder,
     plain_frame,
+    replay_of,
 )
 from hwdash.ui.screen_diff import ScreenDiff, diffing_driver, terminal_hung_up
 from hwdash.ui.widgets.monitor_cells import TextCell
@@ -672,13 +667,6 @@ class HwdashApp(App[None]):
             callback()
 
 
-def replay_of(sampler: Sampler | None) -> ReplaySampler | None:
-    """The recording behind ``sampler`` (``--replay``, also under ``--gpus``), or None."""
-    if isinstance(sampler, SubsetSampler):
-        sampler = sampler.inner
-    return sampler if isinstance(sampler, ReplaySampler) else None
-
-
 def make_app(
     *,
     catalog: Catalog | Callable[[], Catalog],
@@ -737,42 +725,3 @@ def make_app(
         signaller=signaller,
         toast_seconds=toast_seconds,
     )
-
-
-def alerting_frame_builder(
-    sampler: Sampler | None,
-    *,
-    interval: float,
-    alert_threshold: float,
-    blind_after_s: float | None,
-    alert_forecast_s: float | None,
-    alert_log: Path | Literal[False] | None,
-    on_alert: str | None,
-    webhooks: Sequence[str] = (),
-) -> tuple[AlertingFrameBuilder, AlertActions]:
-    """What turns each snapshot into a frame (alert rule, history, the replay's own history), and
-    the actions it takes on an alert (the log, the ``--on-alert`` command), for :func:`make_app`."""
-    if interval <= 0:
-        raise ValueError("interval must be greater than zero")
-    # Raises ValueError for a threshold outside (0, 1].
-    blind_after = blind_after_for(interval) if blind_after_s is None else blind_after_s
-    rule = AlertRule(
-        threshold=alert_threshold, blind_after_s=blind_after, forecast_s=alert_forecast_s
-    )
-    actions = AlertActions(
-        AlertLog(alert_log) if alert_log is not False else None,
-        AlertCommand(on_alert) if on_alert else None,
-        WebhookSender(webhooks) if webhooks else None,
-    )
-    # Ten minutes of history at the interval, and never fewer points than a sparkline can show.
-    window_s = max(DEFAULT_WINDOW_S, FRAME_HISTORY_POINTS * interval)
-    history = History(interval_s=interval, window_s=window_s)
-    replay = replay_of(sampler)
-    # A replay's sparklines are the recording up to the snapshot shown, not the frames viewed.
-    feed = (
-        None
-        if replay is None
-        else replay.history_feed(sampler.select if isinstance(sampler, SubsetSampler) else None)
-    )
-    builder = AlertingFrameBuilder(rule, history=history, actions=actions, history_feed=feed)
-    return builder, actions
