@@ -92,6 +92,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwdash.telemetry.fake_nvml_events import CONSTANTS as _EVENT_CONSTANTS
+from hwdash.telemetry.fake_nvml_events import FakeEvents
 from hwdash.telemetry.fake_processes import FakeProbes, ScenarioProcessTable
 from hwdash.telemetry.fake_scenario import (
     SCENARIO_DIR,
@@ -177,6 +179,8 @@ class FakeNvml:
             self._clock = lambda: self._step_time
         else:
             self._clock = lambda: time.monotonic() - started
+        self.events = FakeEvents(self)
+        """Event sets, GPM, NVLink (:mod:`hwdash.telemetry.fake_nvml_events`)."""
         self.module = self._build_module()
 
     # -- control -------------------------------------------------------------------------------
@@ -545,7 +549,7 @@ class FakeNvml:
         ):
             setattr(module, name, getattr(self._real, name))
         for name in dir(self._real):
-            if name.startswith(_HEALTH_CONSTANTS):
+            if name.startswith(_HEALTH_CONSTANTS + _EVENT_CONSTANTS):
                 setattr(module, name, getattr(self._real, name))
 
         functions: dict[str, Callable[..., Any]] = {
@@ -595,6 +599,7 @@ class FakeNvml:
             "nvmlDeviceGetFanSpeed": self.nvmlDeviceGetFanSpeed,
             "nvmlDeviceGetPerformanceState": self.nvmlDeviceGetPerformanceState,
             "nvmlDeviceGetProcessUtilization": self.nvmlDeviceGetProcessUtilization,
+            **self.events.functions(),
         }
         for name, series in _PCIE_FUNCTIONS:
             functions[name] = _bind_kind(self._pcie, series)
