@@ -333,6 +333,24 @@ def _one(sample: GpuSample) -> Any:
 def test_the_gpu_row_says_where_the_activity_comes_from() -> None:
     gpm = GpuSample(0, None, None, activity=GpuActivity("gpm", 63.4, 40.0, 45.0, 50.0))
     plain = GpuSample(0, None, None, activity=GpuActivity("utilization", sm_active=98.0))
-    assert "SM active 63%, tensor 45% (GPM)" in detail_text(gpm)
-    assert "util 98% (NVML utilization, not SM activity)" in detail_text(plain)
+    assert "SM active 63% (GPM)" in detail_text(gpm)
+    assert "util 98% (NVML, not SM activity)" in detail_text(plain)
     assert "SM active" not in detail_text(GpuSample(0, None, None))
+
+
+def test_a_short_detail_line_leaves_the_activity_out_before_the_uuid() -> None:
+    from hwdash.ui.widgets.monitor_gpu import fit_detail, gpu_cells
+
+    sample = GpuSample(
+        0,
+        "NVIDIA H100",
+        "GPU-7e2f1a90-4c3b-4d5e-9f60-000000000003",
+        reserved_bytes=0,
+        activity=GpuActivity("gpm", 63.0),
+    )
+    cells = gpu_cells(sample, wide=True)
+    assert cells.activity == "SM active 63% (GPM)"
+    full = fit_detail(cells.detail, 120, cells.uuid, cells.activity)
+    assert "SM active 63% (GPM)" in full and full.rstrip().endswith("000000000003")
+    short = fit_detail(cells.detail, 40, cells.uuid, cells.activity)
+    assert "SM active" not in short and short.rstrip().endswith("00003"), short
