@@ -66,6 +66,9 @@ Health readings (issue 28), each NotSupported when its name is in ``unsupported`
     sm_percent = [[0, 90], [60, 30]]        # NVML's per-process samples; leave out: no sample
     memory_bandwidth_percent = 40
 
+Xid events, GPM metrics and NVLink state (``xids``, ``gpm``, ``nvlink_links``, ``nvlink_active``) are
+answered by :mod:`hwdash.telemetry.fake_nvml_events`, which describes them.
+
 The clock-event reasons answer under the R535 name and the older ``...ThrottleReasons`` one (the
 ``old-driver`` failure mode has only the older); per-process samples are stamped with scenario time,
 so a round at the same scenario second as the last sees none (NVML's NotFound).

@@ -24,9 +24,12 @@ import ctypes
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hwdash.telemetry.fake_scenario import Scenario, ScenarioGpu, series_value
+from hwdash.telemetry.fake_scenario import series_value
+
+if TYPE_CHECKING:  # the models are only named here (a compiled scenario has the same fields)
+    from hwdash.telemetry.fake_scenario import Scenario, ScenarioGpu
 
 _GPM_SERIES = {
     "NVML_GPM_METRIC_SM_UTIL": "sm_active",

@@ -1,5 +1,6 @@
 """The NVML sampler's health readings: per-process SM and memory-bandwidth utilization, clock-event
-(throttle) reasons, the PCIe link, ECC, remapped rows, fan, P-state and the energy counter.
+(throttle) reasons, the PCIe link, ECC, remapped rows, fan, P-state and the energy counter; Xid
+events, GPM activity and NVLink state through :mod:`hwdash.telemetry.nvml_events`.
 
 Called by :mod:`hwdash.telemetry.nvml_sampler` on its worker thread, through the sampler's own
 call wrapper (so a lost GPU abandons the round as for every other field). Each reading is None
