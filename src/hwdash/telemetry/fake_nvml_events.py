@@ -86,6 +86,8 @@ class FakeEvents:
         self.gpm_samples: dict[int, tuple[int, float] | None] = {}
         """Sample address -> (GPU index, scenario second taken), None before a SampleGet."""
         self.freed_samples: set[int] = set()
+        self.gpm_series = {int(getattr(self.real, name)): key for name, key in _GPM_SERIES.items()}
+        """Metric id -> the scenario series that answers it."""
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -188,10 +190,9 @@ class FakeEvents:
             raise self.fake._error("NVMLError_InvalidArgument")
         gpm = self.fake.scenario.gpus[second[0]].gpm
         assert gpm is not None
-        by_id = {int(getattr(self.real, name)): series for name, series in _GPM_SERIES.items()}
         for place in range(int(request.numMetrics)):
             metric = request.metrics[place]
-            series = by_id.get(int(metric.metricId))
+            series = self.gpm_series.get(int(metric.metricId))
             if series is None:
                 metric.nvmlReturn = self.real.NVML_ERROR_NOT_SUPPORTED
                 continue

@@ -79,6 +79,8 @@ class _Gpm:
     current: Any
     filled: bool = False
     """Whether ``previous`` holds a sample (false until the first round's sample)."""
+    request: Any = None
+    """The ``c_nvmlGpmMetricsGet_t`` asking for :data:`GPM_METRICS`, built once (19 KB)."""
 
 
 @dataclass
@@ -206,12 +208,14 @@ class EventReader:
         return metrics
 
     def _gpm_metrics(self, gpm: _Gpm, errors: list[tuple[str, str]]) -> dict[str, float | None]:
-        request = self.nvml.c_nvmlGpmMetricsGet_t()
-        request.version = getattr(self.nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
-        request.numMetrics = len(GPM_METRICS)
+        request = gpm.request
+        if request is None:
+            request = gpm.request = self.nvml.c_nvmlGpmMetricsGet_t()
+            request.version = getattr(self.nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
+            request.numMetrics = len(GPM_METRICS)
+            for place, (_name, constant) in enumerate(GPM_METRICS):
+                request.metrics[place].metricId = int(getattr(self.nvml, constant))
         request.sample1, request.sample2 = gpm.previous, gpm.current  # older first (nvml.h)
-        for place, (_name, constant) in enumerate(GPM_METRICS):
-            request.metrics[place].metricId = int(getattr(self.nvml, constant))
         answer = self.health.quiet_call(errors, "gpm", "nvmlGpmMetricsGet", request)
         success = getattr(self.nvml, "NVML_SUCCESS", 0)
         values: dict[str, float | None] = {}
