@@ -256,7 +256,8 @@ def test_the_new_health_series_under_dcgm_field_names() -> None:
     assert by_gpu(text, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")["3"] == 1
     assert by_gpu(text, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")["3"] == 1
     assert by_gpu(text, "DCGM_FI_DEV_ROW_REMAP_PENDING") == {
-        str(i): float(i == 3) for i in range(6)
+        str(i): float(i == 3)
+        for i in range(7)  # GPU 6 (the Xid) has no remapping
     }
     assert set(by_gpu(text, "DCGM_FI_DEV_ROW_REMAP_FAILURE").values()) == {0.0}
     assert by_gpu(text, "DCGM_FI_DEV_PSTATE")["0"] == 0
@@ -272,13 +273,15 @@ def test_each_gpu_has_one_diagnosis_series_per_kind_and_the_words_of_each_in_for
     }
     assert len(flags) == len(HEALTH.gpus) * len(DIAGNOSIS_KINDS)  # always present: no gaps
     in_force = {(str(gpu.index), d.kind) for gpu in HEALTH.gpus for d in gpu.diagnoses}
-    # At 130 s: the stray context (GPU 0), the link (1), throttled (2), ECC (3), input-bound (4).
+    # At 130 s: the stray context (GPU 0), the link (1), throttled (2), ECC (3), input-bound (4),
+    # the Xid 31 of 30 s (6).
     assert {kind for _gpu, kind in in_force} == {
         "stray-context",
         "link",
         "throttled",
         "ecc",
         "input-bound",
+        "xid",
     }
     assert {key for key, value in flags.items() if value == 1} == in_force
     assert set(flags.values()) == {0.0, 1.0}

@@ -1,5 +1,6 @@
 """The NVML sampler's health readings: per-process SM and memory-bandwidth utilization, clock-event
-(throttle) reasons, the PCIe link, ECC, remapped rows, fan, P-state and the energy counter.
+(throttle) reasons, the PCIe link, ECC, remapped rows, fan, P-state and the energy counter; Xid
+events, GPM activity and NVLink state through :mod:`hwdash.telemetry.nvml_events`.
 
 Called by :mod:`hwdash.telemetry.nvml_sampler` on its worker thread, through the sampler's own
 call wrapper (so a lost GPU abandons the round as for every other field). Each reading is None
@@ -16,6 +17,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from hwdash.telemetry.nvml_events import EventReader
 from hwdash.telemetry.types import PcieLink, ProcessSample, RemappedRows
 
 CLOCKS_EVENT_REASONS: tuple[tuple[str, str], ...] = (
@@ -78,6 +80,8 @@ class Reader(Protocol):
     nvml: Any
     not_found_error: type[BaseException]
 
+    def reason(self, exc: BaseException) -> str: ...
+
     def call_function(
         self,
         errors: list[tuple[str, str]],
@@ -99,10 +103,27 @@ class HealthReader:
         self.link_max: dict[int, tuple[int | None, int | None]] = {}
         self.reason_function: str | None = None
         """``nvmlDeviceGetCurrentClocksEventReasons`` or the older name, once one answered."""
+        self.events = EventReader(self)
+        """Xid events, GPM activity, NVLink state (:mod:`hwdash.telemetry.nvml_events`)."""
+
+    def start_round(self) -> None:
+        """Before a round's GPUs: take the Xid events NVML has for them."""
+        self.events.start_round()
+
+    def close(self) -> None:
+        """Before ``nvmlShutdown``: free the event set and the GPM samples."""
+        self.events.close()
 
     def quiet_call(self, errors: list[tuple[str, str]], label: str, name: str, *args: Any) -> Any:
         """One NVML call by name; failures other than "not supported" go to ``errors``."""
         return self._quiet(errors, label, getattr(self.nvml, name, None), *args)
+
+    def attempt(self, errors: list[tuple[str, str]], label: str, name: str, *args: Any) -> bool:
+        """:meth:`quiet_call` for a call that returns nothing: whether it succeeded."""
+        scratch: list[tuple[str, str]] = []
+        self.reader.call_function(scratch, label, getattr(self.nvml, name, None), *args)
+        errors.extend(entry for entry in scratch if entry[1] not in _QUIET_REASONS)
+        return not scratch
 
     def _quiet(
         self,
@@ -121,9 +142,20 @@ class HealthReader:
         return value if isinstance(value, int) else default
 
     # -- per GPU -------------------------------------------------------------------------------
-    def read_gpu(self, index: int, handle: Any, errors: list[tuple[str, str]]) -> dict[str, Any]:
-        """The health fields of :class:`~hwdash.telemetry.types.GpuSample`, by name."""
+    def read_gpu(
+        self,
+        index: int,
+        handle: Any,
+        errors: list[tuple[str, str]],
+        utilization: Any = None,
+    ) -> dict[str, Any]:
+        """The health fields of :class:`~hwdash.telemetry.types.GpuSample`, by name
+        (``utilization``: NVML's utilization rates, the activity's fallback)."""
+        busy = None if utilization is None else _number(getattr(utilization, "gpu", None))
         return {
+            "xid_events": self.events.xid_events(index, handle, errors),
+            "activity": self.events.activity(index, handle, errors, busy),
+            "nvlink": self.events.nvlink(index, handle, errors),
             "clocks_event_reasons": self.clocks_event_reasons(handle, errors),
             "pcie": self.pcie(index, handle, errors),
             "ecc_uncorrected": self.ecc(handle, errors, "NVML_VOLATILE_ECC", 0),
