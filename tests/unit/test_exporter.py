@@ -264,6 +264,31 @@ def test_the_new_health_series_under_dcgm_field_names() -> None:
     assert "DCGM_FI_DEV_FAN_SPEED" not in label_names(text)  # not supported: absent, not 0
 
 
+def test_the_xid_gpm_and_nvlink_series() -> None:
+    # health.toml at 130 s: GPU 6 raised Xid 31 at 30 s and lost one of its 18 NVLinks at 90 s;
+    # GPU 0's GPM scripts SM active 71%, occupancy 42%, tensor 48%, DRAM 55% (DCGM: ratios).
+    text = scrape(HEALTH)
+    xids = by_gpu(text, "DCGM_FI_DEV_XID_ERRORS")
+    assert xids == {str(i): (31.0 if i == 6 else 0.0) for i in range(7)}
+    assert by_gpu(text, "DCGM_FI_PROF_SM_ACTIVE")["0"] == pytest.approx(0.71)
+    assert by_gpu(text, "DCGM_FI_PROF_SM_OCCUPANCY")["0"] == pytest.approx(0.42)
+    assert by_gpu(text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")["0"] == pytest.approx(0.48)
+    assert by_gpu(text, "DCGM_FI_PROF_DRAM_ACTIVE")["0"] == pytest.approx(0.55)
+    assert by_gpu(text, "hwdash_gpu_nvlinks")["6"] == 18
+    assert by_gpu(text, "hwdash_gpu_nvlinks_active")["6"] == 17
+    assert by_gpu(text, "hwdash_gpu_nvlinks_active")["0"] == 18
+
+
+def test_no_profiling_series_where_the_activity_is_nvmls_plain_utilization() -> None:
+    # The first round has one GPM sample only: the activity is utilization.gpu, which is not SM
+    # activity, so no DCGM_FI_PROF_* series may claim it is.
+    first = health_snapshot(0)
+    assert all(gpu.activity is None or gpu.activity.source == "utilization" for gpu in first.gpus)
+    names = label_names(scrape(first))
+    assert not any(name.startswith("DCGM_FI_PROF_") for name in names)
+    assert "DCGM_FI_DEV_GPU_UTIL" in names
+
+
 def test_each_gpu_has_one_diagnosis_series_per_kind_and_the_words_of_each_in_force() -> None:
     text = scrape(HEALTH)
     flags: dict[tuple[str, str], float] = {
@@ -315,6 +340,8 @@ def test_the_health_readings_and_diagnoses_round_trip_through_our_prometheus_rea
         assert again.energy_mj == original.energy_mj
         assert again.pstate == original.pstate
         assert again.fan_percent == original.fan_percent
+        assert again.activity == original.activity
+        assert again.nvlink == original.nvlink
         assert [(p.pid, p.sm_percent, p.memory_bandwidth_percent) for p in again.processes] == [
             (p.pid, p.sm_percent, p.memory_bandwidth_percent) for p in original.processes
         ]

@@ -181,6 +181,24 @@ def _clock_event_mask(gpu: GpuSample) -> float | None:
     return None if mask is None else float(mask)
 
 
+def _last_xid(gpu: GpuSample) -> float | None:
+    """The newest Xid's number, as DCGM's XID_ERRORS field keeps it; 0 with none seen, None where
+    the GPU cannot report Xid events."""
+    if gpu.xid_events is None:
+        return None
+    return float(gpu.xid_events[-1].xid) if gpu.xid_events else 0.0
+
+
+def _gpm_ratio(gpu: GpuSample, metric: str) -> float | None:
+    """A GPM metric as DCGM's profiling fields give it (a ratio, 0..1); None where the numbers are
+    not GPM's (NVML's plain utilization is not SM activity)."""
+    activity = gpu.activity
+    if activity is None or activity.source != "gpm":
+        return None
+    value = getattr(activity, metric)
+    return None if value is None else value / 100.0
+
+
 def _flag(value: bool | None) -> float | None:
     return None if value is None else (1.0 if value else 0.0)
 
@@ -323,6 +341,48 @@ _GPU_SERIES: tuple[tuple[str, str, tuple[str, ...], Callable[[GpuSample], float 
         "Fan speed (in % of its maximum).",
         DCGM_LABELS,
         lambda gpu: gpu.fan_percent,
+    ),
+    (
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last Xid error the GPU raised (0: none since the monitor started).",
+        DCGM_LABELS,
+        _last_xid,
+    ),
+    (
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "Ratio of time at least one warp was resident on an SM, averaged over the SMs (GPM).",
+        DCGM_LABELS,
+        lambda gpu: _gpm_ratio(gpu, "sm_active"),
+    ),
+    (
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "Ratio of warps resident on an SM to the most it can hold, averaged over the SMs (GPM).",
+        DCGM_LABELS,
+        lambda gpu: _gpm_ratio(gpu, "sm_occupancy"),
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles any tensor pipe was active (GPM).",
+        DCGM_LABELS,
+        lambda gpu: _gpm_ratio(gpu, "tensor_active"),
+    ),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface was sending or receiving data (GPM).",
+        DCGM_LABELS,
+        lambda gpu: _gpm_ratio(gpu, "dram_active"),
+    ),
+    (
+        "hwdash_gpu_nvlinks",
+        "NVLinks the GPU has (nvmlDeviceGetNvLinkState answers for them).",
+        HWDASH_GPU_LABELS,
+        lambda gpu: None if gpu.nvlink is None else gpu.nvlink.links,
+    ),
+    (
+        "hwdash_gpu_nvlinks_active",
+        "NVLinks of the GPU that are up.",
+        HWDASH_GPU_LABELS,
+        lambda gpu: None if gpu.nvlink is None else gpu.nvlink.active,
     ),
     (
         "hwdash_gpu_memory_total_bytes",

@@ -53,7 +53,9 @@ from hwdash.core.live.diagnoses import (
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
 from hwdash.telemetry.types import (
+    GpuActivity,
     GpuSample,
+    NvLinkState,
     NvmlStatus,
     PcieLink,
     ProcessSample,
@@ -116,6 +118,13 @@ PART_SERIES: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_ROW_REMAP_PENDING": ("remapped", "pending"),
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clocks", "mask"),
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clocks", "mask"),  # renamed (112)
+    # The profiling fields are ratios (0..1); GpuActivity keeps percents.
+    "DCGM_FI_PROF_SM_ACTIVE": ("activity", "sm_active"),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("activity", "sm_occupancy"),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("activity", "tensor_active"),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("activity", "dram_active"),
+    "hwdash_gpu_nvlinks": ("nvlink", "links"),
+    "hwdash_gpu_nvlinks_active": ("nvlink", "active"),
 }
 DIAGNOSIS_SERIES = "hwdash_gpu_diagnosis"
 """1/0 per GPU and ``kind`` (``hwdash exporter``)."""
@@ -519,6 +528,16 @@ def _health(parts: dict[str, dict[str, float]]) -> dict[str, Any]:
         from hwdash.telemetry.nvml_health import installed_reason_bits, reason_names
 
         found["clocks_event_reasons"] = reason_names(int(mask), installed_reason_bits())
+    activity = parts.get("activity")
+    if activity:
+        found["activity"] = GpuActivity(
+            source="gpm", **{metric: round(100.0 * value, 6) for metric, value in activity.items()}
+        )
+    nvlink = parts.get("nvlink")
+    if nvlink and "links" in nvlink:
+        found["nvlink"] = NvLinkState(
+            links=round(nvlink["links"]), active=round(nvlink.get("active", 0))
+        )
     return found
 
 
