@@ -487,8 +487,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
             unused.append((name, "only --fsdp hybrid shards within a node"))
-        elif why := _unused_sharding_setting(plan, name):
-            unused.append((name, why))
+        elif (reason := _unused_sharding_setting(plan, name)) is not None:
+            unused.append((name, reason))
     return unused
 
 
@@ -501,18 +501,18 @@ _ZERO3_FIELDS = (
     "ds_persistence_threshold",
     "ds_sub_group_size",
 )
-_FSDP_FIELDS = ("fsdp_version", "fsdp_reduce_fp32", "fsdp_state_dict")
+_FSDP_FIELDS = ("fsdp_version", "fsdp_reduce_fp32", "fsdp_state_dict", "fsdp_limit_all_gathers")
 
 
 def _unused_sharding_setting(plan: Plan, name: str) -> str | None:
     """Why a DeepSpeed buffer or FSDP setting does nothing in ``plan`` (None: it is used)."""
-    if name in _ZERO_FIELDS + _ZERO3_FIELDS + ("ds_allgather_bucket",) and plan.zero == 0:
+    if name in (*_ZERO_FIELDS, *_ZERO3_FIELDS, "ds_allgather_bucket") and plan.zero == 0:
         return "only DeepSpeed ZeRO (--zero 1-3) has these buffers"
     if name in _ZERO3_FIELDS and plan.zero != 3:
         return "only ZeRO stage 3 gathers parameters"
     if name == "ds_allgather_bucket" and plan.zero == 3:
         return "ZeRO stage 3 gathers by --ds-prefetch-bucket, not the stage 1-2 all-gather bucket"
-    if name in _FSDP_FIELDS + ("fsdp_limit_all_gathers",) and plan.fsdp is FsdpMode.NONE:
+    if name in _FSDP_FIELDS and plan.fsdp is FsdpMode.NONE:
         return "only --fsdp uses it"
     if name == "fsdp_limit_all_gathers" and plan.fsdp_version != 1:
         return (

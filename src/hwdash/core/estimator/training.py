@@ -217,7 +217,7 @@ def _add_adapted_weights(
     trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
     adapted_top = resolve_top_level(arch, plan.lora_targets, strict=False)
     trainable += top_level_adapter_params(arch, adapted_top, plan.lora_r)
-    base_bytes, per_param = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
+    base_bytes, _ = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
     gpu_base, host_base = zero_buffers.add_zero3_weights(plan, arch, base_bytes, dp, acc, label)
     state_layout = _adapter_state_layout(zero, savers)
     states = model_state_bytes(trainable, trainable, state_layout, plan.optimizer, zero, dp)
