@@ -82,7 +82,11 @@ def zero_buffer_keys(reader: ConfigReader, zero: Mapping[str, Any], out: Importe
         elif name in _SWITCH_KEYS:
             if not isinstance(value, bool):
                 raise reader.bad(where, "true or false", value)
-            out.updates[name] = value
+            # DeepSpeed's own default (overlap_comm: on at stage 3 only; contiguous_gradients:
+            # on) stays unset, as the plan says it
+            default = zero.get("stage") == 3 if name == "ds_overlap_comm" else True
+            if value != default:
+                out.updates[name] = value
         else:
             if (
                 isinstance(value, bool)
