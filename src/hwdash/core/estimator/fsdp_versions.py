@@ -108,6 +108,8 @@ def dim0_padding_elements(arch: Architecture, shard: int) -> float:
     norms = max(1, arch.norm_params_per_layer // max(1, arch.hidden))
     per_layer += norms * pad(arch.hidden, 1)
     total = per_layer * arch.layers
+    if arch.final_norm_params:
+        total += pad(arch.hidden, arch.final_norm_params // max(1, arch.hidden))
     for top in (arch.embedding_params, arch.lm_head_params):
         if top:
             total += pad(arch.vocab, top // max(1, arch.vocab))
