@@ -414,9 +414,7 @@ def test_zero3_shards_everything_and_offload_moves_states_to_host() -> None:
         "model ZeRO-3 persistent parameters (tensors <= 1e5 elements, not partitioned)"
     ]
     assert 0 < persistent < 1e6
-    assert z3.per_gpu.weights == pytest.approx(
-        (2 * n - persistent) / 8 + persistent, abs=1
-    )
+    assert z3.per_gpu.weights == pytest.approx((2 * n - persistent) / 8 + persistent, abs=1)
     kept = "model ZeRO-3 live parameters: kept for reuse (max reuse distance 1e9 / 2)"
     assert dict(z3.details)[kept] == 2 * 5e8
     offloaded = estimate_memory(Plan(**base, zero=3, offload=Offload.OPTIMIZER), model, gpus=8)

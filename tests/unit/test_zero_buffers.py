@@ -334,3 +334,16 @@ def test_make_it_fit_proposes_a_smaller_reduce_bucket() -> None:
     search = find_fit_options(plan, model, CATALOG, "l4x4", [CATALOG.flavors["l4x4"]], limit=20)
     changes = [{change.field: change.new for change in option.changes} for option in search.options]
     assert {"ds_reduce_bucket": 3584 * 3584} in changes
+
+
+def test_an_accelerate_configs_deepspeed_file_carries_the_buckets(tmp_path: Path) -> None:
+    _ds_config(tmp_path / "ds.json", reduce_bucket_size=1e8)
+    path = tmp_path / "default_config.yaml"
+    path.write_text(
+        "distributed_type: DEEPSPEED\nnum_processes: 8\n"
+        "deepspeed_config:\n  deepspeed_config_file: ds.json\n  zero3_init_flag: true\n",
+        encoding="utf-8",
+    )
+    updates = read_plan_file(path).updates
+    assert updates["zero"] == 3
+    assert updates["ds_reduce_bucket"] == 10**8
