@@ -15,6 +15,7 @@ Sources:
 
 from __future__ import annotations
 
+from hwdash.core.estimator import zero_buffers
 from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.estimator.inference import (
     LEGACY_CACHE_LABEL,
@@ -27,7 +28,6 @@ from hwdash.core.estimator.states import (
     ADAPTER_LAYOUT,
     LAYOUTS,
     Layout,
-    _frozen_weights_on_gpu,
     model_state_bytes,
 )
 from hwdash.core.estimator.training import _train_one_model
@@ -89,7 +89,7 @@ def _frozen_copy(
 ) -> None:
     """A frozen model (reference, reward) in the layout's weight dtype, sharded under ZeRO-3."""
     full = float(arch.total_params * layout.weight_bytes)
-    gpu, host = _frozen_weights_on_gpu(arch, full, plan.zero, dp, plan.offload, layout.weight_bytes)
+    gpu, host = zero_buffers.add_zero3_weights(plan, arch, full, dp, acc, label)
     acc.weights += gpu
     acc.host += host
     acc.note(label, gpu)
