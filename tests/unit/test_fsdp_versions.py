@@ -15,6 +15,7 @@ from test_fsdp import BLOCK, SMALL, _plan
 from hwdash.core import estimator as est
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.fsdp_versions import dim0_padding_elements, flat_padding_elements
+from hwdash.core.estimator.phases import PHASE_CHECKPOINT_SAVE
 from hwdash.core.plan import FsdpStateDict, Plan
 from hwdash.core.plans.exports import accelerate_config, trainer_snippet
 from hwdash.core.plans.imports import read_plan_file
@@ -111,17 +112,20 @@ def test_fsdp1_without_limit_all_gathers_counts_two_more_units() -> None:
     assert any("limit_all_gathers" in warning for warning in unlimited.warnings)
 
 
-def test_full_state_dict_is_a_save_time_line_and_a_warning() -> None:
-    # FSDP1's default (accelerate's) is FULL_STATE_DICT: one unit gathered in the sharded dtype
-    full = estimate_memory(_plan(precision="mixed", fsdp_version=1), SMALL)
-    label = "model FSDP1 FULL_STATE_DICT save: one unit gathered (at save, not in the step)"
-    assert dict(full.details)[label] == 4 * TOP
-    assert any("FULL_STATE_DICT" in warning for warning in full.warnings)
-    sharded = estimate_memory(
-        _plan(precision="mixed", fsdp_version=1, fsdp_state_dict=FsdpStateDict.SHARDED), SMALL
-    )
-    assert label not in dict(sharded.details)
-    assert sharded.per_gpu == full.per_gpu  # not in the step's peak
+def test_full_state_dict_gathers_one_unit_in_the_checkpoint_save_phase() -> None:
+    # FSDP1's default (accelerate's) is FULL_STATE_DICT: one unit gathered in the sharded dtype,
+    # on top of what the save holds (the checkpoint-save phase's transient), never in the step
+    full_plan = _plan(precision="mixed", fsdp_version=1)
+    sharded_plan = _plan(precision="mixed", fsdp_version=1, fsdp_state_dict=FsdpStateDict.SHARDED)
+    full, sharded = _accumulated(full_plan), _accumulated(sharded_plan)
+    gathered = full.outside[PHASE_CHECKPOINT_SAVE].transient
+    assert gathered is not None and gathered[0] == "weights" and gathered[2] == 4 * TOP
+    assert "FULL_STATE_DICT" in gathered[1]
+    assert sharded.outside[PHASE_CHECKPOINT_SAVE].transient is None
+    saved = full.phase_total(PHASE_CHECKPOINT_SAVE) - sharded.phase_total(PHASE_CHECKPOINT_SAVE)
+    assert saved == 4 * TOP
+    assert any("FULL_STATE_DICT" in w for w in estimate_memory(full_plan, SMALL).warnings)
+    assert estimate_memory(sharded_plan, SMALL).per_gpu == estimate_memory(full_plan, SMALL).per_gpu
     v2 = estimate_memory(_plan(precision="mixed"), SMALL)  # FSDP2: sharded by default
     assert not any("FULL_STATE_DICT" in warning for warning in v2.warnings)
 

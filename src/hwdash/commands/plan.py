@@ -97,7 +97,7 @@ def _elements(text: str) -> int | str:
     return int(value)
 
 
-#: How the command line reads a registry field's value (:data:`hwdash.core.plan_fields.ValueParser`).
+#: How the command line reads a registry field's value (:data:`hwdash.core.plan_field_types.ValueParser`).
 _VALUE_TYPES: dict[str, Callable[[str], Any]] = {
     "whole": whole_number,
     "number": number,

@@ -128,40 +128,10 @@ def add_version_terms(
     both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
     version = f"FSDP{plan.fsdp_version}"
     reduce = reduce_bytes(plan, units.gathered_bytes)
-    unit = units.reduced_unit
     if plan.fsdp_version == 1:
-        padding = flat_padding_elements(arch, units.shard) * units.sharded_bytes
-        acc.note(
-            f"{label} {version} flat-parameter padding (to a multiple of {units.shard})", padding
-        )
-        if not plan.fsdp_offload:
-            acc.weights += padding
-        if plan.fsdp_limit_all_gathers is False:
-            extra = FSDP1_UNLIMITED_EXTRA_UNITS * arch.block_params * units.gathered_bytes
-            acc.activations += extra
-            acc.last_layer_activations += extra
-            acc.note(f"{label} {version} all-gathers ahead (no limit_all_gathers)", extra, both)
-            acc.warnings.append(
-                f"{version} without limit_all_gathers: nothing bounds how far the CPU issues "
-                f"all-gathers ahead; counted as {FSDP1_UNLIMITED_EXTRA_UNITS} more units "
-                f"gathered ({extra / GIB:.1f} GiB), it can be more"
-            )
-        # the unsharded gradient cast to reduce_dtype (when it differs) and the new shard
-        staging = unit * (reduce if reduce != units.gathered_bytes else 0.0)
-        staging += unit * reduce / units.shard
+        staging = _fsdp1_terms(plan, arch, units, acc, label, reduce)
     else:
-        padding = dim0_padding_elements(arch, units.shard) * units.sharded_bytes
-        acc.note(f"{label} {version} dim-0 padding (to a multiple of {units.shard})", padding)
-        if not plan.fsdp_offload:
-            acc.weights += padding
-        gather_staging = arch.block_params * units.gathered_bytes if units.shard > 1 else 0.0
-        acc.activations += gather_staging
-        acc.last_layer_activations += gather_staging
-        acc.note(
-            f"{label} {version} all-gather output (one unit, copied out)", gather_staging, both
-        )
-        # the reduce-scatter input (the unit in reduce_dtype) and output (1/N of it)
-        staging = unit * reduce * (1 + 1 / units.shard) if units.shard > 1 else 0.0
+        staging = _fsdp2_terms(plan, arch, units, acc, label, reduce)
     acc.last_layer_activations += staging
     acc.note(
         f"{label} {version} reduce-scatter staging ({int(reduce)}-byte)",
@@ -171,7 +141,7 @@ def add_version_terms(
     if plan.fsdp_offload:
         # the shards of the units in flight copied in, one gradient shard copied out
         in_flight = FSDP1_INFLIGHT_ALL_GATHERS * arch.block_params * units.sharded_bytes
-        offload = in_flight / units.shard + unit * reduce / units.shard
+        offload = in_flight / units.shard + units.reduced_unit * reduce / units.shard
         acc.activations += offload
         acc.last_layer_activations += offload
         acc.note(f"{label} {version} CPU-offload staging (shards in flight)", offload, both)
@@ -179,18 +149,75 @@ def add_version_terms(
         _note_full_state_dict(arch, units, acc, label, version)
 
 
+def _fsdp1_terms(
+    plan: Plan,
+    arch: Architecture,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+    reduce: float,
+) -> float:
+    """FSDP1's flat-parameter padding and unlimited all-gathers; returns its reduce-scatter
+    staging bytes (the unsharded gradient cast to ``reduce_dtype`` where it differs, and the new
+    shard)."""
+    both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
+    version = "FSDP1"
+    unit = units.reduced_unit
+    padding = flat_padding_elements(arch, units.shard) * units.sharded_bytes
+    acc.note(f"{label} {version} flat-parameter padding (to a multiple of {units.shard})", padding)
+    if not plan.fsdp_offload:
+        acc.weights += padding
+    if plan.fsdp_limit_all_gathers is False:
+        extra = FSDP1_UNLIMITED_EXTRA_UNITS * arch.block_params * units.gathered_bytes
+        acc.activations += extra
+        acc.last_layer_activations += extra
+        acc.note(f"{label} {version} all-gathers ahead (no limit_all_gathers)", extra, both)
+        acc.warnings.append(
+            f"{version} without limit_all_gathers: nothing bounds how far the CPU issues "
+            f"all-gathers ahead; counted as {FSDP1_UNLIMITED_EXTRA_UNITS} more units "
+            f"gathered ({extra / GIB:.1f} GiB), it can be more"
+        )
+    staging = unit * (reduce if reduce != units.gathered_bytes else 0.0)
+    return staging + unit * reduce / units.shard
+
+
+def _fsdp2_terms(
+    plan: Plan,
+    arch: Architecture,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+    reduce: float,
+) -> float:
+    """FSDP2's dim-0 padding and all-gather output buffer; returns its reduce-scatter staging
+    bytes (the input, the unit in ``reduce_dtype``, and the output, 1/N of it)."""
+    both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
+    version = "FSDP2"
+    padding = dim0_padding_elements(arch, units.shard) * units.sharded_bytes
+    acc.note(f"{label} {version} dim-0 padding (to a multiple of {units.shard})", padding)
+    if not plan.fsdp_offload:
+        acc.weights += padding
+    gather_staging = arch.block_params * units.gathered_bytes if units.shard > 1 else 0.0
+    acc.activations += gather_staging
+    acc.last_layer_activations += gather_staging
+    acc.note(f"{label} {version} all-gather output (one unit, copied out)", gather_staging, both)
+    unit = units.reduced_unit
+    return unit * reduce * (1 + 1 / units.shard) if units.shard > 1 else 0.0
+
+
 def _note_full_state_dict(
     arch: Architecture, units: FsdpUnits, acc: est_phases._Accumulator, label: str, version: str
 ) -> None:
-    """FULL_STATE_DICT at save: one unit gathered in full precision on the GPU at a time, the whole
-    model on rank 0's host. A save is not a phase of the step: a detail line and a warning."""
+    """FULL_STATE_DICT at save: one unit gathered in full precision on the GPU at a time (a
+    transient of the checkpoint-save phase), the whole model on rank 0's host (a warning)."""
     largest = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
     on_gpu = largest * units.sharded_bytes
     on_host = arch.total_params * units.sharded_bytes
-    acc.note(
-        f"{label} {version} FULL_STATE_DICT save: one unit gathered (at save, not in the step)",
+    acc.add_phase_transient(
+        est_phases.PHASE_CHECKPOINT_SAVE,
+        "weights",
         on_gpu,
-        est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY | est_phases._STEP_ONLY,
+        f"{label} {version} FULL_STATE_DICT save: one unit gathered",
     )
     acc.warnings.append(
         f"{version} FULL_STATE_DICT: each save gathers one unit at a time on the GPU "

@@ -204,18 +204,26 @@ def add_fsdp_training(
     else:
         _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
     acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
+    fsdp_versions.add_version_terms(
+        plan, arch, method, _units(arch, method, states, shard), acc, label
+    )
+    return trainable
+
+
+def _units(
+    arch: Architecture, method: Method, states: _FsdpStates, shard: int
+) -> fsdp_versions.FsdpUnits:
+    """What the FSDP version's own terms (:mod:`.fsdp_versions`) need of the plan's units."""
     largest_unit = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
     sharded_bytes = (
         states.layout.weight_bytes if method is Method.FULL else states.gathered_per_param
     )
-    units = fsdp_versions.FsdpUnits(
+    return fsdp_versions.FsdpUnits(
         shard=shard,
         gathered_bytes=states.gathered_per_param,
         sharded_bytes=sharded_bytes,
         reduced_unit=float(largest_unit) if method is Method.FULL else 0.0,
     )
-    fsdp_versions.add_version_terms(plan, arch, method, units, acc, label)
-    return trainable
 
 
 def _root_unit_warning(arch: Architecture, gathered_per_param: float) -> str:
