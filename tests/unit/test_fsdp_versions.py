@@ -171,3 +171,24 @@ def test_the_trainer_snippet_says_fsdp1_and_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "train.py"
     path.write_text(snippet, encoding="utf-8")
     assert read_plan_file(path).updates["fsdp_version"] == 1
+
+
+def test_make_it_fit_offers_a_sharded_state_dict_where_the_save_gathers() -> None:
+    from hwdash.core.planning.fit_knobs import _fsdp_buffer_knobs
+
+    def offered(plan: Plan) -> list[dict[str, object]]:
+        return [
+            dict(setting.updates)
+            for knob in _fsdp_buffer_knobs(plan)
+            if knob.name == "fsdp_state_dict"
+            for setting in knob.settings
+        ]
+
+    # FSDP1's default is FULL_STATE_DICT (accelerate's): the knob turns it sharded
+    assert offered(_plan(precision="mixed", fsdp_version=1)) == [
+        {"fsdp_state_dict": FsdpStateDict.SHARDED}
+    ]
+    # FSDP2 saves sharded already, as does an FSDP1 plan told so
+    assert offered(_plan(precision="mixed")) == []
+    sharded = _plan(precision="mixed", fsdp_version=1, fsdp_state_dict=FsdpStateDict.SHARDED)
+    assert offered(sharded) == []

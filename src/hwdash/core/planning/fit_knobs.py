@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwdash.core.estimator import architecture, resolve_lora_targets
+from hwdash.core.estimator.fsdp_versions import state_dict_kind
 from hwdash.core.estimator.savers import Savers, resolve_savers
 from hwdash.core.estimator.zero_buffers import zero_settings
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     Attention,
     FsdpMode,
+    FsdpStateDict,
     Loss,
     Method,
     Offload,
@@ -494,9 +496,9 @@ def _zero_buffer_knobs(plan: Plan, model: ModelSpec) -> list[Knob]:
 
 def _fsdp_buffer_knobs(plan: Plan) -> list[Knob]:
     """FSDP's own extras turned off (:mod:`hwdash.core.estimator.fsdp_versions`): FSDP1's
-    ``limit_all_gathers`` back on, the reduce-scatter in the gathered dtype instead of fp32. (A
-    sharded state dict instead of a full one is no knob yet: the full one is gathered at save,
-    outside the step's peak, until the plan has a checkpoint-save phase.)"""
+    ``limit_all_gathers`` back on, the reduce-scatter in the gathered dtype instead of fp32, and a
+    sharded state dict instead of FULL_STATE_DICT (whose gather at save is the checkpoint-save
+    phase's transient, :func:`~hwdash.core.estimator.fsdp_versions.state_dict_kind`)."""
     if plan.fsdp is FsdpMode.NONE:
         return []
     knobs: list[Knob] = []
@@ -506,4 +508,10 @@ def _fsdp_buffer_knobs(plan: Plan) -> list[Knob]:
     if plan.fsdp_reduce_fp32:
         setting = Setting({"fsdp_reduce_fp32": False}, "FSDP reduce-scatter in bf16 (from fp32)")
         knobs.append(Knob("fsdp_reduce_fp32", False, (setting,)))
+    if state_dict_kind(plan) is FsdpStateDict.FULL:
+        setting = Setting(
+            {"fsdp_state_dict": FsdpStateDict.SHARDED},
+            "FSDP sharded state dict (no gather at save)",
+        )
+        knobs.append(Knob("fsdp_state_dict", True, (setting,)))
     return knobs
