@@ -15,6 +15,7 @@ from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.software import packaged_software
 from hwdash.core.plan import FsdpMode, Method, Plan
 from hwdash.core.planning.fit import evaluate_flavor
+from hwdash.core.planning.fit_options import find_fit_options
 from hwdash.core.results import MemoryEstimate
 from hwdash.core.units import MIB
 
@@ -234,3 +235,25 @@ def test_an_unknown_interconnect_is_refused(tmp_path: Path) -> None:
         load_catalog_from([packaged_catalog_dir(), path])
     assert caught.value.field == "interconnect"
     assert "unknown interconnect 'infiniband'" in str(caught.value)
+
+
+def test_make_it_fit_reads_the_catalogs_software(catalog: Catalog, tmp_path: Path) -> None:
+    # a user default row that says the CUDA context takes 30 GiB: nothing fits a 24 GiB RTX 4090
+    # (CC 8.9 has no row of its own)
+    (tmp_path / "huge.toml").write_text(
+        "[[cuda_context]]\n"
+        'id = "hopper"\n'
+        'compute_capabilities = ["9.0"]\n'
+        "default = true\n"
+        f"bytes = {30 * 2**30}\n"
+        'measured_on = "H200, CC 9.0"\n'
+        'source = "a test reading"\n'
+    )
+    mine = load_catalog_from([packaged_catalog_dir(), tmp_path])
+    plan = Plan(model="qwen2.5-0.5b", method=Method.LORA)
+    model = catalog.models["qwen2.5-0.5b"]
+    target = "local-rtx-4090"
+    packaged = find_fit_options(plan, model, catalog, target, [catalog.flavors[target]])
+    assert packaged.fits_already
+    huge = find_fit_options(plan, model, mine, target, [mine.flavors[target]])
+    assert not huge.fits_already and not huge.options

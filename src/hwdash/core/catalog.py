@@ -112,7 +112,14 @@ def _model_entry(path: Path, label: str, raw: dict[str, Any]) -> ModelSpec:
 
 
 CatalogKind = Literal[
-    "accelerator", "flavor", "model", "slowdown", "framework", "cuda_context", "interconnect", "nccl"
+    "accelerator",
+    "flavor",
+    "model",
+    "slowdown",
+    "framework",
+    "cuda_context",
+    "interconnect",
+    "nccl",
 ]
 _SCHEMAS: dict[str, type[_Strict]] = {
     "accelerator": Accelerator,
@@ -265,9 +272,7 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
                     in_this_folder[(kind, ident)] = path
                     tables[kind][ident] = entry
                     origin[(kind, ident)] = path
-    software_origins = [
-        path for (kind, _), path in origin.items() if kind in SOFTWARE_TABLES
-    ]
+    software_origins = [path for (kind, _), path in origin.items() if kind in SOFTWARE_TABLES]
     software = None
     if software_origins:
         software = software_from(

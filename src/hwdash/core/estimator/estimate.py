@@ -271,12 +271,12 @@ def _memory_estimate(
         # NCCL is CUDA's: TPUs and Apple GPUs communicate otherwise (not counted)
         nccl, groups = nccl_bytes(plan, dp, link, software.nccl)
     details = [(label, value) for label, value, phases in acc.details if phase in phases]
-    details.append(
-        (f"allocator pool ({ALLOCATOR_FRAGMENTATION:.0%} of the tensors)", pool)
-    )
+    details.append((f"allocator pool ({ALLOCATOR_FRAGMENTATION:.0%} of the tensors)", pool))
     details.append((context_label, context.bytes))
     if nccl:
-        details.append((f"NCCL buffers ({len(groups)} group{'s' if len(groups) > 1 else ''})", nccl))
+        details.append(
+            (f"NCCL buffers ({len(groups)} group{'s' if len(groups) > 1 else ''})", nccl)
+        )
     return MemoryEstimate(
         per_gpu=dataclasses.replace(tensors, overhead=pool + context.bytes + nccl),
         gpus=dp,

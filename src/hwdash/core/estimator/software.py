@@ -60,7 +60,10 @@ class Software:
         for row in self.contexts:
             if capability in row.compute_capabilities:
                 return row, f"CUDA context and kernels ({name}, CC {capability})"
-        return default, f"CUDA context and kernels ({name}, CC {capability}: as {default.measured_on})"
+        return (
+            default,
+            f"CUDA context and kernels ({name}, CC {capability}: as {default.measured_on})",
+        )
 
     def interconnect_for(self, accelerator: Accelerator | None) -> Interconnect:
         """The accelerator's interconnect row, or the default one."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hwdash.core.catalog import Catalog
-from hwdash.core.estimator.software import Software
 from hwdash.core.estimator import (
     QUANTIZED_METHODS,
     architecture,
@@ -20,6 +19,7 @@ from hwdash.core.estimator import (
     resolve_lora_targets,
     resolve_top_level,
 )
+from hwdash.core.estimator.software import Software
 from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import LORA_STYLE_METHODS, FsdpMode, Method, Offload, Plan
 from hwdash.core.planning.run_time import estimate_run_time
