@@ -63,6 +63,12 @@ def test_ddp_on_eight_nvlink_gpus(catalog: Catalog) -> None:
     assert NVLINK_CHANNELS * CONNECTION == 154_140_672
 
 
+def test_deepspeed_zero_adds_its_clone_of_the_world_group(catalog: Catalog) -> None:
+    # deepspeed/utils/groups.py _clone_world_group: a second communicator over the same 8 GPUs
+    estimate = _estimate(catalog, "h200", gpus=8, zero=2)
+    assert _nccl_line(estimate) == ("NCCL buffers (2 groups)", 2 * NVLINK_CHANNELS * CONNECTION)
+
+
 def test_ddp_on_pcie_gpus(catalog: Catalog) -> None:
     estimate = _estimate(catalog, "l40s", gpus=4)
     assert _nccl_line(estimate) == ("NCCL buffers (1 group)", PCIE_CHANNELS * CONNECTION)

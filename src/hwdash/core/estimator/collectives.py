@@ -12,6 +12,9 @@ NCCL ``cudaMalloc``\\ s these itself: NVML counts them, ``torch.cuda.memory_rese
 The groups (:func:`comm_groups`):
 
 * DDP, DeepSpeed ZeRO, RL and FSDP full shard: the data-parallel world group, a ring of every GPU;
+  DeepSpeed ZeRO adds a second communicator over the same GPUs: its engine reduces and gathers on a
+  clone of the world group (``_clone_world_group`` in ``deepspeed/utils/groups.py``, a
+  ``dist.new_group`` of every rank), while the launcher's barriers use the default group;
 * FSDP hybrid shard: the shard group (one node) and the replicate group (one GPU per node)
   (``torch.distributed.fsdp``'s ``HYBRID_SHARD`` builds both);
 * Megatron-LM: the tensor-parallel group and the data-parallel group (rings), and the pipeline's
@@ -71,6 +74,8 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
         groups.append(CommGroup("tensor-parallel", gpus, "ring"))
     else:
         groups.append(CommGroup("data-parallel", gpus, "ring"))
+        if plan.zero:
+            groups.append(CommGroup("DeepSpeed world clone", gpus, "ring"))
     return tuple(groups)
 
 
