@@ -247,6 +247,28 @@ def load_catalog(extra_dirs: Sequence[str | Path] = (), *, include_user: bool = 
     return load_catalog_from(dirs)
 
 
+def _software_of(
+    tables: dict[str, dict[str, Any]], origin: dict[tuple[str, str], Path]
+) -> Software | None:
+    """``software.toml``'s tables as one :class:`Software` (None when no folder read holds any),
+    each accelerator's ``interconnect`` checked against its ``[[interconnect]]`` ids."""
+    origins = [path for (kind, _), path in origin.items() if kind in SOFTWARE_TABLES]
+    if not origins:
+        return None
+    links = tables["interconnect"]
+    software = software_from(tables["cuda_context"], links, tables["nccl"], origins[-1])
+    for ident, accelerator in tables["accelerator"].items():
+        if accelerator.interconnect is not None and accelerator.interconnect not in links:
+            raise CatalogError(
+                origin[("accelerator", ident)],
+                f"unknown interconnect '{accelerator.interconnect}' (software.toml's "
+                "[[interconnect]] ids: " + ", ".join(sorted(links)) + ")",
+                entry=f"accelerator '{ident}'",
+                field="interconnect",
+            )
+    return software
+
+
 def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
     """Load exactly these folders (or files), later ones overriding earlier ones by id."""
     tables: dict[str, dict[str, Any]] = {kind: {} for kind in _SCHEMAS}
@@ -272,15 +294,7 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
                     in_this_folder[(kind, ident)] = path
                     tables[kind][ident] = entry
                     origin[(kind, ident)] = path
-    software_origins = [path for (kind, _), path in origin.items() if kind in SOFTWARE_TABLES]
-    software = None
-    if software_origins:
-        software = software_from(
-            tables["cuda_context"],
-            tables["interconnect"],
-            tables["nccl"],
-            software_origins[-1],
-        )
+    software = _software_of(tables, origin)
     catalog = Catalog(
         accelerators=tables["accelerator"],
         flavors=tables["flavor"],
@@ -290,19 +304,6 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
         software=software,
         files=tuple(files),
     )
-    for ident, accelerator in catalog.accelerators.items():
-        if (
-            software is not None
-            and accelerator.interconnect is not None
-            and accelerator.interconnect not in tables["interconnect"]
-        ):
-            raise CatalogError(
-                origin[("accelerator", ident)],
-                f"unknown interconnect '{accelerator.interconnect}' (software.toml's "
-                "[[interconnect]] ids: " + ", ".join(sorted(tables["interconnect"])) + ")",
-                entry=f"accelerator '{ident}'",
-                field="interconnect",
-            )
     for ident, flavor in catalog.flavors.items():
         if flavor.accelerator is not None and flavor.accelerator not in catalog.accelerators:
             raise CatalogError(

@@ -32,6 +32,8 @@ from hwdash.core.plan import (
     Attention,
     Framework,
     FsdpMode,
+    FsdpStateDict,
+    Generation,
     Loss,
     Method,
     Offload,
@@ -56,8 +58,9 @@ FlagKind = Literal["value", "list", "repeat", "toggle", "switch", "negated", "pa
 * ``pair``: ``--flag`` / ``--no-flag`` as two exclusive options, neither given: the plan's default.
 """
 
-ValueParser = Literal["whole", "number", "count"]
-"""How the command line reads a value: a whole number, a finite number, or a count (``50k``)."""
+ValueParser = Literal["whole", "number", "count", "elements"]
+"""How the command line reads a value: a whole number, a finite number, a count (``50k``), or an
+element count that may be 0 or ``auto`` (a DeepSpeed bucket: ``5e8``, ``500M``, ``auto``)."""
 
 FormWidget = Literal["text", "select", "switch", "integer", "number", "count"]
 """The planner form's control of a row."""
@@ -204,12 +207,13 @@ def _precision_help() -> str:
 
 WHAT = "model and method"
 SHAPE = "batch, checkpointing and DeepSpeed ZeRO"
+ZERO_BUFFERS = "DeepSpeed ZeRO's buffers, in elements (unset: DeepSpeed's default)"
 SHARDING = "FSDP and Megatron tensor/pipeline parallelism"
 SAVERS = "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
 RL = "RL (ppo, grpo)"
 DATA = "data size, time and flavors"
 #: The ``--help`` sections of the Plan fields' flags, in the order ``--help`` shows them.
-FLAG_GROUPS = (WHAT, SHAPE, SHARDING, SAVERS, RL, DATA)
+FLAG_GROUPS = (WHAT, SHAPE, ZERO_BUFFERS, SHARDING, SAVERS, RL, DATA)
 
 _RL_ROW = "-rl-only"
 _TRAINING_ROW = "-training-only"
@@ -334,6 +338,60 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         keys=FileKeys(accelerate=("num_processes",)),
     ),
     PlanField(
+        "ds_reduce_bucket", "--ds-reduce-bucket", ZERO_BUFFERS,
+        "reduce_bucket_size: the gradient bucket reduced at once, in the gradients' 16-bit "
+        "dtype, two with --ds-overlap-comm at stages 1-2 (DeepSpeed 5e8; auto: the Trainer's "
+        "hidden^2)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_allgather_bucket", "--ds-allgather-bucket", ZERO_BUFFERS,
+        "allgather_bucket_size (stages 1-2; DeepSpeed 5e8): torch's all_gather_into_tensor "
+        "gathers the updated parameters in place, so it adds nothing",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_overlap_comm", "--ds-overlap-comm", ZERO_BUFFERS,
+        "overlap_comm: reduce while backward runs; stages 1-2 keep a second reduce bucket "
+        "(DeepSpeed: on for stage 3 only)",
+        kind="toggle",
+    ),
+    PlanField(
+        "ds_contiguous_gradients", "--ds-contiguous-gradients", ZERO_BUFFERS,
+        "contiguous_gradients: the reduce bucket is a preallocated buffer (DeepSpeed: on); "
+        "off, the gradients wait in place (the same bytes at most)",
+        kind="toggle",
+    ),
+    PlanField(
+        "ds_prefetch_bucket", "--ds-prefetch-bucket", ZERO_BUFFERS,
+        "stage3_prefetch_bucket_size: parameters gathered ahead of use (DeepSpeed 5e7; auto: "
+        "0.9 hidden^2)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_max_live_params", "--ds-max-live-params", ZERO_BUFFERS,
+        "stage3_max_live_parameters: no prefetch beyond this many gathered (DeepSpeed 1e9)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_max_reuse_distance", "--ds-max-reuse-distance", ZERO_BUFFERS,
+        "stage3_max_reuse_distance: a parameter used again within this many is kept gathered: "
+        "the last half of it stays gathered from forward into backward (DeepSpeed 1e9)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_persistence_threshold", "--ds-persistence-threshold", ZERO_BUFFERS,
+        "stage3_param_persistence_threshold: tensors this small are never partitioned "
+        "(DeepSpeed 1e5; auto: 10 hidden)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_sub_group_size", "--ds-sub-group-size", ZERO_BUFFERS,
+        "sub_group_size: ZeRO-3 steps its partition one sub-group at a time; without offload "
+        "the fp32 gradients of one sub-group are on the GPU at the step (DeepSpeed 1e9)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
         "fsdp", "--fsdp", SHARDING,
         "PyTorch FSDP instead of DeepSpeed ZeRO: full (shard over every GPU) or hybrid "
         "(shard within a node of --gpus-per-node, replicate across); states stay in --precision "
@@ -357,6 +415,32 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "gpus_per_node", "--gpus-per-node", SHARDING,
         "GPUs per node for --fsdp hybrid (default: all --gpus are one node)",
         parse="whole", metavar="N",
+    ),
+    PlanField(
+        "fsdp_version", "--fsdp-version", SHARDING,
+        "1: FullyShardedDataParallel (flat parameters padded to the shard count, "
+        "--fsdp-limit-all-gathers); 2: fully_shard (per-parameter shards, all-gather and "
+        "reduce-scatter staging buffers). Default 2, the Trainer's, torchtune's and "
+        "torchtitan's; accelerate's own config defaults to 1",
+        parse="whole", metavar="1|2",
+    ),
+    PlanField(
+        "fsdp_limit_all_gathers", "--fsdp-limit-all-gathers", SHARDING,
+        "FSDP1: at most two all-gathers in flight (default on); off, the CPU may issue more "
+        "ahead of the GPU (counted as two more units gathered)",
+        kind="toggle",
+    ),
+    PlanField(
+        "fsdp_reduce_fp32", "--fsdp-reduce-fp32", SHARDING,
+        "FSDP mixed precision reduce_dtype=float32 (torchtitan's default): each unit's gradient "
+        "reduce-scattered in fp32 (default off: in the gathered dtype, accelerate's policy)",
+        kind="toggle",
+    ),
+    PlanField(
+        "fsdp_state_dict", "--fsdp-state-dict", SHARDING,
+        "how FSDP saves: full (FULL_STATE_DICT: each unit gathered, the whole model in rank 0's "
+        "host RAM) or sharded (default: full for FSDP1, sharded for FSDP2, as accelerate)",
+        choices=_values(FsdpStateDict),
     ),
     PlanField(
         "nccl_buffsize", "--nccl-buffsize", SHARDING,
@@ -403,6 +487,13 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "no logits) or legacy (older transformers: one more fp32 copy)",
         choices=_values(Loss),
         form=FormRow("loss", "select", _TRAINING_ROW, unset="framework default"),
+    ),
+    PlanField(
+        "generation", "--generation", SAVERS,
+        "inference and RL generating with the policy: current (transformers >= 4.42: one "
+        "DynamicCache grown in place) or legacy (older transformers' tuple cache: the previous "
+        "step's cache kept while torch.cat builds the next, two copies; default current)",
+        choices=_values(Generation),
     ),
     PlanField(
         "compile", "--compile", SAVERS,
@@ -529,6 +620,19 @@ ARGV_ORDER = (
     "activation_offload",
     "optimizer_in_backward",
     "sync_each_batch",
+    "ds_reduce_bucket",
+    "ds_allgather_bucket",
+    "ds_overlap_comm",
+    "ds_contiguous_gradients",
+    "ds_prefetch_bucket",
+    "ds_max_live_params",
+    "ds_max_reuse_distance",
+    "ds_persistence_threshold",
+    "ds_sub_group_size",
+    "fsdp_version",
+    "fsdp_limit_all_gathers",
+    "fsdp_reduce_fp32",
+    "fsdp_state_dict",
     "rl_reference",
     "rl_reward_model",
     "vllm_memory_utilization",
@@ -574,6 +678,21 @@ FORM_ORDER = (
     "tp",
     "pp",
 )
+
+#: The Plan fields that are one-to-one keys of DeepSpeed's ``zero_optimization`` table (DeepSpeed's
+#: names, deepspeed/runtime/zero/config.py): ``--from`` reads them (``"auto"``: the Hugging Face
+#: Trainer's value, transformers/integrations/deepspeed.py), ``--export deepspeed`` writes them.
+ZERO_KEYS: dict[str, str] = {
+    "ds_reduce_bucket": "reduce_bucket_size",
+    "ds_allgather_bucket": "allgather_bucket_size",
+    "ds_overlap_comm": "overlap_comm",
+    "ds_contiguous_gradients": "contiguous_gradients",
+    "ds_prefetch_bucket": "stage3_prefetch_bucket_size",
+    "ds_max_live_params": "stage3_max_live_parameters",
+    "ds_max_reuse_distance": "stage3_max_reuse_distance",
+    "ds_persistence_threshold": "stage3_param_persistence_threshold",
+    "ds_sub_group_size": "sub_group_size",
+}
 
 #: Plan field -> its registry entry.
 BY_NAME: dict[str, PlanField] = {field.name: field for field in PLAN_FIELDS}

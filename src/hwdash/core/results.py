@@ -75,7 +75,9 @@ class MemoryEstimate:
     peak_phase: str = "start of backward"
     """When the peak happens: ``start of backward`` (saved activations and the loss alive),
     ``end of backward`` (every gradient plus the first layer's activations), ``optimizer step``
-    (gradients, states and the step's temporaries) or ``prefill`` (inference)."""
+    (gradients, states and the step's temporaries), ``prefill`` (inference), or outside the step
+    ``model load`` (``from_pretrained``: quantize-on-load, PEFT's fp32 upcast) and ``checkpoint
+    save`` (between steps); every name: ``hwdash.core.estimator.phases.PEAK_PHASES``."""
     details: tuple[tuple[str, int], ...] = ()
     """Named sub-parts alive at the peak phase, for display, e.g. ``("reference model weights", n)``."""
     warnings: tuple[str, ...] = ()

@@ -27,7 +27,12 @@ import math
 from hwdash.core.estimator.architecture import Architecture, architecture
 from hwdash.core.estimator.collectives import CommGroup, nccl_bytes
 from hwdash.core.estimator.inference import _add_inference
-from hwdash.core.estimator.phases import _Accumulator, _peak_breakdown, _peak_phase
+from hwdash.core.estimator.phases import (
+    _Accumulator,
+    _peak_breakdown,
+    _peak_phase,
+    _phase_details,
+)
 from hwdash.core.estimator.rl import _add_rl
 from hwdash.core.estimator.savers import resolve_savers
 from hwdash.core.estimator.software import Software, packaged_software
@@ -70,10 +75,8 @@ def estimate_memory(
 ) -> MemoryEstimate:
     """Peak bytes per GPU for ``plan`` on ``gpus`` data-parallel GPUs (default ``plan.gpus``).
 
-    ``accelerator`` decides the compute dtype (fp16 on a GPU without bf16), the size of a vLLM
-    engine's share for RL plans, the CUDA context's row (its compute capability) and NCCL's
-    channels (its interconnect); without it the estimate is hardware-neutral (the default rows).
-    ``software``: the catalog's ``software.toml`` tables (None: the packaged ones).
+    ``accelerator`` (None: hardware-neutral) sets the compute dtype, a vLLM share, the CUDA context
+    row, NCCL's channels; ``framework``, ``software``: the catalog's entries (None: the packaged).
 
     The peak is the largest of the step's phases (:func:`~hwdash.core.estimator.phases._peak_phase`),
     and the breakdown shows the components as they are at that phase (``MemoryEstimate.peak_phase``):
@@ -83,7 +86,10 @@ def estimate_memory(
       (:func:`~hwdash.core.estimator.phases._gradients_persist`);
     * end of backward: the gradients backward produced and the first layer's activations;
     * optimizer step: weights + optimizer states + every gradient + the step's temporaries
-      (:func:`~hwdash.core.estimator.states.optimizer_step_temporary_bytes`), no activations.
+      (:func:`~hwdash.core.estimator.states.optimizer_step_temporary_bytes`), no activations;
+    * model load (outside the step): the weights as ``from_pretrained`` loads them and its largest
+      transient (quantize-on-load, PEFT's fp32 upcast; :mod:`~hwdash.core.estimator.quantization`);
+    * checkpoint save (between steps): weights + optimizer states + what a save gathers.
 
     Gradients fill in as backward frees the activations layer by layer, so between the two ends the
     sum of activations and gradients moves from one to the other; the traces show no peak in
@@ -92,8 +98,6 @@ def estimate_memory(
     dp = plan.gpus if gpus is None else max(1, gpus)
     arch = architecture(model)
     acc = _Accumulator()
-    # ``framework``: the catalog's entry for plan.framework (a user catalog may override it); None
-    # reads the packaged frameworks.toml
     savers = resolve_savers(plan, framework)
     compute_dtype = _compute_dtype(plan, accelerator, acc)
     layout = _effective_layout(plan, acc)
@@ -119,7 +123,6 @@ def estimate_memory(
         trainable = _train_one_model(
             plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
         )
-    software = packaged_software() if software is None else software
     return _memory_estimate(plan, arch, acc, dp, trainable, compute_dtype, accelerator, software)
 
 
@@ -248,9 +251,10 @@ def _memory_estimate(
     trainable: int,
     compute_dtype: str,
     accelerator: Accelerator | None,
-    software: Software,
+    software: Software | None,
 ) -> MemoryEstimate:
     """The estimate at the peak phase: its components, the overhead, the parts alive then."""
+    software = packaged_software() if software is None else software
     if acc.managed:
         acc.warnings.append(
             f"paged optimizer states ({acc.managed / 2**30:.1f} GiB) live in CUDA managed memory: "
@@ -260,7 +264,8 @@ def _memory_estimate(
     phase = _peak_phase(plan, acc)
     tensors = _peak_breakdown(acc, phase, 0)
     # managed memory is the driver's, not the caching allocator's: neither allocated nor pooled
-    managed = min(math.ceil(acc.managed), tensors.total)
+    # (paged optimizer states, in the optimizer component wherever the phase holds them)
+    managed = min(math.ceil(acc.managed), tensors.optimizer)
     allocated = tensors.total - managed
     pool = round(ALLOCATOR_FRAGMENTATION * allocated)
     context, context_label = software.context_for(accelerator)
@@ -270,7 +275,7 @@ def _memory_estimate(
     if accelerator is None or accelerator.vendor == "nvidia":
         # NCCL is CUDA's: TPUs and Apple GPUs communicate otherwise (not counted)
         nccl, groups = nccl_bytes(plan, dp, link, software.nccl)
-    details = [(label, value) for label, value, phases in acc.details if phase in phases]
+    details = _phase_details(acc, phase)
     details.append((f"allocator pool ({ALLOCATOR_FRAGMENTATION:.0%} of the tensors)", pool))
     details.append((context_label, context.bytes))
     if nccl:

@@ -90,12 +90,9 @@ def evaluate_flavor(
     slowdowns: Mapping[str, Slowdown] | None = None,
     software: Software | None = None,
 ) -> tuple[FlavorFit, MemoryEstimate]:
-    """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count.
-    ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one);
-    ``slowdowns``: the catalog's step-time factors (None: the packaged ones); ``software``: the
-    catalog's software footprint tables (None: the packaged ones). The verdict compares the whole
-    GPU (what NVML shows: reserved memory, the CUDA context and kernels, NCCL's buffers) with the
-    usable memory."""
+    """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count;
+    ``framework``, ``slowdowns``, ``software``: the catalog's entries (None: the packaged ones).
+    The verdict compares the whole GPU (what NVML shows) with the usable memory."""
     if accelerator is None or accelerator.kind == "cpu" or flavor.gpu_count == 0:
         estimate = estimate_memory(plan, model, gpus=1, framework=framework, software=software)
         fit = FlavorFit(

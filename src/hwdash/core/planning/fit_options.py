@@ -356,10 +356,9 @@ def search_flavor(
     only the knobs that keep the experiment. ``memory_cache`` shares per-GPU needs between flavors
     with the same accelerator and GPU count. ``framework``: the catalog's entry for
     ``plan.framework`` (None: the packaged one); no knob changes the framework. ``slowdowns``: the
-    catalog's step-time factors (None: the packaged ones); ``software``: the catalog's software
-    footprint tables (None: the packaged ones). ``near_misses``: when given and nothing
-    fits (nor is tight), it receives the :data:`CLOSEST_SHOWN` options that come closest, least
-    memory over first.
+    catalog's step-time factors, ``software`` its software footprint (None: the packaged ones).
+    ``near_misses``: when given and nothing fits (nor is tight), it receives the
+    :data:`CLOSEST_SHOWN` options that come closest, least memory over first.
     """
     evaluate = _flavor_evaluator(
         model, flavor, accelerator, flavor_fit, framework, slowdowns, software
@@ -709,16 +708,8 @@ def _on_more_gpus(
     that keep the experiment; their slowdown is over the plan's step time on ``flavor``."""
     moved, keeps, words = _moved_to_more_gpus(plan, flavor, bigger)
     tokens = training_tokens(plan)
-    base_fit = evaluate_flavor(
-        plan,
-        model,
-        flavor,
-        accelerator,
-        tokens,
-        framework=framework,
-        slowdowns=slowdowns,
-        software=software,
-    )[0]
+    given: dict[str, Any] = {"framework": framework, "slowdowns": slowdowns, "software": software}
+    base_fit = evaluate_flavor(plan, model, flavor, accelerator, tokens, **given)[0]
     fits_as_is, options, count = search_flavor(
         moved,
         model,
@@ -733,16 +724,7 @@ def _on_more_gpus(
         software=software,
     )
     if fits_as_is:
-        fit = evaluate_flavor(
-            moved,
-            model,
-            bigger,
-            accelerator,
-            tokens,
-            framework=framework,
-            slowdowns=slowdowns,
-            software=software,
-        )[0]
+        fit = evaluate_flavor(moved, model, bigger, accelerator, tokens, **given)[0]
         options = [FitOption(moved, (), (), True, fit, None)]
     found: list[FitOption] = []
     for option in options:
