@@ -279,6 +279,9 @@ class Plan(BaseModel):
     the optimizer steps there; the GPU holds the layers being gathered."""
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
     """GPUs per node for hybrid sharding (None: all the plan's GPUs are one node)."""
+    nccl_buffsize: int | None = Field(default=None, ge=1, le=2**34)
+    """``NCCL_BUFFSIZE`` the run sets, in bytes: the Simple protocol's buffer per connection of
+    every NCCL communicator (None: NCCL's default, 4 MiB; ``catalog/software.toml``)."""
     tp: int = Field(default=1, ge=1, le=1024)
     """Megatron-LM tensor-parallel size (``--tensor-model-parallel-size``)."""
     pp: int = Field(default=1, ge=1, le=1024)

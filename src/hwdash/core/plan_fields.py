@@ -302,6 +302,12 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         choices=_values(FsdpStateDict),
     ),
     PlanField(
+        "nccl_buffsize", "--nccl-buffsize", SHARDING,
+        "NCCL_BUFFSIZE the run sets, in bytes (default: NCCL's 4 MiB): the Simple protocol's "
+        "buffer per connection of each NCCL communicator, counted on multi-GPU plans",
+        parse="whole", metavar="BYTES",
+    ),
+    PlanField(
         "tp", "--tp", SHARDING, "Megatron-LM tensor-parallel size (default 1)", parse="whole",
         metavar="N", form=FormRow("tensor par.", "integer", "-full-only"),
     ),
@@ -452,6 +458,7 @@ ARGV_ORDER = (
     "rl_method",
     "fsdp",
     "gpus_per_node",
+    "nccl_buffsize",
     "tp",
     "pp",
     "quant",

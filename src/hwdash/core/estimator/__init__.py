@@ -17,7 +17,11 @@ the comment says so. The package is split by concern, each module listing the so
   arXiv:2101.06840; the memory savers of :mod:`hwdash.core.estimator.savers`);
 * :mod:`~hwdash.core.estimator.rl`: RL plans (policy, value model, reference, reward, vLLM);
 * :mod:`~hwdash.core.estimator.phases`: the phases whose peaks are compared;
-* :mod:`~hwdash.core.estimator.estimate`: :func:`estimate_memory`, the overhead guesses.
+* :mod:`~hwdash.core.estimator.estimate`: :func:`estimate_memory` and the overhead: allocated,
+  reserved and the whole GPU;
+* :mod:`~hwdash.core.estimator.software`: the CUDA context and kernels by compute capability and
+  NCCL's buffer and channel tables (``catalog/software.toml``);
+* :mod:`~hwdash.core.estimator.collectives`: NCCL communicator buffers per process group.
 
 Sharding beyond ZeRO (PyTorch FSDP, Megatron TP/PP) lives in :mod:`hwdash.core.estimator.parallelism`,
 quantized inference in :mod:`hwdash.core.estimator.quantization`, other block layouts in
@@ -60,7 +64,6 @@ from hwdash.core.estimator.architecture import (
 )
 from hwdash.core.estimator.estimate import (
     ALLOCATOR_FRAGMENTATION,
-    CUDA_CONTEXT_BYTES,
     _compute_dtype,
     estimate_memory,
 )
@@ -125,7 +128,6 @@ __all__ = [
     "ADAPTER_LAYOUT",
     "ALLOCATOR_FRAGMENTATION",
     "ALL_LINEAR",
-    "CUDA_CONTEXT_BYTES",
     "DROPOUT_MASK_BYTES",
     "GROUPED_4BIT_BYTES_PER_PARAM",
     "INT8_BYTES_PER_PARAM",
