@@ -286,13 +286,16 @@ def add_zero3_weights(
     label: str,
 ) -> tuple[float, float]:
     """Weights of one model (``total_bytes`` over ``arch.total_params``) under ``plan``'s ZeRO:
-    return the bytes on the GPU in every phase and on the host. Below stage 3 (or on one GPU
-    without parameter offload) every weight is on the GPU. At stage 3 the GPU keeps its partition
-    and the persistent parameters always, and the gathered parameters during forward and backward
-    (added here, with the activations, as FSDP's gathered units are); with parameter offload the
-    partitions live on the host."""
+    return the bytes on the GPU in every phase and on the host. Below stage 3 every weight is on
+    the GPU. At stage 3 the GPU keeps its partition and the persistent parameters always, and the
+    gathered parameters during forward and backward (added here, with the activations, as FSDP's
+    gathered units are); with parameter offload the partitions live on the host. On one GPU the
+    partition is the whole model and a gather still allocates its own full-size buffer
+    (``partition_parameters.py``'s all-gather allocates ``partition size x world size`` whatever
+    the world size), so the gathered parameters are counted there too: ZeRO-3 on one GPU costs
+    more than no ZeRO, and more GPUs never need more per GPU."""
     offloaded = plan.offload is Offload.PARAMS
-    if plan.zero < 3 or (dp <= 1 and not offloaded):
+    if plan.zero < 3:
         return total_bytes, 0.0
     per_param = total_bytes / max(1, arch.total_params)
     gathered = zero3_gathered(plan, arch)
