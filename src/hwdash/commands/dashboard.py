@@ -185,10 +185,11 @@ def _scenario(args: argparse.Namespace) -> tuple[Any, Any]:
     scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
     loaded = None
     if scenario is not None:
-        from hwdash.telemetry.fake_nvml import load_scenario
+        from hwdash.telemetry.fake_nvml import load_any_scenario
 
-        # A missing or broken scenario is a usage error, before the screen.
-        loaded = load_scenario(scenario)
+        # A missing or broken scenario is a usage error, before the screen. A compiled one
+        # (.json) loads without pydantic.
+        loaded = load_any_scenario(scenario)
     return scenario, loaded
 
 
