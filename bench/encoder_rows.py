@@ -64,7 +64,6 @@ PLANS = (
     ("inference", "--method inference --batch 8 --seq 512"),
 )
 COMPONENTS = ("parameters", "gradients", "optimizer", "activations", "temporaries")
-OVERHEAD = ("CUDA context (guess)", "allocator fragmentation (guess)")
 
 
 def _run(config: Path, arguments: str, trace: bool) -> dict:
@@ -77,9 +76,8 @@ def _run(config: Path, arguments: str, trace: bool) -> dict:
 
 
 def _estimate_without_overhead(document: dict) -> int:
-    details = {label: value for label, value in document["details"]}
-    total = int(document["memory"]["total"])
-    return total - sum(int(details.get(label, 0)) for label in OVERHEAD)
+    """The tensors: the plan's ``allocated`` total (no pool, CUDA context or NCCL buffers)."""
+    return int(document["memory"]["allocated"])
 
 
 def _cpu_extra(config: Path, arguments: str) -> int:

@@ -19,7 +19,8 @@ def _private_runs_ledger(
     """No test reads or writes the user's runs ledger (``hwdash plan`` reads it, a probe that stops
     and a monitor that clears a dead run's probe file write it; subprocesses inherit this)."""
     monkeypatch.setenv("HWDASH_RUNS", str(tmp_path_factory.mktemp("ledger") / "runs.jsonl"))
-    for name in ("HWDASH_PLAN", "HWDASH_PRICE"):
+    # HWDASH_WEBHOOK: no test posts the alerts of its fake GPUs to the user's chat.
+    for name in ("HWDASH_PLAN", "HWDASH_PRICE", "HWDASH_WEBHOOK"):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -70,39 +70,31 @@ def wait_until(check: object, timeout_s: float = 40.0) -> None:
     raise AssertionError(f"timed out waiting ({last})")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[dict[str, object]]:
-    env = dict(os.environ, PYTHONPATH=SRC)
-    nodes = {
-        "node-a": scenario(tmp_path / "a.toml", (20000.0, 30000.0), 1),
-        "node-b": scenario(tmp_path / "b.toml", (40000.0, 10000.0), 2),
-        # GPU 1 of node-c is 95% full: the one alert of the cluster.
-        "node-c": scenario(tmp_path / "c.toml", (50000.0, 0.95 * 81920 - 512), 3),
-    }
-    exporters: dict[str, subprocess.Popen[bytes]] = {}
-    targets = []
-    for host, path in nodes.items():
-        port = free_port()
-        targets.append(f"127.0.0.1:{port}")
-        exporters[host] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hwdash",
-                "exporter",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--hostname",
-                host,
-                "--fake-nvml",
-                str(path),
-                "--interval",
-                "0.5",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+def start_exporter(host: str, scenario: str, port: int) -> subprocess.Popen[bytes]:
+    """``hwdash exporter`` for one fake node, sampling every half second."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hwdash",
+            "exporter",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--hostname",
+            host,
+            "--fake-nvml",
+            scenario,
+            "--interval",
+            "0.5",
+        ],
+        env=dict(os.environ, PYTHONPATH=SRC),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def start_prometheus(tmp_path: Path, targets: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """A Prometheus server scraping ``targets`` every second; (the process, its URL)."""
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
@@ -120,16 +112,38 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, object]]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    return server, f"http://127.0.0.1:{port}"
+
+
+def stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[dict[str, object]]:
+    nodes = {
+        "node-a": scenario(tmp_path / "a.toml", (20000.0, 30000.0), 1),
+        "node-b": scenario(tmp_path / "b.toml", (40000.0, 10000.0), 2),
+        # GPU 1 of node-c is 95% full: the one alert of the cluster.
+        "node-c": scenario(tmp_path / "c.toml", (50000.0, 0.95 * 81920 - 512), 3),
+    }
+    exporters: dict[str, subprocess.Popen[bytes]] = {}
+    targets = []
+    for host, path in nodes.items():
+        port = free_port()
+        targets.append(f"127.0.0.1:{port}")
+        exporters[host] = start_exporter(host, str(path), port)
+    server, url = start_prometheus(tmp_path, targets)
     try:
-        yield {"url": f"http://127.0.0.1:{port}", "server": server, "exporters": exporters}
+        yield {"url": url, "server": server, "exporters": exporters}
     finally:
-        for process in [server, *exporters.values()]:
-            process.terminate()
-        for process in [server, *exporters.values()]:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop([server, *exporters.values()])
 
 
 def test_the_cluster_view_sees_every_gpu_alerts_on_the_right_one_and_says_when_it_is_gone(
@@ -196,3 +210,35 @@ def test_the_cluster_view_sees_every_gpu_alerts_on_the_right_one_and_says_when_i
         env=dict(os.environ, PYTHONPATH=SRC),
     )
     assert "cannot be reached" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_remote_hosts_health_readings_and_diagnoses_reach_the_cluster_view(
+    tmp_path: Path,
+) -> None:
+    # The packaged health scenario in real time: GPU 2 is power-capped and braked from the start
+    # (throttled after 10 s of a minute), GPU 0 carries a stray context (after 5 s), GPU 1's
+    # link stays at its maximum until 60 s.
+    port = free_port()
+    exporter = start_exporter("node-h", "health", port)
+    server, url = start_prometheus(tmp_path, [f"127.0.0.1:{port}"])
+    try:
+        sampler = PrometheusSampler(url)
+
+        def diagnosed() -> bool:
+            kinds = {(g.host_gpu, d.kind) for g in sampler.sample().gpus for d in g.diagnoses}
+            return {(0, "stray-context"), (2, "throttled")} <= kinds
+
+        wait_until(diagnosed, timeout_s=60)
+        gpus = {gpu.host_gpu: gpu for gpu in sampler.sample().gpus}
+    finally:
+        stop([server, exporter])
+    throttled = next(d for d in gpus[2].diagnoses if d.kind == "throttled")
+    assert throttled.message.startswith("clocks throttled")  # the remote host's own words
+    assert "power" in throttled.hint
+    stray = next(d for d in gpus[0].diagnoses if d.kind == "stray-context")
+    assert stray.pid == 7101 and "set_device" in stray.hint
+    assert gpus[2].clocks_event_reasons == ("sw_power_cap", "hw_power_brake_slowdown")
+    assert gpus[5].clocks_event_reasons == ("gpu_idle",)
+    assert gpus[1].pcie is not None and (gpus[1].pcie.gen_max, gpus[1].pcie.width_max) == (5, 16)
+    assert gpus[3].remapped_rows is not None and gpus[3].ecc_uncorrected_aggregate is not None
+    assert gpus[0].energy_mj is not None and gpus[0].energy_mj > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from snapshot_apps.fake_dashboard import cluster_app, wait_for_frames
 
-from hwdash.ui.widgets.monitor_cluster import ClusterHeading, ClusterTable
+from hwdash.ui.widgets.monitor_cluster import HOST_WIDTH, ClusterHeading, ClusterTable
 
 
 async def test_the_cluster_view_has_column_headings_aligned_with_its_lines() -> None:
@@ -36,3 +36,33 @@ async def test_the_cluster_view_offers_no_process_sort_or_detail() -> None:
         assert "signal_process('TERM')" in offered or any(
             action.startswith("signal_process") for action in offered
         )  # k still answers, to say why it sends nothing
+
+
+async def test_a_hosts_diagnoses_are_shown_under_its_gpu_and_fit_80_columns() -> None:
+    app = cluster_app()
+    async with app.run_test(size=(80, 48)) as pilot:  # 80 wide, tall enough for every line
+        await wait_for_frames(pilot, app, 1)
+        table = app.query_one(ClusterTable)
+        lines = [
+            "".join(segment.text for segment in table.render_line(y))
+            for y in range(len(table.lines))
+        ]
+    # CLUSTER_DIAGNOSES: node-00's GPU 3 throttled; node-01's GPU 2 an Xid and ECC errors. Each
+    # diagnosis line sits under its GPU's line (host cell blank: the host is the last one named).
+    warned = {}
+    host = ""
+    for y, line in enumerate(lines):
+        if line[:HOST_WIDTH].strip():
+            host = line[:HOST_WIDTH].split()[0]
+        if "⚠" in line:
+            number = lines[y - 1][HOST_WIDTH + 1 : HOST_WIDTH + 3].strip()
+            warned[(host, number)] = line.strip()
+    assert set(warned) == {("node-00", "3"), ("node-01", "2")}
+    throttled, xid = warned[("node-00", "3")], warned[("node-01", "2")]
+    assert throttled.startswith("⚠ clocks throttled 42% of the last 60 s")
+    assert xid.startswith("⚠ Xid 79: the GPU fell off the bus (+1 more)")  # the ECC one counted
+    for line in lines:
+        assert len(line) <= 80
+    # Cut to the width with an ellipsis, the scroll bar's cells left free as on the GPU lines.
+    assert throttled.endswith("…") and xid.endswith("…")
+    assert all(line.endswith("    ") for line in lines if "⚠" in line)

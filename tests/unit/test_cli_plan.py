@@ -61,8 +61,10 @@ def test_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(document) >= {"plan", "memory", "host_memory", "flavors", "recommended", "warnings"}
     memory = document["memory"]
     components = ["weights", "gradients", "optimizer", "activations", "kv_cache", "overhead"]
-    assert list(memory) == [*components, "total"]
+    assert list(memory) == [*components, "total", "allocated", "reserved", "whole_gpu"]
     assert memory["total"] == sum(memory[name] for name in components)
+    # the three totals: the tensors, the allocator's pool around them, and the whole GPU (the total)
+    assert memory["allocated"] < memory["reserved"] < memory["whole_gpu"] == memory["total"]
     assert all(isinstance(value, int) for value in memory.values())
     assert document["plan"]["model_id"] == "qwen2.5-7b"
     assert document["plan"]["method"] == "lora"

@@ -135,6 +135,50 @@ def test_json_says_where_the_readings_come_from_and_where_each_process_runs(
     assert row["torch"]["max_allocated_bytes"] is None  # unknown, not 0
 
 
+def diagnosis_series(host: str, gpu: int, name: str, value: float, **labels: str) -> dict[str, Any]:
+    metric = {"__name__": name, "Hostname": host, "gpu": str(gpu), **labels}
+    return {"metric": metric, "value": [1_800_000_000, str(value)]}
+
+
+def test_once_shows_each_hosts_diagnoses_in_its_own_words(
+    server: tuple[str, Answers], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # node-c's exporter says why in words (hwdash_gpu_diagnosis_info); node-a's only flags it.
+    url, answers = server
+    throttled = {
+        "kind": "throttled",
+        "message": "clocks throttled 42% of the last 60 s (power cap 42%)",
+        "hint": "the board is at its power limit",
+        "since": "1799999000",
+    }
+    answers.results = [
+        [
+            *three_hosts(),
+            diagnosis_series("node-c", 0, "hwdash_gpu_diagnosis", 1, kind="throttled"),
+            diagnosis_series("node-c", 0, "hwdash_gpu_diagnosis_info", 1, **throttled),
+            diagnosis_series("node-a", 1, "hwdash_gpu_diagnosis", 1, kind="ecc"),
+            diagnosis_series("node-a", 1, "hwdash_gpu_diagnosis", 0, kind="link"),
+        ]
+    ]
+    assert main(["monitor", "--once", "--prometheus", url]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("GPU node-")]
+    assert lines == [
+        "GPU node-c:0 throttled: clocks throttled 42% of the last 60 s (power cap 42%); the board "
+        "is at its power limit",
+        "GPU node-a:1 ecc: ecc (reported by node-a); see hwdash monitor or the alert log on "
+        "node-a for details",
+    ]
+    assert main(["monitor", "--once", "--json", "--prometheus", url]) == 0
+    data = json.loads(capsys.readouterr().out)
+    said = {
+        (gpu["host"], gpu["host_gpu"]): [(d["kind"], d["since"]) for d in gpu["diagnoses"]]
+        for gpu in data["gpus"]
+    }
+    assert said[("node-c", 0)] == [("throttled", 1799999000.0)]
+    assert [kind for kind, _since in said[("node-a", 1)]] == ["ecc"]
+    assert said[("node-b", 1)] == []
+
+
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_an_unreachable_server_exits_1_and_says_so_once(
     json_flag: list[str], capsys: pytest.CaptureFixture[str]

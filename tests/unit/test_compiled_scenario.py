@@ -38,6 +38,19 @@ def _compiled(name: str, folder: Path) -> Path:
     return path
 
 
+WALL_CLOCK_KEYS = {"since", "at", "clocks_event_share"}
+"""Readings stamped or windowed by the wall clock (a diagnosis raised, an Xid seen, the share of the
+last minute), which differs between two runs of the same scenario."""
+
+
+def _without_wall_clock(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_wall_clock(v) for k, v in value.items() if k not in WALL_CLOCK_KEYS}
+    if isinstance(value, list):
+        return [_without_wall_clock(item) for item in value]
+    return value
+
+
 def _gpus_over_time(loaded: Any, name: str) -> list[list[dict[str, Any]]]:
     """Every GPU's JSON over a few scenario seconds (a ramp, a saw-tooth, a lost GPU, an exit)."""
     clock = ManualClock()
@@ -46,11 +59,7 @@ def _gpus_over_time(loaded: Any, name: str) -> list[list[dict[str, Any]]]:
     try:
         for second in (0.0, 7.5, 31.0, 95.0, 250.0):
             clock.now_s = second
-            gpus = [gpu_to_dict(gpu) for gpu in sampler.sample().gpus]
-            for gpu in gpus:  # raised at the wall clock's time, which differs between the runs
-                for diagnosis in gpu.get("diagnoses") or []:
-                    diagnosis.pop("since")
-            rounds.append(gpus)
+            rounds.append([_without_wall_clock(gpu_to_dict(gpu)) for gpu in sampler.sample().gpus])
     finally:
         sampler.close()
     return rounds

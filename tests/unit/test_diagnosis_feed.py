@@ -40,7 +40,8 @@ def test_each_scripted_problem_is_raised_once_at_its_time() -> None:
             target[event.kind] = (second, event.gpu_index) if event.event == "raised" else second
     # health.toml: a stray context on GPU 0 from the start, GPU 2 throttled 0-600 s, GPU 4's
     # loader at 100% CPU with the GPU at 30%, GPU 1's link down to gen 3 x8 from 60 s under load,
-    # GPU 3's uncorrected ECC from 120 s, GPU 5's notebook holding 2 GiB at 0% from the start.
+    # GPU 3's uncorrected ECC from 120 s, GPU 5's notebook holding 2 GiB at 0% from the start,
+    # GPU 6's Xid 31 at 30 s (cleared after xid_quiet_s, 300 s, without another).
     assert raised == {
         "stray-context": (5, 0),
         "throttled": (10, 2),
@@ -48,8 +49,9 @@ def test_each_scripted_problem_is_raised_once_at_its_time() -> None:
         "link": (75, 1),
         "ecc": (125, 3),
         "idle-holding": (600, 5),
+        "xid": (30, 6),
     }
-    assert cleared == {"throttled": 655}
+    assert cleared == {"throttled": 655, "xid": 330}
 
 
 def test_the_json_and_the_gpu_row_say_it() -> None:
@@ -61,7 +63,7 @@ def test_the_json_and_the_gpu_row_say_it() -> None:
     document = json.loads(json.dumps(snapshot_to_dict(snapshot)))
     kinds = {gpu["index"]: [d["kind"] for d in gpu["diagnoses"]] for gpu in document["gpus"]}
     assert kinds == {0: ["stray-context"], 1: ["link"], 2: ["throttled"], 3: ["ecc"],
-                     4: ["input-bound"], 5: []}  # fmt: skip
+                     4: ["input-bound"], 5: [], 6: ["xid"]}  # fmt: skip
     stray = document["gpus"][0]["diagnoses"][0]
     assert set(stray) == {"kind", "message", "since", "hint"}
     assert "set_device(local_rank)" in stray["hint"]
@@ -88,16 +90,18 @@ def test_diagnoses_reach_the_alert_log_and_on_alert_with_their_kind(tmp_path) ->
         actions.handle(engine.update(sampler.sample()))
     actions.close(10)
     deadline = wall.monotonic() + 10
-    while wall.monotonic() < deadline and len(out.read_text().splitlines()) < 4:
+    while wall.monotonic() < deadline and len(out.read_text().splitlines()) < 5:
         wall.sleep(0.05)
     assert sorted(out.read_text().splitlines()) == [
         "raised input-bound 4",
         "raised link 1",
         "raised stray-context 0",
         "raised throttled 2",
+        "raised xid 6",
     ]
     lines = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
     by_kind = {line["diagnosis"]: line for line in lines if "diagnosis" in line}
-    assert set(by_kind) == {"stray-context", "throttled", "input-bound", "link"}
+    assert set(by_kind) == {"stray-context", "throttled", "input-bound", "link", "xid"}
+    assert "Xid 31: GPU memory page fault" in by_kind["xid"]["message"]
     assert by_kind["link"]["kind"] == "raised" and by_kind["link"]["gpu_index"] == 1
     assert "set_device(local_rank)" in by_kind["stray-context"]["message"]

@@ -24,7 +24,6 @@ from hwdash.core.specs import ModelSpec
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENCODERS = ROOT / "tests" / "data" / "model_configs" / "encoders"
 HELD_OUT = ROOT / "bench" / "data" / "encoder_heldout.csv"
-OVERHEAD = ("CUDA context (guess)", "allocator fragmentation (guess)")
 
 
 def _path(name: str) -> Path:
@@ -158,8 +157,7 @@ def test_cli_plan_is_near_the_traced_peak(
         == 0
     )
     document = json.loads(capsys.readouterr().out)
-    details = dict((label, value) for label, value in document["details"])
-    estimate = document["memory"]["total"] - sum(details[label] for label in OVERHEAD)
+    estimate = document["memory"]["allocated"]
     plan = _plan(
         "bert-base-uncased",
         method=Method(method),

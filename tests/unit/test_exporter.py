@@ -14,15 +14,22 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hwdash.cli import build_parser
 from hwdash.commands.exporter import parse_listen
+from hwdash.core.live.diagnoses import DIAGNOSIS_KINDS
 from hwdash.telemetry.exporter import SnapshotCollector
+from hwdash.telemetry.fake_nvml import make_fake_pynvml
+from hwdash.telemetry.host_sampler import HostSampler
+from hwdash.telemetry.nvml_sampler import NvmlSampler
+from hwdash.telemetry.probes import ProbeJoiner
 from hwdash.telemetry.prometheus_source import PrometheusSampler
 from hwdash.telemetry.source import make_sampler
+from hwdash.telemetry.system_sampler import SystemSampler
 from hwdash.telemetry.types import GpuState, Snapshot
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -205,3 +212,145 @@ def test_the_health_readings_under_dcgm_exporters_names() -> None:
     assert by_name["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]["0"] > 0
     assert set(by_name["hwdash_gpu_diagnoses"]) == {str(gpu.index) for gpu in snapshot.gpus}
     assert all(value >= 0 for value in by_name["hwdash_gpu_diagnoses"].values())
+
+
+EPOCH = 1_800_000_000.0
+
+
+def health_snapshot(second: int) -> Snapshot:
+    """The ``health`` scenario sampled every 5 s up to ``second``, the diagnosis rules' clock
+    (the snapshot's wall clock) moving with it, so the diagnoses are in force as on a real box."""
+    clock = [0.0]
+    fake = make_fake_pynvml("health", lambda: clock[0])
+    sampler = SystemSampler(
+        NvmlSampler(fake.module, wall_clock=lambda: EPOCH + clock[0]),
+        HostSampler(fake.process_table()),
+        fake,
+        probes=ProbeJoiner(fake.probe_source()),
+    )
+    snapshot = sampler.sample()
+    for moment in range(5, second + 1, 5):
+        clock[0] = float(moment)
+        snapshot = sampler.sample()
+    return snapshot
+
+
+HEALTH = health_snapshot(130)
+
+
+def by_gpu(text: str, name: str) -> dict[str, float]:
+    return {s.labels["gpu"]: s.value for s in samples(text) if s.name == name}
+
+
+def test_the_new_health_series_under_dcgm_field_names() -> None:
+    # health.toml at 130 s: GPU 2 power-capped and braked; GPU 3 with 2 volatile / 3 lifetime
+    # uncorrected ECC errors, 1 row remapped after an uncorrectable error (pending) and 1 after a
+    # correctable one; P-state 0 where scripted; no fan (H100 SXM).
+    text = scrape(HEALTH)
+    bits = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    reasons = by_gpu(text, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+    assert reasons["2"] == bits
+    assert reasons["5"] == pynvml.nvmlClocksEventReasonGpuIdle
+    assert reasons["0"] == 0
+    assert by_gpu(text, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL")["3"] == 3
+    assert by_gpu(text, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")["3"] == 1
+    assert by_gpu(text, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")["3"] == 1
+    assert by_gpu(text, "DCGM_FI_DEV_ROW_REMAP_PENDING") == {
+        str(i): float(i == 3)
+        for i in range(7)  # GPU 6 (the Xid) has no remapping
+    }
+    assert set(by_gpu(text, "DCGM_FI_DEV_ROW_REMAP_FAILURE").values()) == {0.0}
+    assert by_gpu(text, "DCGM_FI_DEV_PSTATE")["0"] == 0
+    assert "DCGM_FI_DEV_FAN_SPEED" not in label_names(text)  # not supported: absent, not 0
+
+
+def test_the_xid_gpm_and_nvlink_series() -> None:
+    # health.toml at 130 s: GPU 6 raised Xid 31 at 30 s and lost one of its 18 NVLinks at 90 s;
+    # GPU 0's GPM scripts SM active 71%, occupancy 42%, tensor 48%, DRAM 55% (DCGM: ratios).
+    text = scrape(HEALTH)
+    xids = by_gpu(text, "DCGM_FI_DEV_XID_ERRORS")
+    assert xids == {str(i): (31.0 if i == 6 else 0.0) for i in range(7)}
+    assert by_gpu(text, "DCGM_FI_PROF_SM_ACTIVE")["0"] == pytest.approx(0.71)
+    assert by_gpu(text, "DCGM_FI_PROF_SM_OCCUPANCY")["0"] == pytest.approx(0.42)
+    assert by_gpu(text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")["0"] == pytest.approx(0.48)
+    assert by_gpu(text, "DCGM_FI_PROF_DRAM_ACTIVE")["0"] == pytest.approx(0.55)
+    assert by_gpu(text, "hwdash_gpu_nvlinks")["6"] == 18
+    assert by_gpu(text, "hwdash_gpu_nvlinks_active")["6"] == 17
+    assert by_gpu(text, "hwdash_gpu_nvlinks_active")["0"] == 18
+
+
+def test_no_profiling_series_where_the_activity_is_nvmls_plain_utilization() -> None:
+    # The first round has one GPM sample only: the activity is utilization.gpu, which is not SM
+    # activity, so no DCGM_FI_PROF_* series may claim it is.
+    first = health_snapshot(0)
+    assert all(gpu.activity is None or gpu.activity.source == "utilization" for gpu in first.gpus)
+    names = label_names(scrape(first))
+    assert not any(name.startswith("DCGM_FI_PROF_") for name in names)
+    assert "DCGM_FI_DEV_GPU_UTIL" in names
+
+
+def test_each_gpu_has_one_diagnosis_series_per_kind_and_the_words_of_each_in_force() -> None:
+    text = scrape(HEALTH)
+    flags: dict[tuple[str, str], float] = {
+        (s.labels["gpu"], s.labels["kind"]): s.value
+        for s in samples(text)
+        if s.name == "hwdash_gpu_diagnosis"
+    }
+    assert len(flags) == len(HEALTH.gpus) * len(DIAGNOSIS_KINDS)  # always present: no gaps
+    in_force = {(str(gpu.index), d.kind) for gpu in HEALTH.gpus for d in gpu.diagnoses}
+    # At 130 s: the stray context (GPU 0), the link (1), throttled (2), ECC (3), input-bound (4),
+    # the Xid 31 of 30 s (6).
+    assert {kind for _gpu, kind in in_force} == {
+        "stray-context",
+        "link",
+        "throttled",
+        "ecc",
+        "input-bound",
+        "xid",
+    }
+    assert {key for key, value in flags.items() if value == 1} == in_force
+    assert set(flags.values()) == {0.0, 1.0}
+    counts = by_gpu(text, "hwdash_gpu_diagnoses")
+    info = [s for s in samples(text) if s.name == "hwdash_gpu_diagnosis_info"]
+    assert len(info) == sum(counts.values()) == sum(len(gpu.diagnoses) for gpu in HEALTH.gpus)
+    for sample in info:
+        gpu = HEALTH.gpus[int(sample.labels["gpu"])]
+        (diagnosis,) = [d for d in gpu.diagnoses if d.kind == sample.labels["kind"]]
+        assert sample.value == 1
+        assert sample.labels["message"] == diagnosis.message
+        assert sample.labels["hint"] == diagnosis.hint
+        assert float(sample.labels["since"]) == pytest.approx(diagnosis.since, abs=1e-3)
+        assert sample.labels["pid"] == ("" if diagnosis.pid is None else str(diagnosis.pid))
+
+
+def test_the_health_readings_and_diagnoses_round_trip_through_our_prometheus_reader() -> None:
+    body = as_prometheus_answer(scrape(HEALTH)).encode()
+    sampler = PrometheusSampler(
+        "http://prometheus.invalid", environ={}, fetch=lambda request, timeout: body
+    )
+    read = sampler.sample()
+    assert len(read.gpus) == len(HEALTH.gpus)
+    for original, again in zip(HEALTH.gpus, read.gpus, strict=True):
+        assert again.host == "node-7" and again.host_gpu == original.index
+        assert again.diagnoses == original.diagnoses  # the remote host's own words
+        assert again.clocks_event_reasons == original.clocks_event_reasons
+        assert again.ecc_uncorrected == original.ecc_uncorrected
+        assert again.ecc_uncorrected_aggregate == original.ecc_uncorrected_aggregate
+        assert again.remapped_rows == original.remapped_rows
+        assert again.energy_mj == original.energy_mj
+        assert again.pstate == original.pstate
+        assert again.fan_percent == original.fan_percent
+        assert again.activity == original.activity
+        assert again.nvlink == original.nvlink
+        assert [(p.pid, p.sm_percent, p.memory_bandwidth_percent) for p in again.processes] == [
+            (p.pid, p.sm_percent, p.memory_bandwidth_percent) for p in original.processes
+        ]
+        assert original.pcie is not None and again.pcie is not None
+        assert (again.pcie.gen, again.pcie.gen_max, again.pcie.width, again.pcie.width_max) == (
+            original.pcie.gen,
+            original.pcie.gen_max,
+            original.pcie.width,
+            original.pcie.width_max,
+        )
+    assert any(gpu.diagnoses for gpu in read.gpus)
+    assert any(p.sm_percent for gpu in read.gpus for p in gpu.processes)  # not all None

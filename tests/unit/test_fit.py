@@ -256,8 +256,12 @@ def test_report_json_shape(catalog: Catalog) -> None:
         "kv_cache",
         "overhead",
         "total",
+        "allocated",
+        "reserved",
+        "whole_gpu",
     }
     assert all(isinstance(v, int) for v in document["memory"].values())
+    assert document["memory"]["whole_gpu"] == document["memory"]["total"]
     assert document["plan"]["tokens"] == 51_200
     entry = document["flavors"][0]
     assert {"id", "fit", "headroom_bytes", "price_per_hour", "hours", "cost"} <= set(entry)

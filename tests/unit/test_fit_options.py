@@ -461,12 +461,19 @@ def test_paged_8bit_adamw_is_tight_where_its_states_spill(catalog: Catalog) -> N
     eight_bit = LONG_FULL_3B.with_changes({"optimizer": Optimizer.ADAMW_8BIT})
     fit, estimate = evaluate_flavor(paged, model, flavor, accelerator, None)
     plain_fit, plain = evaluate_flavor(eight_bit, model, flavor, accelerator, None)
-    # the same GPU bytes (NVML counts managed memory), but paged states may leave the GPU
-    assert estimate.per_gpu.total == plain.per_gpu.total > fit.usable_bytes
+    # the same tensors on the GPU (NVML counts managed memory), but paged states may leave the GPU;
+    # managed memory is the driver's, so PyTorch's caching allocator keeps no 8% pool over it
+    assert estimate.allocated_bytes == plain.allocated_bytes - estimate.managed_bytes
+    pool_over_states = 0.08 * estimate.managed_bytes
+    assert estimate.per_gpu.total == pytest.approx(plain.per_gpu.total - pool_over_states, abs=1)
+    assert estimate.per_gpu.total > fit.usable_bytes
     assert estimate.per_gpu.total - estimate.managed_bytes <= fit.usable_bytes
     assert plain_fit.verdict is FitVerdict.NO
     assert fit.verdict is FitVerdict.TIGHT and "spill to host RAM" in fit.reason
     options = all_options(catalog, LONG_FULL_3B, "l4x1")
     proposed = [o for o in options if o.plan.optimizer is Optimizer.ADAMW_8BIT_PAGED]
     assert proposed and all(not o.keeps_experiment for o in proposed)
-    assert all(o.fit.verdict is FitVerdict.TIGHT for o in proposed)
+    # where the states spill (the need over the GPU) the verdict is tight, never no; since issue
+    # 29's whole-GPU footprint the search also pairs paged states with other changes that fit
+    spilling = [o for o in proposed if o.fit.need_bytes > o.fit.usable_bytes]
+    assert spilling and all(o.fit.verdict is FitVerdict.TIGHT for o in spilling)

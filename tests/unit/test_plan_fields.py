@@ -60,11 +60,15 @@ def _candidates(field: PlanField) -> list[Any]:
     elif field.choices is not None:
         values = list(field.choices)
     elif field.parse == "whole":
-        values = [2, 3]
+        # within the field's bounds (--fsdp-version is 1 or 2)
+        top = min((getattr(bound, "le", 3) for bound in info.metadata), default=3)
+        values = [value for value in (1, 2, 3) if value <= top][-2:]
     elif field.parse == "number":
         values = [0.25, 0.5]
     elif field.parse == "count":
         values = [50_000]
+    elif field.parse == "elements":
+        values = [50_000, "auto"] if "auto" in str(info.annotation) else [50_000]
     else:
         values = ["7B"]
     return [value for value in values if value != default]

@@ -10,8 +10,11 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pynvml
 import pytest
 
+from hwdash.core.live.alerts import AlertEngine, AlertRule
+from hwdash.core.live.diagnoses import Diagnosis
 from hwdash.errors import UsageError
 from hwdash.telemetry.prometheus_source import (
     PrometheusSampler,
@@ -19,6 +22,7 @@ from hwdash.telemetry.prometheus_source import (
     check_url,
     origin,
 )
+from hwdash.telemetry.types import PcieLink, RemappedRows
 
 MIB = 2**20
 
@@ -90,6 +94,134 @@ def test_nvitop_exporter_names_carry_the_unit() -> None:
     (gpu,) = PrometheusSampler("http://prom", fetch=server).sample().gpus
     assert (gpu.host, gpu.host_gpu, gpu.name) == ("box", 1, "NVIDIA H100")
     assert gpu.total_bytes == 4096 * MIB and gpu.temperature_c == 55
+
+
+def test_dcgm_health_fields_are_read_under_their_old_and_renamed_names() -> None:
+    # DCGM renamed these fields (go-dcgm pkg/dcgm/dcgm_fields.h); dcgm-exporter's metric is the
+    # name in its CSV file, so a cluster may serve either spelling.
+    renamed = {**DCGM, "gpu": "1", "UUID": "GPU-b"}
+    braked = (
+        pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    )
+    server = Server(
+        vector(
+            *dcgm(DCGM, 1, 2),
+            ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", DCGM, braked),
+            ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", DCGM, 2),
+            ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", DCGM, 5),
+            ("DCGM_FI_DEV_ROW_REMAP_FAILURE", DCGM, 1),
+            ("DCGM_FI_DEV_PSTATE", DCGM, 2),
+            ("DCGM_FI_DEV_FAN_SPEED", DCGM, 45),
+            ("DCGM_FI_DEV_PCIE_LINK_GEN", DCGM, 3),
+            ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", DCGM, 4),
+            ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", DCGM, 7),
+            ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", DCGM, 9),
+            ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", DCGM, 123456789),
+            *dcgm(renamed, 1, 2),
+            ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", renamed, pynvml.nvmlClocksEventReasonGpuIdle),
+            ("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", renamed, 1),
+            ("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", renamed, 0),
+            ("DCGM_FI_DEV_ROW_REMAP_FAILED", renamed, 0),
+            ("DCGM_FI_DEV_ROW_REMAP_PENDING", renamed, 1),
+            ("DCGM_FI_DEV_GPU_PSTATE", renamed, 8),
+            ("DCGM_FI_DEV_FAN_SPEED_RATIO", renamed, 0.3),
+        )
+    )
+    old, new = PrometheusSampler("http://prom", fetch=server).sample().gpus
+    assert old.clocks_event_reasons == ("sw_power_cap", "hw_power_brake_slowdown")
+    assert old.remapped_rows == RemappedRows(
+        corrected=5, uncorrected=2, pending=False, failure=True
+    )
+    assert (old.pstate, old.fan_percent) == (2, 45)
+    assert old.pcie == PcieLink(gen=3, gen_max=4)
+    assert (old.ecc_uncorrected, old.ecc_uncorrected_aggregate) == (7, 9)
+    assert old.energy_mj == 123456789
+    assert new.clocks_event_reasons == ("gpu_idle",)
+    assert new.remapped_rows == RemappedRows(
+        corrected=0, uncorrected=1, pending=True, failure=False
+    )
+    assert (new.pstate, new.fan_percent) == (8, pytest.approx(30))
+    # What no series carries stays unknown: no link, no ECC, no clock reasons on a bare GPU.
+    bare = PrometheusSampler("http://prom", fetch=Server(vector(*dcgm(DCGM, 1, 2)))).sample()
+    (gpu,) = bare.gpus
+    assert (gpu.pcie, gpu.remapped_rows, gpu.clocks_event_reasons, gpu.ecc_uncorrected) == (
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+def test_a_diagnosis_flagged_without_its_words_is_shown_generically_from_when_first_seen() -> None:
+    flags = [
+        ("hwdash_gpu_diagnosis", {**DCGM, "kind": "throttled"}, 1),
+        ("hwdash_gpu_diagnosis", {**DCGM, "kind": "ecc"}, 0),
+        ("hwdash_gpu_diagnosis", {**DCGM, "kind": "from-a-newer-hwdash"}, 1),
+    ]
+    now = [1_800_000_000.0]
+    server = Server(
+        vector(*dcgm(DCGM, 1, 2), *flags),
+        vector(*dcgm(DCGM, 1, 2), *flags),
+        vector(*dcgm(DCGM, 1, 2), ("hwdash_gpu_diagnosis", {**DCGM, "kind": "throttled"}, 0)),
+    )
+    sampler = PrometheusSampler("http://prom", fetch=server, wall_clock=lambda: now[0])
+    (gpu,) = sampler.sample().gpus
+    (diagnosis,) = gpu.diagnoses  # ecc is 0; a kind this hwdash does not know is left out
+    assert diagnosis.kind == "throttled"
+    assert diagnosis.message == "throttled (reported by node-a)"
+    assert diagnosis.since == now[0]
+    now[0] += 10
+    (gpu,) = sampler.sample().gpus
+    assert [d.since for d in gpu.diagnoses] == [now[0] - 10]  # still since it was first seen
+    (gpu,) = sampler.sample().gpus
+    assert gpu.diagnoses == ()  # cleared on the host
+
+
+def test_a_diagnosis_info_series_carries_the_remote_words() -> None:
+    info = {
+        **DCGM,
+        "kind": "idle-holding",
+        "message": "PID 7300 holding 2.0 GiB, idle 10 min",
+        "hint": "free it",
+        "pid": "7300",
+        "since": "1799999400.000",
+    }
+    server = Server(
+        vector(
+            *dcgm(DCGM, 1, 2),
+            ("hwdash_gpu_diagnosis", {**DCGM, "kind": "idle-holding"}, 1),
+            ("hwdash_gpu_diagnosis_info", info, 1),
+        )
+    )
+    (gpu,) = PrometheusSampler("http://prom", fetch=server).sample().gpus
+    assert gpu.diagnoses == (
+        Diagnosis(
+            "idle-holding", "PID 7300 holding 2.0 GiB, idle 10 min", 1799999400.0, "free it", 7300
+        ),
+    )
+
+
+def test_a_remote_diagnosis_reaches_the_alert_log_once_raised_and_once_cleared() -> None:
+    info = {**DCGM, "kind": "ecc", "message": "uncorrected ECC errors rose 0 -> 2"}
+    info.update(hint="drain and reset the GPU", pid="", since="1799999000")
+    diagnosed = vector(*dcgm(DCGM, 1000, 80000), ("hwdash_gpu_diagnosis_info", info, 1))
+    server = Server(diagnosed, diagnosed, vector(*dcgm(DCGM, 1000, 80000)))
+    sampler = PrometheusSampler("http://prom", fetch=server)
+    engine = AlertEngine(AlertRule())
+    said = [[(e.kind, e.diagnosis, e.message) for e in engine.update(sampler.sample())]]
+    said += [[(e.kind, e.diagnosis, e.message) for e in engine.update(sampler.sample())]]
+    said += [[(e.kind, e.diagnosis, e.message) for e in engine.update(sampler.sample())]]
+    assert said == [
+        [
+            (
+                "raised",
+                "ecc",
+                "node-a GPU 0 ecc: uncorrected ECC errors rose 0 -> 2; drain and reset the GPU",
+            )
+        ],
+        [],  # still in force: nothing new
+        [("cleared", "ecc", "node-a GPU 0 ecc: ecc no longer reported by node-a")],
+    ]
 
 
 def test_indices_stay_with_their_gpu_and_a_vanished_host_is_kept_stale() -> None:

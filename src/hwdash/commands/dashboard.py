@@ -1,8 +1,8 @@
 """``hwdash`` with no subcommand: the Textual dashboard (planner, compare, monitor).
 
 Flags: ``--demo`` (the packaged 4x A100 scenario), ``--fake-nvml PATH`` (or ``HWDASH_FAKE_NVML``),
-``--interval``, ``--alert-threshold``, ``--catalog``, ``--no-bell`` and ``--on-alert CMD``; they mean
-what they mean for ``hwdash monitor``. Textual is imported only once the flags are known to be good and
+``--interval``, ``--alert-threshold``, ``--catalog``, ``--no-bell``, ``--on-alert CMD`` and
+``--webhook URL``; they mean what they mean for ``hwdash monitor``. Textual is imported only once the flags are known to be good and
 a terminal is there to draw on.
 """
 
@@ -122,6 +122,11 @@ def build_app(
     """The app the parsed flags ask for and its sampler (close it after the app has run); raises
     :class:`UsageError` for bad flags or when ``stdout`` is not a terminal."""
     interval, forecast, threshold, blind_after = _alert_settings(args)
+    from hwdash.commands.monitor import webhook_urls
+    from hwdash.telemetry.source import DEMO_SCENARIO
+
+    # Checked before the screen opens; HWDASH_WEBHOOK is not read for a simulated box.
+    webhooks = webhook_urls(args, DEMO_SCENARIO if args.demo else args.fake_nvml)
     scenario, loaded = _scenario(args)
     out = sys.stdout if stdout is None else stdout
     if not out.isatty():
@@ -141,6 +146,7 @@ def build_app(
         alert_threshold=threshold,
         blind_after_s=blind_after,
         on_alert=args.on_alert,
+        webhooks=webhooks,
         bell=not args.no_bell,
         plan_store=None,  # opened when the planner or compare pane is built
         first_snapshot=first_snapshot,

@@ -5,7 +5,8 @@
     hwdash exporter --process-details      # also each GPU process's user name and command line
 
 One sampling loop (the monitor's sampler, with its round timeout) keeps the last snapshot, with the
-alert rule's states and the OOM forecast; a scrape only reads it.
+alert rule's states and the OOM forecast; a scrape only reads it. Alert events run ``--on-alert`` and
+go to the ``--webhook`` URLs as in ``hwdash monitor`` (the exporter writes no alert log).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import ipaddress
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from hwdash.core.live.alerts import AlertEngine
 from hwdash.errors import UsageError
@@ -32,8 +33,10 @@ def add_parser(subparsers: Any) -> None:
         help="serve GPU metrics to Prometheus (dcgm-exporter's names, plus hwdash_* series)",
         description=(
             "Serve the monitor's view as Prometheus metrics: per GPU under dcgm-exporter's names "
-            "and units (DCGM_FI_DEV_FB_USED in MiB, ...), plus hwdash_* series for pressure, alert "
-            "state, the OOM forecast, per-process memory and the PyTorch probe's numbers."
+            "and units (DCGM_FI_DEV_FB_USED in MiB, ..., and the health readings: PCIe link, "
+            "ECC, remapped rows, clock-event reasons, energy), plus hwdash_* series for pressure, "
+            "alert state, the health diagnoses, the OOM forecast, per-process memory and "
+            "utilization and the PyTorch probe's numbers."
         ),
     )
     parser.add_argument(
@@ -84,28 +87,59 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
-    from prometheus_client import CollectorRegistry, start_http_server
-
     from hwdash.commands.monitor import (
         build_rule,
         open_replay,
         open_source,
+        open_webhooks,
         parse_interval,
+        webhook_urls,
         with_subset,
     )
-    from hwdash.telemetry.alert_actions import mark_alert_states
+    from hwdash.telemetry.alert_actions import AlertActions, AlertCommand
     from hwdash.telemetry.exporter import SnapshotCollector
-    from hwdash.telemetry.history import History
     from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
 
     interval = parse_interval(args.interval)
     rule = build_rule(args, interval)
+    scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
+    urls = webhook_urls(args, scenario)
     host, port = parse_listen(args.listen)
     hostname = args.hostname or socket.gethostname()
     replay = open_replay(args) or open_source(args)
-    scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
-    registry = CollectorRegistry(auto_describe=False)
     collector = SnapshotCollector(hostname, process_details=args.process_details)
+    server = _listen(host, port, collector)
+    sampler: Any = replay or make_sampler(
+        scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))
+    )
+    sampler = with_subset(sampler, args)
+    engine = AlertEngine(rule)
+    on_alert = getattr(args, "on_alert", None)
+    webhooks = open_webhooks(urls)
+    actions = AlertActions(
+        None, AlertCommand(on_alert) if on_alert else None, webhooks, host=hostname
+    )
+    print(
+        f"hwdash exporter: serving http://{args.listen}/metrics as Hostname={hostname}",
+        file=sys.stderr,
+    )
+    try:
+        _serve(sampler, engine, actions, collector, interval)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        sampler.close()
+        server.shutdown()
+        actions.close()
+        if webhooks is not None:
+            print(f"hwdash exporter: {webhooks.stats().summary()}", file=sys.stderr)
+
+
+def _listen(host: str, port: int, collector: Any) -> Any:
+    """The HTTP server serving ``collector`` on ``host:port``; a port in use is a usage error."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
@@ -113,28 +147,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}", flag="--listen"
         ) from None
-    sampler: Any = replay or make_sampler(
-        scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))
-    )
-    sampler = with_subset(sampler, args)
-    engine = AlertEngine(rule)
+    return server
+
+
+def _serve(sampler: Any, engine: Any, actions: Any, collector: Any, interval: float) -> NoReturn:
+    """Sample every ``interval`` seconds until interrupted: forecasts, alert actions (which queue
+    webhooks and never wait on the network), and the collector's newest snapshot."""
+    from hwdash.telemetry.alert_actions import mark_alert_states
+    from hwdash.telemetry.history import History
+
     history = History(interval_s=interval)
-    print(
-        f"hwdash exporter: serving http://{args.listen}/metrics as Hostname={hostname}",
-        file=sys.stderr,
-    )
     next_at = time.monotonic()
-    try:
-        while True:
-            snapshot = sampler.sample()
-            history.add(snapshot)
-            snapshot = history.with_forecasts(snapshot)
-            engine.update(snapshot)
-            collector.update(mark_alert_states(snapshot, engine))
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        sampler.close()
-        server.shutdown()
+    while True:
+        snapshot = sampler.sample()
+        history.add(snapshot)
+        snapshot = history.with_forecasts(snapshot)
+        actions.handle(engine.update(snapshot))
+        collector.update(mark_alert_states(snapshot, engine))
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.monotonic()))

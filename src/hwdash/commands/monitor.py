@@ -62,6 +62,7 @@ from hwdash.telemetry.history import History
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
 from hwdash.telemetry.types import Sampler
+from hwdash.telemetry.webhooks import WebhookSender, parse_webhook_urls
 
 if TYPE_CHECKING:
     from hwdash.telemetry.replay import ReplaySampler
@@ -156,6 +157,21 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -
     _add_source_arguments(parser, demo_help=demo_help)
 
 
+def add_webhook_argument(parser: argparse.ArgumentParser) -> None:
+    """``--webhook URL`` (repeatable): where alert events are posted."""
+    parser.add_argument(
+        "--webhook",
+        action="append",
+        default=None,
+        metavar="URL",
+        help=(
+            "POST each alert event as JSON (a `text` line for Slack/Mattermost plus the alert "
+            "log's fields) to URL, http or https; repeatable; env:NAME reads the URL from "
+            "variable NAME; default: the URLs in HWDASH_WEBHOOK"
+        ),
+    )
+
+
 def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
     """How often to sample, which GPUs, what raises an alert and what runs then; ``--replay``'s
     pace."""
@@ -186,6 +202,7 @@ def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
             "HWDASH_MESSAGE in its environment; at most 4 run at once"
         ),
     )
+    add_webhook_argument(parser)
     parser.add_argument(
         "--gpus",
         default=None,
@@ -399,6 +416,21 @@ def check_watch(args: argparse.Namespace, *, terminal: bool) -> None:
         )
 
 
+def webhook_urls(args: argparse.Namespace, scenario: str | None) -> tuple[str, ...]:
+    """The ``--webhook`` URLs, else ``HWDASH_WEBHOOK``'s unless the samples are simulated (a fake
+    scenario or ``--replay``: see :func:`hwdash.telemetry.webhooks.parse_webhook_urls`)."""
+    simulated = (
+        fake_scenario_from(scenario) is not None or getattr(args, "replay", None) is not None
+    )
+    return parse_webhook_urls(getattr(args, "webhook", None), simulated=simulated)
+
+
+def open_webhooks(urls: tuple[str, ...]) -> WebhookSender | None:
+    """The sender of ``--webhook`` (or ``HWDASH_WEBHOOK``) URLs, checked by
+    :func:`hwdash.telemetry.webhooks.parse_webhook_urls`; None when there are none."""
+    return WebhookSender(urls) if urls else None
+
+
 def parse_price(text: str | None) -> float | None:
     """``--price``: US dollars per hour, 0 or more; None when not given."""
     if text is None:
@@ -428,6 +460,7 @@ def run(args: argparse.Namespace) -> int:
     count = parse_count(args.count)
     rule = build_rule(args, interval)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
+    urls = webhook_urls(args, scenario)  # a bad URL is said before sampling
     replay = open_replay(args)
     source = replay if replay is not None else open_source(args)
     sampler: Sampler = with_subset(
@@ -446,7 +479,8 @@ def run(args: argparse.Namespace) -> int:
         Path(args.alert_log) if args.alert_log else default_alert_log_path(simulated=simulated)
     )
     command = AlertCommand(args.on_alert) if args.on_alert else None
-    actions = AlertActions(AlertLog(log_path), command)
+    webhooks = open_webhooks(urls)
+    actions = AlertActions(AlertLog(log_path), command, webhooks)
     watch = getattr(args, "watch", False)
     if watch:
         sys.stdout.write(ENTER_WATCH)
@@ -463,6 +497,8 @@ def run(args: argparse.Namespace) -> int:
                 f"hwdash: {command.skipped} alert command(s) skipped: "
                 f"{command.max_running} were still running\n"
             )
+        if webhooks is not None:
+            sys.stderr.write(f"hwdash: {webhooks.stats().summary()}\n")
     return 0
 
 
@@ -514,7 +550,11 @@ def _stream(
         snapshot = mark_alert_states(snapshot, engine)
         actions.handle(events)
         if args.json:
-            emit_json(snapshot_to_dict(snapshot, engine.active, events))
+            payload = snapshot_to_dict(snapshot, engine.active, events)
+            if actions.webhooks is not None:
+                # Counted so far (deliveries finish on their own thread, after the round).
+                payload["webhooks"] = actions.webhooks.stats().to_dict()
+            emit_json(payload)
         elif watch:
             size = shutil.get_terminal_size()
             sys.stdout.write(watch_frame(snapshot, engine.active, size.columns, size.lines))

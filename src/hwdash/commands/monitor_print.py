@@ -275,10 +275,13 @@ def _print_processes(console: Console, snapshot: Snapshot) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    for gpu in snapshot.gpus:  # what the health rules say, before the processes
+    # What the health rules say, before the processes (a cluster's: each host's own, its GPUs
+    # named host:number in the GPU table's order).
+    for gpu in _shown_order(snapshot.gpus):
         for diagnosis in gpu.diagnoses:
+            hint = f"; {diagnosis.hint}" if diagnosis.hint else ""
             console.print(
-                Text(f"GPU {gpu.index} {diagnosis.kind}: {diagnosis.message}; {diagnosis.hint}")
+                Text(f"GPU {_gpu_number(gpu)} {diagnosis.kind}: {diagnosis.message}{hint}")
             )
     processes = [process for gpu in _shown_order(snapshot.gpus) for process in gpu.processes]
     if not processes:

@@ -75,11 +75,34 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-#: How the command line reads a registry field's value (:data:`hwdash.core.plan_fields.ValueParser`).
+def _elements(text: str) -> int | str:
+    """argparse type: a DeepSpeed element count (``5e8``, ``500M``, ``0``) or ``auto``."""
+    from hwdash.core.units import parse_count
+
+    word = text.strip().lower()
+    if word == "auto":
+        return "auto"
+    try:
+        return parse_count(word)
+    except ValueError:
+        pass
+    try:
+        value = parse_number(word)
+    except ValueError:
+        value = -1.0
+    if value < 0 or not float(value).is_integer():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an element count (examples: 5e8, 500M, 0) or auto"
+        )
+    return int(value)
+
+
+#: How the command line reads a registry field's value (:data:`hwdash.core.plan_field_types.ValueParser`).
 _VALUE_TYPES: dict[str, Callable[[str], Any]] = {
     "whole": whole_number,
     "number": number,
     "count": _count,
+    "elements": _elements,
 }
 
 

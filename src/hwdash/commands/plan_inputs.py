@@ -49,6 +49,7 @@ FIELD_FLAGS = {
     "fsdp": "--fsdp",
     "fsdp_offload": "--fsdp-offload",
     "gpus_per_node": "--gpus-per-node",
+    "nccl_buffsize": "--nccl-buffsize",
     "tp": "--tp",
     "pp": "--pp",
     "sequence_parallel": "--no-sequence-parallel",
@@ -64,6 +65,20 @@ FIELD_FLAGS = {
     "qlora_frozen_dtype": "--qlora-frozen-dtype",
     "adapter_dtype": "--adapter-dtype",
     "value_head": "--value-head",
+    "generation": "--generation",
+    "ds_reduce_bucket": "--ds-reduce-bucket",
+    "ds_allgather_bucket": "--ds-allgather-bucket",
+    "ds_overlap_comm": "--ds-overlap-comm/--no-ds-overlap-comm",
+    "ds_contiguous_gradients": "--ds-contiguous-gradients/--no-ds-contiguous-gradients",
+    "ds_prefetch_bucket": "--ds-prefetch-bucket",
+    "ds_max_live_params": "--ds-max-live-params",
+    "ds_max_reuse_distance": "--ds-max-reuse-distance",
+    "ds_persistence_threshold": "--ds-persistence-threshold",
+    "ds_sub_group_size": "--ds-sub-group-size",
+    "fsdp_version": "--fsdp-version",
+    "fsdp_limit_all_gathers": "--fsdp-limit-all-gathers/--no-fsdp-limit-all-gathers",
+    "fsdp_reduce_fp32": "--fsdp-reduce-fp32/--no-fsdp-reduce-fp32",
+    "fsdp_state_dict": "--fsdp-state-dict",
 }
 
 
@@ -121,6 +136,23 @@ def _model_from_args(args: argparse.Namespace) -> str:
     return model
 
 
+#: DeepSpeed's buffers and FSDP's settings whose unset value (None) means the framework's default.
+_UNSET_UNLESS_GIVEN = (
+    "ds_reduce_bucket",
+    "ds_allgather_bucket",
+    "ds_overlap_comm",
+    "ds_contiguous_gradients",
+    "ds_prefetch_bucket",
+    "ds_max_live_params",
+    "ds_max_reuse_distance",
+    "ds_persistence_threshold",
+    "ds_sub_group_size",
+    "fsdp_limit_all_gathers",
+    "fsdp_reduce_fp32",
+    "fsdp_state_dict",
+)
+
+
 def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
     """The Plan's fields from the parsed flags (the savers only where a flag was given)."""
     fields: dict[str, Any] = {
@@ -152,16 +184,22 @@ def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
         "fsdp": args.fsdp,
         "fsdp_offload": args.fsdp_offload,
         "gpus_per_node": args.gpus_per_node,
+        "nccl_buffsize": args.nccl_buffsize,
         "tp": args.tp,
         "pp": args.pp,
         "sequence_parallel": not args.no_sequence_parallel,
         "selective_recompute": args.selective_recompute,
         "hidden_dropout": args.hidden_dropout,
         "quant": args.quant,
+        "generation": args.generation,
     }
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
     fields["framework"] = args.framework
+    fields["fsdp_version"] = args.fsdp_version
+    for name in _UNSET_UNLESS_GIVEN:
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
     for name in SAVER_FIELDS:
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)

@@ -141,6 +141,16 @@ def _print_memory(console: Console, report: Any) -> None:
         breakdown.add_row(name.replace("_", " "), f"{value / GIB:.2f}", f"{share:.0%}")
     breakdown.add_row("[bold]total[/bold]", f"[bold]{total / GIB:.2f}[/bold]", "100%")
     console.print(breakdown)
+    # The three totals: the tensors, the caching allocator's pool around them, and the whole GPU
+    # (the total above: the CUDA context and kernels and NCCL's buffers lie outside the allocator)
+    totals = Table(show_header=True, box=None, padding=(0, 2))
+    totals.add_column("per GPU")
+    totals.add_column("GiB", justify="right")
+    totals.add_column("what reports it", style="dim")
+    totals.add_row("allocated", f"{estimate.allocated_bytes / GIB:.2f}", "max_memory_allocated")
+    totals.add_row("reserved", f"{estimate.reserved_bytes / GIB:.2f}", "max_memory_reserved")
+    totals.add_row("whole GPU", f"{estimate.whole_gpu_bytes / GIB:.2f}", "nvidia-smi (the total)")
+    console.print(totals)
     if plan.is_training:
         console.print(
             f"peak: {estimate.peak_phase} (the components as they are then)",

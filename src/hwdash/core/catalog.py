@@ -5,7 +5,9 @@ The catalog is data, never code: ``catalog/*.toml`` in the repository (shipped i
 ``$XDG_CONFIG_HOME/hwdash/catalog/``, ``HWDASH_CATALOG`` or ``--catalog DIR`` add entries or override
 them by id.
 
-A TOML file may hold any of three arrays of tables: ``[[accelerator]]``, ``[[flavor]]`` and ``[[model]]``.
+A TOML file may hold arrays of tables of each kind: ``[[accelerator]]``, ``[[flavor]]``, ``[[model]]``,
+``[[slowdown]]``, ``[[framework]]``, and the software footprint's ``[[cuda_context]]``,
+``[[interconnect]]`` and ``[[nccl]]`` (``software.toml``).
 A broken file raises :class:`CatalogError`, whose message names the file, the entry and the field.
 """
 
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError
 
 from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
+from hwdash.core.estimator.software import SOFTWARE_TABLES, Software, software_from
 from hwdash.core.specs import (
     ID_PATTERN,
     Accelerator,
@@ -108,13 +111,23 @@ def _model_entry(path: Path, label: str, raw: dict[str, Any]) -> ModelSpec:
         raise CatalogError(path, message, entry=label, field="config") from None
 
 
-CatalogKind = Literal["accelerator", "flavor", "model", "slowdown", "framework"]
+CatalogKind = Literal[
+    "accelerator",
+    "flavor",
+    "model",
+    "slowdown",
+    "framework",
+    "cuda_context",
+    "interconnect",
+    "nccl",
+]
 _SCHEMAS: dict[str, type[_Strict]] = {
     "accelerator": Accelerator,
     "flavor": Flavor,
     "model": ModelSpec,
     "slowdown": Slowdown,
     "framework": Framework,
+    **SOFTWARE_TABLES,
 }
 
 
@@ -129,6 +142,10 @@ class Catalog:
     """Step-time factors for ``--fit`` options, by id."""
     frameworks: dict[str, Framework] = field(default_factory=dict)
     """Training stacks' saver defaults (``--framework``), by id."""
+    software: Software | None = None
+    """The software footprint tables (``software.toml``: CUDA context by compute capability, NCCL
+    buffers and channels); None when the folders read hold none (the estimator then reads the
+    packaged file)."""
     files: tuple[str, ...] = ()
     """The files this catalog was read from, in order (later files override earlier ones)."""
 
@@ -195,8 +212,9 @@ def parse_catalog_file(path: Path) -> dict[str, list[_Strict]]:
         if key not in _SCHEMAS:
             raise CatalogError(
                 path,
-                f"unknown table '{key}' (expected [[accelerator]], [[flavor]], [[model]], "
-                "[[slowdown]] or [[framework]])",
+                f"unknown table '{key}' (expected "
+                + ", ".join(f"[[{kind}]]" for kind in _SCHEMAS)
+                + ")",
             )
         if not isinstance(value, list):
             raise CatalogError(path, f"'{key}' must be an array of tables: write [[{key}]]")
@@ -229,6 +247,28 @@ def load_catalog(extra_dirs: Sequence[str | Path] = (), *, include_user: bool = 
     return load_catalog_from(dirs)
 
 
+def _software_of(
+    tables: dict[str, dict[str, Any]], origin: dict[tuple[str, str], Path]
+) -> Software | None:
+    """``software.toml``'s tables as one :class:`Software` (None when no folder read holds any),
+    each accelerator's ``interconnect`` checked against its ``[[interconnect]]`` ids."""
+    origins = [path for (kind, _), path in origin.items() if kind in SOFTWARE_TABLES]
+    if not origins:
+        return None
+    links = tables["interconnect"]
+    software = software_from(tables["cuda_context"], links, tables["nccl"], origins[-1])
+    for ident, accelerator in tables["accelerator"].items():
+        if accelerator.interconnect is not None and accelerator.interconnect not in links:
+            raise CatalogError(
+                origin[("accelerator", ident)],
+                f"unknown interconnect '{accelerator.interconnect}' (software.toml's "
+                "[[interconnect]] ids: " + ", ".join(sorted(links)) + ")",
+                entry=f"accelerator '{ident}'",
+                field="interconnect",
+            )
+    return software
+
+
 def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
     """Load exactly these folders (or files), later ones overriding earlier ones by id."""
     tables: dict[str, dict[str, Any]] = {kind: {} for kind in _SCHEMAS}
@@ -254,12 +294,14 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
                     in_this_folder[(kind, ident)] = path
                     tables[kind][ident] = entry
                     origin[(kind, ident)] = path
+    software = _software_of(tables, origin)
     catalog = Catalog(
         accelerators=tables["accelerator"],
         flavors=tables["flavor"],
         models=tables["model"],
         slowdowns=tables["slowdown"],
         frameworks=tables["framework"],
+        software=software,
         files=tuple(files),
     )
     for ident, flavor in catalog.flavors.items():

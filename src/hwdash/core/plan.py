@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -115,6 +115,17 @@ class Loss(str, Enum):
     """Older transformers (before the loss refactor of 4.46): one more fp32 copy of the logits."""
 
 
+class Generation(str, Enum):
+    """How ``generate`` keeps the KV cache between decoding steps (inference, RL generation)."""
+
+    CURRENT = "current"
+    """transformers 4.42 and later: ``generate`` keeps one ``DynamicCache`` object whose layers
+    grow in place, so the previous step's cache is not kept beside the next."""
+    LEGACY = "legacy"
+    """Older transformers: the legacy tuple cache, rebuilt by ``torch.cat`` every step while
+    ``generate`` still holds the previous one: two copies of the cache at the peak."""
+
+
 class ValueHead(str, Enum):
     """PPO's value model."""
 
@@ -155,6 +166,22 @@ class FsdpMode(str, Enum):
     ``fully_shard``)."""
     HYBRID = "hybrid"
     """Sharded within a node of ``gpus_per_node`` GPUs, replicated across nodes (``HYBRID_SHARD``)."""
+
+
+class FsdpStateDict(str, Enum):
+    """How FSDP saves a checkpoint (``--fsdp-state-dict``; accelerate's ``fsdp_state_dict_type``)."""
+
+    FULL = "full"
+    """``FULL_STATE_DICT``: every unit gathered in turn and copied to rank 0's host RAM (accelerate's
+    ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)``)."""
+    SHARDED = "sharded"
+    """``SHARDED_STATE_DICT``: each rank writes its own shards, nothing gathered."""
+
+
+#: A DeepSpeed setting the Hugging Face Trainer fills from the model (``"auto"`` in its config).
+Auto = Literal["auto"]
+#: A DeepSpeed element count (a bucket, a threshold), bounded far above any real config.
+Elements = Annotated[int, Field(ge=0, le=10**13)]
 
 
 class Quant(str, Enum):
@@ -252,6 +279,9 @@ class Plan(BaseModel):
     the optimizer steps there; the GPU holds the layers being gathered."""
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
     """GPUs per node for hybrid sharding (None: all the plan's GPUs are one node)."""
+    nccl_buffsize: int | None = Field(default=None, ge=1, le=2**34)
+    """``NCCL_BUFFSIZE`` the run sets, in bytes: the Simple protocol's buffer per connection of
+    every NCCL communicator (None: NCCL's default, 4 MiB; ``catalog/software.toml``)."""
     tp: int = Field(default=1, ge=1, le=1024)
     """Megatron-LM tensor-parallel size (``--tensor-model-parallel-size``)."""
     pp: int = Field(default=1, ge=1, le=1024)
@@ -294,6 +324,44 @@ class Plan(BaseModel):
     """LoRA/DoRA adapters' dtype: fp32 (PEFT, Unsloth) or bf16 (torchtune)."""
     value_head: ValueHead | None = None
     """PPO: the value model as a second backbone or a head on the policy's."""
+    generation: Generation = Generation.CURRENT
+    """Inference and RL generation with the policy: the KV cache as today's ``generate`` keeps it,
+    or the legacy tuple cache of older transformers (two copies at the peak)."""
+
+    # -- DeepSpeed ZeRO's runtime buffers and PyTorch FSDP's version (issue 29). None: DeepSpeed's
+    # own default (deepspeed/runtime/zero/config.py), read by hwdash.core.estimator.zero_buffers.
+    ds_reduce_bucket: Elements | Auto | None = None
+    """DeepSpeed ``reduce_bucket_size`` (elements; None: 5e8; ``auto``: the Trainer's hidden^2)."""
+    ds_allgather_bucket: int | None = Field(default=None, ge=0, le=10**13)
+    """DeepSpeed ``allgather_bucket_size`` (stages 1-2, elements; None: 5e8)."""
+    ds_overlap_comm: bool | None = None
+    """DeepSpeed ``overlap_comm`` (None: DeepSpeed's, on for stage 3 only); stages 1-2 keep a second
+    reduce bucket with it."""
+    ds_contiguous_gradients: bool | None = None
+    """DeepSpeed ``contiguous_gradients`` (None: on): the reduce bucket is a preallocated buffer."""
+    ds_prefetch_bucket: Elements | Auto | None = None
+    """DeepSpeed ``stage3_prefetch_bucket_size`` (elements; None: 5e7; ``auto``: 0.9 hidden^2)."""
+    ds_max_live_params: int | None = Field(default=None, ge=0, le=10**13)
+    """DeepSpeed ``stage3_max_live_parameters`` (elements; None: 1e9)."""
+    ds_max_reuse_distance: int | None = Field(default=None, ge=0, le=10**13)
+    """DeepSpeed ``stage3_max_reuse_distance`` (elements; None: 1e9)."""
+    ds_persistence_threshold: Elements | Auto | None = None
+    """DeepSpeed ``stage3_param_persistence_threshold`` (elements; None: 1e5; ``auto``: 10 hidden)."""
+    ds_sub_group_size: int | None = Field(default=None, ge=1, le=10**13)
+    """DeepSpeed ``sub_group_size`` (elements; None: 1e9): ZeRO-3 steps its partition sub-group by
+    sub-group."""
+    fsdp_version: int = Field(default=2, ge=1, le=2)
+    """PyTorch FSDP1 (``FullyShardedDataParallel``, flat parameters) or FSDP2 (``fully_shard``,
+    per-parameter DTensor shards). 2: transformers' Trainer default (``fsdp_config`` version 2),
+    torchtune and torchtitan; accelerate's own config still defaults to 1."""
+    fsdp_limit_all_gathers: bool | None = None
+    """FSDP1 ``limit_all_gathers`` (None: on, PyTorch's and accelerate's default): at most two
+    all-gathers in flight; off, the CPU can issue more ahead of the GPU."""
+    fsdp_reduce_fp32: bool | None = None
+    """FSDP mixed precision ``reduce_dtype=float32`` (torchtitan's default): gradients reduce-scattered
+    in fp32 (None: off, reduce in ``param_dtype`` as accelerate's policy does)."""
+    fsdp_state_dict: FsdpStateDict | None = None
+    """How FSDP saves (None: accelerate's default by version, full for FSDP1, sharded for FSDP2)."""
 
     @model_validator(mode="after")
     def _check(self) -> Plan:
@@ -403,6 +471,13 @@ _QUANTIZED_BASE_FIELDS = ("qlora_frozen_dtype",)
 _PPO_FIELDS = ("value_head",)
 
 
+def _generates_with_transformers(plan: Plan) -> bool:
+    """Whether transformers' ``generate`` makes the plan's KV cache (``Plan.generation``)."""
+    if plan.method is Method.INFERENCE:
+        return True
+    return plan.is_rl and plan.vllm_memory_utilization == 0
+
+
 def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
     """The settings in ``given`` (Plan field names the user set) that ``plan``'s method ignores,
     each with the reason in words; the command line warns about them, as it does for ZeRO on
@@ -436,4 +511,39 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
             unused.append((name, "only --fsdp hybrid shards within a node"))
+        elif name == "generation" and not _generates_with_transformers(plan):
+            unused.append(
+                (name, "only inference and RL generating with the policy (--vllm-util 0)")
+            )
+        elif (reason := _unused_sharding_setting(plan, name)) is not None:
+            unused.append((name, reason))
     return unused
+
+
+#: DeepSpeed settings every ZeRO stage reads, and those only stage 3 reads.
+_ZERO_FIELDS = ("ds_reduce_bucket", "ds_overlap_comm", "ds_contiguous_gradients")
+_ZERO3_FIELDS = (
+    "ds_prefetch_bucket",
+    "ds_max_live_params",
+    "ds_max_reuse_distance",
+    "ds_persistence_threshold",
+    "ds_sub_group_size",
+)
+_FSDP_FIELDS = ("fsdp_version", "fsdp_reduce_fp32", "fsdp_state_dict", "fsdp_limit_all_gathers")
+
+
+def _unused_sharding_setting(plan: Plan, name: str) -> str | None:
+    """Why a DeepSpeed buffer or FSDP setting does nothing in ``plan`` (None: it is used)."""
+    if name in (*_ZERO_FIELDS, *_ZERO3_FIELDS, "ds_allgather_bucket") and plan.zero == 0:
+        return "only DeepSpeed ZeRO (--zero 1-3) has these buffers"
+    if name in _ZERO3_FIELDS and plan.zero != 3:
+        return "only ZeRO stage 3 gathers parameters"
+    if name == "ds_allgather_bucket" and plan.zero == 3:
+        return "ZeRO stage 3 gathers by --ds-prefetch-bucket, not the stage 1-2 all-gather bucket"
+    if name in _FSDP_FIELDS and plan.fsdp is FsdpMode.NONE:
+        return "only --fsdp uses it"
+    if name == "fsdp_limit_all_gathers" and plan.fsdp_version != 1:
+        return (
+            "only FSDP1 (--fsdp-version 1) has a rate limiter; FSDP2 bounds its all-gathers itself"
+        )
+    return None

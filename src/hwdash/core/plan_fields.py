@@ -18,181 +18,43 @@ fails until there is one), and its estimator formula.
 
 from __future__ import annotations
 
-import ast
-import inspect
-import itertools
-import textwrap
-from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Literal
-
 from hwdash.core.plan import (
     RL_TRAINABLE_METHODS,
     Attention,
     Framework,
     FsdpMode,
+    FsdpStateDict,
+    Generation,
     Loss,
     Method,
     Offload,
     Optimizer,
     OptimizerImpl,
-    Plan,
     Precision,
     Quant,
     StoreDtype,
     ValueHead,
 )
 
-FlagKind = Literal["value", "list", "repeat", "toggle", "switch", "negated", "pair"]
-"""How a flag sets its field:
-
-* ``value``: ``--flag VALUE`` (``choices`` when the field is an enum);
-* ``list``: ``--flag a,b`` (comma-separated names);
-* ``repeat``: ``--flag a --flag b`` (each may also be comma-separated);
-* ``toggle``: ``--flag`` / ``--no-flag`` (argparse's ``BooleanOptionalAction``);
-* ``switch``: ``--flag`` sets the field true;
-* ``negated``: ``--no-flag`` sets the field false (the flag is written with its ``no-``);
-* ``pair``: ``--flag`` / ``--no-flag`` as two exclusive options, neither given: the plan's default.
-"""
-
-ValueParser = Literal["whole", "number", "count"]
-"""How the command line reads a value: a whole number, a finite number, or a count (``50k``)."""
-
-FormWidget = Literal["text", "select", "switch", "integer", "number", "count"]
-"""The planner form's control of a row."""
-
-
-@dataclass(frozen=True)
-class FormRow:
-    """A Plan field's row in the planner form."""
-
-    label: str
-    """The row's label."""
-    widget: FormWidget
-    """Its control."""
-    shown: str | None = None
-    """The row class that shows it only where it applies (``-rl-only``...; None: always shown)."""
-    placeholder: str | None = None
-    """A typed row's words while it is empty (None: the text box's own, none)."""
-    box: str = ""
-    """A ``switch`` row's words beside its check box."""
-    unset: str | None = None
-    """A ``select`` row whose field may be unset (None): the first choice's words, which leave it
-    unset (the loss row's ``framework default``)."""
-
-
-FileFormat = Literal["trainer", "deepspeed", "accelerate", "axolotl", "llama-factory", "peft"]
-"""A config file format whose keys :class:`FileKeys` declares."""
-
-
-@dataclass(frozen=True)
-class FileKeys:
-    """A Plan field's keys in the config files, where a key maps one-to-one onto the field (the
-    same value in the same unit). Several keys of one format: the exports write the first, and
-    the first wins when a file gives more than one."""
-
-    trainer: tuple[str, ...] = ()
-    """Hugging Face ``TrainingArguments`` / TRL config keys (and the ``--export trainer``
-    snippet's keyword arguments)."""
-    deepspeed: tuple[str, ...] = ()
-    """DeepSpeed JSON top-level keys."""
-    accelerate: tuple[str, ...] = ()
-    """accelerate config YAML top-level keys."""
-    axolotl: tuple[str, ...] = ()
-    """axolotl YAML keys (read only: hwdash writes no axolotl config)."""
-    llama_factory: tuple[str, ...] = ()
-    """LLaMA-Factory YAML keys (read only)."""
-    peft: tuple[str, ...] = ()
-    """PEFT ``LoraConfig`` keyword arguments (in the ``--export trainer`` snippet)."""
-
-    def of(self, file_format: FileFormat) -> tuple[str, ...]:
-        """The keys of ``file_format``."""
-        return tuple(getattr(self, file_format.replace("-", "_")))
-
-
-@dataclass(frozen=True)
-class PlanField:
-    """One Plan field as the command line (and the planner form) spell it."""
-
-    name: str
-    """The Plan field."""
-    flag: str
-    """The long option that sets it (for ``negated``, the ``--no-`` option itself)."""
-    group: str
-    """The ``--help`` section that lists it (one of :data:`FLAG_GROUPS`)."""
-    help: str | Callable[[], str]
-    """Its ``--help`` text (a callable: built when the parser is)."""
-    kind: FlagKind = "value"
-    parse: ValueParser | None = None
-    """How a ``value`` is read (None: as text, or one of ``choices``)."""
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    off_help: str = ""
-    """``pair``: the ``--no-`` option's help."""
-    always_written: bool = False
-    """Written by ``plan_arguments`` even at its default (a copied line says what it trains)."""
-    also: tuple[tuple[str, str], ...] = ()
-    """Further options (flag, help) that give the field another way, listed right after it and
-    never written back (``--params`` for ``--model``)."""
-    form: FormRow | None = None
-    """Its planner form row (None: the form has none)."""
-    keys: FileKeys = FileKeys()
-    """Its keys in the config files ``--export`` writes and ``--from`` reads."""
-
-    @property
-    def spelling(self) -> str:
-        """How messages name the flag: ``--batch``, or both forms (``--compile/--no-compile``)."""
-        if self.kind in ("toggle", "pair"):
-            return f"{self.flag}/--no-{self.flag.removeprefix('--')}"
-        return self.flag
-
-    @property
-    def default(self) -> Any:
-        """The parser's default: the Plan field's own, as the command line would type it."""
-        info = Plan.model_fields[self.name]
-        value = None if info.is_required() else info.default
-        if self.kind == "list":
-            return ",".join(value or ())
-        if self.kind == "repeat":
-            return []
-        if self.kind in ("negated", "switch"):
-            return False
-        if self.kind == "pair":
-            return None
-        return getattr(value, "value", value)
-
-    def help_text(self) -> str:
-        """The ``--help`` text."""
-        return self.help if isinstance(self.help, str) else self.help()
-
-
-def _values(members: Any) -> tuple[str, ...]:
-    return tuple(str(member.value) for member in members)
-
-
-def member_docs(enum_class: type[Enum]) -> dict[str, str]:
-    """The docstrings written under an Enum's members (Python keeps them only in the source).
-
-    Read with :mod:`ast` from the class source; empty when the source is not available.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(enum_class)))
-    except (OSError, TypeError, SyntaxError):
-        return {}
-    docs: dict[str, str] = {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    for current, following in itertools.pairwise(body):
-        if (
-            isinstance(current, ast.Assign)
-            and isinstance(current.targets[0], ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            member = enum_class[current.targets[0].id]
-            docs[str(member.value)] = " ".join(following.value.value.replace("``", "").split())
-    return docs
+# The registry's types live in plan_field_types; imported from here as before.
+from hwdash.core.plan_field_types import (
+    FileFormat as FileFormat,
+)
+from hwdash.core.plan_field_types import (
+    FileKeys as FileKeys,
+)
+from hwdash.core.plan_field_types import (
+    FormRow as FormRow,
+)
+from hwdash.core.plan_field_types import (
+    PlanField as PlanField,
+)
+from hwdash.core.plan_field_types import (
+    _values,
+)
+from hwdash.core.plan_field_types import (
+    member_docs as member_docs,
+)
 
 
 def _precision_help() -> str:
@@ -204,12 +66,13 @@ def _precision_help() -> str:
 
 WHAT = "model and method"
 SHAPE = "batch, checkpointing and DeepSpeed ZeRO"
+ZERO_BUFFERS = "DeepSpeed ZeRO's buffers, in elements (unset: DeepSpeed's default)"
 SHARDING = "FSDP and Megatron tensor/pipeline parallelism"
 SAVERS = "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
 RL = "RL (ppo, grpo)"
 DATA = "data size, time and flavors"
 #: The ``--help`` sections of the Plan fields' flags, in the order ``--help`` shows them.
-FLAG_GROUPS = (WHAT, SHAPE, SHARDING, SAVERS, RL, DATA)
+FLAG_GROUPS = (WHAT, SHAPE, ZERO_BUFFERS, SHARDING, SAVERS, RL, DATA)
 
 _RL_ROW = "-rl-only"
 _TRAINING_ROW = "-training-only"
@@ -334,6 +197,60 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         keys=FileKeys(accelerate=("num_processes",)),
     ),
     PlanField(
+        "ds_reduce_bucket", "--ds-reduce-bucket", ZERO_BUFFERS,
+        "reduce_bucket_size: the gradient bucket reduced at once, in the gradients' 16-bit "
+        "dtype, two with --ds-overlap-comm at stages 1-2 (DeepSpeed 5e8; auto: the Trainer's "
+        "hidden^2)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_allgather_bucket", "--ds-allgather-bucket", ZERO_BUFFERS,
+        "allgather_bucket_size (stages 1-2; DeepSpeed 5e8): torch's all_gather_into_tensor "
+        "gathers the updated parameters in place, so it adds nothing",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_overlap_comm", "--ds-overlap-comm", ZERO_BUFFERS,
+        "overlap_comm: reduce while backward runs; stages 1-2 keep a second reduce bucket "
+        "(DeepSpeed: on for stage 3 only)",
+        kind="toggle",
+    ),
+    PlanField(
+        "ds_contiguous_gradients", "--ds-contiguous-gradients", ZERO_BUFFERS,
+        "contiguous_gradients: the reduce bucket is a preallocated buffer (DeepSpeed: on); "
+        "off, the gradients wait in place (the same bytes at most)",
+        kind="toggle",
+    ),
+    PlanField(
+        "ds_prefetch_bucket", "--ds-prefetch-bucket", ZERO_BUFFERS,
+        "stage3_prefetch_bucket_size: parameters gathered ahead of use (DeepSpeed 5e7; auto: "
+        "0.9 hidden^2)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_max_live_params", "--ds-max-live-params", ZERO_BUFFERS,
+        "stage3_max_live_parameters: no prefetch beyond this many gathered (DeepSpeed 1e9)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_max_reuse_distance", "--ds-max-reuse-distance", ZERO_BUFFERS,
+        "stage3_max_reuse_distance: a parameter used again within this many is kept gathered: "
+        "the last half of it stays gathered from forward into backward (DeepSpeed 1e9)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_persistence_threshold", "--ds-persistence-threshold", ZERO_BUFFERS,
+        "stage3_param_persistence_threshold: tensors this small are never partitioned "
+        "(DeepSpeed 1e5; auto: 10 hidden)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
+        "ds_sub_group_size", "--ds-sub-group-size", ZERO_BUFFERS,
+        "sub_group_size: ZeRO-3 steps its partition one sub-group at a time; without offload "
+        "the fp32 gradients of one sub-group are on the GPU at the step (DeepSpeed 1e9)",
+        parse="elements", metavar="N",
+    ),
+    PlanField(
         "fsdp", "--fsdp", SHARDING,
         "PyTorch FSDP instead of DeepSpeed ZeRO: full (shard over every GPU) or hybrid "
         "(shard within a node of --gpus-per-node, replicate across); states stay in --precision "
@@ -357,6 +274,38 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "gpus_per_node", "--gpus-per-node", SHARDING,
         "GPUs per node for --fsdp hybrid (default: all --gpus are one node)",
         parse="whole", metavar="N",
+    ),
+    PlanField(
+        "fsdp_version", "--fsdp-version", SHARDING,
+        "1: FullyShardedDataParallel (flat parameters padded to the shard count, "
+        "--fsdp-limit-all-gathers); 2: fully_shard (per-parameter shards, all-gather and "
+        "reduce-scatter staging buffers). Default 2, the Trainer's, torchtune's and "
+        "torchtitan's; accelerate's own config defaults to 1",
+        parse="whole", metavar="1|2",
+    ),
+    PlanField(
+        "fsdp_limit_all_gathers", "--fsdp-limit-all-gathers", SHARDING,
+        "FSDP1: at most two all-gathers in flight (default on); off, the CPU may issue more "
+        "ahead of the GPU (counted as two more units gathered)",
+        kind="toggle",
+    ),
+    PlanField(
+        "fsdp_reduce_fp32", "--fsdp-reduce-fp32", SHARDING,
+        "FSDP mixed precision reduce_dtype=float32 (torchtitan's default): each unit's gradient "
+        "reduce-scattered in fp32 (default off: in the gathered dtype, accelerate's policy)",
+        kind="toggle",
+    ),
+    PlanField(
+        "fsdp_state_dict", "--fsdp-state-dict", SHARDING,
+        "how FSDP saves: full (FULL_STATE_DICT: each unit gathered, the whole model in rank 0's "
+        "host RAM) or sharded (default: full for FSDP1, sharded for FSDP2, as accelerate)",
+        choices=_values(FsdpStateDict),
+    ),
+    PlanField(
+        "nccl_buffsize", "--nccl-buffsize", SHARDING,
+        "NCCL_BUFFSIZE the run sets, in bytes (default: NCCL's 4 MiB): the Simple protocol's "
+        "buffer per connection of each NCCL communicator, counted on multi-GPU plans",
+        parse="whole", metavar="BYTES",
     ),
     PlanField(
         "tp", "--tp", SHARDING, "Megatron-LM tensor-parallel size (default 1)", parse="whole",
@@ -397,6 +346,13 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "no logits) or legacy (older transformers: one more fp32 copy)",
         choices=_values(Loss),
         form=FormRow("loss", "select", _TRAINING_ROW, unset="framework default"),
+    ),
+    PlanField(
+        "generation", "--generation", SAVERS,
+        "inference and RL generating with the policy: current (transformers >= 4.42: one "
+        "DynamicCache grown in place) or legacy (older transformers' tuple cache: the previous "
+        "step's cache kept while torch.cat builds the next, two copies; default current)",
+        choices=_values(Generation),
     ),
     PlanField(
         "compile", "--compile", SAVERS,
@@ -502,6 +458,7 @@ ARGV_ORDER = (
     "rl_method",
     "fsdp",
     "gpus_per_node",
+    "nccl_buffsize",
     "tp",
     "pp",
     "quant",
@@ -522,6 +479,19 @@ ARGV_ORDER = (
     "activation_offload",
     "optimizer_in_backward",
     "sync_each_batch",
+    "ds_reduce_bucket",
+    "ds_allgather_bucket",
+    "ds_overlap_comm",
+    "ds_contiguous_gradients",
+    "ds_prefetch_bucket",
+    "ds_max_live_params",
+    "ds_max_reuse_distance",
+    "ds_persistence_threshold",
+    "ds_sub_group_size",
+    "fsdp_version",
+    "fsdp_limit_all_gathers",
+    "fsdp_reduce_fp32",
+    "fsdp_state_dict",
     "rl_reference",
     "rl_reward_model",
     "vllm_memory_utilization",
@@ -567,6 +537,21 @@ FORM_ORDER = (
     "tp",
     "pp",
 )
+
+#: The Plan fields that are one-to-one keys of DeepSpeed's ``zero_optimization`` table (DeepSpeed's
+#: names, deepspeed/runtime/zero/config.py): ``--from`` reads them (``"auto"``: the Hugging Face
+#: Trainer's value, transformers/integrations/deepspeed.py), ``--export deepspeed`` writes them.
+ZERO_KEYS: dict[str, str] = {
+    "ds_reduce_bucket": "reduce_bucket_size",
+    "ds_allgather_bucket": "allgather_bucket_size",
+    "ds_overlap_comm": "overlap_comm",
+    "ds_contiguous_gradients": "contiguous_gradients",
+    "ds_prefetch_bucket": "stage3_prefetch_bucket_size",
+    "ds_max_live_params": "stage3_max_live_parameters",
+    "ds_max_reuse_distance": "stage3_max_reuse_distance",
+    "ds_persistence_threshold": "stage3_param_persistence_threshold",
+    "ds_sub_group_size": "sub_group_size",
+}
 
 #: Plan field -> its registry entry.
 BY_NAME: dict[str, PlanField] = {field.name: field for field in PLAN_FIELDS}

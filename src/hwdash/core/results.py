@@ -30,7 +30,8 @@ class MemoryBreakdown:
     kv_cache: int = 0
     """KV cache (inference, RL generation) including a colocated vLLM engine's reservation."""
     overhead: int = 0
-    """CUDA context, kernels and allocator fragmentation."""
+    """Everything but the tensors: the allocator's pool (reserved - allocated), the CUDA context
+    and kernels, and NCCL's communicator buffers."""
 
     @property
     def total(self) -> int:
@@ -74,11 +75,34 @@ class MemoryEstimate:
     peak_phase: str = "start of backward"
     """When the peak happens: ``start of backward`` (saved activations and the loss alive),
     ``end of backward`` (every gradient plus the first layer's activations), ``optimizer step``
-    (gradients, states and the step's temporaries) or ``prefill`` (inference)."""
+    (gradients, states and the step's temporaries), ``prefill`` (inference), or outside the step
+    ``model load`` (``from_pretrained``: quantize-on-load, PEFT's fp32 upcast) and ``checkpoint
+    save`` (between steps); every name: ``hwdash.core.estimator.phases.PEAK_PHASES``."""
     details: tuple[tuple[str, int], ...] = ()
     """Named sub-parts alive at the peak phase, for display, e.g. ``("reference model weights", n)``."""
     warnings: tuple[str, ...] = ()
     """Things the user should know about this estimate."""
+    allocated_bytes: int = 0
+    """The caching allocator's peak: the tensors alive at the peak, what
+    ``torch.cuda.max_memory_allocated`` reports (managed memory left out)."""
+    reserved_bytes: int = 0
+    """``allocated_bytes`` plus the allocator's cached and fragmented blocks: what
+    ``torch.cuda.max_memory_reserved`` reports."""
+
+    @property
+    def whole_gpu_bytes(self) -> int:
+        """What NVML shows for the process: reserved + the CUDA context and kernels + NCCL's
+        buffers + managed memory. The breakdown's total, and what the fit verdict compares."""
+        return self.per_gpu.total
+
+    def memory_json(self) -> dict[str, int]:
+        """The ``memory`` object of ``--json``: the components, ``total`` (the whole GPU) and the
+        three totals ``allocated``, ``reserved`` and ``whole_gpu``."""
+        out = self.per_gpu.as_dict()
+        out["allocated"] = self.allocated_bytes
+        out["reserved"] = self.reserved_bytes
+        out["whole_gpu"] = self.whole_gpu_bytes
+        return out
 
 
 class FitVerdict(str, Enum):
@@ -101,7 +125,7 @@ class FlavorFit:
     accelerator: Accelerator | None
     verdict: FitVerdict
     need_bytes: int
-    """Peak bytes per GPU at this flavor's GPU count."""
+    """Peak bytes per GPU at this flavor's GPU count: the whole GPU, what NVML will show."""
     usable_bytes: int
     """Usable memory per GPU (what NVML reports)."""
     reason: str = ""
@@ -113,6 +137,9 @@ class FlavorFit:
     """Dollars for those hours, None without a price or hours."""
     tokens_per_second: float | None = None
     """Training throughput (tokens/s) or, for inference, decode tokens/s per sequence, slowdowns in."""
+    outside_allocator_bytes: int = 0
+    """The part of ``need_bytes`` outside PyTorch's caching allocator (the CUDA context and kernels,
+    NCCL's buffers, managed memory): what a measured allocator factor leaves as it is."""
     slowdowns: tuple[Slowdown, ...] = ()
     """The catalog's step-time factors in ``hours`` and ``tokens_per_second`` (QLoRA's
     dequantisation, CPU offload...), each with its source."""
@@ -171,7 +198,7 @@ class PlanReport:
         plan["peak_phase"] = self.estimate.peak_phase
         return {
             "plan": plan,
-            "memory": self.estimate.per_gpu.as_dict(),
+            "memory": self.estimate.memory_json(),
             "host_memory": self.estimate.host_bytes,
             "managed_memory": self.estimate.managed_bytes,
             "flavors": [fit.to_json() for fit in self.flavors],

@@ -9,7 +9,8 @@ is a property of the model, the method and the software on this box.
 
 Each is the median over the similar runs that measured it (one odd run moves a median little). With
 ``--calibrated``, the plan's hours take the measured MFU (unless ``--mfu`` is given) and each
-flavor's need is the estimate times the peak factor, the CUDA context left as it is; the verdict
+flavor's need is its reserved memory times the peak factor, what lies outside PyTorch's allocator
+(the CUDA context and kernels, NCCL's buffers) left as it is; the verdict
 (fits/tight/no) follows from that need.
 """
 
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hwdash.core.estimator import CUDA_CONTEXT_BYTES
 from hwdash.core.planning.fit import _sort_key, fit_verdict, recommend
 from hwdash.core.results import PlanReport
 
@@ -104,10 +104,10 @@ def calibration(
     )
 
 
-def scaled_need(need: int, factor: float) -> int:
-    """A need with the measured factor applied to all but the CUDA context."""
-    context = min(need, CUDA_CONTEXT_BYTES)
-    return context + round((need - context) * factor)
+def scaled_need(need: int, factor: float, outside: int = 0) -> int:
+    """A need with the measured factor applied to all but what lies ``outside`` the allocator."""
+    fixed = min(need, outside)
+    return fixed + round((need - fixed) * factor)
 
 
 def apply_peak_factor(report: PlanReport, factor: float | None) -> PlanReport:
@@ -116,7 +116,7 @@ def apply_peak_factor(report: PlanReport, factor: float | None) -> PlanReport:
         return report
     fits = []
     for fit in report.flavors:
-        need = scaled_need(fit.need_bytes, factor)
+        need = scaled_need(fit.need_bytes, factor, fit.outside_allocator_bytes)
         verdict = fit_verdict(need, fit.usable_bytes) if fit.usable_bytes else fit.verdict
         fits.append(dataclasses.replace(fit, need_bytes=need, verdict=verdict))
     fits.sort(key=_sort_key)

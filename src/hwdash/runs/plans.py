@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core.catalog import Catalog, load_catalog
-from hwdash.core.estimator import CUDA_CONTEXT_BYTES
 from hwdash.core.plan import Plan
 from hwdash.core.planning.fit import evaluate_plan, training_tokens
 from hwdash.core.planning.run_time import flops_per_token
@@ -44,8 +43,8 @@ class PlanFacts:
     planned_total_bytes: int
     """Per-GPU peak, whole GPU (what NVML should show): the plan's total."""
     planned_peak_bytes: int
-    """Per-GPU peak as the allocator reserves it: the total less the CUDA context (the probe's
-    ``max_memory_reserved`` does not hold the context)."""
+    """Per-GPU peak as the allocator reserves it: the estimate's reserved memory, without the CUDA
+    context and NCCL's buffers (the probe's ``max_memory_reserved`` holds neither)."""
     model_flops_per_token: float
     """Model FLOPs per token, recomputation left out (what MFU counts: PaLM, Chowdhery et al. 2022,
     appendix B, counts the model's FLOPs, not the hardware's)."""
@@ -119,7 +118,7 @@ def plan_facts(
         model=report.model.id,
         method=plan.method.value,
         planned_total_bytes=total,
-        planned_peak_bytes=max(0, total - CUDA_CONTEXT_BYTES),
+        planned_peak_bytes=report.estimate.reserved_bytes,
         model_flops_per_token=flops_per_token(
             plan.model_copy(update={"grad_ckpt": False}), report.model
         ),

@@ -28,6 +28,10 @@ finish on exit, then leaves them running on their own (a slow webhook still gets
 
 Each line of the alert log carries the host name and the monitor's PID, so the log of two monitors
 on one box (or a log copied off several boxes) can be told apart.
+
+``--webhook URL`` posts every event, clearings and recoveries included (a phone learns that the alert is
+over), as the same record plus a ``text`` line, from :class:`hwdash.telemetry.webhooks.WebhookSender`'s
+own thread: handling an event only queues it.
 """
 
 from __future__ import annotations
@@ -42,11 +46,13 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from hwdash.core.live.alerts import AlertEngine, AlertEvent
 from hwdash.core.strict_json import finite_or_none
 from hwdash.telemetry.prometheus_source import PASSWORD_ENV, TOKEN_ENV, USER_ENV
 from hwdash.telemetry.types import GpuSample, GpuState, Snapshot
+from hwdash.telemetry.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,14 @@ def default_alert_log_path(
     return base / "hwdash" / ("alerts-simulated.jsonl" if simulated else "alerts.jsonl")
 
 
+def alert_record(event: AlertEvent, host: str | None = None) -> dict[str, Any]:
+    """An event as the alert log writes it (and a webhook posts it): the event's fields, the
+    host name and this process's PID; readings that are not finite become None."""
+    record = {**event.to_dict(), "host": host or socket.gethostname(), "pid": os.getpid()}
+    result: dict[str, Any] = finite_or_none(record)
+    return result
+
+
 class AlertLog:
     """Appends each alert event as one JSON line."""
 
@@ -80,9 +94,11 @@ class AlertLog:
         self.host = socket.gethostname()
         """Written on every line with the monitor's PID."""
 
-    def append(self, event: AlertEvent) -> bool:
-        """Write one line; False (and a logged warning) when the file cannot be written."""
-        record = finite_or_none({**event.to_dict(), "host": self.host, "pid": os.getpid()})
+    def append(self, event: AlertEvent, record: dict[str, Any] | None = None) -> bool:
+        """Write one line (``record``: the event's :func:`alert_record`, when the caller has it);
+        False (and a logged warning) when the file cannot be written."""
+        if record is None:
+            record = alert_record(event, self.host)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as handle:
@@ -211,26 +227,43 @@ class AlertCommand:
 
 
 class AlertActions:
-    """The alert log and the optional command, fed with each round's events."""
+    """The alert log, the optional command and the optional webhooks, fed with each round's events."""
 
-    def __init__(self, log_file: AlertLog | None, command: AlertCommand | None) -> None:
+    def __init__(
+        self,
+        log_file: AlertLog | None,
+        command: AlertCommand | None,
+        webhooks: WebhookSender | None = None,
+        *,
+        host: str | None = None,
+    ) -> None:
         self.log_file = log_file
         self.command = command
+        self.webhooks = webhooks
+        """Posts every event to the ``--webhook`` URLs (None: none given)."""
+        self.host = host or (log_file.host if log_file is not None else socket.gethostname())
+        """The host name each record carries (the exporter's ``--hostname``; else this machine's)."""
 
     def handle(self, events: Iterable[AlertEvent]) -> None:
-        """Log every event; run the command for raised and lost ones."""
+        """Log every event and queue it for the webhooks; run the command for raised, lost and
+        blind ones. Never waits on the network."""
         for event in events:
+            record = alert_record(event, self.host)
             if self.log_file is not None:
-                self.log_file.append(event)
+                self.log_file.append(event, record)
+            if self.webhooks is not None:
+                self.webhooks.post(record)
             if self.command is not None and event.kind in COMMAND_EVENT_KINDS:
                 self.command.run(event)
         if self.command is not None:
             self.command.reap()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Give running commands up to ``timeout_s`` to finish."""
+        """Give running commands, and webhooks still queued, up to ``timeout_s`` each to finish."""
         if self.command is not None:
             self.command.close(timeout_s)
+        if self.webhooks is not None:
+            self.webhooks.close(timeout_s)
 
 
 def _marked(gpu: GpuSample, engine: AlertEngine) -> GpuSample:

@@ -66,6 +66,9 @@ Health readings (issue 28), each NotSupported when its name is in ``unsupported`
     sm_percent = [[0, 90], [60, 30]]        # NVML's per-process samples; leave out: no sample
     memory_bandwidth_percent = 40
 
+Xid events, GPM metrics and NVLink state (``xids``, ``gpm``, ``nvlink_links``, ``nvlink_active``) are
+answered by :mod:`hwdash.telemetry.fake_nvml_events`, which describes them.
+
 The clock-event reasons answer under the R535 name and the older ``...ThrottleReasons`` one (the
 ``old-driver`` failure mode has only the older); per-process samples are stamped with scenario time,
 so a round at the same scenario second as the last sees none (NVML's NotFound).
@@ -93,6 +96,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hwdash.telemetry.fake_nvml_events import CONSTANTS as _EVENT_CONSTANTS
+from hwdash.telemetry.fake_nvml_events import FakeEvents
 from hwdash.telemetry.scenario_data import (
     SCENARIO_DIR,
     ScenarioError,
@@ -217,6 +222,8 @@ class FakeNvml:
             self._clock = lambda: self._step_time
         else:
             self._clock = lambda: time.monotonic() - started
+        self.events = FakeEvents(self)
+        """Event sets, GPM, NVLink (:mod:`hwdash.telemetry.fake_nvml_events`)."""
         self.module = self._build_module()
 
     # -- control -------------------------------------------------------------------------------
@@ -592,7 +599,7 @@ class FakeNvml:
         ):
             setattr(module, name, getattr(self._real, name))
         for name in dir(self._real):
-            if name.startswith(_HEALTH_CONSTANTS):
+            if name.startswith(_HEALTH_CONSTANTS + _EVENT_CONSTANTS):
                 setattr(module, name, getattr(self._real, name))
 
         functions: dict[str, Callable[..., Any]] = {
@@ -642,6 +649,7 @@ class FakeNvml:
             "nvmlDeviceGetFanSpeed": self.nvmlDeviceGetFanSpeed,
             "nvmlDeviceGetPerformanceState": self.nvmlDeviceGetPerformanceState,
             "nvmlDeviceGetProcessUtilization": self.nvmlDeviceGetProcessUtilization,
+            **self.events.functions(),
         }
         for name, series in _PCIE_FUNCTIONS:
             functions[name] = _bind_kind(self._pcie, series)

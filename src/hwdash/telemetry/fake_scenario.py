@@ -56,6 +56,9 @@ UnsupportedField = Literal[
     "remapped_rows",
     "fan",
     "pstate",
+    "xid_events",
+    "gpm",
+    "nvlink",
 ]
 
 ClocksEventReason = Literal[
@@ -239,6 +242,30 @@ class ScenarioRemappedRows(_Strict):
         return checked
 
 
+class ScenarioXid(_Strict):
+    """An Xid critical error the fake delivers through NVML's event set at a scenario second."""
+
+    at_s: float = Field(ge=0)
+    xid: int = Field(gt=0)
+
+
+class ScenarioGpm(_Strict):
+    """A GPU's GPM metrics (Hopper and later), percents 0..100; a GPU with this table answers
+    ``nvmlGpmQueryDeviceSupport``, one without it raises NotSupported (as pre-Hopper GPUs do)."""
+
+    sm_active: Series = 0.0
+    sm_occupancy: Series = 0.0
+    tensor_active: Series = 0.0
+    dram_active: Series = 0.0
+
+    @field_validator("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+    @classmethod
+    def _series_in_order(cls, value: Series) -> Series:
+        checked = _check_series(value)
+        assert checked is not None
+        return checked
+
+
 class ScenarioGpu(_Strict, GpuBehaviour):
     """One fake GPU."""
 
@@ -301,6 +328,15 @@ class ScenarioGpu(_Strict, GpuBehaviour):
     """Fan speed, percent of its maximum (list ``fan`` in ``unsupported`` for a passive card)."""
     pstate: Points = 0.0
     """Performance state (0: P0)."""
+    xids: list[ScenarioXid] = []
+    """Xid critical errors (``[{at_s = 30, xid = 79}]``), delivered once to an event set that
+    registered the GPU before ``at_s``."""
+    gpm: ScenarioGpm | None = None
+    """GPM metrics; None: the GPU has no GPM (``nvmlGpmQueryDeviceSupport`` NotSupported)."""
+    nvlink_links: int = Field(default=0, ge=0)
+    """NVLinks of the GPU (0: PCIe only, link 0 NotSupported); links beyond: InvalidArgument."""
+    nvlink_active: Points | None = None
+    """How many links are up (the first ones; whole numbers of the value); None: all."""
     process_struct_mismatch: bool = False
     """Return process rows packed as NVML's v2 struct and read back at the v3 stride, as
     nvidia-ml-py 12.535.77 does on drivers that fill v2: rows after the first are scrambled."""
@@ -333,6 +369,7 @@ class ScenarioGpu(_Strict, GpuBehaviour):
         "ecc_uncorrected_aggregate",
         "fan_percent",
         "pstate",
+        "nvlink_active",
     )
     @classmethod
     def _series_in_order(cls, value: Series | None) -> Series | None:

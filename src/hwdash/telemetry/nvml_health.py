@@ -1,5 +1,6 @@
 """The NVML sampler's health readings: per-process SM and memory-bandwidth utilization, clock-event
-(throttle) reasons, the PCIe link, ECC, remapped rows, fan, P-state and the energy counter.
+(throttle) reasons, the PCIe link, ECC, remapped rows, fan, P-state and the energy counter; Xid
+events, GPM activity and NVLink state through :mod:`hwdash.telemetry.nvml_events`.
 
 Called by :mod:`hwdash.telemetry.nvml_sampler` on its worker thread, through the sampler's own
 call wrapper (so a lost GPU abandons the round as for every other field). Each reading is None
@@ -12,9 +13,11 @@ failure (no permission, an unknown error) is, under the reading's label.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from hwdash.telemetry.nvml_events import EventReader
 from hwdash.telemetry.types import PcieLink, ProcessSample, RemappedRows
 
 CLOCKS_EVENT_REASONS: tuple[tuple[str, str], ...] = (
@@ -31,6 +34,32 @@ CLOCKS_EVENT_REASONS: tuple[tuple[str, str], ...] = (
 """The names hwdash gives NVML's clock-event reason bits, and the suffix of each bit's constant in
 the bindings (``nvmlClocksEventReason...``, before driver R535 ``nvmlClocksThrottleReason...``);
 the bit values come from the installed nvidia-ml-py (pynvml.py), never from here."""
+
+
+def reason_bits(nvml: Any) -> dict[str, int]:
+    """Each reason's name -> its bit, from ``nvml``'s constants (``nvmlClocksEventReason...``, else
+    the pre-R535 ``nvmlClocksThrottleReason...``); a reason the bindings lack is left out."""
+    bits: dict[str, int] = {}
+    for name, suffix in CLOCKS_EVENT_REASONS:
+        bit = getattr(nvml, "nvmlClocksEventReason" + suffix, None)
+        if not isinstance(bit, int):
+            bit = getattr(nvml, "nvmlClocksThrottleReason" + suffix, None)
+        if isinstance(bit, int) and bit:
+            bits[name] = bit
+    return bits
+
+
+@functools.cache
+def installed_reason_bits() -> Mapping[str, int]:
+    """:func:`reason_bits` of the installed nvidia-ml-py, for the exporter's and the Prometheus
+    reader's clock-event bitmask (DCGM's clock-event field carries NVML's bit values: dcgm_fields.h,
+    ``DCGM_CLOCKS_EVENT_REASON_*``); empty without the bindings."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    return reason_bits(pynvml)
+
 
 _OLD_REASONS_FUNCTION = "nvmlDeviceGetCurrentClocksThrottleReasons"
 """The name before driver R535 (and nvidia-ml-py 12.535), kept by later bindings as an alias."""
@@ -50,6 +79,8 @@ class Reader(Protocol):
 
     nvml: Any
     not_found_error: type[BaseException]
+
+    def reason(self, exc: BaseException) -> str: ...
 
     def call_function(
         self,
@@ -72,10 +103,27 @@ class HealthReader:
         self.link_max: dict[int, tuple[int | None, int | None]] = {}
         self.reason_function: str | None = None
         """``nvmlDeviceGetCurrentClocksEventReasons`` or the older name, once one answered."""
+        self.events = EventReader(self)
+        """Xid events, GPM activity, NVLink state (:mod:`hwdash.telemetry.nvml_events`)."""
+
+    def start_round(self) -> None:
+        """Before a round's GPUs: take the Xid events NVML has for them."""
+        self.events.start_round()
+
+    def close(self) -> None:
+        """Before ``nvmlShutdown``: free the event set and the GPM samples."""
+        self.events.close()
 
     def quiet_call(self, errors: list[tuple[str, str]], label: str, name: str, *args: Any) -> Any:
         """One NVML call by name; failures other than "not supported" go to ``errors``."""
         return self._quiet(errors, label, getattr(self.nvml, name, None), *args)
+
+    def attempt(self, errors: list[tuple[str, str]], label: str, name: str, *args: Any) -> bool:
+        """:meth:`quiet_call` for a call that returns nothing: whether it succeeded."""
+        scratch: list[tuple[str, str]] = []
+        self.reader.call_function(scratch, label, getattr(self.nvml, name, None), *args)
+        errors.extend(entry for entry in scratch if entry[1] not in _QUIET_REASONS)
+        return not scratch
 
     def _quiet(
         self,
@@ -94,9 +142,20 @@ class HealthReader:
         return value if isinstance(value, int) else default
 
     # -- per GPU -------------------------------------------------------------------------------
-    def read_gpu(self, index: int, handle: Any, errors: list[tuple[str, str]]) -> dict[str, Any]:
-        """The health fields of :class:`~hwdash.telemetry.types.GpuSample`, by name."""
+    def read_gpu(
+        self,
+        index: int,
+        handle: Any,
+        errors: list[tuple[str, str]],
+        utilization: Any = None,
+    ) -> dict[str, Any]:
+        """The health fields of :class:`~hwdash.telemetry.types.GpuSample`, by name
+        (``utilization``: NVML's utilization rates, the activity's fallback)."""
+        busy = None if utilization is None else _number(getattr(utilization, "gpu", None))
         return {
+            "xid_events": self.events.xid_events(index, handle, errors),
+            "activity": self.events.activity(index, handle, errors, busy),
+            "nvlink": self.events.nvlink(index, handle, errors),
             "clocks_event_reasons": self.clocks_event_reasons(handle, errors),
             "pcie": self.pcie(index, handle, errors),
             "ecc_uncorrected": self.ecc(handle, errors, "NVML_VOLATILE_ECC", 0),
@@ -130,14 +189,7 @@ class HealthReader:
         return None
 
     def _reason_names(self, mask: int) -> tuple[str, ...]:
-        found = []
-        for name, suffix in CLOCKS_EVENT_REASONS:
-            bit = getattr(self.nvml, "nvmlClocksEventReason" + suffix, None)
-            if not isinstance(bit, int):
-                bit = getattr(self.nvml, "nvmlClocksThrottleReason" + suffix, None)
-            if isinstance(bit, int) and bit and mask & bit:
-                found.append(name)
-        return tuple(found)
+        return reason_names(mask, reason_bits(self.nvml))
 
     def pcie(self, index: int, handle: Any, errors: list[tuple[str, str]]) -> PcieLink | None:
         """The link now, its maximum (read once per GPU) and its traffic (KB/s -> bytes/s)."""
@@ -265,3 +317,19 @@ def _number(value: Any) -> float | None:
 def _percent(value: Any) -> float | None:
     number = _count(value)
     return None if number is None or number > _PERCENT_MAX else float(number)
+
+
+def reason_names(mask: int, bits: Mapping[str, int]) -> tuple[str, ...]:
+    """The names of the reasons set in ``mask``, in :data:`CLOCKS_EVENT_REASONS`' order."""
+    return tuple(name for name, bit in bits.items() if mask & bit)
+
+
+def reason_mask(names: tuple[str, ...], bits: Mapping[str, int]) -> int | None:
+    """The bitmask of these reasons (NVML's, and DCGM's clock-event field's); None when a name has
+    no bit in ``bits`` (bindings without it: a partial mask would say less than it seems to)."""
+    if any(name not in bits for name in names):
+        return None
+    mask = 0
+    for name in names:
+        mask |= bits[name]
+    return mask

@@ -227,6 +227,7 @@ class _NvmlReader:
 
     def shutdown(self) -> None:
         if self.status is not None and self.status.available:
+            self.health.close()  # the event set and GPM samples, while NVML is still up
             try:
                 self.nvml.nvmlShutdown()
             except Exception as exc:
@@ -242,6 +243,7 @@ class _NvmlReader:
         except Exception as exc:
             return _RoundResult(status, errors=(f"cannot count GPUs: {self.reason(exc)}",))
         self._seen_pids = set()
+        self.health.start_round()  # the Xid events since the last round (nvml_events)
         gpus = [self.read_gpu(index) for index in range(count)]
         # A PID that left NVML's lists may be reused by an unrelated process: forget its name.
         self.process_names = {
@@ -285,9 +287,8 @@ class _NvmlReader:
             raise _GpuLost(self.reason(exc)) from exc
         except (self.base_error, self.mismatch_error) as exc:
             errors.append((label, self.reason(exc)))
-        except (
-            Exception
-        ) as exc:  # the bindings raise odd things on odd drivers; never end the monitor
+        # The bindings raise odd things on odd drivers; never end the monitor.
+        except Exception as exc:
             log.warning("NVML %s failed unexpectedly: %r", label, exc)
             errors.append((label, f"unexpected error: {exc!r}"))
         return None
@@ -364,7 +365,7 @@ class _NvmlReader:
         reliable, processes = self.checked_processes(processes, total, errors)
         if not info.mig_enabled:  # NVML keeps no per-process samples on MIG devices
             processes = self.health.with_process_utilization(index, handle, processes, errors)
-        health = self.health.read_gpu(index, handle, errors)
+        health = self.health.read_gpu(index, handle, errors, utilization)
         return GpuSample(
             index=index,
             name=info.name,
@@ -623,6 +624,7 @@ class NvmlSampler:
         self.round_timeout_s = round_timeout_s
         self._wall_clock = wall_clock
         self._reader = _NvmlReader(nvml, bindings_version)
+        self._reader.health.events.wall_clock = wall_clock  # Xid events on the snapshots' clock
         self._requests: queue.Queue[_Round | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._pending: _Round | None = None

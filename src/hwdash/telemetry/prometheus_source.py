@@ -6,8 +6,19 @@ API) for every series hwdash understands, selected by name:
 * dcgm-exporter's (``DCGM_FI_DEV_FB_USED``/``FREE``/``RESERVED`` in MiB, ``DCGM_FI_DEV_GPU_UTIL``,
   ``DCGM_FI_DEV_GPU_TEMP``, ``DCGM_FI_DEV_POWER_USAGE``; labels ``gpu``, ``UUID``, ``modelName`` and
   ``Hostname``, which dcgm-exporter renamed ``hostname`` in 2026: both are read);
-* ``hwdash exporter``'s (the same DCGM series plus ``hwdash_*``: total bytes, the forecast,
-  per-process memory and the PyTorch probe's numbers);
+* the health readings under DCGM's field names, each under both spellings where DCGM renamed the
+  field (go-dcgm ``pkg/dcgm/dcgm_fields.h``): the PCIe link (``DCGM_FI_DEV_PCIE_LINK_GEN``/``_WIDTH``
+  and their ``_MAX_`` forms), uncorrectable ECC (``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``/``_AGG_TOTAL``),
+  energy (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, mJ), remapped rows
+  (``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS``..., dcgm-exporter's ``etc/default-counters.csv``), the
+  clock-event reasons bitmask (``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` or
+  ``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``, NVML's bits: named with the installed bindings' constants),
+  P-state and fan;
+* ``hwdash exporter``'s (the same DCGM series plus ``hwdash_*``: total bytes, the forecast, the
+  diagnoses, per-process memory and the PyTorch probe's numbers). A diagnosis comes back with the
+  remote host's own words from ``hwdash_gpu_diagnosis_info``; one that only
+  ``hwdash_gpu_diagnosis{kind}`` reports (the info series dropped by a relabelling rule, say) is
+  shown as "<kind> (reported by HOST)", its start the round it was first seen;
 * nvitop-exporter's, whose names carry the unit (``gpu_memory_used_MiB``, ``gpu_utilization_Percentage``;
   labels ``hostname``, ``index``, ``devicename``, ``uuid``).
 
@@ -32,9 +43,26 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
+from hwdash.core.live.diagnoses import (
+    DIAGNOSIS_KINDS,
+    Diagnosis,
+    DiagnosisEvent,
+    DiagnosisKind,
+    EventKind,
+)
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
-from hwdash.telemetry.types import GpuSample, NvmlStatus, ProcessSample, Snapshot, TorchSample
+from hwdash.telemetry.types import (
+    GpuActivity,
+    GpuSample,
+    NvLinkState,
+    NvmlStatus,
+    PcieLink,
+    ProcessSample,
+    RemappedRows,
+    Snapshot,
+    TorchSample,
+)
 
 if TYPE_CHECKING:  # urllib.request (http.client, email) loads only when a query is made
     import urllib.request
@@ -48,6 +76,13 @@ SERIES: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu", 1.0),
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_mj", 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_uncorrected", 1.0),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc_uncorrected_aggregate", 1.0),
+    "DCGM_FI_DEV_PSTATE": ("pstate", 1.0),
+    "DCGM_FI_DEV_GPU_PSTATE": ("pstate", 1.0),  # the field's name since DCGM's rename (190)
+    "DCGM_FI_DEV_FAN_SPEED": ("fan_percent", 1.0),  # percent
+    "DCGM_FI_DEV_FAN_SPEED_RATIO": ("fan_percent", 100.0),  # its successor: a ratio (1612)
     "hwdash_gpu_memory_total_bytes": ("total_bytes", 1.0),
     "hwdash_gpu_forecast_full_seconds": ("forecast_full_s", 1.0),
     # nvitop-exporter: the unit is part of the name.
@@ -61,12 +96,53 @@ SERIES: dict[str, tuple[str, float]] = {
 }
 PROCESS_SERIES = {
     "hwdash_process_memory_used_bytes": "used_bytes",
+    "hwdash_process_sm_percent": "sm_percent",
+    "hwdash_process_memory_bandwidth_percent": "memory_bandwidth_percent",
     "hwdash_process_torch_allocated_bytes": "allocated_bytes",
     "hwdash_process_torch_reserved_bytes": "reserved_bytes",
     "hwdash_process_torch_alloc_retries": "alloc_retries",
 }
-INTEGER_FIELDS = {"used_bytes", "free_bytes", "reserved_bytes", "total_bytes"}
-QUERY = "{__name__=~%s}" % json.dumps("|".join([*SERIES, *PROCESS_SERIES]))  # noqa: UP031
+#: Series that fill one part of a composite reading: name -> (reading, part). The PCIe link
+#: (:class:`PcieLink`), the remapped rows (:class:`RemappedRows`) and the clock-event bitmask.
+PART_SERIES: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_PCIE_LINK_GEN": ("pcie", "gen"),
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": ("pcie", "width"),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": ("pcie", "gen_max"),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": ("pcie", "width_max"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped", "uncorrected"),
+    "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL": ("remapped", "uncorrected"),  # renamed (393)
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped", "corrected"),
+    "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL": ("remapped", "corrected"),  # renamed (394)
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("remapped", "failure"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILED": ("remapped", "failure"),  # renamed (395)
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("remapped", "pending"),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clocks", "mask"),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clocks", "mask"),  # renamed (112)
+    # The profiling fields are ratios (0..1); GpuActivity keeps percents.
+    "DCGM_FI_PROF_SM_ACTIVE": ("activity", "sm_active"),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("activity", "sm_occupancy"),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("activity", "tensor_active"),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("activity", "dram_active"),
+    "hwdash_gpu_nvlinks": ("nvlink", "links"),
+    "hwdash_gpu_nvlinks_active": ("nvlink", "active"),
+}
+DIAGNOSIS_SERIES = "hwdash_gpu_diagnosis"
+"""1/0 per GPU and ``kind`` (``hwdash exporter``)."""
+DIAGNOSIS_INFO_SERIES = "hwdash_gpu_diagnosis_info"
+"""One per diagnosis in force, its words as labels (``hwdash exporter``)."""
+INTEGER_FIELDS = {
+    "used_bytes",
+    "free_bytes",
+    "reserved_bytes",
+    "total_bytes",
+    "energy_mj",
+    "ecc_uncorrected",
+    "ecc_uncorrected_aggregate",
+    "pstate",
+}
+QUERY = "{__name__=~%s}" % json.dumps(  # noqa: UP031
+    "|".join([*SERIES, *PART_SERIES, DIAGNOSIS_SERIES, DIAGNOSIS_INFO_SERIES, *PROCESS_SERIES])
+)
 STALE_AFTER_S = 30.0
 """A host whose series have not been seen for this long is shown as stale."""
 
@@ -135,6 +211,10 @@ class PrometheusSampler:
         self._indices: dict[tuple[str, str], int] = {}
         self._last: dict[int, GpuSample] = {}
         self._seen_at: dict[str, float] = {}
+        self._held: dict[int, dict[tuple[DiagnosisKind, int | None, float], Diagnosis]] = {}
+        """GPU index -> its diagnoses of the last round (for the raised/cleared events)."""
+        self._diagnosis_seen: dict[tuple[str, str, str], float] = {}
+        """(host, GPU, kind) -> when a diagnosis without its words was first seen (its ``since``)."""
 
     @property
     def source(self) -> str:
@@ -212,7 +292,26 @@ class PrometheusSampler:
             gpus=gpus,
             errors=errors,
             sample_seconds=time.perf_counter() - started,
+            diagnosis_events=tuple(self._diagnosis_events(gpus, now)),
         )
+
+    def _diagnosis_events(self, gpus: tuple[GpuSample, ...], now: float) -> list[DiagnosisEvent]:
+        """A remote diagnosis that appeared since the last round is ``raised``, one that went is
+        ``cleared`` (so the alert log and ``--on-alert`` hear of each host's diagnoses as of this
+        machine's own); one diagnosis is its kind, process and start."""
+        events: list[DiagnosisEvent] = []
+        for gpu in gpus:
+            before = self._held.get(gpu.index, {})
+            now_held = {(d.kind, d.pid, d.since): d for d in gpu.diagnoses}
+            for key, diagnosis in now_held.items():
+                if key not in before:
+                    events.append(_event("raised", gpu, diagnosis, diagnosis.message, now))
+            for key, gone in before.items():
+                if key not in now_held:
+                    words = f"{gone.kind} no longer reported by {gpu.host}"
+                    events.append(_event("cleared", gpu, gone, words, now))
+            self._held[gpu.index] = now_held
+        return events
 
     def close(self) -> None:
         """Nothing to release."""
@@ -244,6 +343,11 @@ class PrometheusSampler:
 
     def _gpus(self, result: list[dict[str, Any]], now: float) -> tuple[GpuSample, ...]:
         fields: dict[tuple[str, str], dict[str, Any]] = {}
+        parts: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+        flagged: dict[tuple[str, str], set[str]] = {}
+        """The kinds ``hwdash_gpu_diagnosis`` says are in force, per GPU."""
+        told: dict[tuple[str, str], list[Mapping[str, str]]] = {}
+        """The labels of each GPU's ``hwdash_gpu_diagnosis_info`` series."""
         processes: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         for item in result:
             labels = item.get("metric") or {}
@@ -260,18 +364,35 @@ class PrometheusSampler:
             if name in SERIES:
                 field, scale = SERIES[name]
                 entry[field] = value * scale
+            elif name in PART_SERIES:
+                reading, part = PART_SERIES[name]
+                parts.setdefault(key, {}).setdefault(reading, {})[part] = value
+            elif name == DIAGNOSIS_SERIES:
+                if value == 1:
+                    flagged.setdefault(key, set()).add(labels.get("kind", ""))
+            elif name == DIAGNOSIS_INFO_SERIES:
+                told.setdefault(key, []).append(labels)
             elif name in PROCESS_SERIES:
                 pid = labels.get("pid", "")
                 row = processes.setdefault(key, {}).setdefault(pid, {"labels": labels})
                 row[PROCESS_SERIES[name]] = value
         present: set[int] = set()
+        seen_diagnoses: set[tuple[str, str, str]] = set()
         for (host, gpu), entry in fields.items():
             index = self._indices.setdefault((host, gpu), len(self._indices))
             present.add(index)
             self._seen_at[host] = now
-            self._last[index] = self._sample(
-                index, host, gpu, entry, processes.get((host, gpu), {})
+            sample = self._sample(index, host, gpu, entry, processes.get((host, gpu), {}))
+            diagnoses = self._diagnoses(
+                host, gpu, flagged.get((host, gpu), set()), told.get((host, gpu), []), now
             )
+            seen_diagnoses.update((host, gpu, d.kind) for d in diagnoses)
+            self._last[index] = dataclasses.replace(
+                sample, diagnoses=diagnoses, **_health(parts.get((host, gpu), {}))
+            )
+        for seen in [seen for seen in self._diagnosis_seen if seen[:2] in fields]:
+            if seen not in seen_diagnoses:  # cleared on a host that still reports
+                del self._diagnosis_seen[seen]
         shown: list[GpuSample] = []
         for index, last in sorted(self._last.items()):
             shown.append(last if index in present else self._mark_stale(last, now))
@@ -310,6 +431,115 @@ class PrometheusSampler:
             **values,
         )
 
+    def _diagnoses(
+        self,
+        host: str,
+        gpu: str,
+        flagged: set[str],
+        told: list[Mapping[str, str]],
+        now: float,
+    ) -> tuple[Diagnosis, ...]:
+        """The GPU's diagnoses: one per info series (the remote host's words), then one per kind
+        flagged 1 without any (generic words; its start the round it was first seen here)."""
+        found: list[Diagnosis] = []
+        for labels in told:
+            kind = _kind(labels.get("kind", ""))
+            if kind is None:  # a kind this hwdash does not know (a newer exporter's)
+                continue
+            pid = labels.get("pid", "")
+            found.append(
+                Diagnosis(
+                    kind,
+                    labels.get("message") or f"{kind} (reported by {host})",
+                    _since(labels.get("since"), now),
+                    labels.get("hint", ""),
+                    int(pid) if pid.isdigit() else None,
+                )
+            )
+        described = {diagnosis.kind for diagnosis in found}
+        for name in sorted(flagged - described, key=_kind_order):
+            kind = _kind(name)
+            if kind is None:
+                continue
+            since = self._diagnosis_seen.setdefault((host, gpu, kind), now)
+            found.append(
+                Diagnosis(
+                    kind,
+                    f"{kind} (reported by {host})",
+                    since,
+                    f"see hwdash monitor or the alert log on {host} for details",
+                )
+            )
+        return tuple(found)
+
+
+def _event(
+    event: EventKind, gpu: GpuSample, diagnosis: Diagnosis, message: str, now: float
+) -> DiagnosisEvent:
+    return DiagnosisEvent(
+        event,
+        diagnosis.kind,
+        gpu.index,
+        message,
+        diagnosis.hint,
+        diagnosis.since,
+        now,
+        diagnosis.pid,
+    )
+
+
+def _kind(name: str) -> DiagnosisKind | None:
+    for kind in DIAGNOSIS_KINDS:
+        if kind == name:
+            return kind
+    return None
+
+
+def _kind_order(name: str) -> int:
+    kind = _kind(name)
+    return len(DIAGNOSIS_KINDS) if kind is None else DIAGNOSIS_KINDS.index(kind)
+
+
+def _since(text: str | None, default: float) -> float:
+    try:
+        since = float(text or "")
+    except ValueError:
+        return default
+    return since if math.isfinite(since) else default
+
+
+def _health(parts: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The composite health readings of one GPU from their parts (absent: left as they are)."""
+    found: dict[str, Any] = {}
+    pcie = parts.get("pcie")
+    if pcie:
+        found["pcie"] = PcieLink(**{part: round(value) for part, value in pcie.items()})
+    remapped = parts.get("remapped")
+    if remapped:
+        # dcgm-exporter's default counters carry no pending flag: absent reads as not pending.
+        found["remapped_rows"] = RemappedRows(
+            corrected=round(remapped.get("corrected", 0)),
+            uncorrected=round(remapped.get("uncorrected", 0)),
+            pending=bool(remapped.get("pending", 0)),
+            failure=bool(remapped.get("failure", 0)),
+        )
+    mask = parts.get("clocks", {}).get("mask")
+    if mask is not None and mask >= 0:
+        from hwdash.telemetry.nvml_health import installed_reason_bits, reason_names
+
+        found["clocks_event_reasons"] = reason_names(int(mask), installed_reason_bits())
+    activity = parts.get("activity")
+    if activity:
+        found["activity"] = GpuActivity(
+            source="gpm", **{metric: round(100.0 * value, 6) for metric, value in activity.items()}
+        )
+    nvlink = parts.get("nvlink")
+    if nvlink and "links" in nvlink:
+        found["nvlink"] = NvLinkState(
+            links=round(nvlink["links"]), active=round(nvlink.get("active", 0))
+        )
+    return found
+
 
 def _process(index: int, host: str, gpu: str, pid: str, row: dict[str, Any]) -> ProcessSample:
     labels = row["labels"]
@@ -337,6 +567,8 @@ def _process(index: int, host: str, gpu: str, pid: str, row: dict[str, Any]) -> 
         torch=torch,
         host=host,
         host_gpu=int(gpu) if gpu.isdigit() else None,
+        sm_percent=row.get("sm_percent"),
+        memory_bandwidth_percent=row.get("memory_bandwidth_percent"),
     )
 
 

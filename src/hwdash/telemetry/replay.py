@@ -20,16 +20,19 @@ from typing import TYPE_CHECKING, Any
 from hwdash.core.strict_json import UntrustedJsonError, loads
 from hwdash.errors import UsageError
 from hwdash.telemetry.types import (
+    GpuActivity,
     GpuSample,
     GpuState,
     HostSample,
     MigSample,
+    NvLinkState,
     NvmlStatus,
     PcieLink,
     ProcessSample,
     RemappedRows,
     Snapshot,
     TorchSample,
+    XidEvent,
 )
 
 if TYPE_CHECKING:
@@ -137,6 +140,45 @@ def _health(data: dict[str, Any]) -> dict[str, Any]:
         "fan_percent": _float(data.get("fan_percent")),
         "pstate": _int(data.get("pstate")),
         "energy_mj": _int(data.get("energy_mj")),
+        **_events(data),
+    }
+
+
+def _events(data: dict[str, Any]) -> dict[str, Any]:
+    """Xid events, activity, NVLink and the reasons' shares (:mod:`hwdash.telemetry.nvml_events`)."""
+    xids = data.get("xid_events")
+    activity = data.get("activity")
+    nvlink = data.get("nvlink")
+    share = data.get("clocks_event_share")
+    return {
+        "xid_events": tuple(
+            XidEvent(xid=number, at=at)
+            for item in xids
+            if isinstance(item, dict)
+            and (number := _int(item.get("xid"))) is not None
+            and (at := _float(item.get("at"))) is not None
+        )
+        if isinstance(xids, list)
+        else None,
+        "activity": GpuActivity(
+            source="gpm" if activity.get("source") == "gpm" else "utilization",
+            **{
+                key: _float(activity.get(key))
+                for key in ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+            },
+        )
+        if isinstance(activity, dict)
+        else None,
+        "nvlink": NvLinkState(
+            links=_int(nvlink.get("links")) or 0, active=_int(nvlink.get("active")) or 0
+        )
+        if isinstance(nvlink, dict)
+        else None,
+        "clocks_event_share": {
+            str(name): value for name, raw in share.items() if (value := _float(raw)) is not None
+        }
+        if isinstance(share, dict)
+        else None,
     }
 
 

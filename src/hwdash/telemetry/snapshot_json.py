@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hwdash.core.live.alerts import AlertEvent
+from hwdash.core.live.diagnoses import xid_catalog
 from hwdash.telemetry.types import (
     GpuSample,
     HostSample,
@@ -154,11 +155,16 @@ def gpu_to_dict(gpu: GpuSample) -> dict[str, Any]:
 
 
 def health_to_dict(gpu: GpuSample) -> dict[str, Any]:
-    """The GPU's health readings (:mod:`hwdash.telemetry.nvml_health`); null where unreadable.
+    """The GPU's health readings (:mod:`hwdash.telemetry.nvml_health`,
+    :mod:`hwdash.telemetry.nvml_events`); null where unreadable.
 
-    ``xid_events`` is always ``[]`` for now: Xid events are not read yet.
+    ``xid_events``: ``[{xid, at, meaning}]`` (``meaning`` from ``catalog/health/xid.toml``, null for
+    an unlisted number); ``activity``: ``{source, sm_active, sm_occupancy, tensor_active,
+    dram_active}``; ``nvlink``: ``{links, active}``; ``clocks_event_share``: reason -> share 0..1
+    of the last minute.
     """
     reasons = gpu.clocks_event_reasons
+    share = gpu.clocks_event_share
     return {
         "clocks_event_reasons": None if reasons is None else list(reasons),
         "pcie": None if gpu.pcie is None else dataclasses.asdict(gpu.pcie),
@@ -170,8 +176,18 @@ def health_to_dict(gpu: GpuSample) -> dict[str, Any]:
         "fan_percent": gpu.fan_percent,
         "pstate": gpu.pstate,
         "energy_mj": gpu.energy_mj,
-        "xid_events": [],
+        "xid_events": None
+        if gpu.xid_events is None
+        else [_xid(e.xid, e.at) for e in gpu.xid_events],
+        "activity": None if gpu.activity is None else dataclasses.asdict(gpu.activity),
+        "nvlink": None if gpu.nvlink is None else dataclasses.asdict(gpu.nvlink),
+        "clocks_event_share": None if share is None else dict(share),
     }
+
+
+def _xid(number: int, at: float) -> dict[str, Any]:
+    entry = xid_catalog().get(number)
+    return {"xid": number, "at": at, "meaning": None if entry is None else entry.meaning}
 
 
 def host_to_dict(host: HostSample | None) -> dict[str, Any] | None:

@@ -85,6 +85,8 @@ class SystemSampler:
         """The health rules, fed every round (:mod:`hwdash.telemetry.diagnosis_feed`)."""
         self.diagnosis_events: list[DiagnosisEvent] = []
         """The last round's raised and cleared diagnoses."""
+        self.xid_seen: dict[int, float] = {}
+        """GPU index -> the newest Xid event already fed to the rules (its time)."""
 
     def sample(self) -> Snapshot:
         """GPUs (never blocking longer than the NVML round timeout), host, processes joined by PID."""
@@ -115,7 +117,9 @@ class SystemSampler:
             gpus.append(gpu)
         if self.probes is not None:
             self.probes.forget_except(probed)
-        shown, self.diagnosis_events = diagnose(self.diagnoses, gpus, snapshot.timestamp)
+        shown, self.diagnosis_events = diagnose(
+            self.diagnoses, gpus, snapshot.timestamp, self.xid_seen
+        )
         return dataclasses.replace(
             snapshot,
             gpus=shown,

@@ -251,6 +251,45 @@ class RemappedRows:
 
 
 @dataclass(frozen=True)
+class XidEvent:
+    """One Xid critical-error event NVML delivered for a GPU (``nvmlEventTypeXidCriticalError``;
+    :mod:`hwdash.telemetry.nvml_events`)."""
+
+    xid: int
+    """The Xid number (the event's ``eventData``); its meaning: ``catalog/health/xid.toml``."""
+    at: float
+    """When the monitor received it (seconds since the epoch, the snapshot's clock)."""
+
+
+@dataclass(frozen=True)
+class GpuActivity:
+    """How busy the GPU really is (:mod:`hwdash.telemetry.nvml_events`), percents 0..100 or None.
+
+    ``source`` says where the numbers come from: ``gpm`` (GPU Performance Monitoring, Hopper and
+    later: ``nvmlGpmMetricsGet`` between two samples) or ``utilization`` (NVML's plain
+    ``utilization.gpu``, the share of time *any* kernel ran, however few SMs it used: then only
+    ``sm_active`` is set, to that number, and the label must say it is not SM activity)."""
+
+    source: Literal["gpm", "utilization"]
+    sm_active: float | None = None
+    """GPM: the share of SMs busy (NVML_GPM_METRIC_SM_UTIL); else NVML's utilization.gpu."""
+    sm_occupancy: float | None = None
+    """Warps resident over the SMs' maximum (NVML_GPM_METRIC_SM_OCCUPANCY)."""
+    tensor_active: float | None = None
+    """Share of time the SMs ran any tensor-core instruction (NVML_GPM_METRIC_ANY_TENSOR_UTIL)."""
+    dram_active: float | None = None
+    """DRAM bandwidth used over its maximum (NVML_GPM_METRIC_DRAM_BW_UTIL)."""
+
+
+@dataclass(frozen=True)
+class NvLinkState:
+    """A GPU's NVLinks: how many it has and how many are up (``nvmlDeviceGetNvLinkState``)."""
+
+    links: int
+    active: int
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """One GPU at one instant."""
 
@@ -317,6 +356,18 @@ class GpuSample:
     """Performance state, 0 (P0, the fastest) to 15; None when unknown."""
     energy_mj: int | None = None
     """NVML's energy counter (millijoules since the driver loaded; Volta and later)."""
+    xid_events: tuple[XidEvent, ...] | None = None
+    """The Xid critical errors seen since the monitor started, oldest first (the newest
+    :data:`hwdash.telemetry.nvml_events.XID_EVENTS_KEPT` kept); None when the GPU cannot report
+    them (it refused the event registration, or NVML has no event sets)."""
+    activity: GpuActivity | None = None
+    """SM activity from GPM, or the plain utilization labelled as such; None when neither is read."""
+    nvlink: NvLinkState | None = None
+    """The NVLinks; None on a GPU without them (PCIe only) or when NVML cannot say."""
+    clocks_event_share: dict[str, float] | None = None
+    """Each clock-event reason's share (0..1) of the last minute, by name (the window and rule of
+    the ``throttled`` diagnosis, :meth:`hwdash.core.live.diagnoses.DiagnosisEngine.clocks_event_share`);
+    None when the reasons cannot be read or no one keeps the window (a bare NVML sampler)."""
 
     @property
     def pressure(self) -> float | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -22,27 +22,23 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from hwdash.core.live.alerts import AlertRule, blind_after_for
 from hwdash.errors import CatalogError
-from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog
-from hwdash.telemetry.history import DEFAULT_WINDOW_S, History, process_key
-from hwdash.telemetry.replay import ReplaySampler
+from hwdash.telemetry.history import process_key
 from hwdash.telemetry.signals import Signaller, SignalName, SignalRefused, refusal
-from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.types import ProcessSample, Sampler, Snapshot
 from hwdash.ui import startup_gc
 from hwdash.ui.dashboard_tabs import TAB_NAMES, DashboardTabs, TabName, TabPage
 from hwdash.ui.help_screen import HELP_TEXT, HelpScreen
 from hwdash.ui.monitor_pane import MonitorPane
 from hwdash.ui.sampling import (
-    FRAME_HISTORY_POINTS,
-    AlertingFrameBuilder,
     AlertNotice,
     FrameBuilder,
     MonitorFrame,
     SamplingThread,
     SnapshotReady,
+    alerting_frame_builder,
     plain_frame,
+    replay_of,
 )
 from hwdash.ui.screen_diff import ScreenDiff, diffing_driver, terminal_hung_up
 from hwdash.ui.widgets.monitor_cells import TextCell
@@ -665,7 +661,10 @@ class HwdashApp(App[None]):
     def action_help(self) -> None:
         """Show the list of keys."""
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            frame = self.monitor.frame
+            webhooks = frame.webhooks if frame is not None else None
+            status = f"Alerts to --webhook: {webhooks.counts()}" if webhooks is not None else ""
+            self.push_screen(HelpScreen(status))
 
     async def action_quit(self) -> None:
         """Quit: stop sampling first so no frame arrives while the screen is torn down."""
@@ -686,13 +685,6 @@ class HwdashApp(App[None]):
             callback()
 
 
-def replay_of(sampler: Sampler | None) -> ReplaySampler | None:
-    """The recording behind ``sampler`` (``--replay``, also under ``--gpus``), or None."""
-    if isinstance(sampler, SubsetSampler):
-        sampler = sampler.inner
-    return sampler if isinstance(sampler, ReplaySampler) else None
-
-
 def make_app(
     *,
     catalog: Catalog | Callable[[], Catalog],
@@ -711,6 +703,7 @@ def make_app(
     signaller: Signaller | None = None,
     alert_forecast_s: float | None = None,
     toast_seconds: float = ALERT_TOAST_SECONDS,
+    webhooks: Sequence[str] = (),
 ) -> HwdashApp:
     """Build the dashboard. The one factory: the CLI, ``--demo``, tests and screenshots call it.
 
@@ -719,7 +712,10 @@ def make_app(
     sampling thread, so tests can control it. ``alert_log`` is where alert events are appended
     (default ``$XDG_STATE_HOME/hwdash/alerts.jsonl``; False writes none, for screenshots).
     ``toast_seconds``: how long (real time) alert toasts stay up; tests that step scenario time
-    make it long, so what they check does not depend on the machine's speed. Call :meth:`HwdashApp.finish` after ``run()`` so running alert commands get a few seconds.
+    make it long, so what they check does not depend on the machine's speed. ``webhooks``: the
+    ``--webhook`` URLs (checked by :func:`hwdash.telemetry.webhooks.parse_webhook_urls`); their
+    counters join the monitor's status line. Call :meth:`HwdashApp.finish` after ``run()`` so running
+    alert commands and queued webhooks get a few seconds.
     """
     builder, actions = alerting_frame_builder(
         sampler,
@@ -729,6 +725,7 @@ def make_app(
         alert_forecast_s=alert_forecast_s,
         alert_log=alert_log,
         on_alert=on_alert,
+        webhooks=webhooks,
     )
     return HwdashApp(
         catalog=catalog,
@@ -746,40 +743,3 @@ def make_app(
         signaller=signaller,
         toast_seconds=toast_seconds,
     )
-
-
-def alerting_frame_builder(
-    sampler: Sampler | None,
-    *,
-    interval: float,
-    alert_threshold: float,
-    blind_after_s: float | None,
-    alert_forecast_s: float | None,
-    alert_log: Path | Literal[False] | None,
-    on_alert: str | None,
-) -> tuple[AlertingFrameBuilder, AlertActions]:
-    """What turns each snapshot into a frame (alert rule, history, the replay's own history), and
-    the actions it takes on an alert (the log, the ``--on-alert`` command), for :func:`make_app`."""
-    if interval <= 0:
-        raise ValueError("interval must be greater than zero")
-    # Raises ValueError for a threshold outside (0, 1].
-    blind_after = blind_after_for(interval) if blind_after_s is None else blind_after_s
-    rule = AlertRule(
-        threshold=alert_threshold, blind_after_s=blind_after, forecast_s=alert_forecast_s
-    )
-    actions = AlertActions(
-        AlertLog(alert_log) if alert_log is not False else None,
-        AlertCommand(on_alert) if on_alert else None,
-    )
-    # Ten minutes of history at the interval, and never fewer points than a sparkline can show.
-    window_s = max(DEFAULT_WINDOW_S, FRAME_HISTORY_POINTS * interval)
-    history = History(interval_s=interval, window_s=window_s)
-    replay = replay_of(sampler)
-    # A replay's sparklines are the recording up to the snapshot shown, not the frames viewed.
-    feed = (
-        None
-        if replay is None
-        else replay.history_feed(sampler.select if isinstance(sampler, SubsetSampler) else None)
-    )
-    builder = AlertingFrameBuilder(rule, history=history, actions=actions, history_feed=feed)
-    return builder, actions

@@ -65,7 +65,8 @@ Press escape, q or ? to close this help."""
 
 
 class HelpScreen(ModalScreen[None]):
-    """The list of keys."""
+    """The list of keys; ``status`` (plain text, never markup: it may hold a server's host name)
+    is said under it, e.g. what ``--webhook`` has sent and its last error."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss", "Close"),
@@ -73,6 +74,12 @@ class HelpScreen(ModalScreen[None]):
         Binding("question_mark", "dismiss", "Close", show=False),
     ]
 
+    def __init__(self, status: str = "") -> None:
+        super().__init__()
+        self.status = status
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body"):
             yield Static(HELP_TEXT, id="help-text")
+            if self.status:
+                yield Static("\n" + self.status, id="help-status", markup=False)

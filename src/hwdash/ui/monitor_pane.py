@@ -368,6 +368,9 @@ class MonitorPane(Vertical):
         text = status_text(snapshot)
         if self.source_note:
             text = f"{self.source_note}  ·  {text}"
+        webhooks = self.frame.webhooks if self.frame else None
+        if webhooks is not None:
+            text = f"{text}  ·  {webhooks.brief()}"
         if self._stalled_for is not None:
             text = (
                 f"No answer from the GPU driver for {self._stalled_for:.0f} s (a call is hung); "

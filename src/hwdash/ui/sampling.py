@@ -15,16 +15,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from hwdash.core.live.alerts import AlertEngine, AlertRule
-from hwdash.telemetry.alert_actions import AlertActions, mark_alert_states
-from hwdash.telemetry.history import History
+from hwdash.core.live.alerts import AlertEngine, AlertRule, blind_after_for
+from hwdash.telemetry.alert_actions import AlertActions, AlertCommand, AlertLog, mark_alert_states
+from hwdash.telemetry.history import DEFAULT_WINDOW_S, History
+from hwdash.telemetry.replay import ReplaySampler
+from hwdash.telemetry.subset import SubsetSampler
 from hwdash.telemetry.types import GpuSample, GpuState, NvmlStatus, Sampler, Snapshot
+from hwdash.telemetry.webhooks import WebhookSender, WebhookStats
 
 #: Name of the sampling thread (tests count live threads by this name).
 SAMPLING_THREAD_NAME = "hwdash-sampler"
@@ -68,6 +73,8 @@ class MonitorFrame:
     process_history: tuple[tuple[str, tuple[tuple[float, int | None], ...]], ...] = ()
     """Per process (key ``gpu:pid``, see :func:`hwdash.telemetry.history.process_key`),
     (timestamp, NVML's used bytes) over the recent history, oldest first."""
+    webhooks: WebhookStats | None = None
+    """What ``--webhook`` has sent, failed and dropped so far (None: no webhook)."""
 
     def process_points_for(self, key: str) -> tuple[tuple[float, int | None], ...]:
         """(timestamp, used bytes) history of one process (empty when unknown)."""
@@ -192,7 +199,8 @@ class AlertingFrameBuilder:
         self.history = history
         """Rings of recent points per GPU (telemetry's history)."""
         self.actions = actions
-        """The alerts log and the ``--on-alert`` command (None: no actions, e.g. screenshots)."""
+        """The alerts log, the ``--on-alert`` command and the webhooks (None: no actions, e.g.
+        screenshots)."""
         self.history_feed = history_feed
         """Adds each snapshot to the history instead of ``history.add`` (a replay's, which keeps
         it equal to the recording up to the snapshot shown); None: every snapshot is added."""
@@ -232,7 +240,13 @@ class AlertingFrameBuilder:
             process_history=tuple(
                 (key, self.history.process(key)) for key in self.history.process_keys()
             ),
+            webhooks=self._webhook_stats(),
         )
+
+    def _webhook_stats(self) -> WebhookStats | None:
+        """The webhooks' counters now (deliveries run on their own thread: a round later at most)."""
+        webhooks = self.actions.webhooks if self.actions is not None else None
+        return webhooks.stats() if webhooks is not None else None
 
 
 class SamplingThread:
@@ -351,3 +365,49 @@ class SamplingThread:
             elapsed = self._clock() - started
             self._wake.wait(max(0.0, self._interval - elapsed))
             self._wake.clear()
+
+
+def replay_of(sampler: Sampler | None) -> ReplaySampler | None:
+    """The recording behind ``sampler`` (``--replay``, also under ``--gpus``), or None."""
+    if isinstance(sampler, SubsetSampler):
+        sampler = sampler.inner
+    return sampler if isinstance(sampler, ReplaySampler) else None
+
+
+def alerting_frame_builder(
+    sampler: Sampler | None,
+    *,
+    interval: float,
+    alert_threshold: float,
+    blind_after_s: float | None,
+    alert_forecast_s: float | None,
+    alert_log: Path | Literal[False] | None,
+    on_alert: str | None,
+    webhooks: Sequence[str] = (),
+) -> tuple[AlertingFrameBuilder, AlertActions]:
+    """What turns each snapshot into a frame (alert rule, history, the replay's own history), and
+    the actions it takes on an alert (the log, the ``--on-alert`` command), for :func:`make_app`."""
+    if interval <= 0:
+        raise ValueError("interval must be greater than zero")
+    # Raises ValueError for a threshold outside (0, 1].
+    blind_after = blind_after_for(interval) if blind_after_s is None else blind_after_s
+    rule = AlertRule(
+        threshold=alert_threshold, blind_after_s=blind_after, forecast_s=alert_forecast_s
+    )
+    actions = AlertActions(
+        AlertLog(alert_log) if alert_log is not False else None,
+        AlertCommand(on_alert) if on_alert else None,
+        WebhookSender(webhooks) if webhooks else None,
+    )
+    # Ten minutes of history at the interval, and never fewer points than a sparkline can show.
+    window_s = max(DEFAULT_WINDOW_S, FRAME_HISTORY_POINTS * interval)
+    history = History(interval_s=interval, window_s=window_s)
+    replay = replay_of(sampler)
+    # A replay's sparklines are the recording up to the snapshot shown, not the frames viewed.
+    feed = (
+        None
+        if replay is None
+        else replay.history_feed(sampler.select if isinstance(sampler, SubsetSampler) else None)
+    )
+    builder = AlertingFrameBuilder(rule, history=history, actions=actions, history_feed=feed)
+    return builder, actions

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core.catalog import Catalog, load_catalog
+from hwdash.core.live.diagnoses import Diagnosis
 from hwdash.core.plans.store import PlanStore
 from hwdash.runs.watch import RunWatcher
 from hwdash.telemetry.fake_nvml import ManualClock, make_fake_pynvml
@@ -158,9 +159,33 @@ async def wait_for_hidden_panes(pilot: Any, app: HwdashApp, timeout_s: float = 1
     await pilot.pause()
 
 
+#: What two remote hosts' exporters say of their GPUs (``hwdash_gpu_diagnosis_info``), in the
+#: health rules' words: node-00's GPU 3 is power-capped; node-01's GPU 2 had an Xid and ECC errors.
+CLUSTER_DIAGNOSES: dict[tuple[int, int], tuple[Diagnosis, ...]] = {
+    (0, 3): (
+        Diagnosis(
+            "throttled",
+            "clocks throttled 42% of the last 60 s (power cap 42%)",
+            1_794_999_700.0,
+            "the board is at its power limit: compare the draw with the limit "
+            "(nvidia-smi -q -d POWER) and check that no one lowered the limit",
+        ),
+    ),
+    (1, 2): (
+        Diagnosis(
+            "xid",
+            "Xid 79: the GPU fell off the bus",
+            1_794_999_900.0,
+            "drain the node and check the GPU's seating, power and PCIe link",
+        ),
+        Diagnosis("ecc", "uncorrected ECC errors rose 0 -> 2", 1_794_999_910.0, "reset the GPU"),
+    ),
+}
+
+
 class ClusterSampler:
     """Four hosts of eight GPUs as a Prometheus source gives them: node-02's GPU 5 is 95% full,
-    node-03 stopped reporting."""
+    node-03 stopped reporting, two GPUs carry their hosts' diagnoses (:data:`CLUSTER_DIAGNOSES`)."""
 
     def sample(self) -> Snapshot:
         gib = 1024**3
@@ -184,6 +209,7 @@ class ClusterSampler:
                         errors=(("host", "stale: no data from node-03 for 42 s"),)
                         if host == 3
                         else (),
+                        diagnoses=CLUSTER_DIAGNOSES.get((host, gpu), ()),
                     )
                 )
         return Snapshot(

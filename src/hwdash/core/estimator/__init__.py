@@ -17,7 +17,11 @@ the comment says so. The package is split by concern, each module listing the so
   arXiv:2101.06840; the memory savers of :mod:`hwdash.core.estimator.savers`);
 * :mod:`~hwdash.core.estimator.rl`: RL plans (policy, value model, reference, reward, vLLM);
 * :mod:`~hwdash.core.estimator.phases`: the phases whose peaks are compared;
-* :mod:`~hwdash.core.estimator.estimate`: :func:`estimate_memory`, the overhead guesses.
+* :mod:`~hwdash.core.estimator.estimate`: :func:`estimate_memory` and the overhead: allocated,
+  reserved and the whole GPU;
+* :mod:`~hwdash.core.estimator.software`: the CUDA context and kernels by compute capability and
+  NCCL's buffer and channel tables (``catalog/software.toml``);
+* :mod:`~hwdash.core.estimator.collectives`: NCCL communicator buffers per process group.
 
 Sharding beyond ZeRO (PyTorch FSDP, Megatron TP/PP) lives in :mod:`hwdash.core.estimator.parallelism`,
 quantized inference in :mod:`hwdash.core.estimator.quantization`, other block layouts in
@@ -60,7 +64,6 @@ from hwdash.core.estimator.architecture import (
 )
 from hwdash.core.estimator.estimate import (
     ALLOCATOR_FRAGMENTATION,
-    CUDA_CONTEXT_BYTES,
     _compute_dtype,
     estimate_memory,
 )
@@ -101,13 +104,10 @@ from hwdash.core.estimator.states import (
     NF4_BYTES_PER_PARAM,
     NF4_CONSTANT_BYTES_PER_PARAM,
     QUANTIZED_METHODS,
-    ZERO3_MAX_LIVE_PARAMETERS,
     Layout,
     ModelStates,
     _base_weight_bytes,
-    _frozen_weights_on_gpu,
     _largest_trained_tensor,
-    _zero3_live_bytes,
     checkpoint_weight_bytes,
     model_state_bytes,
     optimizer_state_bytes_per_param,
@@ -128,7 +128,6 @@ __all__ = [
     "ADAPTER_LAYOUT",
     "ALLOCATOR_FRAGMENTATION",
     "ALL_LINEAR",
-    "CUDA_CONTEXT_BYTES",
     "DROPOUT_MASK_BYTES",
     "GROUPED_4BIT_BYTES_PER_PARAM",
     "INT8_BYTES_PER_PARAM",
@@ -142,7 +141,6 @@ __all__ = [
     "PHASE_INFERENCE",
     "PHASE_OPTIMIZER_STEP",
     "QUANTIZED_METHODS",
-    "ZERO3_MAX_LIVE_PARAMETERS",
     "_BACKWARD_END_ONLY",
     "_BACKWARD_ONLY",
     "_EVERY_PHASE",
@@ -160,7 +158,6 @@ __all__ = [
     "_compute_dtype",
     "_effective_layout",
     "_frozen_copy",
-    "_frozen_weights_on_gpu",
     "_generation_engine",
     "_gradients_persist",
     "_input_copies_kept",
@@ -173,7 +170,6 @@ __all__ = [
     "_score_bytes_per_element",
     "_sharded_elsewhere",
     "_train_one_model",
-    "_zero3_live_bytes",
     "architecture",
     "checkpoint_weight_bytes",
     "decompressed_kv_bytes_per_token",

@@ -8,9 +8,10 @@ that do not do what they say on this model or GPU, hands the plan to the concern
 
 Sources:
 
-* The overhead guesses: PyTorch's CUDA memory-management notes
-  (https://pytorch.org/docs/stable/notes/cuda.html#memory-management) and the CUDA programming
-  guide's lazy-loading section (https://docs.nvidia.com/cuda/cuda-c-programming-guide/#lazy-loading).
+* The overhead: PyTorch's CUDA memory-management notes
+  (https://pytorch.org/docs/stable/notes/cuda.html#memory-management) and our H200 runs for the
+  allocator's pool; ``catalog/software.toml`` (each row with its source) for the CUDA context and
+  kernels and for NCCL's buffers (NVIDIA/nccl ``src/init.cc``, ``src/transport/p2p.cc``).
 * The phases and the gradients alive in each: the fake-tensor traces of
   ``bench/data/calibration.csv`` (``peak_phase``).
 * The warnings name the kernel or library whose limit they state (FlashAttention 2, transformers'
@@ -20,37 +21,46 @@ Sources:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from hwdash.core.estimator.architecture import Architecture, architecture
+from hwdash.core.estimator.collectives import CommGroup, nccl_bytes
 from hwdash.core.estimator.inference import _add_inference
-from hwdash.core.estimator.phases import _Accumulator, _peak_breakdown, _peak_phase
+from hwdash.core.estimator.phases import (
+    _Accumulator,
+    _peak_breakdown,
+    _peak_phase,
+    _phase_details,
+)
 from hwdash.core.estimator.rl import _add_rl
 from hwdash.core.estimator.savers import resolve_savers
+from hwdash.core.estimator.software import Software, packaged_software
 from hwdash.core.estimator.states import Layout
 from hwdash.core.estimator.training import _effective_layout, _train_one_model
 from hwdash.core.plan import LORA_STYLE_METHODS, Attention, Method, Offload, Plan, Precision
 from hwdash.core.results import MemoryEstimate
 from hwdash.core.specs import Accelerator, Framework, ModelSpec
-from hwdash.core.units import MIB
 
 # --------------------------------------------------------------------------------------------------
-# The overhead. Both constants (CUDA context, allocator) are guesses, not calibrated: the fake-tensor
-# traces behind bench/data/calibration.csv allocate no CUDA context and no cached blocks, so the
-# accuracy figures (bench/estimator_errors.py, docs/accuracy.md) compare the total without the
-# overhead component. They stay guesses until a real GPU measures ``torch.cuda.memory_reserved``
-# against the estimate.
+# The overhead: what the GPU holds beyond the tensors.
+#
+# * the caching allocator's pool (reserved minus allocated): ALLOCATOR_FRAGMENTATION of the tensors;
+# * the software's own footprint, outside the allocator: the CUDA context and loaded kernels by
+#   compute capability (``[[cuda_context]]`` in catalog/software.toml,
+#   :mod:`~hwdash.core.estimator.software`);
+# * NCCL's communicator buffers, outside the allocator too (:mod:`~hwdash.core.estimator.collectives`).
+#
+# allocated (the tensors: ``torch.cuda.max_memory_allocated``) + the pool = reserved
+# (``torch.cuda.max_memory_reserved``); reserved + footprint + NCCL (+ managed memory) = the whole
+# GPU (what NVML shows), the breakdown's total and what the fit verdict compares.
 # --------------------------------------------------------------------------------------------------
 
-#: CUDA context plus cuBLAS/cuDNN workspaces and loaded kernels, per GPU. A guess: PyTorch forum
-#: threads and the CUDA "lazy loading" notes put the context at roughly 300-500 MiB depending on GPU,
-#: driver and CUDA version (https://pytorch.org/docs/stable/notes/cuda.html#memory-management,
-#: https://docs.nvidia.com/cuda/cuda-c-programming-guide/#lazy-loading). We take the high end.
-CUDA_CONTEXT_BYTES = 500 * MIB
-
-#: Allocator fragmentation and cached-but-unused blocks, as a fraction of everything else. A guess
-#: (PyTorch's caching allocator rounds and caches blocks; ``memory_reserved`` typically exceeds
-#: ``memory_allocated`` by a few to ~10 percent in training loops); not calibrated (see above).
+#: The caching allocator's cached-but-unused blocks and fragmentation, as a fraction of the tensors
+#: it holds (reserved / allocated - 1). PyTorch's CUDA memory-management notes
+#: (https://pytorch.org/docs/stable/notes/cuda.html#memory-management) explain the cache; our H200
+#: runs measured max_memory_reserved / max_memory_allocated 1.005-1.29, median 1.09 over 8 training
+#: runs (bench/data/device_h200/gpu_runs.json), so 8% stays.
 ALLOCATOR_FRAGMENTATION = 0.08
 
 
@@ -61,11 +71,12 @@ def estimate_memory(
     gpus: int | None = None,
     accelerator: Accelerator | None = None,
     framework: Framework | None = None,
+    software: Software | None = None,
 ) -> MemoryEstimate:
     """Peak bytes per GPU for ``plan`` on ``gpus`` data-parallel GPUs (default ``plan.gpus``).
 
-    ``accelerator`` decides the compute dtype (fp16 on a GPU without bf16) and the size of a vLLM
-    engine's share for RL plans; without it the estimate is hardware-neutral.
+    ``accelerator`` (None: hardware-neutral) sets the compute dtype, a vLLM share, the CUDA context
+    row, NCCL's channels; ``framework``, ``software``: the catalog's entries (None: the packaged).
 
     The peak is the largest of the step's phases (:func:`~hwdash.core.estimator.phases._peak_phase`),
     and the breakdown shows the components as they are at that phase (``MemoryEstimate.peak_phase``):
@@ -75,7 +86,10 @@ def estimate_memory(
       (:func:`~hwdash.core.estimator.phases._gradients_persist`);
     * end of backward: the gradients backward produced and the first layer's activations;
     * optimizer step: weights + optimizer states + every gradient + the step's temporaries
-      (:func:`~hwdash.core.estimator.states.optimizer_step_temporary_bytes`), no activations.
+      (:func:`~hwdash.core.estimator.states.optimizer_step_temporary_bytes`), no activations;
+    * model load (outside the step): the weights as ``from_pretrained`` loads them and its largest
+      transient (quantize-on-load, PEFT's fp32 upcast; :mod:`~hwdash.core.estimator.quantization`);
+    * checkpoint save (between steps): weights + optimizer states + what a save gathers.
 
     Gradients fill in as backward frees the activations layer by layer, so between the two ends the
     sum of activations and gradients moves from one to the other; the traces show no peak in
@@ -84,8 +98,6 @@ def estimate_memory(
     dp = plan.gpus if gpus is None else max(1, gpus)
     arch = architecture(model)
     acc = _Accumulator()
-    # ``framework``: the catalog's entry for plan.framework (a user catalog may override it); None
-    # reads the packaged frameworks.toml
     savers = resolve_savers(plan, framework)
     compute_dtype = _compute_dtype(plan, accelerator, acc)
     layout = _effective_layout(plan, acc)
@@ -111,7 +123,7 @@ def estimate_memory(
         trainable = _train_one_model(
             plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
         )
-    return _memory_estimate(plan, arch, acc, dp, trainable, compute_dtype)
+    return _memory_estimate(plan, arch, acc, dp, trainable, compute_dtype, accelerator, software)
 
 
 def _compute_dtype(plan: Plan, accelerator: Accelerator | None, acc: _Accumulator) -> str:
@@ -238,8 +250,11 @@ def _memory_estimate(
     dp: int,
     trainable: int,
     compute_dtype: str,
+    accelerator: Accelerator | None,
+    software: Software | None,
 ) -> MemoryEstimate:
-    """The estimate at the peak phase: its components, the overhead guesses, the parts alive then."""
+    """The estimate at the peak phase: its components, the overhead, the parts alive then."""
+    software = packaged_software() if software is None else software
     if acc.managed:
         acc.warnings.append(
             f"paged optimizer states ({acc.managed / 2**30:.1f} GiB) live in CUDA managed memory: "
@@ -247,13 +262,28 @@ def _memory_estimate(
             "driver pages them to host RAM (slower) when the GPU runs short"
         )
     phase = _peak_phase(plan, acc)
-    rest = acc.phase_total(phase)
-    overhead = CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * rest
-    details = [(label, value) for label, value, phases in acc.details if phase in phases]
-    details.append(("CUDA context (guess)", CUDA_CONTEXT_BYTES))
-    details.append(("allocator fragmentation (guess)", round(ALLOCATOR_FRAGMENTATION * rest)))
+    tensors = _peak_breakdown(acc, phase, 0)
+    # managed memory is the driver's, not the caching allocator's: neither allocated nor pooled
+    # (paged optimizer states, in the optimizer component wherever the phase holds them)
+    managed = min(math.ceil(acc.managed), tensors.optimizer)
+    allocated = tensors.total - managed
+    pool = round(ALLOCATOR_FRAGMENTATION * allocated)
+    context, context_label = software.context_for(accelerator)
+    link = software.interconnect_for(accelerator)
+    nccl = 0
+    groups: tuple[CommGroup, ...] = ()
+    if accelerator is None or accelerator.vendor == "nvidia":
+        # NCCL is CUDA's: TPUs and Apple GPUs communicate otherwise (not counted)
+        nccl, groups = nccl_bytes(plan, dp, link, software.nccl)
+    details = _phase_details(acc, phase)
+    details.append((f"allocator pool ({ALLOCATOR_FRAGMENTATION:.0%} of the tensors)", pool))
+    details.append((context_label, context.bytes))
+    if nccl:
+        details.append(
+            (f"NCCL buffers ({len(groups)} group{'s' if len(groups) > 1 else ''})", nccl)
+        )
     return MemoryEstimate(
-        per_gpu=_peak_breakdown(acc, phase, overhead),
+        per_gpu=dataclasses.replace(tensors, overhead=pool + context.bytes + nccl),
         gpus=dp,
         host_bytes=math.ceil(acc.host),
         managed_bytes=math.ceil(acc.managed),
@@ -263,4 +293,6 @@ def _memory_estimate(
         peak_phase=phase,
         details=tuple(details),
         warnings=tuple(acc.warnings),
+        allocated_bytes=allocated,
+        reserved_bytes=allocated + pool,
     )

@@ -8,15 +8,25 @@ Sources:
 * transformers' ``generate`` (``logits_to_keep=1``: logits for the last position only).
 * Quantized checkpoints and ``--quant``: :func:`~hwdash.core.estimator.states.checkpoint_weight_bytes`
   and :mod:`hwdash.core.estimator.quantization`.
+* ``--generation legacy`` (:func:`legacy_cache_copy_bytes`): transformers' own comment in
+  ``generation/utils.py`` (``_prepare_cache_for_generation``) on using a ``DynamicCache`` by
+  default, "This will avoid back and forth from legacy format that keeps copying the cache thus
+  using much more memory"; see the function for the versions.
 """
 
 from __future__ import annotations
 
 from hwdash.core.estimator import block_activations
 from hwdash.core.estimator.architecture import Architecture
-from hwdash.core.estimator.phases import _BACKWARD_ONLY, _Accumulator
+from hwdash.core.estimator.phases import _BACKWARD_ONLY, PHASE_MODEL_LOAD, _Accumulator
 from hwdash.core.estimator.states import Layout, checkpoint_weight_bytes
-from hwdash.core.plan import Attention, Plan, Quant
+from hwdash.core.plan import Attention, Generation, Plan, Quant
+
+#: The detail line of the second cache copy ``--generation legacy`` counts.
+LEGACY_CACHE_LABEL = (
+    "legacy tuple cache: the previous step's keys and values, kept while torch.cat builds the next "
+    "(--generation legacy)"
+)
 
 
 def eager_prefill_score_bytes(element_bytes: int) -> int:
@@ -83,6 +93,27 @@ def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int)
     return arch.kv_cache_layers * arch.kv_cache_width * seq * batch * element_bytes
 
 
+def legacy_cache_copy_bytes(arch: Architecture, cache_bytes: float) -> float:
+    """The second copy of the cache older transformers' ``generate`` holds (``--generation legacy``).
+
+    Before the ``Cache`` classes, each attention layer returned its cache as a new tuple,
+    ``torch.cat([past_key, key], dim=-2)`` (and the values alike), while ``generate`` still held the
+    previous step's tuple in ``model_kwargs["past_key_values"]`` until the forward returned: at
+    the end of a decoding step every layer's old and new keys and values are alive, two copies.
+    transformers 4.36 brought ``DynamicCache`` (PR #26681), but models converted the tuple they were
+    given with ``from_legacy_cache`` and ``generate`` kept passing tuples, so the old tuple stayed
+    referenced; in May 2024 (PR #30716, after 4.41) ``generate`` still defaulted to the legacy format,
+    and ``_prepare_cache_for_generation`` keeps one ``DynamicCache`` from 4.42 on, whose
+    ``update`` replaces each layer's tensor in place (one layer's old copy at a time).
+
+    An encoder-decoder's cross-attention cache is computed once and handed back unchanged
+    (no ``torch.cat``): only its self-attention half is copied.
+    """
+    if arch.cross_attention_layers:
+        return cache_bytes * arch.cross_attention_layers / arch.kv_cache_layers
+    return cache_bytes
+
+
 def latent_kv_bytes_per_token(arch: Architecture, element_bytes: int) -> int:
     """Bytes per token of MLA's compressed cache over all layers: ``layers x (kv_lora_rank +
     qk_rope_head_dim) x bytes`` (DeepSeek-V2 paper, arXiv:2405.04434, Table 1), what a serving
@@ -112,6 +143,8 @@ def _add_inference(
     activations = inference_activation_bytes(
         arch, plan.batch, plan.seq, element_bytes, plan.attention
     )
+    if plan.quant is Quant.NONE:
+        acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", weights, "weights as loaded")
     acc.weights += weights
     acc.kv_cache += kv
     acc.activations += activations
@@ -127,6 +160,10 @@ def _add_inference(
         )
     else:
         acc.note("KV cache", kv)
+    if plan.generation is Generation.LEGACY:
+        copy = legacy_cache_copy_bytes(arch, kv)
+        acc.kv_cache += copy
+        acc.note(LEGACY_CACHE_LABEL, copy)
     acc.note("prefill activations (one layer) + last-token logits", activations, _BACKWARD_ONLY)
     if dp > 1:
         acc.warnings.append(

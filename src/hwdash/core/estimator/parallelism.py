@@ -47,6 +47,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hwdash.core.estimator import fsdp_versions
 from hwdash.core.estimator import phases as est_phases
 from hwdash.core.estimator import states as est_states
 from hwdash.core.estimator.architecture import Architecture
@@ -203,7 +204,26 @@ def add_fsdp_training(
     else:
         _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
     acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
+    fsdp_versions.add_version_terms(
+        plan, arch, method, _units(arch, method, states, shard), acc, label
+    )
     return trainable
+
+
+def _units(
+    arch: Architecture, method: Method, states: _FsdpStates, shard: int
+) -> fsdp_versions.FsdpUnits:
+    """What the FSDP version's own terms (:mod:`.fsdp_versions`) need of the plan's units."""
+    largest_unit = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
+    sharded_bytes = (
+        states.layout.weight_bytes if method is Method.FULL else states.gathered_per_param
+    )
+    return fsdp_versions.FsdpUnits(
+        shard=shard,
+        gathered_bytes=states.gathered_per_param,
+        sharded_bytes=sharded_bytes,
+        reduced_unit=float(largest_unit) if method is Method.FULL else 0.0,
+    )
 
 
 def _root_unit_warning(arch: Architecture, gathered_per_param: float) -> str:
@@ -282,6 +302,9 @@ def _fsdp_states(
         # = param_dtype, accelerate/utils/dataclasses.py ``set_mixed_precision``); the adapters
         # of a LoRA-style plan in their own dtype
         per_param = fsdp.gathered_bytes if method is Method.FULL else state_layout.gradient_bytes
+        if plan.fsdp_version == 2 and method is Method.FULL:
+            # FSDP2 accumulates in reduce_dtype when it differs (to_accumulated_grad_if_needed)
+            per_param = int(fsdp_versions.reduce_bytes(plan, per_param))
         unsynced_bytes = float(trainable * per_param)
         unit_gradient = 0.0
     k_bytes = state_layout.master_bytes + est_states.optimizer_state_bytes_per_param(

@@ -21,14 +21,48 @@ Bytes per quantized weight:
 * ``gptq-4``: as AWQ plus GPTQ's ``g_idx``, one int32 group index per input feature of every matrix
   (AutoGPTQ's ``QuantLinear`` registers it whether or not ``desc_act`` reorders the groups;
   Frantar et al. 2023, arXiv:2210.17323, section 4).
+
+Quantize-on-load (the ``model load`` phase, :data:`~hwdash.core.estimator.phases.PHASE_MODEL_LOAD`),
+read in transformers 5.24 and bitsandbytes (main, 0.50.2.dev0):
+
+* ``core_model_loading.py`` (``convert_and_load_state_dict_in_model``) loads the checkpoint one
+  tensor at a time: each is read from the safetensors file (mmap) and moved straight to its
+  device in the load dtype (``_materialize_copy``: ``tensor[...]`` then ``.to(device, dtype)``;
+  with a cast, ATen's ``native/cuda/Copy.cu`` converts on the CPU side of a CPU-to-GPU copy, so
+  the GPU gets only the result). A weight
+  bitsandbytes quantizes keeps the load dtype (``needs_quantization`` skips the cast), and with
+  on-the-fly quantization the loader runs without its thread pool ("to avoid worker threads
+  loading full-precision tensors to GPU faster than the main thread can quantize them"), so one
+  16-bit weight is on the GPU at a time, in the device map's device (the GPU:
+  ``quantizer_bnb_4bit.py``'s ``update_device_map`` defaults to the current CUDA device).
+* 4-bit: ``Bnb4bitQuantize.convert`` (``integrations/bitsandbytes.py``) wraps that GPU tensor in
+  ``bnb.nn.Params4bit`` and calls ``.to(value.device)``, whose ``_quantize``
+  (``bitsandbytes/nn/modules.py``) runs ``quantize_4bit`` on the GPU: the 16-bit source, the packed
+  output and an fp32 absmax per block of 64 are alive together, and with double quantization
+  (``compress_statistics``) ``quantize_4bit`` (``bitsandbytes/functional.py``) makes a second
+  fp32 copy, ``_absmax - offset``, while ``quantize_blockwise`` 8-bit-quantizes it. So the load
+  holds, beyond the packed weights it keeps, the 16-bit source plus two fp32 absmax vectors.
+* 8-bit: ``Bnb8bitQuantize.convert`` copies the GPU tensor to the CPU (``value.to("cpu")``) while
+  keeping the GPU one (``value`` and the input dict still hold it), and ``Int8Params._quantize``
+  copies the CPU one back as fp16 (``.to(device=device, dtype=torch.float16)``) before
+  ``int8_vectorwise_quant`` (``bitsandbytes/backends/cuda/ops.py``: the int8 rows and fp32 row
+  scales it returns are what the layer keeps; no outlier columns at threshold 0). So two 16-bit
+  copies of the weight are alive beyond the int8 weight.
+* A pre-quantized checkpoint (``Bnb4bitDeserialize``, GPTQ, AWQ) is not quantized on load.
+* PEFT's ``prepare_model_for_kbit_training`` (``peft/utils/other.py``, PEFT 0.21) then casts every
+  16-bit parameter that is not ``Params4bit`` to fp32, one at a time (``param.data =
+  param.data.to(torch.float32)``): the unquantized parts (embeddings, LM head, norms) move from 2 to
+  4 bytes, and while the last one (the LM head, registered last, or the embedding, the largest)
+  is cast its 16-bit original is alive too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from hwdash.core.estimator.architecture import Architecture
-from hwdash.core.estimator.phases import _BACKWARD_ONLY, _Accumulator
+from hwdash.core.estimator.phases import _BACKWARD_ONLY, PHASE_MODEL_LOAD, _Accumulator
 from hwdash.core.estimator.states import (
     NF4_BYTES_PER_PARAM,
     NF4_CONSTANT_BYTES_PER_PARAM,
@@ -42,6 +76,77 @@ GPTQ_GROUP_INDEX_BYTES = 4
 
 #: The bit width each ``--quant`` mode stores its block linears at.
 QUANT_BITS = {Quant.NF4: 4, Quant.INT8: 8, Quant.GPTQ_4: 4, Quant.AWQ_4: 4}
+#: The ``--quant`` modes transformers quantizes while loading (bitsandbytes); GPTQ and AWQ load a
+#: checkpoint quantized beforehand.
+QUANTIZED_ON_LOAD = (Quant.NF4, Quant.INT8)
+
+#: Bytes per element of a checkpoint's weights as ``from_pretrained`` loads them (bf16 or fp16: the
+#: checkpoint's own dtype under transformers 5's default ``dtype="auto"``, or ``torch_dtype``).
+LOAD_DTYPE_BYTES = 2
+#: Weights per fp32 absmax of bitsandbytes' 4-bit quantization: ``Params4bit``'s default
+#: ``blocksize`` (64; ``bitsandbytes/nn/modules.py``), which transformers' ``Linear4bit`` keeps.
+BNB_4BIT_BLOCKSIZE = 64
+#: An absmax (fp32) of ``quantize_4bit`` (``bitsandbytes/backends/cuda/ops.py``).
+ABSMAX_BYTES = 4
+#: ``Int8Params._quantize`` copies the weight to the GPU as fp16 before quantizing it.
+INT8_SOURCE_BYTES = 2
+
+
+def quantize_on_load_bytes(arch: Architecture, bits: int) -> int:
+    """The transient of quantizing the largest block linear while ``from_pretrained`` loads it,
+    beyond the quantized weight it keeps (see the module notes).
+
+    * 4 bits: the 16-bit source on the GPU plus two fp32 absmax vectors, one per block of 64
+      (``quantize_4bit``'s, and its ``_absmax - offset`` copy under double quantization);
+    * 8 bits: the 16-bit source still on the GPU plus its fp16 copy ``Int8Params`` quantizes.
+    """
+    largest = arch.largest_linear
+    weights = largest.in_features * largest.out_features
+    if bits == 4:
+        blocks = math.ceil(weights / BNB_4BIT_BLOCKSIZE)
+        return LOAD_DTYPE_BYTES * weights + 2 * ABSMAX_BYTES * blocks
+    return (LOAD_DTYPE_BYTES + INT8_SOURCE_BYTES) * weights
+
+
+def kbit_upcast_bytes(arch: Architecture, frozen_bytes: int) -> int:
+    """What PEFT's ``prepare_model_for_kbit_training`` adds above the loaded model while it casts
+    the unquantized parameters to ``frozen_bytes`` (4: fp32): ``frozen_bytes - 2`` more bytes per
+    unquantized parameter, plus the 16-bit original of the largest one (the embedding or the LM
+    head) alive while it is cast. 0 when they stay 16-bit (``--qlora-frozen-dtype bf16``)."""
+    if frozen_bytes <= LOAD_DTYPE_BYTES:
+        return 0
+    largest = max(arch.embedding_params, arch.lm_head_params)
+    return (frozen_bytes - LOAD_DTYPE_BYTES) * arch.unquantized_params + LOAD_DTYPE_BYTES * largest
+
+
+def add_quantized_base_load(
+    acc: _Accumulator, arch: Architecture, bits: int, linears: float, frozen_bytes: int, label: str
+) -> None:
+    """Record the model load of a base whose block linears are quantized to ``bits`` (``linears``:
+    their bytes, constants included): the quantized model with its unquantized parts in the load
+    dtype, and the larger transient of quantizing the largest linear (unless the checkpoint came
+    quantized) and PEFT's fp32 upcast (``frozen_bytes`` 4)."""
+    loaded = linears + LOAD_DTYPE_BYTES * arch.unquantized_params
+    acc.add_phase_bytes(
+        PHASE_MODEL_LOAD, "weights", loaded, f"{label} quantized base as loaded (16-bit rest)"
+    )
+    if arch.checkpoint_bits is None:
+        acc.add_phase_transient(
+            PHASE_MODEL_LOAD,
+            "weights",
+            quantize_on_load_bytes(arch, bits),
+            f"{label} largest linear being quantized on load ({bits}-bit: 16-bit source and "
+            "quantization scratch)",
+        )
+    upcast = kbit_upcast_bytes(arch, frozen_bytes)
+    if upcast:
+        acc.add_phase_transient(
+            PHASE_MODEL_LOAD,
+            "weights",
+            upcast,
+            f"{label} fp32 upcast of the unquantized parts (PEFT's "
+            "prepare_model_for_kbit_training)",
+        )
 
 
 def quantized_linear_bytes(arch: Architecture, quant: Quant) -> float:
@@ -105,9 +210,21 @@ def quantized_inference(
             f"--quant {plan.quant.value} is ignored: the checkpoint is already quantized to "
             f"{arch.checkpoint_bits} bits (its config.json's quantization_config)"
         )
+        acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", weights, "weights as loaded")
         return weights
     # The parts left unquantized stay in the dtype the model loads in (``torch_dtype``).
     quantized = quantized_weight_bytes(arch, plan.quant, weight_bytes) / gpus
+    acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", quantized, "weights as loaded")
+    if plan.quant in QUANTIZED_ON_LOAD:
+        # one whole linear is quantized on one GPU (a device map places whole modules)
+        bits = QUANT_BITS[plan.quant]
+        acc.add_phase_transient(
+            PHASE_MODEL_LOAD,
+            "weights",
+            quantize_on_load_bytes(arch, bits),
+            f"largest linear being quantized on load ({plan.quant.value}: 16-bit source and "
+            "quantization scratch)",
+        )
     workspace = dequantization_workspace_bytes(
         arch, plan.quant, plan.batch * plan.seq, min(weight_bytes, 2)
     )

@@ -15,19 +15,23 @@ Sources:
 
 from __future__ import annotations
 
+from hwdash.core.estimator import zero_buffers
 from hwdash.core.estimator.architecture import Architecture
-from hwdash.core.estimator.inference import kv_cache_bytes
-from hwdash.core.estimator.phases import _Accumulator
+from hwdash.core.estimator.inference import (
+    LEGACY_CACHE_LABEL,
+    kv_cache_bytes,
+    legacy_cache_copy_bytes,
+)
+from hwdash.core.estimator.phases import PHASE_MODEL_LOAD, _Accumulator
 from hwdash.core.estimator.savers import Savers, value_head_params
 from hwdash.core.estimator.states import (
     ADAPTER_LAYOUT,
     LAYOUTS,
     Layout,
-    _frozen_weights_on_gpu,
     model_state_bytes,
 )
 from hwdash.core.estimator.training import _train_one_model
-from hwdash.core.plan import LORA_STYLE_METHODS, Method, Plan, Precision, ValueHead
+from hwdash.core.plan import LORA_STYLE_METHODS, Generation, Method, Plan, Precision, ValueHead
 from hwdash.core.specs import Accelerator
 
 
@@ -85,10 +89,11 @@ def _frozen_copy(
 ) -> None:
     """A frozen model (reference, reward) in the layout's weight dtype, sharded under ZeRO-3."""
     full = float(arch.total_params * layout.weight_bytes)
-    gpu, host = _frozen_weights_on_gpu(arch, full, plan.zero, dp, plan.offload, layout.weight_bytes)
+    gpu, host = zero_buffers.add_zero3_weights(plan, arch, full, dp, acc, label)
     acc.weights += gpu
     acc.host += host
     acc.note(label, gpu)
+    acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", gpu, f"{label} as loaded")
 
 
 def _generation_engine(
@@ -109,6 +114,11 @@ def _generation_engine(
             generated = kv_cache_bytes(arch, plan.batch * plan.grad_accum, plan.seq, 2)
         acc.kv_cache += generated
         acc.note("generation KV cache (policy generates)", generated)
+        if plan.generation is Generation.LEGACY:
+            # the policy's generate, as inference's (a vLLM engine pages its own cache)
+            copy = legacy_cache_copy_bytes(arch, generated)
+            acc.kv_cache += copy
+            acc.note(LEGACY_CACHE_LABEL, copy)
         return
     # vLLM holds its own copy of the weights in 16 bits plus a KV cache; at the least one batch.
     engine_minimum = arch.total_params * 2 + kv

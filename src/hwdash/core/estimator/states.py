@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hwdash.core.estimator.architecture import Architecture
-from hwdash.core.plan import Method, Offload, Optimizer, OptimizerImpl, Precision
+from hwdash.core.plan import Method, Optimizer, OptimizerImpl, Precision
 
 # --------------------------------------------------------------------------------------------------
 # Storage layouts.
@@ -223,41 +223,6 @@ def model_state_bytes(
     if zero >= 3:
         weights /= dp
     return ModelStates(weights=weights, gradients=gradients, optimizer=states)
-
-
-#: DeepSpeed ZeRO-3 prefetches the next block while the current one runs, and keeps up to
-#: ``stage3_max_live_parameters`` (default 1e9) gathered; Hugging Face's "auto" sets
-#: ``stage3_prefetch_bucket_size`` to 0.9 * hidden^2. We count the largest module (a block or the
-#: embedding/LM head) plus one block prefetched, capped at the live-parameter default.
-#: https://www.deepspeed.ai/docs/config-json/#parameter-offloading (stage3_max_live_parameters,
-#: stage3_prefetch_bucket_size) and transformers' DeepSpeed integration docs.
-ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
-
-
-def _zero3_live_bytes(arch: Architecture, weight_bytes: float) -> float:
-    """Parameters ZeRO-3 gathers in full during forward/backward (see ZERO3_MAX_LIVE_PARAMETERS)."""
-    largest = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
-    live = min(largest + arch.block_params, ZERO3_MAX_LIVE_PARAMETERS, arch.total_params)
-    return live * weight_bytes
-
-
-def _frozen_weights_on_gpu(
-    arch: Architecture,
-    total_bytes: float,
-    zero: int,
-    dp: int,
-    offload: Offload,
-    per_param_bytes: float,
-) -> tuple[float, float]:
-    """GPU and host bytes of weights that ZeRO-3 may shard or offload: (gpu, host)."""
-    if zero < 3:
-        return total_bytes, 0.0
-    live = min(total_bytes, _zero3_live_bytes(arch, per_param_bytes))
-    if offload is Offload.PARAMS:
-        return live, total_bytes
-    if dp <= 1:
-        return total_bytes, 0.0
-    return min(total_bytes, total_bytes / dp + live), 0.0
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hwdash.core.estimator import parallelism
+from hwdash.core.estimator import parallelism, zero_buffers
 from hwdash.core.estimator.activations import (
     DROPOUT_MASK_BYTES,
     _merged_expert_gradient_bytes,
@@ -50,9 +50,12 @@ from hwdash.core.estimator.phases import (
     _BACKWARD_ONLY,
     _PRODUCED,
     _STEP_ONLY,
+    _STEP_PHASES,
+    PHASE_MODEL_LOAD,
     _Accumulator,
     _gradients_persist,
 )
+from hwdash.core.estimator.quantization import add_quantized_base_load
 from hwdash.core.estimator.savers import (
     Savers,
     is_paged,
@@ -67,7 +70,6 @@ from hwdash.core.estimator.states import (
     Layout,
     ModelStates,
     _base_weight_bytes,
-    _frozen_weights_on_gpu,
     _largest_trained_tensor,
     model_state_bytes,
     optimizer_state_bytes_per_param,
@@ -169,6 +171,15 @@ def _train_one_model(
         plan, arch, method, trained, dp, acc, label, savers
     )
     _add_gradients(plan, arch, method, trained, gradients, dp, acc, label, savers)
+    # DeepSpeed's reduce buckets and offload staging, in the trained parameters' 16-bit dtype
+    zero_buffers.add_reduce_buckets(
+        plan,
+        arch,
+        trained.trainable,
+        _largest_trained_tensor(arch, method, trained.trainable),
+        trained.state_layout.gradient_bytes,
+        acc,
+    )
     acc.step_temporaries += step_temporaries
     acc.note(f"{label} optimizer step temporaries", step_temporaries, _STEP_ONLY)
     _add_activations(plan, arch, method, layout, trained, acc, label, with_logits, savers)
@@ -182,12 +193,13 @@ def _add_full_weights(
     trainable = arch.total_params
     states = model_state_bytes(arch.total_params, trainable, layout, plan.optimizer, plan.zero, dp)
     weights_full = float(arch.total_params * layout.weight_bytes)
-    gpu_weights, host_weights = _frozen_weights_on_gpu(
-        arch, weights_full, plan.zero, dp, plan.offload, layout.weight_bytes
+    gpu_weights, host_weights = zero_buffers.add_zero3_weights(
+        plan, arch, weights_full, dp, acc, label
     )
     acc.weights += gpu_weights
     acc.host += host_weights
     acc.note(f"{label} weights", gpu_weights)
+    acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", gpu_weights, f"{label} weights as loaded")
     return _Trained(trainable, states, layout)
 
 
@@ -209,16 +221,15 @@ def _add_adapted_weights(
     trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
     adapted_top = resolve_top_level(arch, plan.lora_targets, strict=False)
     trainable += top_level_adapter_params(arch, adapted_top, plan.lora_r)
-    base_bytes, per_param = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
-    gpu_base, host_base = _frozen_weights_on_gpu(
-        arch, base_bytes, zero, dp, plan.offload, per_param
-    )
+    base_bytes, _ = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)
+    gpu_base, host_base = zero_buffers.add_zero3_weights(plan, arch, base_bytes, dp, acc, label)
     state_layout = _adapter_state_layout(zero, savers)
     states = model_state_bytes(trainable, trainable, state_layout, plan.optimizer, zero, dp)
     acc.weights += gpu_base + states.weights
     acc.host += host_base
     acc.note(f"{label} frozen base ({method.value})", gpu_base)
     acc.note(f"{label} adapters", states.weights)
+    _add_base_load(plan, arch, method, base_bytes, gpu_base, acc, label, savers)
     saved_top = resolve_top_level(arch, plan.lora_modules_to_save)
     copy_params = sum(top_level_params(arch, part) for part in saved_top)
     copy_layout = None
@@ -237,6 +248,33 @@ def _add_adapted_weights(
         copy_params=copy_params,
         copy_layout=copy_layout,
     )
+
+
+def _add_base_load(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    base_bytes: float,
+    gpu_base: float,
+    acc: _Accumulator,
+    label: str,
+    savers: Savers,
+) -> None:
+    """Record the frozen base's model load: as loaded (the adapters come later, from PEFT's
+    ``get_peft_model``), and for a quantized base what quantizing and upcasting it hold
+    (:func:`~hwdash.core.estimator.quantization.add_quantized_base_load`). Under ZeRO-3 the base
+    is loaded into its shards (DeepSpeed's ``zero.Init``): counted as sharded, no transient."""
+    bits = arch.checkpoint_bits
+    if method is Method.QLORA:
+        bits = 4
+    elif method is Method.LORA_8BIT:
+        bits = 8
+    if bits is None or plan.zero >= 3:
+        acc.add_phase_bytes(PHASE_MODEL_LOAD, "weights", gpu_base, f"{label} base as loaded")
+        return
+    frozen_bytes = savers.qlora_frozen_bytes
+    linears = base_bytes - frozen_bytes * arch.unquantized_params
+    add_quantized_base_load(acc, arch, bits, linears, frozen_bytes, label)
 
 
 def _adapter_state_layout(zero: int, savers: Savers) -> Layout:
@@ -379,7 +417,12 @@ def _add_optimizer_states(
         k_bytes = state_layout.master_bytes + optimizer_state_bytes_per_param(
             plan.optimizer, state_layout
         )
-        acc.host += trainable * (k_bytes + state_layout.gradient_bytes)
+        # the gradients DeepSpeed keeps on the host are fp32 (zero_buffers, stage_1_and_2.py
+        # and stage3.py), pinned with offload_optimizer.pin_memory
+        host_gradients = zero_buffers.offload_host_gradient_bytes(
+            plan.zero, state_layout.weight_bytes
+        )
+        acc.host += trainable * (k_bytes + host_gradients)
         optimizer = 0.0
         step_temporaries = 0.0
     if savers.optimizer_in_backward:
@@ -475,7 +518,12 @@ def _add_gradients(
     and the fp32 copies a master copy's step reads."""
     if _gradients_persist(plan):
         acc.persistent_gradients += gradients
-        acc.note(f"{label} gradients", gradients)
+        if plan.zero == 0 and not plan.is_rl:
+            # gradient accumulation's sums: the Trainer frees them (zero_grad) before it saves
+            acc.save_freed_gradients += gradients
+            acc.note(f"{label} gradients", gradients, _STEP_PHASES)
+        else:
+            acc.note(f"{label} gradients", gradients)
     else:
         acc.produced_gradients += gradients
         acc.note(f"{label} gradients", gradients, _PRODUCED)
@@ -490,6 +538,12 @@ def _add_gradients(
         if savers.optimizer_in_backward:
             fp32_gradients = min(
                 fp32_gradients, 4.0 * _largest_trained_tensor(arch, method, trainable)
+            )
+        elif plan.zero == 3:
+            # ZeRO-3 upcasts one sub-group at a time (zero_buffers, stage3.py)
+            largest = _largest_trained_tensor(arch, method, trainable) / shard
+            fp32_gradients = 4.0 * zero_buffers.zero3_sub_group_fp32_gradients(
+                plan, arch, trainable / shard, largest
             )
         extra = fp32_gradients - (0.0 if _gradients_persist(plan) else gradients)
         acc.master_gradients += extra

@@ -222,10 +222,15 @@ class _UnitState:
 def _diagnosis_events(snapshot: SnapshotReading) -> list[AlertEvent]:
     """The health rules' events of this round as alert events (``diagnosis`` set): logged and given
     to ``--on-alert`` like the memory alerts. A snapshot without them (a replay) gives none."""
+    gpus = {gpu.index: gpu for gpu in snapshot.gpus}
     names = {gpu.index: gpu.name for gpu in snapshot.gpus}
     out = []
     for event in getattr(snapshot, "diagnosis_events", ()):
-        words = f"GPU {event.gpu_index} {event.kind}: {event.message}"
+        # A cluster's GPU (a Prometheus source) is named by its host and its number there.
+        host = getattr(gpus.get(event.gpu_index), "host", None)
+        number = getattr(gpus.get(event.gpu_index), "host_gpu", None)
+        where = f"{host} GPU {number}" if host else f"GPU {event.gpu_index}"
+        words = f"{where} {event.kind}: {event.message}"
         if event.event == "raised" and event.hint:
             words += f"; {event.hint}"
         out.append(

@@ -387,16 +387,14 @@ class DiagnosisEngine:
 
     def _throttled(self, gpu: GpuReading) -> list[DiagnosisEvent]:
         t = self.thresholds
-        causes: tuple[str, ...] | None = None
-        if gpu.clocks_event_reasons is not None:
-            found = (throttle_reason(name) for name in gpu.clocks_event_reasons)
-            causes = tuple(sorted({cause for cause in found if cause is not None}))
         window = self._window(gpu.index, "throttle")
-        window.add(gpu.at, causes, t.max_reading_gap_s)
+        window.add(gpu.at, gpu.clocks_event_reasons, t.max_reading_gap_s)
         window.trim(gpu.at, t.throttle_window_s)
         by_cause: dict[str, float] = {}
         throttled = 0.0
-        for _, row_causes, weight in window.rows:
+        for _, names, weight in window.rows:
+            found = (throttle_reason(name) for name in names or ())
+            row_causes = sorted({cause for cause in found if cause is not None})
             if row_causes:
                 throttled += weight
                 for cause in row_causes:
@@ -413,6 +411,22 @@ class DiagnosisEngine:
             message = f"no longer throttled ({share:.0%} of the last {minute})"
             return self._clear(key, message, gpu.at)
         return []
+
+    def clocks_event_share(self, gpu_index: int) -> dict[str, float] | None:
+        """Each clock-event reason's share (0..1) of the last ``throttle_window_s``, by its name as
+        read (throttling or not: ``gpu_idle`` counts too), over the throttled rule's window and
+        with its rule (each reading stands for the time since the previous one, at most
+        ``max_reading_gap_s``; time before the first reading counts as without the reason);
+        {} when none was in force, None when no reading in the window could say."""
+        window = self._windows.get((gpu_index, "throttle"))
+        if window is None or all(names is None for _, names, _ in window.rows):
+            return None
+        spent: dict[str, float] = {}
+        for _, names, weight in window.rows:
+            for name in set(names or ()):
+                spent[name] = spent.get(name, 0.0) + weight
+        span = self.thresholds.throttle_window_s
+        return {name: round(min(1.0, spent[name] / span), 4) for name in sorted(spent)}
 
     # ------------------------------------------------------------------ xid and ecc
 

@@ -19,6 +19,7 @@ from hwdash.core.estimator import (
     resolve_lora_targets,
     resolve_top_level,
 )
+from hwdash.core.estimator.software import Software
 from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import LORA_STYLE_METHODS, FsdpMode, Method, Offload, Plan
 from hwdash.core.planning.run_time import estimate_run_time
@@ -87,12 +88,13 @@ def evaluate_flavor(
     *,
     framework: Framework | None = None,
     slowdowns: Mapping[str, Slowdown] | None = None,
+    software: Software | None = None,
 ) -> tuple[FlavorFit, MemoryEstimate]:
-    """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count.
-    ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one);
-    ``slowdowns``: the catalog's step-time factors (None: the packaged ones)."""
+    """The plan on one flavor: fit, time and cost, and the estimate at the flavor's GPU count;
+    ``framework``, ``slowdowns``, ``software``: the catalog's entries (None: the packaged ones).
+    The verdict compares the whole GPU (what NVML shows) with the usable memory."""
     if accelerator is None or accelerator.kind == "cpu" or flavor.gpu_count == 0:
-        estimate = estimate_memory(plan, model, gpus=1, framework=framework)
+        estimate = estimate_memory(plan, model, gpus=1, framework=framework, software=software)
         fit = FlavorFit(
             flavor=flavor,
             accelerator=accelerator,
@@ -103,8 +105,10 @@ def evaluate_flavor(
         )
         return fit, estimate
     gpus = flavor.gpu_count
-    estimate = estimate_memory(plan, model, gpus=gpus, accelerator=accelerator, framework=framework)
-    need = estimate.per_gpu.total
+    estimate = estimate_memory(
+        plan, model, gpus=gpus, accelerator=accelerator, framework=framework, software=software
+    )
+    need = estimate.whole_gpu_bytes
     usable = accelerator.usable_bytes
     verdict, reasons = _memory_verdict(need, usable, estimate.managed_bytes)
     refusals = _refusals(plan, flavor, accelerator, estimate)
@@ -127,6 +131,7 @@ def evaluate_flavor(
         verdict=verdict,
         need_bytes=need,
         usable_bytes=usable,
+        outside_allocator_bytes=need - estimate.reserved_bytes,
         reason="; ".join(reasons),
         hours=timing.hours,
         cost=cost,
@@ -306,7 +311,12 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
     # override the packaged frameworks.toml).
     framework = catalog.framework_for(plan)
     estimate = estimate_memory(
-        plan, model, gpus=plan.gpus, accelerator=breakdown_accelerator, framework=framework
+        plan,
+        model,
+        gpus=plan.gpus,
+        accelerator=breakdown_accelerator,
+        framework=framework,
+        software=catalog.software,
     )
     tokens = training_tokens(plan)
     fits = [
@@ -318,6 +328,7 @@ def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) 
             tokens,
             framework=framework,
             slowdowns=catalog.slowdowns,
+            software=catalog.software,
         )[0]
         for flavor in flavors
     ]

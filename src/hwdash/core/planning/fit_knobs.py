@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwdash.core.estimator import architecture, resolve_lora_targets
+from hwdash.core.estimator.fsdp_versions import state_dict_kind
 from hwdash.core.estimator.savers import Savers, resolve_savers
+from hwdash.core.estimator.zero_buffers import zero_settings
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
     Attention,
     FsdpMode,
+    FsdpStateDict,
     Loss,
     Method,
     Offload,
@@ -93,6 +96,8 @@ def knobs_for(
         knobs += _saver_knobs(plan, framework)
         accumulates = plan.grad_accum > 1 or any(k.name == "micro_batch" for k in knobs)
         knobs += _sharding_knobs(plan, gpu_count, savers, accumulates)
+        knobs += _zero_buffer_knobs(plan, model)
+        knobs += _fsdp_buffer_knobs(plan)
         knobs += _optimizer_knobs(plan)
         knobs += _precision_knobs(plan)
         knobs += _lora_knobs(plan, model)
@@ -438,3 +443,75 @@ def _attention_only_targets(plan: Plan, model: ModelSpec) -> tuple[str, ...] | N
     if len(chosen) >= len(current):
         return None
     return names
+
+
+#: DeepSpeed's advice when ZeRO-3 runs out of memory: lower ``stage3_max_live_parameters`` and
+#: ``stage3_max_reuse_distance`` (DeepSpeed's config docs, "Parameter offloading" / ZeRO-3
+#: section, https://www.deepspeed.ai/docs/config-json/); the search offers a tenth of the plan's.
+ZERO3_LIVE_FRACTION = 10
+
+
+def _zero_buffer_knobs(plan: Plan, model: ModelSpec) -> list[Knob]:
+    """DeepSpeed's buffers, smaller (:mod:`hwdash.core.estimator.zero_buffers`), for a plan on
+    ZeRO: the reduce bucket at the Hugging Face Trainer's ``auto`` (hidden^2) where that is
+    smaller, else a quarter; at stage 3 also fewer live parameters, a shorter reuse distance and a
+    prefetch no larger than the Trainer's ``auto``. The same training, more and smaller
+    collectives (no catalog factor)."""
+    if plan.zero == 0 or not plan.is_training:
+        return []
+    hidden = model.hidden_size
+    current = zero_settings(plan, hidden)
+    bucket = (
+        hidden * hidden if hidden * hidden < current.reduce_bucket else current.reduce_bucket // 4
+    )
+    settings: list[Setting] = []
+    if 0 < bucket < current.reduce_bucket:
+        settings.append(
+            Setting(
+                {"ds_reduce_bucket": bucket},
+                f"ZeRO reduce bucket {current.reduce_bucket:.2g}->{bucket:.2g} elements",
+            )
+        )
+    if plan.zero == 3:
+        live = current.max_live_parameters // ZERO3_LIVE_FRACTION
+        reuse = current.max_reuse_distance // ZERO3_LIVE_FRACTION
+        prefetch = min(current.prefetch_bucket, int(0.9 * hidden * hidden))
+        updates: dict[str, Any] = {
+            "ds_max_live_params": live,
+            "ds_max_reuse_distance": reuse,
+            "ds_prefetch_bucket": prefetch,
+        }
+        if settings:
+            updates.update(settings[-1].updates)
+        settings.append(
+            Setting(
+                updates,
+                f"ZeRO-3 live parameters {current.max_live_parameters:.2g}->{live:.2g}, reuse "
+                f"distance {current.max_reuse_distance:.2g}->{reuse:.2g}, prefetch "
+                f"{prefetch:.2g}" + (" and the smaller reduce bucket" if len(updates) > 3 else ""),
+            )
+        )
+    return [Knob("zero_buffers", True, tuple(settings))] if settings else []
+
+
+def _fsdp_buffer_knobs(plan: Plan) -> list[Knob]:
+    """FSDP's own extras turned off (:mod:`hwdash.core.estimator.fsdp_versions`): FSDP1's
+    ``limit_all_gathers`` back on, the reduce-scatter in the gathered dtype instead of fp32, and a
+    sharded state dict instead of FULL_STATE_DICT (whose gather at save is the checkpoint-save
+    phase's transient, :func:`~hwdash.core.estimator.fsdp_versions.state_dict_kind`)."""
+    if plan.fsdp is FsdpMode.NONE:
+        return []
+    knobs: list[Knob] = []
+    if plan.fsdp_version == 1 and plan.fsdp_limit_all_gathers is False:
+        setting = Setting({"fsdp_limit_all_gathers": True}, "FSDP1 limit_all_gathers on")
+        knobs.append(Knob("fsdp_limit_all_gathers", True, (setting,)))
+    if plan.fsdp_reduce_fp32:
+        setting = Setting({"fsdp_reduce_fp32": False}, "FSDP reduce-scatter in bf16 (from fp32)")
+        knobs.append(Knob("fsdp_reduce_fp32", False, (setting,)))
+    if state_dict_kind(plan) is FsdpStateDict.FULL:
+        setting = Setting(
+            {"fsdp_state_dict": FsdpStateDict.SHARDED},
+            "FSDP sharded state dict (no gather at save)",
+        )
+        knobs.append(Knob("fsdp_state_dict", True, (setting,)))
+    return knobs

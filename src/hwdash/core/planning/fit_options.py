@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from hwdash.core.catalog import Catalog
 from hwdash.core.estimator import estimate_memory
+from hwdash.core.estimator.software import Software
 from hwdash.core.plan import LORA_STYLE_METHODS, Offload, Plan
 from hwdash.core.planning.fit import evaluate_flavor, training_tokens
 from hwdash.core.planning.fit_knobs import (
@@ -265,6 +266,7 @@ def _flavor_evaluator(
     flavor_fit: Callable[[Plan], FlavorFit] | None,
     framework: Framework | None,
     slowdowns: Mapping[str, Slowdown] | None,
+    software: Software | None = None,
 ) -> Callable[[Plan], FlavorFit]:
     """A plan's fit on the flavor: ``flavor_fit`` when given, else :func:`evaluate_flavor`."""
     if flavor_fit is not None:
@@ -281,6 +283,7 @@ def _flavor_evaluator(
             training_tokens(candidate_plan),
             framework=framework,
             slowdowns=slowdowns,
+            software=software,
         )[0]
 
     return evaluate
@@ -292,6 +295,7 @@ def _memory_need(
     accelerator: Accelerator,
     framework: Framework | None,
     cache: dict[tuple[Plan, int, str], int],
+    software: Software | None = None,
 ) -> Callable[[Plan], int]:
     """A plan's bytes per GPU on the flavor that must stay on the GPU, through ``cache``."""
 
@@ -305,6 +309,7 @@ def _memory_need(
                 gpus=flavor.gpu_count,
                 accelerator=accelerator,
                 framework=framework,
+                software=software,
             )
             # paged optimizer states may spill to host RAM (see evaluate_flavor)
             need = estimate.per_gpu.total - estimate.managed_bytes
@@ -342,6 +347,7 @@ def search_flavor(
     skip_knobs: frozenset[str] = frozenset(),
     framework: Framework | None = None,
     near_misses: list[FitOption] | None = None,
+    software: Software | None = None,
 ) -> tuple[bool, list[FitOption], int]:
     """(fits already, minimal options, combinations evaluated) for one flavor.
 
@@ -350,11 +356,13 @@ def search_flavor(
     only the knobs that keep the experiment. ``memory_cache`` shares per-GPU needs between flavors
     with the same accelerator and GPU count. ``framework``: the catalog's entry for
     ``plan.framework`` (None: the packaged one); no knob changes the framework. ``slowdowns``: the
-    catalog's step-time factors (None: the packaged ones). ``near_misses``: when given and nothing
-    fits (nor is tight), it receives the :data:`CLOSEST_SHOWN` options that come closest, least
-    memory over first.
+    catalog's step-time factors, ``software`` its software footprint (None: the packaged ones).
+    ``near_misses``: when given and nothing fits (nor is tight), it receives the
+    :data:`CLOSEST_SHOWN` options that come closest, least memory over first.
     """
-    evaluate = _flavor_evaluator(model, flavor, accelerator, flavor_fit, framework, slowdowns)
+    evaluate = _flavor_evaluator(
+        model, flavor, accelerator, flavor_fit, framework, slowdowns, software
+    )
     base = evaluate(plan)
     if base.verdict is FitVerdict.FITS:
         return True, [], 1
@@ -364,7 +372,7 @@ def search_flavor(
         if knob.name not in skip_knobs and (knob.keeps_experiment or not keeps_only)
     ]
     cache = {} if memory_cache is None else memory_cache
-    need_of = _memory_need(model, flavor, accelerator, framework, cache)
+    need_of = _memory_need(model, flavor, accelerator, framework, cache, software)
     tried = _try_combinations(
         plan,
         knobs,
@@ -522,7 +530,10 @@ def find_fit_options(
     searchable = [(f, a) for f in flavors if (a := _searchable(catalog, f)) is not None]
     cache: dict[tuple[Plan, int, str], int] = {}
     framework = catalog.framework_for(plan)
-    found = _search_passes(plan, model, searchable, across, limit, slowdowns, cache, framework)
+    software = catalog.software
+    found = _search_passes(
+        plan, model, searchable, across, limit, slowdowns, cache, framework, software
+    )
     if found.fits_already and not across:
         found.options = []
     elif not across and searchable:
@@ -531,7 +542,15 @@ def find_fit_options(
         target_flavor, target_accelerator = searchable[0]
         for bigger in bigger_siblings(catalog, target_flavor):
             options, count = _on_more_gpus(
-                plan, model, target_flavor, bigger, target_accelerator, slowdowns, cache, framework
+                plan,
+                model,
+                target_flavor,
+                bigger,
+                target_accelerator,
+                slowdowns,
+                cache,
+                framework,
+                software,
             )
             found.evaluated += count
             found.options.extend(options)
@@ -568,6 +587,7 @@ def _search_passes(
     slowdowns: Mapping[str, Slowdown],
     cache: dict[tuple[Plan, int, str], int],
     framework: Framework | None,
+    software: Software | None = None,
 ) -> _Passes:
     """Search every flavor, in passes: across many flavors, the knobs that keep the experiment
     first (an option that changes the experiment never ranks above one that keeps it, so when
@@ -592,6 +612,7 @@ def _search_passes(
                 memory_cache=cache,
                 framework=framework,
                 near_misses=None if across else found.near_misses,
+                software=software,
             )
             found.evaluated += count
             found.fits_already = found.fits_already or already
@@ -604,6 +625,7 @@ def _search_passes(
                     tokens,
                     framework=framework,
                     slowdowns=slowdowns,
+                    software=software,
                 )[0]
                 found.options.append(FitOption(plan, (), ("as it is",), True, fit, 1.0))
             found.options.extend(options)
@@ -680,14 +702,14 @@ def _on_more_gpus(
     slowdowns: Mapping[str, Slowdown],
     cache: dict[tuple[Plan, int, str], int],
     framework: Framework | None = None,
+    software: Software | None = None,
 ) -> tuple[list[FitOption], int]:
     """Options on ``bigger`` (:func:`_moved_to_more_gpus`), as it is or with at most two knobs
     that keep the experiment; their slowdown is over the plan's step time on ``flavor``."""
     moved, keeps, words = _moved_to_more_gpus(plan, flavor, bigger)
     tokens = training_tokens(plan)
-    base_fit = evaluate_flavor(
-        plan, model, flavor, accelerator, tokens, framework=framework, slowdowns=slowdowns
-    )[0]
+    given: dict[str, Any] = {"framework": framework, "slowdowns": slowdowns, "software": software}
+    base_fit = evaluate_flavor(plan, model, flavor, accelerator, tokens, **given)[0]
     fits_as_is, options, count = search_flavor(
         moved,
         model,
@@ -699,11 +721,10 @@ def _on_more_gpus(
         memory_cache=cache,
         skip_knobs=frozenset({"micro_batch"}),  # the accumulation already moved with the GPUs
         framework=framework,
+        software=software,
     )
     if fits_as_is:
-        fit = evaluate_flavor(
-            moved, model, bigger, accelerator, tokens, framework=framework, slowdowns=slowdowns
-        )[0]
+        fit = evaluate_flavor(moved, model, bigger, accelerator, tokens, **given)[0]
         options = [FitOption(moved, (), (), True, fit, None)]
     found: list[FitOption] = []
     for option in options:

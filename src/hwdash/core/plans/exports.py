@@ -53,7 +53,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwdash.core.catalog import Catalog
+from hwdash.core.estimator.fsdp_versions import state_dict_kind
 from hwdash.core.estimator.savers import Savers, resolve_savers
+from hwdash.core.estimator.zero_buffers import zero_settings
 from hwdash.core.plan import (
     FsdpMode,
     Loss,
@@ -66,7 +68,7 @@ from hwdash.core.plan import (
     StoreDtype,
     ValueHead,
 )
-from hwdash.core.plan_fields import file_key
+from hwdash.core.plan_fields import ZERO_KEYS, file_key
 from hwdash.core.results import PlanReport
 from hwdash.core.specs import Flavor, Framework, Slowdown
 
@@ -101,15 +103,31 @@ def trained_method(plan: Plan) -> Method:
 # -- DeepSpeed ----------------------------------------------------------------------------------
 
 
-def deepspeed_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> dict[str, Any]:
-    """The DeepSpeed JSON config of a plan run on ``gpus`` data-parallel GPUs."""
+def deepspeed_config(
+    plan: Plan, gpus: int, *, bf16_hardware: bool = True, hidden: int | None = None
+) -> dict[str, Any]:
+    """The DeepSpeed JSON config of a plan run on ``gpus`` data-parallel GPUs. ``overlap_comm``
+    and ``contiguous_gradients`` as the estimate counted them (the plan's, else DeepSpeed's
+    defaults); the buffer sizes the plan sets, as numbers (an ``auto`` one resolved for a model of
+    width ``hidden``, kept ``"auto"`` without it: the Trainer fills in the same)."""
     if not plan.is_training:
         raise ValueError("DeepSpeed configs are for training plans; inference has none")
+    settings = zero_settings(plan, hidden or 0)
     zero: dict[str, Any] = {
         "stage": plan.zero,
-        "overlap_comm": True,
-        "contiguous_gradients": True,
+        ZERO_KEYS["ds_overlap_comm"]: settings.overlap_comm,
+        ZERO_KEYS["ds_contiguous_gradients"]: settings.contiguous_gradients,
     }
+    resolved = {
+        "ds_reduce_bucket": settings.reduce_bucket,
+        "ds_prefetch_bucket": settings.prefetch_bucket,
+        "ds_persistence_threshold": settings.persistence_threshold,
+    }
+    for name, key in ZERO_KEYS.items():
+        value = getattr(plan, name)
+        if value is None or key in zero:
+            continue
+        zero[key] = resolved[name] if value == "auto" and hidden else value
     if plan.offload in (Offload.OPTIMIZER, Offload.PARAMS):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if plan.offload is Offload.PARAMS:
@@ -250,6 +268,15 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             missing.append(f"--fsdp {plan.fsdp.value}")
         if kind == "accelerate" and _writes_sync_each_batch(plan, savers) and plan.grad_accum > 1:
             missing.append("--sync-each-batch")
+        if kind == "accelerate" and plan.zero:
+            # accelerate's deepspeed_config block has no buffer keys (a deepspeed_config_file
+            # written by --export deepspeed does)
+            missing.extend(
+                f"{FIELD_WORDS[name]} {_flag_value(getattr(plan, name))}"
+                for name in ZERO_KEYS
+                if getattr(plan, name) is not None
+            )
+        missing.extend(_uncarried_fsdp(plan, kind))
     if plan.tp > 1 or plan.pp > 1:
         missing.append(f"--tp {plan.tp} --pp {plan.pp}")
     if kind in ("deepspeed", "accelerate"):
@@ -260,6 +287,42 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             method += f" --rl-method {plan.rl_method.value}"
         missing.insert(0, method)
     return missing
+
+
+def _uncarried_fsdp(plan: Plan, kind: str) -> list[str]:
+    """The FSDP settings a ``kind`` export cannot write: the rate limiter and the reduce dtype
+    (code: ``FullyShardedDataParallelPlugin``), and, outside accelerate's config, a state dict
+    other than the version's default."""
+    if plan.fsdp is FsdpMode.NONE:
+        return []
+    missing = []
+    if plan.fsdp_limit_all_gathers is False:
+        missing.append("--no-fsdp-limit-all-gathers")
+    if plan.fsdp_reduce_fp32:
+        missing.append("--fsdp-reduce-fp32")
+    default = plan.model_copy(update={"fsdp_state_dict": None})
+    if kind != "accelerate" and state_dict_kind(plan) is not state_dict_kind(default):
+        missing.append(f"--fsdp-state-dict {state_dict_kind(plan).value}")
+    return missing
+
+
+#: The flags of the DeepSpeed buffer fields, as ``uncarried_settings`` names them.
+FIELD_WORDS = {
+    "ds_reduce_bucket": "--ds-reduce-bucket",
+    "ds_allgather_bucket": "--ds-allgather-bucket",
+    "ds_overlap_comm": "--ds-overlap-comm",
+    "ds_contiguous_gradients": "--ds-contiguous-gradients",
+    "ds_prefetch_bucket": "--ds-prefetch-bucket",
+    "ds_max_live_params": "--ds-max-live-params",
+    "ds_max_reuse_distance": "--ds-max-reuse-distance",
+    "ds_persistence_threshold": "--ds-persistence-threshold",
+    "ds_sub_group_size": "--ds-sub-group-size",
+}
+
+
+def _flag_value(value: Any) -> str:
+    """A buffer field's value as its flag takes it (true/false for the switches)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _writes_sync_each_batch(plan: Plan, savers: Savers) -> bool:
@@ -413,6 +476,9 @@ def _trainer_arguments(
     fsdp = trainer_fsdp(plan)
     if fsdp is not None:
         arguments.append(("fsdp", fsdp))
+        if plan.fsdp_version == 1:
+            # the Trainer runs FSDP2 unless fsdp_config says version 1 (training_args.py)
+            arguments.append(("fsdp_config", {"version": 1}))
     if _writes_sync_each_batch(plan, savers):
         arguments.append(
             ("accelerator_config", {"gradient_accumulation_kwargs": {"sync_each_batch": True}})
@@ -495,11 +561,12 @@ def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> d
         }
     if plan.fsdp is not FsdpMode.NONE:
         config["fsdp_config"] = {
+            "fsdp_version": plan.fsdp_version,
             "fsdp_sharding_strategy": FSDP_STRATEGIES[plan.fsdp],
             "fsdp_offload_params": plan.fsdp_offload,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",  # one unit per decoder layer
             "fsdp_backward_prefetch": "BACKWARD_PRE",
-            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_state_dict_type": f"{state_dict_kind(plan).value.upper()}_STATE_DICT",
             "fsdp_use_orig_params": True,  # PEFT's frozen and trained weights in one unit
             "fsdp_cpu_ram_efficient_loading": True,
             "fsdp_sync_module_states": True,
@@ -620,7 +687,9 @@ def _export_deepspeed(
             "DeepSpeed's bf16/fp16 keeps an fp32 master copy: the memory is that of "
             "--precision mixed"
         )
-    config = deepspeed_config(plan, target.gpus, bf16_hardware=target.bf16)
+    config = deepspeed_config(
+        plan, target.gpus, bf16_hardware=target.bf16, hidden=report.model.hidden_size
+    )
     return strict_json.dumps(config, indent=2) + "\n", notes
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hwdash.core.plan import FsdpMode, Offload, Precision
+from hwdash.core.plan import FsdpMode, FsdpStateDict, Offload, Precision
+from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
 
@@ -33,6 +34,10 @@ def read_accelerate(reader: ConfigReader, out: ImportedPlan) -> None:
             out.updates["offload"] = Offload.OPTIMIZER
         else:
             out.updates["offload"] = Offload.NONE
+        if "deepspeed_config_file" in deepspeed:
+            # the DeepSpeed JSON beside the config: its buffers (and stage, offload) are read
+            nested = ConfigReader(reader.path, deepspeed, reader.chain, reader.read_nested)
+            deepspeed_path(nested, "deepspeed_config_file", out)
     fsdp = reader.mapping("fsdp_config")
     if fsdp or distributed == "FSDP":
         _fsdp_block(reader, fsdp, out)
@@ -88,6 +93,7 @@ def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan
         )
         mode = FsdpMode.FULL
     out.updates["fsdp"] = mode
+    _fsdp_version_keys(reader, fsdp, out)
     offload = fsdp.get("fsdp_offload_params", False)
     if not isinstance(offload, bool):
         raise reader.bad("fsdp_config.fsdp_offload_params", "true or false", offload)
@@ -96,3 +102,31 @@ def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan
     processes = out.updates.get("gpus")
     if mode is FsdpMode.HYBRID and machines and processes and processes % machines == 0:
         out.updates["gpus_per_node"] = processes // machines
+
+
+#: accelerate's ``fsdp_state_dict_type`` (accelerate/utils/constants.py ``FSDP_STATE_DICT_TYPE``).
+_STATE_DICTS = {
+    "FULL_STATE_DICT": FsdpStateDict.FULL,
+    "SHARDED_STATE_DICT": FsdpStateDict.SHARDED,
+}
+
+
+def _fsdp_version_keys(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan) -> None:
+    """``fsdp_version`` (absent: 1, accelerate's default, ``FullyShardedDataParallelPlugin``
+    in accelerate/utils/dataclasses.py) and ``fsdp_state_dict_type``."""
+    version = fsdp.get("fsdp_version", 1)
+    if isinstance(version, str) and version.strip() in ("1", "2"):
+        version = int(version)
+    if isinstance(version, bool) or version not in (1, 2):
+        raise reader.bad("fsdp_config.fsdp_version", "1 or 2", version)
+    out.updates["fsdp_version"] = version
+    kind = fsdp.get("fsdp_state_dict_type")
+    if kind is None:
+        return
+    state_dict = _STATE_DICTS.get(str(kind).upper())
+    if state_dict is None:
+        out.notes.append(
+            f"fsdp_state_dict_type {kind!r} is not modelled: saved as a sharded state dict"
+        )
+        state_dict = FsdpStateDict.SHARDED
+    out.updates["fsdp_state_dict"] = state_dict

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hwdash.core.plan import Offload, Precision
+from hwdash.core.plan_fields import ZERO_KEYS
 from hwdash.core.plans.from_reader import (
     FLAG,
     ConfigReader,
@@ -54,6 +55,49 @@ def zero_block(reader: ConfigReader, zero: Mapping[str, Any], out: ImportedPlan)
         out.updates["offload"] = Offload.OPTIMIZER
     elif zero:
         out.updates["offload"] = Offload.NONE
+    zero_buffer_keys(reader, zero, out)
+
+
+#: The DeepSpeed buffers whose ``"auto"`` the Hugging Face Trainer fills from the model
+#: (transformers/integrations/deepspeed.py, ``trainer_config_finalize``).
+_AUTO_KEYS = ("ds_reduce_bucket", "ds_prefetch_bucket", "ds_persistence_threshold")
+#: The true/false settings among them.
+_SWITCH_KEYS = ("ds_overlap_comm", "ds_contiguous_gradients")
+
+
+def zero_buffer_keys(reader: ConfigReader, zero: Mapping[str, Any], out: ImportedPlan) -> None:
+    """The buffer sizes and switches of a ``zero_optimization`` table (DeepSpeed's names,
+    :data:`~hwdash.core.plan_fields.ZERO_KEYS`): element counts (``5e8`` reads as a float in
+    JSON), true/false, or ``"auto"`` where the Trainer fills it in."""
+    for name, key in ZERO_KEYS.items():
+        value = zero.get(key)
+        where = f"zero_optimization.{key}"
+        if value is None:
+            continue
+        if value == "auto":
+            if name in _AUTO_KEYS:
+                out.updates[name] = "auto"
+            else:
+                out.notes.append(f"{where} 'auto' has no Trainer value: DeepSpeed's default used")
+        elif name in _SWITCH_KEYS:
+            if not isinstance(value, bool):
+                raise reader.bad(where, "true or false", value)
+            # DeepSpeed's own default (overlap_comm: on at stage 3 only; contiguous_gradients:
+            # on) stays unset, as the plan says it
+            default = zero.get("stage") == 3 if name == "ds_overlap_comm" else True
+            if value != default:
+                out.updates[name] = value
+        else:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not float(value).is_integer()
+                or not 0 <= value <= 10**13
+            ):
+                raise reader.bad(where, "a whole number of elements (e.g. 5e8)", value)
+            if name == "ds_sub_group_size" and value == 0:
+                raise reader.bad(where, "a whole number of elements above 0", value)
+            out.updates[name] = int(value)
 
 
 def deepspeed_path(reader: ConfigReader, key: str, out: ImportedPlan) -> None:
@@ -93,7 +137,7 @@ def _deepspeed_file(reader: ConfigReader, key: str, value: str, out: ImportedPla
             flag=FLAG,
         )
     nested = reader.read_nested(path, reader.chain)
-    for name in ("zero", "offload"):
+    for name in ("zero", "offload", *ZERO_KEYS):
         if name in nested.updates:
             out.updates[name] = nested.updates[name]
     if nested.updates.get("precision") is Precision.MIXED:

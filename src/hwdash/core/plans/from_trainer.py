@@ -140,6 +140,14 @@ def _trainer_fsdp(reader: ConfigReader, out: ImportedPlan) -> None:
         )
         return
     out.updates["fsdp_offload"] = "offload" in words
+    # fsdp_config's "version" (absent: 2, transformers/training_args.py ``fsdp_config``)
+    config = reader.get("fsdp_config")
+    version = config.get("version", 2) if isinstance(config, Mapping) else 2
+    if isinstance(version, str) and version.strip() in ("1", "2"):
+        version = int(version)
+    if isinstance(version, bool) or version not in (1, 2):
+        raise reader.bad("fsdp_config.version", "1 or 2", version)
+    out.updates["fsdp_version"] = version
 
 
 def _accelerator_config(reader: ConfigReader, out: ImportedPlan) -> None:

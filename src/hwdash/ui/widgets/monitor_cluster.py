@@ -4,6 +4,9 @@ A single widget drawing its own lines (Textual's line API): only the lines on sc
 each line is cached by its text, and a round that changes a few GPUs repaints a few lines, so 100
 hosts x 8 GPUs stay cheap (``bench/cluster_bench.py``). Hosts are ordered by their fullest GPU, the
 GPUs of a host by pressure; a host whose data stopped is marked stale on its heading and its rows.
+A GPU with health diagnoses in force on its host (``hwdash exporter``'s ``hwdash_gpu_diagnosis*``
+series) has a second line under it in the host's own words: the first diagnosis, its hint and how
+many more, cut to the width (as the GPU card's detail line says it on this machine).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class ClusterLine:
     """One line of the table: a host heading or one GPU."""
 
     kind: str
-    """``gpu`` (one line per GPU)."""
+    """``gpu`` (one line per GPU) or ``diagnosis`` (under a GPU with diagnoses in force)."""
     text: tuple[str, ...]
     """The cells' text (what the line's cache is keyed on)."""
     bar: BarModel | None = None
@@ -95,8 +98,25 @@ def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[Cluster
                     "gpu", text, bar=bar, alert=alert, stale=stale, colours=reading_styles(gpu)
                 )
             )
+            if gpu.diagnoses:
+                lines.append(ClusterLine("diagnosis", (diagnosis_text(gpu),), stale=stale))
     return lines
 
+
+def diagnosis_text(gpu: GpuSample) -> str:
+    """``⚠ <message> (+N more); <hint>``: the GPU's first diagnosis, the count of the others before
+    the hint so a narrow screen that cuts the line still shows it."""
+    first = gpu.diagnoses[0]
+    more = f" (+{len(gpu.diagnoses) - 1} more)" if len(gpu.diagnoses) > 1 else ""
+    hint = f"; {first.hint}" if first.hint else ""
+    return f"⚠ {first.message}{more}{hint}"
+
+
+RIGHT_MARGIN = 4
+"""Cells a line leaves free at its right end (two are the scroll bar's when the table is taller
+than the screen)."""
+DIAGNOSIS_INDENT = HOST_WIDTH + 4
+"""Where a diagnosis line starts: under the GPU's name (the host column and the GPU's number)."""
 
 #: Widths of the cells after the name: pressure, memory, forecast, util, temp, power.
 CELL_WIDTHS = (4, 13, 5, 4, 5, 6)
@@ -107,8 +127,7 @@ HEADINGS = ("host", "GPU", "memory", "full", "in use", "OOM", "util", "temp", "p
 def cluster_bar_width(width: int) -> int:
     """The memory bar's width in a table ``width`` cells wide (what is left after the cells)."""
     cells = sum(CELL_WIDTHS) + len(CELL_WIDTHS)
-    # Two cells are the scroll bar's when the table is taller than the screen.
-    return max(BAR_MIN, width - HOST_WIDTH - NAME_WIDTH - cells - 4)
+    return max(BAR_MIN, width - HOST_WIDTH - NAME_WIDTH - cells - RIGHT_MARGIN)
 
 
 def heading_text(width: int) -> str:
@@ -147,10 +166,12 @@ class ClusterTable(ScrollView, can_focus=True):
         "cluster-table--host",
         "cluster-table--alert",
         "cluster-table--stale",
+        "cluster-table--diagnosis",
     }
     DEFAULT_CSS = """
     ClusterTable { height: 1fr; min-height: 3; }
     ClusterTable > .cluster-table--host { text-style: bold; color: $accent; }
+    ClusterTable > .cluster-table--diagnosis { color: $warning; }
     ClusterTable > .cluster-table--alert { color: $error; text-style: bold; }
     ClusterTable > .cluster-table--stale { text-style: dim italic; }
     """
@@ -211,6 +232,11 @@ class ClusterTable(ScrollView, can_focus=True):
             style += self.get_component_rich_style("cluster-table--alert", partial=True)
         if line.stale:
             style += self.get_component_rich_style("cluster-table--stale", partial=True)
+        if line.kind == "diagnosis":
+            style += self.get_component_rich_style("cluster-table--diagnosis", partial=True)
+            text = fit_text(line.text[0], width - DIAGNOSIS_INDENT - RIGHT_MARGIN, "left")
+            segments = [Segment(" " * DIAGNOSIS_INDENT, base), Segment(text, style)]
+            return Strip(segments).crop_extend(0, width, base)
         bar_width = cluster_bar_width(width)
         segments = [
             Segment(fit_text(line.text[0], HOST_WIDTH, "left") + " ", host_style),

@@ -91,6 +91,18 @@ def clock_text(mhz: int) -> str:
     return f"{mhz / 1000:.1f} GHz"
 
 
+def activity_text(gpu: GpuSample) -> str | None:
+    """How busy the SMs are and where the number comes from: ``SM active 63% (GPM)`` (Hopper and
+    later), else NVML's utilization said to be what it is (the share of time a kernel ran,
+    however few SMs it used): ``util 98% (NVML, not SM activity)``; None without either."""
+    activity = gpu.activity
+    if activity is None or activity.sm_active is None:
+        return None
+    if activity.source == "gpm":
+        return f"SM active {activity.sm_active:.0f}% (GPM)"
+    return f"util {activity.sm_active:.0f}% (NVML, not SM activity)"
+
+
 def detail_text(gpu: GpuSample) -> str:
     """The second line of a wide card: what rarely changes (reserved memory, clocks, processes,
     UUID) and what could not be read; the live numbers are on the first line."""
@@ -103,6 +115,9 @@ def detail_text(gpu: GpuSample) -> str:
         first = gpu.diagnoses[0]
         more = f" (+{len(gpu.diagnoses) - 1} more)" if len(gpu.diagnoses) > 1 else ""
         parts.insert(0, f"⚠ {first.message}: {first.hint}{more}")
+    activity = activity_text(gpu)
+    if activity:  # left out first where the line is too short (fit_detail)
+        parts.append(activity)
     if gpu.sm_clock_mhz is not None:
         parts.append(f"SM {clock_text(gpu.sm_clock_mhz)}")
     if gpu.memory_clock_mhz is not None:
@@ -156,6 +171,8 @@ class GpuCells:
     detail: str
     uuid: str | None = None
     """The UUID at the end of ``detail`` (cut in its middle when the line is too long)."""
+    activity: str | None = None
+    """The activity's words in ``detail`` (:func:`activity_text`), left out before the UUID is."""
     #: Colours of the utilization, temperature and power cells by intensity ("" for none).
     styles: tuple[str, str, str] = ("", "", "")
 
@@ -189,6 +206,7 @@ def gpu_cells(gpu: GpuSample, *, wide: bool) -> GpuCells:
         power=power_text(gpu, wide=wide),
         detail=detail_text(gpu),
         uuid=gpu.uuid,
+        activity=activity_text(gpu),
         styles=reading_styles(gpu),
     )
 
@@ -259,10 +277,17 @@ def cut_middle(text: str, width: int) -> str:
     return text[:head] + "…" + (text[-tail:] if tail else "")
 
 
-def fit_detail(text: str, width: int, uuid: str | None) -> str:
+def fit_detail(text: str, width: int, uuid: str | None, optional: str | None = None) -> str:
     """A detail line in exactly ``width`` cells; when it ends with ``uuid`` and is too long, the
     UUID is cut in its middle, so the end that tells GPUs apart stays on screen (the parts before
-    it keep their room: with less than :data:`UUID_MIN_CELLS` left, the UUID is left out)."""
+    it keep their room: with less than :data:`UUID_MIN_CELLS` left, the UUID is left out). The
+    ``optional`` part (the activity's words) goes first: it stays only while the UUID keeps at
+    least :data:`UUID_MIN_CELLS`."""
+    part = f"  ·  {optional}"
+    if optional and uuid and text.endswith(uuid) and part in text:
+        head = text[: -len(uuid)]
+        if cell_len(text) > width and width - cell_len(head) < UUID_MIN_CELLS:
+            text = text.replace(part, "", 1)
     if not uuid or cell_len(text) <= width or not text.endswith(uuid):
         return fit_text(text, width, "left")
     head = text[: -len(uuid)]
@@ -364,6 +389,7 @@ class GpuCard(Widget):
         self.detail_cell = _Shown()
         self.detail_cell.display = False
         self.detail_uuid: str | None = None
+        self.detail_activity: str | None = None
         """The UUID the detail line ends with (cut in its middle to fit)."""
         self.reading_styles: tuple[str, str, str] = ("", "", "")
         self.bar = _BarShown()
@@ -418,6 +444,7 @@ class GpuCard(Widget):
         self.power_cell.shown = cells.power
         self.detail_cell.shown = cells.detail
         self.detail_uuid = cells.uuid
+        self.detail_activity = cells.activity
         self.reading_styles = cells.styles
         two_lines = wide or problem is not None
         self.detail_cell.display = two_lines
@@ -535,4 +562,6 @@ class GpuCard(Widget):
         _base, _hot, style = self._line_styles()
         indent = self._layout()[1][1]  # under the bar
         text = " " * indent + self.detail_cell.shown
-        return Strip([Segment(fit_detail(text, width, self.detail_uuid), style)], width)
+        return Strip(
+            [Segment(fit_detail(text, width, self.detail_uuid, self.detail_activity), style)], width
+        )

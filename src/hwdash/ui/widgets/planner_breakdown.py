@@ -1,4 +1,5 @@
-"""The planner's memory breakdown: one bar per component, the per-GPU total and host RAM for offload."""
+"""The planner's memory breakdown: one bar per component, the per-GPU total (the whole GPU), torch's
+allocated and reserved peaks, and host RAM for offload."""
 
 from __future__ import annotations
 
@@ -65,6 +66,14 @@ def render_breakdown(estimate: MemoryEstimate, width: int, *, stale: bool = Fals
     gpus = f" x {estimate.gpus} GPUs" if estimate.gpus > 1 else ""
     out.append(f"{'per GPU':<{_LABEL_WIDTH}}", style="bold")
     out.append(f"{format_bytes(total)}{gpus}", style="bold")
+    # the per-GPU total is the whole GPU (what nvidia-smi shows); under it the allocator's two
+    # peaks (torch.cuda's max_memory_allocated and max_memory_reserved)
+    out.append(f"\n{'allocated':<{_LABEL_WIDTH}}", style=dim)
+    out.append(
+        f"{format_bytes(estimate.allocated_bytes)} "
+        f"(reserved {format_bytes(estimate.reserved_bytes)})",
+        style=dim,
+    )
     out.append(f"\n{'peak at':<{_LABEL_WIDTH}}", style=dim)
     out.append(estimate.peak_phase, style=dim)
     if estimate.host_bytes:
@@ -96,5 +105,6 @@ class MemoryBreakdownView(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.estimate is None:
             return 1
-        # one row per component, the per-GPU total, the peak phase and host RAM for offload
-        return len(MEMORY_COMPONENTS) + 2 + (1 if self.estimate.host_bytes else 0)
+        # one row per component, the per-GPU total (the whole GPU), torch's allocated and
+        # reserved, the peak phase and host RAM for offload
+        return len(MEMORY_COMPONENTS) + 3 + (1 if self.estimate.host_bytes else 0)

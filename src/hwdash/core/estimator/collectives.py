@@ -1,0 +1,113 @@
+"""NCCL communicator buffers: device memory NCCL allocates outside PyTorch's caching allocator.
+
+Each process group a plan creates gets an NCCL communicator, and each communicator connects its
+ranks over channels. Every connection holds one buffer per protocol (LL, LL128, Simple) on one of
+its two GPUs: ``p2pRecvSetup`` allocates them on the receiver, except Simple on the sender under
+P2P read (NVIDIA/nccl ``src/transport/p2p.cc``), so per rank a ring channel costs one connection's
+buffers, whichever way the link reads. The buffer sizes are NCCL's defaults (``src/init.cc``,
+``computeBuffSizes``; ``NCCL_BUFFSIZE`` overrides Simple's: the plan's ``nccl_buffsize``) and the
+channel counts depend on the link (``[[interconnect]]``); both are data in ``catalog/software.toml``.
+NCCL ``cudaMalloc``\\ s these itself: NVML counts them, ``torch.cuda.memory_reserved`` never does.
+
+The groups (:func:`comm_groups`):
+
+* DDP, DeepSpeed ZeRO, RL and FSDP full shard: the data-parallel world group, a ring of every GPU;
+  DeepSpeed ZeRO adds a second communicator over the same GPUs: its engine reduces and gathers on a
+  clone of the world group (``_clone_world_group`` in ``deepspeed/utils/groups.py``, a
+  ``dist.new_group`` of every rank), while the launcher's barriers use the default group;
+* FSDP hybrid shard: the shard group (one node) and the replicate group (one GPU per node)
+  (``torch.distributed.fsdp``'s ``HYBRID_SHARD`` builds both);
+* Megatron-LM: the tensor-parallel group and the data-parallel group (rings), and the pipeline's
+  point-to-point sends and receives to the previous and the next stage
+  (``megatron/core/parallel_state.py``, ``initialize_model_parallel``);
+* multi-GPU inference splits the weights over the GPUs: a tensor-parallel group of every GPU (vLLM
+  and TGI; ``device_map="auto"`` runs layer by layer with no communicator and needs less).
+
+Left out: NVLink SHARP (NVLS) buffers on NVSwitch systems, trees across nodes (with
+``NCCL_RUNTIME_CONNECT=1``, NCCL's default since 2.22, connections are made when an algorithm is
+first used; one node runs rings), Megatron's smaller groups (embedding, position embedding) and
+NCCL's own small structures (work FIFO, device communicator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hwdash.core.estimator.parallelism import fsdp_shard_size
+from hwdash.core.plan import FsdpMode, Method, Plan
+from hwdash.core.specs import Interconnect, NcclBuffers
+
+
+@dataclass(frozen=True)
+class CommGroup:
+    """One NCCL communicator a rank belongs to."""
+
+    name: str
+    ranks: int
+    pattern: Literal["ring", "p2p"]
+    """``ring``: collectives (all-reduce, all-gather, reduce-scatter); ``p2p``: pipeline sends."""
+
+
+def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
+    """The communicators one rank of ``plan`` on ``gpus`` GPUs joins (none on one GPU)."""
+    if gpus <= 1:
+        return ()
+    groups: list[CommGroup] = []
+    if plan.tp > 1 or plan.pp > 1:
+        if plan.tp > 1:
+            groups.append(CommGroup("tensor-parallel", plan.tp, "ring"))
+        if plan.pp > 1:
+            groups.append(CommGroup("pipeline-parallel", plan.pp, "p2p"))
+        data = gpus // (plan.tp * plan.pp)
+        if data > 1:
+            groups.append(CommGroup("data-parallel", data, "ring"))
+    elif plan.fsdp is FsdpMode.HYBRID:
+        shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
+        if shard > 1:
+            groups.append(CommGroup("FSDP shard", shard, "ring"))
+        if gpus // shard > 1:
+            groups.append(CommGroup("FSDP replicate", gpus // shard, "ring"))
+    elif plan.fsdp is FsdpMode.FULL:
+        groups.append(CommGroup("FSDP shard", gpus, "ring"))
+    elif plan.method is Method.INFERENCE:
+        groups.append(CommGroup("tensor-parallel", gpus, "ring"))
+    else:
+        groups.append(CommGroup("data-parallel", gpus, "ring"))
+        if plan.zero:
+            groups.append(CommGroup("DeepSpeed world clone", gpus, "ring"))
+    return tuple(groups)
+
+
+def connection_bytes(nccl: NcclBuffers, buffsize: int | None) -> int:
+    """One connection's buffers: LL + LL128 + Simple (``buffsize``: ``NCCL_BUFFSIZE``)."""
+    simple = nccl.simple_bytes if buffsize is None else buffsize
+    return nccl.ll_bytes + nccl.ll128_bytes + simple
+
+
+def group_bytes(
+    group: CommGroup, link: Interconnect, nccl: NcclBuffers, buffsize: int | None
+) -> int:
+    """Bytes one rank holds for ``group``: channels x connections x one connection's buffers.
+
+    A ring channel gives each rank one connection's buffers (from its previous rank; the one to its
+    next rank lives there). A pipeline stage receives from the previous stage (forward) and the
+    next one (backward): two peers in the middle of the pipeline, one at an end when there are two
+    stages, each over ``p2p_channels_per_peer`` channels.
+    """
+    if group.ranks <= 1:
+        return 0
+    per_connection = connection_bytes(nccl, buffsize)
+    if group.pattern == "ring":
+        return link.coll_channels * per_connection
+    peers = min(2, group.ranks - 1)
+    return link.p2p_channels_per_peer * peers * per_connection
+
+
+def nccl_bytes(
+    plan: Plan, gpus: int, link: Interconnect, nccl: NcclBuffers
+) -> tuple[int, tuple[CommGroup, ...]]:
+    """Every communicator's buffers on one rank, and the groups counted."""
+    groups = comm_groups(plan, gpus)
+    total = sum(group_bytes(group, link, nccl, plan.nccl_buffsize) for group in groups)
+    return total, groups

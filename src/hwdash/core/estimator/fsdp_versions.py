@@ -1,0 +1,226 @@
+"""What FSDP1 and FSDP2 hold beyond the sharded states and the gathered units
+(:func:`hwdash.core.estimator.parallelism.add_fsdp_training`): padding, staging buffers, the
+all-gathers the CPU may run ahead with, the fp32 reduce-scatter and a full state dict at save.
+
+Sources (PyTorch 2.13, ``torch/distributed/fsdp``):
+
+* FSDP1 (``FullyShardedDataParallel``), ``_flat_param.py``: each unit's parameters are flattened
+  into one ``FlatParameter`` padded to a multiple of the shard count (``numel_to_pad =
+  world_size - total_numel % world_size``), so each rank's shard is ``ceil(numel / N)`` elements.
+  ``_runtime_utils.py``: ``_unshard`` waits on ``_free_event_queue`` when ``limit_all_gathers``
+  is on, and ``_limiter_utils.py`` lets at most two all-gathers be in flight
+  (``_max_num_inflight_all_gathers = 2``); off, nothing bounds how far the CPU thread issues
+  all-gathers ahead of the GPU. ``_post_backward_hook`` casts the unsharded gradient to
+  ``reduce_dtype`` when it differs (``flat_param.grad.to(handle._reduce_dtype)``, the original
+  kept until the hook returns) and ``_get_reduce_scatter_tensors`` allocates the new sharded
+  gradient (``torch.empty_like(chunks[0])``). With ``CPUOffload(offload_params=True)`` the shard
+  is copied to the GPU before the all-gather and the gradient shard back to pinned host memory.
+* FSDP2 (``fully_shard``), ``_fully_shard/_fsdp_collectives.py``: ``foreach_all_gather``
+  allocates the all-gather output (the whole unit, ``world_size`` x the padded shard) and
+  ``foreach_all_gather_copy_out`` copies it into each parameter's own unsharded tensor, so a
+  gathered unit exists twice until the copy is done; ``foreach_reduce`` allocates the
+  reduce-scatter input (the unit's padded unsharded gradients in ``reduce_dtype``) and output
+  (``1/N`` of it), the unsharded gradients freed only after the copy-in. Each parameter is
+  sharded on dim 0, padded to a multiple of ``N`` (``_get_dim0_padded_size``): no flat padding.
+* Mixed precision: ``MixedPrecision(reduce_dtype=...)`` / ``MixedPrecisionPolicy(reduce_dtype=...)``;
+  torchtitan's default reduce dtype is float32 (``torchtitan/config/job_config.py``,
+  ``mixed_precision_reduce``), accelerate sets it to ``param_dtype``
+  (``accelerate/utils/dataclasses.py``).
+* ``FULL_STATE_DICT`` at save: accelerate's ``FullStateDictConfig(offload_to_cpu=True,
+  rank0_only=True)`` (``accelerate/utils/dataclasses.py``, ``set_state_dict_type``): each unit is
+  gathered in full precision on the GPU, one at a time, and copied to rank 0's host memory, which
+  ends up holding the whole model. accelerate's default state dict is full for FSDP1 and sharded
+  for FSDP2 (same file).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hwdash.core.estimator import phases as est_phases
+from hwdash.core.estimator.architecture import Architecture
+from hwdash.core.plan import FsdpStateDict, Method, Plan
+from hwdash.core.units import GIB
+
+#: FSDP1's rate limiter: at most this many all-gathers in flight
+#: (torch/distributed/fsdp/_limiter_utils.py, ``_max_num_inflight_all_gathers``).
+FSDP1_INFLIGHT_ALL_GATHERS = 2
+#: Without the limiter nothing bounds the CPU's run-ahead; hwdash counts as many units again as
+#: the limiter would have allowed in flight (an assumption, said in a warning).
+FSDP1_UNLIMITED_EXTRA_UNITS = FSDP1_INFLIGHT_ALL_GATHERS
+
+#: Bytes of an fp32 reduce-scatter (``reduce_dtype=torch.float32``).
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class FsdpUnits:
+    """What one model's FSDP units look like to the version terms."""
+
+    shard: int
+    """GPUs one shard group spans."""
+    gathered_bytes: float
+    """Bytes per parameter of a gathered unit (``param_dtype``)."""
+    sharded_bytes: float
+    """Bytes per parameter of the sharded parameters (full precision under a mixed policy)."""
+    reduced_unit: float
+    """Parameters of the unit whose gradient is reduce-scattered at the end of backward (0: the
+    gradients are too small to count, a LoRA-style plan's adapters)."""
+
+
+def state_dict_kind(plan: Plan) -> FsdpStateDict:
+    """The plan's state dict, or accelerate's default for its FSDP version."""
+    if plan.fsdp_state_dict is not None:
+        return plan.fsdp_state_dict
+    return FsdpStateDict.FULL if plan.fsdp_version == 1 else FsdpStateDict.SHARDED
+
+
+def reduce_bytes(plan: Plan, gathered_bytes: float) -> float:
+    """Bytes per element of the reduce-scatter: fp32 with ``--fsdp-reduce-fp32``, else the
+    gathered dtype."""
+    return float(FP32_BYTES) if plan.fsdp_reduce_fp32 else gathered_bytes
+
+
+def flat_padding_elements(arch: Architecture, shard: int) -> float:
+    """FSDP1: the padding each rank's shards carry, over every unit (the blocks, the embedding,
+    the output layer): ``ceil(numel / N) - numel / N`` per unit."""
+    units = [arch.block_params] * arch.layers + [arch.embedding_params, arch.lm_head_params]
+    return sum(math.ceil(numel / shard) - numel / shard for numel in units if numel)
+
+
+def dim0_padding_elements(arch: Architecture, shard: int) -> float:
+    """FSDP2: each parameter's dim 0 padded to a multiple of ``N``: the padding per rank over
+    every parameter (linear weights are ``out x in``, fused experts ``experts x ...``, biases and
+    norms one dim, the embedding and output layer ``vocab x hidden``)."""
+
+    def pad(rows: int, per_row: int) -> float:
+        return (math.ceil(rows / shard) * shard - rows) * per_row / shard
+
+    per_layer = 0.0
+    for linear in arch.linears:
+        if linear.copies > 1:
+            per_layer += pad(linear.copies, linear.in_features * linear.out_features)
+        else:
+            per_layer += pad(linear.out_features, linear.in_features)
+        if linear.bias:
+            per_layer += pad(linear.out_features * linear.copies, 1)
+    norms = max(1, arch.norm_params_per_layer // max(1, arch.hidden))
+    per_layer += norms * pad(arch.hidden, 1)
+    total = per_layer * arch.layers
+    if arch.final_norm_params:
+        total += pad(arch.hidden, arch.final_norm_params // max(1, arch.hidden))
+    for top in (arch.embedding_params, arch.lm_head_params):
+        if top:
+            total += pad(arch.vocab, top // max(1, arch.vocab))
+    return total
+
+
+def add_version_terms(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+) -> None:
+    """FSDP1's or FSDP2's own terms for one model (see the module docstring)."""
+    both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
+    version = f"FSDP{plan.fsdp_version}"
+    reduce = reduce_bytes(plan, units.gathered_bytes)
+    if plan.fsdp_version == 1:
+        staging = _fsdp1_terms(plan, arch, units, acc, label, reduce)
+    else:
+        staging = _fsdp2_terms(plan, arch, units, acc, label, reduce)
+    acc.last_layer_activations += staging
+    acc.note(
+        f"{label} {version} reduce-scatter staging ({int(reduce)}-byte)",
+        staging,
+        est_phases._BACKWARD_END_ONLY,
+    )
+    if plan.fsdp_offload:
+        # the shards of the units in flight copied in, one gradient shard copied out
+        in_flight = FSDP1_INFLIGHT_ALL_GATHERS * arch.block_params * units.sharded_bytes
+        offload = in_flight / units.shard + units.reduced_unit * reduce / units.shard
+        acc.activations += offload
+        acc.last_layer_activations += offload
+        acc.note(f"{label} {version} CPU-offload staging (shards in flight)", offload, both)
+    if state_dict_kind(plan) is FsdpStateDict.FULL and method is Method.FULL:
+        _note_full_state_dict(arch, units, acc, label, version)
+
+
+def _fsdp1_terms(
+    plan: Plan,
+    arch: Architecture,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+    reduce: float,
+) -> float:
+    """FSDP1's flat-parameter padding and unlimited all-gathers; returns its reduce-scatter
+    staging bytes (the unsharded gradient cast to ``reduce_dtype`` where it differs, and the new
+    shard)."""
+    both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
+    version = "FSDP1"
+    unit = units.reduced_unit
+    padding = flat_padding_elements(arch, units.shard) * units.sharded_bytes
+    acc.note(f"{label} {version} flat-parameter padding (to a multiple of {units.shard})", padding)
+    if not plan.fsdp_offload:
+        acc.weights += padding
+    if plan.fsdp_limit_all_gathers is False:
+        extra = FSDP1_UNLIMITED_EXTRA_UNITS * arch.block_params * units.gathered_bytes
+        acc.activations += extra
+        acc.last_layer_activations += extra
+        acc.note(f"{label} {version} all-gathers ahead (no limit_all_gathers)", extra, both)
+        acc.warnings.append(
+            f"{version} without limit_all_gathers: nothing bounds how far the CPU issues "
+            f"all-gathers ahead; counted as {FSDP1_UNLIMITED_EXTRA_UNITS} more units "
+            f"gathered ({extra / GIB:.1f} GiB), it can be more"
+        )
+    staging = unit * (reduce if reduce != units.gathered_bytes else 0.0)
+    return staging + unit * reduce / units.shard
+
+
+def _fsdp2_terms(
+    plan: Plan,
+    arch: Architecture,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+    reduce: float,
+) -> float:
+    """FSDP2's dim-0 padding and all-gather output buffer; returns its reduce-scatter staging
+    bytes (the input, the unit in ``reduce_dtype``, and the output, 1/N of it)."""
+    both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
+    version = "FSDP2"
+    padding = dim0_padding_elements(arch, units.shard) * units.sharded_bytes
+    acc.note(f"{label} {version} dim-0 padding (to a multiple of {units.shard})", padding)
+    if not plan.fsdp_offload:
+        acc.weights += padding
+    gather_staging = arch.block_params * units.gathered_bytes if units.shard > 1 else 0.0
+    acc.activations += gather_staging
+    acc.last_layer_activations += gather_staging
+    acc.note(f"{label} {version} all-gather output (one unit, copied out)", gather_staging, both)
+    unit = units.reduced_unit
+    return unit * reduce * (1 + 1 / units.shard) if units.shard > 1 else 0.0
+
+
+def _note_full_state_dict(
+    arch: Architecture, units: FsdpUnits, acc: est_phases._Accumulator, label: str, version: str
+) -> None:
+    """FULL_STATE_DICT at save: one unit gathered in full precision on the GPU at a time (a
+    transient of the checkpoint-save phase), the whole model on rank 0's host (a warning)."""
+    largest = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
+    on_gpu = largest * units.sharded_bytes
+    on_host = arch.total_params * units.sharded_bytes
+    acc.add_phase_transient(
+        est_phases.PHASE_CHECKPOINT_SAVE,
+        "weights",
+        on_gpu,
+        f"{label} {version} FULL_STATE_DICT save: one unit gathered",
+    )
+    acc.warnings.append(
+        f"{version} FULL_STATE_DICT: each save gathers one unit at a time on the GPU "
+        f"({on_gpu / GIB:.1f} GiB over the sharded states) and the whole model into rank 0's host "
+        f"RAM ({on_host / GIB:.1f} GiB); --fsdp-state-dict sharded gathers nothing"
+    )

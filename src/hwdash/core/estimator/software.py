@@ -1,0 +1,136 @@
+"""The software's own footprint on a GPU: the catalog's ``software.toml`` tables, checked as a set.
+
+:class:`Software` bundles the ``[[cuda_context]]`` rows (the CUDA context and loaded kernels by
+compute capability), the ``[[interconnect]]`` rows (NCCL's channel counts by link) and the
+``[[nccl]]`` entry (NCCL's per-protocol buffers). The estimator reads the packaged file
+(:func:`packaged_software`) unless a caller passes the catalog's (a user catalog may override rows by
+id). Every number is data, each with its source in ``catalog/software.toml``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
+from hwdash.core.specs import (
+    Accelerator,
+    CudaContext,
+    Interconnect,
+    NcclBuffers,
+    _entry_label,
+    _Strict,
+    _validation_error,
+)
+from hwdash.errors import CatalogError
+
+#: The packaged file and its tables.
+SOFTWARE_FILE = "software.toml"
+SOFTWARE_TABLES: dict[str, type[_Strict]] = {
+    "cuda_context": CudaContext,
+    "interconnect": Interconnect,
+    "nccl": NcclBuffers,
+}
+
+
+@dataclass(frozen=True)
+class Software:
+    """The software footprint tables, checked as a set (:func:`software_from`)."""
+
+    contexts: tuple[CudaContext, ...]
+    interconnects: tuple[Interconnect, ...]
+    nccl: NcclBuffers
+
+    def context_for(self, accelerator: Accelerator | None) -> tuple[CudaContext, str]:
+        """The row for this accelerator's compute capability (the default row without one), and
+        the plan's label for it."""
+        default = next(row for row in self.contexts if row.default)
+        if accelerator is None:
+            return default, f"CUDA context and kernels ({default.measured_on}, default)"
+        name = accelerator.name.removeprefix("NVIDIA ")
+        capability = accelerator.compute_capability
+        if accelerator.vendor != "nvidia" or capability is None:
+            # no CUDA: its runtime's own footprint is unmeasured; the default row stands in
+            return default, f"runtime context and kernels ({name}: as {default.measured_on})"
+        for row in self.contexts:
+            if capability in row.compute_capabilities:
+                return row, f"CUDA context and kernels ({name}, CC {capability})"
+        return (
+            default,
+            f"CUDA context and kernels ({name}, CC {capability}: as {default.measured_on})",
+        )
+
+    def interconnect_for(self, accelerator: Accelerator | None) -> Interconnect:
+        """The accelerator's interconnect row, or the default one."""
+        wanted = None if accelerator is None else accelerator.interconnect
+        for row in self.interconnects:
+            if row.id == wanted:
+                return row
+        return next(row for row in self.interconnects if row.default)
+
+
+_Row = TypeVar("_Row", CudaContext, Interconnect)
+
+
+def _one_default(rows: Iterable[_Row], kind: str, path: Path) -> None:
+    defaults = [row.id for row in rows if row.default]
+    if len(defaults) != 1:
+        found = ", ".join(defaults) if defaults else "none"
+        raise CatalogError(
+            path, f"[[{kind}]] needs exactly one row with default = true (found: {found})"
+        )
+
+
+def software_from(
+    contexts: Mapping[str, CudaContext],
+    interconnects: Mapping[str, Interconnect],
+    nccl: Mapping[str, NcclBuffers],
+    path: Path,
+) -> Software:
+    """The tables as one :class:`Software`; a broken set raises :class:`CatalogError` on ``path``."""
+    _one_default(contexts.values(), "cuda_context", path)
+    _one_default(interconnects.values(), "interconnect", path)
+    seen: dict[str, str] = {}
+    for row in contexts.values():
+        for capability in row.compute_capabilities:
+            if capability in seen:
+                raise CatalogError(
+                    path,
+                    f"compute capability {capability} is in two rows ('{seen[capability]}' too)",
+                    entry=f"cuda_context '{row.id}'",
+                    field="compute_capabilities",
+                )
+            seen[capability] = row.id
+    if len(nccl) != 1:
+        raise CatalogError(path, f"[[nccl]] needs exactly one entry (found {len(nccl)})")
+    return Software(
+        contexts=tuple(contexts.values()),
+        interconnects=tuple(interconnects.values()),
+        nccl=next(iter(nccl.values())),
+    )
+
+
+@functools.cache
+def packaged_software() -> Software:
+    """The built-in ``software.toml``, read once: what a caller that passes no catalog gets."""
+    path = packaged_catalog_dir() / SOFTWARE_FILE
+    data = read_catalog_toml(path)
+    tables: dict[str, dict[str, _Strict]] = {kind: {} for kind in SOFTWARE_TABLES}
+    for kind, schema in SOFTWARE_TABLES.items():
+        for index, raw in enumerate(data.get(kind, [])):
+            try:
+                entry = schema.model_validate(raw)
+            except ValidationError as exc:
+                raise _validation_error(path, _entry_label(kind, index, raw), exc) from None
+            tables[kind][entry.id] = entry  # type: ignore[attr-defined]
+    return software_from(
+        tables["cuda_context"],  # type: ignore[arg-type]
+        tables["interconnect"],  # type: ignore[arg-type]
+        tables["nccl"],  # type: ignore[arg-type]
+        path,
+    )

@@ -1,0 +1,194 @@
+"""Issue 29: FSDP1 vs FSDP2 (:mod:`hwdash.core.estimator.fsdp_versions`): each term against a hand
+computation from PyTorch's source (torch/distributed/fsdp: _flat_param.py, _runtime_utils.py,
+_limiter_utils.py, _fully_shard/_fsdp_collectives.py); the two versions differ by exactly those
+terms; accelerate's and the Trainer's configs carry the version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_fsdp import BLOCK, SMALL, _plan
+
+from hwdash.core import estimator as est
+from hwdash.core.estimator import estimate_memory
+from hwdash.core.estimator.fsdp_versions import dim0_padding_elements, flat_padding_elements
+from hwdash.core.estimator.phases import PHASE_CHECKPOINT_SAVE
+from hwdash.core.plan import FsdpStateDict, Plan
+from hwdash.core.plans.exports import accelerate_config, trainer_snippet
+from hwdash.core.plans.imports import read_plan_file
+
+ARCH = est.architecture(SMALL)
+#: SMALL's embedding and (untied) output layer, 32,000 x 1,024: its largest units
+TOP = 32_768_000
+
+
+def _accumulated(plan: Plan) -> Any:
+    acc = est._Accumulator()
+    est.parallelism.add_fsdp_training(
+        plan, ARCH, plan.method, plan.gpus, acc, "model", with_logits=True,
+        train_one=est._train_one_model,
+    )  # fmt: skip
+    return acc
+
+
+def _notes(plan: Plan) -> dict[str, int]:
+    """Every detail line of ``plan``, in whichever phases it is alive."""
+    return {label: value for label, value, _phases in _accumulated(plan).details}
+
+
+def _line(notes: dict[str, int], part: str) -> int:
+    found = [value for label, value in notes.items() if part in label]
+    assert len(found) == 1, (part, notes)
+    return found[0]
+
+
+def test_fsdp1_pads_each_flat_parameter_to_the_shard_count() -> None:
+    # over 7 GPUs a block's 16,779,264 elements shard into ceil(../7) = 2,397,038 (2/7 of an
+    # element of padding per rank), the embedding's and the output layer's 32,768,000 into
+    # 4,681,143 (1/7 each)
+    assert flat_padding_elements(ARCH, 7) == pytest.approx(4 * 2 / 7 + 2 * 1 / 7)
+    assert flat_padding_elements(ARCH, 4) == 0  # every unit divides by 4
+
+
+def test_fsdp2_pads_each_parameters_dim_0_to_the_shard_count() -> None:
+    # over 3 GPUs, per layer: q/k/v/o (1,024 rows of 1,024: 2 rows more), gate/up (4,096 rows:
+    # 2 more), down (1,024 rows of 4,096: 2 more), two norms (1,024: 2 more); the final norm;
+    # the embedding and output layer (32,000 rows of 1,024: 1 more); each rank a third of it
+    per_layer = 4 * 2 * 1024 + 2 * 2 * 1024 + 2 * 4096 + 2 * 2
+    expected = (4 * per_layer + 2 + 2 * 1024) / 3
+    assert dim0_padding_elements(ARCH, 3) == pytest.approx(expected)
+    assert dim0_padding_elements(ARCH, 4) == 0
+
+
+def test_the_versions_differ_by_exactly_their_terms() -> None:
+    v1 = estimate_memory(
+        _plan(precision="bf16", fsdp_version=1, grad_accum=1, batch=16, seq=2048), SMALL
+    )
+    v2 = estimate_memory(
+        _plan(precision="bf16", fsdp_version=2, grad_accum=1, batch=16, seq=2048), SMALL
+    )
+    assert v1.peak_phase == v2.peak_phase == "start of backward"
+    # FSDP2's all-gather output of the prefetched block, copied out into the parameters
+    assert v2.per_gpu.activations - v1.per_gpu.activations == 2 * BLOCK
+    assert v2.per_gpu.weights == v1.per_gpu.weights  # 4 GPUs: no padding in either
+    one, two = _notes(_plan(fsdp_version=1)), _notes(_plan(fsdp_version=2))
+    differing = {label for label in one.keys() ^ two.keys()} | {
+        label for label in one.keys() & two.keys() if one[label] != two[label]
+    }
+    assert differing, "the versions count the same"
+    assert all("FSDP1" in label or "FSDP2" in label for label in differing), differing
+
+
+def test_reduce_scatter_staging_by_version_and_reduce_dtype() -> None:
+    n = 4
+    # FSDP1, bf16 reduce: only the new 1/N shard of the largest unit
+    assert _line(_notes(_plan(precision="bf16", fsdp_version=1)), "FSDP1 reduce-scatter") == (
+        2 * TOP // n
+    )
+    # FSDP1, fp32 reduce: the unsharded gradient cast to fp32 (the bf16 one kept until the hook
+    # returns) and the fp32 shard
+    fp32 = _plan(precision="bf16", fsdp_version=1, fsdp_reduce_fp32=True)
+    assert _line(_notes(fp32), "FSDP1 reduce-scatter staging (4-byte)") == 4 * TOP + 4 * TOP // n
+    # FSDP2: the reduce-scatter input (the whole unit) and output (1/N), in the reduce dtype
+    assert _line(_notes(_plan(precision="bf16")), "FSDP2 reduce-scatter") == 2 * TOP + 2 * TOP // n
+    fp32_2 = _plan(precision="bf16", fsdp_reduce_fp32=True)
+    assert _line(_notes(fp32_2), "FSDP2 reduce-scatter staging (4-byte)") == 4 * TOP + TOP
+
+
+def test_fsdp2_accumulates_in_an_fp32_reduce_dtype() -> None:
+    plan = _plan(precision="bf16", sync_each_batch=False, fsdp_reduce_fp32=True)
+    unsynced = "model unsharded gradients (no_sync between micro-batches)"
+    assert _notes(plan)[unsynced] == 4 * 132_654_080
+
+
+def test_fsdp1_without_limit_all_gathers_counts_two_more_units() -> None:
+    limited = estimate_memory(_plan(precision="bf16", fsdp_version=1, grad_accum=1), SMALL)
+    plan = _plan(precision="bf16", fsdp_version=1, grad_accum=1, fsdp_limit_all_gathers=False)
+    unlimited = estimate_memory(plan, SMALL)
+    assert unlimited.per_gpu.activations - limited.per_gpu.activations == 2 * 2 * BLOCK
+    assert any("limit_all_gathers" in warning for warning in unlimited.warnings)
+
+
+def test_full_state_dict_gathers_one_unit_in_the_checkpoint_save_phase() -> None:
+    # FSDP1's default (accelerate's) is FULL_STATE_DICT: one unit gathered in the sharded dtype,
+    # on top of what the save holds (the checkpoint-save phase's transient), never in the step
+    full_plan = _plan(precision="mixed", fsdp_version=1)
+    sharded_plan = _plan(precision="mixed", fsdp_version=1, fsdp_state_dict=FsdpStateDict.SHARDED)
+    full, sharded = _accumulated(full_plan), _accumulated(sharded_plan)
+    gathered = full.outside[PHASE_CHECKPOINT_SAVE].transient
+    assert gathered is not None and gathered[0] == "weights" and gathered[2] == 4 * TOP
+    assert "FULL_STATE_DICT" in gathered[1]
+    assert sharded.outside[PHASE_CHECKPOINT_SAVE].transient is None
+    saved = full.phase_total(PHASE_CHECKPOINT_SAVE) - sharded.phase_total(PHASE_CHECKPOINT_SAVE)
+    assert saved == 4 * TOP
+    assert any("FULL_STATE_DICT" in w for w in estimate_memory(full_plan, SMALL).warnings)
+    assert estimate_memory(sharded_plan, SMALL).per_gpu == estimate_memory(full_plan, SMALL).per_gpu
+    v2 = estimate_memory(_plan(precision="mixed"), SMALL)  # FSDP2: sharded by default
+    assert not any("FULL_STATE_DICT" in warning for warning in v2.warnings)
+
+
+def test_cpu_offload_stages_the_shards_in_flight() -> None:
+    notes = _notes(_plan(precision="bf16", fsdp_offload=True))
+    # two blocks' shards copied in, one gradient shard of the largest unit copied out
+    assert _line(notes, "CPU-offload staging") == (2 * BLOCK * 2) // 4 + 2 * TOP // 4
+
+
+def _accelerate_file(path: Path, **fsdp: object) -> Path:
+    config = {
+        "distributed_type": "FSDP",
+        "num_processes": 4,
+        "mixed_precision": "bf16",
+        "fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD", **fsdp},
+    }
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def test_accelerate_configs_carry_the_version_and_state_dict(tmp_path: Path) -> None:
+    # no fsdp_version: accelerate's default, 1
+    assert read_plan_file(_accelerate_file(tmp_path / "a.yaml")).updates["fsdp_version"] == 1
+    two = read_plan_file(
+        _accelerate_file(
+            tmp_path / "b.yaml", fsdp_version=2, fsdp_state_dict_type="FULL_STATE_DICT"
+        )
+    ).updates
+    assert two["fsdp_version"] == 2
+    assert two["fsdp_state_dict"] is FsdpStateDict.FULL
+    written = accelerate_config(_plan(fsdp_version=1), 4)["fsdp_config"]
+    assert written["fsdp_version"] == 1
+    assert written["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+    assert accelerate_config(_plan(), 4)["fsdp_config"]["fsdp_state_dict_type"] == (
+        "SHARDED_STATE_DICT"
+    )
+
+
+def test_the_trainer_snippet_says_fsdp1_and_reads_back(tmp_path: Path) -> None:
+    snippet = trainer_snippet(_plan(fsdp_version=1), "small-llama")
+    assert "fsdp_config={'version': 1}" in snippet.replace('"', "'")
+    path = tmp_path / "train.py"
+    path.write_text(snippet, encoding="utf-8")
+    assert read_plan_file(path).updates["fsdp_version"] == 1
+
+
+def test_make_it_fit_offers_a_sharded_state_dict_where_the_save_gathers() -> None:
+    from hwdash.core.planning.fit_knobs import _fsdp_buffer_knobs
+
+    def offered(plan: Plan) -> list[dict[str, object]]:
+        return [
+            dict(setting.updates)
+            for knob in _fsdp_buffer_knobs(plan)
+            if knob.name == "fsdp_state_dict"
+            for setting in knob.settings
+        ]
+
+    # FSDP1's default is FULL_STATE_DICT (accelerate's): the knob turns it sharded
+    assert offered(_plan(precision="mixed", fsdp_version=1)) == [
+        {"fsdp_state_dict": FsdpStateDict.SHARDED}
+    ]
+    # FSDP2 saves sharded already, as does an FSDP1 plan told so
+    assert offered(_plan(precision="mixed")) == []
+    sharded = _plan(precision="mixed", fsdp_version=1, fsdp_state_dict=FsdpStateDict.SHARDED)
+    assert offered(sharded) == []

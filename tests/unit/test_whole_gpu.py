@@ -1,0 +1,265 @@
+"""The whole GPU (issue 29): the CUDA context by compute capability, NCCL's communicator buffers, and
+allocated vs reserved vs the whole GPU, each against a hand computation from its cited default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hwdash.cli import main
+from hwdash.core.catalog import Catalog, CatalogError, load_catalog, load_catalog_from
+from hwdash.core.data_files import packaged_catalog_dir
+from hwdash.core.estimator import estimate_memory
+from hwdash.core.estimator.software import packaged_software
+from hwdash.core.plan import FsdpMode, Method, Plan
+from hwdash.core.planning.fit import evaluate_flavor
+from hwdash.core.planning.fit_options import find_fit_options
+from hwdash.core.results import MemoryEstimate
+from hwdash.core.units import MIB
+
+# NVIDIA/nccl src/init.cc and src/include/device.h: one connection's buffers, by protocol.
+LL = 8 * 512 * 8 * 16  # NCCL_LL_LINES_PER_THREAD x NCCL_LL_MAX_NTHREADS x NCCL_STEPS x 16 bytes
+LL128 = 120 * 640 * 8 * 8  # NCCL_LL128_ELEMS_PER_THREAD x NCCL_LL128_MAX_NTHREADS x NCCL_STEPS x 8
+SIMPLE = 4 * MIB  # DEFAULT_BUFFSIZE, 1 << 22
+CONNECTION = LL + LL128 + SIMPLE  # 9,633,792 bytes
+NVLINK_CHANNELS = 16  # NCCL_DEBUG on 8 NVLink H800s (NVIDIA/nccl issue #892)
+PCIE_CHANNELS = 2  # NCCL_DEBUG on 8 PCIe GPUs (NVIDIA/nccl-tests issue #228)
+H200_CONTEXT = 804_061_184  # 766.8125 MiB: NVML - max_memory_reserved, bench/data/device_h200
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog(include_user=False)
+
+
+def _estimate(catalog: Catalog, accelerator: str | None, **fields: object) -> MemoryEstimate:
+    plan = Plan(**{"model": "qwen2.5-0.5b", "method": Method.LORA, **fields})  # type: ignore[arg-type]
+    return estimate_memory(
+        plan,
+        catalog.models["qwen2.5-0.5b"],
+        accelerator=None if accelerator is None else catalog.accelerators[accelerator],
+        software=catalog.software,
+    )
+
+
+def _nccl_line(estimate: MemoryEstimate) -> tuple[str, int] | None:
+    lines = [(label, value) for label, value in estimate.details if label.startswith("NCCL")]
+    assert len(lines) <= 1
+    return lines[0] if lines else None
+
+
+def test_the_defaults_are_nccls() -> None:
+    nccl = packaged_software().nccl
+    assert (nccl.ll_bytes, nccl.ll128_bytes, nccl.simple_bytes) == (524_288, 4_915_200, 4_194_304)
+    assert CONNECTION == 9_633_792
+
+
+def test_ddp_on_eight_nvlink_gpus(catalog: Catalog) -> None:
+    estimate = _estimate(catalog, "h200", gpus=8)
+    # one data-parallel ring: 16 channels x 1 connection x (LL + LL128 + Simple) = 154,140,672
+    assert _nccl_line(estimate) == ("NCCL buffers (1 group)", NVLINK_CHANNELS * CONNECTION)
+    assert NVLINK_CHANNELS * CONNECTION == 154_140_672
+
+
+def test_deepspeed_zero_adds_its_clone_of_the_world_group(catalog: Catalog) -> None:
+    # deepspeed/utils/groups.py _clone_world_group: a second communicator over the same 8 GPUs
+    estimate = _estimate(catalog, "h200", gpus=8, zero=2)
+    assert _nccl_line(estimate) == ("NCCL buffers (2 groups)", 2 * NVLINK_CHANNELS * CONNECTION)
+
+
+def test_ddp_on_pcie_gpus(catalog: Catalog) -> None:
+    estimate = _estimate(catalog, "l40s", gpus=4)
+    assert _nccl_line(estimate) == ("NCCL buffers (1 group)", PCIE_CHANNELS * CONNECTION)
+
+
+def test_nccl_buffsize_changes_exactly_that_line(catalog: Catalog) -> None:
+    default = _estimate(catalog, "h200", gpus=8)
+    smaller = _estimate(catalog, "h200", gpus=8, nccl_buffsize=1 * MIB)
+    assert _nccl_line(smaller) == ("NCCL buffers (1 group)", NVLINK_CHANNELS * (LL + LL128 + MIB))
+    others = [line for line in default.details if not line[0].startswith("NCCL")]
+    assert others == [line for line in smaller.details if not line[0].startswith("NCCL")]
+    assert default.per_gpu.total - smaller.per_gpu.total == NVLINK_CHANNELS * (SIMPLE - MIB)
+    assert default.reserved_bytes == smaller.reserved_bytes
+
+
+def test_one_gpu_has_no_communicator(catalog: Catalog) -> None:
+    for accelerator in (None, "h200"):
+        estimate = _estimate(catalog, accelerator, gpus=1)
+        assert _nccl_line(estimate) is None
+        assert estimate.per_gpu.total - estimate.reserved_bytes == H200_CONTEXT
+
+
+def test_megatron_groups(catalog: Catalog) -> None:
+    plan = Plan(model="qwen2.5-0.5b", method=Method.FULL, gpus=8, tp=2, pp=2)
+    estimate = estimate_memory(
+        plan, catalog.models["qwen2.5-0.5b"], accelerator=catalog.accelerators["h200"]
+    )
+    # TP ring (16 channels) + PP sends to the one other stage (16 channels per peer x 1 peer)
+    # + the data-parallel ring of 8 / (2 x 2) = 2 GPUs (16 channels)
+    assert _nccl_line(estimate) == ("NCCL buffers (3 groups)", 3 * 16 * CONNECTION)
+    middle = estimate_memory(
+        plan.model_copy(update={"pp": 4, "tp": 1}),
+        catalog.models["qwen2.5-0.5b"],
+        accelerator=catalog.accelerators["h200"],
+    )
+    # a middle stage receives from the previous and the next stage: 2 peers; dp 2
+    assert _nccl_line(middle) == ("NCCL buffers (2 groups)", (16 * 2 + 16) * CONNECTION)
+
+
+def test_fsdp_hybrid_has_a_shard_and_a_replicate_group(catalog: Catalog) -> None:
+    plan = Plan(
+        model="qwen2.5-0.5b", method=Method.FULL, gpus=16, fsdp=FsdpMode.HYBRID, gpus_per_node=8
+    )
+    estimate = estimate_memory(
+        plan, catalog.models["qwen2.5-0.5b"], accelerator=catalog.accelerators["l40s"]
+    )
+    assert _nccl_line(estimate) == ("NCCL buffers (2 groups)", 2 * PCIE_CHANNELS * CONNECTION)
+
+
+def test_three_totals_add_up(catalog: Catalog) -> None:
+    estimate = _estimate(catalog, "h200", gpus=8)
+    details = dict(estimate.details)
+    pool = details["allocator pool (8% of the tensors)"]
+    assert pool == round(0.08 * estimate.allocated_bytes)
+    assert estimate.reserved_bytes == estimate.allocated_bytes + pool
+    context = details["CUDA context and kernels (H200, CC 9.0)"]
+    assert context == H200_CONTEXT
+    nccl = NVLINK_CHANNELS * CONNECTION
+    assert estimate.whole_gpu_bytes == estimate.reserved_bytes + context + nccl
+    assert estimate.whole_gpu_bytes == estimate.per_gpu.total
+    assert estimate.per_gpu.overhead == pool + context + nccl
+
+
+def test_compute_capability_picks_its_row(catalog: Catalog, tmp_path: Path) -> None:
+    (tmp_path / "ampere.toml").write_text(
+        "[[cuda_context]]\n"
+        'id = "ampere"\n'
+        'compute_capabilities = ["8.0", "8.6"]\n'
+        "bytes = 1073741824\n"
+        'measured_on = "A100, CC 8.0"\n'
+        'source = "a test reading"\n'
+    )
+    mine = load_catalog_from([packaged_catalog_dir(), tmp_path])
+    a100 = _estimate(mine, "a100-80gb")
+    assert dict(a100.details)["CUDA context and kernels (A100 80GB, CC 8.0)"] == 2**30
+    # a compute capability without a row takes the default row, and says so
+    t4 = dict(_estimate(mine, "t4").details)
+    assert t4["CUDA context and kernels (T4, CC 7.5: as H200, CC 9.0)"] == H200_CONTEXT
+    # the hardware-neutral estimate takes the default row
+    neutral = dict(_estimate(mine, None).details)
+    assert neutral["CUDA context and kernels (H200, CC 9.0, default)"] == H200_CONTEXT
+    # the packaged catalog has no Ampere row: the A100 gets the default
+    packaged = dict(_estimate(catalog, "a100-80gb").details)
+    assert packaged["CUDA context and kernels (A100 80GB, CC 8.0: as H200, CC 9.0)"] == H200_CONTEXT
+
+
+def test_fit_verdict_compares_the_whole_gpu(catalog: Catalog) -> None:
+    plan = Plan(model="qwen2.5-0.5b", method=Method.LORA)
+    flavor = catalog.flavors["h200x8"]
+    accelerator = catalog.accelerators["h200"]
+    fit, estimate = evaluate_flavor(
+        plan, catalog.models["qwen2.5-0.5b"], flavor, accelerator, None, software=catalog.software
+    )
+    assert fit.need_bytes == estimate.whole_gpu_bytes
+    assert fit.outside_allocator_bytes == H200_CONTEXT + NVLINK_CHANNELS * CONNECTION
+    assert fit.need_bytes - fit.outside_allocator_bytes == estimate.reserved_bytes
+
+
+def test_plan_json_has_the_three_totals(capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = ["plan", "--model", "qwen2.5-0.5b", "--method", "lora", "--gpus", "8"]
+    assert main([*arguments, "--flavor", "h200x8", "--nccl-buffsize", "1048576", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    memory = document["memory"]
+    assert memory["total"] == memory["whole_gpu"]
+    assert memory["allocated"] < memory["reserved"] < memory["whole_gpu"]
+    details = dict(document["details"])
+    assert details["NCCL buffers (1 group)"] == NVLINK_CHANNELS * (LL + LL128 + MIB)
+    assert memory["whole_gpu"] - memory["reserved"] == (
+        H200_CONTEXT + NVLINK_CHANNELS * (LL + LL128 + MIB)
+    )
+    assert document["plan"]["nccl_buffsize"] == 1048576
+
+
+def test_text_report_shows_the_three_totals(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--method", "lora", "--gpus", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = [row.strip() for row in out.splitlines()]
+    for total in ("allocated", "reserved", "whole GPU"):
+        assert any(row.startswith(total + " ") for row in rows)
+    assert "max_memory_allocated" in out and "max_memory_reserved" in out
+    assert "NCCL buffers (1 group)" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            '[[cuda_context]]\nid = "second"\ndefault = true\nbytes = 1\nmeasured_on = "x"\n'
+            'source = "x"\n',
+            "exactly one row with default = true (found: hopper, second)",
+        ),
+        (
+            '[[cuda_context]]\nid = "clash"\ncompute_capabilities = ["9.0"]\nbytes = 1\n'
+            'measured_on = "x"\nsource = "x"\n',
+            "compute capability 9.0 is in two rows",
+        ),
+        (
+            '[[cuda_context]]\nid = "bad"\ncompute_capabilities = ["nine"]\nbytes = 1\n'
+            'measured_on = "x"\nsource = "x"\n',
+            "'nine' is not a compute capability like '9.0'",
+        ),
+        (
+            '[[nccl]]\nid = "other"\nll_bytes = 1\nll128_bytes = 1\nsimple_bytes = 1\n'
+            'source = "x"\n',
+            "[[nccl]] needs exactly one entry (found 2)",
+        ),
+        (
+            '[[interconnect]]\nid = "nvlink"\ncoll_channels = 0\np2p_channels_per_peer = 1\n'
+            'source = "x"\n',
+            "coll_channels",
+        ),
+    ],
+)
+def test_broken_software_file_is_refused(tmp_path: Path, text: str, reason: str) -> None:
+    path = tmp_path / "software.toml"
+    path.write_text(text)
+    with pytest.raises(CatalogError) as caught:
+        load_catalog_from([packaged_catalog_dir(), path])
+    message = str(caught.value)
+    assert message.startswith(str(path))
+    assert reason in message
+    assert "\n" not in message
+
+
+def test_an_unknown_interconnect_is_refused(tmp_path: Path) -> None:
+    text = (packaged_catalog_dir() / "accelerators.toml").read_text()
+    path = tmp_path / "accelerators.toml"
+    path.write_text(text.replace('interconnect = "pcie"', 'interconnect = "infiniband"', 1))
+    with pytest.raises(CatalogError) as caught:
+        load_catalog_from([packaged_catalog_dir(), path])
+    assert caught.value.field == "interconnect"
+    assert "unknown interconnect 'infiniband'" in str(caught.value)
+
+
+def test_make_it_fit_reads_the_catalogs_software(catalog: Catalog, tmp_path: Path) -> None:
+    # a user default row that says the CUDA context takes 30 GiB: nothing fits a 24 GiB RTX 4090
+    # (CC 8.9 has no row of its own)
+    (tmp_path / "huge.toml").write_text(
+        "[[cuda_context]]\n"
+        'id = "hopper"\n'
+        'compute_capabilities = ["9.0"]\n'
+        "default = true\n"
+        f"bytes = {30 * 2**30}\n"
+        'measured_on = "H200, CC 9.0"\n'
+        'source = "a test reading"\n'
+    )
+    mine = load_catalog_from([packaged_catalog_dir(), tmp_path])
+    plan = Plan(model="qwen2.5-0.5b", method=Method.LORA)
+    model = catalog.models["qwen2.5-0.5b"]
+    target = "local-rtx-4090"
+    packaged = find_fit_options(plan, model, catalog, target, [catalog.flavors[target]])
+    assert packaged.fits_already
+    huge = find_fit_options(plan, model, mine, target, [mine.flavors[target]])
+    assert not huge.fits_already and not huge.options
