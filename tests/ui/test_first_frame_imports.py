@@ -1,6 +1,7 @@
 """The monitor's first full frame comes before the planner's dependencies (issue 28, "Start and
 footprint"): ``hwdash monitor`` and the dashboard opened on the monitor draw the GPUs and their
-processes without pydantic, the catalog, the estimator or the planning code. The dashboard builds
+processes without pydantic, the catalog, the estimator or the planning code (nor the HTTP client of
+``--webhook``, not asked for). The dashboard builds
 its planner (and loads them) when the planner tab is first shown, which then works as ever.
 
 Each check runs in a fresh interpreter (``sys.modules`` of this one has everything) on a compiled
@@ -26,6 +27,7 @@ PLANNER_MODULES = (
     "hwdash.core.estimator",
     "hwdash.core.planning",
     "hwdash.telemetry.fake_scenario",
+    "urllib.request",  # --webhook's sender only (with http.client and email: 3.7 MiB)
 )
 
 
