@@ -92,9 +92,7 @@ def test_the_answer_fits_and_one_step_past_it_does_not(
         grad_ckpt, zero = False, 0
     assume(not (field is MaxField.CONCURRENCY and method is not Method.INFERENCE))
     assume(not (zero and method is Method.QLORA))
-    plan = Plan(
-        model=model_id, method=method, grad_ckpt=grad_ckpt, batch=batch, seq=seq, zero=zero
-    )
+    plan = Plan(model=model_id, method=method, grad_ckpt=grad_ckpt, batch=batch, seq=seq, zero=zero)
     model = resolve_model(model_id, CATALOG)
     answer = find_max(plan, model, CATALOG, flavor_id, field)
     _check(plan, flavor_id, answer)
@@ -143,7 +141,7 @@ def test_fewest_gpus_shards_a_full_fine_tune_under_zero_3() -> None:
     answer = find_max(plan, model, CATALOG, "a100-large", MaxField.GPUS)
     assert answer.value is not None and answer.value > 1
     _check(plan, "a100-large", answer)
-    assert f"the flavor has 1" in answer.sentence()
+    assert "the flavor has 1" in answer.sentence()
 
 
 def test_more_gpus_do_not_help_a_plan_that_replicates_the_model() -> None:
@@ -162,5 +160,5 @@ def test_concurrency_is_the_generate_batch_and_is_refused_for_training() -> None
     assert concurrency.value == batch.value and concurrency.value is not None
     assert concurrency.to_json()["field"] == "concurrency"
     assert "sequences of 4096 tokens" in concurrency.sentence()
-    with pytest.raises(UsageError, match="--max concurrency .* needs --method inference"):
+    with pytest.raises(UsageError, match=r"--max concurrency .* needs --method inference"):
         find_max(Plan(model="qwen2.5-7b"), model, CATALOG, "l4x1", MaxField.CONCURRENCY)

@@ -111,7 +111,9 @@ class MaxFit:
                     f"{what} that fit {self.target}: none (more GPUs do not bring this plan "
                     f"under the memory; at {self.fit.flavor.gpu_count} GPUs: {_why_not(self.fit)})"
                 )
-            return f"{what} that fits {self.target}: none (even 1 does not fit: {_why_not(self.fit)})"
+            return (
+                f"{what} that fits {self.target}: none (even 1 does not fit: {_why_not(self.fit)})"
+            )
         free = f"{self.fit.headroom_bytes / GIB:.1f} GiB free per GPU"
         if self.field is MaxField.GPUS:
             fewer = self.value - self.step
@@ -124,7 +126,6 @@ class MaxFit:
         else:
             tail = f"; {self.value + self.step} does not fit"
         return f"{what} that fits {self.target}: {self.value} ({free}{tail})"
-
 
 
 def _why_not(fit: FlavorFit) -> str:
@@ -159,9 +160,7 @@ def with_gpu_count(flavor: Flavor, gpus: int) -> Flavor:
     per_gpu = gpus / flavor.gpu_count if flavor.gpu_count else 1.0
     ram = None if flavor.ram_gb is None else flavor.ram_gb * per_gpu
     price = None if flavor.price_per_hour is None else flavor.price_per_hour * per_gpu
-    return flavor.model_copy(
-        update={"gpu_count": gpus, "ram_gb": ram, "price_per_hour": price}
-    )
+    return flavor.model_copy(update={"gpu_count": gpus, "ram_gb": ram, "price_per_hour": price})
 
 
 def find_max(
@@ -194,16 +193,32 @@ def find_max(
     def fits(value: int) -> bool:
         return evaluate(value).verdict is FitVerdict.FITS
 
-    extras = {
-        "plan_seq": plan.seq,
-        "accelerator_name": accelerator.name if accelerator is not None else "CPU",
-        "flavor_gpus": flavor.gpu_count,
-    }
+    def answer(
+        value: int | None,
+        fit: FlavorFit,
+        *,
+        step: int = 1,
+        bound: int | None = None,
+        bounded_by: str | None = None,
+    ) -> MaxFit:
+        return MaxFit(
+            field,
+            flavor_id,
+            value,
+            fit,
+            step=step,
+            bound=bound,
+            bounded_by=bounded_by,
+            plan_seq=plan.seq,
+            accelerator_name=accelerator.name if accelerator is not None else "CPU",
+            flavor_gpus=flavor.gpu_count,
+        )
+
     if field is MaxField.GPUS:
         step = plan.tp * plan.pp
         top = _field_bound("gpus") // step
         if accelerator is None or flavor.gpu_count == 0 or not fits(top * step):
-            return MaxFit(field, flavor_id, None, evaluate(top * step), step=step, **extras)
+            return answer(None, evaluate(top * step), step=step)
         # the fewest: fits(k * step) holds from some k on
         low, high = 0, top  # not fits(low * step) (0 GPUs never fit), fits(high * step)
         while high - low > 1:
@@ -213,22 +228,14 @@ def find_max(
             else:
                 low = middle
         value = high * step
-        return MaxFit(field, flavor_id, value, evaluate(value, timed=True), step=step, **extras)
+        return answer(value, evaluate(value, timed=True), step=step)
     bound, bounded_by = _field_bound(_plan_field(field)), "the Plan's bound"
     if field is MaxField.SEQ and model.max_context < bound:
         bound, bounded_by = model.max_context, f"the model's context ({model.max_context})"
     if not fits(1):
-        return MaxFit(field, flavor_id, None, evaluate(1), bound=bound, **extras)
+        return answer(None, evaluate(1), bound=bound)
     if fits(bound):
-        return MaxFit(
-            field,
-            flavor_id,
-            bound,
-            evaluate(bound, timed=True),
-            bound=bound,
-            bounded_by=bounded_by,
-            **extras,
-        )
+        return answer(bound, evaluate(bound, timed=True), bound=bound, bounded_by=bounded_by)
     low, high = 1, bound  # fits(low), not fits(high)
     while high - low > 1:
         middle = (low + high) // 2
@@ -236,4 +243,4 @@ def find_max(
             low = middle
         else:
             high = middle
-    return MaxFit(field, flavor_id, low, evaluate(low, timed=True), bound=bound, **extras)
+    return answer(low, evaluate(low, timed=True), bound=bound)
