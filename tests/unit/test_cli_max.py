@@ -101,3 +101,27 @@ def test_bad_max_exits_2_naming_the_flag(
     assert status == 2
     assert message in err and "Traceback" not in err
     assert out == ""
+
+
+def test_calibrated_searches_with_the_measured_peak_factor(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Runs of this model here peaked 30% over their plans: --calibrated scales every need the
+    # search reads, as it scales the flavor table's, so the answer is a smaller batch whose
+    # calibrated verdict is "fits" and one more is not.
+    from hwdash.commands import plan_measured
+    from hwdash.runs.calibration import Calibration
+
+    measured = Calibration("qwen2.5-7b", "inference", 3, 1.3, 3, None, 0)
+    monkeypatch.setattr(plan_measured, "measured_for", lambda plan, model: measured)
+    on_a100 = "--model qwen2.5-7b --method inference --seq 512 --flavor a100-large".split()
+    wide = [*on_a100, "--max", "batch", "--json"]
+    plain = json.loads(run_plan(capsys, *wide)[1])["max"]["value"]
+    status, out, _err = run_plan(capsys, *wide, "--calibrated")
+    assert status == 0
+    calibrated = json.loads(out)["max"]["value"]
+    assert 1 <= calibrated < plain
+    for batch, verdicts in ((calibrated, {"fits"}), (calibrated + 1, {"tight", "no"})):
+        at = [*on_a100, "--batch", str(batch), "--calibrated", "--json"]
+        flavors = json.loads(run_plan(capsys, *at)[1])["flavors"]
+        assert flavors[0]["fit"] in verdicts

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         report = plan_measured.calibrated_report(report, measured)
     # --check's (exit status, line): the status holds whatever else is asked.
     check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
-    max_fit = _find_max(args, plan, model, catalog)
+    max_fit = _find_max(args, plan, model, catalog, measured)
     fit_result, fit_why = _search_options(args, plan, model, catalog, local, report)
     outcome = _Outcome(
         plan=plan,
@@ -126,14 +126,23 @@ def _max_field(args: argparse.Namespace, plan: Plan) -> Any:
     return field
 
 
-def _find_max(args: argparse.Namespace, plan: Plan, model: Any, catalog: Any) -> Any:
-    """``--max FIELD``'s answer on the one ``--flavor`` (None without ``--max``)."""
+def _find_max(args: argparse.Namespace, plan: Plan, model: Any, catalog: Any, measured: Any) -> Any:
+    """``--max FIELD``'s answer on the one ``--flavor`` (None without ``--max``); with
+    ``--calibrated``, every need scaled by the measured peak factor, as the flavor table's."""
     field = _max_field(args, plan)
     if field is None:
         return None
     from hwdash.core.planning.max_fit import find_max
 
-    return find_max(plan, model, catalog, plan.flavors[0], field)
+    adjust = None
+    factor = None if measured is None else measured.peak_factor
+    if getattr(args, "calibrated", False) and factor is not None:
+        from hwdash.runs.calibration import scaled_fit
+
+        def adjust(fit: Any) -> Any:
+            return scaled_fit(fit, factor)
+
+    return find_max(plan, model, catalog, plan.flavors[0], field, adjust=adjust)
 
 
 def _read_from_file(args: argparse.Namespace) -> Any:

@@ -21,6 +21,7 @@ checks it), so each answer is a binary search: about 20 estimates, under a milli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -164,10 +165,18 @@ def with_gpu_count(flavor: Flavor, gpus: int) -> Flavor:
 
 
 def find_max(
-    plan: Plan, model: ModelSpec, catalog: Catalog, flavor_id: str, field: MaxField
+    plan: Plan,
+    model: ModelSpec,
+    catalog: Catalog,
+    flavor_id: str,
+    field: MaxField,
+    *,
+    adjust: Callable[[FlavorFit], FlavorFit] | None = None,
 ) -> MaxFit:
     """The largest value of ``field`` (the fewest GPUs, for ``gpus``) with which ``plan`` fits the
-    flavor ``flavor_id`` of ``catalog``; see the module's docstring for each field."""
+    flavor ``flavor_id`` of ``catalog``; see the module's docstring for each field. ``adjust``:
+    applied to every fit before its verdict is read (``--calibrated`` scales the need by what
+    this box measured, as the flavor table does)."""
     check_max_request(plan, field)
     flavor = catalog.flavors[flavor_id]
     accelerator = catalog.accelerator_for(flavor)
@@ -179,7 +188,7 @@ def find_max(
         else:
             changed, on = plan.with_changes({_plan_field(field): value}), flavor
         tokens = training_tokens(changed) if timed else None
-        return evaluate_flavor(
+        fit = evaluate_flavor(
             changed,
             model,
             on,
@@ -189,6 +198,7 @@ def find_max(
             slowdowns=catalog.slowdowns,
             software=catalog.software,
         )[0]
+        return fit if adjust is None else adjust(fit)
 
     def fits(value: int) -> bool:
         return evaluate(value).verdict is FitVerdict.FITS
