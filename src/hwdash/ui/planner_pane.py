@@ -65,7 +65,7 @@ from hwdash.ui.planner_results import (
     form_words,
 )
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
-from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
+from hwdash.ui.widgets.planner_flavors import MAX_WORDS, PROVIDER_LABELS, FlavorTable, SortKey
 from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace_until_cancelled
 
 __all__ = [
@@ -294,6 +294,9 @@ class PlannerPane(PlannerForm, PlannerResults, PlannerDialogs, Widget):
         cycle: list[MaxField | None] = [None, MaxField.SEQ, MaxField.BATCH, MaxField.GPUS]
         self.max_field = cycle[(cycle.index(self.max_field) + 1) % len(cycle)]
         self._show_max(self.report)
+        shown = self.query_one(FlavorTable).max_field
+        words = "off" if shown is None else MAX_WORDS[shown]
+        self.notify(f"max column: {words} (x: next)", timeout=4, markup=False)
 
     def action_next_provider(self) -> None:
         """Cycle the provider filter."""

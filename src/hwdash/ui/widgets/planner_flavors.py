@@ -50,6 +50,21 @@ COLUMNS: tuple[tuple[str, str, SortKey | None], ...] = (
     ("note", "note", None),
 )
 
+#: Where the "max" column goes (``x``): after the verdict, on screen at 80 columns.
+MAX_AT = 3
+
+#: The "max" column's heading for each ``--max`` field, short enough for 80 columns: ``↑`` the
+#: largest that fits, ``↓`` the fewest.
+MAX_HEADINGS = {"seq": "seq↑", "batch": "batch↑", "concurrency": "conc↑", "gpus": "gpus↓"}
+
+#: What the column shows, in words (the pane says it when ``x`` changes it).
+MAX_WORDS = {
+    "seq": "the longest --seq that fits each flavor",
+    "batch": "the largest --batch that fits each flavor",
+    "concurrency": "the most sequences of --seq tokens at once (inference) that fit each flavor",
+    "gpus": "the fewest GPUs of each flavor's kind that fit",
+}
+
 
 def _sort_value(fit: FlavorFit, sort_by: SortKey, *, use_totals: bool) -> float | None:
     if sort_by == "cost":
@@ -161,10 +176,15 @@ class FlavorTable(DataTable[Text | str]):
         self._rebuild()
 
     def columns_shown(self) -> tuple[tuple[str, str, SortKey | None], ...]:
-        """:data:`COLUMNS`, with the "max" column before the note while one is asked for."""
+        """:data:`COLUMNS`, with the "max" column after the verdict while one is asked for (at
+        80 columns the table shows the flavor, the verdict and not much more)."""
         if self.max_field is None:
             return COLUMNS
-        return (*COLUMNS[:-1], ("max", f"max {self.max_field}", None), COLUMNS[-1])
+        return (
+            *COLUMNS[:MAX_AT],
+            ("max", MAX_HEADINGS.get(self.max_field, self.max_field), None),
+            *COLUMNS[MAX_AT:],
+        )
 
     def max_cell(self, flavor_id: str) -> Text:
         """The "max" column's cell: the answer, ``none`` when nothing fits, ``-`` unknown."""
@@ -239,7 +259,9 @@ class FlavorTable(DataTable[Text | str]):
             (fit.flavor.id, self._cells(fit, recommended)) for fit in self.shown
         ]
         if self.max_field is not None:
-            rows = [(key, [*cells[:-1], self.max_cell(key), cells[-1]]) for key, cells in rows]
+            rows = [
+                (key, [*cells[:MAX_AT], self.max_cell(key), *cells[MAX_AT:]]) for key, cells in rows
+            ]
         if report is not None and not self.shown and report.flavors:
             message = self.empty_message(report)
             rows.append(
