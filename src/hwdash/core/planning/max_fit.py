@@ -29,7 +29,7 @@ from typing import Any
 from hwdash.core.catalog import Catalog
 from hwdash.core.plan import Plan
 from hwdash.core.planning.fit import evaluate_flavor, training_tokens
-from hwdash.core.results import FitVerdict, FlavorFit
+from hwdash.core.results import TIGHT_HEADROOM_FRACTION, FitVerdict, FlavorFit
 from hwdash.core.specs import Flavor, ModelSpec
 from hwdash.errors import UsageError
 
@@ -71,8 +71,8 @@ class MaxFit:
     bound: int | None = None
     """The largest setting searched (None for ``gpus``, whose answer is the fewest)."""
     bounded_by: str | None = None
-    """Why the search stopped at ``bound`` when the answer is the bound: ``the model's context``,
-    ``the Plan's bound``."""
+    """Why the search stopped at ``bound`` when the answer is the bound: ``the model's context
+    (32768)``, ``the --batch bound (65536)``."""
     plan_seq: int = 0
     """The plan's ``--seq`` (``concurrency`` counts sequences of that length)."""
     accelerator_name: str = ""
@@ -118,12 +118,12 @@ class MaxFit:
         free = f"{self.fit.headroom_bytes / GIB:.1f} GiB free per GPU"
         if self.field is MaxField.GPUS:
             fewer = self.value - self.step
-            tail = f"; {fewer} do not" if fewer > 0 else ""
+            tail = f"; {fewer} {'does' if fewer == 1 else 'do'} not" if fewer > 0 else ""
             flavor_count = self.flavor_gpus
             has = f"; the flavor has {flavor_count}" if flavor_count != self.value else ""
             return f"{what} that fit {self.target}: {self.value} ({free}{tail}{has})"
         if self.bounded_by is not None:
-            tail = f"; {self.bounded_by}"
+            tail = f"; capped by {self.bounded_by}"
         else:
             tail = f"; {self.value + self.step} does not fit"
         return f"{what} that fits {self.target}: {self.value} ({free}{tail})"
@@ -136,7 +136,7 @@ def _why_not(fit: FlavorFit) -> str:
     if fit.verdict is FitVerdict.TIGHT:
         return (
             f"tight, {fit.need_bytes / GIB:.1f} GiB per GPU of {fit.usable_bytes / GIB:.1f} GiB, "
-            "under 10% headroom"
+            f"under {TIGHT_HEADROOM_FRACTION:.0%} headroom"
         )
     return fit.reason or fit.verdict.value
 
@@ -239,7 +239,8 @@ def find_max(
                 low = middle
         value = high * step
         return answer(value, evaluate(value, timed=True), step=step)
-    bound, bounded_by = _field_bound(_plan_field(field)), "the Plan's bound"
+    bound = _field_bound(_plan_field(field))
+    bounded_by = f"the --{_plan_field(field)} bound ({bound})"
     if field is MaxField.SEQ and model.max_context < bound:
         bound, bounded_by = model.max_context, f"the model's context ({model.max_context})"
     if not fits(1):
