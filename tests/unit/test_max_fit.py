@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Method, Plan
-from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.planning.fit import check_plan_for_model, evaluate_plan
 from hwdash.core.planning.max_fit import MaxField, MaxFit, find_max, with_gpu_count
 from hwdash.core.results import FitVerdict
 from hwdash.errors import UsageError
@@ -20,7 +20,7 @@ from hwdash.errors import UsageError
 CATALOG = load_catalog(include_user=False)
 MODELS = ["qwen2.5-0.5b", "qwen2.5-7b", "llama-3.2-1b", "gemma-3-4b", "mixtral-8x7b", "seed-70m"]
 FLAVORS = ["t4-small", "l4x1", "a10g-largex2", "a100-large", "h200x4", "rtx-pro-6000", "v5e-1x1"]
-METHODS = [Method.INFERENCE, Method.LORA, Method.QLORA, Method.FULL]
+METHODS = [Method.INFERENCE, Method.LORA, Method.QLORA, Method.DORA, Method.FULL, Method.GRPO]
 
 
 def _verdict(plan: Plan, flavor_id: str, catalog: Catalog = CATALOG) -> FitVerdict:
@@ -77,6 +77,7 @@ def _check(plan: Plan, flavor_id: str, answer: MaxFit) -> None:
     batch=st.integers(1, 8),
     seq=st.sampled_from([256, 1024, 4096]),
     zero=st.sampled_from([0, 3]),
+    megatron=st.sampled_from([(1, 1), (2, 1), (2, 2)]),
 )
 def test_the_answer_fits_and_one_step_past_it_does_not(
     model_id: str,
@@ -87,13 +88,29 @@ def test_the_answer_fits_and_one_step_past_it_does_not(
     batch: int,
     seq: int,
     zero: int,
+    megatron: tuple[int, int],
 ) -> None:
     if method is Method.INFERENCE:
         grad_ckpt, zero = False, 0
+    tp, pp = megatron if method is Method.FULL and not zero else (1, 1)
     assume(not (field is MaxField.CONCURRENCY and method is not Method.INFERENCE))
-    assume(not (zero and method is Method.QLORA))
-    plan = Plan(model=model_id, method=method, grad_ckpt=grad_ckpt, batch=batch, seq=seq, zero=zero)
+    assume(not (zero and method in (Method.QLORA, Method.GRPO)))
+    plan = Plan(
+        model=model_id,
+        method=method,
+        grad_ckpt=grad_ckpt,
+        batch=batch,
+        seq=seq,
+        zero=zero,
+        tp=tp,
+        pp=pp,
+        gpus=tp * pp,
+    )
     model = resolve_model(model_id, CATALOG)
+    try:
+        check_plan_for_model(plan, model)
+    except UsageError:
+        assume(False)  # heads or layers not divisible by tp or pp: refused before any search
     answer = find_max(plan, model, CATALOG, flavor_id, field)
     _check(plan, flavor_id, answer)
 
@@ -162,3 +179,24 @@ def test_concurrency_is_the_generate_batch_and_is_refused_for_training() -> None
     assert "sequences of 4096 tokens" in concurrency.sentence()
     with pytest.raises(UsageError, match=r"--max concurrency .* needs --method inference"):
         find_max(Plan(model="qwen2.5-7b"), model, CATALOG, "l4x1", MaxField.CONCURRENCY)
+
+
+def test_gpus_step_in_tensor_times_pipeline_parallel_groups() -> None:
+    # Megatron needs the GPU count a multiple of tp x pp (megatron/training/arguments.py): the
+    # answer is counted in groups of 4 here, and one group fewer does not fit.
+    plan = Plan(
+        model="qwen2.5-72b",
+        method=Method.FULL,
+        tp=2,
+        pp=2,
+        gpus=4,
+        zero=1,
+        grad_ckpt=True,
+        seq=1024,
+    )
+    model = resolve_model(plan.model, CATALOG)
+    answer = find_max(plan, model, CATALOG, "h200", MaxField.GPUS)
+    assert answer.step == 4
+    assert answer.value is not None and answer.value % 4 == 0 and answer.value > 4
+    assert f"; {answer.value - 4} do not; the flavor has 1)" in answer.sentence()
+    _check(plan, "h200", answer)
