@@ -24,7 +24,7 @@ def test_the_text_has_a_max_column_and_a_line(capsys: pytest.CaptureFixture[str]
     value = document["max"]["value"]
     row = next(line for line in out.splitlines() if line.startswith("│ l4x1"))
     assert f" {value} " in row
-    assert f"most sequences of 2048 tokens at once that fits l4x1: {value} (" in out
+    assert f"most sequences of 2048 tokens at once that fit l4x1: {value} (" in out
     assert f"{value + 1} does not fit" in out
 
 

@@ -106,15 +106,16 @@ class MaxFit:
             MaxField.CONCURRENCY: f"most sequences of {self.plan_seq} tokens at once",
             MaxField.GPUS: f"fewest GPUs ({self.accelerator_name})",
         }[self.field]
+        # "the longest --seq ... fits", "the most sequences ... fit"
+        verb = "fit" if self.field in (MaxField.GPUS, MaxField.CONCURRENCY) else "fits"
         if self.value is None:
             if self.field is MaxField.GPUS:
                 return (
                     f"{what} that fit {self.target}: none (more GPUs do not bring this plan "
                     f"under the memory; at {self.fit.flavor.gpu_count} GPUs: {_why_not(self.fit)})"
                 )
-            return (
-                f"{what} that fits {self.target}: none (even 1 does not fit: {_why_not(self.fit)})"
-            )
+            why = _why_not(self.fit)
+            return f"{what} that {verb} {self.target}: none (even 1 does not fit: {why})"
         free = f"{self.fit.headroom_bytes / GIB:.1f} GiB free per GPU"
         if self.field is MaxField.GPUS:
             fewer = self.value - self.step
@@ -126,7 +127,7 @@ class MaxFit:
             tail = f"; capped by {self.bounded_by}"
         else:
             tail = f"; {self.value + self.step} does not fit"
-        return f"{what} that fits {self.target}: {self.value} ({free}{tail})"
+        return f"{what} that {verb} {self.target}: {self.value} ({free}{tail})"
 
 
 def _why_not(fit: FlavorFit) -> str:
