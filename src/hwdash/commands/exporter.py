@@ -100,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
     from hwdash.telemetry.exporter import SnapshotCollector
     from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
 
+    if getattr(args, "ssh", None) is not None:
+        raise UsageError(
+            "the exporter serves this machine's GPUs; read other boxes with `hwdash --ssh` or "
+            "`hwdash monitor --ssh`, or run `hwdash exporter` on each",
+            flag="--ssh",
+        )
     interval = parse_interval(args.interval)
     rule = build_rule(args, interval)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
