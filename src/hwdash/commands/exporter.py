@@ -60,7 +60,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--alert-hysteresis", default=None, metavar="P", help="as for hwdash monitor"
     )
-    add_sampling_arguments(parser, demo_help="serve the packaged demo scenario (no GPU needed)")
+    add_sampling_arguments(
+        parser, demo_help="serve the packaged demo scenario (no GPU needed)", ssh=False
+    )
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -100,12 +102,6 @@ def run(args: argparse.Namespace) -> int:
     from hwdash.telemetry.exporter import SnapshotCollector
     from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
 
-    if getattr(args, "ssh", None) is not None:
-        raise UsageError(
-            "the exporter serves this machine's GPUs; read other boxes with `hwdash --ssh` or "
-            "`hwdash monitor --ssh`, or run `hwdash exporter` on each",
-            flag="--ssh",
-        )
     interval = parse_interval(args.interval)
     rule = build_rule(args, interval)
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml

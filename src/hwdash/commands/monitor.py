@@ -150,11 +150,14 @@ def add_price_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
-    """Flags shared by ``hwdash monitor`` and the dashboard: where samples come from, how often,
-    and what an alert is and does."""
+def add_sampling_arguments(
+    parser: argparse.ArgumentParser, *, demo_help: str, ssh: bool = True
+) -> None:
+    """Flags shared by ``hwdash monitor``, the dashboard and (``ssh=False``: it serves this
+    machine's GPUs) the exporter: where samples come from, how often, and what an alert is and
+    does."""
     _add_pace_and_alert_arguments(parser)
-    _add_source_arguments(parser, demo_help=demo_help)
+    _add_source_arguments(parser, demo_help=demo_help, ssh=ssh)
 
 
 def add_webhook_argument(parser: argparse.ArgumentParser) -> None:
@@ -225,16 +228,19 @@ def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_source_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
+def _add_source_arguments(
+    parser: argparse.ArgumentParser, *, demo_help: str, ssh: bool = True
+) -> None:
     """Where samples come from, one of: a fake NVML scenario, the demo, Prometheus, SSH hosts, a
     recording (the driver's NVML without any)."""
-    parser.add_argument(
-        "--ssh-config",
-        default=None,
-        metavar="FILE",
-        help="with --ssh: the ssh client config to use (ssh -F FILE; default: ssh's own, "
-        "~/.ssh/config)",
-    )
+    if ssh:
+        parser.add_argument(
+            "--ssh-config",
+            default=None,
+            metavar="FILE",
+            help="with --ssh: the ssh client config to use (ssh -F FILE; default: ssh's own, "
+            "~/.ssh/config)",
+        )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--fake-nvml",
@@ -252,14 +258,15 @@ def _add_source_arguments(parser: argparse.ArgumentParser, *, demo_help: str) ->
         "exporter or nvitop-exporter series); credentials from HWDASH_PROMETHEUS_TOKEN or "
         "HWDASH_PROMETHEUS_USER/HWDASH_PROMETHEUS_PASSWORD",
     )
-    source.add_argument(
-        "--ssh",
-        default=None,
-        metavar="HOSTS",
-        help="read the GPUs of other boxes over SSH (the system ssh client, your own config and "
-        "keys): HOST[,HOST...] or @FILE (one host a line); each runs `hwdash monitor --json` "
-        "when installed there, else nvidia-smi",
-    )
+    if ssh:
+        source.add_argument(
+            "--ssh",
+            default=None,
+            metavar="HOSTS",
+            help="read the GPUs of other boxes over SSH (the system ssh client, your own config and "
+            "keys): HOST[,HOST...] or @FILE (one host a line); each runs `hwdash monitor --json` "
+            "when installed there, else nvidia-smi",
+        )
     source.add_argument(
         "--replay",
         default=None,
