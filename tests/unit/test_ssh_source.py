@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -368,3 +369,63 @@ def test_a_hwdash_host_replaces_its_gpus_with_each_snapshot() -> None:
         assert a.mode == "hwdash"
     finally:
         sampler.close()
+
+
+def _local_ssh(tmp_path: Path, path: str) -> tuple[str, ...]:
+    """A stand-in ssh that runs the remote command here with ``path`` as the PATH."""
+    return _fake_ssh(
+        tmp_path,
+        "import os, sys\n"
+        "if '-O' in sys.argv:\n"
+        "    sys.exit(0)\n"
+        f"os.execve('/bin/sh', ['sh', '-c', sys.argv[-1]], {{'PATH': {path!r}}})\n",
+    )
+
+
+def test_the_remote_command_reads_a_stand_in_nvidia_smi_and_its_processes(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = Path(__file__).resolve().parents[1] / "data" / "ssh" / "nvidia-smi"
+    (bin_dir / "nvidia-smi").write_bytes(stand_in.read_bytes())
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    (bin_dir / "gpus.csv").write_text(
+        "0, GPU-0, H100, 1000, 81559, 10, 40, 100\n1, GPU-1, H100, 80000, 81559, 99, 70, 600\n"
+    )
+    (bin_dir / "apps.csv").write_text("GPU-1, 31337, 79000, python $(rm -rf ~) train.py\n")
+    ssh = _local_ssh(tmp_path, f"{bin_dir}:/usr/bin:/bin")
+    sampler = SshSampler(["node-a"], interval_s=1, ssh=ssh, first_wait_s=20)
+    try:
+        snapshot = sampler.sample()
+        deadline = 40
+        while not any(gpu.processes for gpu in snapshot.gpus) and deadline:
+            deadline -= 1
+            time.sleep(0.1)
+            snapshot = sampler.sample()
+    finally:
+        sampler.close()
+    assert [(gpu.host_gpu, gpu.used_bytes) for gpu in snapshot.gpus] == [
+        (0, 1000 * MIB),
+        (1, 80000 * MIB),
+    ]
+    (process,) = snapshot.gpus[1].processes
+    assert (process.pid, process.cmdline) == (31337, "python $(rm -rf ~) train.py")
+    assert snapshot.errors == ()
+
+
+def test_a_host_without_hwdash_or_nvidia_smi_says_so(tmp_path: Path) -> None:
+    ssh = _local_ssh(tmp_path, str(tmp_path / "empty"))
+    sampler = SshSampler(["node-a"], interval_s=1, ssh=ssh, first_wait_s=20)
+    try:
+        snapshot = sampler.sample()
+    finally:
+        sampler.close()
+    assert snapshot.errors == ("node-a: unreachable: neither hwdash nor nvidia-smi is on the PATH",)
+
+
+def test_a_streaming_line_names_a_remote_gpu_by_host_and_number() -> None:
+    from hwdash.commands.monitor_print import gpu_line
+
+    remote = GpuSample(index=4, name="H100", uuid=None, host="node-a", host_gpu=1)
+    assert gpu_line(remote, "07:00:00").startswith("07:00:00 node-a:1 H100 ")
+    local = GpuSample(index=4, name="H100", uuid=None)
+    assert gpu_line(local, "07:00:00").startswith("07:00:00 gpu4 H100 ")

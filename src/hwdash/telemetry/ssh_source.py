@@ -313,7 +313,9 @@ class HostStream:
         self.last_data_at: float | None = None
         self.connected = False
         self.error: str | None = None
-        """Why the last connection ended (ssh's last words), or what the remote said was wrong."""
+        """Why the last connection ended (ssh's last words)."""
+        self.remote_error: str | None = None
+        """What the remote said was wrong (no hwdash or nvidia-smi there)."""
         self.bad_lines = 0
         self.mode: str | None = None
         """``hwdash`` or ``nvidia-smi``: what the remote runs (known from its first line)."""
@@ -323,7 +325,7 @@ class HostStream:
         now = self.clock()
         try:
             self._feed(line.rstrip("\r"), now)
-        except LineError:
+        except Exception:  # LineError, or anything else odd input provokes: the reader goes on
             with self.lock:
                 self.bad_lines += 1
 
@@ -345,7 +347,7 @@ class HostStream:
             return
         if line.startswith(ERROR_PREFIX):
             with self.lock:
-                self.error = clean_text(line.removeprefix(ERROR_PREFIX))
+                self.remote_error = clean_text(line.removeprefix(ERROR_PREFIX))
             return
         if line == APPS_BEGIN:
             with self.lock:
@@ -540,8 +542,7 @@ class SshSampler:
             why = words[-1] if words else f"ssh exited with status {proc.returncode}"
             with stream.lock:
                 stream.connected = False
-                if stream.error is None or not got_data:
-                    stream.error = clean_text(why)
+                stream.error = stream.remote_error or clean_text(why)
         return got_data
 
     def _pump(self, proc: subprocess.Popen[bytes], stream: HostStream) -> tuple[bool, bytes]:
@@ -660,7 +661,7 @@ class SshSampler:
         if bad:
             said.append(f"{host}: {bad} line(s) of its output could not be read and were skipped")
         if last is None:
-            if error is not None and (not connected or stream.mode is None):
+            if error is not None and not connected:
                 said.append(f"{host}: unreachable: {error}")
             elif now - self._started_at > self.first_wait_s:
                 said.append(f"{host}: no GPU readings yet")
