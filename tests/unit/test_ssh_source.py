@@ -112,13 +112,14 @@ def _snapshot_line(name: str = "NVIDIA A100", command: str = "python train.py") 
 
 
 def test_a_snapshot_line_gives_the_remote_gpus_by_their_own_number() -> None:
-    (gpu,) = parse_snapshot_line(_snapshot_line())
+    (gpu,), error = parse_snapshot_line(_snapshot_line())
+    assert error is None
     assert (gpu.index, gpu.name, gpu.free_bytes) == (1, "NVIDIA A100", 20 * 2**30)
     assert gpu.processes[0].cmdline == "python train.py"
 
 
 def test_a_snapshot_line_with_escapes_keeps_them_as_text() -> None:
-    (gpu,) = parse_snapshot_line(_snapshot_line("\x1b[31m[red]A", "rm\r\x1b[2K -rf"))
+    (gpu,), _error = parse_snapshot_line(_snapshot_line("\x1b[31m[red]A", "rm\r\x1b[2K -rf"))
     assert gpu.name == "\ufffd[31m[red]A"
     assert gpu.processes[0].cmdline == "rm\ufffd\ufffd[2K -rf"
 
@@ -429,3 +430,17 @@ def test_a_streaming_line_names_a_remote_gpu_by_host_and_number() -> None:
     assert gpu_line(remote, "07:00:00").startswith("07:00:00 node-a:1 H100 ")
     local = GpuSample(index=4, name="H100", uuid=None)
     assert gpu_line(local, "07:00:00").startswith("07:00:00 gpu4 H100 ")
+
+
+def test_a_hwdash_host_without_gpus_says_why() -> None:
+    clock = Clock()
+    sampler, a, _b = _offline_sampler(clock)
+    empty = Snapshot(
+        timestamp=1.0, nvml=NvmlStatus(available=False, error="no NVIDIA driver\x1b[2J found")
+    )
+    try:
+        a.feed(json.dumps(snapshot_to_dict(empty, [])))
+        snapshot = sampler.sample()
+        assert snapshot.errors[0] == "node-a: no GPUs (no NVIDIA driver\ufffd[2J found)"
+    finally:
+        sampler.close()

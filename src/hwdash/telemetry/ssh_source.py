@@ -251,9 +251,10 @@ def parse_app_line(line: str) -> AppLine:
     )
 
 
-def parse_snapshot_line(line: str) -> tuple[GpuSample, ...]:
+def parse_snapshot_line(line: str) -> tuple[tuple[GpuSample, ...], str | None]:
     """The GPUs of one ``hwdash monitor --json`` line, each numbered by its index on the remote
-    (``host`` and cluster indices are set by the caller); raises :class:`LineError`."""
+    (``host`` and cluster indices are set by the caller), and the remote's NVML error (no driver
+    there, say) or None; raises :class:`LineError`."""
     from hwdash.core.strict_json import loads
     from hwdash.telemetry.replay import snapshot_from_dict
 
@@ -266,7 +267,7 @@ def parse_snapshot_line(line: str) -> tuple[GpuSample, ...]:
         if not 0 <= gpu.index <= MAX_GPU_INDEX:
             raise LineError("a GPU index out of range")
         gpus.append(_clean_gpu(gpu))
-    return tuple(gpus)
+    return tuple(gpus), clean_text(snapshot.nvml.error)
 
 
 def _clean_gpu(gpu: GpuSample) -> GpuSample:
@@ -338,9 +339,10 @@ class HostStream:
         if not line.strip():
             return
         if line.startswith("{"):
-            gpus = parse_snapshot_line(line)
+            gpus, nvml_error = parse_snapshot_line(line)
             with self.lock:
                 self.mode = "hwdash"
+                self.remote_error = nvml_error
                 self.gpus = {gpu.index: (gpu, now) for gpu in gpus}
                 self.from_hwdash = {gpu.index: gpu.processes for gpu in gpus}
                 self.last_data_at = now
@@ -651,11 +653,12 @@ class SshSampler:
         stream = self.streams[host]
         with stream.lock:
             readings = stream.readings()
-            last, connected, error, bad = (
+            last, connected, error, bad, remote_error = (
                 stream.last_data_at,
                 stream.connected,
                 stream.error,
                 stream.bad_lines,
+                stream.remote_error,
             )
         said = []
         if bad:
@@ -666,6 +669,8 @@ class SshSampler:
             elif now - self._started_at > self.first_wait_s:
                 said.append(f"{host}: no GPU readings yet")
             return [], said
+        if not readings:
+            said.append(f"{host}: no GPUs" + (f" ({remote_error})" if remote_error else ""))
         age = now - last
         unreachable = not connected or age >= UNREACHABLE_INTERVALS * self.interval_s
         if unreachable:
