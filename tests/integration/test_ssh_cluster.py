@@ -226,6 +226,10 @@ def test_host_whose_sshd_is_killed_is_unreachable_within_three_intervals(hosts: 
     engine = AlertEngine(AlertRule(threshold=0.9))
     try:
         snapshot = sampler.sample()  # waits for both hosts' first readings
+        deadline = time.monotonic() + 10
+        while any(gpu.host_stale for gpu in snapshot.gpus) and time.monotonic() < deadline:
+            time.sleep(0.2)  # a loaded machine: a host's second line came late
+            snapshot = sampler.sample()
         engine.update(snapshot)
         by_host = {(gpu.host, gpu.host_gpu): gpu for gpu in snapshot.gpus}
         assert len(by_host) == 4 and all(gpu.host_stale is None for gpu in snapshot.gpus)

@@ -444,3 +444,20 @@ def test_a_hwdash_host_without_gpus_says_why() -> None:
         assert snapshot.errors[0] == "node-a: no GPUs (no NVIDIA driver\ufffd[2J found)"
     finally:
         sampler.close()
+
+
+def test_nvidia_smi_hosts_are_held_to_whole_second_loops() -> None:
+    """Below 1 s nvidia-smi still answers once a second (its -l takes whole seconds): a 0.9 s old
+    reading is fresh at --interval 0.5, and stale after 1.5 s."""
+    clock = Clock()
+    sampler = SshSampler(["node-a"], interval_s=0.5, ssh=("ssh",), clock=clock, start=False)
+    stream = sampler.streams["node-a"]
+    stream.connected = True
+    try:
+        stream.feed("0, GPU-a0, A100, 100, 1000, 5, 40, 100")
+        clock.now += 0.9
+        assert sampler.sample().gpus[0].host_stale is None
+        clock.now += 0.7
+        assert (sampler.sample().gpus[0].host_stale or "").startswith("stale: ")
+    finally:
+        sampler.close()

@@ -20,7 +20,7 @@ retried with a doubling backoff.
 A reader thread per host parses lines into :class:`~hwdash.telemetry.types.GpuSample` objects
 (``host`` the name given, ``host_gpu`` the GPU's number there); :meth:`SshSampler.sample` returns the
 newest of every host without waiting on any. A host whose newest reading is older than
-:data:`STALE_INTERVALS` intervals is stale, and unreachable once its connection is gone or nothing
+:data:`STALE_INTERVALS` intervals (nvidia-smi's: whole seconds) is stale, and unreachable once its connection is gone or nothing
 came for :data:`UNREACHABLE_INTERVALS` intervals; its last values stay on screen, marked (the
 Prometheus source's wording, :mod:`hwdash.telemetry.prometheus_source`).
 
@@ -653,12 +653,13 @@ class SshSampler:
         stream = self.streams[host]
         with stream.lock:
             readings = stream.readings()
-            last, connected, error, bad, remote_error = (
+            last, connected, error, bad, remote_error, mode = (
                 stream.last_data_at,
                 stream.connected,
                 stream.error,
                 stream.bad_lines,
                 stream.remote_error,
+                stream.mode,
             )
         said = []
         if bad:
@@ -671,8 +672,11 @@ class SshSampler:
             return [], said
         if not readings:
             said.append(f"{host}: no GPUs" + (f" ({remote_error})" if remote_error else ""))
+        period = self.interval_s
+        if mode == "nvidia-smi":  # its -l takes whole seconds (remote_command)
+            period = max(1.0, float(math.ceil(self.interval_s)))
         age = now - last
-        unreachable = not connected or age >= UNREACHABLE_INTERVALS * self.interval_s
+        unreachable = not connected or age >= UNREACHABLE_INTERVALS * period
         if unreachable:
             reason = f"; {error}" if error and not connected else ""
             said.append(
@@ -687,7 +691,7 @@ class SshSampler:
             note = None
             if unreachable:
                 note = f"unreachable: no data from {host} for {gpu_age:.0f} s (last values shown)"
-            elif gpu_age > STALE_INTERVALS * self.interval_s:
+            elif gpu_age > STALE_INTERVALS * period:
                 note = f"stale: no data from {host} for {gpu_age:.0f} s (last values shown)"
             placed.append(
                 dataclasses.replace(
