@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -142,6 +143,7 @@ async def main(hosts: int, gpus: int, rounds: int) -> None:
             fresh = sum(gpu.host_stale is None for gpu in last.gpus)
     finally:
         sampler.close()
+        shutil.rmtree(folder, ignore_errors=True)
     print(f"{hosts} stand-in SSH hosts x {gpus} GPUs at 1 s, {rounds} rounds, 120x40")
     print(summary("sample (newest per host, history, alerts)", sample_s))
     print(summary("frame (sample to screen updated)", frame_s))
