@@ -1,11 +1,13 @@
 """The dashboard over SSH hosts: 20 stand-in hosts x 8 GPUs at 1 s, its CPU and frame time.
 
-    .venv/bin/python bench/ssh_bench.py [--hosts 20] [--gpus 8] [--rounds 30]
+    .venv/bin/python bench/ssh_bench.py [--hosts 20] [--gpus 8] [--rounds 30] [--remote hwdash]
 
 The hosts are stand-ins, no sshd: a stand-in ``ssh`` (a shell script written to a temporary folder)
 takes the argv hwdash builds, drops the options and runs the remote command locally with a folder on
 its PATH that holds a stand-in ``nvidia-smi`` (awk: ``--gpus`` lines every ``-l`` seconds, memory and
-utilization moving each round, and one process per GPU for ``--query-compute-apps``). Everything
+utilization moving each round, and one process per GPU for ``--query-compute-apps``); with
+``--remote hwdash`` a stand-in ``hwdash`` instead, repeating one ``hwdash monitor --json`` line of the
+packaged ``h100x8`` scenario (8 GPUs, ~14 KB) every second (its values do not move). Everything
 of hwdash is real: one ``ssh`` process and its pipes per host, a reader thread per host parsing the
 lines, :class:`~hwdash.telemetry.ssh_source.SshSampler`, the alert rule and history, and the
 dashboard (headless, 120x40) showing each round's frame.
@@ -74,10 +76,39 @@ exec awk -v gpus={gpus} -v apps=$apps -v loop=$loop -v seed="$HOST_SEED" 'BEGIN 
 """
 
 
-def stand_ins(folder: Path, gpus: int) -> Path:
-    """The stand-in ssh (returned) and nvidia-smi under ``folder``."""
+STAND_IN_HWDASH = """#!/bin/sh
+# Stand-in hwdash: `hwdash monitor --json` repeating one recorded line every second.
+while :; do cat "{line}" || exit 1; sleep 1; done
+"""
+
+
+def stand_ins(folder: Path, gpus: int, remote: str) -> Path:
+    """The stand-in ssh (returned) and nvidia-smi (or hwdash) under ``folder``."""
     bin_dir = folder / "bin"
     bin_dir.mkdir()
+    if remote == "hwdash":
+        import subprocess
+
+        line = folder / "snapshot.json"
+        recorded = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hwdash",
+                "monitor",
+                "--json",
+                "--once",
+                "--fake-nvml",
+                "h100x8",
+            ],
+            capture_output=True,
+            check=True,
+            env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+        )
+        line.write_bytes(recorded.stdout)
+        stand_in = bin_dir / "hwdash"
+        stand_in.write_text(STAND_IN_HWDASH.format(line=line))
+        stand_in.chmod(0o755)
     smi = bin_dir / "nvidia-smi"
     smi.write_text(STAND_IN_NVIDIA_SMI.format(gpus=gpus))
     smi.chmod(0o755)
@@ -95,7 +126,7 @@ def summary(name: str, seconds: list[float]) -> str:
     )
 
 
-async def main(hosts: int, gpus: int, rounds: int) -> None:
+async def main(hosts: int, gpus: int, rounds: int, remote: str) -> None:
     from snapshot_apps.fake_dashboard import shared_catalog
 
     from hwdash.core.live.alerts import AlertRule
@@ -104,7 +135,7 @@ async def main(hosts: int, gpus: int, rounds: int) -> None:
     from hwdash.ui.sampling import AlertingFrameBuilder
 
     folder = Path(tempfile.mkdtemp(prefix="hwdash-ssh-bench-"))
-    ssh = stand_ins(folder, gpus)
+    ssh = stand_ins(folder, gpus, remote)
     names = [f"node-{number:02d}" for number in range(hosts)]
     sampler = SshSampler(names, interval_s=1.0, ssh=(str(ssh),))
     builder = AlertingFrameBuilder(AlertRule(), history=History(interval_s=1.0))
@@ -144,7 +175,7 @@ async def main(hosts: int, gpus: int, rounds: int) -> None:
     finally:
         sampler.close()
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"{hosts} stand-in SSH hosts x {gpus} GPUs at 1 s, {rounds} rounds, 120x40")
+    print(f"{hosts} stand-in SSH hosts ({remote}) x {gpus} GPUs at 1 s, {rounds} rounds, 120x40")
     print(summary("sample (newest per host, history, alerts)", sample_s))
     print(summary("frame (sample to screen updated)", frame_s))
     print(f"{'dashboard CPU (all threads, readers too)':<38} {100 * cpu / wall:5.1f}% of one core")
@@ -156,5 +187,8 @@ if __name__ == "__main__":
     parser.add_argument("--hosts", type=int, default=20)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--remote", choices=("nvidia-smi", "hwdash"), default="nvidia-smi")
     options = parser.parse_args()
-    asyncio.run(main(options.hosts, options.gpus, options.rounds))
+    if options.remote == "hwdash" and options.gpus != 8:
+        parser.error("--remote hwdash replays the 8-GPU h100x8 scenario: --gpus 8 only")
+    asyncio.run(main(options.hosts, options.gpus, options.rounds, options.remote))
