@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hwdash.cli import main
 from hwdash.errors import UsageError
@@ -60,6 +62,7 @@ def test_not_available_readings_are_none_not_zero() -> None:
         "-1, GPU-x, name, 1, 2, 3, 4, 5",
         "1e3, GPU-x, name, 1, 2, 3, 4, 5",
         "99999, GPU-x, name, 1, 2, 3, 4, 5",
+        "\u00b2, GPU-x, name, 1, 2, 3, 4, 5",  # a digit to str.isdigit, not to int()
         "0, GPU-x, name, -5, 2, 3, 4, 5",
         "0, GPU-x, name, 9, 2, 3, 4, 5",  # more used than the GPU has
         "0, GPU-x, name, 1, 0, 3, 4, 5",
@@ -85,7 +88,8 @@ def test_an_app_line_keeps_commas_in_the_process_name() -> None:
 
 
 @pytest.mark.parametrize(
-    "line", ["GPU-1, 0, 5, x", "GPU-1, -4, 5, x", "GPU-1, 12", "GPU-1, 1, -5, x"]
+    "line",
+    ["GPU-1, 0, 5, x", "GPU-1, -4, 5, x", "GPU-1, 12", "GPU-1, 1, -5, x", "GPU-1, \u00b2, 5, x"],
 )
 def test_a_bad_app_line_is_refused(line: str) -> None:
     with pytest.raises(LineError):
@@ -461,3 +465,46 @@ def test_nvidia_smi_hosts_are_held_to_whole_second_loops() -> None:
         assert (sampler.sample().gpus[0].host_stale or "").startswith("stale: ")
     finally:
         sampler.close()
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+_snapshot_like = st.fixed_dictionaries(
+    {"timestamp": st.floats() | st.integers(), "gpus": st.lists(_json_values, max_size=3)},
+    optional={"nvml": _json_values},
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(max_size=300)
+    | st.lists(st.text(max_size=40), min_size=8, max_size=8).map(", ".join)
+    | _snapshot_like.map(lambda value: json.dumps(value, allow_nan=True))
+)
+def test_any_remote_line_is_a_reading_or_a_counted_refusal(line: str) -> None:
+    """Whatever a remote prints: each parser gives a reading whose words hold no control
+    character, or refuses it with LineError; a host's stream counts it and goes on."""
+    for parse in (parse_gpu_line, parse_app_line, parse_snapshot_line):
+        try:
+            parsed = parse(line)
+        except LineError:
+            continue
+        text = json.dumps(parsed, default=lambda value: getattr(value, "__dict__", str(value)))
+        decoded = json.loads(text)
+        stack = [decoded]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, str):
+                assert value.isprintable(), value
+            elif isinstance(value, dict):
+                stack.extend(value.values())
+            elif isinstance(value, list):
+                stack.extend(value)
+    stream = HostStream("node-a")
+    stream.feed(line)  # never raises
+    stream.readings()

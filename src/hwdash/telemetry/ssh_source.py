@@ -175,6 +175,14 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _whole(text: str) -> int | None:
+    """A whole number of ASCII digits (``str.isdigit`` also takes ``²``, which ``int`` refuses),
+    at most 10 of them; else None."""
+    if not 0 < len(text) <= 10 or not all("0" <= ch <= "9" for ch in text):
+        return None
+    return int(text)
+
+
 class LineError(ValueError):
     """A remote line that is not what the parser reads (counted and skipped)."""
 
@@ -199,7 +207,8 @@ def parse_gpu_line(line: str) -> GpuLine:
     if len(cells) != len(GPU_FIELDS):
         raise LineError(f"{len(cells)} fields, not {len(GPU_FIELDS)}")
     index_text, uuid, name, used, total, util, temp, power = cells
-    if not index_text.isdigit() or int(index_text) > MAX_GPU_INDEX:
+    index = _whole(index_text)
+    if index is None or index > MAX_GPU_INDEX:
         raise LineError("the GPU index is not a number")
     used_mib, total_mib = _number(used), _number(total)
     if (used_mib is not None and used_mib < 0) or (total_mib is not None and total_mib <= 0):
@@ -210,7 +219,7 @@ def parse_gpu_line(line: str) -> GpuLine:
     if utilization is not None and not 0 <= utilization <= 100:
         utilization = None
     return GpuLine(
-        index=int(index_text),
+        index=index,
         uuid=clean_text(uuid) or None,
         name=clean_text(name) or None,
         used_bytes=None if used_mib is None else round(used_mib * MIB),
@@ -238,14 +247,15 @@ def parse_app_line(line: str) -> AppLine:
     if len(cells) != len(APP_FIELDS):
         raise LineError(f"{len(cells)} fields, not {len(APP_FIELDS)}")
     uuid, pid_text, used, name = (cell.strip() for cell in cells)
-    if not pid_text.isdigit() or not 0 < int(pid_text) < 2**32:
+    pid = _whole(pid_text)
+    if pid is None or not 0 < pid < 2**32:
         raise LineError("the PID is not a number")
     used_mib = _number(used)
     if used_mib is not None and used_mib < 0:
         raise LineError("negative memory")
     return AppLine(
         gpu_uuid=clean_text(uuid) or "",
-        pid=int(pid_text),
+        pid=pid,
         used_bytes=None if used_mib is None else round(used_mib * MIB),
         name=clean_text(name) or None,
     )
