@@ -44,24 +44,33 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from hwdash.core.units import MIB
 from hwdash.errors import UsageError
-from hwdash.telemetry.types import GpuSample, NvmlStatus, ProcessSample, Snapshot
-
-GPU_FIELDS = (
-    "index",
-    "uuid",
-    "name",
-    "memory.used",
-    "memory.total",
-    "utilization.gpu",
-    "temperature.gpu",
-    "power.draw",
+from hwdash.telemetry.ssh_lines import (
+    APP_FIELDS as APP_FIELDS,
 )
-"""``nvidia-smi --query-gpu`` fields, in the order the parser reads them (MiB, %, C, W with
-``nounits``)."""
-APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
-"""``nvidia-smi --query-compute-apps`` fields (``used_memory`` in MiB)."""
+from hwdash.telemetry.ssh_lines import (
+    GPU_FIELDS as GPU_FIELDS,
+)
+from hwdash.telemetry.ssh_lines import (
+    MAX_TEXT as MAX_TEXT,
+)
+from hwdash.telemetry.ssh_lines import (
+    LineError as LineError,
+)
+from hwdash.telemetry.ssh_lines import (
+    clean_text,
+    gpu_of,
+)
+from hwdash.telemetry.ssh_lines import (
+    parse_app_line as parse_app_line,
+)
+from hwdash.telemetry.ssh_lines import (
+    parse_gpu_line as parse_gpu_line,
+)
+from hwdash.telemetry.ssh_lines import (
+    parse_snapshot_line as parse_snapshot_line,
+)
+from hwdash.telemetry.types import GpuSample, NvmlStatus, ProcessSample, Snapshot
 
 STALE_INTERVALS = 1.5
 """A host whose newest reading is older than this many intervals is shown stale."""
@@ -69,14 +78,9 @@ UNREACHABLE_INTERVALS = 3.0
 """...and unreachable after this many (or at once when its connection is gone)."""
 MAX_LINE_BYTES = 4 * 1024 * 1024
 """A longer line is cut and skipped (a snapshot of 8 GPUs with processes is a few tens of KiB)."""
-MAX_TEXT = 256
-"""Names, commands and error words from a remote are cut to this many characters."""
 MAX_HOSTS = 256
 BACKOFF_MAX_S = 30.0
 CONTROL_PERSIST_S = 60
-MAX_GPU_INDEX = 1023
-JSON_DEPTH = 16
-"""The replay's nesting limit (:data:`hwdash.telemetry.replay.MAX_LINE_DEPTH`)."""
 
 APP_PREFIX = "@app "
 APPS_BEGIN = "@apps"
@@ -156,156 +160,6 @@ def _read_text(path: Path) -> str:
 # -- parsing remote output ------------------------------------------------------------------------
 
 
-def clean_text(value: str | None, limit: int = MAX_TEXT) -> str | None:
-    """Remote words as text: control characters (escape sequences, carriage returns) replaced,
-    cut to ``limit`` characters."""
-    if value is None:
-        return None
-    cleaned = "".join(ch if ch.isprintable() else "\ufffd" for ch in value[:limit])
-    return cleaned
-
-
-def _number(text: str) -> float | None:
-    """A reading, or None for nvidia-smi's ``[N/A]``/``[Not Supported]`` (anything not a finite
-    number)."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _whole(text: str) -> int | None:
-    """A whole number of ASCII digits (``str.isdigit`` also takes ``²``, which ``int`` refuses),
-    at most 10 of them; else None."""
-    if not 0 < len(text) <= 10 or not all("0" <= ch <= "9" for ch in text):
-        return None
-    return int(text)
-
-
-class LineError(ValueError):
-    """A remote line that is not what the parser reads (counted and skipped)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuLine:
-    """One ``--query-gpu`` line."""
-
-    index: int
-    uuid: str | None
-    name: str | None
-    used_bytes: int | None
-    total_bytes: int | None
-    utilization_gpu: float | None
-    temperature_c: float | None
-    power_w: float | None
-
-
-def parse_gpu_line(line: str) -> GpuLine:
-    """One ``--query-gpu`` CSV line (:data:`GPU_FIELDS`); raises :class:`LineError`."""
-    cells = [cell.strip() for cell in line.split(",")]
-    if len(cells) != len(GPU_FIELDS):
-        raise LineError(f"{len(cells)} fields, not {len(GPU_FIELDS)}")
-    index_text, uuid, name, used, total, util, temp, power = cells
-    index = _whole(index_text)
-    if index is None or index > MAX_GPU_INDEX:
-        raise LineError("the GPU index is not a number")
-    used_mib, total_mib = _number(used), _number(total)
-    if (used_mib is not None and used_mib < 0) or (total_mib is not None and total_mib <= 0):
-        raise LineError("negative memory")
-    if used_mib is not None and total_mib is not None and used_mib > total_mib:
-        raise LineError("more memory used than the GPU has")
-    utilization = _number(util)
-    if utilization is not None and not 0 <= utilization <= 100:
-        utilization = None
-    return GpuLine(
-        index=index,
-        uuid=clean_text(uuid) or None,
-        name=clean_text(name) or None,
-        used_bytes=None if used_mib is None else round(used_mib * MIB),
-        total_bytes=None if total_mib is None else round(total_mib * MIB),
-        utilization_gpu=utilization,
-        temperature_c=_number(temp),
-        power_w=_number(power),
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class AppLine:
-    """One ``--query-compute-apps`` line."""
-
-    gpu_uuid: str
-    pid: int
-    used_bytes: int | None
-    name: str | None
-
-
-def parse_app_line(line: str) -> AppLine:
-    """One ``--query-compute-apps`` CSV line (:data:`APP_FIELDS`; the process name, last, may hold
-    commas); raises :class:`LineError`."""
-    cells = line.split(",", len(APP_FIELDS) - 1)
-    if len(cells) != len(APP_FIELDS):
-        raise LineError(f"{len(cells)} fields, not {len(APP_FIELDS)}")
-    uuid, pid_text, used, name = (cell.strip() for cell in cells)
-    pid = _whole(pid_text)
-    if pid is None or not 0 < pid < 2**32:
-        raise LineError("the PID is not a number")
-    used_mib = _number(used)
-    if used_mib is not None and used_mib < 0:
-        raise LineError("negative memory")
-    return AppLine(
-        gpu_uuid=clean_text(uuid) or "",
-        pid=pid,
-        used_bytes=None if used_mib is None else round(used_mib * MIB),
-        name=clean_text(name) or None,
-    )
-
-
-def parse_snapshot_line(line: str) -> tuple[tuple[GpuSample, ...], str | None]:
-    """The GPUs of one ``hwdash monitor --json`` line, each numbered by its index on the remote
-    (``host`` and cluster indices are set by the caller), and the remote's NVML error (no driver
-    there, say) or None; raises :class:`LineError`."""
-    from hwdash.core.strict_json import loads
-    from hwdash.telemetry.replay import snapshot_from_dict
-
-    try:
-        snapshot = snapshot_from_dict(loads(line, max_depth=JSON_DEPTH))
-    except (ValueError, TypeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise LineError(f"not a hwdash snapshot ({str(exc)[:80]})") from None
-    gpus = []
-    for gpu in snapshot.gpus:
-        if not 0 <= gpu.index <= MAX_GPU_INDEX:
-            raise LineError("a GPU index out of range")
-        gpus.append(_clean_gpu(gpu))
-    return tuple(gpus), clean_text(snapshot.nvml.error)
-
-
-def _clean_gpu(gpu: GpuSample) -> GpuSample:
-    return dataclasses.replace(
-        gpu,
-        name=clean_text(gpu.name),
-        uuid=clean_text(gpu.uuid),
-        errors=tuple(
-            (clean_text(field) or "", clean_text(why) or "")
-            for field, why in gpu.errors
-            if field != "host"
-        ),
-        processes=tuple(
-            dataclasses.replace(
-                process,
-                name=clean_text(process.name),
-                user=clean_text(process.user),
-                cmdline=clean_text(process.cmdline, 4 * MAX_TEXT),
-                container=clean_text(process.container),
-            )
-            for process in gpu.processes
-        ),
-    )
-
-
-# -- one host -------------------------------------------------------------------------------------
-
-
 class HostStream:
     """What one host said last: its GPUs by their number there, their processes, when, and the
     state of its connection. Fed line by line (:meth:`feed`) by the reader thread; read by
@@ -372,42 +226,31 @@ class HostStream:
                 self._apps_pending = None
             return
         if line.startswith(APP_PREFIX):
-            app = parse_app_line(line.removeprefix(APP_PREFIX))
-            process = ProcessSample(
-                pid=app.pid,
-                gpu_index=0,  # set when the GPU is placed in the cluster
-                kind="compute",
-                used_bytes=app.used_bytes,
-                visible=False,  # another machine's PID: never looked up here
-                verifiable=False,
-                name=app.name,
-                cmdline=app.name,
-                host=self.host,
-            )
-            with self.lock:
-                if self._apps_pending is not None:
-                    self._apps_pending.setdefault(app.gpu_uuid, []).append(process)
+            self._feed_app(line.removeprefix(APP_PREFIX))
             return
         reading = parse_gpu_line(line)
-        free = None
-        if reading.total_bytes is not None and reading.used_bytes is not None:
-            # The query has no memory.reserved: free is what the used count leaves.
-            free = reading.total_bytes - reading.used_bytes
-        gpu = GpuSample(
-            index=reading.index,
-            name=reading.name,
-            uuid=reading.uuid,
-            total_bytes=reading.total_bytes,
-            used_bytes=reading.used_bytes,
-            free_bytes=free,
-            utilization_gpu=reading.utilization_gpu,
-            temperature_c=reading.temperature_c,
-            power_w=reading.power_w,
-        )
         with self.lock:
             self.mode = "nvidia-smi"
-            self.gpus[reading.index] = (gpu, now)
+            self.gpus[reading.index] = (gpu_of(reading), now)
             self.last_data_at = now
+
+    def _feed_app(self, text: str) -> None:
+        """One ``--query-compute-apps`` line, into the listing being read."""
+        app = parse_app_line(text)
+        process = ProcessSample(
+            pid=app.pid,
+            gpu_index=0,  # set when the GPU is placed in the cluster
+            kind="compute",
+            used_bytes=app.used_bytes,
+            visible=False,  # another machine's PID: never looked up here
+            verifiable=False,
+            name=app.name,
+            cmdline=app.name,
+            host=self.host,
+        )
+        with self.lock:
+            if self._apps_pending is not None:
+                self._apps_pending.setdefault(app.gpu_uuid, []).append(process)
 
     def readings(self) -> list[tuple[GpuSample, float]]:
         """Each GPU's newest reading with its processes, by number on the host (under the lock)."""
@@ -695,36 +538,14 @@ class SshSampler:
             )
         placed = []
         for gpu, at in readings:
-            number = gpu.index
-            index = self._indices.setdefault((host, number), len(self._indices))
             gpu_age = now - at
             note = None
             if unreachable:
                 note = f"unreachable: no data from {host} for {gpu_age:.0f} s (last values shown)"
             elif gpu_age > STALE_INTERVALS * period:
                 note = f"stale: no data from {host} for {gpu_age:.0f} s (last values shown)"
-            placed.append(
-                dataclasses.replace(
-                    gpu,
-                    index=index,
-                    host=host,
-                    host_gpu=number,
-                    errors=(*gpu.errors, ("host", note)) if note else gpu.errors,
-                    # A forecast read from frozen data is not a forecast.
-                    forecast_full_s=None if note else gpu.forecast_full_s,
-                    processes=tuple(
-                        dataclasses.replace(
-                            process,
-                            gpu_index=index,
-                            host=host,
-                            host_gpu=number,
-                            visible=False,
-                            verifiable=False,
-                        )
-                        for process in gpu.processes
-                    ),
-                )
-            )
+            index = self._indices.setdefault((host, gpu.index), len(self._indices))
+            placed.append(_placed(gpu, index, host, note))
         return placed, said
 
     def close(self) -> None:
@@ -772,3 +593,30 @@ class SshSampler:
                 stop.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 stop.kill()
+
+
+def _placed(gpu: GpuSample, index: int, host: str, note: str | None) -> GpuSample:
+    """A host's GPU numbered in the cluster (``index``), labelled with its host and its number
+    there, with ``note`` (stale or unreachable) as a ``host`` error; its processes are another
+    machine's PIDs, never looked up here."""
+    number = gpu.index
+    return dataclasses.replace(
+        gpu,
+        index=index,
+        host=host,
+        host_gpu=number,
+        errors=(*gpu.errors, ("host", note)) if note else gpu.errors,
+        # A forecast read from frozen data is not a forecast.
+        forecast_full_s=None if note else gpu.forecast_full_s,
+        processes=tuple(
+            dataclasses.replace(
+                process,
+                gpu_index=index,
+                host=host,
+                host_gpu=number,
+                visible=False,
+                verifiable=False,
+            )
+            for process in gpu.processes
+        ),
+    )

@@ -179,32 +179,51 @@ def find_max(
     applied to every fit before its verdict is read (``--calibrated`` scales the need by what
     this box measured, as the flavor table does)."""
     check_max_request(plan, field)
-    flavor = catalog.flavors[flavor_id]
-    accelerator = catalog.accelerator_for(flavor)
-    framework = catalog.framework_for(plan)
+    search = _Search(plan, model, catalog, flavor_id, field, adjust)
+    if field is MaxField.GPUS:
+        return _fewest_gpus(search)
+    return _largest(search)
 
-    def evaluate(value: int, *, timed: bool = False) -> FlavorFit:
-        if field is MaxField.GPUS:
-            changed, on = plan, with_gpu_count(flavor, value)
+
+@dataclass
+class _Search:
+    """One ``--max`` search: the plan re-planned at a value of its field on the target flavor."""
+
+    plan: Plan
+    model: ModelSpec
+    catalog: Catalog
+    flavor_id: str
+    field: MaxField
+    adjust: Callable[[FlavorFit], FlavorFit] | None
+
+    def __post_init__(self) -> None:
+        self.flavor = self.catalog.flavors[self.flavor_id]
+        self.accelerator = self.catalog.accelerator_for(self.flavor)
+        self.framework = self.catalog.framework_for(self.plan)
+
+    def evaluate(self, value: int, *, timed: bool = False) -> FlavorFit:
+        if self.field is MaxField.GPUS:
+            changed, on = self.plan, with_gpu_count(self.flavor, value)
         else:
-            changed, on = plan.with_changes({_plan_field(field): value}), flavor
+            changed, on = self.plan.with_changes({_plan_field(self.field): value}), self.flavor
         tokens = training_tokens(changed) if timed else None
         fit = evaluate_flavor(
             changed,
-            model,
+            self.model,
             on,
-            accelerator,
+            self.accelerator,
             tokens,
-            framework=framework,
-            slowdowns=catalog.slowdowns,
-            software=catalog.software,
+            framework=self.framework,
+            slowdowns=self.catalog.slowdowns,
+            software=self.catalog.software,
         )[0]
-        return fit if adjust is None else adjust(fit)
+        return fit if self.adjust is None else self.adjust(fit)
 
-    def fits(value: int) -> bool:
-        return evaluate(value).verdict is FitVerdict.FITS
+    def fits(self, value: int) -> bool:
+        return self.evaluate(value).verdict is FitVerdict.FITS
 
     def answer(
+        self,
         value: int | None,
         fit: FlavorFit,
         *,
@@ -213,46 +232,56 @@ def find_max(
         bounded_by: str | None = None,
     ) -> MaxFit:
         return MaxFit(
-            field,
-            flavor_id,
+            self.field,
+            self.flavor_id,
             value,
             fit,
             step=step,
             bound=bound,
             bounded_by=bounded_by,
-            plan_seq=plan.seq,
-            accelerator_name=accelerator.name if accelerator is not None else "CPU",
-            flavor_gpus=flavor.gpu_count,
+            plan_seq=self.plan.seq,
+            accelerator_name=self.accelerator.name if self.accelerator is not None else "CPU",
+            flavor_gpus=self.flavor.gpu_count,
         )
 
-    if field is MaxField.GPUS:
-        step = plan.tp * plan.pp
-        top = _field_bound("gpus") // step
-        if accelerator is None or flavor.gpu_count == 0 or not fits(top * step):
-            return answer(None, evaluate(top * step), step=step)
-        # the fewest: fits(k * step) holds from some k on
-        low, high = 0, top  # not fits(low * step) (0 GPUs never fit), fits(high * step)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if fits(middle * step):
-                high = middle
-            else:
-                low = middle
-        value = high * step
-        return answer(value, evaluate(value, timed=True), step=step)
-    bound = _field_bound(_plan_field(field))
-    bounded_by = f"the --{_plan_field(field)} bound ({bound})"
-    if field is MaxField.SEQ and model.max_context < bound:
-        bound, bounded_by = model.max_context, f"the model's context ({model.max_context})"
-    if not fits(1):
-        return answer(None, evaluate(1), bound=bound)
-    if fits(bound):
-        return answer(bound, evaluate(bound, timed=True), bound=bound, bounded_by=bounded_by)
+
+def _fewest_gpus(search: _Search) -> MaxFit:
+    """The fewest GPUs (in steps of tp x pp) of the flavor's kind that fit."""
+    step = search.plan.tp * search.plan.pp
+    top = _field_bound("gpus") // step
+    if search.accelerator is None or search.flavor.gpu_count == 0 or not search.fits(top * step):
+        return search.answer(None, search.evaluate(top * step), step=step)
+    # the fewest: fits(k * step) holds from some k on
+    low, high = 0, top  # not fits(low * step) (0 GPUs never fit), fits(high * step)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if search.fits(middle * step):
+            high = middle
+        else:
+            low = middle
+    value = high * step
+    return search.answer(value, search.evaluate(value, timed=True), step=step)
+
+
+def _largest(search: _Search) -> MaxFit:
+    """The largest seq, batch or concurrency that fits, up to the field's bound (and the model's
+    context for seq)."""
+    name = _plan_field(search.field)
+    bound = _field_bound(name)
+    bounded_by = f"the --{name} bound ({bound})"
+    context = search.model.max_context
+    if search.field is MaxField.SEQ and context < bound:
+        bound, bounded_by = context, f"the model's context ({context})"
+    if not search.fits(1):
+        return search.answer(None, search.evaluate(1), bound=bound)
+    if search.fits(bound):
+        fit = search.evaluate(bound, timed=True)
+        return search.answer(bound, fit, bound=bound, bounded_by=bounded_by)
     low, high = 1, bound  # fits(low), not fits(high)
     while high - low > 1:
         middle = (low + high) // 2
-        if fits(middle):
+        if search.fits(middle):
             low = middle
         else:
             high = middle
-    return answer(low, evaluate(low, timed=True), bound=bound)
+    return search.answer(low, search.evaluate(low, timed=True), bound=bound)
