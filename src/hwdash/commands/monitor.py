@@ -166,7 +166,7 @@ def add_history_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="where this box's history is recorded (default $HWDASH_HISTORY_DIR, else "
-        "$XDG_STATE_HOME/hwdash/history); given, a fake scenario is recorded there too",
+        "$XDG_STATE_HOME/hwdash/history); naming one records a fake scenario too",
     )
     parser.add_argument(
         "--history-max-age",
@@ -279,7 +279,8 @@ def _add_source_arguments(parser: argparse.ArgumentParser, *, demo_help: str) ->
         "--replay",
         default=None,
         metavar="FILE",
-        help="replay what `hwdash monitor --json` recorded (JSON lines) instead of sampling",
+        help="replay what `hwdash monitor --json` recorded (JSON lines), or a history "
+        "directory (e.g. ~/.local/state/hwdash/history), instead of sampling",
     )
 
 

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hwdash.core import strict_json
+
 if TYPE_CHECKING:
     from hwdash.telemetry.types import Sampler, Snapshot
 
@@ -70,6 +72,8 @@ MIN_SEGMENT_BYTES = 4096
 """...but never below this (a tiny cap would start a file per line)."""
 MAX_LINE_BYTES = 4 * 1024 * 1024
 """A history line longer than this is not read (a snapshot of 8 GPUs is a few kilobytes)."""
+READ_DEPTH = 16
+"""Nesting a history line may have (a snapshot nests six levels; replay's limit)."""
 LOCK_NAME = "lock"
 RAW_PREFIX = "raw-"
 MINUTE_PREFIX = "1m-"
@@ -459,8 +463,8 @@ class HistoryRing:
 
     def close(self) -> None:
         """Write the minute in progress, close the files and let go of the lock."""
-        if self.recording:
-            self.recording = False
+        was_recording, self.recording = self.recording, False
+        if was_recording:
             try:
                 self._flush_minute()
             except (OSError, ValueError):
@@ -468,6 +472,8 @@ class HistoryRing:
         for writer in (self._raw, self._minute):
             if writer is not None:
                 writer.close()
+        if was_recording and self.total_bytes > self.max_size_bytes:
+            self.prune(self._bucket if self._bucket is not None else time.time())
         if self._lock is not None:
             os.close(self._lock)  # releases the flock
             self._lock = None
@@ -561,8 +567,8 @@ def _points(path: Path, since: float | None, until: float | None) -> tuple[list[
         if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
             skipped += 1  # a line cut short by a kill (the last one) or absurdly long
             continue
-        try:
-            document = json.loads(line)
+        try:  # NaN, infinities, 20-digit integers and deep nesting refused as replay refuses them
+            document = strict_json.loads(line, max_depth=READ_DEPTH)
         except ValueError:
             skipped += 1
             continue
