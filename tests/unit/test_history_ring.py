@@ -228,9 +228,7 @@ def test_which_processes_record_and_the_flags(
     named = history_ring(_args(history_dir=str(tmp_path)), simulated=True)
     assert named is not None and named.directory == tmp_path
     assert history_ring(_args(no_history=True), simulated=False) is None
-    sized = history_ring(
-        _args(history_max_age="36h", history_max_size="1M"), simulated=False
-    )
+    sized = history_ring(_args(history_max_age="36h", history_max_size="1M"), simulated=False)
     assert sized is not None
     assert (sized.max_age_s, sized.max_size_bytes) == (36 * 3600, 1024 * 1024)
     for flag, value in (("history_max_age", "soon"), ("history_max_size", "1K")):
@@ -240,8 +238,8 @@ def test_which_processes_record_and_the_flags(
 
     # A second sampler on the box: wrapped, not recording, and says so once.
     sampler = make_sampler("a100x4-training", clock=ManualClock(), environ={})
-    first, first_ring = with_history(sampler, _args(history_dir=str(tmp_path)), simulated=True)
-    second, second_ring = with_history(sampler, _args(history_dir=str(tmp_path)), simulated=True)
+    _first, first_ring = with_history(sampler, _args(history_dir=str(tmp_path)), simulated=True)
+    _second, second_ring = with_history(sampler, _args(history_dir=str(tmp_path)), simulated=True)
     assert first_ring is not None and first_ring.recording
     assert second_ring is not None and not second_ring.recording
     say_history(first_ring)

@@ -429,8 +429,10 @@ def history_ring(args: argparse.Namespace, *, simulated: bool) -> HistoryRing | 
     )
 
     max_age, max_size = DEFAULT_MAX_AGE_S, DEFAULT_MAX_SIZE_BYTES
-    for flag, attribute in (("--history-max-age", "history_max_age"),
-                            ("--history-max-size", "history_max_size")):
+    for flag, attribute in (
+        ("--history-max-age", "history_max_age"),
+        ("--history-max-size", "history_max_size"),
+    ):
         text = getattr(args, attribute, None)
         if text is None:
             continue

@@ -73,7 +73,9 @@ def add_parser(subparsers: Any) -> None:
     )
 
 
-def read_history_use(args: argparse.Namespace, since: float, until: float) -> tuple[Any, str | None]:
+def read_history_use(
+    args: argparse.Namespace, since: float, until: float
+) -> tuple[Any, str | None]:
     """(per-GPU use from the history ring within the window, its directory) or ([], None) when it
     holds nothing there."""
     from hwdash.telemetry.history_ring import default_history_dir, gpu_use, read_history

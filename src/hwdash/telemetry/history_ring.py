@@ -35,6 +35,7 @@ cannot be written turn the ring off with a note.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -43,6 +44,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -372,7 +374,9 @@ class HistoryRing:
             holder = _read_pid(lock)
             os.close(lock)
             who = f"process {holder}" if holder else "another hwdash process"
-            self.note = f"history: {who} already records this box in {self.directory}; not recording"
+            self.note = (
+                f"history: {who} already records this box in {self.directory}; not recording"
+            )
             return False
         os.ftruncate(lock, 0)
         os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
@@ -436,7 +440,7 @@ class HistoryRing:
         self.segments.sort(key=lambda segment: (segment.start, segment.tier))
         for tier, keep in (("raw", self.raw_keep_s), ("1m", self.max_age_s)):
             tier_segments = [s for s in self.segments if s.tier == tier]
-            for segment, after in zip(tier_segments, tier_segments[1:], strict=False):
+            for segment, after in pairwise(tier_segments):
                 # Every line of a closed segment is older than the next segment's start.
                 if after.start <= now - keep and segment.path not in open_paths:
                     self._delete(segment)
@@ -465,10 +469,8 @@ class HistoryRing:
         """Write the minute in progress, close the files and let go of the lock."""
         was_recording, self.recording = self.recording, False
         if was_recording:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 self._flush_minute()
-            except (OSError, ValueError):
-                pass
         for writer in (self._raw, self._minute):
             if writer is not None:
                 writer.close()
@@ -552,8 +554,7 @@ class HistoryRead:
 def _lines(path: Path) -> Iterator[bytes]:
     try:
         with open(path, "rb") as handle:
-            for line in handle:
-                yield line
+            yield from handle
     except OSError:
         return
 
@@ -628,7 +629,7 @@ def gpu_use(points: list[dict[str, Any]], since: float, until: float) -> list[Gp
     largest memory used. A raw sample stands for the time to the next one, at most three times the
     usual gap (a longer gap: no monitor ran); a minute point for its minute."""
     raw_stamps = [p["timestamp"] for p in points if "downsampled" not in p]
-    gaps = sorted(b - a for a, b in zip(raw_stamps, raw_stamps[1:], strict=False) if b > a)
+    gaps = sorted(b - a for a, b in pairwise(raw_stamps) if b > a)
     usual = gaps[len(gaps) // 2] if gaps else 1.0
     uses: dict[Any, GpuUse] = {}
     for position, point in enumerate(points):
@@ -659,4 +660,6 @@ def gpu_use(points: list[dict[str, Any]], since: float, until: float) -> list[Gp
             used = _number(gpu.get("memory_used_bytes"))
             if used is not None:
                 use.peak_used_bytes = max(use.peak_used_bytes or 0, int(used))
-    return sorted(uses.values(), key=lambda u: (u.index if u.index is not None else -1, u.uuid or ""))
+    return sorted(
+        uses.values(), key=lambda u: (u.index if u.index is not None else -1, u.uuid or "")
+    )
