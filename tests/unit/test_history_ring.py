@@ -6,6 +6,9 @@ import argparse
 import copy
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -323,3 +326,42 @@ def test_downsample_keeps_the_worst_state_and_every_process() -> None:
     assert point["gpus"][0]["state"] == "lost"
     pids = {process["pid"] for process in point["gpus"][0]["processes"]}
     assert 4242 in pids and len(pids) == 1 + len(first["gpus"][0]["processes"])
+
+
+def _wait_for(predicate: Any, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_two_monitors_one_records_and_a_killed_one_leaves_a_readable_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real ``hwdash monitor`` process records; a second monitor meanwhile says once that it does
+    not and writes nothing; the first is killed (SIGKILL, whatever it was writing) and the
+    history reads without an error, and the next monitor records again."""
+    history = tmp_path / "history"
+    argv = ["monitor", "--fake-nvml", "a100x4-training", "--history-dir", str(history)]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "hwdash", *argv, "--interval", "0.02", "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for(lambda: len(_lines(history, "raw-")) >= 5)
+        assert main([*argv, "--interval", "0.02", "--count", "3"]) == 0
+        err = capsys.readouterr().err
+        assert err.count("already records this box") == 1
+        assert f"process {first.pid}" in err
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    found = read_history(history)
+    assert len(found.points) >= 5 and found.skipped <= 1
+    stamps = [point["timestamp"] for point in found.points]
+    assert stamps == sorted(stamps)
+    before = len(found.points)
+    assert main([*argv, "--interval", "0.02", "--count", "3", "--json"]) == 0
+    assert "already records" not in capsys.readouterr().err  # the kill let go of the lock
+    assert len(read_history(history).points) == before + 3
