@@ -169,6 +169,9 @@ def build_app(
         if scenario is not None or replay is not None
         else None,
     )
+    ring = getattr(sampler, "ring", None)  # the history ring (read even while another writes)
+    if ring is not None:
+        app.time_cursor.directory = ring.directory
     return app, sampler
 
 
