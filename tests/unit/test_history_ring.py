@@ -365,3 +365,13 @@ def test_two_monitors_one_records_and_a_killed_one_leaves_a_readable_history(
     assert main([*argv, "--interval", "0.02", "--count", "3", "--json"]) == 0
     assert "already records" not in capsys.readouterr().err  # the kill let go of the lock
     assert len(read_history(history).points) == before + 3
+
+
+def test_a_box_without_a_driver_records_nothing(tmp_path: Path) -> None:
+    ring = HistoryRing(tmp_path)
+    sampler = RecordingSampler(make_sampler("no-driver", clock=ManualClock(), environ={}), ring)
+    assert ring.open()
+    for _ in range(3):
+        assert sampler.sample().gpus == ()
+    sampler.close()
+    assert _lines(tmp_path, "raw-") == [] and _lines(tmp_path, "1m-") == []

@@ -517,7 +517,8 @@ class RecordingSampler:
 
     def sample(self) -> Snapshot:
         snapshot = self.inner.sample()
-        if self.ring.recording:
+        # A box without a driver (a laptop planning) has nothing to keep: no line at all.
+        if self.ring.recording and snapshot.gpus:
             from hwdash.telemetry.snapshot_json import snapshot_to_dict
 
             started = time.perf_counter()
