@@ -375,3 +375,16 @@ def test_a_box_without_a_driver_records_nothing(tmp_path: Path) -> None:
         assert sampler.sample().gpus == ()
     sampler.close()
     assert _lines(tmp_path, "raw-") == [] and _lines(tmp_path, "1m-") == []
+
+
+def test_reading_a_window_leaves_older_points_out(tmp_path: Path) -> None:
+    template = _synthetic(1)[0]
+    ring = HistoryRing(tmp_path)
+    assert ring.open()
+    for n in range(0, 4 * 3600, 10):
+        ring.add({**template, "timestamp": T0 + n})
+    ring.close()
+    found = read_history(tmp_path, since=T0 + 3 * 3600, until=T0 + 3 * 3600 + 600)
+    stamps = [point["timestamp"] for point in found.points]
+    assert stamps[0] >= T0 + 3 * 3600 - 60 and stamps[-1] <= T0 + 3 * 3600 + 600
+    assert len(stamps) == 61  # the raw tier's points every 10 s, both ends in

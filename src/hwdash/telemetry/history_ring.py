@@ -560,7 +560,9 @@ def _lines(path: Path) -> Iterator[bytes]:
         return
 
 
-def _points(path: Path, since: float | None, until: float | None) -> tuple[list[Any], int]:
+def _points(
+    path: Path, since: float | None, until: float | None, slack: float
+) -> tuple[list[Any], int]:
     points: list[Any] = []
     skipped = 0
     for line in _lines(path):
@@ -578,7 +580,9 @@ def _points(path: Path, since: float | None, until: float | None) -> tuple[list[
         if stamp is None or not isinstance(document.get("gpus"), list):
             skipped += 1
             continue
-        if (since is None or stamp >= since - MINUTE_S) and (until is None or stamp <= until):
+        # A raw sample from ``since`` on; a minute point whose minute ends after ``since``.
+        early = since is not None and (stamp + slack <= since if slack else stamp < since)
+        if not early and (until is None or stamp <= until):
             points.append(document)
     return points, skipped
 
@@ -597,11 +601,15 @@ def read_history(
     raw: list[dict[str, Any]] = []
     minutes: list[dict[str, Any]] = []
     skipped = files = 0
-    for segment in _segments(directory):
+    segments = _segments(directory)
+    for position, segment in enumerate(segments):
         files += 1
         if until is not None and segment.start > until:
             continue
-        found, bad = _points(segment.path, since, until)
+        later = next((s for s in segments[position + 1 :] if s.tier == segment.tier), None)
+        if since is not None and later is not None and later.start < since - MINUTE_S:
+            continue  # every line of it is older than the window
+        found, bad = _points(segment.path, since, until, MINUTE_S if segment.tier == "1m" else 0.0)
         skipped += bad
         (raw if segment.tier == "raw" else minutes).extend(found)
     covered = {math.floor(point["timestamp"] / MINUTE_S) for point in raw}
