@@ -41,6 +41,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -351,6 +352,7 @@ class HistoryRing:
     _bucket_points: list[dict[str, Any]] = field(default_factory=list)
     _raw: _Writer | None = None
     _minute: _Writer | None = None
+    _guard: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def segment_bytes(self) -> int:
@@ -392,6 +394,10 @@ class HistoryRing:
 
     def add(self, snapshot: Mapping[str, Any]) -> None:
         """Append one snapshot dict (:func:`hwdash.telemetry.snapshot_json.snapshot_to_dict`)."""
+        with self._guard:  # close() from another thread waits for the line being written
+            self._add(snapshot)
+
+    def _add(self, snapshot: Mapping[str, Any]) -> None:
         if not self.recording:
             return
         timestamp = _number(snapshot.get("timestamp"))
@@ -463,10 +469,14 @@ class HistoryRing:
     def _fail(self, exc: Exception) -> None:
         message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         self.note = f"history off: writing {self.directory} failed: {message}"
-        self.close()
+        self._close()
 
     def close(self) -> None:
         """Write the minute in progress, close the files and let go of the lock."""
+        with self._guard:
+            self._close()
+
+    def _close(self) -> None:
         was_recording, self.recording = self.recording, False
         if was_recording:
             with contextlib.suppress(OSError, ValueError):
