@@ -4,6 +4,13 @@ Put this folder first on ``PYTHONPATH`` (bench/ui_bench.py does) and set ``HWDAS
 packaged scenario name or a scenario file: nvitop, gpustat or any NVML client then sees exactly the
 fake GPUs hwdash's own monitor sees, so the two can be measured side by side.
 
+For a fair measurement give it a *compiled* scenario (``.json``, written by
+``hwdash.telemetry.fake_scenario.compile_scenario``; bench/ui_bench.py writes one before its runs):
+the fake then runs from plain data with the standard library (:mod:`hwdash.telemetry.scenario_data`)
+and the client's process loads no pydantic, no scenario models, nothing of hwdash's planner, only
+the fake itself (about 12 ms of imports where a real box loads libnvidia-ml). A TOML scenario
+still works, but validating it loads pydantic into the client.
+
 How: the real nvidia-ml-py module is loaded under another name for its constants, error classes
 and ctypes structs; every ``nvml*`` function the fake implements is the fake's; every other one
 raises NVML's NotSupported (what a driver says about a field it lacks), so nothing ever calls

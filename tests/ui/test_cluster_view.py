@@ -66,3 +66,36 @@ async def test_a_hosts_diagnoses_are_shown_under_its_gpu_and_fit_80_columns() ->
     # Cut to the width with an ellipsis, the scroll bar's cells left free as on the GPU lines.
     assert throttled.endswith("…") and xid.endswith("…")
     assert all(line.endswith("    ") for line in lines if "⚠" in line)
+
+
+async def test_ssh_hosts_show_in_the_cluster_view_with_names_as_text() -> None:
+    """An SSH source (fed here without a connection): a GPU name in Rich markup is drawn as the
+    text it is, and a host whose connection is gone is marked unreachable."""
+    from snapshot_apps.fake_dashboard import shared_catalog
+
+    from hwdash.telemetry.ssh_source import SshSampler
+    from hwdash.ui.app import make_app
+
+    sampler = SshSampler(["gpu-a", "gpu-b"], ssh=("ssh",), start=False, first_wait_s=0)
+    for stream in sampler.streams.values():
+        stream.connected = True
+    sampler.streams["gpu-a"].feed("0, GPU-a0, [b]X[/], 100, 1000, 5, 40, 100")
+    sampler.streams["gpu-b"].feed("0, GPU-b0, H100, 950, 1000, 5, 40, 100")
+    sampler.streams["gpu-b"].connected = False
+    app = make_app(
+        catalog=shared_catalog(),
+        sampler=sampler,
+        interval=3600,
+        initial_tab="monitor",
+        alert_log=False,
+        bell=False,
+    )
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for_frames(pilot, app, 1)
+            table = app.query_one(ClusterTable)
+            lines = ["".join(s.text for s in table.render_line(y)) for y in range(2)]
+            assert lines[0].startswith("gpu-b (unreacha")  # cut to the 16-cell host column
+            assert lines[1].startswith("gpu-a") and "0 [b]X[/] " in lines[1]
+    finally:
+        sampler.close()

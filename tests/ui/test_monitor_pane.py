@@ -632,7 +632,9 @@ def monitor_app(tmp_path: Path, **options: Any) -> HwdashApp:
     )
 
 
-async def test_on_the_monitor_the_catalog_is_read_after_the_first_frame(tmp_path: Path) -> None:
+async def test_on_the_monitor_the_catalog_is_read_when_the_planner_is_first_shown(
+    tmp_path: Path,
+) -> None:
     reads: list[int] = []
 
     def read_catalog() -> Any:
@@ -643,10 +645,12 @@ async def test_on_the_monitor_the_catalog_is_read_after_the_first_frame(tmp_path
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for_frames(pilot, app, 1)
         await pilot.pause(0.2)
-        assert reads == [1]  # once, after the first frame was shown
+        assert reads == []  # a dashboard that only watches the GPUs never reads it
         await pilot.press("p")
         assert app.active_tab == "planner"
-        assert app.planner.is_mounted and reads == [1]
+        assert app.planner.is_mounted and reads == [1]  # once, after the first frame
+        await pilot.press("c", "p")
+        assert reads == [1]
 
 
 async def test_a_broken_catalog_read_late_ends_the_app_with_its_error(tmp_path: Path) -> None:
@@ -658,6 +662,9 @@ async def test_a_broken_catalog_read_late_ends_the_app_with_its_error(tmp_path: 
     app = monitor_app(tmp_path, catalog=broken)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for_frames(pilot, app, 1)
+        await pilot.pause(0.2)
+        assert app.is_running  # not read yet
+        await pilot.press("p")
         await pilot.pause(0.2)
     assert app.return_code == 2
     assert app.catalog_error is not None and "price must be finite" in str(app.catalog_error)

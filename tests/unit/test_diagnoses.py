@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hwdash.core.live.diagnoses import (
     DiagnosisEngine,
@@ -463,3 +465,50 @@ def test_unreadable_values_raise_nothing():
 def test_thresholds_without_hysteresis_are_refused(fields):
     with pytest.raises(ValueError):
         Thresholds(**fields)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 20.0),
+            st.one_of(
+                st.none(),
+                st.lists(
+                    st.sampled_from(
+                        ["gpu_idle", "sw_power_cap", "hw_slowdown", "hw_power_brake_slowdown"]
+                    ),
+                    max_size=3,
+                ),
+            ),
+        ),
+        max_size=60,
+    )
+)
+def test_the_reason_windows_running_totals_equal_a_recount(
+    steps: list[tuple[float, list[str] | None]],
+) -> None:
+    """The throttled rule keeps running totals as rows enter and leave its window: after every
+    round they equal a recount of the rows in the window."""
+    from hwdash.core.live.diagnoses import _ReasonWindow, throttle_reason
+
+    window = _ReasonWindow()
+    at = 0.0
+    for gap, names in steps:
+        at += gap
+        window.add(at, None if names is None else tuple(names), 10.0)
+        window.trim(at, 60.0)
+        throttled = 0.0
+        by_cause: dict[str, float] = {}
+        by_name: dict[str, float] = {}
+        for _at, row, weight in window.rows:
+            causes = {c for c in (throttle_reason(n) for n in row or ()) if c is not None}
+            throttled += weight if causes else 0.0
+            for cause in causes:
+                by_cause[cause] = by_cause.get(cause, 0.0) + weight
+            for name in set(row or ()):
+                by_name[name] = by_name.get(name, 0.0) + weight
+        assert window.throttled == pytest.approx(throttled, abs=1e-9)
+        assert window.by_cause == pytest.approx(by_cause, abs=1e-9)
+        assert window.by_name == pytest.approx(by_name, abs=1e-9)
+        assert window.readable == sum(1 for _a, row, _w in window.rows if row is not None)

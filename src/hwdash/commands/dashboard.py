@@ -203,10 +203,11 @@ def _scenario(args: argparse.Namespace) -> tuple[Any, Any]:
     scenario = fake_scenario_from(DEMO_SCENARIO if args.demo else args.fake_nvml)
     loaded = None
     if scenario is not None:
-        from hwdash.telemetry.fake_nvml import load_scenario
+        from hwdash.telemetry.fake_nvml import load_any_scenario
 
-        # A missing or broken scenario is a usage error, before the screen.
-        loaded = load_scenario(scenario)
+        # A missing or broken scenario is a usage error, before the screen. A compiled one
+        # (.json) loads without pydantic.
+        loaded = load_any_scenario(scenario)
     return scenario, loaded
 
 
@@ -264,14 +265,14 @@ def _first_tab(
 
 
 def _catalog(args: argparse.Namespace, tab: str) -> Catalog | Callable[[], Catalog]:
-    """The catalog, read now; on the monitor a function that reads it when the planner is built,
-    after the first frame (a broken file then ends the app with the same message and exit 2)."""
+    """The catalog, read now; on the monitor a function that reads it when the planner or compare
+    tab is first shown (a broken file then ends the app with the same message and exit 2)."""
 
     def read_catalog() -> Catalog:
         from hwdash.core.catalog import load_catalog
 
         return load_catalog(args.catalog)
 
-    # On the monitor the catalog (and pydantic) is read when the planner is built, after the first
-    # frame; a broken file then ends the app with the same message and exit 2.
+    # On the monitor the catalog (and pydantic) is read when the planner is built, on its tab's
+    # first showing; a broken file then ends the app with the same message and exit 2.
     return read_catalog if tab == "monitor" else read_catalog()

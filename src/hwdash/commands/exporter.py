@@ -60,7 +60,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--alert-hysteresis", default=None, metavar="P", help="as for hwdash monitor"
     )
-    add_sampling_arguments(parser, demo_help="serve the packaged demo scenario (no GPU needed)")
+    add_sampling_arguments(
+        parser, demo_help="serve the packaged demo scenario (no GPU needed)", ssh=False
+    )
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -151,11 +151,14 @@ def add_price_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
-    """Flags shared by ``hwdash monitor`` and the dashboard: where samples come from, how often,
-    and what an alert is and does."""
+def add_sampling_arguments(
+    parser: argparse.ArgumentParser, *, demo_help: str, ssh: bool = True
+) -> None:
+    """Flags shared by ``hwdash monitor``, the dashboard and (``ssh=False``: it serves this
+    machine's GPUs) the exporter: where samples come from, how often, and what an alert is and
+    does."""
     _add_pace_and_alert_arguments(parser)
-    _add_source_arguments(parser, demo_help=demo_help)
+    _add_source_arguments(parser, demo_help=demo_help, ssh=ssh)
     add_history_arguments(parser)
 
 
@@ -255,9 +258,19 @@ def _add_pace_and_alert_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_source_arguments(parser: argparse.ArgumentParser, *, demo_help: str) -> None:
-    """Where samples come from, one of: a fake NVML scenario, the demo, Prometheus, a recording
-    (the driver's NVML without any)."""
+def _add_source_arguments(
+    parser: argparse.ArgumentParser, *, demo_help: str, ssh: bool = True
+) -> None:
+    """Where samples come from, one of: a fake NVML scenario, the demo, Prometheus, SSH hosts, a
+    recording (the driver's NVML without any)."""
+    if ssh:
+        parser.add_argument(
+            "--ssh-config",
+            default=None,
+            metavar="FILE",
+            help="with --ssh: the ssh client config to use (ssh -F FILE; default: ssh's own, "
+            "~/.ssh/config)",
+        )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--fake-nvml",
@@ -275,6 +288,15 @@ def _add_source_arguments(parser: argparse.ArgumentParser, *, demo_help: str) ->
         "exporter or nvitop-exporter series); credentials from HWDASH_PROMETHEUS_TOKEN or "
         "HWDASH_PROMETHEUS_USER/HWDASH_PROMETHEUS_PASSWORD",
     )
+    if ssh:
+        source.add_argument(
+            "--ssh",
+            default=None,
+            metavar="HOSTS",
+            help="read the GPUs of other boxes over SSH (the system ssh client, your own config and "
+            "keys): HOST[,HOST...] or @FILE (one host a line); each runs `hwdash monitor --json` "
+            "when installed there, else nvidia-smi",
+        )
     source.add_argument(
         "--replay",
         default=None,
@@ -406,7 +428,15 @@ def with_subset(sampler: Sampler, args: argparse.Namespace) -> Sampler:
 
 
 def open_source(args: argparse.Namespace) -> Sampler | None:
-    """The sampler of ``--prometheus`` (``--replay``: :func:`open_replay`); None for NVML."""
+    """The sampler of ``--prometheus`` or ``--ssh`` (``--replay``: :func:`open_replay`); None for
+    NVML."""
+    hosts = getattr(args, "ssh", None)
+    config = getattr(args, "ssh_config", None)
+    if hosts is None:
+        if config is not None:
+            raise UsageError("only applies with --ssh HOSTS", flag="--ssh-config")
+    else:
+        return open_ssh(hosts, config, parse_interval(args.interval))
     url = getattr(args, "prometheus", None)
     if url is None:
         return None
@@ -473,6 +503,19 @@ def say_history(ring: HistoryRing | None, program: str = "hwdash") -> None:
     this box, or the directory cannot be written)."""
     if ring is not None and ring.note:
         sys.stderr.write(f"{program}: {ring.note}\n")
+
+
+def open_ssh(hosts: str, config: str | None, interval: float) -> Sampler:
+    """The ``--ssh`` sampler (its reader threads start here); a bad host or file is a usage
+    error."""
+    from hwdash.telemetry.ssh_source import SshSampler, parse_hosts
+
+    path = None
+    if config is not None:
+        path = Path(config).expanduser()
+        if not path.is_file():
+            raise UsageError(f"{path} is not a file", flag="--ssh-config")
+    return SshSampler(parse_hosts(hosts), interval_s=interval, config=path)
 
 
 def open_replay(args: argparse.Namespace) -> ReplaySampler | None:

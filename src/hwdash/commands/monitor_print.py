@@ -71,7 +71,9 @@ def _shown_order(gpus: tuple[GpuSample, ...]) -> list[GpuSample]:
 
 def gpu_line(gpu: GpuSample, clock: str) -> str:
     """One streaming line for one GPU (plain text: written to stdout, never through rich)."""
-    head = f"{clock} gpu{_gpu_number(gpu)} {gpu.name or 'unknown GPU'}"
+    # ``gpu3`` on this machine; a cluster's GPU is ``node-c:1`` (not ``gpunode-c:1``).
+    prefix = "gpu" if gpu.host is None else ""
+    head = f"{clock} {prefix}{_gpu_number(gpu)} {gpu.name or 'unknown GPU'}"
     if gpu.state in (GpuState.LOST, GpuState.ERROR):
         reason = "; ".join(f"{name}: {why}" for name, why in gpu.errors) or gpu.state.value
         return f"{head} {gpu.state.value.upper()} ({reason})"

@@ -200,6 +200,14 @@ def _add_fit_flags(fit: Any) -> None:
         "--save, --fit and --export, and an --export it fails is not written",
     )
     fit.add_argument(
+        "--max",
+        action="append",
+        metavar="FIELD",
+        help="with one --flavor (an id, local or local-free): the largest seq, batch or "
+        "concurrency (inference: sequences of --seq tokens at once) that fits it, or the "
+        "fewest gpus of its kind; fits as --check says (exit 0; 1 when even 1 does not fit)",
+    )
+    fit.add_argument(
         "--fake-nvml",
         default=None,
         metavar="PATH",

@@ -54,10 +54,13 @@ def render_report(
     console: Any = None,
     local_notes: list[str] | None = None,
     framework_defaults: dict[str, Any] | None = None,
+    max_fit: Any = None,
 ) -> None:
     """Print the breakdown, warnings and the flavor table with rich. ``framework_defaults``: what
     the framework set that the user did not choose
-    (:func:`hwdash.core.estimator.savers.applied_framework_defaults`), listed on the "framework" line."""
+    (:func:`hwdash.core.estimator.savers.applied_framework_defaults`), listed on the "framework" line.
+    ``max_fit``: ``--max FIELD``'s answer (:class:`~hwdash.core.planning.max_fit.MaxFit`), a column
+    of the flavor table and a line under it."""
     from rich.console import Console
     from rich.text import Text
 
@@ -70,7 +73,9 @@ def render_report(
     for warning in report.warnings:
         console.print(Text.assemble(("warning:", "yellow"), " ", warning), highlight=False)
     console.print("flavors, cheapest first:")
-    _print_flavor_table(console, report)
+    _print_flavor_table(console, report, max_fit)
+    if max_fit is not None:
+        console.print(Text(max_fit.sentence()), highlight=False)
     _print_footer(console, report, local_notes, saved_as)
 
 
@@ -169,8 +174,9 @@ def _print_memory(console: Console, report: Any) -> None:
         console.print(f"host RAM for offload: {estimate.host_bytes / GIB:.1f} GiB")
 
 
-def _print_flavor_table(console: Console, report: Any) -> None:
-    """The flavors, cheapest first; on a narrow terminal the notes as numbers, listed below."""
+def _print_flavor_table(console: Console, report: Any, max_fit: Any = None) -> None:
+    """The flavors, cheapest first; on a narrow terminal the notes as numbers, listed below;
+    with ``max_fit`` (``--max``), its answer in a column on its flavor's row."""
     from rich.table import Table
     from rich.text import Text
 
@@ -185,6 +191,8 @@ def _print_flavor_table(console: Console, report: Any) -> None:
     table.add_column("fit", no_wrap=True)
     for column in ("free GiB", "GPUs", "$/h", "hours", "cost"):
         table.add_column(column, justify="right", no_wrap=True)
+    if max_fit is not None:
+        table.add_column(f"max {max_fit.field.value}", justify="right", no_wrap=True)
     table.add_column("note", overflow="fold", ratio=1, min_width=20 if wide else 3)
     notes: dict[str, int] = {}
     for fit in report.flavors:
@@ -194,7 +202,7 @@ def _print_flavor_table(console: Console, report: Any) -> None:
         note_cell = Text(fit.reason)
         if fit.reason and not wide:
             note_cell = Text(f"[{notes.setdefault(fit.reason, len(notes) + 1)}]")
-        table.add_row(
+        cells: list[Any] = [
             _flavor_cell(fit, report),
             f"[{_VERDICT_STYLE[verdict]}]{verdict}[/{_VERDICT_STYLE[verdict]}]",
             headroom,
@@ -202,9 +210,12 @@ def _print_flavor_table(console: Console, report: Any) -> None:
             "-" if price is None else f"{price:.2f}",
             format_hours(fit.hours),
             format_money(fit.cost),
-            note_cell,
-        )
-    _keep_numbers_whole(table)
+        ]
+        if max_fit is not None:
+            found = fit.flavor.id == max_fit.target and max_fit.value is not None
+            cells.append(str(max_fit.value) if found else "none")
+        table.add_row(*cells, note_cell)
+    _keep_numbers_whole(table, 8 if max_fit is not None else 7)
     console.print(table)
     for reason, number in notes.items():
         console.print(f"[{number}] {reason}", highlight=False, markup=False)
@@ -228,12 +239,12 @@ def _flavor_cell(fit: Any, report: Any) -> Text:
     return flavor_cell
 
 
-def _keep_numbers_whole(table: Table) -> None:
+def _keep_numbers_whole(table: Table, end: int = 7) -> None:
     """The fit column and the numbers never cut: each at least as wide as its widest cell."""
     from rich.cells import cell_len
     from rich.text import Text
 
-    for kept in table.columns[1:7]:  # fit and the numbers: never cut
+    for kept in table.columns[1:end]:  # fit and the numbers: never cut
         kept.min_width = max(
             [cell_len(str(kept.header))]
             + [cell_len(Text.from_markup(str(cell)).plain) for cell in kept.cells]

@@ -51,6 +51,8 @@ class _Outcome:
     trace_skipped: str | None
     #: what the runs ledger holds for similar plans (None: nothing)
     measured: Any = None
+    #: ``--max FIELD``'s answer (:class:`~hwdash.core.planning.max_fit.MaxFit`), or None
+    max_fit: Any = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         report = plan_measured.calibrated_report(report, measured)
     # --check's (exit status, line): the status holds whatever else is asked.
     check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
+    max_fit = _find_max(args, plan, model, catalog, measured)
     fit_result, fit_why = _search_options(args, plan, model, catalog, local, report)
     outcome = _Outcome(
         plan=plan,
@@ -90,8 +93,56 @@ def run(args: argparse.Namespace) -> int:
         saved=_save(args, plan, report),
         trace_skipped=trace_skipped,
         measured=measured,
+        max_fit=max_fit,
     )
     return _print_outcome(args, outcome)
+
+
+def _max_field(args: argparse.Namespace, plan: Plan) -> Any:
+    """``--max FIELD`` read and checked (None without it): one known field, one target flavor."""
+    from hwdash.core.planning.max_fit import MAX_FIELDS, MaxField, check_max_request
+
+    asked = getattr(args, "max", None)
+    if not asked:
+        return None
+    if len(asked) > 1:
+        raise UsageError(
+            f"one field at a time (given: {', '.join(asked)}): run hwdash plan once per field",
+            flag="--max",
+        )
+    name = asked[0].strip().lower()
+    if name not in MAX_FIELDS:
+        raise UsageError(
+            f"unknown field {asked[0]!r}: choose one of {', '.join(MAX_FIELDS)}", flag="--max"
+        )
+    if len(plan.flavors) != 1:
+        raise UsageError(
+            "give exactly one --flavor ID (a flavor id, local or local-free) to find the "
+            "largest that fits it",
+            flag="--max",
+        )
+    field = MaxField(name)
+    check_max_request(plan, field)
+    return field
+
+
+def _find_max(args: argparse.Namespace, plan: Plan, model: Any, catalog: Any, measured: Any) -> Any:
+    """``--max FIELD``'s answer on the one ``--flavor`` (None without ``--max``); with
+    ``--calibrated``, every need scaled by the measured peak factor, as the flavor table's."""
+    field = _max_field(args, plan)
+    if field is None:
+        return None
+    from hwdash.core.planning.max_fit import find_max
+
+    adjust = None
+    factor = None if measured is None else measured.peak_factor
+    if getattr(args, "calibrated", False) and factor is not None:
+        from hwdash.runs.calibration import scaled_fit
+
+        def adjust(fit: Any) -> Any:
+            return scaled_fit(fit, factor)
+
+    return find_max(plan, model, catalog, plan.flavors[0], field, adjust=adjust)
 
 
 def _read_from_file(args: argparse.Namespace) -> Any:
@@ -123,6 +174,7 @@ def _check_output_flags(args: argparse.Namespace, plan: Plan) -> None:
         )
     if args.check and len(plan.flavors) != 1:
         raise UsageError("give exactly one --flavor ID to check against", flag="--check")
+    _max_field(args, plan)  # a bad --max: exit 2 before any work
 
 
 def _catalog_with_local_gpus(
@@ -228,6 +280,8 @@ def _print_outcome(args: argparse.Namespace, outcome: _Outcome) -> int:
     """Print the export, the JSON document, ``--check``'s line alone or the text report; the
     exit status (``--check``'s, or the export's)."""
     status = 0 if outcome.check is None else outcome.check[0]
+    if outcome.max_fit is not None and outcome.max_fit.value is None:
+        status = max(status, 1)  # --check's convention: 1 when nothing fits
     saved_message = None if outcome.saved is None else outcome.saved[1]
     if args.export is not None:
         status = export(
@@ -247,6 +301,8 @@ def _print_outcome(args: argparse.Namespace, outcome: _Outcome) -> int:
         return status
     if outcome.check is not None and args.fit is None and not args.trace:
         print(outcome.check[1])  # the guard's line alone
+        if outcome.max_fit is not None:
+            print(outcome.max_fit.sentence())
         if saved_message is not None:
             print(saved_message)
         return status
@@ -275,6 +331,8 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
         }
     document["details"] = [[label, value] for label, value in report.estimate.details]
     document["framework_defaults"] = outcome.framework_defaults
+    if outcome.max_fit is not None:
+        document["max"] = outcome.max_fit.to_json()
     if check is not None:
         document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
         if args.export is None:  # (an export printed it)
@@ -315,6 +373,7 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         outcome.report,
         local_notes=[n for m in outcome.machines.values() for n in m.notes],
         framework_defaults=outcome.framework_defaults,
+        max_fit=outcome.max_fit,
     )
     _print_measured(args, outcome)
     if outcome.fit_result is not None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hwdash.core.planning.fit import _sort_key, fit_verdict, recommend
-from hwdash.core.results import PlanReport
+from hwdash.core.results import FlavorFit, PlanReport
 
 SIMILAR_EXITS = ("normal", "killed")
 LEDGER_RECORDS = 5000
@@ -110,15 +110,18 @@ def scaled_need(need: int, factor: float, outside: int = 0) -> int:
     return fixed + round((need - fixed) * factor)
 
 
+def scaled_fit(fit: FlavorFit, factor: float) -> FlavorFit:
+    """One flavor's fit with its need scaled by ``factor`` and its verdict recomputed."""
+    need = scaled_need(fit.need_bytes, factor, fit.outside_allocator_bytes)
+    verdict = fit_verdict(need, fit.usable_bytes) if fit.usable_bytes else fit.verdict
+    return dataclasses.replace(fit, need_bytes=need, verdict=verdict)
+
+
 def apply_peak_factor(report: PlanReport, factor: float | None) -> PlanReport:
     """The report with each flavor's need scaled by ``factor`` and its verdict recomputed."""
     if factor is None:
         return report
-    fits = []
-    for fit in report.flavors:
-        need = scaled_need(fit.need_bytes, factor, fit.outside_allocator_bytes)
-        verdict = fit_verdict(need, fit.usable_bytes) if fit.usable_bytes else fit.verdict
-        fits.append(dataclasses.replace(fit, need_bytes=need, verdict=verdict))
+    fits = [scaled_fit(fit, factor) for fit in report.flavors]
     fits.sort(key=_sort_key)
     recommended, fastest = recommend(fits)
     return dataclasses.replace(

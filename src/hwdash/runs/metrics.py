@@ -24,9 +24,12 @@ The rules (each number is None when an input it needs is unknown):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hwdash.runs.plans import PlanFacts
 from hwdash.telemetry.types import RunProgress, RunView
+
+if TYPE_CHECKING:
+    from hwdash.runs.plans import PlanFacts  # the planner: loaded by the run watcher when needed
 
 JOULES_PER_KWH = 3.6e6
 

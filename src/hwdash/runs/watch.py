@@ -14,21 +14,25 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.errors import UsageError
 from hwdash.runs.metrics import Hardware, run_view
-from hwdash.runs.plans import PlanFacts, plan_facts
 from hwdash.telemetry.probes import uuid_key
 from hwdash.telemetry.types import GpuSample, ProcessSample, Sampler, Snapshot
+
+if TYPE_CHECKING:
+    # The planner (pydantic models, the catalog, the estimator) loads on the first probed run:
+    # the monitor draws its first frame without it.
+    from hwdash.core.catalog import Catalog
+    from hwdash.runs.plans import PlanFacts
 
 log = logging.getLogger(__name__)
 
 RETRY_PLAN_S = 30.0
 """A plan that could not be read is tried again after this many seconds (it may be saved later)."""
 
-PlanResolver = Callable[[str], PlanFacts]
+PlanResolver = Callable[[str], "PlanFacts"]
 
 
 class RunWatcher:
@@ -73,6 +77,8 @@ class RunWatcher:
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
+            from hwdash.core.catalog import load_catalog
+
             self._catalog = load_catalog()
         return self._catalog
 
@@ -93,6 +99,8 @@ class RunWatcher:
             if self._resolve is not None:
                 found: PlanFacts | None = self._resolve(reference)
             else:
+                from hwdash.runs.plans import plan_facts
+
                 found = plan_facts(reference, catalog=self.catalog)
             why = None
         except (UsageError, OSError, ValueError) as exc:

@@ -84,6 +84,7 @@ a command-line run is deterministic. Tests pass their own ``clock`` (:class:`Man
 
 from __future__ import annotations
 
+import importlib
 import math
 import struct
 import threading
@@ -93,34 +94,72 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwdash.telemetry.fake_nvml_events import CONSTANTS as _EVENT_CONSTANTS
 from hwdash.telemetry.fake_nvml_events import FakeEvents
-from hwdash.telemetry.fake_processes import FakeProbes, ScenarioProcessTable
-from hwdash.telemetry.fake_scenario import (
+from hwdash.telemetry.scenario_data import (
     SCENARIO_DIR,
-    FailureMode,
-    ManualClock,
-    Points,
-    Scenario,
     ScenarioError,
-    ScenarioGpu,
-    ScenarioMig,
-    ScenarioProcess,
-    ScenarioTorch,
-    Series,
-    UnsupportedField,
-    Wave,
     _mib,
     integrate_watts,
-    load_scenario,
-    scenario_names,
-    scenario_path,
+    is_compiled_path,
+    load_compiled_scenario,
     series_value,
 )
-from hwdash.telemetry.host_sampler import ProcessTable
-from hwdash.telemetry.nvml_health import CLOCKS_EVENT_REASONS
+
+if TYPE_CHECKING:
+    from hwdash.telemetry.fake_processes import FakeProbes, ScenarioProcessTable
+    from hwdash.telemetry.fake_scenario import (
+        FailureMode,
+        ManualClock,
+        Points,
+        Scenario,
+        ScenarioGpu,
+        ScenarioMig,
+        ScenarioProcess,
+        ScenarioTorch,
+        Series,
+        UnsupportedField,
+        Wave,
+        load_scenario,
+        scenario_names,
+        scenario_path,
+    )
+    from hwdash.telemetry.host_sampler import ProcessTable
+
+_LAZY = {"FakeProbes": "fake_processes", "ScenarioProcessTable": "fake_processes"}
+"""Names re-exported from the host's and the probes' view of a scenario, imported on first use:
+a client that only calls NVML functions (nvitop under the bench's shim) never loads them."""
+
+_FROM_MODELS = frozenset(
+    (
+        "FailureMode",
+        "ManualClock",
+        "Points",
+        "Scenario",
+        "ScenarioGpu",
+        "ScenarioMig",
+        "ScenarioProcess",
+        "ScenarioTorch",
+        "Series",
+        "UnsupportedField",
+        "Wave",
+        "load_scenario",
+        "scenario_names",
+        "scenario_path",
+    )
+)
+"""Names this module re-exports from the pydantic models, imported on first use: the fake itself
+runs on a compiled scenario without them (:mod:`hwdash.telemetry.scenario_data`)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_MODELS or name in _LAZY:
+        module = importlib.import_module("hwdash.telemetry." + _LAZY.get(name, "fake_scenario"))
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SCENARIO_DIR",
@@ -140,6 +179,7 @@ __all__ = [
     "Series",
     "UnsupportedField",
     "Wave",
+    "load_any_scenario",
     "load_scenario",
     "make_fake_pynvml",
     "scenario_names",
@@ -193,10 +233,14 @@ class FakeNvml:
 
     def probe_source(self) -> FakeProbes:
         """What the scenario's probed processes publish (a stand-in for the probe folder)."""
+        from hwdash.telemetry.fake_processes import FakeProbes
+
         return FakeProbes(self.scenario, self.now)
 
     def process_table(self, fallback: ProcessTable | None = None) -> ScenarioProcessTable:
         """A host view of the scenario's PIDs (user, command line, visibility) for the host sampler."""
+        from hwdash.telemetry.fake_processes import ScenarioProcessTable
+
         return ScenarioProcessTable(self.scenario, fallback, self.now)
 
     def release_hangs(self) -> None:
@@ -232,7 +276,8 @@ class FakeNvml:
     def _mig(self, handle: FakeDeviceHandle) -> ScenarioMig:
         gpu = self._gpu(handle)
         assert handle.mig_index is not None
-        return gpu.mig_slots()[handle.mig_index]
+        mig: ScenarioMig = gpu.mig_slots()[handle.mig_index]
+        return mig
 
     def _old_driver(self) -> bool:
         return self.scenario.failure == "old-driver"
@@ -357,6 +402,8 @@ class FakeNvml:
         raise self._error("NVMLError_InvalidArgument")
 
     def _reasons_mask(self, handle: FakeDeviceHandle) -> int:
+        from hwdash.telemetry.nvml_health import CLOCKS_EVENT_REASONS  # loads the sample types
+
         gpu = self._gpu(handle, "clocks_event_reasons")
         bits = dict(CLOCKS_EVENT_REASONS)
         names = gpu.clocks_event_reasons_at(self.now())
@@ -703,10 +750,21 @@ def _bind_kind(
     return call
 
 
+def load_any_scenario(name_or_path: str | Path) -> Scenario:
+    """A compiled scenario (``.json``: no pydantic loaded) or a TOML one, validated by the models."""
+    if is_compiled_path(name_or_path):
+        compiled: Scenario = load_compiled_scenario(name_or_path)
+        return compiled
+    from hwdash.telemetry.fake_scenario import load_scenario
+
+    return load_scenario(name_or_path)
+
+
 def make_fake_pynvml(
     scenario: Scenario | str | Path, clock: Callable[[], float] | None = None
 ) -> FakeNvml:
-    """Build a fake NVML from a scenario (object, packaged name or path); use ``.module`` as pynvml."""
-    if not isinstance(scenario, Scenario):
-        scenario = load_scenario(scenario)
+    """Build a fake NVML from a scenario (object, packaged name, TOML path or compiled ``.json``
+    path); use ``.module`` as pynvml."""
+    if isinstance(scenario, str | Path):
+        scenario = load_any_scenario(scenario)
     return FakeNvml(scenario, clock)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hwdash.telemetry.fake_scenario import series_value
+from hwdash.telemetry.scenario_data import series_value
 
 if TYPE_CHECKING:  # the models are only named here (a compiled scenario has the same fields)
     from hwdash.telemetry.fake_scenario import Scenario, ScenarioGpu

@@ -6,20 +6,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hwdash.telemetry.fake_scenario import (
-    SCENARIO_DIR,
-    Scenario,
-    ScenarioGpu,
-    ScenarioProcess,
-    ScenarioTorch,
-    _mib,
-    integrate_watts,
-    series_value,
-)
 from hwdash.telemetry.host_sampler import EXITED, INVISIBLE, HostProcessInfo, ProcessTable
 from hwdash.telemetry.probes import OomSnapshotFile, ProbeOom, ProbeReading, TorchDevice
+from hwdash.telemetry.scenario_data import SCENARIO_DIR, _mib, integrate_watts, series_value
 from hwdash.telemetry.types import RunProgress
+
+if TYPE_CHECKING:
+    from hwdash.telemetry.fake_scenario import (
+        Scenario,
+        ScenarioGpu,
+        ScenarioProcess,
+        ScenarioTorch,
+    )
 
 
 def _plan_reference(plan: str | None) -> str | None:

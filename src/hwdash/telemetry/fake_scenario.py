@@ -5,12 +5,10 @@ scenario time. The file format is described in :mod:`hwdash.telemetry.fake_nvml`
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -21,17 +19,19 @@ from pydantic import (
     model_validator,
 )
 
-from hwdash.core.units import MIB
-from hwdash.errors import UsageError
+from hwdash.telemetry.scenario_data import (
+    COMPILED_FORMAT,
+    MODEL_KEY,
+    SCENARIO_DIR,
+    GpuBehaviour,
+    ProcessBehaviour,
+    ScenarioError,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
-
-
-SCENARIO_DIR = Path(__file__).parent / "scenarios"
-"""Where the packaged scenarios live (shipped in the wheel: hatchling includes files under src/hwdash)."""
 
 
 FailureMode = Literal["no-library", "driver-not-loaded", "library-mismatch", "old-driver"]
@@ -74,10 +74,6 @@ ClocksEventReason = Literal[
 ]
 """The clock-event reasons a scenario may name (hwdash's names of NVML's bits, as
 :data:`hwdash.telemetry.nvml_health.CLOCKS_EVENT_REASONS` lists them)."""
-
-
-class ScenarioError(UsageError):
-    """A scenario file that is missing or broken. The message names the file and the field."""
 
 
 class _Strict(BaseModel):
@@ -157,7 +153,7 @@ class ScenarioTorch(_Strict):
         return checked
 
 
-class ScenarioProcess(_Strict):
+class ScenarioProcess(_Strict, ProcessBehaviour):
     """A process using a fake GPU."""
 
     pid: int = Field(gt=0)
@@ -203,10 +199,6 @@ class ScenarioProcess(_Strict):
     @classmethod
     def _series_in_order(cls, value: Series | None) -> Series | None:
         return _check_series(value)
-
-    def alive_at(self, now: float) -> bool:
-        """Whether the process runs at scenario second ``now`` (from ``start_s``, before ``end_s``)."""
-        return now >= self.start_s and (self.end_s is None or now < self.end_s)
 
 
 class ScenarioMig(_Strict):
@@ -274,7 +266,7 @@ class ScenarioGpm(_Strict):
         return checked
 
 
-class ScenarioGpu(_Strict):
+class ScenarioGpu(_Strict, GpuBehaviour):
     """One fake GPU."""
 
     name: str
@@ -361,17 +353,6 @@ class ScenarioGpu(_Strict):
                 )
         return self
 
-    @property
-    def mig_current(self) -> bool:
-        """Whether MIG is on now."""
-        return bool(self.mig) if self.mig_mode_current is None else self.mig_mode_current
-
-    def mig_slots(self) -> dict[int, ScenarioMig]:
-        """The MIG instances by slot."""
-        return {
-            (mig.slot if mig.slot is not None else place): mig for place, mig in enumerate(self.mig)
-        }
-
     @field_validator(
         "used_mib",
         "utilization",
@@ -403,15 +384,6 @@ class ScenarioGpu(_Strict):
         if times != sorted(times):
             raise ValueError("clock-event reason points must be in time order")
         return value
-
-    def clocks_event_reasons_at(self, at_s: float) -> list[ClocksEventReason]:
-        """The reasons in force at scenario second ``at_s`` (the last point at or before it)."""
-        current: list[ClocksEventReason] = []
-        for second, names in self.clocks_event_reasons:
-            if second > at_s:
-                break
-            current = names
-        return current
 
 
 class Scenario(_Strict):
@@ -480,33 +452,20 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         raise ScenarioError(_describe_validation_error(path, exc)) from exc
 
 
-def _noise(second: int) -> float:
-    """A repeatable value in [-1, 1) for a whole scenario second (no global random state)."""
-    return (math.sin(second * 12.9898) * 43758.5453) % 1.0 * 2 - 1
+def compile_scenario(scenario: Scenario) -> dict[str, Any]:
+    """A validated scenario as plain JSON data for
+    :func:`hwdash.telemetry.scenario_data.load_compiled_scenario`, which needs no pydantic: each
+    model an object naming its class, with every field, defaults included."""
 
+    def plain(value: Any) -> Any:
+        if isinstance(value, BaseModel):
+            fields = {name: plain(getattr(value, name)) for name in type(value).model_fields}
+            return {MODEL_KEY: type(value).__name__, **fields}
+        if isinstance(value, list | tuple):
+            return [plain(item) for item in value]
+        return value
 
-def series_value(series: Series, at_s: float) -> float:
-    """Value of a series at scenario second ``at_s`` (linear between points, ends held; waves
-    add their swing and noise)."""
-    if isinstance(series, Wave):
-        value = series_value(series.base, at_s)
-        if at_s >= series.start_s:
-            phase = ((at_s - series.start_s) % series.period_s) / series.period_s
-            if series.shape == "saw":
-                value += series.amplitude * phase
-            else:
-                value += series.amplitude * math.sin(2 * math.pi * phase)
-        return value + series.jitter * _noise(math.floor(at_s))
-    if not isinstance(series, list):
-        return float(series)
-    if at_s <= series[0][0]:
-        return float(series[0][1])
-    for (t0, v0), (t1, v1) in itertools.pairwise(series):
-        if at_s <= t1:
-            if t1 == t0:
-                return float(v1)
-            return float(v0 + (v1 - v0) * (at_s - t0) / (t1 - t0))
-    return float(series[-1][1])
+    return {"format": COMPILED_FORMAT, "scenario": plain(scenario)}
 
 
 class ManualClock:
@@ -521,28 +480,3 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now_s
-
-
-def _mib(value: float) -> int:
-    """Scenario MiB as bytes."""
-    return round(value * MIB)
-
-
-_ENERGY_STEP_S = 0.5
-"""The widest trapezoid when integrating power (waves are not straight between points)."""
-
-
-def integrate_watts(series: Series, start_s: float, end_s: float) -> float:
-    """Joules of a power series (watts) from ``start_s`` to ``end_s``: trapezoids through the
-    series' own points and at most :data:`_ENERGY_STEP_S` apart (exact for straight pieces)."""
-    marks = {start_s, end_s}
-    if isinstance(series, list):
-        marks.update(float(t) for t, _value in series if start_s < t < end_s)
-    width = end_s - start_s
-    pieces = max(1, math.ceil(width / _ENERGY_STEP_S)) if isinstance(series, Wave) else 1
-    marks.update(start_s + width * n / pieces for n in range(1, pieces))
-    ordered = sorted(marks)
-    return sum(
-        (b - a) * (max(0.0, series_value(series, a)) + max(0.0, series_value(series, b))) / 2
-        for a, b in itertools.pairwise(ordered)
-    )

@@ -246,6 +246,7 @@ class HwdashApp(App[None]):
             )
             if self._local_gpus is not None:
                 self._add_local_flavor(self._planner)
+            self._mount_when_asked()
         return self._planner
 
     def _add_local_flavor(self, planner: PlannerPane) -> None:
@@ -264,6 +265,7 @@ class HwdashApp(App[None]):
             self._compare = compare_pane.ComparePane(
                 self.plan_store, self.catalog, id="compare-pane"
             )
+            self._mount_when_asked()
         return self._compare
 
     def get_driver_class(self) -> type[Driver]:
@@ -285,7 +287,7 @@ class HwdashApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield self.alert_status
-        # Only the first tab's pane now: the others are built once the first frame is out.
+        # Only the first tab's pane now: the others are built when their tab is first shown.
         first: Widget = getattr(self, self.initial_tab)
         yield DashboardTabs(self.initial_tab, first)
         # The command palette (ctrl+p) is in the help: its footer key pushed the app's keys off
@@ -293,7 +295,8 @@ class HwdashApp(App[None]):
         yield Footer(show_command_palette=False)
 
     def mount_hidden_panes(self) -> None:
-        """Build and mount the panes of the tabs not shown first (once)."""
+        """Build and mount the panes of the tabs not shown first (once: when one of them is first
+        shown, or right after the first frame when the dashboard opens on the planner)."""
         if self._hidden_panes_mounted or self._exit_requested:
             return
         self._hidden_panes_mounted = True
@@ -312,8 +315,24 @@ class HwdashApp(App[None]):
         for tab, pane in panes.items():
             if not pane.is_mounted and not pane.is_attached:
                 self.query_one(DashboardTabs).get_pane(tab).mount(pane)
-        # Start-up is over once they are on screen: the garbage collector comes back.
+        # Start-up is over once they are on screen: the garbage collector comes back (if the
+        # monitor's first frame has not brought it back already).
         self.call_after_refresh(startup_gc.resume)
+
+    def first_frame_shown(self) -> None:
+        """The monitor's first full frame is on screen: start-up is over (the garbage collector
+        comes back). The planner and compare panes, and with them pydantic, the catalog and the
+        estimator (about 25 MiB), are built when their tab is first shown, so a dashboard that
+        only watches the GPUs never holds them."""
+        startup_gc.resume()
+        if self._planner is not None or self._compare is not None:
+            self.mount_hidden_panes()  # asked for before the first frame (a plan loaded early)
+
+    def _mount_when_asked(self) -> None:
+        """A pane built after the first frame because something needs it (a plan loaded into the
+        planner by compare or a script) goes on its page at once, to post its estimate."""
+        if self.frames_received and not self._hidden_panes_mounted:
+            self.call_after_refresh(self.mount_hidden_panes)
 
     @property
     def active_tab(self) -> str:
@@ -387,9 +406,8 @@ class HwdashApp(App[None]):
         if cluster != self._cluster_shown:
             self._cluster_shown = cluster
             self.refresh_bindings()  # the process keys come and go with the process table
-        if not self._hidden_panes_mounted:
-            # The monitor's first full frame goes out first; the other panes are built after it.
-            self.call_after_refresh(self.mount_hidden_panes)
+        if self.frames_received == 1:
+            self.call_after_refresh(self.first_frame_shown)
         self._live_frame = frame
         with self.batch_update():
             self._show_replay_note()

@@ -67,7 +67,7 @@ class DashboardTabs(Vertical):
         with ContentSwitcher(initial=self._active):
             for tab in TAB_NAMES:
                 with TabPage(id=tab):
-                    # The other tabs get their panes once the first frame is on screen.
+                    # The other tabs get their panes when first shown (the app mounts them).
                     if tab == self._active:
                         yield self._first_pane
 

@@ -56,6 +56,8 @@ HELP_TEXT = """\
   1 / 2 / 3     sort flavors by cost, time or memory (again: reverse)
   v             next provider (filters the flavor table)
   o             show only the flavors the plan fits
+  x             max column: the longest seq, largest batch, fewest gpus
+                that fit each flavor (as hwdash plan --max), off
   e             export: DeepSpeed, Trainer/TRL, accelerate or hf jobs
   escape        leave a text field (or a dialog)
 

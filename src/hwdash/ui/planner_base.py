@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hwdash.core.catalog import Catalog
 from hwdash.core.plan import Plan
+from hwdash.core.planning.max_fit import MaxField
 from hwdash.core.plans.store import PlanStore, SavedPlan
 from hwdash.core.results import PlanReport
 
@@ -33,6 +34,7 @@ class PlannerParts(_PaneWidget):
     report: PlanReport | None
     errors: dict[str, str]
     exported: Path | None
+    max_field: MaxField | None
     _base: Plan
     _starting_plan: Plan
     _chosen_defaults: set[str]

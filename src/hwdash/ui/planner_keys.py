@@ -29,4 +29,5 @@ PLANNER_BINDINGS: tuple[Binding, ...] = (
     Binding("e", "export", "Export", show=False),
     Binding("o", "toggle_fits_only", "Fits only", show=False),
     Binding("v", "next_provider", "Provider", show=False),
+    Binding("x", "next_max", "Max column", show=False),
 )

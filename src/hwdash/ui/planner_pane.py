@@ -41,6 +41,7 @@ from hwdash.core.planning.local_flavor import (
     local_machine,
     with_local_machine,
 )
+from hwdash.core.planning.max_fit import MaxField
 from hwdash.core.plans.store import PlanStore, SavedPlan
 from hwdash.core.results import PlanReport
 from hwdash.core.specs import ModelSpec
@@ -64,7 +65,7 @@ from hwdash.ui.planner_results import (
     form_words,
 )
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
-from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable, SortKey
+from hwdash.ui.widgets.planner_flavors import MAX_WORDS, PROVIDER_LABELS, FlavorTable, SortKey
 from hwdash.ui.widgets.planner_trace import TraceOutcome, TraceView, run_trace_until_cancelled
 
 __all__ = [
@@ -141,6 +142,8 @@ class PlannerPane(PlannerForm, PlannerResults, PlannerDialogs, Widget):
         self._shown_errors: dict[str, str] | None = None
         self.exported: Path | None = None
         """The file the last export wrote (tests read it)."""
+        self.max_field: MaxField | None = None
+        """The ``--max`` field of the flavor table's "max" column (``x`` cycles it; None: off)."""
 
     @staticmethod
     def _default_plan(catalog: Catalog) -> Plan:
@@ -284,6 +287,16 @@ class PlannerPane(PlannerForm, PlannerResults, PlannerDialogs, Widget):
         """Show only flavors the plan fits on, or all."""
         checkbox = self.query_one("#plan-fits-only", Checkbox)
         checkbox.value = not checkbox.value
+
+    def action_next_max(self) -> None:
+        """Cycle the flavor table's "max" column: off, seq, batch (an inference plan's:
+        concurrency), the fewest gpus, off (``hwdash plan --max``)."""
+        cycle: list[MaxField | None] = [None, MaxField.SEQ, MaxField.BATCH, MaxField.GPUS]
+        self.max_field = cycle[(cycle.index(self.max_field) + 1) % len(cycle)]
+        self._show_max(self.report)
+        shown = self.query_one(FlavorTable).max_field
+        words = "off" if shown is None else MAX_WORDS[shown]
+        self.notify(f"max column: {words} (x: next)", timeout=4, markup=False)
 
     def action_next_provider(self) -> None:
         """Cycle the provider filter."""

@@ -22,6 +22,7 @@ from hwdash.core.catalog import CatalogError
 from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Plan, unused_settings
 from hwdash.core.planning.fit import evaluate_plan
+from hwdash.core.planning.max_fit import MaxField, MaxFit, find_max
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money
 from hwdash.errors import UsageError
@@ -320,3 +321,24 @@ class PlannerResults(PlannerParts):
             details.append(("\n" if details.plain else "") + f"measured here: {measured}", "italic")
         self.query_one("#plan-details", Static).update(details)
         self.query_one(FlavorTable).show_report(report)
+        self._show_max(report)
+
+    def _show_max(self, report: PlanReport | None) -> None:
+        """The flavor table's "max" column (``x``): each flavor's ``--max`` answer for the field
+        chosen, or no column."""
+        table = self.query_one(FlavorTable)
+        field = self.max_field
+        if field is None or report is None:
+            table.show_max(None, {})
+            return
+        if field is MaxField.BATCH and not report.plan.is_training:
+            field = MaxField.CONCURRENCY  # an inference plan's batch: sequences at once
+        answers: dict[str, MaxFit] = {}
+        for fit in report.flavors:
+            try:
+                answers[fit.flavor.id] = find_max(
+                    report.plan, report.model, self.catalog, fit.flavor.id, field
+                )
+            except (UsageError, ValueError):
+                continue  # shown as "-": a setting the search cannot re-plan
+        table.show_max(field.value, answers)

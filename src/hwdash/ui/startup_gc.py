@@ -3,10 +3,11 @@
 Starting the dashboard creates a few hundred thousand long-lived objects (Textual's classes, CSS rules,
 the widget tree); the cyclic collector traverses them again and again while they are created, which
 measured about a tenth of the time to the first monitor frame (``bench/ui_bench.py``). The collector
-is paused from the start of ``hwdash`` until the first frame is on screen and the hidden panes are
-built; then one collection frees what start-up left over, and ``gc.freeze()`` moves the survivors to
-the permanent generation, so later collections of a long-running monitor skip them (the use the
-Python documentation of :func:`gc.freeze` gives for long-lived start-up state).
+is paused from the start of ``hwdash`` until the first frame is on screen (opened on the planner:
+until the other panes are built too); then one collection frees what start-up left over, and
+``gc.freeze()`` moves the survivors to the permanent generation, so later collections of a
+long-running monitor skip them (the use the Python documentation of :func:`gc.freeze` gives for
+long-lived start-up state).
 """
 
 from __future__ import annotations

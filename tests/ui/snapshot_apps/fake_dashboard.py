@@ -143,9 +143,11 @@ async def replay(
 
 
 async def wait_for_hidden_panes(pilot: Any, app: HwdashApp, timeout_s: float = 10.0) -> None:
-    """Wait until the panes built after the first frame are mounted and the planner has posted its
-    first plan: a test that sets the monitor's plan line before then would see the planner's
+    """Build the other tabs' panes (as the first switch to one of them does: the dashboard opened on
+    the monitor builds them only then) and wait until they are mounted and the planner has posted
+    its first plan: a test that sets the monitor's plan line before then would see the planner's
     starting form clear it (it is not a plan the user chose), depending on the machine's speed."""
+    app.mount_hidden_panes()
     deadline = time.monotonic() + timeout_s
     while not all(
         pane is not None and pane.is_mounted for pane in (app._planner, app._compare, app.monitor)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -284,24 +284,97 @@ Key = tuple[int, DiagnosisKind, object]
 
 @dataclass
 class _Window:
-    """Timed values over a sliding window: ``(at, value, weight)`` rows."""
+    """Timed values over a sliding window: ``(at, value, weight)`` rows, with the sum and count of
+    the values that are not None kept as rows come and go (each round costs O(1), not O(window))."""
 
     rows: deque[tuple[float, Any, float]] = field(default_factory=deque)
     first_at: float | None = None
+    _sum: float = 0.0
+    _count: int = 0
 
     def add(self, at: float, value: Any, max_gap: float) -> None:
         weight = 0.0 if not self.rows else min(max(at - self.rows[-1][0], 0.0), max_gap)
         if self.first_at is None:
             self.first_at = at
         self.rows.append((at, value, weight))
+        self._entered(value, weight)
 
     def trim(self, now: float, window: float) -> None:
         while self.rows and self.rows[0][0] <= now - window:
-            self.rows.popleft()
+            _at, value, weight = self.rows.popleft()
+            self._left(value, weight)
+
+    def _entered(self, value: Any, weight: float) -> None:
+        if isinstance(value, (int, float)):
+            self._sum += value
+            self._count += 1
+
+    def _left(self, value: Any, weight: float) -> None:
+        if isinstance(value, (int, float)):
+            self._count -= 1
+            self._sum = self._sum - value if self._count else 0.0
 
     def mean(self) -> float | None:
-        values = [value for _, value, _ in self.rows if value is not None]
-        return sum(values) / len(values) if values else None
+        return self._sum / self._count if self._count else None
+
+
+@dataclass
+class _ReasonWindow(_Window):
+    """The clock-event reasons over the throttled rule's window, with running totals: the time
+    throttled (a row with any throttling cause), the time per cause and per reason name, and how
+    many rows could say (their reasons were not None). Each row stands for ``weight`` seconds."""
+
+    throttled: float = 0.0
+    by_cause: dict[str, float] = field(default_factory=dict)
+    by_name: dict[str, float] = field(default_factory=dict)
+    _rows_with: Counter[str] = field(default_factory=Counter)
+    readable: int = 0
+
+    def _entered(self, value: Any, weight: float) -> None:
+        if value is None:
+            return
+        self.readable += 1
+        causes, names = _reason_sets(value)
+        if causes:
+            self.throttled += weight
+        for cause in causes:
+            self.by_cause[cause] = self.by_cause.get(cause, 0.0) + weight
+            self._rows_with["cause:" + cause] += 1
+        for name in names:
+            self.by_name[name] = self.by_name.get(name, 0.0) + weight
+            self._rows_with["name:" + name] += 1
+
+    def _left(self, value: Any, weight: float) -> None:
+        if value is None:
+            return
+        self.readable -= 1
+        causes, names = _reason_sets(value)
+        if causes:
+            self.throttled = max(0.0, self.throttled - weight)
+        for cause in causes:
+            _take(self.by_cause, self._rows_with, "cause:", cause, weight)
+        for name in names:
+            _take(self.by_name, self._rows_with, "name:", name, weight)
+        if not self.by_cause:
+            self.throttled = 0.0  # no throttled row left: exactly none, whatever the float sums
+
+
+def _reason_sets(names: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A reading's throttling causes (:func:`throttle_reason`) and reason names, each once."""
+    found = (throttle_reason(name) for name in names)
+    return tuple(sorted({cause for cause in found if cause is not None})), tuple(set(names))
+
+
+def _take(
+    totals: dict[str, float], rows_with: Counter[str], prefix: str, key: str, weight: float
+) -> None:
+    """Take a leaving row's ``weight`` from ``totals[key]``; the key goes with its last row."""
+    rows_with[prefix + key] -= 1
+    if rows_with[prefix + key] <= 0:
+        del rows_with[prefix + key]
+        totals.pop(key, None)
+    else:
+        totals[key] -= weight
 
 
 @dataclass
@@ -380,6 +453,11 @@ class DiagnosisEngine:
     def _window(self, *key: Any) -> _Window:
         return self._windows.setdefault(key, _Window())
 
+    def _reason_window(self, gpu_index: int) -> _ReasonWindow:
+        window = self._windows.setdefault((gpu_index, "throttle"), _ReasonWindow())
+        assert isinstance(window, _ReasonWindow)
+        return window
+
     def _holding(self, *key: Any) -> _Holding:
         return self._holds.setdefault(key, _Holding())
 
@@ -387,19 +465,11 @@ class DiagnosisEngine:
 
     def _throttled(self, gpu: GpuReading) -> list[DiagnosisEvent]:
         t = self.thresholds
-        window = self._window(gpu.index, "throttle")
+        window = self._reason_window(gpu.index)
         window.add(gpu.at, gpu.clocks_event_reasons, t.max_reading_gap_s)
         window.trim(gpu.at, t.throttle_window_s)
-        by_cause: dict[str, float] = {}
-        throttled = 0.0
-        for _, names, weight in window.rows:
-            found = (throttle_reason(name) for name in names or ())
-            row_causes = sorted({cause for cause in found if cause is not None})
-            if row_causes:
-                throttled += weight
-                for cause in row_causes:
-                    by_cause[cause] = by_cause.get(cause, 0.0) + weight
-        share = throttled / t.throttle_window_s
+        by_cause = window.by_cause
+        share = window.throttled / t.throttle_window_s
         key: Key = (gpu.index, "throttled", None)
         minute = f"{t.throttle_window_s:.0f} s"
         if share > t.throttle_raise_share:
@@ -419,12 +489,9 @@ class DiagnosisEngine:
         ``max_reading_gap_s``; time before the first reading counts as without the reason);
         {} when none was in force, None when no reading in the window could say."""
         window = self._windows.get((gpu_index, "throttle"))
-        if window is None or all(names is None for _, names, _ in window.rows):
+        if not isinstance(window, _ReasonWindow) or not window.readable:
             return None
-        spent: dict[str, float] = {}
-        for _, names, weight in window.rows:
-            for name in set(names or ()):
-                spent[name] = spent.get(name, 0.0) + weight
+        spent = window.by_name
         span = self.thresholds.throttle_window_s
         return {name: round(min(1.0, spent[name] / span), 4) for name in sorted(spent)}
 

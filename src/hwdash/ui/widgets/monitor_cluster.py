@@ -1,4 +1,4 @@
-"""Every GPU of a cluster (a Prometheus source), one line each, grouped by host, hottest first.
+"""Every GPU of a cluster (a Prometheus or SSH source), one line each, grouped by host, hottest first.
 
 A single widget drawing its own lines (Textual's line API): only the lines on screen are rendered,
 each line is cached by its text, and a round that changes a few GPUs repaints a few lines, so 100
@@ -62,10 +62,13 @@ def cluster_lines(gpus: tuple[GpuSample, ...], threshold: float) -> list[Cluster
     lines: list[ClusterLine] = []
     for host, members in hosts_fullest_first(gpus):
         for place, gpu in enumerate(members):
-            stale = gpu.host_stale is not None
+            note = gpu.host_stale
+            stale = note is not None
             host_cell = ""
             if place == 0:
-                host_cell = host + (" (stale)" if stale else "")
+                # An SSH host whose connection is gone says so (ssh_source's "unreachable: ...").
+                mark = " (unreachable)" if note and note.startswith("unreachable") else " (stale)"
+                host_cell = host + (mark if stale else "")
             taken = None
             if gpu.total_bytes is not None and gpu.free_bytes is not None:
                 taken = gpu.total_bytes - gpu.free_bytes

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
+from hwdash.core.planning.max_fit import MaxFit
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_hours, format_money
 
@@ -48,6 +49,21 @@ COLUMNS: tuple[tuple[str, str, SortKey | None], ...] = (
     ("accelerator", "accelerator", None),
     ("note", "note", None),
 )
+
+#: Where the "max" column goes (``x``): after the verdict, on screen at 80 columns.
+MAX_AT = 3
+
+#: The "max" column's heading for each ``--max`` field, short enough for 80 columns: ``↑`` the
+#: largest that fits, ``↓`` the fewest.
+MAX_HEADINGS = {"seq": "seq↑", "batch": "batch↑", "concurrency": "conc↑", "gpus": "gpus↓"}
+
+#: What the column shows, in words (the pane says it when ``x`` changes it).
+MAX_WORDS = {
+    "seq": "the longest --seq that fits each flavor",
+    "batch": "the largest --batch that fits each flavor",
+    "concurrency": "the most sequences of --seq tokens at once (inference) that fit each flavor",
+    "gpus": "the fewest GPUs of each flavor's kind that fit",
+}
 
 
 def _sort_value(fit: FlavorFit, sort_by: SortKey, *, use_totals: bool) -> float | None:
@@ -140,6 +156,10 @@ class FlavorTable(DataTable[Text | str]):
         """The report the rows come from."""
         self.shown: list[FlavorFit] = []
         """The rows on screen, in order (after sort and filter)."""
+        self.max_field: str | None = None
+        """The ``--max`` field whose answers the "max" column shows (None: no such column)."""
+        self.max_answers: dict[str, MaxFit] = {}
+        """That field's answer on each flavor, by flavor id."""
 
     def on_mount(self) -> None:
         self._rebuild()
@@ -148,6 +168,32 @@ class FlavorTable(DataTable[Text | str]):
         """Replace the rows with this report's flavors."""
         self.report = report
         self._rebuild()
+
+    def show_max(self, field: str | None, answers: dict[str, MaxFit]) -> None:
+        """Show (``field`` None: hide) the "max FIELD" column, ``answers`` by flavor id."""
+        self.max_field = field
+        self.max_answers = answers
+        self._rebuild()
+
+    def columns_shown(self) -> tuple[tuple[str, str, SortKey | None], ...]:
+        """:data:`COLUMNS`, with the "max" column after the verdict while one is asked for (at
+        80 columns the table shows the flavor, the verdict and not much more)."""
+        if self.max_field is None:
+            return COLUMNS
+        return (
+            *COLUMNS[:MAX_AT],
+            ("max", MAX_HEADINGS.get(self.max_field, self.max_field), None),
+            *COLUMNS[MAX_AT:],
+        )
+
+    def max_cell(self, flavor_id: str) -> Text:
+        """The "max" column's cell: the answer, ``none`` when nothing fits, ``-`` unknown."""
+        answer = self.max_answers.get(flavor_id)
+        if answer is None:
+            return Text("-", justify="right")
+        if answer.value is None:
+            return Text("none", style="red", justify="right")
+        return Text(str(answer.value), justify="right")
 
     def sort_on(self, sort_by: SortKey) -> None:
         """Sort by ``sort_by``; asking for the current sort again reverses it."""
@@ -208,9 +254,14 @@ class FlavorTable(DataTable[Text | str]):
             else []
         )
         recommended = report.recommended if report is not None else None
+        columns = self.columns_shown()
         rows: list[tuple[str, list[Text]]] = [
             (fit.flavor.id, self._cells(fit, recommended)) for fit in self.shown
         ]
+        if self.max_field is not None:
+            rows = [
+                (key, [*cells[:MAX_AT], self.max_cell(key), *cells[MAX_AT:]]) for key, cells in rows
+            ]
         if report is not None and not self.shown and report.flavors:
             message = self.empty_message(report)
             rows.append(
@@ -218,7 +269,7 @@ class FlavorTable(DataTable[Text | str]):
                     EMPTY_ROW,
                     [
                         Text(message, style="yellow") if key == "flavor" else Text("")
-                        for key, *_ in COLUMNS
+                        for key, *_ in columns
                     ],
                 )
             )
@@ -227,7 +278,7 @@ class FlavorTable(DataTable[Text | str]):
         # screen redrawn as a dialog closes) stays cached at the headings' widths until the next
         # change (textual/widgets/_data_table.py: ``_update_dimensions`` does not clear the row
         # render caches, whose key is the update count).
-        for index, (key, label, sort) in enumerate(COLUMNS):
+        for index, (key, label, sort) in enumerate(columns):
             heading = self._heading(key, label, sort)
             width = max([heading.cell_len, *(cells[index].cell_len for _, cells in rows)])
             self.add_column(heading, key=key, width=width)

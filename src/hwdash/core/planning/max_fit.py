@@ -1,0 +1,258 @@
+"""``--max FIELD``: the largest setting of one field (the fewest GPUs, for ``gpus``) that fits a flavor.
+
+"Fits" is the sense of ``--check``: the verdict :attr:`~hwdash.core.results.FitVerdict.FITS` (at
+least 10% of the usable memory left, no refusal), so ``--check`` at the answer exits 0. A tight fit
+counts as not fitting: it may OOM.
+
+* ``seq``: the longest sequence, up to the model's context (``max_position_embeddings``) and the
+  Plan field's bound.
+* ``batch``: the largest micro-batch per GPU, up to the Plan field's bound.
+* ``concurrency``: inference only. Until serving plans exist it is the largest batch of sequences of
+  ``--seq`` tokens that one ``generate`` call holds (weights, KV cache, activations), the same
+  search as ``batch``; training plans are refused.
+* ``gpus``: the *fewest* GPUs of the flavor's accelerator that fit (more GPUs never need more per
+  GPU: the estimator's property test), counted in steps of ``tp x pp``. A plan that fits one GPU
+  answers 1; one that needs more than the flavor has answers that count all the same (the text says
+  the flavor has fewer). The host RAM per GPU is the flavor's.
+
+The estimate never needs less memory for a longer sequence or a larger batch (a property test
+checks it), so each answer is a binary search: about 20 estimates, under a millisecond each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from hwdash.core.catalog import Catalog
+from hwdash.core.plan import Plan
+from hwdash.core.planning.fit import evaluate_flavor, training_tokens
+from hwdash.core.results import TIGHT_HEADROOM_FRACTION, FitVerdict, FlavorFit
+from hwdash.core.specs import Flavor, ModelSpec
+from hwdash.errors import UsageError
+
+
+class MaxField(str, Enum):
+    """What ``--max`` searches."""
+
+    SEQ = "seq"
+    BATCH = "batch"
+    CONCURRENCY = "concurrency"
+    GPUS = "gpus"
+
+
+MAX_FIELDS: tuple[str, ...] = tuple(field.value for field in MaxField)
+
+
+def _field_bound(name: str) -> int:
+    """The Plan field's upper bound (``le``), read from the model so the two never drift."""
+    for meta in Plan.model_fields[name].metadata:
+        bound = getattr(meta, "le", None)
+        if bound is not None:
+            return int(bound)
+    raise AssertionError(f"Plan.{name} has no upper bound")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class MaxFit:
+    """The answer of ``--max FIELD`` on one flavor."""
+
+    field: MaxField
+    target: str
+    """The flavor id searched."""
+    value: int | None
+    """The answer; None when even the smallest setting does not fit."""
+    fit: FlavorFit
+    """The plan on the flavor at the answer (at the smallest setting when there is none)."""
+    step: int = 1
+    """How far apart two settings are (``tp x pp`` for ``gpus``, else 1)."""
+    bound: int | None = None
+    """The largest setting searched (None for ``gpus``, whose answer is the fewest)."""
+    bounded_by: str | None = None
+    """Why the search stopped at ``bound`` when the answer is the bound: ``the model's context
+    (32768)``, ``the --batch bound (65536)``."""
+    plan_seq: int = 0
+    """The plan's ``--seq`` (``concurrency`` counts sequences of that length)."""
+    accelerator_name: str = ""
+    """The flavor's accelerator (``gpus`` counts GPUs of it)."""
+    flavor_gpus: int = 0
+    """The flavor's own GPU count."""
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Usable minus needed memory per GPU at the answer (None without one)."""
+        return None if self.value is None else self.fit.headroom_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``max`` object of ``hwdash plan --json``: ``field``, ``value``, ``headroom_bytes``;
+        then the target and, when the answer is the search's bound, what bounds it."""
+        return {
+            "field": self.field.value,
+            "value": self.value,
+            "headroom_bytes": self.headroom_bytes,
+            "target": self.target,
+            "bounded_by": self.bounded_by if self.value is not None else None,
+        }
+
+    def sentence(self) -> str:
+        """The answer in one line."""
+        from hwdash.core.units import GIB
+
+        what = {
+            MaxField.SEQ: "longest --seq",
+            MaxField.BATCH: "largest --batch",
+            MaxField.CONCURRENCY: f"most sequences of {self.plan_seq} tokens at once",
+            MaxField.GPUS: f"fewest GPUs ({self.accelerator_name})",
+        }[self.field]
+        # "the longest --seq ... fits", "the most sequences ... fit"
+        verb = "fit" if self.field in (MaxField.GPUS, MaxField.CONCURRENCY) else "fits"
+        if self.value is None:
+            if self.field is MaxField.GPUS:
+                return (
+                    f"{what} that fit {self.target}: none (more GPUs do not bring this plan "
+                    f"under the memory; at {self.fit.flavor.gpu_count} GPUs: {_why_not(self.fit)})"
+                )
+            why = _why_not(self.fit)
+            return f"{what} that {verb} {self.target}: none (even 1 does not fit: {why})"
+        free = f"{self.fit.headroom_bytes / GIB:.1f} GiB free per GPU"
+        if self.field is MaxField.GPUS:
+            fewer = self.value - self.step
+            tail = f"; {fewer} {'does' if fewer == 1 else 'do'} not" if fewer > 0 else ""
+            flavor_count = self.flavor_gpus
+            has = f"; the flavor has {flavor_count}" if flavor_count != self.value else ""
+            return f"{what} that fit {self.target}: {self.value} ({free}{tail}{has})"
+        if self.bounded_by is not None:
+            tail = f"; capped by {self.bounded_by}"
+        else:
+            tail = f"; {self.value + self.step} does not fit"
+        return f"{what} that {verb} {self.target}: {self.value} ({free}{tail})"
+
+
+def _why_not(fit: FlavorFit) -> str:
+    """Why a setting does not fit, in words: the flavor's reason, or the tight headroom."""
+    from hwdash.core.units import GIB
+
+    if fit.verdict is FitVerdict.TIGHT:
+        return (
+            f"tight, {fit.need_bytes / GIB:.1f} GiB per GPU of {fit.usable_bytes / GIB:.1f} GiB, "
+            f"under {TIGHT_HEADROOM_FRACTION:.0%} headroom"
+        )
+    return fit.reason or fit.verdict.value
+
+
+def _plan_field(field: MaxField) -> str:
+    """The Plan field a ``--max`` field moves."""
+    return "batch" if field is MaxField.CONCURRENCY else field.value
+
+
+def check_max_request(plan: Plan, field: MaxField) -> None:
+    """Refuse what ``--max FIELD`` cannot answer for this plan (a UsageError naming ``--max``)."""
+    if field is MaxField.CONCURRENCY and plan.is_training:
+        raise UsageError(
+            "--max concurrency counts the sequences an inference run holds at once: it needs "
+            "--method inference (for training, --max batch is the largest micro-batch)",
+            flag="--max",
+        )
+
+
+def with_gpu_count(flavor: Flavor, gpus: int) -> Flavor:
+    """``flavor`` with ``gpus`` GPUs of its accelerator, its host RAM and price per GPU kept."""
+    per_gpu = gpus / flavor.gpu_count if flavor.gpu_count else 1.0
+    ram = None if flavor.ram_gb is None else flavor.ram_gb * per_gpu
+    price = None if flavor.price_per_hour is None else flavor.price_per_hour * per_gpu
+    return flavor.model_copy(update={"gpu_count": gpus, "ram_gb": ram, "price_per_hour": price})
+
+
+def find_max(
+    plan: Plan,
+    model: ModelSpec,
+    catalog: Catalog,
+    flavor_id: str,
+    field: MaxField,
+    *,
+    adjust: Callable[[FlavorFit], FlavorFit] | None = None,
+) -> MaxFit:
+    """The largest value of ``field`` (the fewest GPUs, for ``gpus``) with which ``plan`` fits the
+    flavor ``flavor_id`` of ``catalog``; see the module's docstring for each field. ``adjust``:
+    applied to every fit before its verdict is read (``--calibrated`` scales the need by what
+    this box measured, as the flavor table does)."""
+    check_max_request(plan, field)
+    flavor = catalog.flavors[flavor_id]
+    accelerator = catalog.accelerator_for(flavor)
+    framework = catalog.framework_for(plan)
+
+    def evaluate(value: int, *, timed: bool = False) -> FlavorFit:
+        if field is MaxField.GPUS:
+            changed, on = plan, with_gpu_count(flavor, value)
+        else:
+            changed, on = plan.with_changes({_plan_field(field): value}), flavor
+        tokens = training_tokens(changed) if timed else None
+        fit = evaluate_flavor(
+            changed,
+            model,
+            on,
+            accelerator,
+            tokens,
+            framework=framework,
+            slowdowns=catalog.slowdowns,
+            software=catalog.software,
+        )[0]
+        return fit if adjust is None else adjust(fit)
+
+    def fits(value: int) -> bool:
+        return evaluate(value).verdict is FitVerdict.FITS
+
+    def answer(
+        value: int | None,
+        fit: FlavorFit,
+        *,
+        step: int = 1,
+        bound: int | None = None,
+        bounded_by: str | None = None,
+    ) -> MaxFit:
+        return MaxFit(
+            field,
+            flavor_id,
+            value,
+            fit,
+            step=step,
+            bound=bound,
+            bounded_by=bounded_by,
+            plan_seq=plan.seq,
+            accelerator_name=accelerator.name if accelerator is not None else "CPU",
+            flavor_gpus=flavor.gpu_count,
+        )
+
+    if field is MaxField.GPUS:
+        step = plan.tp * plan.pp
+        top = _field_bound("gpus") // step
+        if accelerator is None or flavor.gpu_count == 0 or not fits(top * step):
+            return answer(None, evaluate(top * step), step=step)
+        # the fewest: fits(k * step) holds from some k on
+        low, high = 0, top  # not fits(low * step) (0 GPUs never fit), fits(high * step)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if fits(middle * step):
+                high = middle
+            else:
+                low = middle
+        value = high * step
+        return answer(value, evaluate(value, timed=True), step=step)
+    bound = _field_bound(_plan_field(field))
+    bounded_by = f"the --{_plan_field(field)} bound ({bound})"
+    if field is MaxField.SEQ and model.max_context < bound:
+        bound, bounded_by = model.max_context, f"the model's context ({model.max_context})"
+    if not fits(1):
+        return answer(None, evaluate(1), bound=bound)
+    if fits(bound):
+        return answer(bound, evaluate(bound, timed=True), bound=bound, bounded_by=bounded_by)
+    low, high = 1, bound  # fits(low), not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return answer(low, evaluate(low, timed=True), bound=bound)
