@@ -46,6 +46,7 @@ wording change between Python versions (3.13 reworded both), hwdash's own output
 CLEARED_ENV = (
     "HWDASH_CATALOG",
     "HWDASH_RUNS",  # the runs ledger: XDG_STATE_HOME's (empty) one
+    "HWDASH_HISTORY_DIR",  # the history ring: XDG_STATE_HOME's (empty) one
     "HWDASH_PLAN",
     "HWDASH_PRICE",
     "HWDASH_FAKE_NVML",

@@ -13,12 +13,17 @@ REQUIRE_VALIDATE = "HWDASH_REQUIRE_VALIDATE"
 
 
 @pytest.fixture(autouse=True)
-def _private_runs_ledger(
+def _private_state(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No test reads or writes the user's runs ledger (``hwdash plan`` reads it, a probe that stops
     and a monitor that clears a dead run's probe file write it; subprocesses inherit this)."""
     monkeypatch.setenv("HWDASH_RUNS", str(tmp_path_factory.mktemp("ledger") / "runs.jsonl"))
+    # No test records into (or reports from) the user's history ring or alert log: a monitor on
+    # the real NVML records by default (hwdash.telemetry.history_ring).
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("HWDASH_HISTORY_DIR", str(state / "hwdash" / "history"))
     # HWDASH_WEBHOOK: no test posts the alerts of its fake GPUs to the user's chat.
     for name in ("HWDASH_PLAN", "HWDASH_PRICE", "HWDASH_WEBHOOK"):
         monkeypatch.delenv(name, raising=False)

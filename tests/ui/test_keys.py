@@ -23,6 +23,15 @@ from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 from hwdash.ui.widgets.tab_bar import TabBar
 
+KEY_SHOWN = {
+    "question_mark": "?",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "left_curly_bracket": "{",
+    "right_curly_bracket": "}",
+}
+"""Textual's names of keys that the help and the README write as the character."""
+
 
 async def test_tab_then_m_c_p_switch_tabs_and_the_first_tab_reaches_a_field(
     tmp_path: Path,
@@ -163,7 +172,7 @@ def test_the_help_lists_every_key_in_its_section() -> None:
         assert bindings, owner
         for binding in bindings:
             for key in binding.key.split(","):
-                shown = {"question_mark": "?"}.get(key.strip(), key.strip())
+                shown = KEY_SHOWN.get(key.strip(), key.strip())
                 assert shown in listed, f"{owner.__name__}: {shown} is not in the help"
 
 
@@ -310,7 +319,7 @@ def test_the_readme_keys_table_lists_every_binding() -> None:
         assert bindings, owner
         for binding in bindings:
             for key in binding.key.split(","):
-                shown = {"question_mark": "?"}.get(key.strip(), key.strip())
+                shown = KEY_SHOWN.get(key.strip(), key.strip())
                 listed = (
                     sections[section] | sections["everywhere"]
                     if section

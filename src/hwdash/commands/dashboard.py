@@ -108,9 +108,18 @@ def _run(
     finally:
         app.finish()
         sampler.close()
+        _say_history(sampler)
     if app.catalog_error is not None:
         raise app.catalog_error
     return 0 if app.return_code in (None, 0) else int(app.return_code)
+
+
+def _say_history(sampler: Any) -> None:
+    """After the screen closes: one line when this dashboard recorded no history because another
+    hwdash process records this box (or the directory could not be written)."""
+    from hwdash.commands.monitor import say_history
+
+    say_history(getattr(sampler, "ring", None))
 
 
 def build_app(
@@ -160,6 +169,9 @@ def build_app(
         if scenario is not None or replay is not None
         else None,
     )
+    ring = getattr(sampler, "ring", None)  # the history ring (read even while another writes)
+    if ring is not None:
+        app.time_cursor.directory = ring.directory
     return app, sampler
 
 
@@ -204,7 +216,13 @@ def _open_sampler(
 ) -> tuple[Any, Any, Any, float]:
     """(the sampler, the ``--replay`` recording or None, the ``--prometheus`` source or None, the
     interval): a recording is shown at its own pace, its median gap over ``--speed``."""
-    from hwdash.commands.monitor import open_replay, open_source, watch_runs, with_subset
+    from hwdash.commands.monitor import (
+        open_replay,
+        open_source,
+        watch_runs,
+        with_history,
+        with_subset,
+    )
     from hwdash.telemetry.source import make_sampler
 
     replay = open_replay(args)
@@ -213,7 +231,11 @@ def _open_sampler(
     # stays the outer sampler the app and the first-sample check look for).
     inner: Any = replay or remote
     if inner is None:
-        inner = watch_runs(make_sampler(scenario, loaded=loaded), args)
+        # This box's history is recorded under the runs' view (what NVML and the host say).
+        local, _ring = with_history(
+            make_sampler(scenario, loaded=loaded), args, simulated=scenario is not None
+        )
+        inner = watch_runs(local, args)
     sampler: Any = with_subset(inner, args)
     if replay is not None:
         # The recording's own pace: its median gap between snapshots, over --speed.

@@ -95,12 +95,14 @@ def run(args: argparse.Namespace) -> int:
         open_source,
         open_webhooks,
         parse_interval,
+        say_history,
         webhook_urls,
+        with_history,
         with_subset,
     )
     from hwdash.telemetry.alert_actions import AlertActions, AlertCommand
     from hwdash.telemetry.exporter import SnapshotCollector
-    from hwdash.telemetry.source import DEMO_SCENARIO, make_sampler
+    from hwdash.telemetry.source import DEMO_SCENARIO, fake_scenario_from, make_sampler
 
     interval = parse_interval(args.interval)
     rule = build_rule(args, interval)
@@ -111,9 +113,14 @@ def run(args: argparse.Namespace) -> int:
     replay = open_replay(args) or open_source(args)
     collector = SnapshotCollector(hostname, process_details=args.process_details)
     server = _listen(host, port, collector)
-    sampler: Any = replay or make_sampler(
-        scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))
-    )
+    ring = None
+    sampler: Any = replay
+    if sampler is None:
+        sampler, ring = with_history(
+            make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))),
+            args,
+            simulated=fake_scenario_from(scenario) is not None,
+        )
     sampler = with_subset(sampler, args)
     engine = AlertEngine(rule)
     on_alert = getattr(args, "on_alert", None)
@@ -125,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         f"hwdash exporter: serving http://{args.listen}/metrics as Hostname={hostname}",
         file=sys.stderr,
     )
+    say_history(ring, "hwdash exporter")
     try:
         _serve(sampler, engine, actions, collector, interval)
     except KeyboardInterrupt:

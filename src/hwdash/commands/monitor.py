@@ -65,6 +65,7 @@ from hwdash.telemetry.types import Sampler
 from hwdash.telemetry.webhooks import WebhookSender, parse_webhook_urls
 
 if TYPE_CHECKING:
+    from hwdash.telemetry.history_ring import HistoryRing
     from hwdash.telemetry.replay import ReplaySampler
 
 #: What the monitor prints lives in :mod:`hwdash.commands.monitor_print`; its public names are
@@ -158,6 +159,35 @@ def add_sampling_arguments(
     does."""
     _add_pace_and_alert_arguments(parser)
     _add_source_arguments(parser, demo_help=demo_help, ssh=ssh)
+    add_history_arguments(parser)
+
+
+def add_history_arguments(parser: argparse.ArgumentParser) -> None:
+    """The history ring's flags (:mod:`hwdash.telemetry.history_ring`)."""
+    parser.add_argument(
+        "--history-dir",
+        default=None,
+        metavar="DIR",
+        help="where this box's history is recorded (default $HWDASH_HISTORY_DIR, else "
+        "$XDG_STATE_HOME/hwdash/history); naming one records a fake scenario too",
+    )
+    parser.add_argument(
+        "--history-max-age",
+        default=None,
+        metavar="AGE",
+        help="keep the history's 1-minute points this long (7d, 36h, 2w; default 7d)",
+    )
+    parser.add_argument(
+        "--history-max-size",
+        default=None,
+        metavar="SIZE",
+        help="cap the history directory at SIZE (50M, 1G; default 200M)",
+    )
+    parser.add_argument(
+        "--no-history",
+        action="store_true",
+        help="record no history (another hwdash process on this box may still record it)",
+    )
 
 
 def add_webhook_argument(parser: argparse.ArgumentParser) -> None:
@@ -271,7 +301,8 @@ def _add_source_arguments(
         "--replay",
         default=None,
         metavar="FILE",
-        help="replay what `hwdash monitor --json` recorded (JSON lines) instead of sampling",
+        help="replay what `hwdash monitor --json` recorded (JSON lines), or a history "
+        "directory (e.g. ~/.local/state/hwdash/history), instead of sampling",
     )
 
 
@@ -414,6 +445,66 @@ def open_source(args: argparse.Namespace) -> Sampler | None:
     return PrometheusSampler(url)
 
 
+def history_ring(args: argparse.Namespace, *, simulated: bool) -> HistoryRing | None:
+    """The history ring the flags ask for, its lock not yet taken; None with ``--no-history``, and
+    for a simulated box (a fake scenario, ``--demo``) unless ``--history-dir`` names a directory.
+    Bad values are usage errors naming their flag."""
+    from hwdash.telemetry.history_ring import (
+        DEFAULT_MAX_AGE_S,
+        DEFAULT_MAX_SIZE_BYTES,
+        HistoryRing,
+        default_history_dir,
+        parse_max_age,
+        parse_max_size,
+    )
+
+    max_age, max_size = DEFAULT_MAX_AGE_S, DEFAULT_MAX_SIZE_BYTES
+    for flag, attribute in (
+        ("--history-max-age", "history_max_age"),
+        ("--history-max-size", "history_max_size"),
+    ):
+        text = getattr(args, attribute, None)
+        if text is None:
+            continue
+        try:
+            if attribute == "history_max_age":
+                max_age = parse_max_age(text)
+            else:
+                max_size = parse_max_size(text)
+        except ValueError as exc:
+            raise UsageError(str(exc), flag=flag) from None
+    explicit = getattr(args, "history_dir", None)
+    if explicit is not None and not explicit.strip():
+        raise UsageError("the directory is empty", flag="--history-dir")
+    if getattr(args, "no_history", False) or (simulated and explicit is None):
+        return None
+    directory = Path(explicit).expanduser() if explicit else default_history_dir()
+    return HistoryRing(directory, max_age_s=max_age, max_size_bytes=max_size)
+
+
+def with_history(
+    sampler: Sampler, args: argparse.Namespace, *, simulated: bool
+) -> tuple[Sampler, HistoryRing | None]:
+    """``sampler`` recording this box's history (:func:`history_ring`), and the ring: open when
+    this process records, else with a :attr:`~HistoryRing.note` saying why not (another process
+    holds the lock); (``sampler``, None) when none is kept. Give it this machine's own sampler
+    only: never a replay or a Prometheus source."""
+    ring = history_ring(args, simulated=simulated)
+    if ring is None:
+        return sampler, None
+    from hwdash.telemetry.history_ring import RecordingSampler
+
+    ring.open()
+    return RecordingSampler(sampler, ring), ring
+
+
+def say_history(ring: HistoryRing | None, program: str = "hwdash") -> None:
+    """One quiet stderr line when the history is not being recorded (another process records
+    this box, or the directory cannot be written)."""
+    if ring is not None and ring.note:
+        sys.stderr.write(f"{program}: {ring.note}\n")
+
+
 def open_ssh(hosts: str, config: str | None, interval: float) -> Sampler:
     """The ``--ssh`` sampler (its reader threads start here); a bad host or file is a usage
     error."""
@@ -505,19 +596,19 @@ def run(args: argparse.Namespace) -> int:
     scenario = DEMO_SCENARIO if args.demo else args.fake_nvml
     urls = webhook_urls(args, scenario)  # a bad URL is said before sampling
     replay = open_replay(args)
-    source = replay if replay is not None else open_source(args)
-    sampler: Sampler = with_subset(
-        source
-        if source is not None
-        else watch_runs(
-            make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2))), args
-        ),
-        args,
-    )
+    source: Sampler | None = replay if replay is not None else open_source(args)
+    simulated = fake_scenario_from(scenario) is not None or replay is not None
+    ring: HistoryRing | None = None
+    if source is None:
+        local: Sampler = make_sampler(scenario, round_timeout_s=max(0.5, min(2.0, interval * 2)))
+        if not args.once:  # one reading is no history
+            local, ring = with_history(local, args, simulated=simulated)
+        source = watch_runs(local, args)
+    sampler: Sampler = with_subset(source, args)
     engine = AlertEngine(rule)
     if args.once:
         return _run_once(args, sampler, engine)
-    simulated = fake_scenario_from(scenario) is not None or replay is not None
+    say_history(ring)
     log_path = (
         Path(args.alert_log) if args.alert_log else default_alert_log_path(simulated=simulated)
     )

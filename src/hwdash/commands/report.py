@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import stat
 import sys
 import time
@@ -16,6 +17,7 @@ from hwdash.core import strict_json
 from hwdash.errors import UsageError
 from hwdash.runs import ledger
 from hwdash.runs.report import (
+    apply_history,
     build_report,
     report_json,
     report_markdown,
@@ -62,6 +64,29 @@ def add_parser(subparsers: Any) -> None:
         metavar="PATH",
         help="the monitor's alert log (default $XDG_STATE_HOME/hwdash/alerts.jsonl)",
     )
+    parser.add_argument(
+        "--history-dir",
+        default=None,
+        metavar="DIR",
+        help="this box's history ring, for each GPU's busy/idle time and peak (default "
+        "$HWDASH_HISTORY_DIR, else $XDG_STATE_HOME/hwdash/history)",
+    )
+
+
+def read_history_use(
+    args: argparse.Namespace, since: float, until: float
+) -> tuple[Any, str | None]:
+    """(per-GPU use from the history ring within the window, its directory) or ([], None) when it
+    holds nothing there."""
+    from hwdash.telemetry.history_ring import default_history_dir, gpu_use, read_history
+
+    explicit = getattr(args, "history_dir", None)
+    directory = Path(explicit).expanduser() if explicit else default_history_dir()
+    if not directory.is_dir():
+        return [], None
+    found = read_history(directory, since=since, until=until)
+    uses = gpu_use(found.points, since, until)
+    return (uses, str(directory)) if uses else ([], None)
 
 
 def read_alerts(path: Path, since: float) -> tuple[list[dict[str, Any]], list[str]]:
@@ -134,6 +159,10 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     alerts, alert_warnings = read_alerts(alert_path, since)
     report = build_report(result.records, alerts, since, until)
     report.sources = {"ledger": str(result.path), "alert log": str(alert_path)}
+    uses, history_dir = read_history_use(args, since, until)
+    if history_dir is not None:
+        apply_history(report, uses, socket.gethostname())
+        report.sources["history"] = history_dir
     report.warnings = [*result.warnings, *alert_warnings]
     if result.skipped > sum("skipped:" in warning for warning in result.warnings):
         report.warnings.append(f"{result.path}: {result.skipped} line(s) skipped in all")

@@ -8,6 +8,8 @@ it, its peak (the largest peak of those runs; a run records the peak of its full
 cost (each run's total split evenly over the run's GPUs: the record holds no per-GPU split), the
 alerts raised on it, and its idle time: the part of the window in which no recorded run held it.
 Only runs with the probe are recorded, so "idle" means "no recorded run", and the report says so.
+Where the history ring (:mod:`hwdash.telemetry.history_ring`) watched a GPU in the window, its busy
+and idle time and peak come from those samples instead (:func:`apply_history`).
 
 An alert-log line names its GPU by host and NVML index, not UUID (:mod:`hwdash.telemetry.alert_actions`);
 it is put on the GPU a run of the window recorded at that host and index, else listed on its own.
@@ -48,6 +50,11 @@ IDLE_NOTE = (
 SPLIT_NOTE = (
     "a GPU's energy and cost are its runs' totals split evenly over each run's GPUs; its peak is "
     "the largest of its runs' peaks (a run records the peak of its fullest GPU)"
+)
+HISTORY_NOTE = (
+    "on a GPU the history ring watched, busy/idle/peak come from its samples instead: busy = a "
+    "process on it or utilization above 0, idle = watched and not busy (unwatched time is neither), "
+    "peak = the larger of NVML's memory used and its runs' peaks"
 )
 GPU_COLUMNS = ("GPU", "UUID", "RUNS", "BUSY", "IDLE", "PEAK", "KWH", "COST", "ALERTS")
 _GPU_LEFT = {"GPU", "UUID"}
@@ -94,6 +101,9 @@ class GpuSummary:
     alerts: list[dict[str, Any]] = field(default_factory=list)
     busy_s: float = 0.0
     idle_s: float = 0.0
+    observed_s: float | None = None
+    """Seconds of the window the history ring watched it (None: the ring never saw it; busy and
+    idle then come from the runs)."""
 
     def label(self) -> str:
         """``0 NVIDIA H100 80GB HBM3`` (host first when the report covers several)."""
@@ -114,6 +124,7 @@ class GpuSummary:
             "energy_kwh": self.energy_kwh,
             "cost_usd": self.cost_usd,
             "alerts": len(self.alerts),
+            **({} if self.observed_s is None else {"observed_s": self.observed_s}),
         }
 
 
@@ -269,6 +280,41 @@ def build_report(
     return Report(since, until, runs, ordered, others, events, energy, cost)
 
 
+def apply_history(report: Report, uses: Sequence[Any], host: str | None) -> None:
+    """Put what the history ring saw (:func:`hwdash.telemetry.history_ring.gpu_use`, this box's
+    GPUs, ``host`` being its name) on the report: a GPU it watched takes its busy and idle time
+    from the samples and its peak from NVML's memory used when larger than its runs'; a GPU no run
+    recorded is added, with the alerts logged on it at ``host``."""
+    by_uuid = {gpu.uuid: gpu for gpu in report.gpus if gpu.uuid}
+    added = False
+    for use in uses:
+        gpu = by_uuid.get(use.uuid) if use.uuid else None
+        if gpu is None:
+            gpu = GpuSummary(uuid=use.uuid, name=use.name, index=use.index, host=host)
+            report.gpus.append(gpu)
+            added = True
+            for event in list(report.other_alerts):
+                if event.get("gpu_index") == use.index and as_text(event, "host") in (host, None):
+                    gpu.alerts.append(event)
+                    report.other_alerts.remove(event)
+        gpu.observed_s = use.observed_s
+        gpu.busy_s = use.busy_s
+        gpu.idle_s = max(use.observed_s - use.busy_s, 0.0)
+        if use.peak_used_bytes is not None:
+            gpu.peak_measured_bytes = max(gpu.peak_measured_bytes or 0.0, use.peak_used_bytes)
+    if added:
+        report.gpus.sort(
+            key=lambda g: (g.host or "", g.index if g.index is not None else -1, g.uuid or "")
+        )
+
+
+def _notes(report: Report) -> list[str]:
+    notes = [IDLE_NOTE, SPLIT_NOTE]
+    if any(gpu.observed_s is not None for gpu in report.gpus):
+        notes.append(HISTORY_NOTE)
+    return notes
+
+
 def report_json(report: Report) -> dict[str, Any]:
     """The report for ``--json`` (a total that overflowed to infinity is null)."""
     document = {
@@ -281,7 +327,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "cost_usd": report.cost_usd,
         "sources": report.sources,
         "warnings": report.warnings,
-        "notes": [IDLE_NOTE, SPLIT_NOTE],
+        "notes": _notes(report),
     }
     cleaned: dict[str, Any] = strict_json.finite_or_none(document)
     return cleaned
@@ -334,7 +380,7 @@ def report_text(report: Report) -> str:
     parts += ["", f"GPUs ({len(report.gpus)})"]
     if report.gpus:
         parts.append(text_table(GPU_COLUMNS, _gpu_rows(report), _GPU_LEFT).rstrip("\n"))
-        parts += [IDLE_NOTE, SPLIT_NOTE]
+        parts += _notes(report)
     else:
         parts.append("no GPU in a recorded run")
     parts += ["", f"Alerts ({len(report.alerts)})"]
@@ -355,7 +401,7 @@ def report_markdown(report: Report) -> str:
     parts += [f"## GPUs ({len(report.gpus)})", ""]
     if report.gpus:
         parts.append(markdown_table(GPU_COLUMNS, _gpu_rows(report), _GPU_LEFT))
-        parts += [f"- {IDLE_NOTE}", f"- {SPLIT_NOTE}", ""]
+        parts += [*(f"- {note}" for note in _notes(report)), ""]
     else:
         parts.append("No GPU in a recorded run.\n")
     parts += [f"## Alerts ({len(report.alerts)})", ""]

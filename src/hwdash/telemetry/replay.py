@@ -288,9 +288,33 @@ def snapshot_from_dict(data: Any) -> Snapshot:
     )
 
 
+def read_history_replay(path: Path) -> tuple[list[Snapshot], list[str]]:
+    """Every snapshot of a history directory (:mod:`hwdash.telemetry.history_ring`), oldest first:
+    the minute tier's points, then every sample of the last hour. Lines cut short by a kill are
+    skipped without a warning (a killed writer is the ring's normal end). Raises
+    :class:`ReplayError` when it holds no snapshot."""
+    from hwdash.telemetry.history_ring import read_history
+
+    found = read_history(path)
+    snapshots: list[Snapshot] = []
+    unusable = 0
+    for point in found.points:
+        try:
+            snapshots.append(snapshot_from_dict(point))
+        except ValueError:
+            unusable += 1
+    if not snapshots:
+        raise ReplayError(f"{path}: no snapshots in this history directory")
+    warnings = [f"{path}: {unusable} history line(s) skipped (not snapshots)"] if unusable else []
+    return snapshots, warnings
+
+
 def read_replay(path: Path) -> tuple[list[Snapshot], list[str]]:
-    """Every snapshot of a recording, and warnings (a cut last line, a line with an unusable
-    number or nesting). Raises :class:`ReplayError`."""
+    """Every snapshot of a recording (a ``monitor --json`` file, or a history directory), and
+    warnings (a cut last line, a line with an unusable number or nesting). Raises
+    :class:`ReplayError`."""
+    if path.is_dir():
+        return read_history_replay(path)
     try:
         lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
     except OSError as exc:

@@ -64,12 +64,15 @@ def make_sampler(
     clock: Callable[[], float] | None = None,
     round_timeout_s: float = 2.0,
     loaded: Scenario | None = None,
+    wall_clock: Callable[[], float] | None = None,
 ) -> SystemSampler:
     """Build the GPU+host sampler.
 
     ``fake_nvml`` is a scenario path or a packaged scenario name (``a100x4-training``, ``h100x8``...);
     when None, ``HWDASH_FAKE_NVML`` is consulted; when neither is set, the real ``pynvml`` is used.
     ``loaded`` is that scenario already read (the dashboard checks it before the screen opens).
+    ``wall_clock`` stamps the snapshots (tests script hours of them: scenario time from an epoch);
+    by default ``time.time``.
     A missing or broken scenario raises :class:`hwdash.telemetry.fake_nvml.ScenarioError` (a
     ``UsageError``). ``clock`` gives scenario time (tests); by default it is real time.
     """
@@ -92,5 +95,10 @@ def make_sampler(
         host = HostSampler()
         host_namespace = in_host_pid_namespace()
         probes = ProbeJoiner(ProbeDirectory())
-    gpu_sampler = NvmlSampler(nvml, round_timeout_s=round_timeout_s, bindings_version=version)
+    gpu_sampler = NvmlSampler(
+        nvml,
+        round_timeout_s=round_timeout_s,
+        bindings_version=version,
+        **({} if wall_clock is None else {"wall_clock": wall_clock}),
+    )
     return SystemSampler(gpu_sampler, host, fake, host_pid_namespace=host_namespace, probes=probes)

@@ -41,6 +41,8 @@ from hwdash.ui.sampling import (
     replay_of,
 )
 from hwdash.ui.screen_diff import ScreenDiff, diffing_driver, terminal_hung_up
+from hwdash.ui.time_cursor import JUMP_S as TIME_JUMP_S
+from hwdash.ui.time_cursor import TimeCursor
 from hwdash.ui.widgets.monitor_cells import TextCell
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
@@ -112,6 +114,26 @@ class HwdashApp(App[None]):
         Binding("space", "replay_pause", "Pause replay", show=False, priority=True),
         Binding("left", "replay_step(-1)", "Replay back", show=False, priority=True),
         Binding("right", "replay_step(1)", "Replay forward", show=False, priority=True),
+        Binding(
+            "left_square_bracket", "time_step(-1)", "History back", show=False, key_display="["
+        ),
+        Binding(
+            "right_square_bracket", "time_step(1)", "History forward", show=False, key_display="]"
+        ),
+        Binding(
+            "left_curly_bracket",
+            "time_jump(-1)",
+            "History 10 min back",
+            show=False,
+            key_display="{",
+        ),
+        Binding(
+            "right_curly_bracket",
+            "time_jump(1)",
+            "History 10 min forward",
+            show=False,
+            key_display="}",
+        ),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "leave_field", "Leave field", show=False),
@@ -188,6 +210,10 @@ class HwdashApp(App[None]):
         self._hidden_panes_mounted = False
         self._cluster_shown = False
         """The last frame came from several hosts (the process keys are hidden then)."""
+        self.time_cursor = TimeCursor(None)
+        """Where the monitor looks back in this box's history ring (``[ ] { }``, ``end``: live);
+        its directory is set by the dashboard command (None: no history to look back in)."""
+        self._live_frame: MonitorFrame | None = None
 
     @property
     def plan_store(self) -> PlanStore:
@@ -382,9 +408,11 @@ class HwdashApp(App[None]):
             self.refresh_bindings()  # the process keys come and go with the process table
         if self.frames_received == 1:
             self.call_after_refresh(self.first_frame_shown)
+        self._live_frame = frame
         with self.batch_update():
             self._show_replay_note()
-            self.monitor.show_frame(frame)
+            if self.time_cursor.live:  # looking back: the live frames wait for `end`
+                self.monitor.show_frame(frame)
             screen = self._top_screen()
             if isinstance(screen, ProcessDetailScreen):
                 process, history, total = self._process_view(screen.key)
@@ -496,6 +524,11 @@ class HwdashApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Offer "sort processes" only on the monitor tab (on the planner, the tab bar passes
         ``o`` to the planner, where it shows only the flavors that fit)."""
+        if action in ("time_step", "time_jump"):
+            try:
+                return self.replay is None and self.active_tab == "monitor" and not self.is_cluster
+            except NoMatches:
+                return False
         if action in ("replay_pause", "replay_step"):
             if self.replay is None:
                 return False  # space and the arrows keep their usual meaning
@@ -526,8 +559,42 @@ class HwdashApp(App[None]):
                     return process, frame.process_points_for(key), gpu.total_bytes
         return None, (), None
 
+    def action_time_step(self, by: int) -> None:
+        """``[`` / ``]``: one point of the history ring back / forward (past the newest: live)."""
+        self._move_time_cursor(self.time_cursor.step(by), by)
+
+    def action_time_jump(self, direction: int) -> None:
+        """``{`` / ``}``: ten minutes of the history back / forward."""
+        self._move_time_cursor(self.time_cursor.jump(direction * TIME_JUMP_S), direction)
+
+    def _move_time_cursor(self, moved: bool, direction: int) -> None:
+        if not moved:
+            if direction < 0:
+                where = self.time_cursor.directory
+                self.notify(
+                    "no history of this box to look back in"
+                    + ("" if where is None else f" (nothing recorded in {where} yet)"),
+                    severity="warning",
+                    markup=False,
+                )
+            return
+        self._show_time_cursor()
+
+    def _show_time_cursor(self) -> None:
+        frame = self.time_cursor.frame()
+        self.monitor.set_source_note(self.time_cursor.note())
+        if frame is None:
+            frame = self._live_frame
+        if frame is not None:
+            self.monitor.show_frame(frame)
+
     def action_process_cursor(self, where: str) -> None:
-        """Up/down/home/end on the monitor tab: focus the process table and move its selection."""
+        """Up/down/home/end on the monitor tab: focus the process table and move its selection;
+        ``end`` while looking back in the history returns to live first."""
+        if where == "last" and not self.time_cursor.live:
+            self.time_cursor.go_live()
+            self._show_time_cursor()
+            return
         table = self.monitor.process_table
         if not table.display:
             return

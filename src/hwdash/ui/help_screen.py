@@ -41,6 +41,10 @@ HELP_TEXT = """\
                 own processes unless root; off with --readonly)
   space         replay (--replay FILE): pause or resume
   left / right  replay: one recorded snapshot back or forward
+  [ / ]         history (this box's, recorded by whichever hwdash
+                samples it): one point back / forward
+  { / }         history: ten minutes back / forward
+  end           back to live (else the last process)
   OOM in        time until a GPU is full at its current climb
   bar           ▒ reserved by the driver  █ used  │ alert level  ┃ plan
 
