@@ -41,8 +41,8 @@ from hwdash.ui.sampling import (
     replay_of,
 )
 from hwdash.ui.screen_diff import ScreenDiff, diffing_driver, terminal_hung_up
-from hwdash.ui.time_cursor import JUMP_S as TIME_JUMP_S
 from hwdash.ui.time_cursor import TimeCursor
+from hwdash.ui.time_cursor_keys import TIME_CURSOR_BINDINGS, TimeCursorKeys
 from hwdash.ui.widgets.monitor_cells import TextCell
 from hwdash.ui.widgets.monitor_process_detail import ProcessDetailScreen
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog
@@ -91,7 +91,7 @@ def alert_status_text(frame: MonitorFrame) -> str:
     return line + " memory" if all(n.kind == "raised" for n in frame.active) else line
 
 
-class HwdashApp(App[None]):
+class HwdashApp(TimeCursorKeys, App[None]):
     """Planner, compare and monitor tabs over one sampler."""
 
     CSS_PATH = "app.tcss"
@@ -114,26 +114,7 @@ class HwdashApp(App[None]):
         Binding("space", "replay_pause", "Pause replay", show=False, priority=True),
         Binding("left", "replay_step(-1)", "Replay back", show=False, priority=True),
         Binding("right", "replay_step(1)", "Replay forward", show=False, priority=True),
-        Binding(
-            "left_square_bracket", "time_step(-1)", "History back", show=False, key_display="["
-        ),
-        Binding(
-            "right_square_bracket", "time_step(1)", "History forward", show=False, key_display="]"
-        ),
-        Binding(
-            "left_curly_bracket",
-            "time_jump(-1)",
-            "History 10 min back",
-            show=False,
-            key_display="{",
-        ),
-        Binding(
-            "right_curly_bracket",
-            "time_jump(1)",
-            "History 10 min forward",
-            show=False,
-            key_display="}",
-        ),
+        *TIME_CURSOR_BINDINGS,
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "leave_field", "Leave field", show=False),
@@ -558,35 +539,6 @@ class HwdashApp(App[None]):
                 if process_key(process.gpu_index, process.mig_index, process.pid) == key:
                     return process, frame.process_points_for(key), gpu.total_bytes
         return None, (), None
-
-    def action_time_step(self, by: int) -> None:
-        """``[`` / ``]``: one point of the history ring back / forward (past the newest: live)."""
-        self._move_time_cursor(self.time_cursor.step(by), by)
-
-    def action_time_jump(self, direction: int) -> None:
-        """``{`` / ``}``: ten minutes of the history back / forward."""
-        self._move_time_cursor(self.time_cursor.jump(direction * TIME_JUMP_S), direction)
-
-    def _move_time_cursor(self, moved: bool, direction: int) -> None:
-        if not moved:
-            if direction < 0:
-                where = self.time_cursor.directory
-                self.notify(
-                    "no history of this box to look back in"
-                    + ("" if where is None else f" (nothing recorded in {where} yet)"),
-                    severity="warning",
-                    markup=False,
-                )
-            return
-        self._show_time_cursor()
-
-    def _show_time_cursor(self) -> None:
-        frame = self.time_cursor.frame()
-        self.monitor.set_source_note(self.time_cursor.note())
-        if frame is None:
-            frame = self._live_frame
-        if frame is not None:
-            self.monitor.show_frame(frame)
 
     def action_process_cursor(self, where: str) -> None:
         """Up/down/home/end on the monitor tab: focus the process table and move its selection;
