@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from monitor_cli import run_monitor
+from test_cli_monitor import CROSSING_SCENARIO
 from webhook_server import wait_until, webhook_server
 
 from hwdash.cli import main
@@ -42,26 +43,12 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 HOSTILE_NAME = "[bold red]B200[/bold red]\x1b[31m<!channel>\x1b]0;pwned\x07 @here\n" + "y" * 5000
 
-CROSSING_SCENARIO = """
-time_step_s = 1
-
-[[gpus]]
-name = "NVIDIA A100-SXM4-80GB"
-memory_total_mib = 100000
-used_mib = [[0, 10000], [10, 10000], [11, 95000], [20, 95000], [21, 50000], [30, 50000], [31, 96000], [60, 96000]]
-
-[[gpus]]
-name = {name}
-memory_total_mib = 100000
-used_mib = 92000
-"""
-
 
 def crossing_scenario(tmp_path: Path) -> Path:
     """GPU 0 crosses 90% at 11 s, clears at 21 s, crosses again at 31 s; GPU 1 (with a hostile
     name) is at 92% from the start."""
     path = tmp_path / "crossing.toml"
-    path.write_text(CROSSING_SCENARIO.format(name=json.dumps(HOSTILE_NAME)))
+    path.write_text(CROSSING_SCENARIO.format(evil=json.dumps(HOSTILE_NAME)))
     return path
 
 
