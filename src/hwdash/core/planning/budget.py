@@ -16,10 +16,9 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
+from hwdash.core.results import FitVerdict
 from hwdash.core.units import format_money
 from hwdash.errors import CatalogError
-
-from hwdash.core.results import FitVerdict
 
 if TYPE_CHECKING:
     from hwdash.core.results import FlavorFit, PlanReport
