@@ -387,7 +387,11 @@ def _report_warnings(
         warnings.append(
             "no flavor fits: try --grad-ckpt, a smaller --batch/--seq, LoRA/QLoRA or ZeRO"
         )
-    elif recommended is None and any(fit.verdict is FitVerdict.TIGHT for fit in fits):
+    elif (
+        recommended is None
+        and any(fit.verdict is FitVerdict.TIGHT for fit in fits)
+        and not any(fit.over_budget and fit.verdict is FitVerdict.FITS for fit in fits)
+    ):  # (flavors that fit but cost over --budget: the budget's warning says why none)
         warnings.append(
             "only tight fits (under 10% headroom): none recommended; a longer batch or a memory "
             "spike may OOM there"
