@@ -180,6 +180,7 @@ def _print_flavor_table(console: Console, report: Any, max_fit: Any = None) -> N
     from rich.table import Table
     from rich.text import Text
 
+    from hwdash.core.planning.budget import band_of
     from hwdash.core.units import GIB, format_hours, format_money
 
     # The note goes in the table when the terminal is wide enough, else as numbered notes below.
@@ -191,6 +192,9 @@ def _print_flavor_table(console: Console, report: Any, max_fit: Any = None) -> N
     table.add_column("fit", no_wrap=True)
     for column in ("free GiB", "GPUs", "$/h", "hours", "cost"):
         table.add_column(column, justify="right", no_wrap=True)
+    budgeted = report.plan.budget is not None  # --budget: each cost's band (the seeds' guide)
+    if budgeted:
+        table.add_column("band", justify="right", no_wrap=True)
     if max_fit is not None:
         table.add_column(f"max {max_fit.field.value}", justify="right", no_wrap=True)
     table.add_column("note", overflow="fold", ratio=1, min_width=20 if wide else 3)
@@ -211,11 +215,13 @@ def _print_flavor_table(console: Console, report: Any, max_fit: Any = None) -> N
             format_hours(fit.hours),
             format_money(fit.cost),
         ]
+        if budgeted:
+            cells.append(band_of(fit.cost) or "-")
         if max_fit is not None:
             found = fit.flavor.id == max_fit.target and max_fit.value is not None
             cells.append(str(max_fit.value) if found else "none")
         table.add_row(*cells, note_cell)
-    _keep_numbers_whole(table, 8 if max_fit is not None else 7)
+    _keep_numbers_whole(table, 7 + budgeted + (max_fit is not None))
     console.print(table)
     for reason, number in notes.items():
         console.print(f"[{number}] {reason}", highlight=False, markup=False)
@@ -257,6 +263,8 @@ def _print_footer(
     """Below the table: the slowdowns the hours include, this machine's notes, the recommendation."""
     from rich.text import Text
 
+    from hwdash.core.units import format_money
+
     factors = dict.fromkeys(
         f"{entry.id} x{entry.factor:g}" for fit in report.flavors for entry in fit.slowdowns
     )
@@ -270,12 +278,17 @@ def _print_footer(
         )
     for note in dict.fromkeys(local_notes or ()):
         console.print(f"this machine: {note}", highlight=False, markup=False)
+    within = ""
+    if report.plan.budget is not None and report.tokens is not None:
+        within = f" within the {format_money(report.plan.budget)} budget"
     if report.recommended:
         console.print(
-            Text.assemble("recommended: ", (report.recommended, "bold"), " (cheapest that fits)"),
+            Text.assemble(
+                "recommended: ", (report.recommended, "bold"), " (cheapest that fits", within, ")"
+            ),
             highlight=False,
         )
     else:
-        console.print("recommended: none (no flavor fits)")
+        console.print(f"recommended: none (no flavor fits{within})")
     if saved_as:
         console.print(Text(f"saved as '{saved_as}'"))

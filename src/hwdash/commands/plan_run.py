@@ -314,9 +314,13 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
     """The ``--json`` document on stdout (the check's line, the save and a skipped trace said on
     stderr)."""
     from hwdash.commands import plan_fit
+    from hwdash.core.planning.budget import budget_json
 
     plan, report, check = outcome.plan, outcome.report, outcome.check
     document = report.to_json()
+    budget = budget_json(report, document["flavors"])  # with --budget: each flavor's over_budget
+    if budget is not None:
+        document["budget"] = budget
     measured = outcome.measured
     document["measured_here"] = None if measured is None else measured.to_json()
     document["calibrated"] = bool(getattr(args, "calibrated", False)) and measured is not None

@@ -11,7 +11,14 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 
 class Method(str, Enum):
@@ -263,6 +270,9 @@ class Plan(BaseModel):
     infinite; no real run is below 0.1%); None takes each accelerator's catalog value."""
     flavors: tuple[str, ...] = ()
     """Restrict the flavor table to these ids (empty: every flavor)."""
+    budget: float | None = Field(default=None, gt=0, le=1e9)
+    """Dollars the whole run may cost (``--budget``): a flavor whose estimated cost is over it is
+    marked and never recommended (:mod:`hwdash.core.planning.budget`); None: no budget."""
     rl_method: Method = Method.FULL
     """PPO/GRPO: how the policy (and PPO's value model) are trained: full, lora, qlora, lora-8bit, dora."""
     rl_reference: bool = True
@@ -438,6 +448,15 @@ class Plan(BaseModel):
     def is_rl(self) -> bool:
         """Whether the plan is an RL plan (PPO or GRPO)."""
         return self.method in (Method.PPO, Method.GRPO)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_budget(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The plan's fields, ``budget`` left out when there is none: a plan without a budget
+        writes (JSON, saved plans) what it wrote before ``--budget`` existed."""
+        data: dict[str, Any] = handler(self)
+        if data.get("budget", 0) is None:
+            del data["budget"]
+        return data
 
     def default_name(self, model_name: str) -> str:
         """A name for saving: model and method, e.g. ``Qwen2.5-7B lora``."""

@@ -430,6 +430,13 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         parse="number", form=FormRow("MFU", "number", placeholder="catalog default"),
     ),
     PlanField(
+        "budget", "--budget", DATA,
+        "dollars the whole run may cost: flavors and --fit options costing more are marked or "
+        "dropped, the table shows each cost's budget band (needs --examples or --tokens)",
+        parse="number", metavar="DOLLARS",
+        form=FormRow("budget $", "number", placeholder="needs examples or tokens"),
+    ),
+    PlanField(
         "flavors", "--flavor", DATA, "only these flavors (repeatable or comma-separated)",
         kind="repeat", metavar="ID",
     ),

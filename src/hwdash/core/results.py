@@ -135,6 +135,9 @@ class FlavorFit:
     ``slowdowns`` are in (:func:`hwdash.core.planning.run_time.estimate_run_time`)."""
     cost: float | None = None
     """Dollars for those hours, None without a price or hours."""
+    over_budget: bool | None = None
+    """The cost is over the plan's ``--budget`` (:mod:`hwdash.core.planning.budget`); None without
+    a budget or a known cost."""
     tokens_per_second: float | None = None
     """Training throughput (tokens/s) or, for inference, decode tokens/s per sequence, slowdowns in."""
     outside_allocator_bytes: int = 0

@@ -114,6 +114,7 @@ RESULTS_CSS = """    PlannerPane #plan-side {
 _FLAG_WORDS = {
     "--attn": "attention",
     "--batch": "micro-batch",
+    "--budget": "budget $",
     "--examples": "examples",
     "--framework": "framework",
     "--fsdp": "FSDP",

@@ -22,6 +22,7 @@ from hwdash.core.estimator import (
 from hwdash.core.estimator.software import Software
 from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import LORA_STYLE_METHODS, FsdpMode, Method, Offload, Plan
+from hwdash.core.planning.budget import budget_warnings, price_run
 from hwdash.core.planning.run_time import estimate_run_time
 from hwdash.core.results import (
     TIGHT_HEADROOM_FRACTION,
@@ -122,9 +123,7 @@ def evaluate_flavor(
     timing = estimate_run_time(
         plan, model, accelerator, gpus, tokens, slowdowns=slowdowns, framework=framework
     )
-    cost = None
-    if timing.hours is not None and flavor.price_per_hour is not None:
-        cost = timing.hours * flavor.price_per_hour
+    run_cost = price_run(timing.hours, flavor.price_per_hour, plan.budget)
     fit = FlavorFit(
         flavor=flavor,
         accelerator=accelerator,
@@ -132,9 +131,10 @@ def evaluate_flavor(
         need_bytes=need,
         usable_bytes=usable,
         outside_allocator_bytes=need - estimate.reserved_bytes,
-        reason="; ".join(reasons),
+        reason="; ".join([*reasons, *run_cost.notes]),
         hours=timing.hours,
-        cost=cost,
+        cost=run_cost.cost,
+        over_budget=run_cost.over_budget,
         tokens_per_second=timing.tokens_per_second,
         slowdowns=timing.slowdowns,
     )
@@ -194,16 +194,19 @@ def _sort_key(fit: FlavorFit) -> tuple[int, float, int, str]:
 
 
 def _recommendable(fit: FlavorFit) -> bool:
-    """Fits, and runs the usual CUDA stack (TPUs need other code; CPU never)."""
+    """Fits, is not over the budget (``--budget``), and runs the usual CUDA stack (TPUs need
+    other code; CPU never)."""
     return (
         fit.verdict is FitVerdict.FITS
+        and fit.over_budget is not True
         and fit.accelerator is not None
         and fit.accelerator.kind in ("gpu", "unified")
     )
 
 
 def recommend(fits: list[FlavorFit]) -> tuple[str | None, str | None]:
-    """The cheapest and the fastest flavor that fits (``fits`` verdict, not ``tight``).
+    """The cheapest and the fastest flavor that fits (``fits`` verdict, not ``tight``), within
+    the budget when the plan has one.
 
     Cheapest: among priced flavors by total cost when hours are known, else by $/hour. Local
     flavors have no price; one is recommended only when no priced flavor fits (the fastest of
@@ -384,9 +387,14 @@ def _report_warnings(
         warnings.append(
             "no flavor fits: try --grad-ckpt, a smaller --batch/--seq, LoRA/QLoRA or ZeRO"
         )
-    elif recommended is None and any(fit.verdict is FitVerdict.TIGHT for fit in fits):
+    elif (
+        recommended is None
+        and any(fit.verdict is FitVerdict.TIGHT for fit in fits)
+        and not any(fit.over_budget and fit.verdict is FitVerdict.FITS for fit in fits)
+    ):  # (flavors that fit but cost over --budget: the budget's warning says why none)
         warnings.append(
             "only tight fits (under 10% headroom): none recommended; a longer batch or a memory "
             "spike may OOM there"
         )
+    warnings += budget_warnings(plan.budget, fits, recommended)
     return tuple(dict.fromkeys(warnings))

@@ -32,6 +32,7 @@ from hwdash.core.catalog import Catalog
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.software import Software
 from hwdash.core.plan import LORA_STYLE_METHODS, Offload, Plan
+from hwdash.core.planning.budget import dropped_note, split_over_budget
 from hwdash.core.planning.fit import evaluate_flavor, training_tokens
 from hwdash.core.planning.fit_knobs import (
     ATTENTION_ONLY_TARGETS,
@@ -554,7 +555,8 @@ def find_fit_options(
             )
             found.evaluated += count
             found.options.extend(options)
-    ranked = rank_options(found.options, cost_first=across)[:limit]
+    within, dropped = split_over_budget(found.options)  # --budget: options costing more go
+    ranked = rank_options(within, cost_first=across)[:limit]
     fits_already = found.fits_already
     # the target's own closest options (never another flavor's), when none fits it
     closest = tuple(found.near_misses) if not ranked and not fits_already and not across else ()
@@ -563,7 +565,8 @@ def find_fit_options(
         fits_already=fits_already,
         options=tuple(ranked),
         evaluated=found.evaluated,
-        notes=_search_notes(bool(searchable), ranked, fits_already),
+        notes=_search_notes(bool(searchable), ranked, fits_already)
+        + dropped_note(dropped, plan.budget),
         closest=closest,
     )
 
