@@ -57,6 +57,10 @@ class Accelerator(_Strict):
     """Memory per device as the datasheet names it (decimal GB as marketed; 0 for a CPU)."""
     nvml_total_mib: int | None = Field(default=None, gt=0, le=100_000_000)
     """Total memory NVML reports for this GPU, in MiB (a "16 GB" T4 shows 15360). Usable VRAM."""
+    cuda_total_mib: int | None = Field(default=None, gt=0, le=100_000_000)
+    """Total memory CUDA reports (``cudaMemGetInfo``, ``torch.cuda.mem_get_info``), in MiB: NVML's
+    total less the driver's reserve; what vLLM's ``gpu_memory_utilization`` is a fraction of.
+    None: unknown (serving plans use ``nvml_total_mib``)."""
     # Rates have a floor as well as a ceiling: hours are tokens / rate, and a rate such as 5e-324
     # (positive, so "gt=0" let it through) made them infinite. 1 GB/s and 1 GFLOPS are far below any
     # device anyone plans a training run on (the slowest entry in the catalog: 272 GB/s, 6 TFLOPS).
@@ -546,3 +550,22 @@ def _validation_error(path: Path, label: str, exc: ValidationError) -> CatalogEr
         shown = repr(first["input"])
         message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
     return CatalogError(path, message, entry=label, field=field_name)
+
+
+class EngineDefaults(_Strict):
+    """One ``[[engine]]`` row of ``catalog/engines.toml``: a serving engine's memory defaults
+    (read by :mod:`hwdash.core.estimator.serving`; each field is described in the file)."""
+
+    id: str
+    name: str
+    memory_fraction: float = Field(gt=0, le=1)
+    block_tokens: int = Field(ge=1, le=1_000_000)
+    max_num_seqs: int = Field(ge=1, le=1_000_000)
+    profile: Literal["batched-tokens", "max-model-len", "none"]
+    max_num_batched_tokens: int = Field(ge=1, le=100_000_000)
+    chunked_prefill_above: int = Field(default=0, ge=0, le=1_000_000_000)
+    non_torch_mib: float | None = Field(default=None, ge=0, le=1_000_000)
+    sampler_bytes_per_logit: float = Field(ge=0, le=1_000)
+    cuda_graph_mib: float = Field(ge=0, le=1_000_000)
+    source: str = Field(min_length=1)
+    notes: str = ""
