@@ -53,6 +53,11 @@ class _Outcome:
     measured: Any = None
     #: ``--max FIELD``'s answer (:class:`~hwdash.core.planning.max_fit.MaxFit`), or None
     max_fit: Any = None
+    #: a serving plan's (flavor id, :class:`~hwdash.core.estimator.serving.ServingMemory`) for
+    #: its first GPU flavor; None for ``--engine hf``
+    serving: tuple[str, Any] | None = None
+    #: the serving plan's settings (None: ``--engine hf``)
+    serving_settings: Any = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     report, framework_defaults = _evaluate(args, plan, catalog, model, imported)
     if getattr(args, "calibrated", False):
         report = plan_measured.calibrated_report(report, measured)
+    settings, report, serving = _serving(args, plan, report, catalog)
     # --check's (exit status, line): the status holds whatever else is asked.
     check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
     max_fit = _find_max(args, plan, model, catalog, measured)
@@ -94,8 +100,29 @@ def run(args: argparse.Namespace) -> int:
         trace_skipped=trace_skipped,
         measured=measured,
         max_fit=max_fit,
+        serving=serving,
+        serving_settings=settings,
     )
     return _print_outcome(args, outcome)
+
+
+def _serving(args: argparse.Namespace, plan: Plan, report: Any, catalog: Any) -> tuple[Any, Any, Any]:
+    """A serving plan's settings, the report with the serving verdicts, and the first GPU
+    flavor's memory (all None-or-unchanged for ``--engine hf``)."""
+    from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
+
+    settings = serving_settings(args, plan)
+    if settings is None:
+        if args.export == "vllm":
+            raise UsageError(
+                "--export vllm writes a server's command line: add --engine vllm or sglang",
+                flag="--export",
+            )
+        return None, report, None
+    report, memories = serving_on_flavors(report, settings, catalog)
+    wanted = [f for f in plan.flavors if f in memories] or list(memories)
+    serving = (wanted[0], memories[wanted[0]]) if wanted else None
+    return settings, report, serving
 
 
 def _max_field(args: argparse.Namespace, plan: Plan) -> Any:
@@ -283,7 +310,11 @@ def _print_outcome(args: argparse.Namespace, outcome: _Outcome) -> int:
     if outcome.max_fit is not None and outcome.max_fit.value is None:
         status = max(status, 1)  # --check's convention: 1 when nothing fits
     saved_message = None if outcome.saved is None else outcome.saved[1]
-    if args.export is not None:
+    if args.export == "vllm":
+        _export_server(args, outcome)
+        if not args.json:
+            return status
+    elif args.export is not None:
         status = export(
             args.export,
             outcome.report,
@@ -333,6 +364,10 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
     document["framework_defaults"] = outcome.framework_defaults
     if outcome.max_fit is not None:
         document["max"] = outcome.max_fit.to_json()
+    if outcome.serving_settings is not None:
+        document["serving"] = None if outcome.serving is None else outcome.serving[1].to_json()
+        if outcome.serving is not None:
+            document["serving"]["flavor"] = outcome.serving[0]
     if check is not None:
         document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
         if args.export is None:  # (an export printed it)
@@ -375,6 +410,10 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         framework_defaults=outcome.framework_defaults,
         max_fit=outcome.max_fit,
     )
+    if outcome.serving is not None:
+        from hwdash.commands.plan_serving import serving_lines
+
+        print("\n".join(serving_lines(outcome.serving[1], outcome.serving[0])))
     _print_measured(args, outcome)
     if outcome.fit_result is not None:
         from rich.console import Console
@@ -398,3 +437,26 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         print_trace(plan, outcome.model)
     if outcome.check is not None:
         print(outcome.check[1])
+
+
+def _export_server(args: argparse.Namespace, outcome: _Outcome) -> None:
+    """``--export vllm``: the server's command line on stdout or in ``-o FILE``."""
+    from hwdash.commands.plan_serving import server_command
+
+    if outcome.serving is None:
+        raise UsageError(
+            "no GPU flavor to size the server for: give --flavor ID with a GPU", flag="--export"
+        )
+    model_id = outcome.model.hf_id or outcome.plan.model
+    text = server_command(outcome.serving[1], model_id, outcome.plan.quant)
+    if args.output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(args.output, "w" if args.force else "x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        raise UsageError(exists_message(args.output), flag="-o") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write '{args.output}': {exc.strerror or exc}", flag="-o") from None
+    print(f"wrote {args.output}", file=sys.stderr)
