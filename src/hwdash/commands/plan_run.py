@@ -53,9 +53,9 @@ class _Outcome:
     measured: Any = None
     #: ``--max FIELD``'s answer (:class:`~hwdash.core.planning.max_fit.MaxFit`), or None
     max_fit: Any = None
-    #: a serving plan's (flavor id, :class:`~hwdash.core.estimator.serving.ServingMemory`) for
-    #: its first GPU flavor; None for ``--engine hf``
-    serving: tuple[str, Any] | None = None
+    #: a serving plan's (flavor id, :class:`~hwdash.core.estimator.serving.ServingMemory`, the
+    #: report with serving verdicts) for its first GPU flavor; None for ``--engine hf``
+    serving: tuple[str, Any, Any] | None = None
     #: the serving plan's settings (None: ``--engine hf``)
     serving_settings: Any = None
 
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     settings, report, serving = _serving(args, plan, report, catalog)
     # --check's (exit status, line): the status holds whatever else is asked.
     check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
-    max_fit = _find_max(args, plan, model, catalog, measured)
+    max_fit = _find_max(args, plan, model, catalog, measured, serving)
     fit_result, fit_why = _search_options(args, plan, model, catalog, local, report)
     outcome = _Outcome(
         plan=plan,
@@ -121,7 +121,7 @@ def _serving(args: argparse.Namespace, plan: Plan, report: Any, catalog: Any) ->
         return None, report, None
     report, memories = serving_on_flavors(report, settings, catalog)
     wanted = [f for f in plan.flavors if f in memories] or list(memories)
-    serving = (wanted[0], memories[wanted[0]]) if wanted else None
+    serving = (wanted[0], memories[wanted[0]], report) if wanted else None
     return settings, report, serving
 
 
@@ -153,12 +153,19 @@ def _max_field(args: argparse.Namespace, plan: Plan) -> Any:
     return field
 
 
-def _find_max(args: argparse.Namespace, plan: Plan, model: Any, catalog: Any, measured: Any) -> Any:
+def _find_max(
+    args: argparse.Namespace, plan: Plan, model: Any, catalog: Any, measured: Any, serving: Any
+) -> Any:
     """``--max FIELD``'s answer on the one ``--flavor`` (None without ``--max``); with
-    ``--calibrated``, every need scaled by the measured peak factor, as the flavor table's."""
+    ``--calibrated``, every need scaled by the measured peak factor, as the flavor table's. A
+    serving plan's ``concurrency``: the engine's, at ``--max-model-len``."""
     field = _max_field(args, plan)
     if field is None:
         return None
+    if serving is not None and field.value == "concurrency" and serving[0] == plan.flavors[0]:
+        from hwdash.commands.plan_serving import serving_max_concurrency
+
+        return serving_max_concurrency(serving[2], serving[0], serving[1])
     from hwdash.core.planning.max_fit import find_max
 
     adjust = None
