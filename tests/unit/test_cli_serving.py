@@ -1,4 +1,3 @@
-# ruff: noqa: SIM905 - flag lists read best as one string each
 """``hwdash plan --method inference --engine vllm|sglang`` end to end: the text's serving lines, the
 JSON ``serving`` object, the flavor table's serving verdicts, ``--max concurrency``, ``--export
 vllm`` and the refusals of bad input (a UsageError naming the flag, exit status 2)."""
@@ -21,7 +20,12 @@ def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) 
     assert status == 0
     serving = json.loads(out)["serving"]
     assert set(serving) == {
-        "kv_cache_bytes", "kv_blocks", "block_tokens", "kv_tokens", "max_concurrency", "flavor"
+        "kv_cache_bytes",
+        "kv_blocks",
+        "block_tokens",
+        "kv_tokens",
+        "max_concurrency",
+        "flavor",
     }
     assert serving["flavor"] == "l4x1" and serving["block_tokens"] == 16
     assert serving["kv_tokens"] == 16 * serving["kv_blocks"]
@@ -67,8 +71,16 @@ def test_max_concurrency_is_the_engines(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_export_vllm_writes_the_serve_line(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _err = run_plan(
-        capsys, *VLLM, "--export", "vllm", "--kv-dtype", "fp8", "--max-num-seqs", "64",
-        "--gpu-memory-utilization", "0.85",
+        capsys,
+        *VLLM,
+        "--export",
+        "vllm",
+        "--kv-dtype",
+        "fp8",
+        "--max-num-seqs",
+        "64",
+        "--gpu-memory-utilization",
+        "0.85",
     )
     assert status == 0
     assert out == (
@@ -95,7 +107,10 @@ def test_export_vllm_to_a_file(capsys: pytest.CaptureFixture[str], tmp_path) -> 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ("--model qwen2.5-7b --method lora --engine vllm", "--engine: a serving engine runs inference"),
+        (
+            "--model qwen2.5-7b --method lora --engine vllm",
+            "--engine: a serving engine runs inference",
+        ),
         (f"{SERVE} --gpu-memory-utilization 1.5", "--gpu-memory-utilization: 1.5 is not a share"),
         (f"{SERVE} --gpu-memory-utilization 0", "--gpu-memory-utilization: 0 is not a share"),
         (

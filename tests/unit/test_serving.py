@@ -115,7 +115,9 @@ def test_fp8_cache_doubles_the_tokens_and_a_fraction_sets_the_budget() -> None:
     auto = serving_memory(LLAMA, RTX_3090, ServingSettings("vllm", 8192))
     fp8 = serving_memory(LLAMA, RTX_3090, ServingSettings("vllm", 8192, kv_dtype=KvDtype.FP8))
     assert fp8.kv_blocks == auto.kv_cache_bytes // (16 * 65_536)
-    half = serving_memory(LLAMA, RTX_3090, ServingSettings("vllm", 8192, gpu_memory_utilization=0.5))
+    half = serving_memory(
+        LLAMA, RTX_3090, ServingSettings("vllm", 8192, gpu_memory_utilization=0.5)
+    )
     assert half.budget_bytes == int(0.5 * 24146 * MIB)
 
 

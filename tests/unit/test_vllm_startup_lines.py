@@ -8,11 +8,11 @@ settings. A number the row lists in ``xfail_fields`` is an expected failure, wit
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 
 from hwdash.core.catalog import load_catalog
 from hwdash.core.estimator.architecture import architecture

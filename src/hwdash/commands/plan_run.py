@@ -106,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
     return _print_outcome(args, outcome)
 
 
-def _serving(args: argparse.Namespace, plan: Plan, report: Any, catalog: Any) -> tuple[Any, Any, Any]:
+def _serving(
+    args: argparse.Namespace, plan: Plan, report: Any, catalog: Any
+) -> tuple[Any, Any, Any]:
     """A serving plan's settings, the report with the serving verdicts, and the first GPU
     flavor's memory (all None-or-unchanged for ``--engine hf``)."""
     from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
@@ -465,5 +467,7 @@ def _export_server(args: argparse.Namespace, outcome: _Outcome) -> None:
     except FileExistsError:
         raise UsageError(exists_message(args.output), flag="-o") from None
     except OSError as exc:
-        raise UsageError(f"cannot write '{args.output}': {exc.strerror or exc}", flag="-o") from None
+        raise UsageError(
+            f"cannot write '{args.output}': {exc.strerror or exc}", flag="-o"
+        ) from None
     print(f"wrote {args.output}", file=sys.stderr)

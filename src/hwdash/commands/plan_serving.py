@@ -209,7 +209,12 @@ def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
             words += ["--kv-cache-dtype", "fp8_e5m2"]
     else:
         words = ["vllm", "serve", model_id, "--tensor-parallel-size", str(s.tp)]
-        words += ["--gpu-memory-utilization", f"{fraction:g}", "--max-model-len", str(s.max_model_len)]
+        words += [
+            "--gpu-memory-utilization",
+            f"{fraction:g}",
+            "--max-model-len",
+            str(s.max_model_len),
+        ]
         if s.max_num_seqs is not None:
             words += ["--max-num-seqs", str(s.max_num_seqs)]
         if s.kv_dtype is KvDtype.FP8:

@@ -169,10 +169,8 @@ def cuda_total_bytes(accelerator: Accelerator) -> int:
 def kv_bytes_per_token(arch: Architecture, element_bytes: int, tp: int) -> int:
     """Per-token KV bytes on one GPU: ``layers x width x bytes``, the key/value heads split over
     ``tp`` (at least one head per rank); MLA's latent is not split (module docstring)."""
-    if arch.mla:
-        width = arch.latent_kv_width
-    else:
-        width = 2 * arch.head_dim * max(1, arch.kv_heads // tp)
+    heads_per_rank = max(1, arch.kv_heads // tp)
+    width = arch.latent_kv_width if arch.mla else 2 * arch.head_dim * heads_per_rank
     return arch.kv_cache_layers * width * element_bytes
 
 
@@ -188,8 +186,12 @@ def profile_tokens(engine: EngineDefaults, settings: ServingSettings) -> int:
 
 
 def profile_activation_bytes(
-    arch: Architecture, tokens: int, max_num_seqs: int, element_bytes: int,
-    engine: EngineDefaults, tp: int,
+    arch: Architecture,
+    tokens: int,
+    max_num_seqs: int,
+    element_bytes: int,
+    engine: EngineDefaults,
+    tp: int,
 ) -> int:
     """The profile run's activation peak on one GPU: one no-grad forward over ``tokens`` (the
     inference estimator's prefill transients; the per-head and MLP parts split over ``tp``) and
