@@ -141,3 +141,12 @@ def test_every_engine_row_has_a_source() -> None:
     for row in packaged_engines().values():
         assert row.source and 0 < row.memory_fraction <= 1
     assert dataclasses.is_dataclass(ServingSettings)
+
+
+def test_mla_caches_the_latent_unsplit_over_tp() -> None:
+    # DeepSeek-V2-Lite's config.json: 27 layers, kv_lora_rank 512, qk_rope_head_dim 64 (vLLM's MLA
+    # backends cache the latent and the rotary key, one copy per rank)
+    config = "tests/data/model_configs/heldout/DeepSeek-V2-Lite/config.json"
+    mla = architecture(resolve_model(config, CATALOG))
+    assert kv_bytes_per_token(mla, 2, 1) == 27 * (512 + 64) * 2
+    assert kv_bytes_per_token(mla, 2, 4) == 27 * (512 + 64) * 2
