@@ -92,7 +92,7 @@ def test_export_vllm_writes_the_serve_line(capsys: pytest.CaptureFixture[str]) -
     assert status == 0
     assert out == (
         "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B --tp 2 "
-        "--mem-fraction-static 0.88 --context-length 4096\n"
+        "--mem-fraction-static 0.87 --context-length 4096\n"
     )
 
 

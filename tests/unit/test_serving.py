@@ -150,3 +150,22 @@ def test_mla_caches_the_latent_unsplit_over_tp() -> None:
     mla = architecture(resolve_model(config, CATALOG))
     assert kv_bytes_per_token(mla, 2, 1) == 27 * (512 + 64) * 2
     assert kv_bytes_per_token(mla, 2, 4) == 27 * (512 + 64) * 2
+
+
+def test_sglang_lowers_its_fraction_as_tp_grows() -> None:
+    from hwdash.core.estimator.serving import default_fraction
+
+    sglang, vllm = packaged_engines()["sglang"], packaged_engines()["vllm"]
+    # server_args.py: 0.88 at TP 1, 0.87 from 2, 0.85 from 4, 0.81 from 8, 0.79 from 16
+    assert [default_fraction(sglang, tp) for tp in (1, 2, 3, 4, 8, 16, 32)] == [
+        0.88,
+        0.87,
+        0.87,
+        0.85,
+        0.81,
+        0.79,
+        0.79,
+    ]
+    assert default_fraction(vllm, 8) == 0.9
+    two = serving_memory(LLAMA, RTX_3090, ServingSettings("sglang", 8192, tp=2))
+    assert two.fraction == 0.87 and two.budget_bytes == int(0.87 * 24146 * MIB)

@@ -170,7 +170,7 @@ def serving_lines(memory: ServingMemory, flavor_id: str) -> list[str]:
         if memory.profile_tokens
         else "no profile run (activations in the share left out)"
     )
-    fraction = s.gpu_memory_utilization or e.memory_fraction
+    fraction = memory.fraction
     lines = [
         f"Serving ({e.name}, TP {s.tp}) on {flavor_id}, per GPU:",
         f"  budget {fraction:g} x {memory.total_bytes / gib:.2f} GiB = "
@@ -198,7 +198,7 @@ def serving_lines(memory: ServingMemory, flavor_id: str) -> list[str]:
 def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
     """The ``vllm serve`` (or SGLang ``launch_server``) line with the plan's settings."""
     s = memory.settings
-    fraction = s.gpu_memory_utilization or memory.engine.memory_fraction
+    fraction = memory.fraction
     if s.engine == Engine.SGLANG.value:
         words = ["python", "-m", "sglang.launch_server", "--model-path", model_id]
         words += ["--tp", str(s.tp), "--mem-fraction-static", f"{fraction:g}"]

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from hwdash.core.units import GB, MIB
 from hwdash.errors import CatalogError
@@ -552,6 +559,13 @@ def _validation_error(path: Path, label: str, exc: ValidationError) -> CatalogEr
     return CatalogError(path, message, entry=label, field=field_name)
 
 
+def _pairs(value: Any) -> Any:
+    """TOML's ``[[2, 0.87], ...]`` as a tuple of tuples (strict validation takes no lists)."""
+    if isinstance(value, list):
+        return tuple(tuple(row) if isinstance(row, list) else row for row in value)
+    return value
+
+
 class EngineDefaults(_Strict):
     """One ``[[engine]]`` row of ``catalog/engines.toml``: a serving engine's memory defaults
     (read by :mod:`hwdash.core.estimator.serving`; each field is described in the file)."""
@@ -559,6 +573,9 @@ class EngineDefaults(_Strict):
     id: str
     name: str
     memory_fraction: float = Field(gt=0, le=1)
+    fraction_by_tp: Annotated[tuple[tuple[int, float], ...], BeforeValidator(_pairs)] = ()
+    """(smallest TP size, fraction) pairs that replace ``memory_fraction`` at that TP and above
+    (SGLang's ``server_args.py``); empty: one fraction."""
     block_tokens: int = Field(ge=1, le=1_000_000)
     max_num_seqs: int = Field(ge=1, le=1_000_000)
     profile: Literal["batched-tokens", "max-model-len", "none"]

@@ -116,6 +116,8 @@ class ServingMemory:
 
     engine: EngineDefaults
     settings: ServingSettings
+    fraction: float
+    """The share of the GPU the engine used (the flag's, or its own default)."""
     total_bytes: int
     budget_bytes: int
     weight_bytes: int
@@ -166,6 +168,14 @@ def cuda_total_bytes(accelerator: Accelerator) -> int:
     return int(accelerator.memory_gb * 1e9)
 
 
+def default_fraction(engine: EngineDefaults, tp: int) -> float:
+    """The engine's own memory fraction at ``tp`` GPUs: the ``fraction_by_tp`` row of the largest
+    TP size not above ``tp`` (SGLang lowers ``mem_fraction_static`` as TP grows), else
+    ``memory_fraction``."""
+    rows = [(size, fraction) for size, fraction in engine.fraction_by_tp if size <= tp]
+    return max(rows)[1] if rows else engine.memory_fraction
+
+
 def kv_bytes_per_token(arch: Architecture, element_bytes: int, tp: int) -> int:
     """Per-token KV bytes on one GPU: ``layers x width x bytes``, the key/value heads split over
     ``tp`` (at least one head per rank); MLA's latent is not split (module docstring)."""
@@ -213,7 +223,7 @@ def serving_memory(
 ) -> ServingMemory:
     """The engine's start-up memory on one GPU of ``accelerator`` and the KV pool it leaves."""
     engine = (packaged_engines() if engines is None else engines)[settings.engine]
-    fraction = settings.gpu_memory_utilization or engine.memory_fraction
+    fraction = settings.gpu_memory_utilization or default_fraction(engine, settings.tp)
     total = cuda_total_bytes(accelerator)
     budget = math.floor(fraction * total)
     if settings.quant_bits is not None:
@@ -234,6 +244,7 @@ def serving_memory(
     return ServingMemory(
         engine=engine,
         settings=settings,
+        fraction=fraction,
         total_bytes=total,
         budget_bytes=budget,
         weight_bytes=weights,
