@@ -26,6 +26,7 @@ from hwdash.commands.plan_inputs import (
 )
 from hwdash.commands.plan_report import PIPED_WIDTH, output_width, render_report
 from hwdash.commands.plan_run import run
+from hwdash.commands.plan_serving import add_serving_flags
 from hwdash.core.numbers import parse_number, parse_whole_number
 from hwdash.core.plan_fields import FLAG_GROUPS, PLAN_FIELDS, PlanField
 from hwdash.core.plan_fields import member_docs as member_docs  # re-exported: it lived here
@@ -178,6 +179,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="extra catalog folder or file (repeatable)",
     )
+    add_serving_flags(parser, whole_number, number)
     _add_fit_flags(parser.add_argument_group("make it fit"))
     _add_handoff_flags(parser.add_argument_group("configs in and out"))
     _add_output_flags(out)
@@ -227,9 +229,10 @@ def _add_handoff_flags(handoff: Any) -> None:
     )
     handoff.add_argument(
         "--export",
-        choices=["deepspeed", "trainer", "accelerate", "hf-jobs"],
+        choices=["deepspeed", "trainer", "accelerate", "hf-jobs", "vllm"],
         help="write the plan as a DeepSpeed config, a Trainer/TRL + PEFT snippet, an accelerate "
-        "config or the `hf jobs uv run` line (stdout, or -o FILE)",
+        "config, the `hf jobs uv run` line or (--engine vllm|sglang) the server's command line "
+        "(stdout, or -o FILE)",
     )
     handoff.add_argument(
         "-o",

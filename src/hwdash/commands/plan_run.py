@@ -53,6 +53,11 @@ class _Outcome:
     measured: Any = None
     #: ``--max FIELD``'s answer (:class:`~hwdash.core.planning.max_fit.MaxFit`), or None
     max_fit: Any = None
+    #: a serving plan's (flavor id, :class:`~hwdash.core.estimator.serving.ServingMemory`, the
+    #: report with serving verdicts) for its first GPU flavor; None for ``--engine hf``
+    serving: tuple[str, Any, Any] | None = None
+    #: the serving plan's settings (None: ``--engine hf``)
+    serving_settings: Any = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,9 +80,10 @@ def run(args: argparse.Namespace) -> int:
     report, framework_defaults = _evaluate(args, plan, catalog, model, imported)
     if getattr(args, "calibrated", False):
         report = plan_measured.calibrated_report(report, measured)
+    settings, report, serving = _serving(args, plan, report, catalog)
     # --check's (exit status, line): the status holds whatever else is asked.
     check = plan_fit.check_line(report, plan.flavors[0]) if args.check else None
-    max_fit = _find_max(args, plan, model, catalog, measured)
+    max_fit = _find_max(args, plan, model, catalog, measured, serving)
     fit_result, fit_why = _search_options(args, plan, model, catalog, local, report)
     outcome = _Outcome(
         plan=plan,
@@ -94,8 +100,31 @@ def run(args: argparse.Namespace) -> int:
         trace_skipped=trace_skipped,
         measured=measured,
         max_fit=max_fit,
+        serving=serving,
+        serving_settings=settings,
     )
     return _print_outcome(args, outcome)
+
+
+def _serving(
+    args: argparse.Namespace, plan: Plan, report: Any, catalog: Any
+) -> tuple[Any, Any, Any]:
+    """A serving plan's settings, the report with the serving verdicts, and the first GPU
+    flavor's memory (all None-or-unchanged for ``--engine hf``)."""
+    from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
+
+    settings = serving_settings(args, plan)
+    if settings is None:
+        if args.export == "vllm":
+            raise UsageError(
+                "--export vllm writes a server's command line: add --engine vllm or sglang",
+                flag="--export",
+            )
+        return None, report, None
+    report, memories = serving_on_flavors(report, settings, catalog)
+    wanted = [f for f in plan.flavors if f in memories] or list(memories)
+    serving = (wanted[0], memories[wanted[0]], report) if wanted else None
+    return settings, report, serving
 
 
 def _max_field(args: argparse.Namespace, plan: Plan) -> Any:
@@ -126,12 +155,19 @@ def _max_field(args: argparse.Namespace, plan: Plan) -> Any:
     return field
 
 
-def _find_max(args: argparse.Namespace, plan: Plan, model: Any, catalog: Any, measured: Any) -> Any:
+def _find_max(
+    args: argparse.Namespace, plan: Plan, model: Any, catalog: Any, measured: Any, serving: Any
+) -> Any:
     """``--max FIELD``'s answer on the one ``--flavor`` (None without ``--max``); with
-    ``--calibrated``, every need scaled by the measured peak factor, as the flavor table's."""
+    ``--calibrated``, every need scaled by the measured peak factor, as the flavor table's. A
+    serving plan's ``concurrency``: the engine's, at ``--max-model-len``."""
     field = _max_field(args, plan)
     if field is None:
         return None
+    if serving is not None and field.value == "concurrency" and serving[0] == plan.flavors[0]:
+        from hwdash.commands.plan_serving import serving_max_concurrency
+
+        return serving_max_concurrency(serving[2], serving[0], serving[1])
     from hwdash.core.planning.max_fit import find_max
 
     adjust = None
@@ -283,7 +319,11 @@ def _print_outcome(args: argparse.Namespace, outcome: _Outcome) -> int:
     if outcome.max_fit is not None and outcome.max_fit.value is None:
         status = max(status, 1)  # --check's convention: 1 when nothing fits
     saved_message = None if outcome.saved is None else outcome.saved[1]
-    if args.export is not None:
+    if args.export == "vllm":
+        _export_server(args, outcome)
+        if not args.json:
+            return status
+    elif args.export is not None:
         status = export(
             args.export,
             outcome.report,
@@ -337,6 +377,10 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
     document["framework_defaults"] = outcome.framework_defaults
     if outcome.max_fit is not None:
         document["max"] = outcome.max_fit.to_json()
+    if outcome.serving_settings is not None:
+        document["serving"] = None if outcome.serving is None else outcome.serving[1].to_json()
+        if outcome.serving is not None:
+            document["serving"]["flavor"] = outcome.serving[0]
     if check is not None:
         document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
         if args.export is None:  # (an export printed it)
@@ -379,6 +423,10 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         framework_defaults=outcome.framework_defaults,
         max_fit=outcome.max_fit,
     )
+    if outcome.serving is not None:
+        from hwdash.commands.plan_serving import serving_lines
+
+        print("\n".join(serving_lines(outcome.serving[1], outcome.serving[0])))
     _print_measured(args, outcome)
     if outcome.fit_result is not None:
         from rich.console import Console
@@ -402,3 +450,28 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         print_trace(plan, outcome.model)
     if outcome.check is not None:
         print(outcome.check[1])
+
+
+def _export_server(args: argparse.Namespace, outcome: _Outcome) -> None:
+    """``--export vllm``: the server's command line on stdout or in ``-o FILE``."""
+    from hwdash.commands.plan_serving import server_command
+
+    if outcome.serving is None:
+        raise UsageError(
+            "no GPU flavor to size the server for: give --flavor ID with a GPU", flag="--export"
+        )
+    model_id = outcome.model.hf_id or outcome.plan.model
+    text = server_command(outcome.serving[1], model_id, outcome.plan.quant)
+    if args.output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(args.output, "w" if args.force else "x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        raise UsageError(exists_message(args.output), flag="-o") from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write '{args.output}': {exc.strerror or exc}", flag="-o"
+        ) from None
+    print(f"wrote {args.output}", file=sys.stderr)

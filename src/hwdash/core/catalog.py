@@ -26,6 +26,7 @@ from hwdash.core.estimator.software import SOFTWARE_TABLES, Software, software_f
 from hwdash.core.specs import (
     ID_PATTERN,
     Accelerator,
+    EngineDefaults,
     Flavor,
     Framework,
     ModelSpec,
@@ -127,6 +128,7 @@ _SCHEMAS: dict[str, type[_Strict]] = {
     "model": ModelSpec,
     "slowdown": Slowdown,
     "framework": Framework,
+    "engine": EngineDefaults,
     **SOFTWARE_TABLES,
 }
 
@@ -142,6 +144,8 @@ class Catalog:
     """Step-time factors for ``--fit`` options, by id."""
     frameworks: dict[str, Framework] = field(default_factory=dict)
     """Training stacks' saver defaults (``--framework``), by id."""
+    engines: dict[str, EngineDefaults] = field(default_factory=dict)
+    """Serving engines' memory defaults (``--engine``, ``engines.toml``), by id."""
     software: Software | None = None
     """The software footprint tables (``software.toml``: CUDA context by compute capability, NCCL
     buffers and channels); None when the folders read hold none (the estimator then reads the
@@ -301,6 +305,7 @@ def load_catalog_from(dirs: Iterable[Path]) -> Catalog:
         models=tables["model"],
         slowdowns=tables["slowdown"],
         frameworks=tables["framework"],
+        engines=tables["engine"],
         software=software,
         files=tuple(files),
     )

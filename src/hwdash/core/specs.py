@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from hwdash.core.units import GB, MIB
 from hwdash.errors import CatalogError
@@ -57,6 +64,10 @@ class Accelerator(_Strict):
     """Memory per device as the datasheet names it (decimal GB as marketed; 0 for a CPU)."""
     nvml_total_mib: int | None = Field(default=None, gt=0, le=100_000_000)
     """Total memory NVML reports for this GPU, in MiB (a "16 GB" T4 shows 15360). Usable VRAM."""
+    cuda_total_mib: int | None = Field(default=None, gt=0, le=100_000_000)
+    """Total memory CUDA reports (``cudaMemGetInfo``, ``torch.cuda.mem_get_info``), in MiB: NVML's
+    total less the driver's reserve; what vLLM's ``gpu_memory_utilization`` is a fraction of.
+    None: unknown (serving plans use ``nvml_total_mib``)."""
     # Rates have a floor as well as a ceiling: hours are tokens / rate, and a rate such as 5e-324
     # (positive, so "gt=0" let it through) made them infinite. 1 GB/s and 1 GFLOPS are far below any
     # device anyone plans a training run on (the slowest entry in the catalog: 272 GB/s, 6 TFLOPS).
@@ -546,3 +557,32 @@ def _validation_error(path: Path, label: str, exc: ValidationError) -> CatalogEr
         shown = repr(first["input"])
         message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
     return CatalogError(path, message, entry=label, field=field_name)
+
+
+def _pairs(value: Any) -> Any:
+    """TOML's ``[[2, 0.87], ...]`` as a tuple of tuples (strict validation takes no lists)."""
+    if isinstance(value, list):
+        return tuple(tuple(row) if isinstance(row, list) else row for row in value)
+    return value
+
+
+class EngineDefaults(_Strict):
+    """One ``[[engine]]`` row of ``catalog/engines.toml``: a serving engine's memory defaults
+    (read by :mod:`hwdash.core.estimator.serving`; each field is described in the file)."""
+
+    id: str
+    name: str
+    memory_fraction: float = Field(gt=0, le=1)
+    fraction_by_tp: Annotated[tuple[tuple[int, float], ...], BeforeValidator(_pairs)] = ()
+    """(smallest TP size, fraction) pairs that replace ``memory_fraction`` at that TP and above
+    (SGLang's ``server_args.py``); empty: one fraction."""
+    block_tokens: int = Field(ge=1, le=1_000_000)
+    max_num_seqs: int = Field(ge=1, le=1_000_000)
+    profile: Literal["batched-tokens", "max-model-len", "none"]
+    max_num_batched_tokens: int = Field(ge=1, le=100_000_000)
+    chunked_prefill_above: int = Field(default=0, ge=0, le=1_000_000_000)
+    non_torch_mib: float | None = Field(default=None, ge=0, le=1_000_000)
+    sampler_bytes_per_logit: float = Field(ge=0, le=1_000)
+    cuda_graph_mib: float = Field(ge=0, le=1_000_000)
+    source: str = Field(min_length=1)
+    notes: str = ""

@@ -1,0 +1,264 @@
+"""Serving plans: an inference server's GPU memory as vLLM or SGLang allocates it at start-up.
+
+The engine loads the weights (split over the tensor-parallel GPUs), measures what else it needs,
+and gives the rest of its share of the GPU to a pool of KV-cache blocks. What this module models,
+each step from the engine's own code (file names; the numbers are data in ``catalog/engines.toml``):
+
+* the budget: ``memory_fraction x`` the total CUDA reports for the GPU (vLLM's
+  ``gpu_memory_utilization``, ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``;
+  SGLang's ``mem_fraction_static``, ``model_runner.py`` ``profile_max_num_token``). CUDA's total is
+  below NVML's by the driver's reserve: the accelerator's ``cuda_total_mib`` where the catalog has
+  it, else its ``nvml_total_mib``;
+* the weights, sharded over ``tp`` GPUs and quantized as the checkpoint or ``--quant`` says
+  (:func:`~hwdash.core.estimator.states.checkpoint_weight_bytes`);
+* the profile run's activation peak: one forward over the profiled tokens with nothing saved,
+  one layer's intermediates at a time plus the residual stream
+  (:func:`~hwdash.core.estimator.inference.inference_activation_bytes` with SDPA-like attention:
+  the engines' flash kernels hold no score matrix), and the sampler's dummy run over
+  ``max_num_seqs`` rows of logits. vLLM V1 profiles ``max_num_batched_tokens`` (chunked prefill),
+  V0 the whole ``max_model_len`` (``vllm/worker/worker.py``); SGLang has no profile run;
+* non-torch memory: V0 counts the CUDA context (the row of ``catalog/software.toml``, as the
+  whole-GPU estimate does); V1 only what grows after its baseline (``non_torch_mib``);
+* the pool = budget - (weights + activation peak + non-torch), per GPU (the engine takes the
+  minimum over ranks; hwdash's ranks are alike);
+* per-token KV bytes per GPU: layers x (K and V: ``2 x kv_heads x head_dim``, or MLA's latent,
+  :attr:`~hwdash.core.estimator.layout.Architecture.latent_kv_width`) x dtype bytes, with the key
+  and value heads split over ``tp`` (replicated when ``tp`` exceeds them:
+  ``vllm/model_executor/models/llama.py``, ``num_kv_heads = max(1, total // tp)``; MLA's latent
+  is replicated);
+* blocks = pool // (block tokens x per-token bytes) (``vllm/v1/core/kv_cache_utils.py``), KV
+  tokens = blocks x block tokens, maximum concurrency = KV tokens / ``max_model_len``;
+* the CUDA-graph pool, captured after the KV cache is sized, comes on top of the budget
+  (``cuda_graph_mib``; reported, not subtracted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from pydantic import ValidationError
+
+from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
+from hwdash.core.estimator.architecture import Architecture
+from hwdash.core.estimator.inference import inference_activation_bytes
+from hwdash.core.estimator.software import Software, packaged_software
+from hwdash.core.estimator.states import checkpoint_weight_bytes
+from hwdash.core.plan import Attention
+from hwdash.core.specs import Accelerator, EngineDefaults, _entry_label, _validation_error
+from hwdash.errors import CatalogError
+
+ENGINES_FILE = "engines.toml"
+MIB = 2**20
+
+
+class Engine(str, Enum):
+    """What serves an inference plan (``--engine``)."""
+
+    HF = "hf"
+    """transformers' ``generate``: one call with one KV cache (the plan as before)."""
+    VLLM = "vllm"
+    """vLLM: paged KV blocks in what ``--gpu-memory-utilization`` leaves."""
+    SGLANG = "sglang"
+    """SGLang: a token pool in what ``mem_fraction_static`` leaves."""
+
+
+class KvDtype(str, Enum):
+    """The KV cache's element type (``--kv-dtype``): auto keeps the model's dtype."""
+
+    AUTO = "auto"
+    FP8 = "fp8"
+    INT8 = "int8"
+
+
+#: Bytes per cached element of each ``--kv-dtype`` (auto: the activations' dtype, passed in).
+KV_DTYPE_BYTES = {KvDtype.FP8: 1, KvDtype.INT8: 1}
+
+
+@functools.cache
+def packaged_engines() -> dict[str, EngineDefaults]:
+    """The built-in ``engines.toml`` rows by id, read once."""
+    path = packaged_catalog_dir() / ENGINES_FILE
+    rows: dict[str, EngineDefaults] = {}
+    for index, raw in enumerate(read_catalog_toml(path).get("engine", [])):
+        try:
+            row = EngineDefaults.model_validate(raw)
+        except ValidationError as exc:
+            raise _validation_error(path, _entry_label("engine", index, raw), exc) from None
+        if row.id in rows:
+            raise CatalogError(path, f"engine '{row.id}' is in two rows")
+        rows[row.id] = row
+    return rows
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """The engine's settings for one serving plan (the flags; None: the engine's default)."""
+
+    engine: str
+    """An ``engines.toml`` id: ``vllm``, ``vllm-v0`` or ``sglang``."""
+    max_model_len: int
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_dtype: KvDtype = KvDtype.AUTO
+    tp: int = 1
+    quant_bits: int | None = None
+    """4 or 8 for a quantized load (``--quant``); None: as the checkpoint stores it."""
+
+
+@dataclass(frozen=True)
+class ServingMemory:
+    """Where one GPU's memory goes when the engine starts, and the KV pool it leaves."""
+
+    engine: EngineDefaults
+    settings: ServingSettings
+    fraction: float
+    """The share of the GPU the engine used (the flag's, or its own default)."""
+    total_bytes: int
+    budget_bytes: int
+    weight_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    profile_tokens: int
+    kv_bytes_per_token: int
+    block_tokens: int
+    kv_cache_bytes: int
+    kv_blocks: int
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens of cache: ``blocks x block tokens`` (vLLM's "GPU KV cache size")."""
+        return self.kv_blocks * self.block_tokens
+
+    @property
+    def max_concurrency(self) -> float:
+        """Sequences of ``max_model_len`` tokens the pool holds at once ("Maximum concurrency")."""
+        return self.kv_tokens / self.settings.max_model_len
+
+    @property
+    def fits(self) -> bool:
+        """Whether the pool holds one ``max_model_len`` sequence (the engine refuses to start
+        otherwise: "max seq len ... is larger than the maximum number of tokens ...")."""
+        return self.kv_tokens >= self.settings.max_model_len
+
+    def to_json(self) -> dict[str, int | float]:
+        """The JSON ``serving`` object (issue 30's fixed keys)."""
+        return {
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "kv_blocks": self.kv_blocks,
+            "block_tokens": self.block_tokens,
+            "kv_tokens": self.kv_tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+        }
+
+
+def cuda_total_bytes(accelerator: Accelerator) -> int:
+    """What CUDA reports as the GPU's total (``torch.cuda.mem_get_info``): the catalog's
+    ``cuda_total_mib`` where known, else NVML's total (``nvml_total_mib``), else the datasheet."""
+    if accelerator.cuda_total_mib is not None:
+        # a local GPU's NVML total (or the free memory, local-free) may be below the catalog's
+        return min(accelerator.cuda_total_mib, accelerator.nvml_total_mib or 2**62) * MIB
+    if accelerator.nvml_total_mib is not None:
+        return accelerator.nvml_total_mib * MIB
+    return int(accelerator.memory_gb * 1e9)
+
+
+def default_fraction(engine: EngineDefaults, tp: int) -> float:
+    """The engine's own memory fraction at ``tp`` GPUs: the ``fraction_by_tp`` row of the largest
+    TP size not above ``tp`` (SGLang lowers ``mem_fraction_static`` as TP grows), else
+    ``memory_fraction``."""
+    rows = [(size, fraction) for size, fraction in engine.fraction_by_tp if size <= tp]
+    return max(rows)[1] if rows else engine.memory_fraction
+
+
+def kv_bytes_per_token(arch: Architecture, element_bytes: int, tp: int) -> int:
+    """Per-token KV bytes on one GPU: ``layers x width x bytes``, the key/value heads split over
+    ``tp`` (at least one head per rank); MLA's latent is not split (module docstring)."""
+    heads_per_rank = max(1, arch.kv_heads // tp)
+    width = arch.latent_kv_width if arch.mla else 2 * arch.head_dim * heads_per_rank
+    return arch.kv_cache_layers * width * element_bytes
+
+
+def profile_tokens(engine: EngineDefaults, settings: ServingSettings) -> int:
+    """Tokens in the profile run's forward (0: no profile run)."""
+    batched = settings.max_num_batched_tokens or engine.max_num_batched_tokens
+    if engine.profile == "none":
+        return 0
+    if engine.profile == "batched-tokens":
+        return batched
+    chunked = engine.chunked_prefill_above and settings.max_model_len > engine.chunked_prefill_above
+    return batched if chunked else settings.max_model_len
+
+
+def profile_activation_bytes(
+    arch: Architecture,
+    tokens: int,
+    max_num_seqs: int,
+    element_bytes: int,
+    engine: EngineDefaults,
+    tp: int,
+) -> int:
+    """The profile run's activation peak on one GPU: one no-grad forward over ``tokens`` (the
+    inference estimator's prefill transients; the per-head and MLP parts split over ``tp``) and
+    the sampler's dummy run over ``max_num_seqs`` rows of the vocabulary."""
+    if tokens == 0:
+        return 0
+    forward = inference_activation_bytes(arch, 1, tokens, element_bytes, Attention.SDPA)
+    sampler = engine.sampler_bytes_per_logit * max_num_seqs * arch.vocab
+    return math.ceil(forward / tp + sampler)
+
+
+def serving_memory(
+    arch: Architecture,
+    accelerator: Accelerator,
+    settings: ServingSettings,
+    element_bytes: int = 2,
+    software: Software | None = None,
+    engines: dict[str, EngineDefaults] | None = None,
+) -> ServingMemory:
+    """The engine's start-up memory on one GPU of ``accelerator`` and the KV pool it leaves."""
+    engine = (packaged_engines() if engines is None else engines)[settings.engine]
+    fraction = settings.gpu_memory_utilization or default_fraction(engine, settings.tp)
+    total = cuda_total_bytes(accelerator)
+    budget = math.floor(fraction * total)
+    if settings.quant_bits is not None:
+        arch = dataclasses.replace(arch, checkpoint_bits=settings.quant_bits)
+    weights = math.ceil(checkpoint_weight_bytes(arch, element_bytes) / settings.tp)
+    tokens = profile_tokens(engine, settings)
+    seqs = settings.max_num_seqs or engine.max_num_seqs
+    activations = profile_activation_bytes(arch, tokens, seqs, element_bytes, engine, settings.tp)
+    if engine.non_torch_mib is not None:
+        non_torch = math.ceil(engine.non_torch_mib * MIB)
+    else:
+        software = packaged_software() if software is None else software
+        non_torch = software.context_for(accelerator)[0].bytes
+    kv_element = KV_DTYPE_BYTES.get(settings.kv_dtype, element_bytes)
+    per_token = kv_bytes_per_token(arch, kv_element, settings.tp)
+    pool = max(0, budget - weights - activations - non_torch)
+    blocks = pool // (engine.block_tokens * per_token)
+    return ServingMemory(
+        engine=engine,
+        settings=settings,
+        fraction=fraction,
+        total_bytes=total,
+        budget_bytes=budget,
+        weight_bytes=weights,
+        activation_bytes=activations,
+        non_torch_bytes=non_torch,
+        cuda_graph_bytes=math.ceil(engine.cuda_graph_mib * MIB),
+        profile_tokens=tokens,
+        kv_bytes_per_token=per_token,
+        block_tokens=engine.block_tokens,
+        kv_cache_bytes=pool,
+        kv_blocks=blocks,
+    )
+
+
+def blocks_from_pool(pool_bytes: int, per_token: int, block_tokens: int) -> int:
+    """KV blocks a pool of ``pool_bytes`` holds (``kv_cache_utils.py``: available // page bytes)."""
+    return pool_bytes // (block_tokens * per_token)

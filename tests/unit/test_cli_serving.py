@@ -1,0 +1,142 @@
+"""``hwdash plan --method inference --engine vllm|sglang`` end to end: the text's serving lines, the
+JSON ``serving`` object, the flavor table's serving verdicts, ``--max concurrency``, ``--export
+vllm`` and the refusals of bad input (a UsageError naming the flag, exit status 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from monitor_cli import run_plan
+
+pytestmark = pytest.mark.usefixtures("quiet_machine")
+
+SERVE = "--model qwen2.5-7b --method inference --engine vllm --flavor l4x1 --max-model-len 8192"
+VLLM = SERVE.split()
+
+
+def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _err = run_plan(capsys, *VLLM, "--json")
+    assert status == 0
+    serving = json.loads(out)["serving"]
+    assert set(serving) == {
+        "kv_cache_bytes",
+        "kv_blocks",
+        "block_tokens",
+        "kv_tokens",
+        "max_concurrency",
+        "flavor",
+    }
+    assert serving["flavor"] == "l4x1" and serving["block_tokens"] == 16
+    assert serving["kv_tokens"] == 16 * serving["kv_blocks"]
+    # Qwen2.5-7B: 28 layers x 2 x 4 heads x 128 x 2 bytes = 57,344 bytes per token
+    assert serving["kv_blocks"] == serving["kv_cache_bytes"] // (16 * 57_344)
+    assert serving["max_concurrency"] == round(serving["kv_tokens"] / 8192, 2)
+    hf = json.loads(run_plan(capsys, *VLLM[:4], "--flavor", "l4x1", "--json")[1])
+    assert "serving" not in hf
+
+
+def test_text_shows_the_engine_log_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    serving = json.loads(run_plan(capsys, *VLLM, "--json")[1])["serving"]
+    status, out, _err = run_plan(capsys, *VLLM)
+    assert status == 0
+    assert "Serving (vLLM (V1 engine), TP 1) on l4x1, per GPU:" in out
+    assert f"{serving['kv_blocks']:,} blocks of 16 = {serving['kv_tokens']:,} tokens" in out
+    concurrency = f"{serving['max_concurrency']:.2f}x"
+    assert f"Maximum concurrency for 8,192 tokens per request: {concurrency}" in out
+
+
+def test_the_flavor_table_fits_when_the_pool_holds_one_sequence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    long = [*VLLM[:-1], "131072", "--flavor", "h200", "--json"]
+    document = json.loads(run_plan(capsys, *long)[1])
+    verdicts = {row["id"]: row for row in document["flavors"]}
+    assert verdicts["l4x1"]["fit"] == "no"
+    assert "under one --max-model-len 131,072 sequence" in verdicts["l4x1"]["reason"]
+    assert verdicts["h200"]["fit"] == "fits"
+    assert document["recommended"] == "h200"
+    status, out, _err = run_plan(capsys, *VLLM[:-1], "131072", "--check")
+    assert status == 1 and "does not fit l4x1" in out
+
+
+def test_max_concurrency_is_the_engines(capsys: pytest.CaptureFixture[str]) -> None:
+    document = json.loads(run_plan(capsys, *VLLM, "--max", "concurrency", "--json")[1])
+    serving, found = document["serving"], document["max"]
+    assert found["value"] == serving["kv_tokens"] // 8192
+    # re-planned at the answer's length a sequence fits; one more sequence's tokens do not
+    assert found["value"] * 8192 <= serving["kv_tokens"] < (found["value"] + 1) * 8192
+    assert 0 <= found["headroom_bytes"] < 8192 * 57_344
+
+
+def test_export_vllm_writes_the_serve_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _err = run_plan(
+        capsys,
+        *VLLM,
+        "--export",
+        "vllm",
+        "--kv-dtype",
+        "fp8",
+        "--max-num-seqs",
+        "64",
+        "--gpu-memory-utilization",
+        "0.85",
+    )
+    assert status == 0
+    assert out == (
+        "vllm serve Qwen/Qwen2.5-7B --tensor-parallel-size 1 --gpu-memory-utilization 0.85 "
+        "--max-model-len 8192 --max-num-seqs 64 --kv-cache-dtype fp8\n"
+    )
+    sglang = [*VLLM[:5], "sglang", "--flavor", "h200x2", "--gpus", "2", "--max-model-len", "4096"]
+    status, out, _err = run_plan(capsys, *sglang, "--export", "vllm")
+    assert status == 0
+    assert out == (
+        "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B --tp 2 "
+        "--mem-fraction-static 0.87 --context-length 4096\n"
+    )
+
+
+def test_export_vllm_to_a_file(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = tmp_path / "serve.sh"
+    assert run_plan(capsys, *VLLM, "--export", "vllm", "-o", str(target))[0] == 0
+    assert target.read_text().startswith("vllm serve Qwen/Qwen2.5-7B ")
+    status, _out, err = run_plan(capsys, *VLLM, "--export", "vllm", "-o", str(target))
+    assert status == 2 and "-o" in err and "--force" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            "--model qwen2.5-7b --method lora --engine vllm",
+            "--engine: a serving engine runs inference",
+        ),
+        (f"{SERVE} --gpu-memory-utilization 1.5", "--gpu-memory-utilization: 1.5 is not a share"),
+        (f"{SERVE} --gpu-memory-utilization 0", "--gpu-memory-utilization: 0 is not a share"),
+        (
+            "--model qwen2.5-7b --method inference --max-model-len 4096",
+            "--max-model-len: needs --engine vllm or sglang",
+        ),
+        (
+            "--model qwen2.5-7b --method inference --kv-dtype fp8",
+            "--kv-dtype: needs --engine vllm or sglang",
+        ),
+        (
+            "--model qwen2.5-7b --method inference --export vllm",
+            "--export vllm writes a server's command line",
+        ),
+        (f"{SERVE} --kv-dtype int8 --export vllm", "--kv-dtype: neither vllm serve nor SGLang"),
+        (f"{SERVE} --engine tgi", "--engine: invalid choice: 'tgi'"),
+        (f"{SERVE} --max-model-len many", "--max-model-len: 'many' is not a whole number"),
+    ],
+)
+def test_bad_input_names_the_flag(
+    capsys: pytest.CaptureFixture[str], args: str, message: str
+) -> None:
+    try:
+        status, out, err = run_plan(capsys, *args.split())
+    except SystemExit as exc:  # argparse's own refusal (a choice, a number): exit status 2
+        captured = capsys.readouterr()
+        status, out, err = int(exc.code or 0), captured.out, captured.err
+    assert status == 2
+    assert message in err and "Traceback" not in err + out
