@@ -159,6 +159,28 @@ class Flavor(_Strict):
         return self
 
 
+class VisionSpec(_Strict):
+    """A vision-language model's vision tower and projector, counted from its config
+    (:mod:`hwdash.core.models.family_vision`, which cites each family's modeling file)."""
+
+    family: str = Field(min_length=1, max_length=40)
+    """The VLM's ``model_type`` (``qwen2_5_vl``, ``gemma3``, ``llava``, ``llava_next``)."""
+    params: int = Field(gt=0, le=10**13)
+    """Parameters of the vision encoder and the projector (loaded with the model)."""
+    image_tokens: int = Field(ge=0, le=10_000_000)
+    """Language-model tokens per image by default (0: the family's resolution is dynamic, and
+    ``--image-tokens`` must say it)."""
+    tower_tokens_per_image_token: float = Field(gt=0, le=1_000_000)
+    """Tokens the vision encoder runs per image token the language model gets (patches merged or
+    pooled into one image token; a CLS token)."""
+    saved_elements_per_image_token: int = Field(gt=0, le=10**12)
+    """Elements the tower and projector keep for backward per image token, all blocks together."""
+    working_elements_per_image_token: int = Field(gt=0, le=10**12)
+    """Elements alive per image token in one block's forward without grad (inference)."""
+    summary: str = ""
+    """What was read, for the model's notes."""
+
+
 class ModelSpec(_Strict):
     """A transformer's architecture: what the estimator needs to count parameters and activations."""
 
@@ -336,6 +358,9 @@ class ModelSpec(_Strict):
     """ModernBERT's sliding window (``local_attention``, tokens) on its local layers; 0: none."""
     global_attention_every: int = Field(default=1, gt=0, le=10_000)
     """ModernBERT: every n-th layer (from the first) attends globally (``global_attn_every_n_layers``)."""
+    vision: VisionSpec | None = None
+    """A vision-language model's vision tower and projector (their weights are always counted;
+    image activations with ``--images``); None for a text-only model."""
     kv_expanded: bool = False
     """The family copies its key/value heads out to all query heads before attention and the
     cache (Falcon's new decoder architecture: ``FalconAttention._split_heads`` broadcasts them and

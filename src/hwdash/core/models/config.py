@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from hwdash.core.estimator.architecture import architecture
-from hwdash.core.models import hf_cache
+from hwdash.core.models import family_vision, hf_cache
 from hwdash.core.models.families import FAMILY_READERS, family_model
 from hwdash.core.models.fields import (
     ACTIVATIONS,
@@ -35,7 +35,7 @@ from hwdash.core.models.fields import (
     _get_int,
     _shown,
 )
-from hwdash.core.specs import ModelSpec
+from hwdash.core.specs import ModelSpec, VisionSpec
 from hwdash.core.units import parse_count
 from hwdash.errors import UsageError
 
@@ -61,6 +61,9 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "gemma3_text": "gated",
     "phi": "standard",
     "phi3": "gated",
+    # Qwen2.5-VL's language model (modeling_qwen2_5_vl.py Qwen2_5_VLTextModel): Qwen2's layout
+    "qwen2_5_vl": "gated",
+    "qwen2_5_vl_text": "gated",
 }
 
 #: transformers' per-type default for ``tie_word_embeddings`` when a config leaves it out
@@ -71,7 +74,7 @@ _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
 #: Families whose q/k/v biases are not a config key: ``modeling_qwen2.py`` builds ``q_proj``,
 #: ``k_proj`` and ``v_proj`` with ``bias=True`` and ``modeling_phi.py`` every projection with
 #: ``bias=True``, whatever ``attention_bias`` says.
-_BIAS_ALWAYS = {"qwen2", "phi"}
+_BIAS_ALWAYS = {"qwen2", "phi", "qwen2_5_vl_text"}
 
 #: Defaults of ``attention_bias`` (or the family's own key) when a config leaves it out:
 #: ``Qwen2MoeConfig.qkv_bias`` is True (``modeling_qwen2_moe.py`` reads ``config.qkv_bias``).
@@ -156,7 +159,7 @@ _FAMILY_FACTS: dict[str, dict[str, Any]] = {
 
 #: Types whose facts are another's: Gemma 3's text model has the outer type ``gemma3`` in a
 #: config without ``text_config``.
-_SAME_AS = {"gemma3": "gemma3_text"}
+_SAME_AS = {"gemma3": "gemma3_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 
 #: Families whose modules transformers names otherwise than Llama's (``ModelSpec.module_names``,
 #: ``catalog/shapes/module_names.toml``): Phi's ``dense``, ``fc1``, ``fc2``; Phi-3's fused
@@ -335,11 +338,24 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             **family_fields,
             module_names=_MODULE_NAMES.get(model_type, ""),
             **_shared_expert(fields, source, dimensions["experts"]),
+            vision=_vision(config, dimensions["hidden_size"], source),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise UsageError(f"{source}: {field}: {first['msg']}", flag=FLAG) from None
+
+
+def _vision(config: dict[str, Any], text_hidden: int, source: str) -> VisionSpec | None:
+    """A vision-language config's vision tower and projector (:mod:`family_vision`); None for a
+    text model. A ``gemma3`` config is multimodal only with a ``vision_config`` (without one it
+    is Gemma 3's text model)."""
+    outer = config.get("model_type")
+    if outer not in family_vision.VISION_FAMILIES:
+        return None
+    if outer == "gemma3" and "vision_config" not in config:
+        return None
+    return family_vision.read_vision(config, outer, text_hidden, source)
 
 
 def _merged_fields(config: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
