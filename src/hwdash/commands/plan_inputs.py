@@ -56,6 +56,8 @@ FIELD_FLAGS = {
     "sequence_parallel": "--no-sequence-parallel",
     "selective_recompute": "--selective-recompute",
     "hidden_dropout": "--hidden-dropout",
+    "images": "--images",
+    "image_tokens": "--image-tokens",
     "quant": "--quant",
     "framework": "--framework",
     "loss": "--loss",
@@ -192,6 +194,8 @@ def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
         "sequence_parallel": not args.no_sequence_parallel,
         "selective_recompute": args.selective_recompute,
         "hidden_dropout": args.hidden_dropout,
+        "images": args.images,
+        "image_tokens": args.image_tokens,
         "quant": args.quant,
         "generation": args.generation,
     }

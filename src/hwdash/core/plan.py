@@ -302,6 +302,12 @@ class Plan(BaseModel):
     selective_recompute: bool = False
     """Megatron selective activation recomputation (``--recompute-granularity selective``): the
     attention core (scores, softmax, dropout) is recomputed in backward."""
+    images: int = Field(default=0, ge=0, le=100_000)
+    """Vision-language models: images per example (``--images``); their image tokens join each
+    sequence in the language model and run through the vision tower. 0: a text-only plan."""
+    image_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Language-model tokens per image (``--image-tokens``); None: the model config's default
+    (``VisionSpec.image_tokens``), which Qwen2.5-VL's dynamic resolution does not have."""
     hidden_dropout: float = Field(default=0.0, ge=0, lt=1)
     """Dropout in Megatron's transformer layers (``--hidden-dropout``, ``--attention-dropout``);
     above 0 the masks are kept (1 byte per element). Megatron's own default is 0.1; Llama-style

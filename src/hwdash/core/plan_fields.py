@@ -134,6 +134,18 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         ),
     ),
     PlanField(
+        "images", "--images", WHAT,
+        "vision-language models: images per example; their tokens join each sequence and run "
+        "through the vision tower (default 0: text only; the tower's weights count anyway)",
+        parse="whole", metavar="N",
+    ),
+    PlanField(
+        "image_tokens", "--image-tokens", WHAT,
+        "language-model tokens per image (default: the config's, e.g. 576 for LLaVA-1.5, 256 "
+        "for Gemma 3; Qwen2.5-VL's dynamic resolution needs it given)",
+        parse="whole", metavar="T",
+    ),
+    PlanField(
         "quant", "--quant", WHAT,
         "inference only: quantize the block linears: nf4 (bitsandbytes 4-bit, double "
         "quantization), int8 (LLM.int8()), gptq-4 or awq-4 (group 128); embeddings, norms and the "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from hwdash.core.estimator import images
 from hwdash.core.estimator.architecture import Architecture, architecture
 from hwdash.core.estimator.collectives import CommGroup, nccl_bytes
 from hwdash.core.estimator.inference import _add_inference
@@ -102,6 +103,8 @@ def estimate_memory(
     compute_dtype = _compute_dtype(plan, accelerator, acc)
     layout = _effective_layout(plan, acc)
     plan = _attention_the_model_has(plan, model, acc)
+    # a VLM's image tokens join the language model's sequence (hwdash.core.estimator.images)
+    plan, image_tokens = images.with_image_tokens(plan, model)
     _warn_about_settings(plan, model, dp, accelerator, layout, acc)
     _warn_about_moe_adapters(plan, model, acc)
     trainable = 0
@@ -123,6 +126,7 @@ def estimate_memory(
         trainable = _train_one_model(
             plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
         )
+    images.add_vision_activations(plan, model, image_tokens, layout.activation_bytes, acc)
     return _memory_estimate(plan, arch, acc, dp, trainable, compute_dtype, accelerator, software)
 
 

@@ -123,6 +123,9 @@ class Architecture:
     v_head_dim: int = 0
     """MLA: per-head value width."""
     peft_fused_experts: bool = True
+    vision_params: int = 0
+    """A vision-language model's vision tower and projector (``ModelSpec.vision``): loaded with the
+    model, so among :attr:`total_params`, outside the blocks."""
     """MoE: what LoRA target names reach (``ModelSpec.peft_fused_experts``; :func:`lora_candidates`)."""
 
     def __hash__(self) -> int:
@@ -269,6 +272,7 @@ class Architecture:
             + self.embedding_params
             + self.lm_head_params
             + self.final_norm_params
+            + self.vision_params
         )
 
     @cached_property
