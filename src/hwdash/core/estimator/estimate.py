@@ -102,9 +102,7 @@ def estimate_memory(
     savers = resolve_savers(plan, framework)
     compute_dtype = _compute_dtype(plan, accelerator, acc)
     layout = _effective_layout(plan, acc)
-    plan = _attention_the_model_has(plan, model, acc)
-    # a VLM's image tokens join the language model's sequence (hwdash.core.estimator.images)
-    plan, image_tokens = images.with_image_tokens(plan, model)
+    plan = _plan_the_model_runs(plan, model, layout, acc)
     _warn_about_settings(plan, model, dp, accelerator, layout, acc)
     _warn_about_moe_adapters(plan, model, acc)
     trainable = 0
@@ -126,8 +124,17 @@ def estimate_memory(
         trainable = _train_one_model(
             plan, arch, plan.method, layout, dp, acc, "model", with_logits=True, savers=savers
         )
-    images.add_vision_activations(plan, model, image_tokens, layout.activation_bytes, acc)
     return _memory_estimate(plan, arch, acc, dp, trainable, compute_dtype, accelerator, software)
+
+
+def _plan_the_model_runs(plan: Plan, model: ModelSpec, layout: Layout, acc: _Accumulator) -> Plan:
+    """The plan with the attention the model has and, for a vision-language model with
+    ``--images``, the image tokens added to the language model's sequence; the vision tower's
+    activations are added to ``acc`` here (:mod:`hwdash.core.estimator.images`)."""
+    plan = _attention_the_model_has(plan, model, acc)
+    plan, image_tokens = images.with_image_tokens(plan, model)
+    images.add_vision_activations(plan, model, image_tokens, layout.activation_bytes, acc)
+    return plan
 
 
 def _compute_dtype(plan: Plan, accelerator: Accelerator | None, acc: _Accumulator) -> str:

@@ -27,7 +27,9 @@ def image_tokens_per_example(plan: Plan, model: ModelSpec) -> int:
     flag where the model has no vision tower or the tokens per image are not known."""
     if plan.images == 0:
         if plan.image_tokens is not None:
-            raise UsageError("--image-tokens needs --images (images per example)", flag="--image-tokens")
+            raise UsageError(
+                "--image-tokens needs --images (images per example)", flag="--image-tokens"
+            )
         return 0
     if model.vision is None:
         raise UsageError(

@@ -132,7 +132,9 @@ def _vit_layer_params(hidden: int, intermediate: int) -> int:
     return 4 * hidden * hidden + 4 * hidden + 2 * hidden * intermediate + intermediate + 5 * hidden
 
 
-def read_vision(config: dict[str, Any], model_type: str, text_hidden: int, source: str) -> VisionSpec:
+def read_vision(
+    config: dict[str, Any], model_type: str, text_hidden: int, source: str
+) -> VisionSpec:
     """The vision tower and projector of a ``model_type`` of :data:`VISION_FAMILIES`."""
     vision = config.get("vision_config") or {}
     if not isinstance(vision, dict):
@@ -241,9 +243,7 @@ def _gemma3(
         image_tokens=tokens,
         tower_tokens_per_image_token=ratio,
         saved_elements_per_image_token=round(saved),
-        working_elements_per_image_token=round(
-            ratio * _block_working(hidden, intermediate, False)
-        ),
+        working_elements_per_image_token=round(ratio * _block_working(hidden, intermediate, False)),
         summary=(
             f"SigLIP vision tower {layers} layers of {hidden} (MLP {intermediate}), "
             f"{grid} patches pooled to {tokens} tokens, projected to {text_hidden}"
@@ -295,9 +295,7 @@ def _llava(
         image_tokens=tokens,
         tower_tokens_per_image_token=ratio,
         saved_elements_per_image_token=round(saved),
-        working_elements_per_image_token=round(
-            ratio * _block_working(hidden, intermediate, False)
-        ),
+        working_elements_per_image_token=round(ratio * _block_working(hidden, intermediate, False)),
         summary=(
             f"{'CLIP' if clip else 'SigLIP'} vision tower {layers} layers of {hidden} "
             f"(MLP {intermediate}), {image} px in {grid} patches"
@@ -328,4 +326,4 @@ def _most_tiles(pinpoints: Any, image: int, source: str) -> int:
             f"got {_shown(pinpoints)}",
             flag=FLAG,
         )
-    return max(-(-h // image) * -(-w // image) for h, w in pinpoints)
+    return int(max(-(-h // image) * -(-w // image) for h, w in pinpoints))
