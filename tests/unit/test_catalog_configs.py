@@ -62,7 +62,14 @@ def _catalog() -> dict[str, ModelSpec]:
 
 def _through_config(spec: ModelSpec) -> ModelSpec:
     # named as the catalog entry, so that a warning naming the model reads the same
-    return model_from_config_file(CONFIGS / spec.id / "config.json", name=spec.name)
+    other = model_from_config_file(CONFIGS / spec.id / "config.json", name=spec.name)
+    if spec.vision is None and other.vision is not None:
+        # the Gemma 3 4B/12B/27B entries are "(text)": the decoder alone, as their notes say;
+        # the published config.json's vision_config adds the SigLIP tower (issue 30), which a
+        # text-only catalog entry leaves out on purpose
+        assert spec.name.endswith("(text)"), spec.id
+        other = other.model_copy(update={"vision": None})
+    return other
 
 
 def _plans() -> list[Plan]:
@@ -208,9 +215,15 @@ def _plan_json(capsys: pytest.CaptureFixture[str], model: str, *flags: str) -> d
 @pytest.mark.usefixtures("isolated_home")
 @pytest.mark.parametrize("model_id", ISSUE_MODELS)
 def test_plan_command_same_through_id_and_config_json(
-    model_id: str, capsys: pytest.CaptureFixture[str]
+    model_id: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     config = str(CONFIGS / model_id / "config.json")
+    published = json.loads(Path(config).read_text(encoding="utf-8"))
+    if published.pop("vision_config", None) is not None:
+        # Gemma 3's "(text)" entries are the decoder alone; the published file's vision tower
+        # (counted since issue 30) is left out of the file compared with them
+        config = str(tmp_path / "config.json")
+        Path(config).write_text(json.dumps(published), encoding="utf-8")
     for flags in (
         ("--method", "full", "--precision", "bf16", "--seq", "2048", "--grad-ckpt"),
         ("--method", "lora", "--seq", "2048"),

@@ -224,12 +224,8 @@ def _gemma3(
         vision, _VISION_DEFAULTS["siglip"], where, clip=False
     )
     tokens = _int(config, ("mm_tokens_per_image",), source, default=GEMMA3_TOKENS_PER_IMAGE)
-    if tokens > grid:
-        raise UsageError(
-            f"{source}: 'mm_tokens_per_image' ({tokens}) is more than the {grid} patches the "
-            "vision tower makes of an image",
-            flag=FLAG,
-        )
+    # (a config whose tower makes fewer patches than mm_tokens_per_image cannot pool them,
+    # Gemma3MultiModalProjector's kernel would be 0; its text model still plans, so it is read)
     # Gemma3MultiModalProjector: mm_soft_emb_norm (RMSNorm, vision width) and
     # mm_input_projection_weight (vision x text), modeling_gemma3.py
     params += hidden + hidden * text_hidden
