@@ -193,7 +193,11 @@ def door_model(config: Path) -> Any:
     from hwdash.core.catalog import load_catalog
     from hwdash.core.models.config import resolve_model
 
-    return resolve_model(str(config), load_catalog(include_user=False))
+    model = resolve_model(str(config), load_catalog(include_user=False))
+    # The tracer builds a multimodal config's language model alone (hf_config_of: its
+    # text_config), so the estimate it is compared with leaves the vision tower out too (issue 30:
+    # gemma-3-4b-pt's rows were traced without its SigLIP tower).
+    return model.model_copy(update={"vision": None})
 
 
 def estimate_through_door(config: Path, case: PlanCase) -> int | str:
