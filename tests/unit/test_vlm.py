@@ -90,10 +90,14 @@ def test_vision_activations_against_hand_computation() -> None:
     base = estimate_memory(text_only, model)
     lm = estimate_memory(longer, model)
     est = estimate_memory(with_images, model)
-    # per patch and block: norms 2h, attention 5h, MLP input h and gate, up, act, product 4m;
-    # per image token: 4 patches, the Conv3d's 1176 pixels each, and the merger's 4 x 4h
+    # per patch and block: two fp32-upcasting RMSNorms 8h, qkv 3h + rotary q, k 2h + windowed
+    # attention outputs 2h, MLP gate, up, act, product 4m; per patch outside the blocks: the
+    # Conv3d's 1176 pixels, the fp32 rotary cos and sin (4 x head_dim 80), the merger's norm 4h;
+    # per image token the merger's linear and GELU outputs (2 x 4h). Traced within 0.1% by
+    # bench/vlm_tower_trace.py.
     h, m = 1280, 3420
-    per_token = 4 * (3 * 2 * 14 * 14 + 32 * (8 * h + 4 * m)) + 4 * 4 * h
+    per_patch = 3 * 2 * 14 * 14 + 32 * (15 * h + 4 * m) + 4 * 80 + 4 * h
+    per_token = 4 * per_patch + 2 * 4 * h
     tower = 2 * 3 * 256 * per_token * 2  # batch x images x tokens x elements x bf16
     assert dict(est.details)["vision tower (3 images x 256 tokens) activations"] == tower
     assert est.per_gpu.activations == lm.per_gpu.activations + tower

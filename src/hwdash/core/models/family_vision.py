@@ -120,6 +120,17 @@ def _block_elements(hidden: int, intermediate: int, gated: bool) -> int:
     return 8 * hidden + (4 if gated else 2) * intermediate
 
 
+def _qwen_block_elements(hidden: int, intermediate: int) -> int:
+    """Elements a ``Qwen2_5_VLVisionBlock`` keeps per patch for backward, at the activations'
+    element size (fp32 tensors count twice), as traced by ``bench/vlm_tower_trace.py`` (within
+    0.2% per block at Qwen2.5-VL-3B's widths): each RMSNorm (``Qwen2RMSNorm``, normalising in
+    fp32) its fp32 input copy (2 h), the normalised 16-bit tensor and its output (4 h per norm);
+    the fused ``qkv`` output, kept whole because V is a view of it (3 h), the rotary Q and K (2 h),
+    the per-window SDPA outputs and their concatenation (2 h); the gated MLP's gate, up, activated
+    gate and product (4 x intermediate)."""
+    return 15 * hidden + 4 * intermediate
+
+
 def _block_working(hidden: int, intermediate: int, gated: bool) -> int:
     """Elements per token of one block's forward without grad (inference): its input, Q, K, V,
     the attention output, and the MLP's intermediates at once (the largest set alive together)."""
@@ -171,9 +182,13 @@ def _qwen2_5_vl(vision: dict[str, Any], text_hidden: int, where: str) -> VisionS
     merged = hidden * merge * merge
     merger = hidden + (merged * merged + merged) + (merged * out + out)
     patches = merge * merge  # patches per image token
-    # per image token: the Conv3d's input, every block's saved tensors over its patches, and the
-    # merger's: ln_q's input, the first linear's input and output and GELU's output (4 x merged)
-    saved = patches * (pixels + depth * _block_elements(hidden, intermediate, True)) + 4 * merged
+    head_dim = hidden // _vision_int(vision, "num_heads", d, where)
+    # per image token: the Conv3d's input, every block's saved tensors over its patches
+    # (_qwen_block_elements), the rotary tables (fp32 cos and sin of head_dim per patch, shared by
+    # the blocks) and the merger's: ln_q as a block's norm (4 h per patch), the first linear's
+    # output and GELU's (2 x merged per image token)
+    per_patch = pixels + depth * _qwen_block_elements(hidden, intermediate) + 4 * head_dim
+    saved = patches * (per_patch + 4 * hidden) + 2 * merged
     return VisionSpec(
         family="qwen2_5_vl",
         params=pixels * hidden + depth * block + merger,
