@@ -62,6 +62,11 @@ def test_gemma3_siglip_tower_and_projector() -> None:
     assert model.vision.params == tower + h + h * 2560 == 419_816_304
     assert model.vision.image_tokens == 256  # mm_tokens_per_image's default
     assert model.vision.tower_tokens_per_image_token == grid / 256
+    # per patch: the Conv2d's 3 x 14 x 14 pixels, post_layernorm's input, 27 layers of norms 2h,
+    # attention 5h, MLP input h and fc1 / GELU outputs 2m; per image token 16 patches and the
+    # projector's norm and matmul inputs (2h). bench/vlm_tower_trace.py --tower siglip: -0.2%.
+    per_patch = 3 * 14 * 14 + h + 27 * (8 * h + 2 * m)
+    assert model.vision.saved_elements_per_image_token == 16 * per_patch + 2 * h
 
 
 def test_llava_clip_tower_projector_and_576_tokens() -> None:

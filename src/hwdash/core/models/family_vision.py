@@ -40,7 +40,8 @@ embedding with bias (CLIP: without, plus a ``class_embedding``) and a learned po
 SigLIP's attention-pooling ``head`` (``vision_use_head``: a probe, a torch MultiheadAttention, a
 LayerNorm and an MLP) is counted where the config keeps it.
 
-Saved activations of the tower in training (:func:`_block_elements`) follow Korthikanti et al.
+Saved activations of the tower in training (:func:`_block_elements`,
+:func:`_qwen_block_elements`) follow Korthikanti et al.
 2022, "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, section
 4.1): per token and block, the two norms' inputs, the attention's input, Q, K and V and its output
 (no s^2 scores with SDPA or flash attention, no dropout masks), and the MLP's input and its
@@ -113,11 +114,14 @@ def _vision_int(vision: dict[str, Any], key: str, defaults: dict[str, int], wher
     return _int(vision, (key,), where, default=defaults.get(key))
 
 
-def _block_elements(hidden: int, intermediate: int, gated: bool) -> int:
-    """Elements one ViT block keeps per token for backward (module docstring: Korthikanti et al.
-    2022, section 4.1, without dropout or s^2 scores): norm inputs 2h, attention input, Q, K, V
-    and output 5h, the MLP's input h and its intermediates (2 or 4 x intermediate)."""
-    return 8 * hidden + (4 if gated else 2) * intermediate
+def _block_elements(hidden: int, intermediate: int, activation: str) -> int:
+    """Elements a CLIP or SigLIP encoder layer keeps per token for backward (module docstring:
+    Korthikanti et al. 2022, section 4.1, without dropout or s^2 scores): norm inputs 2h,
+    attention input, Q, K, V and output 5h, the MLP's input h and its intermediates: fc1's output
+    and the activation's (2 x intermediate), and with CLIP's ``quick_gelu`` (x * sigmoid(1.702 x),
+    three ops, activations.py) the sigmoid's output too (3 x). Traced per layer within 0.2% for
+    SigLIP (Gemma 3's) and CLIP-L/336 (LLaVA's) by bench/vlm_tower_trace.py's method."""
+    return 8 * hidden + (3 if activation == "quick_gelu" else 2) * intermediate
 
 
 def _qwen_block_elements(hidden: int, intermediate: int) -> int:
@@ -205,9 +209,9 @@ def _qwen2_5_vl(vision: dict[str, Any], text_hidden: int, where: str) -> VisionS
 
 def _encoder(
     vision: dict[str, Any], defaults: dict[str, int], where: str, *, clip: bool
-) -> tuple[int, int, int, int, int, int]:
-    """(params, hidden, intermediate, layers, patches per tile, image size) of a CLIP or SigLIP
-    encoder (module docstring)."""
+) -> tuple[int, int, int, int, int, int, int]:
+    """(params, hidden, intermediate, layers, patches per tile, image size, saved elements per
+    tower token in training) of a CLIP or SigLIP encoder (module docstring)."""
     hidden = _vision_int(vision, "hidden_size", defaults, where)
     intermediate = _vision_int(vision, "intermediate_size", defaults, where)
     layers = _vision_int(vision, "num_hidden_layers", defaults, where)
@@ -229,13 +233,18 @@ def _encoder(
         # out_proj h^2 + h), LayerNorm, MLP
         params += hidden + 4 * hidden * hidden + 4 * hidden + 2 * hidden
         params += 2 * hidden * intermediate + intermediate + hidden
-    return params, hidden, intermediate, layers, grid, image
+    activation = vision.get("hidden_act") or ("quick_gelu" if clip else "gelu_pytorch_tanh")
+    # outside the layers: the patch Conv2d's input, and the LayerNorms' inputs (SigLIP's
+    # post_layernorm; CLIP's pre_layrnorm and the embeddings' sum before it)
+    saved = channels * patch * patch + (2 if clip else 1) * hidden
+    saved += layers * _block_elements(hidden, intermediate, str(activation))
+    return params, hidden, intermediate, layers, grid, image, saved
 
 
 def _gemma3(
     config: dict[str, Any], vision: dict[str, Any], text_hidden: int, source: str, where: str
 ) -> VisionSpec:
-    params, hidden, intermediate, layers, grid, _ = _encoder(
+    params, hidden, intermediate, layers, grid, _, per_patch = _encoder(
         vision, _VISION_DEFAULTS["siglip"], where, clip=False
     )
     tokens = _int(config, ("mm_tokens_per_image",), source, default=GEMMA3_TOKENS_PER_IMAGE)
@@ -246,8 +255,7 @@ def _gemma3(
     params += hidden + hidden * text_hidden
     ratio = grid / tokens
     # projector per image token: the norm's input and the projection's input (vision width each)
-    saved = ratio * (3 * hidden + layers * _block_elements(hidden, intermediate, False))
-    saved += 2 * hidden
+    saved = ratio * per_patch + 2 * hidden
     return VisionSpec(
         family="gemma3",
         params=params,
@@ -283,7 +291,9 @@ def _llava(
     clip = vision_type == "clip_vision_model"
     if not clip:
         defaults = _VISION_DEFAULTS["siglip"]
-    params, hidden, intermediate, layers, grid, image = _encoder(vision, defaults, where, clip=clip)
+    params, hidden, intermediate, layers, grid, image, per_patch = _encoder(
+        vision, defaults, where, clip=clip
+    )
     bias = _bool(config, "multimodal_projector_bias", source, True)
     # LlavaMultiModalProjector: linear_1 vision -> text, linear_2 text -> text (modeling_llava.py)
     params += hidden * text_hidden + text_hidden * text_hidden + (2 * text_hidden if bias else 0)
@@ -298,8 +308,7 @@ def _llava(
     ratio = tiles * (grid + (1 if clip else 0)) / tokens
     # the projector per image token: linear_1's input (vision width), its output and the
     # activation's (text width)
-    saved = ratio * (3 * hidden + layers * _block_elements(hidden, intermediate, False))
-    saved += hidden + 2 * text_hidden
+    saved = ratio * per_patch + hidden + 2 * text_hidden
     return VisionSpec(
         family=model_type,
         params=params,
