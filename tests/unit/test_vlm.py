@@ -171,3 +171,21 @@ def test_cli_images_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["plan", "--model", str(QWEN_VL), "--images", "x"])
     assert "--images" in capsys.readouterr().err
+
+
+def test_trace_builds_the_language_model_and_compares_without_the_tower() -> None:
+    from hwdash.core.models.config import hf_config_of
+    from hwdash.tracing import TraceUnavailable, comparable_estimate, trace_settings
+
+    config = json.loads(QWEN_VL.read_text())
+    built = hf_config_of(config)
+    # transformers has no causal-LM class for qwen2_5_vl: its Qwen2 decoder is built instead
+    assert built["model_type"] == "qwen2" and "vision_config" not in built
+    assert (built["hidden_size"], built["num_hidden_layers"]) == (2048, 36)
+    model = model_from_config_file(QWEN_VL)
+    assert model.vision is not None
+    plan = Plan(model=str(QWEN_VL), method=Method.LORA, seq=512)
+    compared = comparable_estimate(plan, model)
+    assert compared.total_params == architecture(model).total_params - model.vision.params
+    with pytest.raises(TraceUnavailable, match="--images"):
+        trace_settings(plan.model_copy(update={"images": 1, "image_tokens": 64}))

@@ -15,9 +15,13 @@ from hwdash.tracing.settings import traced_plan
 
 
 def comparable_estimate(plan: Plan, model: ModelSpec) -> MemoryEstimate:
-    """The estimate a trace stands for: the estimate of :func:`traced_plan` on one GPU."""
+    """The estimate a trace stands for: the estimate of :func:`traced_plan` on one GPU. A
+    vision-language model is traced as its language model alone (``ModelSpec.hf_config`` is the
+    text model's), so the estimate it is compared with leaves the vision tower out too."""
     from hwdash.core.estimator import estimate_memory
 
+    if model.vision is not None:
+        model = model.model_copy(update={"vision": None})
     return estimate_memory(traced_plan(plan, model), model, gpus=1)
 
 

@@ -61,11 +61,16 @@ _DROPPED_CONFIG_KEYS = (
 )
 
 
+#: Types transformers has no causal-LM class for, traced as the decoder they share: Qwen2.5-VL's
+#: language model is Qwen2's (``hf_config_of`` in hwdash.core.models.config says why).
+_TRACED_AS = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2"}
+
+
 def hf_model_type(model: ModelSpec) -> str:
     """The transformers ``model_type`` that builds ``model``: its config's (every catalog model and
     every config.json carries one), else read from its ids, else from its shape."""
     if model.model_type:
-        return model.model_type
+        return _TRACED_AS.get(model.model_type, model.model_type)
     for name in (model.id.lower(), model.hf_id.lower()):
         if not name:
             continue
@@ -143,9 +148,9 @@ def local_config_dict(plan: Plan) -> dict[str, Any] | None:
         return None  # resolve_model already reported an unreadable file
     if not isinstance(raw, dict):
         return None
-    text = raw.get("text_config")
-    if isinstance(text, dict) and text.get("model_type"):
-        raw = dict(text)
+    from hwdash.core.models.config import hf_config_of
+
+    raw = hf_config_of(raw)
     if not raw.get("model_type"):
         return None
     return {key: value for key, value in raw.items() if key not in _DROPPED_CONFIG_KEYS}

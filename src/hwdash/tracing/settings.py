@@ -129,6 +129,12 @@ def _refuse_untraceable(plan: Plan) -> None:
             f"{plan.method.value} quantizes the base model with bitsandbytes, whose kernels need a "
             "real CUDA GPU: fake tensors cannot run them; trace --method lora for the adapter part"
         )
+    if plan.images:
+        raise TraceUnavailable(
+            "--images: the tracer builds a vision-language model's language model alone, so "
+            "images are not traced (bench/vlm_tower_trace.py checks the vision tower's "
+            "activations); trace without --images"
+        )
     bitsandbytes = (Optimizer.ADAMW_8BIT, Optimizer.ADAMW_8BIT_PAGED, Optimizer.ADAMW_32BIT_PAGED)
     if plan.method is not Method.INFERENCE and plan.optimizer in bitsandbytes:
         raise TraceUnavailable(

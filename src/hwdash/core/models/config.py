@@ -458,6 +458,15 @@ def hf_config_of(config: dict[str, Any]) -> dict[str, Any]:
     """The config a transformers model is built from: a multimodal config's ``text_config`` when it
     names its own ``model_type`` (the planner counts the language model only), else the config."""
     text = config.get("text_config")
+    if config.get("model_type") == "qwen2_5_vl":
+        # transformers has no causal-LM class for Qwen2.5-VL's configs; its language model is
+        # Qwen2's decoder (modeling_qwen2_5_vl.py Qwen2_5_VLDecoderLayer: the same projections,
+        # q/k/v biases, norms and MLP, with 3-D multimodal rotary positions that store nothing
+        # per layer), so the tracer builds it as qwen2 from the text fields
+        fields = {k: v for k, v in config.items() if k not in ("vision_config", "text_config")}
+        fields.update(text if isinstance(text, dict) else {})
+        fields.pop("layer_types", None)
+        return {**fields, "model_type": "qwen2"}
     if isinstance(text, dict) and text.get("model_type"):
         return dict(text)
     return dict(config)
