@@ -161,6 +161,14 @@ def test_bad_vision_config_names_the_key() -> None:
     config["vision_config"]["depth"] = "32"
     with pytest.raises(UsageError, match="'depth'"):
         model_from_config(config, name="q", source="q.json")
+    llava = json.loads(LLAVA.read_text())
+    llava["vision_config"].update(image_size=10**9, patch_size=1)
+    with pytest.raises(UsageError, match="'image_size' / 'patch_size'"):
+        model_from_config(llava, name="l", source="l.json")
+    llava["vision_config"].update(image_size=336, patch_size=14)
+    llava["image_grid_pinpoints"], llava["model_type"] = [[336, "672"]], "llava_next"
+    with pytest.raises(UsageError, match="image_grid_pinpoints"):
+        model_from_config(llava, name="l", source="l.json")
 
 
 def test_cli_images_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -106,6 +106,9 @@ _VISION_DEFAULTS: dict[str, dict[str, int]] = {
     },
 }
 
+#: Patches per image tile past any real encoder (Gemma 3's SigLIP: 4096 at 896 px), so a hostile
+#: config cannot make the counts overflow.
+MAX_PATCHES = 10_000_000
 #: ``Gemma3Config.mm_tokens_per_image`` default (configuration_gemma3.py).
 GEMMA3_TOKENS_PER_IMAGE = 256
 
@@ -223,6 +226,12 @@ def _encoder(
             f"{where}: 'patch_size' ({patch}) is larger than 'image_size' ({image})", flag=FLAG
         )
     grid = (image // patch) ** 2
+    if grid > MAX_PATCHES:
+        raise UsageError(
+            f"{where}: 'image_size' / 'patch_size' ({image} / {patch}) makes {grid:,} patches "
+            f"per image (at most {MAX_PATCHES:,} are counted)",
+            flag=FLAG,
+        )
     positions = grid + 1 if clip else grid
     embeddings = channels * patch * patch * hidden + positions * hidden
     # CLIP: class_embedding and pre_layrnorm, no conv bias; SigLIP: the conv's bias
