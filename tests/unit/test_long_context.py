@@ -1,0 +1,165 @@
+"""Context, Ulysses sequence and expert parallelism (issue 30) against hand computations.
+
+Two models with their config.json dimensions: Llama-3.1-8B (dense) with ``--cp 4`` at 128k tokens,
+and Mixtral-8x7B (8 experts, top-2) with ``--ep 8``. Each number below is written out from the
+papers (Korthikanti et al. 2022 Table 2 for one layer; Liu et al. 2023 ring attention; GShard /
+Switch for the expert split), not from the estimator's helpers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hwdash.commands.plan_inputs import _usage_error
+from hwdash.core.estimator import architecture
+from hwdash.core.estimator.parallelism import megatron_stage
+from hwdash.core.plan import Plan
+from hwdash.core.planning.fit import check_plan_for_model
+from hwdash.core.specs import ModelSpec
+from hwdash.errors import UsageError
+
+LLAMA_8B = ModelSpec(
+    id="llama-3.1-8b-test",
+    name="Llama-3.1-8B",
+    layers=32,
+    hidden_size=4096,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+    max_context=131072,
+    source="meta-llama/Llama-3.1-8B config.json",
+)
+MIXTRAL = ModelSpec(
+    id="mixtral-8x7b-test",
+    name="Mixtral-8x7B",
+    layers=32,
+    hidden_size=4096,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=32000,
+    experts=8,
+    experts_per_token=2,
+    max_context=32768,
+    source="mistralai/Mixtral-8x7B-v0.1 config.json",
+)
+H, I, Q, KV = 4096, 14336, 32 * 128, 8 * 128
+
+
+def _plan(**fields: object) -> Plan:
+    base: dict[str, object] = {
+        "model": "x",
+        "method": "full",
+        "precision": "mixed",
+        "batch": 1,
+        "zero": 1,
+        "grad_accum": 1,
+        "attention": "sdpa",
+    }
+    return Plan.model_validate({**base, **fields})
+
+
+def _layer_bytes(tokens: float, experts_per_token: int = 1) -> float:
+    """Korthikanti et al. Table 2 with e = 2 bytes, no dropout, a fused attention kernel (tp 1):
+    the norm/QKV/MLP inputs 4 e t h; Q and K, V, the output projection's input; SwiGLU's gate-up
+    output and product 3 e t i (per routed expert copy); the kernel's fp32 log-sum-exp 4 a t."""
+    return (
+        8 * tokens * H
+        + 2 * tokens * (Q + KV)
+        + 2 * tokens * KV
+        + 2 * tokens * Q
+        + 6 * tokens * I * experts_per_token
+        + 4 * 32 * tokens
+    )
+
+
+def test_llama_8b_cp4_at_128k_activations_by_hand() -> None:
+    plan = _plan(seq=131072, cp=4, gpus=4)
+    stage = megatron_stage(plan, architecture(LLAMA_8B), 4, 0)
+    tokens = 131072 / 4  # each CP rank holds s/cp = 32,768 tokens (Liu et al. section 3)
+    layers = 32 * _layer_bytes(tokens)
+    # ring: the next K/V block and the dK/dV block in flight: 2 x (K + V) x e x s/cp x kv_dim
+    ring = 2 * 2 * 2 * tokens * KV
+    # last stage: the final norm's and the output layer's inputs (2 e s h) and fp32 logits (4 s v)
+    head = 2 * 2 * tokens * H + 4 * tokens * 128256
+    assert stage.activations == pytest.approx(layers + ring + head, rel=1e-12)
+    # 32 layers x 32,768 tokens without recomputation: 152.5 GiB per GPU (a quarter of the 128k
+    # sequence's, plus the ring's blocks)
+    assert stage.activations / 2**30 == pytest.approx(152.53, abs=0.01)
+    # context parallelism keeps every weight on every rank; the distributed optimizer shards the
+    # master copy and Adam states (12 bytes/param) over data x context parallel ranks (4)
+    params = LLAMA_8B_PARAMS
+    assert stage.params == pytest.approx(params, rel=1e-12)
+    assert stage.optimizer == pytest.approx(params * 12 / 4, rel=1e-12)
+
+
+# embeddings and head 2 x 128256 x 4096, 32 blocks of (q, k, v, o: 2 x 4096^2 + 2 x 4096 x 1024;
+# MLP 3 x 4096 x 14336; 2 norms), the final norm
+LLAMA_8B_PARAMS = (
+    2 * 128256 * H + 32 * (2 * H * Q + 2 * H * KV + 3 * H * I + 2 * H) + H
+)
+
+
+def test_mixtral_ep8_expert_states_and_activations_by_hand() -> None:
+    plan = _plan(seq=4096, ep=8, gpus=8)
+    stage = megatron_stage(plan, architecture(MIXTRAL), 8, 0)
+    expert = 3 * H * I  # one expert's w1, w3, w2 (SwiGLU)
+    dense = 2 * 32000 * H + 32 * (2 * H * Q + 2 * H * KV + 2 * H + 8 * H) + H  # + router h x 8
+    # GShard / Switch: each of the 8 EP ranks holds 8/8 = 1 expert of every layer
+    assert stage.params == pytest.approx(dense + 32 * expert, rel=1e-12)
+    # the distributed optimizer: dense states over the 8 data-parallel ranks, each expert's over
+    # its own data-parallel group, 8 / (tp 1 x pp 1 x ep 8) = 1 rank
+    assert stage.optimizer == pytest.approx(dense * 12 / 8 + 32 * expert * 12, rel=1e-12)
+    assert stage.weights / 2**30 == pytest.approx((dense + 32 * expert) * 2 / 2**30, rel=1e-12)
+    tokens = 4096
+    # all-to-all dispatch (Megatron's alltoall dispatcher): each layer keeps the t x k received
+    # token copies (e t k h) as its experts' input; the send copy of the running layer on top
+    dispatched = 2 * tokens * 2 * H
+    layers = 32 * (_layer_bytes(tokens, experts_per_token=2) + dispatched)
+    head = 2 * 2 * tokens * H + 4 * tokens * 32000
+    assert stage.activations == pytest.approx(layers + dispatched + head, rel=1e-12)
+
+
+def test_ep1_and_cp1_are_the_plain_megatron_stage() -> None:
+    arch = architecture(MIXTRAL)
+    plain = megatron_stage(_plan(seq=4096, tp=2, gpus=8), arch, 8, 0)
+    same = megatron_stage(_plan(seq=4096, tp=2, gpus=8, ep=1, cp=1), arch, 8, 0)
+    assert plain == same
+    split = megatron_stage(_plan(seq=4096, tp=2, gpus=8, ep=4), arch, 8, 0)
+    assert split.params < plain.params
+
+
+@pytest.mark.parametrize(
+    ("fields", "flag"),
+    [
+        ({"seq": 1000, "cp": 3, "gpus": 6}, "--cp"),
+        ({"seq": 4096, "cp": 2, "sp_ulysses": 2, "gpus": 4}, "--cp"),
+        ({"seq": 4096, "cp": 4, "gpus": 6}, "--gpus"),
+        ({"seq": 4096, "ep": 3, "gpus": 8}, "--gpus"),
+        ({"seq": 4096, "sp_ulysses": 2, "gpus": 4, "fsdp": "full", "zero": 0}, "--sp-ulysses"),
+        ({"seq": 4096, "cp": 2, "gpus": 4, "method": "lora", "zero": 0}, "--cp"),
+        ({"seq": 4096, "cp": 2, "gpus": 4, "attention": "eager"}, "--cp"),
+    ],
+)
+def test_refusals_name_the_flag(fields: dict[str, object], flag: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        _plan(**fields)
+    assert _usage_error(caught.value).flag == flag
+
+
+def test_model_refusals_name_the_flag() -> None:
+    with pytest.raises(UsageError) as caught:
+        check_plan_for_model(_plan(seq=4096, ep=2, gpus=2), LLAMA_8B)
+    assert caught.value.flag == "--ep"
+    with pytest.raises(UsageError) as caught:
+        check_plan_for_model(_plan(seq=4096, ep=16, gpus=16), MIXTRAL)
+    assert caught.value.flag == "--ep" and "8 experts" in str(caught.value)
+    ulysses = _plan(seq=4096, sp_ulysses=16, gpus=16, zero=3)
+    with pytest.raises(UsageError) as caught:
+        check_plan_for_model(ulysses, LLAMA_8B)
+    assert caught.value.flag == "--sp-ulysses"
