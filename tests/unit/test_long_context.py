@@ -98,9 +98,7 @@ def test_llama_8b_cp4_at_128k_activations_by_hand() -> None:
 
 # embeddings and head 2 x 128256 x 4096, 32 blocks of (q, k, v, o: 2 x 4096^2 + 2 x 4096 x 1024;
 # MLP 3 x 4096 x 14336; 2 norms), the final norm
-LLAMA_8B_PARAMS = (
-    2 * 128256 * H + 32 * (2 * H * Q + 2 * H * KV + 3 * H * I + 2 * H) + H
-)
+LLAMA_8B_PARAMS = 2 * 128256 * H + 32 * (2 * H * Q + 2 * H * KV + 3 * H * I + 2 * H) + H
 
 
 def test_mixtral_ep8_expert_states_and_activations_by_hand() -> None:
@@ -163,3 +161,38 @@ def test_model_refusals_name_the_flag() -> None:
     with pytest.raises(UsageError) as caught:
         check_plan_for_model(ulysses, LLAMA_8B)
     assert caught.value.flag == "--sp-ulysses"
+
+
+def test_make_it_fit_offers_context_parallel_for_a_long_sequence() -> None:
+    from hwdash.core.planning.fit_knobs import knobs_for
+
+    def offered(plan: Plan, model: ModelSpec) -> dict[str, list[dict[str, object]]]:
+        knobs = knobs_for(plan, model, 8)
+        return {k.name: [dict(s.updates) for s in k.settings] for k in knobs}
+
+    long = offered(_plan(seq=131072, tp=2, gpus=8), LLAMA_8B)
+    assert [u["cp"] for u in long["cp"]] == [2, 4]  # 8 GPUs / tp 2 leaves 4 for context
+    assert "cp" not in offered(_plan(seq=4096, tp=2, gpus=8), LLAMA_8B)
+    # DeepSpeed plans split by Ulysses (heads and KV heads divisible: 8 KV heads)
+    ulysses = offered(_plan(seq=131072, gpus=8, zero=3), LLAMA_8B)
+    assert [u["sp_ulysses"] for u in ulysses["sp_ulysses"]] == [2, 4, 8]
+    assert [u["ep"] for u in offered(_plan(seq=4096, tp=1, pp=2, gpus=8), MIXTRAL)["ep"]] == [2, 4]
+    # a cp setting is a valid plan that needs less per GPU than the plan without it
+    arch = architecture(LLAMA_8B)
+    base = _plan(seq=131072, tp=2, gpus=8)
+    split = base.with_changes(long["cp"][-1])
+    assert megatron_stage(split, arch, 8, 0).total < megatron_stage(base, arch, 8, 0).total
+
+
+def test_accelerate_export_carries_parallelism_config() -> None:
+    from hwdash.core.plans.exports import accelerate_config
+
+    cp = _plan(seq=131072, cp=4, gpus=8, fsdp="full", zero=0, method="lora")
+    block = accelerate_config(cp, 8)["parallelism_config"]
+    assert block["parallelism_config_cp_size"] == 4
+    assert block["parallelism_config_dp_shard_size"] == 2  # 8 processes = 1 x 2 x 1 x 4
+    sp = _plan(seq=131072, sp_ulysses=8, gpus=8, zero=3, method="lora")
+    block = accelerate_config(sp, 8)["parallelism_config"]
+    assert block["parallelism_config_sp_size"] == 8
+    assert block["parallelism_config_sp_backend"] == "deepspeed"
+    assert "parallelism_config" not in accelerate_config(_plan(seq=4096, gpus=8), 8)

@@ -473,9 +473,13 @@ class Plan(BaseModel):
                 "(load-balanced ring attention gives each rank two chunks)"
             )
         if self.gpus % self.sequence_shards:
-            raise ValueError(f"--gpus {self.gpus} is not a multiple of {flag} {self.sequence_shards}")
+            raise ValueError(
+                f"--gpus {self.gpus} is not a multiple of {flag} {self.sequence_shards}"
+            )
         if self.cp > 1 and self.fsdp is not FsdpMode.NONE and self.fsdp_version != 2:
-            raise ValueError("--cp with --fsdp needs FSDP2 (accelerate's cp_size): --fsdp-version 2")
+            raise ValueError(
+                "--cp with --fsdp needs FSDP2 (accelerate's cp_size): --fsdp-version 2"
+            )
         if self.sp_ulysses > 1:
             self._check_ulysses()
 
