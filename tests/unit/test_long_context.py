@@ -46,7 +46,7 @@ MIXTRAL = ModelSpec(
     max_context=32768,
     source="mistralai/Mixtral-8x7B-v0.1 config.json",
 )
-H, I, Q, KV = 4096, 14336, 32 * 128, 8 * 128
+H, INTER, Q, KV = 4096, 14336, 32 * 128, 8 * 128
 
 
 def _plan(**fields: object) -> Plan:
@@ -71,7 +71,7 @@ def _layer_bytes(tokens: float, experts_per_token: int = 1) -> float:
         + 2 * tokens * (Q + KV)
         + 2 * tokens * KV
         + 2 * tokens * Q
-        + 6 * tokens * I * experts_per_token
+        + 6 * tokens * INTER * experts_per_token
         + 4 * 32 * tokens
     )
 
@@ -98,13 +98,13 @@ def test_llama_8b_cp4_at_128k_activations_by_hand() -> None:
 
 # embeddings and head 2 x 128256 x 4096, 32 blocks of (q, k, v, o: 2 x 4096^2 + 2 x 4096 x 1024;
 # MLP 3 x 4096 x 14336; 2 norms), the final norm
-LLAMA_8B_PARAMS = 2 * 128256 * H + 32 * (2 * H * Q + 2 * H * KV + 3 * H * I + 2 * H) + H
+LLAMA_8B_PARAMS = 2 * 128256 * H + 32 * (2 * H * Q + 2 * H * KV + 3 * H * INTER + 2 * H) + H
 
 
 def test_mixtral_ep8_expert_states_and_activations_by_hand() -> None:
     plan = _plan(seq=4096, ep=8, gpus=8)
     stage = megatron_stage(plan, architecture(MIXTRAL), 8, 0)
-    expert = 3 * H * I  # one expert's w1, w3, w2 (SwiGLU)
+    expert = 3 * H * INTER  # one expert's w1, w3, w2 (SwiGLU)
     dense = 2 * 32000 * H + 32 * (2 * H * Q + 2 * H * KV + 2 * H + 8 * H) + H  # + router h x 8
     # GShard / Switch: each of the 8 EP ranks holds 8/8 = 1 expert of every layer
     assert stage.params == pytest.approx(dense + 32 * expert, rel=1e-12)

@@ -554,18 +554,15 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
     """The bytes on one GPU of pipeline ``stage`` for ``plan`` on ``gpus`` GPUs.
 
     Data parallelism is ``gpus / (tp x pp x cp)``; the distributed optimizer (``--zero 1``) shards
-    the master copy and optimizer states over data x context parallelism (``gpus / (tp x pp)``),
-    the experts' over their own data-parallel group (``gpus / (tp x pp x ep)``,
-    :mod:`~hwdash.core.estimator.long_context`). Activations (1F1B, Korthikanti section 4.2.3):
-    stage ``k`` holds ``min(pp - k, grad_accum)`` micro-batches of its ``L/pp`` layers
-    (:func:`megatron_layer_activation_bytes` on the ``s/cp`` tokens of one context-parallel rank;
-    with full recomputation each layer's input, ``e sbh``, split over ``tp`` with sequence
-    parallelism, plus one layer being recomputed); the first stage also the embedding's dropout
-    mask per micro-batch (``sbh``), the last the inputs of the final norm and the output layer
-    (``2 e sbh``, both split with sequence parallelism) and the fp32 logits of the
-    vocabulary-parallel cross entropy (``4 s b v / tp``) (section 4.3). Context and expert
-    parallelism add their buffers (:func:`_long_context_extras`).
-    """
+    master copy and optimizer states over data x context ranks (``gpus / (tp x pp)``), the
+    experts' over ``gpus / (tp x pp x ep)`` (:mod:`~hwdash.core.estimator.long_context`).
+    Activations (1F1B, Korthikanti section 4.2.3): stage ``k`` holds ``min(pp - k, grad_accum)``
+    micro-batches of its ``L/pp`` layers (:func:`megatron_layer_activation_bytes` on one CP rank's
+    ``s/cp`` tokens; with full recomputation each layer's input, ``e sbh``, split over ``tp``
+    with sequence parallelism, plus one layer being recomputed); the first stage also the
+    embedding's dropout mask (``sbh``), the last the final norm's and output layer's inputs
+    (``2 e sbh``) and the fp32 logits (``4 s b v / tp``) (section 4.3); CP and EP buffers from
+    :func:`_long_context_extras`."""
     tp, pp = plan.tp, plan.pp
     layout = LAYOUTS[plan.precision]
     e = layout.activation_bytes
@@ -573,15 +570,7 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
     layers = arch.layers // pp
     experts = layers * long_context.expert_params_per_layer(arch) / tp
     params = megatron_stage_params(arch, tp, pp, stage) - experts * (1 - 1 / plan.ep)
-    k_bytes = sizes.master + est_states.optimizer_state_bytes_per_param(
-        plan.optimizer, LAYOUTS[Precision.FP32]
-    )
-    dense_dp = max(1, gpus // (tp * pp)) if plan.zero >= 1 else 1
-    expert_dp = max(1, gpus // (tp * pp * plan.ep)) if plan.zero >= 1 else 1
-    local_experts = experts / plan.ep
-    optimizer = params * k_bytes / dense_dp
-    if plan.ep > 1:
-        optimizer += local_experts * k_bytes * (1 / expert_dp - 1 / dense_dp)
+    optimizer = _megatron_optimizer(plan, gpus, params, experts / plan.ep)
     dropout = plan.hidden_dropout > 0
     sequence_split = tp if plan.sequence_parallel and tp > 1 else 1
     seq = plan.seq // plan.cp
@@ -617,6 +606,23 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
         one_layer=one_layer,
         micro_batches_in_flight=in_flight,
     )
+
+
+def _megatron_optimizer(plan: Plan, gpus: int, params: float, local_experts: float) -> float:
+    """Master copy + optimizer states of one GPU's ``params``: the distributed optimizer shards
+    them over data x context ranks (``gpus / (tp x pp)``), the ``local_experts`` part over the
+    experts' data-parallel group (``gpus / (tp x pp x ep)``, megatron/core/parallel_state.py)."""
+    sizes = megatron_bytes(plan.precision)
+    k_bytes = sizes.master + est_states.optimizer_state_bytes_per_param(
+        plan.optimizer, LAYOUTS[Precision.FP32]
+    )
+    tp, pp = plan.tp, plan.pp
+    dense_dp = max(1, gpus // (tp * pp)) if plan.zero >= 1 else 1
+    optimizer = params * k_bytes / dense_dp
+    if plan.ep > 1:
+        expert_dp = max(1, gpus // (tp * pp * plan.ep)) if plan.zero >= 1 else 1
+        optimizer += local_experts * k_bytes * (1 / expert_dp - 1 / dense_dp)
+    return optimizer
 
 
 def _long_context_extras(

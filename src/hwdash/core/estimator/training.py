@@ -131,6 +131,29 @@ class _Trained:
     """The layout the copies train in (the base's dtype, not the adapters')."""
 
 
+def _train_sequence_shard(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+    with_logits: bool,
+    savers: Savers,
+) -> int:
+    """FSDP2 context parallelism or DeepSpeed-Ulysses: one rank trains on its ``s/N`` tokens
+    (:mod:`~hwdash.core.estimator.long_context`), plus the attention's buffers."""
+    local = plan.model_copy(
+        update={"seq": plan.seq // plan.sequence_shards, "cp": 1, "sp_ulysses": 1}
+    )
+    trainable = _train_one_model(
+        local, arch, method, layout, dp, acc, label, with_logits=with_logits, savers=savers
+    )
+    long_context.add_sequence_buffers(plan, arch, layout.activation_bytes, acc, label)
+    return trainable
+
+
 def _train_one_model(
     plan: Plan,
     arch: Architecture,
@@ -150,15 +173,9 @@ def _train_one_model(
     if savers is None:
         savers = resolve_savers(plan)
     if plan.sequence_shards > 1 and not plan.megatron:
-        # FSDP2 context parallelism or DeepSpeed-Ulysses: one rank's s/N tokens, plus the buffers
-        local = plan.model_copy(
-            update={"seq": plan.seq // plan.sequence_shards, "cp": 1, "sp_ulysses": 1}
+        return _train_sequence_shard(
+            plan, arch, method, layout, dp, acc, label, with_logits, savers
         )
-        trainable = _train_one_model(
-            local, arch, method, layout, dp, acc, label, with_logits=with_logits, savers=savers
-        )
-        long_context.add_sequence_buffers(plan, arch, layout.activation_bytes, acc, label)
-        return trainable
     if _sharded_elsewhere(plan):
         if plan.fsdp is not FsdpMode.NONE:
             return parallelism.add_fsdp_training(
