@@ -196,3 +196,42 @@ def test_accelerate_export_carries_parallelism_config() -> None:
     assert block["parallelism_config_sp_size"] == 8
     assert block["parallelism_config_sp_backend"] == "deepspeed"
     assert "parallelism_config" not in accelerate_config(_plan(seq=4096, gpus=8), 8)
+
+
+def test_nccl_groups_of_cp_ep_and_ulysses() -> None:
+    from hwdash.core.estimator.collectives import comm_groups
+
+    def groups(plan: Plan, gpus: int) -> dict[str, tuple[int, str]]:
+        return {g.name: (g.ranks, g.pattern) for g in comm_groups(plan, gpus)}
+
+    megatron = groups(_plan(seq=8192, tp=2, cp=2, ep=2, gpus=16), 16)
+    assert megatron["context-parallel"] == (2, "p2p")
+    assert megatron["data-parallel"] == (8, "ring")  # data x context: 16 / (tp 2 x pp 1)
+    assert megatron["expert-parallel"] == (2, "alltoall")
+    assert megatron["expert data-parallel"] == (4, "ring")  # 16 / (tp 2 x ep 2 x pp 1)
+    ulysses = groups(_plan(seq=8192, sp_ulysses=4, gpus=8, zero=3), 8)
+    assert ulysses["Ulysses sequence-parallel"] == (4, "alltoall")
+    fsdp = groups(_plan(seq=8192, cp=4, gpus=8, fsdp="full", zero=0), 8)
+    assert fsdp["context-parallel"] == (4, "ring")
+
+
+def test_fsdp_cp_and_ulysses_count_one_ranks_tokens() -> None:
+    from hwdash.core.estimator import estimate_memory
+
+    arch_model = LLAMA_8B
+    for split, fields in (
+        ("cp", {"fsdp": "full", "zero": 0}),
+        ("sp_ulysses", {"zero": 3}),
+    ):
+        whole = estimate_memory(_plan(seq=65536, gpus=8, method="lora", **fields), arch_model)
+        local = estimate_memory(_plan(seq=16384, gpus=8, method="lora", **fields), arch_model)
+        shard = estimate_memory(
+            _plan(seq=65536, gpus=8, method="lora", **{split: 4}, **fields), arch_model
+        )
+        # the same states as the unsplit plan; the activations of 65536 / 4 tokens plus buffers:
+        # the ring's next K/V and dK/dV blocks, 2 x 2 x e x 16384 x kv_dim (Liu et al.); Ulysses'
+        # sent and received Q, K, V, 2 x e x 16384 x (q_dim + 2 kv_dim) (Jacobs et al.)
+        buffers = {"cp": 2 * 2 * 2 * 16384 * KV, "sp_ulysses": 2 * 2 * 16384 * (Q + 2 * KV)}
+        assert shard.per_gpu.weights == whole.per_gpu.weights
+        assert shard.per_gpu.activations - local.per_gpu.activations == buffers[split]
+        assert shard.per_gpu.activations < whole.per_gpu.activations / 3
