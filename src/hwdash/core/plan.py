@@ -536,11 +536,16 @@ class Plan(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_budget(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The plan's fields, ``budget`` left out when there is none: a plan without a budget
-        writes (JSON, saved plans) what it wrote before ``--budget`` existed."""
+        """The plan's fields, ``budget`` left out when there is none and ``cp``, ``sp_ulysses``,
+        ``ep`` when they are 1: such a plan writes (JSON, saved plans) what it wrote before those
+        flags existed."""
         data: dict[str, Any] = handler(self)
         if data.get("budget", 0) is None:
             del data["budget"]
+        # likewise the sequence and expert splits at 1 (issue 30): written only when they split
+        for name in ("cp", "sp_ulysses", "ep"):
+            if data.get(name) == 1:
+                del data[name]
         return data
 
     def default_name(self, model_name: str) -> str:
