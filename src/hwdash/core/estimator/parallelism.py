@@ -667,7 +667,8 @@ def add_megatron_training(
         0,
     )
     acc.weights += stage.weights
-    acc.note(f"{label} weights (stage {stage.stage}, 1/{tp} of each layer)", stage.weights)
+    experts = f", experts 1/{tp * plan.ep}" if plan.ep > 1 else ""
+    acc.note(f"{label} weights (stage {stage.stage}, 1/{tp} of each layer{experts})", stage.weights)
     acc.persistent_gradients += stage.gradients
     acc.note(f"{label} main gradients (fp32 buffer)", stage.gradients)
     acc.optimizer += stage.optimizer
