@@ -235,3 +235,17 @@ def test_fsdp_cp_and_ulysses_count_one_ranks_tokens() -> None:
         assert shard.per_gpu.weights == whole.per_gpu.weights
         assert shard.per_gpu.activations - local.per_gpu.activations == buffers[split]
         assert shard.per_gpu.activations < whole.per_gpu.activations / 3
+
+
+def test_accelerate_parallelism_config_reads_back(tmp_path: object) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from hwdash.core.plans.exports import accelerate_config
+    from hwdash.core.plans.imports import read_plan_file
+
+    plan = _plan(seq=131072, cp=4, gpus=8, fsdp="full", zero=0, method="lora")
+    path = Path(str(tmp_path)) / "accelerate.yaml"
+    path.write_text(yaml.safe_dump(accelerate_config(plan, 8)), encoding="utf-8")
+    assert read_plan_file(path).updates["cp"] == 4
