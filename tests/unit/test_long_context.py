@@ -140,6 +140,7 @@ def test_ep1_and_cp1_are_the_plain_megatron_stage() -> None:
         ({"seq": 4096, "sp_ulysses": 2, "gpus": 4, "fsdp": "full", "zero": 0}, "--sp-ulysses"),
         ({"seq": 4096, "cp": 2, "gpus": 4, "method": "lora", "zero": 0}, "--cp"),
         ({"seq": 4096, "cp": 2, "gpus": 4, "attention": "eager"}, "--cp"),
+        ({"seq": 4096, "sp_ulysses": 2, "gpus": 4, "zero": 0, "method": "lora"}, "--sp-ulysses"),
     ],
 )
 def test_refusals_name_the_flag(fields: dict[str, object], flag: str) -> None:
@@ -249,3 +250,19 @@ def test_accelerate_parallelism_config_reads_back(tmp_path: object) -> None:
     path = Path(str(tmp_path)) / "accelerate.yaml"
     path.write_text(yaml.safe_dump(accelerate_config(plan, 8)), encoding="utf-8")
     assert read_plan_file(path).updates["cp"] == 4
+
+
+def test_make_it_fit_proposes_cp_first_for_128k_on_a100x8() -> None:
+    from hwdash.core.catalog import load_catalog
+    from hwdash.core.models.config import resolve_model
+    from hwdash.core.planning.fit_options import find_fit_options
+    from hwdash.core.results import FitVerdict
+
+    catalog = load_catalog(include_user=False)
+    plan = _plan(model="llama-3.1-8b", seq=131072, tp=2, gpus=8, grad_ckpt=True)
+    model = resolve_model(plan.model, catalog)
+    search = find_fit_options(plan, model, catalog, "a100x8", [catalog.flavors["a100x8"]])
+    first = search.options[0]
+    # tp 2 x dp 4 needs about 99 GiB per GPU; splitting the sequence keeps the experiment
+    assert first.plan.cp == 2 and first.keeps_experiment
+    assert first.fit.verdict is FitVerdict.FITS

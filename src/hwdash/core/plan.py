@@ -494,6 +494,11 @@ class Plan(BaseModel):
                 "--sp-ulysses runs under DeepSpeed ZeRO (accelerate's sp_backend deepspeed): "
                 "not with --tp/--pp/--ep/--fsdp"
             )
+        if self.zero == 0:
+            raise ValueError(
+                "--sp-ulysses runs under DeepSpeed ZeRO (accelerate's sp_backend deepspeed): "
+                "give --zero 1, 2 or 3"
+            )
 
     @property
     def megatron(self) -> bool:

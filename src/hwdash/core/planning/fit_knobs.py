@@ -191,7 +191,7 @@ def _long_context_knobs(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Kn
     free = gpu_count // (plan.tp * plan.pp)
     sizes = [size for size in (2, 4, 8, 16) if size <= free and free % size == 0]
     if plan.seq >= LONG_SEQUENCE and sizes:
-        ring = plan.megatron or plan.fsdp is not FsdpMode.NONE
+        ring = plan.megatron or (plan.fsdp is not FsdpMode.NONE and plan.fsdp_version == 2)
         if ring:
             settings = tuple(
                 Setting({"cp": n, "gpus": gpu_count}, f"context parallel over {n} GPUs (ring)")
@@ -199,13 +199,15 @@ def _long_context_knobs(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Kn
                 if plan.seq % (2 * n) == 0
             )
             name = "cp"
-        else:
+        elif plan.zero:
             settings = tuple(
                 Setting({"sp_ulysses": n, "gpus": gpu_count}, f"Ulysses sequence parallel over {n}")
                 for n in sizes
                 if plan.seq % n == 0 and model.heads % n == 0 and model.kv_heads % n == 0
             )
             name = "sp_ulysses"
+        else:
+            settings, name = (), ""
         if settings:
             knobs.append(Knob(name, True, settings))
     if plan.megatron and model.experts > 1 and plan.ep == 1:
