@@ -40,6 +40,7 @@ CONTEXTS: tuple[dict[str, Any], ...] = (
     {"method": "full", "gpus": 4, "zero": 3},
     {"method": "full", "gpus": 4, "fsdp": "full"},
     {"method": "full", "gpus": 4, "tp": 2, "pp": 2},
+    {"method": "full", "gpus": 12, "seq": 1200, "zero": 1},
     {"method": "ppo"},
     {"method": "qlora"},
     {"method": "inference"},

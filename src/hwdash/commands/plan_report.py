@@ -37,10 +37,14 @@ def _parallel_words(plan: Plan, gpus: int) -> str:
         shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
         offload = ", CPU offload" if plan.fsdp_offload else ""
         return f" (FSDP {plan.fsdp.value} shard over {shard}{offload})"
-    if plan.tp > 1 or plan.pp > 1:
-        dp = max(1, gpus // (plan.tp * plan.pp))
+    if plan.megatron:
+        dp = max(1, gpus // (plan.tp * plan.pp * plan.cp))
         sp = ", sequence parallel" if plan.sequence_parallel and plan.tp > 1 else ""
-        return f" (tp {plan.tp} x pp {plan.pp} x dp {dp}{sp})"
+        cp = f" x cp {plan.cp}" if plan.cp > 1 else ""
+        ep = f", ep {plan.ep}" if plan.ep > 1 else ""
+        return f" (tp {plan.tp} x pp {plan.pp}{cp} x dp {dp}{sp}{ep})"
+    if plan.sp_ulysses > 1:
+        return f" (Ulysses sequence parallel over {plan.sp_ulysses})"
     return ""
 
 

@@ -296,6 +296,17 @@ class Plan(BaseModel):
     """Megatron-LM tensor-parallel size (``--tensor-model-parallel-size``)."""
     pp: int = Field(default=1, ge=1, le=1024)
     """Megatron-LM pipeline-parallel size (``--pipeline-model-parallel-size``), 1F1B schedule."""
+    cp: int = Field(default=1, ge=1, le=1024)
+    """Context parallelism (``--cp``; Megatron's ``--context-parallel-size``, accelerate's
+    ``cp_size`` under FSDP2): ring attention (Liu et al. 2023, arXiv:2310.01889) splits every
+    activation and the K/V along the sequence over ``cp`` ranks that hold the same weights."""
+    sp_ulysses: int = Field(default=1, ge=1, le=1024)
+    """DeepSpeed-Ulysses sequence parallelism (``--sp-ulysses``; accelerate's ``sp_size`` with the
+    DeepSpeed backend): activations split along the sequence, attention over heads/``sp`` with the
+    whole sequence (Jacobs et al. 2023, arXiv:2309.14509)."""
+    ep: int = Field(default=1, ge=1, le=1024)
+    """Expert parallelism (``--ep``; Megatron's ``--expert-model-parallel-size``): each rank holds
+    ``experts/ep`` of every MoE layer's experts; tokens reach them by all-to-all."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism under tensor parallelism (``--sequence-parallel``): the norm
     and dropout activations are split over the TP group as well."""
@@ -415,28 +426,107 @@ class Plan(BaseModel):
                 )
         elif self.fsdp_offload:
             raise ValueError("--fsdp-offload needs --fsdp full or hybrid")
-        megatron = self.tp > 1 or self.pp > 1
-        if not megatron:
+        self._check_long_context()
+        if not self.megatron:
             return
+        flags = self.megatron_flags
         if self.method is not Method.FULL:
             raise ValueError(
-                f"--tp/--pp are modelled for full training (Megatron-LM), not {self.method.value}"
+                f"{flags} are modelled for full training (Megatron-LM), not {self.method.value}"
             )
         if self.fsdp is not FsdpMode.NONE:
-            raise ValueError("--fsdp with --tp/--pp (2-D parallelism) is not modelled: pick one")
+            raise ValueError(f"--fsdp with {flags} (2-D parallelism) is not modelled: pick one")
         if self.zero > 1 or self.offload is not Offload.NONE:
             raise ValueError(
-                "--zero with --tp/--pp: Megatron's distributed optimizer is ZeRO stage 1 (--zero 1); "
+                f"--zero with {flags}: Megatron's distributed optimizer is ZeRO stage 1 (--zero 1); "
                 "stages 2-3 and offload are not modelled"
             )
         if self.grad_ckpt and self.selective_recompute:
             raise ValueError(
                 "--selective-recompute and --grad-ckpt (full recomputation) exclude each other"
             )
-        if self.gpus % (self.tp * self.pp):
+        if self.gpus % (self.tp * self.pp * self.cp):
             raise ValueError(
-                f"--gpus {self.gpus} is not a multiple of --tp x --pp = {self.tp * self.pp}"
+                f"--gpus {self.gpus} is not a multiple of --tp x --pp x --cp = "
+                f"{self.tp * self.pp * self.cp}"
             )
+        # megatron/core/parallel_state.py: the expert groups are tp x ep x pp of the world
+        if self.gpus % (self.tp * self.ep * self.pp):
+            raise ValueError(
+                f"--gpus {self.gpus} is not a multiple of --tp x --ep x --pp = "
+                f"{self.tp * self.ep * self.pp}"
+            )
+
+    def _check_long_context(self) -> None:
+        """``--cp``, ``--sp-ulysses`` and ``--ep``: where each runs and the sequence divisions
+        (``megatron/training/arguments.py``: seq-length a multiple of 2 x cp, for the
+        load-balanced ring; accelerate's ``ParallelismConfig``: CP and SP exclude each other)."""
+        if self.cp == 1 and self.sp_ulysses == 1 and self.ep == 1:
+            return
+        flag = "--cp" if self.cp > 1 else "--sp-ulysses" if self.sp_ulysses > 1 else "--ep"
+        if not self.is_training or self.is_rl:
+            raise ValueError(f"{flag} is modelled for training, not {self.method.value}")
+        if self.cp > 1 and self.sp_ulysses > 1:
+            raise ValueError("--cp and --sp-ulysses exclude each other (accelerate refuses both)")
+        if self.sequence_shards > 1 and self.attention is Attention.EAGER:
+            raise ValueError(
+                f"{flag} splits attention with a fused kernel (ring attention, Ulysses): "
+                "--attn eager is not modelled"
+            )
+        if self.cp > 1 and self.seq % (2 * self.cp):
+            raise ValueError(
+                f"--cp {self.cp}: --seq {self.seq} is not a multiple of 2 x cp = {2 * self.cp} "
+                "(load-balanced ring attention gives each rank two chunks)"
+            )
+        if self.gpus % self.sequence_shards:
+            raise ValueError(
+                f"--gpus {self.gpus} is not a multiple of {flag} {self.sequence_shards}"
+            )
+        if self.cp > 1 and self.fsdp is not FsdpMode.NONE and self.fsdp_version != 2:
+            raise ValueError(
+                "--cp with --fsdp needs FSDP2 (accelerate's cp_size): --fsdp-version 2"
+            )
+        if self.sp_ulysses > 1:
+            self._check_ulysses()
+
+    def _check_ulysses(self) -> None:
+        """Ulysses runs under DeepSpeed (accelerate's ``sp_backend="deepspeed"``, ALST)."""
+        if self.seq % self.sp_ulysses:
+            raise ValueError(
+                f"--sp-ulysses {self.sp_ulysses}: --seq {self.seq} is not a multiple of it"
+            )
+        if self.tp > 1 or self.pp > 1 or self.ep > 1 or self.fsdp is not FsdpMode.NONE:
+            raise ValueError(
+                "--sp-ulysses runs under DeepSpeed ZeRO (accelerate's sp_backend deepspeed): "
+                "not with --tp/--pp/--ep/--fsdp"
+            )
+        if self.zero == 0:
+            raise ValueError(
+                "--sp-ulysses runs under DeepSpeed ZeRO (accelerate's sp_backend deepspeed): "
+                "give --zero 1, 2 or 3"
+            )
+
+    @property
+    def megatron(self) -> bool:
+        """Whether the plan runs on the Megatron-LM path (tensor, pipeline, expert parallelism, or
+        context parallelism without FSDP)."""
+        return (
+            self.tp > 1
+            or self.pp > 1
+            or self.ep > 1
+            or (self.cp > 1 and self.fsdp is FsdpMode.NONE)
+        )
+
+    @property
+    def megatron_flags(self) -> str:
+        """The Megatron flags the plan sets, for messages (``--tp/--pp`` when none is)."""
+        flags = [f"--{name}" for name in ("tp", "pp", "cp", "ep") if getattr(self, name) > 1]
+        return "/".join(flags) if flags else "--tp/--pp"
+
+    @property
+    def sequence_shards(self) -> int:
+        """Ranks one sequence is split over: ``cp`` x ``sp_ulysses`` (one of them is 1)."""
+        return self.cp * self.sp_ulysses
 
     def with_changes(self, updates: dict[str, Any]) -> Plan:
         """A validated copy with ``updates``. Fields the plan left at their defaults stay unset, so
@@ -457,11 +547,16 @@ class Plan(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_budget(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The plan's fields, ``budget`` left out when there is none: a plan without a budget
-        writes (JSON, saved plans) what it wrote before ``--budget`` existed."""
+        """The plan's fields, ``budget`` left out when there is none and ``cp``, ``sp_ulysses``,
+        ``ep`` when they are 1: such a plan writes (JSON, saved plans) what it wrote before those
+        flags existed."""
         data: dict[str, Any] = handler(self)
         if data.get("budget", 0) is None:
             del data["budget"]
+        # likewise the sequence and expert splits at 1 (issue 30): written only when they split
+        for name in ("cp", "sp_ulysses", "ep"):
+            if data.get(name) == 1:
+                del data[name]
         return data
 
     def default_name(self, model_name: str) -> str:
@@ -528,8 +623,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
         elif name in _RL_FIELDS and not plan.is_rl:
             unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))
-        elif name in _MEGATRON_FIELDS and plan.tp == 1 and plan.pp == 1:
-            unused.append((name, "only Megatron plans (--tp or --pp above 1) use it"))
+        elif name in _MEGATRON_FIELDS and not plan.megatron:
+            unused.append((name, "only Megatron plans (--tp, --pp, --cp or --ep above 1) use it"))
         elif name == "sequence_parallel" and plan.tp == 1 and plan.pp > 1:
             unused.append((name, "sequence parallelism splits over the TP group: --tp is 1"))
         elif name == "sync_each_batch" and plan.fsdp is FsdpMode.NONE:

@@ -330,6 +330,25 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         parse="whole", metavar="N", form=FormRow("pipeline", "integer", "-full-only"),
     ),
     PlanField(
+        "cp", "--cp", SHARDING,
+        "context parallelism (ring attention, Megatron's --context-parallel-size; with --fsdp, "
+        "accelerate's cp_size): activations and K/V split along the sequence over N GPUs; --seq "
+        "a multiple of 2N (default 1)",
+        parse="whole", metavar="N",
+    ),
+    PlanField(
+        "sp_ulysses", "--sp-ulysses", SHARDING,
+        "DeepSpeed-Ulysses sequence parallelism over N GPUs (accelerate's sp_size): activations "
+        "split along the sequence, attention by heads/N with all-to-all (default 1)",
+        parse="whole", metavar="N",
+    ),
+    PlanField(
+        "ep", "--ep", SHARDING,
+        "expert parallelism (Megatron's --expert-model-parallel-size): each GPU holds 1/N of "
+        "every MoE layer's experts, tokens dispatched by all-to-all (default 1)",
+        parse="whole", metavar="N",
+    ),
+    PlanField(
         "sequence_parallel", "--no-sequence-parallel", SHARDING,
         "under --tp, keep the norm and dropout activations whole (sequence parallelism is "
         "on by default)",

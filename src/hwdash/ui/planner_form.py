@@ -281,8 +281,13 @@ class PlannerForm(PlannerParts):
         if FsdpMode(data["fsdp"]) is FsdpMode.NONE:
             data["fsdp_offload"] = False
         if method is not Method.FULL:
-            # the tensor/pipeline rows are for full training only (Megatron-LM)
-            data["tp"] = data["pp"] = 1
+            # the tensor/pipeline rows are for full training only (Megatron-LM); so are expert
+            # parallelism and context parallelism without FSDP (no rows: kept from the command line)
+            data["tp"] = data["pp"] = data["ep"] = 1
+            if FsdpMode(data["fsdp"]) is FsdpMode.NONE:
+                data["cp"] = 1
+        if method is Method.INFERENCE or method in (Method.PPO, Method.GRPO):
+            data["cp"] = data["sp_ulysses"] = data["ep"] = 1
         if method is Method.INFERENCE:
             # The training rows are hidden: a half-typed value there must not block the plan.
             # Examples stay in the plan (the warnings say they do nothing, as the command line does).

@@ -19,7 +19,12 @@ The groups (:func:`comm_groups`):
   (``torch.distributed.fsdp``'s ``HYBRID_SHARD`` builds both);
 * Megatron-LM: the tensor-parallel group and the data-parallel group (rings), and the pipeline's
   point-to-point sends and receives to the previous and the next stage
-  (``megatron/core/parallel_state.py``, ``initialize_model_parallel``);
+  (``megatron/core/parallel_state.py``, ``initialize_model_parallel``); with ``--cp`` the
+  context-parallel group (ring attention's K/V sends to the next rank and receives from the
+  previous), with ``--ep`` the expert-parallel group (all-to-all: a connection to each of its
+  other ranks) and the experts' data-parallel group;
+* DeepSpeed-Ulysses: its sequence-parallel group (all-to-all); FSDP2 context parallelism: the
+  context-parallel group of accelerate's device mesh;
 * multi-GPU inference splits the weights over the GPUs: a tensor-parallel group of every GPU (vLLM
   and TGI; ``device_map="auto"`` runs layer by layer with no communicator and needs less).
 
@@ -45,8 +50,10 @@ class CommGroup:
 
     name: str
     ranks: int
-    pattern: Literal["ring", "p2p"]
-    """``ring``: collectives (all-reduce, all-gather, reduce-scatter); ``p2p``: pipeline sends."""
+    pattern: Literal["ring", "p2p", "alltoall"]
+    """``ring``: collectives (all-reduce, all-gather, reduce-scatter); ``p2p``: pipeline sends and
+    ring attention's K/V passing (to the previous and the next rank); ``alltoall``: Ulysses' and
+    the MoE dispatcher's all-to-all, a send/receive pair with every other rank of the group."""
 
 
 def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
@@ -54,14 +61,19 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
     if gpus <= 1:
         return ()
     groups: list[CommGroup] = []
-    if plan.tp > 1 or plan.pp > 1:
+    if plan.megatron:
         if plan.tp > 1:
             groups.append(CommGroup("tensor-parallel", plan.tp, "ring"))
         if plan.pp > 1:
             groups.append(CommGroup("pipeline-parallel", plan.pp, "p2p"))
-        data = gpus // (plan.tp * plan.pp)
+        if plan.cp > 1:
+            groups.append(CommGroup("context-parallel", plan.cp, "p2p"))
+        data = gpus // (plan.tp * plan.pp)  # Megatron's data x context group
         if data > 1:
             groups.append(CommGroup("data-parallel", data, "ring"))
+        groups.extend(_expert_groups(plan, gpus))
+    elif plan.sp_ulysses > 1 or plan.cp > 1:
+        groups.extend(_sequence_groups(plan, gpus))
     elif plan.fsdp is FsdpMode.HYBRID:
         shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
         if shard > 1:
@@ -77,6 +89,37 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
         if plan.zero:
             groups.append(CommGroup("DeepSpeed world clone", gpus, "ring"))
     return tuple(groups)
+
+
+def _expert_groups(plan: Plan, gpus: int) -> list[CommGroup]:
+    """Megatron's expert-parallel group (all-to-all dispatch and combine) and the experts'
+    data-parallel group, ``gpus / (tp x ep x pp)`` (megatron/core/parallel_state.py)."""
+    if plan.ep <= 1:
+        return []
+    groups = [CommGroup("expert-parallel", plan.ep, "alltoall")]
+    expert_data = gpus // (plan.tp * plan.ep * plan.pp)
+    if expert_data > 1:
+        groups.append(CommGroup("expert data-parallel", expert_data, "ring"))
+    return groups
+
+
+def _sequence_groups(plan: Plan, gpus: int) -> list[CommGroup]:
+    """FSDP2 context parallelism (accelerate's device mesh: a CP ring beside the FSDP shard
+    group) or DeepSpeed-Ulysses (the sequence-parallel all-to-all group beside ZeRO's world
+    groups, deepspeed/sequence/layer.py)."""
+    if plan.cp > 1:
+        shard = fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node)
+        return [
+            CommGroup("FSDP shard", shard, "ring"),
+            CommGroup("context-parallel", plan.cp, "ring"),
+        ]
+    groups = [
+        CommGroup("data-parallel", gpus, "ring"),
+        CommGroup("Ulysses sequence-parallel", plan.sp_ulysses, "alltoall"),
+    ]
+    if plan.zero:
+        groups.append(CommGroup("DeepSpeed world clone", gpus, "ring"))
+    return groups
 
 
 def connection_bytes(nccl: NcclBuffers, buffsize: int | None) -> int:
@@ -100,7 +143,7 @@ def group_bytes(
     per_connection = connection_bytes(nccl, buffsize)
     if group.pattern == "ring":
         return link.coll_channels * per_connection
-    peers = min(2, group.ranks - 1)
+    peers = group.ranks - 1 if group.pattern == "alltoall" else min(2, group.ranks - 1)
     return link.p2p_channels_per_peer * peers * per_connection
 
 

@@ -47,7 +47,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hwdash.core.estimator import fsdp_versions
+from hwdash.core.estimator import fsdp_versions, long_context
 from hwdash.core.estimator import phases as est_phases
 from hwdash.core.estimator import states as est_states
 from hwdash.core.estimator.architecture import Architecture
@@ -553,32 +553,31 @@ class MegatronStage:
 def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> MegatronStage:
     """The bytes on one GPU of pipeline ``stage`` for ``plan`` on ``gpus`` GPUs.
 
-    Data parallelism is ``gpus / (tp x pp)``; the distributed optimizer (``--zero 1``) shards the
-    master copy and optimizer states over it. Activations (1F1B, Korthikanti section 4.2.3): stage
-    ``k`` holds ``min(pp - k, grad_accum)`` micro-batches of its ``L/pp`` layers
-    (:func:`megatron_layer_activation_bytes`; with full recomputation each layer's input, ``e sbh``,
-    split over ``tp`` with sequence parallelism, plus one layer being recomputed); the first stage
-    also the embedding's dropout mask per micro-batch (``sbh``), the last the inputs of the final
-    norm and the output layer (``2 e sbh``, both split with sequence parallelism) and the fp32
-    logits of the vocabulary-parallel cross entropy (``4 s b v / tp``) (section 4.3).
-    """
+    Data parallelism is ``gpus / (tp x pp x cp)``; the distributed optimizer (``--zero 1``) shards
+    master copy and optimizer states over data x context ranks (``gpus / (tp x pp)``), the
+    experts' over ``gpus / (tp x pp x ep)`` (:mod:`~hwdash.core.estimator.long_context`).
+    Activations (1F1B, Korthikanti section 4.2.3): stage ``k`` holds ``min(pp - k, grad_accum)``
+    micro-batches of its ``L/pp`` layers (:func:`megatron_layer_activation_bytes` on one CP rank's
+    ``s/cp`` tokens; with full recomputation each layer's input, ``e sbh``, split over ``tp``
+    with sequence parallelism, plus one layer being recomputed); the first stage also the
+    embedding's dropout mask (``sbh``), the last the final norm's and output layer's inputs
+    (``2 e sbh``) and the fp32 logits (``4 s b v / tp``) (section 4.3); CP and EP buffers from
+    :func:`_long_context_extras`."""
     tp, pp = plan.tp, plan.pp
-    dp = max(1, gpus // (tp * pp))
     layout = LAYOUTS[plan.precision]
     e = layout.activation_bytes
     sizes = megatron_bytes(plan.precision)
-    params = megatron_stage_params(arch, tp, pp, stage)
-    k_bytes = sizes.master + est_states.optimizer_state_bytes_per_param(
-        plan.optimizer, LAYOUTS[Precision.FP32]
-    )
-    optimizer = params * k_bytes / (dp if plan.zero >= 1 else 1)
     layers = arch.layers // pp
+    experts = layers * long_context.expert_params_per_layer(arch) / tp
+    params = megatron_stage_params(arch, tp, pp, stage) - experts * (1 - 1 / plan.ep)
+    optimizer = _megatron_optimizer(plan, gpus, params, experts / plan.ep)
     dropout = plan.hidden_dropout > 0
     sequence_split = tp if plan.sequence_parallel and tp > 1 else 1
+    seq = plan.seq // plan.cp
     one_layer = megatron_layer_activation_bytes(
         arch,
         plan.batch,
-        plan.seq,
+        seq,
         e,
         tp,
         sequence_parallel=plan.sequence_parallel,
@@ -586,14 +585,16 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
         selective_recompute=plan.selective_recompute,
         dropout=dropout,
     )
-    sbh = plan.batch * plan.seq * arch.hidden
+    sbh = plan.batch * seq * arch.hidden
     in_flight = max(1, min(pp - stage, plan.grad_accum))
     per_micro_batch = layers * (e * sbh / sequence_split if plan.grad_ckpt else one_layer)
     if stage == 0 and dropout:
         per_micro_batch += sbh / sequence_split
-    activations = in_flight * per_micro_batch + (one_layer if plan.grad_ckpt else 0.0)
+    saved, transient = _long_context_extras(plan, arch, layers, e, sequence_split)
+    activations = in_flight * (per_micro_batch + saved) + transient
+    activations += one_layer if plan.grad_ckpt else 0.0
     if stage == pp - 1:
-        activations += 2 * e * sbh / sequence_split + 4 * plan.batch * plan.seq * arch.vocab / tp
+        activations += 2 * e * sbh / sequence_split + 4 * plan.batch * seq * arch.vocab / tp
     return MegatronStage(
         stage=stage,
         layers=layers,
@@ -607,35 +608,71 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
     )
 
 
+def _megatron_optimizer(plan: Plan, gpus: int, params: float, local_experts: float) -> float:
+    """Master copy + optimizer states of one GPU's ``params``: the distributed optimizer shards
+    them over data x context ranks (``gpus / (tp x pp)``), the ``local_experts`` part over the
+    experts' data-parallel group (``gpus / (tp x pp x ep)``, megatron/core/parallel_state.py)."""
+    sizes = megatron_bytes(plan.precision)
+    k_bytes = sizes.master + est_states.optimizer_state_bytes_per_param(
+        plan.optimizer, LAYOUTS[Precision.FP32]
+    )
+    tp, pp = plan.tp, plan.pp
+    dense_dp = max(1, gpus // (tp * pp)) if plan.zero >= 1 else 1
+    optimizer = params * k_bytes / dense_dp
+    if plan.ep > 1:
+        expert_dp = max(1, gpus // (tp * pp * plan.ep)) if plan.zero >= 1 else 1
+        optimizer += local_experts * k_bytes * (1 / expert_dp - 1 / dense_dp)
+    return optimizer
+
+
+def _long_context_extras(
+    plan: Plan, arch: Architecture, layers: int, e: int, sequence_split: int
+) -> tuple[float, float]:
+    """(bytes per micro-batch kept for backward, bytes of one layer's transient buffers) that
+    context and expert parallelism add on one rank (:mod:`~hwdash.core.estimator.long_context`):
+    with ``--ep``, each MoE layer's received token copies (kept) and the send copy of the layer
+    running; with ``--cp``, the ring's K/V and dK/dV blocks in flight. Both 0 without them."""
+    transient = long_context.ring_buffers(plan, arch, e, plan.tp)
+    if plan.ep <= 1:
+        return 0.0, transient
+    tokens = plan.batch * plan.seq / plan.cp
+    copies = long_context.dispatched_token_bytes(arch, tokens, e, sequence_split)
+    moe_layers = long_context.moe_layers(arch) * layers // arch.layers
+    return moe_layers * copies, transient + copies
+
+
 def add_megatron_training(
     plan: Plan, arch: Architecture, gpus: int, acc: est_phases._Accumulator, label: str
 ) -> int:
     """The heavier of the first and the last pipeline stage, into ``acc``; return the trainable
     parameters (the whole model: Megatron trains all of it)."""
-    tp, pp = plan.tp, plan.pp
-    if gpus % (tp * pp):
+    tp, pp, cp = plan.tp, plan.pp, plan.cp
+    if gpus % (tp * pp * cp):
         acc.warnings.append(
-            f"{gpus} GPUs is not a multiple of tp x pp = {tp * pp}: counted with "
-            f"{max(1, gpus // (tp * pp))}-way data parallelism"
+            f"{gpus} GPUs is not a multiple of tp x pp x cp = {tp * pp * cp}: counted with "
+            f"{max(1, gpus // (tp * pp * cp))}-way data parallelism"
         )
     candidates = [megatron_stage(plan, arch, gpus, 0)]
     if pp > 1:
         candidates.append(megatron_stage(plan, arch, gpus, pp - 1))
     stage = max(candidates, key=lambda candidate: candidate.total)
-    dp = max(1, gpus // (tp * pp))
+    dp = max(1, gpus // (tp * pp * cp))
     where = "first" if stage.stage == 0 else "last"
+    mesh = f"tp {tp} x pp {pp}" + (f" x cp {cp}" if cp > 1 else "") + f" x dp {dp}"
+    mesh += f", ep {plan.ep}" if plan.ep > 1 else ""
     acc.note(
-        f"{label} on tp {tp} x pp {pp} x dp {dp}: {where} pipeline stage ({stage.layers} layers, "
+        f"{label} on {mesh}: {where} pipeline stage ({stage.layers} layers, "
         f"{stage.micro_batches_in_flight} micro-batch(es) in flight, "
         f"{stage.params / 1e9:.2f}B params per GPU)",
         0,
     )
     acc.weights += stage.weights
-    acc.note(f"{label} weights (stage {stage.stage}, 1/{tp} of each layer)", stage.weights)
+    experts = f", experts 1/{tp * plan.ep}" if plan.ep > 1 else ""
+    acc.note(f"{label} weights (stage {stage.stage}, 1/{tp} of each layer{experts})", stage.weights)
     acc.persistent_gradients += stage.gradients
     acc.note(f"{label} main gradients (fp32 buffer)", stage.gradients)
     acc.optimizer += stage.optimizer
-    sharded = f"distributed over dp {dp}" if plan.zero >= 1 else "not distributed (--zero 1)"
+    sharded = f"distributed over dp {dp * cp}" if plan.zero >= 1 else "not distributed (--zero 1)"
     acc.note(f"{label} master copy + optimizer states ({sharded})", stage.optimizer)
     acc.activations += stage.activations
     acc.note(

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hwdash.core.estimator import parallelism, zero_buffers
+from hwdash.core.estimator import long_context, parallelism, zero_buffers
 from hwdash.core.estimator.activations import (
     DROPOUT_MASK_BYTES,
     _merged_expert_gradient_bytes,
@@ -80,7 +80,7 @@ from hwdash.core.plan import FsdpMode, Method, Offload, OptimizerImpl, Plan, Pre
 
 def _sharded_elsewhere(plan: Plan) -> bool:
     """Whether PyTorch FSDP or Megatron TP/PP shard the plan (:mod:`hwdash.core.estimator.parallelism`)."""
-    return plan.fsdp is not FsdpMode.NONE or plan.tp > 1 or plan.pp > 1
+    return plan.fsdp is not FsdpMode.NONE or plan.megatron
 
 
 def _effective_layout(plan: Plan, acc: _Accumulator) -> Layout:
@@ -131,6 +131,29 @@ class _Trained:
     """The layout the copies train in (the base's dtype, not the adapters')."""
 
 
+def _train_sequence_shard(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    layout: Layout,
+    dp: int,
+    acc: _Accumulator,
+    label: str,
+    with_logits: bool,
+    savers: Savers,
+) -> int:
+    """FSDP2 context parallelism or DeepSpeed-Ulysses: one rank trains on its ``s/N`` tokens
+    (:mod:`~hwdash.core.estimator.long_context`), plus the attention's buffers."""
+    local = plan.model_copy(
+        update={"seq": plan.seq // plan.sequence_shards, "cp": 1, "sp_ulysses": 1}
+    )
+    trainable = _train_one_model(
+        local, arch, method, layout, dp, acc, label, with_logits=with_logits, savers=savers
+    )
+    long_context.add_sequence_buffers(plan, arch, layout.activation_bytes, acc, label)
+    return trainable
+
+
 def _train_one_model(
     plan: Plan,
     arch: Architecture,
@@ -149,6 +172,10 @@ def _train_one_model(
     the optimizer step in backward, paged states and the adapters' and QLoRA extras' dtypes."""
     if savers is None:
         savers = resolve_savers(plan)
+    if plan.sequence_shards > 1 and not plan.megatron:
+        return _train_sequence_shard(
+            plan, arch, method, layout, dp, acc, label, with_logits, savers
+        )
     if _sharded_elsewhere(plan):
         if plan.fsdp is not FsdpMode.NONE:
             return parallelism.add_fsdp_training(

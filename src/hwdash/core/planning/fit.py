@@ -165,9 +165,12 @@ def _refusals(
     the hardware kind, vLLM's share, the host RAM that offload needs."""
     reasons: list[str] = []
     gpus = flavor.gpu_count
-    model_parallel = plan.tp * plan.pp
+    model_parallel = plan.tp * plan.pp * plan.sequence_shards
     if gpus % model_parallel:
-        reasons.append(f"{gpus} GPUs is not a multiple of tp x pp = {model_parallel}")
+        words = "tp x pp" + (" x cp" if plan.cp > 1 else " x sp" if plan.sp_ulysses > 1 else "")
+        reasons.append(f"{gpus} GPUs is not a multiple of {words} = {model_parallel}")
+    elif gpus % (plan.tp * plan.pp * plan.ep):
+        reasons.append(f"{gpus} GPUs is not a multiple of tp x ep x pp")
     unsupported = _unsupported_on(plan, accelerator)
     if unsupported is not None:
         reasons.append(unsupported)
@@ -293,6 +296,29 @@ def _check_model_parallel(plan: Plan, model: ModelSpec) -> None:
         raise UsageError(
             f"{model.name} has {model.layers} layers, not divisible by --pp {plan.pp}", flag="--pp"
         )
+    _check_long_context(plan, model)
+
+
+def _check_long_context(plan: Plan, model: ModelSpec) -> None:
+    """DeepSpeed-Ulysses splits the heads (and KV heads) over ``--sp-ulysses`` (Jacobs et al.
+    2023, section 3); Megatron splits the experts over ``--ep`` (``megatron/training/arguments.py``:
+    num-experts a multiple of the expert-model-parallel size)."""
+    if plan.sp_ulysses > 1:
+        for heads, what in ((model.heads, "attention heads"), (model.kv_heads, "KV heads")):
+            if heads % plan.sp_ulysses:
+                raise UsageError(
+                    f"{model.name} has {heads} {what}, not divisible by --sp-ulysses "
+                    f"{plan.sp_ulysses}",
+                    flag="--sp-ulysses",
+                )
+    if plan.ep > 1:
+        if model.experts <= 1:
+            raise UsageError(f"{model.name} has no experts: --ep needs a MoE model", flag="--ep")
+        if model.experts % plan.ep:
+            raise UsageError(
+                f"{model.name} has {model.experts} experts, not divisible by --ep {plan.ep}",
+                flag="--ep",
+            )
 
 
 def evaluate_plan(plan: Plan, catalog: Catalog, model: ModelSpec | None = None) -> PlanReport:

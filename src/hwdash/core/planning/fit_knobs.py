@@ -38,6 +38,10 @@ SHORTEST_SEQUENCE = 256
 SMALLEST_RANK = 4
 """Nor a LoRA rank below this."""
 
+LONG_SEQUENCE = 32768
+"""From this sequence length the search offers splitting it over GPUs (``--cp``, ``--sp-ulysses``):
+Megatron's and torchtitan's long-context recipes turn context parallelism on from 32k tokens."""
+
 EXCLUSIVE_KNOBS = (("zero", "fsdp"),)
 """Knobs never turned together (the plan refuses DeepSpeed ZeRO with PyTorch FSDP), in the order
 :func:`knobs_for` lists them."""
@@ -96,6 +100,7 @@ def knobs_for(
         knobs += _saver_knobs(plan, framework)
         accumulates = plan.grad_accum > 1 or any(k.name == "micro_batch" for k in knobs)
         knobs += _sharding_knobs(plan, gpu_count, savers, accumulates)
+        knobs += _long_context_knobs(plan, model, gpu_count)
         knobs += _zero_buffer_knobs(plan, model)
         knobs += _fsdp_buffer_knobs(plan)
         knobs += _optimizer_knobs(plan)
@@ -173,6 +178,46 @@ def _sharding_knobs(plan: Plan, gpu_count: int, savers: Savers, accumulates: boo
     sharded = plan.fsdp is not FsdpMode.NONE or bool(fsdp_settings)
     if not savers.sync_each_batch and sharded and accumulates and gpu_count > 1:
         knobs.append(_sync_each_batch_knob())
+    return knobs
+
+
+def _long_context_knobs(plan: Plan, model: ModelSpec, gpu_count: int) -> list[Knob]:
+    """A long sequence split over GPUs: context parallelism (ring attention) on Megatron and FSDP2
+    plans, DeepSpeed-Ulysses elsewhere (heads divisible by it); expert parallelism for a MoE model
+    on Megatron. Each split keeps the experiment (the same tokens, the same model)."""
+    knobs: list[Knob] = []
+    if plan.is_rl or not plan.is_training or gpu_count < 2 or plan.sequence_shards > 1:
+        return knobs
+    free = gpu_count // (plan.tp * plan.pp)
+    sizes = [size for size in (2, 4, 8, 16) if size <= free and free % size == 0]
+    if plan.seq >= LONG_SEQUENCE and sizes:
+        ring = plan.megatron or (plan.fsdp is not FsdpMode.NONE and plan.fsdp_version == 2)
+        if ring:
+            settings = tuple(
+                Setting({"cp": n, "gpus": gpu_count}, f"context parallel over {n} GPUs (ring)")
+                for n in sizes
+                if plan.seq % (2 * n) == 0
+            )
+            name = "cp"
+        elif plan.zero:
+            settings = tuple(
+                Setting({"sp_ulysses": n, "gpus": gpu_count}, f"Ulysses sequence parallel over {n}")
+                for n in sizes
+                if plan.seq % n == 0 and model.heads % n == 0 and model.kv_heads % n == 0
+            )
+            name = "sp_ulysses"
+        else:
+            settings, name = (), ""
+        if settings:
+            knobs.append(Knob(name, True, settings))
+    if plan.megatron and model.experts > 1 and plan.ep == 1:
+        experts = tuple(
+            Setting({"ep": n, "gpus": gpu_count}, f"experts split over {n} GPUs")
+            for n in sizes
+            if model.experts % n == 0
+        )
+        if experts:
+            knobs.append(Knob("ep", True, experts))
     return knobs
 
 

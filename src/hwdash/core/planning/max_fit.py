@@ -21,6 +21,7 @@ checks it), so each answer is a binary search: about 20 estimates, under a milli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -246,8 +247,10 @@ class _Search:
 
 
 def _fewest_gpus(search: _Search) -> MaxFit:
-    """The fewest GPUs (in steps of tp x pp) of the flavor's kind that fit."""
-    step = search.plan.tp * search.plan.pp
+    """The fewest GPUs (in steps of tp x pp x cp (or sp), and of tp x ep x pp) of the flavor's
+    kind that fit."""
+    plan = search.plan
+    step = math.lcm(plan.tp * plan.pp * plan.sequence_shards, plan.tp * plan.ep * plan.pp)
     top = _field_bound("gpus") // step
     if search.accelerator is None or search.flavor.gpu_count == 0 or not search.fits(top * step):
         return search.answer(None, search.evaluate(top * step), step=step)

@@ -277,8 +277,15 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
                 if getattr(plan, name) is not None
             )
         missing.extend(_uncarried_fsdp(plan, kind))
-    if plan.tp > 1 or plan.pp > 1:
-        missing.append(f"--tp {plan.tp} --pp {plan.pp}")
+    if plan.megatron:
+        words = [f"--tp {plan.tp} --pp {plan.pp}"]
+        words += [
+            f"--{name} {getattr(plan, name)}" for name in ("cp", "ep") if getattr(plan, name) > 1
+        ]
+        missing.append(" ".join(words))
+    elif plan.sequence_shards > 1 and kind != "accelerate":
+        flag = "--cp" if plan.cp > 1 else "--sp-ulysses"
+        missing.append(f"{flag} {plan.sequence_shards}")
     if kind in ("deepspeed", "accelerate"):
         # the method lives in the training code (peft, bitsandbytes, the TRL trainer); the
         # Trainer snippet writes it, these configs have no key for it
@@ -571,7 +578,36 @@ def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> d
             "fsdp_cpu_ram_efficient_loading": True,
             "fsdp_sync_module_states": True,
         }
+    parallel = _parallelism_config(plan, gpus)
+    if parallel:
+        config["parallelism_config"] = parallel
     return config
+
+
+def _parallelism_config(plan: Plan, gpus: int) -> dict[str, Any]:
+    """accelerate's ``parallelism_config`` block for context (FSDP2, ``cp_size``) or Ulysses
+    sequence parallelism (DeepSpeed, ``sp_size``): the keys ``accelerate config`` writes with its
+    ``parallelism_config_`` prefix (accelerate/commands/config/cluster.py); the data-parallel
+    shard is what the sequence split leaves (accelerate/parallelism_config.py: the sizes'
+    product is the number of processes). Empty for other plans."""
+    prefix = "parallelism_config_"
+    if plan.cp > 1 and plan.fsdp is not FsdpMode.NONE:
+        mesh = hybrid_mesh(plan, gpus) or (1, gpus)
+        return {
+            f"{prefix}dp_replicate_size": mesh[0],
+            f"{prefix}dp_shard_size": mesh[1] // plan.cp,
+            f"{prefix}tp_size": 1,
+            f"{prefix}cp_size": plan.cp,
+            f"{prefix}cp_backend": "torch",
+        }
+    if plan.sp_ulysses > 1:
+        return {
+            f"{prefix}dp_replicate_size": 1,
+            f"{prefix}dp_shard_size": gpus // plan.sp_ulysses,
+            f"{prefix}sp_size": plan.sp_ulysses,
+            f"{prefix}sp_backend": "deepspeed",
+        }
+    return {}
 
 
 # -- hf jobs ------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ def read_accelerate(reader: ConfigReader, out: ImportedPlan) -> None:
     fsdp = reader.mapping("fsdp_config")
     if fsdp or distributed == "FSDP":
         _fsdp_block(reader, fsdp, out)
+    _parallelism_block(reader, reader.mapping("parallelism_config"), out)
     if precision in ("bf16", "fp16"):
         # accelerate autocasts an fp32 model; under DeepSpeed the fp32 master copy is kept. Under
         # FSDP the config cannot say the model's dtype: read as a bf16-loaded model, everything
@@ -130,3 +131,18 @@ def _fsdp_version_keys(reader: ConfigReader, fsdp: Mapping[str, Any], out: Impor
         )
         state_dict = FsdpStateDict.SHARDED
     out.updates["fsdp_state_dict"] = state_dict
+
+
+def _parallelism_block(reader: ConfigReader, block: Mapping[str, Any], out: ImportedPlan) -> None:
+    """accelerate's ``parallelism_config`` (accelerate/commands/config/cluster.py writes its keys
+    with the ``parallelism_config_`` prefix): ``cp_size`` is ``--cp``, ``sp_size`` is
+    ``--sp-ulysses``; the data-parallel sizes follow from the processes."""
+    for key, field in (("cp_size", "cp"), ("sp_size", "sp_ulysses")):
+        value = block.get(f"parallelism_config_{key}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise reader.bad(
+                f"parallelism_config.parallelism_config_{key}", "a whole number", value
+            )
+        out.updates[field] = value
