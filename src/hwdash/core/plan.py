@@ -547,9 +547,9 @@ class Plan(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_budget(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The plan's fields, ``budget`` left out when there is none and ``cp``, ``sp_ulysses``,
-        ``ep`` when they are 1: such a plan writes (JSON, saved plans) what it wrote before those
-        flags existed."""
+        """The plan's fields, ``budget`` left out when there is none, ``cp``, ``sp_ulysses``,
+        ``ep`` when they are 1 and ``images`` / ``image_tokens`` without images: such a plan writes
+        (JSON, saved plans) what it wrote before those flags existed."""
         data: dict[str, Any] = handler(self)
         if data.get("budget", 0) is None:
             del data["budget"]
@@ -557,6 +557,11 @@ class Plan(BaseModel):
         for name in ("cp", "sp_ulysses", "ep"):
             if data.get(name) == 1:
                 del data[name]
+        # and a text-only plan's images (issue 30): written only when a plan has images
+        if data.get("images") == 0:
+            data.pop("images")
+            if data.get("image_tokens") is None:
+                data.pop("image_tokens", None)
         return data
 
     def default_name(self, model_name: str) -> str:
