@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.app import App, ComposeResult
+from test_planner_max import PlannerApp
 from textual.widgets import Input
 
 from hwdash.core.catalog import Catalog, load_catalog
@@ -17,17 +17,6 @@ from hwdash.ui.planner_pane import PlannerPane
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return load_catalog(include_user=False)
-
-
-class PlannerApp(App[None]):
-    def __init__(self, catalog: Catalog, store: PlanStore, initial: Plan) -> None:
-        super().__init__()
-        self.catalog = catalog
-        self.store = store
-        self.initial = initial
-
-    def compose(self) -> ComposeResult:
-        yield PlannerPane(self.catalog, self.store, initial=self.initial)
 
 
 async def test_budget_typed_in_the_form_marks_flavors_over_it(
