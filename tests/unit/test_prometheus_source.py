@@ -301,6 +301,19 @@ def test_process_series_become_processes_of_their_gpu() -> None:
     assert not row.visible  # another machine's PID: never looked up here
 
 
+def test_labels_with_unicode_digits_are_read_as_text_not_numbers() -> None:
+    # str.isdigit takes "²", int() refuses it: a GPU so labelled has no number on its host, a
+    # process so labelled is left out, and nothing raises
+    odd = {**DCGM, "gpu": "²"}
+    process: dict[str, Any] = {**DCGM, "pid": "٣"}
+    server = Server(
+        vector(*dcgm(odd, 1, 2), ("hwdash_process_memory_used_bytes", process, 5 * MIB))
+    )
+    gpus = PrometheusSampler("http://prom", fetch=server).sample().gpus
+    assert [(gpu.host, gpu.host_gpu) for gpu in gpus if gpu.host_gpu is None] == [("node-a", None)]
+    assert all(not gpu.processes for gpu in gpus)
+
+
 class Recorder(http.server.BaseHTTPRequestHandler):
     """A Prometheus stand-in on loopback: answers the query only with the right credentials,
     redirects where the server's ``redirects`` says, and remembers every Authorization it saw."""

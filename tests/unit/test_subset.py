@@ -24,7 +24,8 @@ def test_entries_are_indices_or_uuids_and_all_means_every_gpu() -> None:
     assert parse_selection("0, 2") == ("0", "2")
     assert parse_selection("GPU-7e2f,3") == ("GPU-7e2f", "3")
     assert parse_selection("all") is None
-    for bad in ("", "0,,2", "x", "-1"):
+    # "²" and "٣" are digits to str.isdigit but not to int(): refused, never a traceback
+    for bad in ("", "0,,2", "x", "-1", "²", "0,٣"):
         with pytest.raises(UsageError, match="--gpus"):
             parse_selection(bad)
 

@@ -10,6 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def is_ascii_whole(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits: what ``int`` reads back. ``str.isdigit`` also
+    takes ``²`` and other Unicode digits, on which ``int`` raises."""
+    return bool(text) and all("0" <= ch <= "9" for ch in text)
+
+
 def parse_whole_number(text: str) -> int:
     """``text`` as a whole number (``12``, ``-3``; ``1e9`` and ``4.5`` are refused)."""
     cleaned = text.strip()

@@ -50,6 +50,7 @@ from hwdash.core.live.diagnoses import (
     DiagnosisKind,
     EventKind,
 )
+from hwdash.core.numbers import is_ascii_whole
 from hwdash.core.units import MIB
 from hwdash.errors import UsageError
 from hwdash.telemetry.types import (
@@ -422,11 +423,11 @@ class PrometheusSampler:
             name=entry.get("name"),
             uuid=entry.get("uuid"),
             host=host,
-            host_gpu=int(gpu) if gpu.isdigit() else None,
+            host_gpu=int(gpu) if is_ascii_whole(gpu) else None,
             processes=tuple(
                 _process(index, host, gpu, pid, row)
                 for pid, row in sorted(processes.items())
-                if pid.isdigit()
+                if is_ascii_whole(pid)
             ),
             **values,
         )
@@ -453,7 +454,7 @@ class PrometheusSampler:
                     labels.get("message") or f"{kind} (reported by {host})",
                     _since(labels.get("since"), now),
                     labels.get("hint", ""),
-                    int(pid) if pid.isdigit() else None,
+                    int(pid) if is_ascii_whole(pid) else None,
                 )
             )
         described = {diagnosis.kind for diagnosis in found}
@@ -566,7 +567,7 @@ def _process(index: int, host: str, gpu: str, pid: str, row: dict[str, Any]) -> 
         cmdline=labels.get("command") or None,
         torch=torch,
         host=host,
-        host_gpu=int(gpu) if gpu.isdigit() else None,
+        host_gpu=int(gpu) if is_ascii_whole(gpu) else None,
         sm_percent=row.get("sm_percent"),
         memory_bandwidth_percent=row.get("memory_bandwidth_percent"),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from hwdash.core.numbers import is_ascii_whole
 from hwdash.core.units import MIB
 from hwdash.telemetry.types import GpuSample
 
@@ -57,7 +58,7 @@ def _number(text: str) -> float | None:
 def _whole(text: str) -> int | None:
     """A whole number of ASCII digits (``str.isdigit`` also takes ``²``, which ``int`` refuses),
     at most 10 of them; else None."""
-    if not 0 < len(text) <= 10 or not all("0" <= ch <= "9" for ch in text):
+    if len(text) > 10 or not is_ascii_whole(text):
         return None
     return int(text)
 

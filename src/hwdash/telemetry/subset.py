@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from hwdash.core.numbers import is_ascii_whole
 from hwdash.errors import UsageError
 from hwdash.telemetry.types import GpuSample, Sampler, Snapshot
 
@@ -25,7 +26,7 @@ def parse_selection(text: str, flag: str = "--gpus") -> tuple[str, ...] | None:
     if not cleaned or any(not entry for entry in entries):
         raise UsageError(f"{text!r} is not a list of GPU indices or UUIDs (e.g. 0,2)", flag=flag)
     for entry in entries:
-        if not entry.isdigit() and not entry.upper().startswith(("GPU-", "MIG-")):
+        if not is_ascii_whole(entry) and not entry.upper().startswith(("GPU-", "MIG-")):
             raise UsageError(
                 f"{entry!r} is not a GPU index or UUID (e.g. 0 or GPU-5a1c...)", flag=flag
             )
@@ -49,7 +50,7 @@ def selection_from(
 
 def _chosen(gpu: GpuSample, entries: tuple[str, ...]) -> bool:
     for entry in entries:
-        if entry.isdigit():
+        if is_ascii_whole(entry):
             if gpu.index == int(entry) and gpu.host is None:
                 return True
         elif gpu.uuid and gpu.uuid.lower().startswith(entry.lower()):
@@ -69,7 +70,7 @@ def check_selection(entries: tuple[str, ...], gpus: tuple[GpuSample, ...], flag:
     several of them; ``flag`` (``--gpus``, ``CUDA_VISIBLE_DEVICES``) is named in the message."""
     local = sorted(gpu.index for gpu in gpus if gpu.host is None)
     for entry in entries:
-        if entry.isdigit():
+        if is_ascii_whole(entry):
             if int(entry) not in local:
                 here = (
                     f"GPUs here: {_index_list(local)}"
