@@ -199,6 +199,19 @@ def _gpm_ratio(gpu: GpuSample, metric: str) -> float | None:
     return None if value is None else value / 100.0
 
 
+def _member(
+    reading: str, member: str, convert: Callable[[Any], float | None] = lambda value: value
+) -> Callable[[GpuSample], float | None]:
+    """A member of one of the GPU's composite readings (``pcie.gen``, ``remapped_rows.failure``,
+    ``nvlink.active``), ``convert``-ed; None where the GPU has no such reading."""
+
+    def read(gpu: GpuSample) -> float | None:
+        composite = getattr(gpu, reading)
+        return None if composite is None else convert(getattr(composite, member))
+
+    return read
+
+
 def _flag(value: bool | None) -> float | None:
     return None if value is None else (1.0 if value else 0.0)
 
@@ -267,25 +280,25 @@ _GPU_SERIES: tuple[tuple[str, str, tuple[str, ...], Callable[[GpuSample], float 
         "DCGM_FI_DEV_PCIE_LINK_GEN",
         "PCIe link generation.",
         DCGM_LABELS,
-        lambda gpu: None if gpu.pcie is None else gpu.pcie.gen,
+        _member("pcie", "gen"),
     ),
     (
         "DCGM_FI_DEV_PCIE_LINK_WIDTH",
         "PCIe link width (lanes).",
         DCGM_LABELS,
-        lambda gpu: None if gpu.pcie is None else gpu.pcie.width,
+        _member("pcie", "width"),
     ),
     (
         "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
         "PCIe link generation the device and system support.",
         DCGM_LABELS,
-        lambda gpu: None if gpu.pcie is None else gpu.pcie.gen_max,
+        _member("pcie", "gen_max"),
     ),
     (
         "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
         "PCIe link width the device and system support.",
         DCGM_LABELS,
-        lambda gpu: None if gpu.pcie is None else gpu.pcie.width_max,
+        _member("pcie", "width_max"),
     ),
     (
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
@@ -303,25 +316,25 @@ _GPU_SERIES: tuple[tuple[str, str, tuple[str, ...], Callable[[GpuSample], float 
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "Memory rows remapped after uncorrectable errors.",
         DCGM_LABELS,
-        lambda gpu: None if gpu.remapped_rows is None else gpu.remapped_rows.uncorrected,
+        _member("remapped_rows", "uncorrected"),
     ),
     (
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "Memory rows remapped after correctable errors.",
         DCGM_LABELS,
-        lambda gpu: None if gpu.remapped_rows is None else gpu.remapped_rows.corrected,
+        _member("remapped_rows", "corrected"),
     ),
     (
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         "1 when a row remapping failed (no spare row left: the GPU needs service).",
         DCGM_LABELS,
-        lambda gpu: None if gpu.remapped_rows is None else _flag(gpu.remapped_rows.failure),
+        _member("remapped_rows", "failure", _flag),
     ),
     (
         "DCGM_FI_DEV_ROW_REMAP_PENDING",
         "1 when a row remapping waits for the next GPU reset.",
         DCGM_LABELS,
-        lambda gpu: None if gpu.remapped_rows is None else _flag(gpu.remapped_rows.pending),
+        _member("remapped_rows", "pending", _flag),
     ),
     (
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
@@ -376,13 +389,13 @@ _GPU_SERIES: tuple[tuple[str, str, tuple[str, ...], Callable[[GpuSample], float 
         "hwdash_gpu_nvlinks",
         "NVLinks the GPU has (nvmlDeviceGetNvLinkState answers for them).",
         HWDASH_GPU_LABELS,
-        lambda gpu: None if gpu.nvlink is None else gpu.nvlink.links,
+        _member("nvlink", "links"),
     ),
     (
         "hwdash_gpu_nvlinks_active",
         "NVLinks of the GPU that are up.",
         HWDASH_GPU_LABELS,
-        lambda gpu: None if gpu.nvlink is None else gpu.nvlink.active,
+        _member("nvlink", "active"),
     ),
     (
         "hwdash_gpu_memory_total_bytes",
