@@ -366,6 +366,18 @@ class ModelSpec(_Strict):
     cache (Falcon's new decoder architecture: ``FalconAttention._split_heads`` broadcasts them and
     ``reshape`` materialises the copy, ``modeling_falcon.py``): the KV cache and the kept K, V hold
     ``heads`` heads, the weights ``kv_heads``."""
+    experts_every_token: bool = False
+    """MoE: every expert runs on every token, each copy scaled by its router score (0 outside the
+    top-k): Llama 4's ``Llama4TextMoe`` repeats the tokens once per expert and multiplies them
+    through all experts with ``torch.bmm`` (``modeling_llama4.py``), so training keeps every
+    expert's intermediate tensors for every token. The active parameters stay the top-k's."""
+    attention_chunk_size: int = Field(default=0, ge=0, le=1_000_000_000)
+    """Llama 4's chunked attention (``attention_chunk_size``): the layers with RoPE attend only
+    within chunks of this many tokens, the :attr:`nope_layers` over the whole sequence; 0: none.
+    Read and shown; the estimate counts every layer's attention and KV cache at full length."""
+    nope_layers: tuple[int, ...] = ()
+    """Llama 4: the layers without RoPE (``no_rope_layers`` 0), which attend over the whole
+    sequence while the others attend in chunks of :attr:`attention_chunk_size`."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

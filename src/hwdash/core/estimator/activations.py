@@ -160,8 +160,9 @@ def _input_casts(
 
 
 def _routed_tokens(arch: Architecture, tokens: int, linear: LinearShape) -> int:
-    """Tokens through ``linear``: every token, k times for a MoE expert's."""
-    return tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+    """Tokens through ``linear``: every token, k times for a MoE expert's (every expert's for
+    Llama 4: :attr:`~hwdash.core.estimator.layout.Architecture.routed_copies`)."""
+    return tokens * (arch.routed_copies if linear.copies > 1 else 1)
 
 
 def _group_input_bytes(
@@ -279,7 +280,7 @@ def _adapter_extras(
         extras += DROPOUT_MASK_BYTES * lora_dropout_mask_elements(arch, tokens, targets)
     extras += _merged_expert_weight_bytes(targets, element_bytes)
     for linear in targets:
-        routed = tokens * (arch.experts_per_token if linear.copies > 1 else 1)
+        routed = tokens * (arch.routed_copies if linear.copies > 1 else 1)
         extras += e * routed * rank
         if casts:
             extras += e * rank * (linear.in_features + linear.out_features) * linear.copies
@@ -562,7 +563,7 @@ def _mlp_kept_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> in
         # k routed copies; the expert outputs kept by the routing-weight multiply (k e t h); the
         # router's input (e t h) and its fp32 logits (4 t experts). The gathered expert inputs are
         # counted with the other projection inputs.
-        k = arch.experts_per_token
+        k = arch.routed_copies
         mlp = k * (mlp + e * tokens * h) + e * tokens * h + 4 * tokens * arch.experts
         mlp += _shared_expert_bytes(arch, tokens, e, frozen)
     return mlp

@@ -106,6 +106,7 @@ def _derive(model: ModelSpec) -> Architecture:
         qk_rope_head_dim=model.qk_rope_head_dim if model.kv_lora_rank else 0,
         v_head_dim=model.v_head_dim if model.kv_lora_rank else 0,
         peft_fused_experts=model.peft_fused_experts,
+        experts_every_token=model.experts_every_token and experts > 1,
         vision_params=model.vision.params if model.vision else 0,
     )
 

@@ -123,10 +123,13 @@ class Architecture:
     v_head_dim: int = 0
     """MLA: per-head value width."""
     peft_fused_experts: bool = True
+    """MoE: what LoRA target names reach (``ModelSpec.peft_fused_experts``; :func:`lora_candidates`)."""
+    experts_every_token: bool = False
+    """MoE: every expert runs on every token (``ModelSpec.experts_every_token``: Llama 4), so the
+    routed experts' activations count :attr:`routed_copies` times."""
     vision_params: int = 0
     """A vision-language model's vision tower and projector (``ModelSpec.vision``): loaded with the
     model, so among :attr:`total_params`, outside the blocks."""
-    """MoE: what LoRA target names reach (``ModelSpec.peft_fused_experts``; :func:`lora_candidates`)."""
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -180,6 +183,12 @@ class Architecture:
         latent (:attr:`latent_kv_width`): transformers 5 caches ``k_nope`` (the normalised latent)
         and ``k_pe`` and re-expands them through ``kv_b_proj`` at every step."""
         return self.latent_kv_width
+
+    @property
+    def routed_copies(self) -> int:
+        """How many copies of each token the routed experts run in training: the top-k, or every
+        expert where they all run on every token (:attr:`experts_every_token`)."""
+        return self.experts if self.experts_every_token else self.experts_per_token
 
     @cached_property
     def block_kinds(self) -> tuple[tuple[int, Architecture], ...]:

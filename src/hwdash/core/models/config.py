@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from hwdash.core.estimator.architecture import architecture
-from hwdash.core.models import family_vision, hf_cache
+from hwdash.core.models import family_llama4, family_vision, hf_cache
 from hwdash.core.models.families import FAMILY_READERS, family_model
 from hwdash.core.models.fields import (
     ACTIVATIONS,
@@ -458,6 +458,9 @@ def hf_config_of(config: dict[str, Any]) -> dict[str, Any]:
     """The config a transformers model is built from: a multimodal config's ``text_config`` when it
     names its own ``model_type`` (the planner counts the language model only), else the config."""
     text = config.get("text_config")
+    if config.get("model_type") in ("llama4", "llama4_text"):
+        # Llama4ForCausalLM from the text fields (family_llama4 says why they are adjusted)
+        return family_llama4.transformers_text_config(config)
     if config.get("model_type") == "qwen2_5_vl":
         # transformers has no causal-LM class for Qwen2.5-VL's configs; its language model is
         # Qwen2's decoder (modeling_qwen2_5_vl.py Qwen2_5_VLDecoderLayer: the same projections,

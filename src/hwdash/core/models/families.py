@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hwdash.core.models import family_deepseek, family_encoders
+from hwdash.core.models import family_deepseek, family_encoders, family_llama4
 from hwdash.core.models.fields import (
     ACTIVATIONS,
     FLAG,
@@ -308,6 +308,7 @@ FAMILY_READERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "t5": _t5,
     "mt5": _t5,
     **{"deepseek_v2": family_deepseek.deepseek_v2, "deepseek_v3": family_deepseek.deepseek_v3},
+    **{"llama4": family_llama4.llama4, "llama4_text": family_llama4.llama4},
     **family_encoders.READERS,
 }
 
@@ -315,9 +316,17 @@ FAMILY_READERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
 _DROPOUT_FAMILIES = {"t5", "mt5"}
 
 
+def _text_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields the tracer builds the language model from: a multimodal config's text fields
+    (already merged over it) without its sub-configs."""
+    return {k: v for k, v in fields.items() if k not in ("text_config", "vision_config")}
+
+
 def family_model(model_type: str, fields: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """The :class:`ModelSpec` of a config of one of :data:`FAMILY_READERS`' types."""
     layout = FAMILY_READERS[model_type](fields, source)
+    notes = layout.pop("notes", "")
+    hf_config = layout.pop("hf_config", None) or _text_fields(fields)
     name_or_path = fields.get("_name_or_path")
     try:
         return ModelSpec(
@@ -326,9 +335,9 @@ def family_model(model_type: str, fields: dict[str, Any], *, name: str, source: 
             hf_id=name_or_path[:200] if isinstance(name_or_path, str) else "",
             checkpoint_bits=_checkpoint_bits(fields.get("quantization_config"), source),
             source=f"config.json ({model_type}): {source}",
-            notes=DROPOUT_NOTE if model_type in _DROPOUT_FAMILIES else "",
+            notes=DROPOUT_NOTE if model_type in _DROPOUT_FAMILIES else notes,
             model_type=model_type,
-            hf_config=dict(fields),
+            hf_config=hf_config,
             **layout,
         )
     except ValidationError as exc:
