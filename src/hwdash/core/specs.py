@@ -377,7 +377,14 @@ class ModelSpec(_Strict):
     Read and shown; the estimate counts every layer's attention and KV cache at full length."""
     nope_layers: tuple[int, ...] = ()
     """Llama 4: the layers without RoPE (``no_rope_layers`` 0), which attend over the whole
-    sequence while the others attend in chunks of :attr:`attention_chunk_size`."""
+    sequence while the others attend in chunks of :attr:`attention_chunk_size`; they have no
+    Q/K norm either."""
+    moe_layer_indices: tuple[int, ...] = ()
+    """MoE: the blocks with experts where they are not the last ``layers - dense_mlp_layers``
+    (Llama 4's ``moe_layers``: every ``interleave_moe_layer_step``-th); empty: those last ones."""
+    qk_norm_weight: bool = True
+    """The Q/K norms scale by a weight (Qwen3, Gemma 3); False: a plain RMS normalisation
+    (Llama 4's ``Llama4TextL2Norm``), which keeps no normalised copy for a weight gradient."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -405,6 +412,16 @@ class ModelSpec(_Strict):
             raise _FieldProblem(
                 "experts_per_token",
                 f"experts_per_token ({self.experts_per_token}) is larger than experts ({self.experts})",
+            )
+        for name in ("nope_layers", "moe_layer_indices"):
+            if any(not 0 <= index < self.layers for index in getattr(self, name)):
+                raise _FieldProblem(name, f"layer indices must be below layers ({self.layers})")
+        moe_blocks = self.layers - self.dense_mlp_layers
+        if self.moe_layer_indices and len(set(self.moe_layer_indices)) != moe_blocks:
+            raise _FieldProblem(
+                "moe_layer_indices",
+                f"{len(set(self.moe_layer_indices))} MoE blocks listed, but layers - "
+                f"dense_mlp_layers is {moe_blocks}",
             )
         return self
 

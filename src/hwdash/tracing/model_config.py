@@ -63,7 +63,7 @@ _DROPPED_CONFIG_KEYS = (
 
 #: Types transformers has no causal-LM class for, traced as the decoder they share: Qwen2.5-VL's
 #: language model is Qwen2's (``hf_config_of`` in hwdash.core.models.config says why).
-_TRACED_AS = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2"}
+_TRACED_AS = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2", "llama4": "llama4_text"}
 
 
 def hf_model_type(model: ModelSpec) -> str:
@@ -156,6 +156,12 @@ def local_config_dict(plan: Plan) -> dict[str, Any] | None:
     return {key: value for key, value in raw.items() if key not in _DROPPED_CONFIG_KEYS}
 
 
+#: MoE families whose experts have a forward of their own, with static shapes, and no
+#: ``@use_experts_implementation`` (transformers refuses ``_experts_implementation`` for them):
+#: Llama 4's ``Llama4TextExperts`` multiplies every expert with ``torch.bmm`` (modeling_llama4.py).
+_OWN_EXPERTS_FORWARD = {"llama4_text"}
+
+
 def _build_config(fields: dict[str, Any], settings: TraceSettings, layers: int) -> Any:
     from transformers import AutoConfig
 
@@ -174,7 +180,7 @@ def _build_config(fields: dict[str, Any], settings: TraceSettings, layers: int) 
         # A family default outside a smaller vocabulary; the padding row changes no memory.
         config.pad_token_id = None
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
-    if int(experts or 1) > 1:
+    if int(experts or 1) > 1 and fields["model_type"] not in _OWN_EXPERTS_FORWARD:
         # The eager expert loop iterates over data-dependent expert ids, which fake tensors cannot
         # do; grouped_mm has static shapes (transformers' CUDA path for MoE layers).
         config._experts_implementation = "grouped_mm"

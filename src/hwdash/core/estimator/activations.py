@@ -30,7 +30,11 @@ from __future__ import annotations
 import functools
 
 from hwdash.core.estimator import block_activations
-from hwdash.core.estimator.architecture import Architecture, LinearShape, is_mlp
+from hwdash.core.estimator.architecture import (
+    Architecture,
+    LinearShape,
+    dense_block_adapted,
+)
 from hwdash.core.estimator.savers import compiled_norm_saving
 from hwdash.core.plan import Attention
 
@@ -496,8 +500,10 @@ def _layer_norm_bytes(
         # projections' outputs (model dtype, or bf16 under autocast: e). Traced per layer, to the
         # byte: qwen3-0.6b at b1/s512, full bf16, amp and fp32 and LoRA bf16 and amp (18528, 18528,
         # 24672, 12384, 12384 bytes per token; end-of-forward slope between two and four layers).
+        # Llama 4's Llama4TextL2Norm has no weight: nothing keeps its normalised output
+        unscaled = frozen or not arch.qk_norm_weight
         for heads in (arch.heads, arch.kv_heads):
-            norms += _rms_norm_bytes(arch, tokens, heads * arch.head_dim, heads, e, frozen)
+            norms += _rms_norm_bytes(arch, tokens, heads * arch.head_dim, heads, e, unscaled)
     return norms
 
 
@@ -520,10 +526,15 @@ def _attention_kept_bytes(
       soft-capped scores (tanh output) in eager attention.
     """
     tokens = batch * seq
+    masked = _masked_sdpa(arch, seq, attention)
     # eager's repeat_kv, or a family that copies K and V out to all heads itself (Falcon's new
-    # decoder architecture), keeps them at every query head
-    kv_saved = arch.q_dim if attention is Attention.EAGER or arch.kv_expanded else arch.kv_dim
+    # decoder architecture), keeps them at every query head; so does SDPA given a mask
+    expanded = attention is Attention.EAGER or arch.kv_expanded or masked
+    kv_saved = arch.q_dim if expanded else arch.kv_dim
     attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
+    if masked:
+        # the boolean mask converted to an additive one in the activations' dtype, per layer
+        attention_bytes += e * batch * seq * seq
     if arch.mla:
         attention_bytes = _latent_attention_bytes(arch, tokens, e, w, frozen, attention)
     if attention is not Attention.EAGER:
@@ -535,6 +546,19 @@ def _attention_kept_bytes(
         # Traced per layer: gemma-2-2b at b1/s512 eager (with the norms above, to the byte).
         scores += e * batch * arch.heads * seq * seq
     return attention_bytes + scores
+
+
+def _masked_sdpa(arch: Architecture, seq: int, attention: Attention) -> bool:
+    """Whether SDPA runs this block with a mask: Llama 4's chunked layers from
+    ``attention_chunk_size`` tokens on (shorter sequences get ``is_causal`` instead:
+    ``_ignore_causal_mask_sdpa``, masking_utils.py). transformers then repeats K and V to every
+    query head (``use_gqa_in_sdpa`` wants no mask, integrations/sdpa_attention.py) and torch's SDPA
+    converts the boolean mask to an additive one in the query's dtype, which the kernel keeps for
+    backward. Traced per layer on the tiny Llama 4 (bench/llama4_trace_rows.py): a b x 1 x s x s
+    16-bit tensor and K, V at all heads in each chunked layer."""
+    if attention is Attention.EAGER or not arch.attention_chunk_size:
+        return False
+    return seq >= arch.attention_chunk_size
 
 
 def _mlp_kept_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> int:
@@ -637,7 +661,9 @@ def training_activation_bytes(
             element_bytes,
             attention,
             weight_bytes=w,
-            lora_targets=lora_targets if kind is arch else _dense_block_targets(arch, kind, names),
+            lora_targets=lora_targets
+            if kind.experts == arch.experts
+            else _dense_block_targets(arch, kind, names),
             lora_rank=lora_rank,
             dora=dora,
             lora_dropout=lora_dropout,
@@ -658,11 +684,6 @@ def training_activation_bytes(
 def _dense_block_targets(
     arch: Architecture, kind: Architecture, names: set[str]
 ) -> tuple[LinearShape, ...]:
-    """The adapted linears of a dense block of a MoE model (DeepSeek's first_k_dense_replace):
-    the same adapted names."""
-    return tuple(
-        linear
-        for linear in kind.linears
-        # PEFT's fused-expert mapping takes the MLP names away from a dense block
-        if linear.name in names and not (arch.peft_fused_experts and is_mlp(linear.name))
-    )
+    """The adapted linears of a dense block of a MoE model (DeepSeek's first_k_dense_replace,
+    Llama 4's interleaved dense blocks): :func:`dense_block_adapted`."""
+    return dense_block_adapted(arch, kind, names)

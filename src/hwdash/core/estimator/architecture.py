@@ -18,6 +18,8 @@ Sources:
 
 from __future__ import annotations
 
+from typing import Any
+
 from hwdash.core.estimator.encoder import encoder_architecture
 from hwdash.core.estimator.layout import Architecture as Architecture
 from hwdash.core.estimator.layout import LinearShape as LinearShape
@@ -106,9 +108,22 @@ def _derive(model: ModelSpec) -> Architecture:
         qk_rope_head_dim=model.qk_rope_head_dim if model.kv_lora_rank else 0,
         v_head_dim=model.v_head_dim if model.kv_lora_rank else 0,
         peft_fused_experts=model.peft_fused_experts,
-        experts_every_token=model.experts_every_token and experts > 1,
+        **_layer_pattern(model),
         vision_params=model.vision.params if model.vision else 0,
     )
+
+
+def _layer_pattern(model: ModelSpec) -> dict[str, Any]:
+    """Llama 4's block layout (``modeling_llama4.py``): experts run on every token, weightless Q/K
+    norms, chunked attention, NoPE blocks and interleaved MoE blocks (ModelSpec's fields)."""
+    moe = model.experts > 1
+    return {
+        "experts_every_token": model.experts_every_token and moe,
+        "qk_norm_weight": model.qk_norm_weight,
+        "attention_chunk_size": model.attention_chunk_size,
+        "nope_layers": model.nope_layers,
+        "moe_layer_indices": model.moe_layer_indices if moe else (),
+    }
 
 
 def _layer_norm_params(model: ModelSpec, norm: int) -> int:
@@ -374,12 +389,44 @@ def lora_adapter_params(
     LoRA: Hu et al. 2021, arXiv:2106.09685, section 4. DoRA adds a magnitude vector of ``out``
     values per adapted matrix (Liu et al. 2024, arXiv:2402.09353, section 4.1).
     """
+    names = {linear.name for linear in targets}
+    dense = dense_block_adapted(arch, arch.dense_block, names) if arch.dense_layers else ()
     total = 0
     for linear in targets:
-        per_copy = rank * (linear.in_features + linear.out_features)
-        if dora:
-            per_copy += linear.out_features
-        # routed experts only in the MoE blocks (not DeepSeek's leading dense ones)
-        blocks = arch.layers - arch.dense_layers if linear.copies > 1 else arch.layers
-        total += blocks * per_copy * linear.copies
+        # routed and shared experts only in the MoE blocks (not DeepSeek's or Llama 4's dense ones)
+        moe_only = linear.copies > 1 or linear.name.startswith(SHARED_PREFIX)
+        blocks = arch.layers - arch.dense_layers if moe_only else arch.layers
+        total += blocks * _adapter_params(linear, rank, dora)
+    # the dense blocks' MLPs the same names reach (their attention is counted above)
+    total += sum(
+        arch.dense_layers * _adapter_params(linear, rank, dora)
+        for linear in dense
+        if is_mlp(linear.name)
+    )
     return total
+
+
+def _adapter_params(linear: LinearShape, rank: int, dora: bool) -> int:
+    """A (r x in) and B (out x r) of one adapted matrix, per expert; DoRA's magnitude vector."""
+    per_copy = rank * (linear.in_features + linear.out_features)
+    if dora:
+        per_copy += linear.out_features
+    return per_copy * linear.copies
+
+
+def dense_block_adapted(
+    arch: Architecture, kind: Architecture, names: set[str]
+) -> tuple[LinearShape, ...]:
+    """The linears of a MoE model's dense block (``kind``) that the adapted ``names`` of its MoE
+    block reach: the same names, but not the MLP's where PEFT maps the MLP names onto the fused
+    experts (DeepSeek). Without that mapping (Llama 4: ``peft_fused_experts`` False) a name such
+    as ``gate_proj`` reaches the dense MLP's ``gate_proj`` as it reaches the shared expert's
+    (PEFT matches the end of the module path; traced on the tiny Llama 4: LoRA on gate, up and
+    down adapts both)."""
+    shared = {name.removeprefix(SHARED_PREFIX) for name in names if name.startswith(SHARED_PREFIX)}
+    return tuple(
+        linear
+        for linear in kind.linears
+        if (linear.name in names and not (arch.peft_fused_experts and is_mlp(linear.name)))
+        or (not arch.peft_fused_experts and linear.name in shared)
+    )

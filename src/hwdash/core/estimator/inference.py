@@ -75,7 +75,7 @@ def inference_activation_bytes(
         qkv += 2 * e * tokens * (arch.q_dim - arch.kv_dim) + e * batch * seq * seq
     mlp = (3 if arch.gated_mlp else 2) * e * tokens * arch.intermediate
     if arch.experts > 1:
-        mlp *= arch.experts_per_token
+        mlp *= arch.routed_copies
     layer = max(norm + qkv + scores, norm + mlp)
     # an encoder-decoder keeps the encoder output for every decoder step
     encoder = block_activations.encoder_output_bytes(arch, batch, seq, e)

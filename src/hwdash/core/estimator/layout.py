@@ -127,6 +127,16 @@ class Architecture:
     experts_every_token: bool = False
     """MoE: every expert runs on every token (``ModelSpec.experts_every_token``: Llama 4), so the
     routed experts' activations count :attr:`routed_copies` times."""
+    qk_norm_weight: bool = True
+    """The Q/K norms have a weight (``ModelSpec.qk_norm_weight``; Llama 4's have none)."""
+    attention_chunk_size: int = 0
+    """Llama 4: this block attends within chunks of this many tokens (``ModelSpec.attention_chunk_size``);
+    from that length on transformers hands SDPA a mask (0: none, causal attention)."""
+    nope_layers: tuple[int, ...] = ()
+    """Llama 4: the blocks without RoPE, Q/K norm or chunking (``ModelSpec.nope_layers``);
+    see :attr:`block_kinds`."""
+    moe_layer_indices: tuple[int, ...] = ()
+    """The MoE blocks where they are not the last ones (``ModelSpec.moe_layer_indices``)."""
     vision_params: int = 0
     """A vision-language model's vision tower and projector (``ModelSpec.vision``): loaded with the
     model, so among :attr:`total_params`, outside the blocks."""
@@ -193,10 +203,38 @@ class Architecture:
     @cached_property
     def block_kinds(self) -> tuple[tuple[int, Architecture], ...]:
         """(count, layout) for each kind of block: the MoE blocks (this layout) and, for DeepSeek's
-        ``first_k_dense_replace``, the dense ones (:attr:`dense_block`). One kind otherwise."""
+        ``first_k_dense_replace``, the dense ones (:attr:`dense_block`). One kind otherwise.
+        Llama 4 (:attr:`nope_layers`): each of those split into its RoPE blocks (chunked attention,
+        Q/K norm) and its NoPE blocks (neither: ``Llama4TextAttention``, modeling_llama4.py)."""
+        if self.nope_layers:
+            return self._rope_kinds
         if not self.dense_layers:
             return ((self.layers, self),)
         return ((self.layers - self.dense_layers, self), (self.dense_layers, self.dense_block))
+
+    @cached_property
+    def _rope_kinds(self) -> tuple[tuple[int, Architecture], ...]:
+        """:attr:`block_kinds` of a model with NoPE blocks, in the order (MoE, RoPE), (MoE, NoPE),
+        (dense, RoPE), (dense, NoPE), the kinds it has."""
+        plain = replace(self, nope_layers=(), moe_layer_indices=())
+        if self.experts <= 1:
+            moe = set(range(self.layers))
+        else:
+            moe = set(self.moe_layer_indices or range(self.dense_layers, self.layers))
+        nope = set(self.nope_layers)
+        kinds = []
+        for is_moe in (True, False):
+            block = plain if is_moe or self.experts <= 1 else plain.dense_block
+            for is_nope in (False, True):
+                count = sum(
+                    1 for i in range(self.layers) if (i in moe) == is_moe and (i in nope) == is_nope
+                )
+                if count:
+                    kind = (
+                        replace(block, qk_norm=False, attention_chunk_size=0) if is_nope else block
+                    )
+                    kinds.append((count, kind))
+        return tuple(kinds)
 
     @cached_property
     def dense_block(self) -> Architecture:

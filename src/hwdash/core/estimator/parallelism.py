@@ -516,7 +516,7 @@ def megatron_layer_activation_bytes(
     inside = e * tokens * (arch.q_dim + arch.kv_dim) + e * tokens * arch.kv_dim
     inside += e * tokens * arch.q_dim
     mlp = (3 if arch.gated_mlp else 2) * e * tokens * arch.intermediate
-    inside += mlp * (arch.experts_per_token if arch.experts > 1 else 1)
+    inside += mlp * (arch.routed_copies if arch.experts > 1 else 1)
     if not selective_recompute:
         score_elements = batch * arch.heads * seq * seq
         if attention is Attention.EAGER:

@@ -69,6 +69,16 @@ _VISION_DEFAULTS = {
 MAX_TILES = 16
 
 
+#: PEFT 0.21's ``all-linear`` wraps every ``nn.Linear`` but the output layer
+#: (``_maybe_include_all_linear_layers``, peft/tuners/tuners_utils.py), ``Llama4Router`` included,
+#: whose forward returns a tuple that ``lora.Linear.forward`` cannot take (AttributeError, seen in
+#: a trace of the tiny config): LoRA on Llama 4 names its modules.
+PEFT_NOTE = (
+    "LoRA: name the modules (q_proj, v_proj, gate_proj...): PEFT's all-linear also wraps the "
+    "MoE router, whose tuple output PEFT 0.21 cannot take"
+)
+
+
 def _layer_list(fields: dict[str, Any], key: str, layers: int, source: str) -> list[int] | None:
     """A list of whole numbers (``moe_layers``, ``no_rope_layers``); None when absent or empty
     (transformers then derives it)."""
@@ -84,15 +94,15 @@ def _layer_list(fields: dict[str, Any], key: str, layers: int, source: str) -> l
     return value
 
 
-def moe_layer_count(fields: dict[str, Any], layers: int, source: str) -> int:
+def moe_layers(fields: dict[str, Any], layers: int, source: str) -> tuple[int, ...]:
     """The layers whose feed-forward is a ``Llama4TextMoe``: those of ``moe_layers`` below the
     depth, else every ``interleave_moe_layer_step``-th from ``step - 1``
     (``Llama4TextConfig.__post_init__``)."""
     listed = _layer_list(fields, "moe_layers", layers, source)
     if listed is not None or fields.get("moe_layers") == []:
-        return len({index for index in listed or [] if index < layers})
+        return tuple(sorted({index for index in listed or [] if index < layers}))
     step = _int(fields, ("interleave_moe_layer_step",), source, default=1)
-    return len(range(step - 1, layers, step))
+    return tuple(range(step - 1, layers, step))
 
 
 def rope_layers(fields: dict[str, Any], layers: int, source: str) -> list[bool]:
@@ -110,19 +120,8 @@ def rope_layers(fields: dict[str, Any], layers: int, source: str) -> list[bool]:
     return [(index + 1) % interval != 0 for index in range(layers)]
 
 
-def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
-    """The ModelSpec fields of a ``llama4_text`` config (or a ``llama4`` one: its ``text_config``
-    merged over it, the vision tower from ``vision_config``)."""
-
-    def whole(key: str) -> int:
-        return _int(fields, (key,), source, default=_TEXT_DEFAULTS.get(key))
-
-    layers, hidden, heads = (
-        whole("num_hidden_layers"),
-        whole("hidden_size"),
-        whole("num_attention_heads"),
-    )
-    experts, per_token = whole("num_local_experts"), whole("num_experts_per_tok")
+def _experts(experts: int, per_token: int, source: str) -> tuple[int, int]:
+    """``num_local_experts`` (at least 2) and ``num_experts_per_tok`` (at most those)."""
     if experts < 2:
         raise UsageError(
             f"{source}: 'num_local_experts' must be at least 2 (Llama 4's MoE blocks), got {experts}",
@@ -133,7 +132,19 @@ def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
             f"{source}: 'num_experts_per_tok' ({per_token}) is more than the {experts} experts",
             flag=FLAG,
         )
-    moe = moe_layer_count(fields, layers, source)
+    return experts, per_token
+
+
+def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
+    """The ModelSpec fields of a ``llama4_text`` config (or a ``llama4`` one: its ``text_config``
+    merged over it, the vision tower from ``vision_config``)."""
+
+    def whole(key: str) -> int:
+        return _int(fields, (key,), source, default=_TEXT_DEFAULTS.get(key))
+
+    layers, hidden = whole("num_hidden_layers"), whole("hidden_size")
+    experts, per_token = _experts(whole("num_local_experts"), whole("num_experts_per_tok"), source)
+    moe = moe_layers(fields, layers, source)
     rope = rope_layers(fields, layers, source)
     chunk = fields.get("attention_chunk_size", _TEXT_DEFAULTS["attention_chunk_size"])
     chunk = 0 if chunk is None else whole("attention_chunk_size")
@@ -141,26 +152,28 @@ def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "layers": layers,
         "hidden_size": hidden,
-        "heads": heads,
+        "heads": whole("num_attention_heads"),
         "kv_heads": whole("num_key_value_heads"),
         "head_dim": whole("head_dim"),
         "vocab_size": whole("vocab_size"),
         "max_context": whole("max_position_embeddings"),
         "tied_embeddings": _bool(fields, "tie_word_embeddings", source, False),
         "attention_bias": _bool(fields, "attention_bias", source, False),
-        "mlp": "gated",
         "mlp_activation": _activation(fields, ("hidden_act",), "silu"),
         # Llama4TextL2Norm: no weight; on the RoPE layers only
         "qk_norm": _bool(fields, "use_qk_norm", source, True) and any(rope),
-        "notes": _attention_note(rope, chunk),
+        "notes": "; ".join(
+            note for note in (_attention_note(rope, chunk), PEFT_NOTE if moe else "") if note
+        ),
         "attention_chunk_size": chunk,
         "nope_layers": tuple(index for index, uses_rope in enumerate(rope) if not uses_rope),
+        "qk_norm_weight": False,
         "hf_config": transformers_text_config(fields),
     }
     if "text_config" in fields or "vision_config" in fields:
         # llama4: Llama4ForConditionalGeneration always builds the vision model
         layout["vision"] = read_vision(fields, hidden, source)
-    if moe == 0:  # every block dense: no MoE at all
+    if not moe:  # every block dense: no MoE at all
         return {**layout, "intermediate_size": dense_width}
     return {
         **layout,
@@ -169,8 +182,9 @@ def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
         "experts_per_token": per_token,
         # Llama4TextMoe.shared_expert: Llama4TextMLP(config), intermediate_size wide
         "shared_expert_intermediate_size": expert_width,
-        "dense_mlp_layers": layers - moe,
-        "dense_intermediate_size": dense_width if layers > moe else 0,
+        "dense_mlp_layers": layers - len(moe),
+        "dense_intermediate_size": dense_width if layers > len(moe) else 0,
+        "moe_layer_indices": moe,
         "experts_every_token": True,
         # transformers 5.24 has no weight conversion for llama4 and PEFT 0.21 none either
         # (peft/utils/transformers_weight_conversion.py): the experts' 3-D parameters are no
@@ -195,6 +209,27 @@ def _attention_note(rope: list[bool], chunk: int) -> str:
 
 def _vision_int(vision: dict[str, Any], key: str, where: str) -> int:
     return _int(vision, (key,), where, default=_VISION_DEFAULTS.get(key))
+
+
+def _tile_tokens(vision: dict[str, Any], image: int, patch: int, where: str) -> tuple[int, int]:
+    """(patches, image tokens) of one tile: ``(image_size / patch_size)^2`` patches, shuffled to
+    ``pixel_shuffle_ratio^2`` as many tokens (``pixel_shuffle``, modeling_llama4.py)."""
+    ratio = vision.get("pixel_shuffle_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+        raise UsageError(
+            f"{where}: 'pixel_shuffle_ratio' must be a number above 0 and at most 1, got "
+            f"{_shown(ratio)}",
+            flag=FLAG,
+        )
+    grid = (image // patch) ** 2
+    tokens = int(grid * ratio * ratio)
+    if patch > image or not 0 < grid <= family_vision.MAX_PATCHES or tokens < 1:
+        raise UsageError(
+            f"{where}: 'image_size' / 'patch_size' ({image} / {patch}) with pixel_shuffle_ratio "
+            f"{ratio} gives no image tokens to count",
+            flag=FLAG,
+        )
+    return grid, tokens
 
 
 def read_vision(config: dict[str, Any], text_hidden: int, source: str) -> VisionSpec:
@@ -225,43 +260,20 @@ def read_vision(config: dict[str, Any], text_hidden: int, source: str) -> Vision
     if not isinstance(vision, dict):
         raise UsageError(f"{source}: 'vision_config' must be a table", flag=FLAG)
     where = f"{source}: vision_config"
-    hidden, intermediate = (
-        _vision_int(vision, "hidden_size", where),
-        _vision_int(vision, "intermediate_size", where),
-    )
-    layers, channels = (
-        _vision_int(vision, "num_hidden_layers", where),
-        _vision_int(vision, "num_channels", where),
-    )
-    image, patch = (
-        _vision_int(vision, "image_size", where),
-        _vision_int(vision, "patch_size", where),
-    )
-    ratio = vision.get("pixel_shuffle_ratio", 0.5)
-    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-        raise UsageError(
-            f"{where}: 'pixel_shuffle_ratio' must be a number above 0 and at most 1, got "
-            f"{_shown(ratio)}",
-            flag=FLAG,
-        )
-    grid = (image // patch) ** 2
-    tokens = int(grid * ratio * ratio)
-    if patch > image or not 0 < grid <= family_vision.MAX_PATCHES or tokens < 1:
-        raise UsageError(
-            f"{where}: 'image_size' / 'patch_size' ({image} / {patch}) with pixel_shuffle_ratio "
-            f"{ratio} gives no image tokens to count",
-            flag=FLAG,
-        )
-    proj_in = _vision_int(vision, "projector_input_dim", where)
-    proj_out = _vision_int(vision, "projector_output_dim", where)
-    output = _vision_int(vision, "vision_output_dim", where)
-    params = channels * patch * patch * hidden + hidden + (grid + 1) * hidden + 4 * hidden
+    dims = {key: _vision_int(vision, key, where) for key in _VISION_DEFAULTS}
+    hidden, intermediate = dims["hidden_size"], dims["intermediate_size"]
+    layers, image, patch = dims["num_hidden_layers"], dims["image_size"], dims["patch_size"]
+    grid, tokens = _tile_tokens(vision, image, patch, where)
+    pixels = dims["num_channels"] * patch * patch  # one unfolded patch
+    params = pixels * hidden + hidden + (grid + 1) * hidden + 4 * hidden
     params += layers * family_vision._vit_layer_params(hidden, intermediate)
-    params += intermediate * proj_in + proj_out * proj_out + output * text_hidden
-    per_tower = channels * patch * patch + 2 * hidden
+    params += intermediate * dims["projector_input_dim"] + dims["projector_output_dim"] ** 2
+    params += dims["vision_output_dim"] * text_hidden
+    per_tower = pixels + 2 * hidden
     per_tower += layers * family_vision._block_elements(hidden, intermediate, "gelu")
     tower_ratio = (grid + 1) / tokens
-    saved = tower_ratio * per_tower + intermediate + 2 * proj_in + 2 * proj_out
+    saved = tower_ratio * per_tower + intermediate
+    saved += 2 * dims["projector_input_dim"] + 2 * dims["projector_output_dim"]
     working = tower_ratio * family_vision._block_working(hidden, intermediate, False)
     return VisionSpec(
         family="llama4",
