@@ -21,6 +21,7 @@ How the pinned figures were measured (transformers 5.24, torch 2.13 CPU, PEFT 0.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from hwdash.core.estimator import (
     resolve_lora_targets,
 )
 from hwdash.core.estimator.architecture import dense_block_adapted
+from hwdash.core.estimator.inference import inference_activation_bytes
+from hwdash.core.estimator.serving import packaged_engines, profile_activation_bytes
 from hwdash.core.models.config import hf_config_of, model_from_config, model_from_config_file
 from hwdash.core.models.params import count_active_parameters, count_parameters
 from hwdash.core.plan import Attention, Method, Plan
@@ -232,3 +235,18 @@ def test_cli_refuses_a_config_missing_a_key(
 def test_cli_plans_llama4(method: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--model", str(TINY), "--method", method, "--json"]) == 0
     assert '"memory"' in capsys.readouterr().out
+
+
+def test_transformers_prefill_runs_every_expert_engines_the_top_k() -> None:
+    # generate() with transformers runs Llama4TextMoe: every expert on every prompt token; vLLM's
+    # profile run goes through its fused top-k MoE kernel
+    arch = architecture(model_from_config_file(SCOUT))
+    top_k = dataclasses.replace(arch, experts_every_token=False)
+    mlp = 3 * 2 * 4096 * 8192  # gate, up and the product of one expert over 4096 tokens
+    assert inference_activation_bytes(arch, 1, 4096, 2, Attention.SDPA) == (
+        inference_activation_bytes(top_k, 1, 4096, 2, Attention.SDPA) + 15 * mlp
+    )
+    vllm = packaged_engines()["vllm"]
+    assert profile_activation_bytes(arch, 8192, 256, 2, vllm, 1) == profile_activation_bytes(
+        top_k, 8192, 256, 2, vllm, 1
+    )

@@ -208,7 +208,10 @@ def profile_activation_bytes(
     the sampler's dummy run over ``max_num_seqs`` rows of the vocabulary."""
     if tokens == 0:
         return 0
-    forward = inference_activation_bytes(arch, 1, tokens, element_bytes, Attention.SDPA)
+    # the engines run MoE layers through their fused top-k kernels (vLLM's FusedMoE, which its
+    # Llama 4 model uses too), not transformers' every-expert-on-every-token Llama4TextMoe
+    engine_arch = dataclasses.replace(arch, experts_every_token=False)
+    forward = inference_activation_bytes(engine_arch, 1, tokens, element_bytes, Attention.SDPA)
     sampler = engine.sampler_bytes_per_logit * max_num_seqs * arch.vocab
     return math.ceil(forward / tp + sampler)
 
