@@ -16,7 +16,10 @@ How the pinned figures were measured (transformers 5.24, torch 2.13 CPU, PEFT 0.
   tensors (storages summed once, parameters left out);
 * whole plans: ``PYTHONPATH=src python -m hwdash plan --model
   tests/data/model_configs/llama4/tiny-llama4-text --batch 2 --seq 512 --trace --json``
-  (``--method full``, and ``--method lora --lora-targets q_proj,v_proj``): the traced peak.
+  (``--method full``, and ``--method lora --lora-targets q_proj,v_proj``): the traced peak; the
+  same for the Scout and Maverick configs at the settings of
+  :func:`test_published_configs_within_two_percent_of_trace` (the tracer draws their 48 layers
+  from traces at 4 and 8).
 """
 
 from __future__ import annotations
@@ -177,6 +180,27 @@ def test_whole_plan_within_five_percent_of_trace(
         plan = plan.model_copy(update={"lora_targets": targets})
     breakdown = comparable_estimate(plan, model).per_gpu.as_dict()
     assert breakdown["total"] - breakdown["overhead"] == pytest.approx(traced_peak, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "batch", "seq", "traced_peak"),
+    [
+        # hwdash plan --model <folder> --method M [--lora-targets q_proj,v_proj] --batch B --seq S
+        # --trace --json: traced at 4 and 8 layers, drawn to 48 (the vision tower is not traced)
+        (SCOUT, "lora", 1, 1024, 272_475_877_376),
+        (SCOUT, "full", 1, 8192, 1_292_708_382_208),  # chunked layers masked from 8192 tokens
+        (MAVERICK, "lora", 1, 2048, 1_203_811_586_048),
+        (MAVERICK, "inference", 1, 4096, 842_161_498_624),
+    ],
+)
+def test_published_configs_within_two_percent_of_trace(
+    path: Path, method: str, batch: int, seq: int, traced_peak: int
+) -> None:
+    plan = Plan(model=str(path), method=Method(method), batch=batch, seq=seq)
+    if method == "lora":
+        plan = plan.model_copy(update={"lora_targets": ("q_proj", "v_proj")})
+    breakdown = comparable_estimate(plan, model_from_config_file(path)).per_gpu.as_dict()
+    assert breakdown["total"] - breakdown["overhead"] == pytest.approx(traced_peak, rel=0.02)
 
 
 @pytest.mark.parametrize(
