@@ -274,3 +274,13 @@ def test_transformers_prefill_runs_every_expert_engines_the_top_k() -> None:
     assert profile_activation_bytes(arch, 8192, 256, 2, vllm, 1) == profile_activation_bytes(
         top_k, 8192, 256, 2, vllm, 1
     )
+
+
+def test_traced_depths_hold_whole_moe_interleaves() -> None:
+    # layer types repeat every 4 layers (three chunked, one full); with a MoE block every 3rd the
+    # stack repeats every 12, so the two traced depths must hold whole repeats of both
+    from hwdash.tracing.tracer import _depths_to_trace
+
+    types = ["chunked_attention"] * 3 + ["full_attention"]
+    assert _depths_to_trace({"interleave_moe_layer_step": 3}, 96, types * 24, False) == (12, 24)
+    assert _depths_to_trace({"interleave_moe_layer_step": 2}, 48, types * 12, False) == (4, 8)

@@ -4,6 +4,7 @@ runs the step at each depth (:mod:`hwdash.tracing.step`) and gathers the result.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -251,6 +252,11 @@ def _depths_to_trace(
     """The full depth, or two small depths that hold whole repeats of the layer pattern and all of
     DeepSeek's leading dense blocks."""
     period = layer_period(list(layer_types) if layer_types else None)
+    step = base_fields.get("interleave_moe_layer_step")
+    if isinstance(step, int) and not isinstance(step, bool) and 1 < step <= layers:
+        # Llama 4's MoE blocks every step-th layer (configuration_llama4.py): whole repeats of
+        # both patterns
+        period = math.lcm(period, step)
     depths = (layers,) if full_depth else trace_depths(layers, period)
     dense = base_fields.get("first_k_dense_replace")
     if len(depths) == 2 and isinstance(dense, int) and dense >= depths[0]:
