@@ -116,11 +116,7 @@ def evaluate_flavor(
     refusals = _refusals(plan, flavor, accelerator, estimate)
     if refusals:
         verdict = FitVerdict.NO
-    caveats = []
-    if accelerator.kind == "tpu":
-        caveats.append(TPU_REASON)
-    elif accelerator.kind == "unified":
-        caveats.append(UNIFIED_REASON)
+    caveats = _platform_caveats(accelerator)
     timing = estimate_run_time(
         plan, model, accelerator, gpus, tokens, slowdowns=slowdowns, framework=framework
     )
@@ -143,6 +139,15 @@ def evaluate_flavor(
         managed_bytes=estimate.managed_bytes,
     )
     return fit, estimate
+
+
+def _platform_caveats(accelerator: Accelerator) -> list[str]:
+    """What a fit on a TPU or on unified memory comes with."""
+    if accelerator.kind == "tpu":
+        return [TPU_REASON]
+    if accelerator.kind == "unified":
+        return [UNIFIED_REASON]
+    return []
 
 
 def rescaled_fit(fit: FlavorFit, need: int) -> FlavorFit:
