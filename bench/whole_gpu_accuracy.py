@@ -115,12 +115,14 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
         data = tomllib.load(handle)
     whole = data.get("split")
     if whole is not None and whole != "held_out":
-        raise ValueError(f"{path}: top-level split must be \"held_out\" when given, not {whole!r}")
+        raise ValueError(f'{path}: top-level split must be "held_out" when given, not {whole!r}')
     rows = []
     for row in data.get("reading", []):
         split = "held_out" if whole == "held_out" else row.get("split")
         if split not in ("held_out", "derive"):
-            raise ValueError(f"{path}: row {row.get('id', '?')!r} has no split (held_out or derive)")
+            raise ValueError(
+                f"{path}: row {row.get('id', '?')!r} has no split (held_out or derive)"
+            )
         rows.append({**row, "split": split})
     return rows
 
@@ -134,12 +136,15 @@ def check_args(rows: list[dict[str, Any]], catalog: Catalog) -> tuple[list[str],
         try:
             with contextlib.redirect_stderr(stderr):
                 estimate_row(row, catalog)
-        except SystemExit:  # argparse rejects a flag or a value and writes why (usage, then the error line)
+        except SystemExit:
+            # argparse rejected a flag or a value and wrote why (usage, then the error line)
             failures += 1
             said = stderr.getvalue()
             # argparse's message follows its "error: " (after the usage lines); keep it on one line
             message = " ".join(said.split("error:", 1)[-1].split()) if "error:" in said else ""
-            lines.append(f"{row['id']}: error: {message or 'hwdash_args rejected by the plan parser'}")
+            lines.append(
+                f"{row['id']}: error: {message or 'hwdash_args rejected by the plan parser'}"
+            )
         except Exception as exc:  # any other reason the plan cannot be built: name it, no traceback
             failures += 1
             lines.append(f"{row['id']}: error: {type(exc).__name__}: {exc}")

@@ -74,7 +74,9 @@ def test_check_args_reports_ok_and_the_bad_flag_per_row(tmp_path, capsys) -> Non
 
 
 def test_check_args_all_ok_exits_zero(tmp_path, capsys) -> None:
-    path = _write(tmp_path, 'split = "held_out"', _row("a", GOOD), _row("b", GOOD + " --zero 2 --gpus 2"))
+    path = _write(
+        tmp_path, 'split = "held_out"', _row("a", GOOD), _row("b", GOOD + " --zero 2 --gpus 2")
+    )
     assert accuracy.main(["--file", str(path), "--check-args"]) == 0
     assert capsys.readouterr().out.splitlines() == ["a: ok", "b: ok", "2 ok, 0 failed"]
 
@@ -108,3 +110,20 @@ def test_a_top_level_split_other_than_held_out_is_a_usage_error(tmp_path, capsys
 def test_existing_table_keeps_its_hash_split() -> None:
     rows = accuracy.load_rows(accuracy.READINGS)
     assert {row["split"] for row in rows} == {"derive", "held_out"}
+
+
+def test_second_held_out_table_is_whole_held_out_and_new() -> None:
+    # bench/data/whole_gpu_readings_b.toml: read without planning any row (its estimates stay unseen).
+    rows = accuracy.load_rows(REPO / "bench" / "data" / "whole_gpu_readings_b.toml")
+    first = {row["id"] for row in accuracy.load_rows(accuracy.READINGS)}
+    assert len(rows) >= 20
+    assert {row["split"] for row in rows} == {"held_out"}
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids))
+    assert not set(ids) & first
+    for row in rows:
+        assert row["measure"] in {"nvml", "allocated", "reserved"}, row["id"]
+        assert row["per_gpu_gib"] > 0 and row["quote"] and row["source"].startswith("https://"), (
+            row["id"]
+        )
+        assert row["hwdash_args"].startswith("--model "), row["id"]
