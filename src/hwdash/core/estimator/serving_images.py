@@ -151,9 +151,7 @@ def with_images(
         tp=settings.tp,
     )
     activations = encoder.peak_bytes(memory.activation_bytes)
-    pool = max(
-        0, memory.budget_bytes - memory.weight_bytes - activations - memory.non_torch_bytes
-    )
+    pool = max(0, memory.budget_bytes - memory.weight_bytes - activations - memory.non_torch_bytes)
     fields.update(
         activation_bytes=activations,
         kv_cache_bytes=pool,
@@ -161,7 +159,6 @@ def with_images(
         encoder=encoder,
     )
     return ImageServingMemory(**fields)
-
 
 
 def request_images(plan: Plan, model: ModelSpec) -> ServingImages | None:
