@@ -354,7 +354,8 @@ def lora_candidates(arch: Architecture) -> tuple[LinearShape, ...]:
     maps the MLP projection names (``all-linear`` included) onto them for the model types it knows
     (Mixtral, Qwen3 MoE, DeepSeek-V2/V3), and the names then no longer reach the shared expert's
     or a dense block's ``nn.Linear`` (traced: a DeepSeek-V2 LoRA on all-linear adapts the
-    attention and the routed experts only). For ``qwen2_moe`` it has no mapping: the routed
+    attention, the routed experts and the router, whose adapter :func:`lora_adapter_params`
+    counts). For ``qwen2_moe`` it has no mapping: the routed
     experts stay frozen and the names reach the shared expert (``peft_fused_experts`` False)."""
     if arch.experts <= 1:
         return arch.linears
