@@ -113,7 +113,7 @@ def _serving(
     flavor's memory (all None-or-unchanged for ``--engine hf``)."""
     from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
 
-    settings = serving_settings(args, plan)
+    settings = serving_settings(args, plan, report.model)
     if settings is None:
         if args.export == "vllm":
             raise UsageError(

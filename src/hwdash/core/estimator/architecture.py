@@ -354,7 +354,8 @@ def lora_candidates(arch: Architecture) -> tuple[LinearShape, ...]:
     maps the MLP projection names (``all-linear`` included) onto them for the model types it knows
     (Mixtral, Qwen3 MoE, DeepSeek-V2/V3), and the names then no longer reach the shared expert's
     or a dense block's ``nn.Linear`` (traced: a DeepSeek-V2 LoRA on all-linear adapts the
-    attention and the routed experts only). For ``qwen2_moe`` it has no mapping: the routed
+    attention, the routed experts and the router, whose adapter :func:`lora_adapter_params`
+    counts). For ``qwen2_moe`` it has no mapping: the routed
     experts stay frozen and the names reach the shared expert (``peft_fused_experts`` False)."""
     if arch.experts <= 1:
         return arch.linears
@@ -366,19 +367,42 @@ def lora_candidates(arch: Architecture) -> tuple[LinearShape, ...]:
 
 
 def lora_adapter_params(
-    arch: Architecture, targets: tuple[LinearShape, ...], rank: int, *, dora: bool = False
+    arch: Architecture,
+    targets: tuple[LinearShape, ...],
+    rank: int,
+    *,
+    dora: bool = False,
+    router: bool = False,
 ) -> int:
     """Adapter parameters: A (r x in) and B (out x r) per targeted matrix per layer, per expert.
 
     LoRA: Hu et al. 2021, arXiv:2106.09685, section 4. DoRA adds a magnitude vector of ``out``
     values per adapted matrix (Liu et al. 2024, arXiv:2402.09353, section 4.1).
+
+    A MoE whose routed experts are fused 3-D parameters (``arch.peft_fused_experts``): PEFT 0.21
+    (``_convert_peft_config_moe`` in ``peft/utils/transformers_weight_conversion.py``) adapts the
+    stacked ``gate_up_proj`` once when both ``gate_proj`` and ``up_proj`` are targeted, at rank
+    2r (its ``rank_pattern``): per expert 2r x (hidden + 2 x intermediate), where two rank-r
+    adapters would take 2r x (hidden + intermediate). ``router``: ``all-linear`` also maps the
+    router ``gate`` onto ``gate.weight`` (a ``lora.ParamWrapper`` of rank r over experts x hidden,
+    one per MoE block). Both traced on DeepSeek-V2-Lite (transformers 5.24, PEFT 0.21).
     """
+    moe_blocks = arch.layers - arch.dense_layers
+    names = {linear.name for linear in targets if linear.copies > 1}
+    fused_gate_up = arch.peft_fused_experts and {"gate_proj", "up_proj"} <= names
     total = 0
     for linear in targets:
-        per_copy = rank * (linear.in_features + linear.out_features)
+        out = linear.out_features
+        if fused_gate_up and linear.copies > 1 and linear.name in ("gate_proj", "up_proj"):
+            # half of the fused 2r x (in + 2 out): r x (in + 2 out) for each of gate and up
+            per_copy = rank * (linear.in_features + 2 * out)
+        else:
+            per_copy = rank * (linear.in_features + out)
         if dora:
-            per_copy += linear.out_features
+            per_copy += out
         # routed experts only in the MoE blocks (not DeepSeek's leading dense ones)
-        blocks = arch.layers - arch.dense_layers if linear.copies > 1 else arch.layers
+        blocks = moe_blocks if linear.copies > 1 else arch.layers
         total += blocks * per_copy * linear.copies
+    if router and arch.peft_fused_experts and arch.experts > 1:
+        total += moe_blocks * rank * (arch.hidden + arch.experts)
     return total
