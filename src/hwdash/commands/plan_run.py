@@ -115,6 +115,9 @@ def _serving(
 
     settings = serving_settings(args, plan)
     if settings is None:
+        from hwdash.commands.plan_batch import batch_job
+
+        batch_job(plan, None)  # --output-tokens without a serving engine: refused
         if args.export == "vllm":
             raise UsageError(
                 "--export vllm writes a server's command line: add --engine vllm or sglang",
@@ -380,7 +383,11 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
     if outcome.serving_settings is not None:
         document["serving"] = None if outcome.serving is None else outcome.serving[1].to_json()
         if outcome.serving is not None:
+            from hwdash.commands.plan_batch import serving_batch
+
             document["serving"]["flavor"] = outcome.serving[0]
+            batch = serving_batch(outcome.serving)  # None without --examples
+            document["serving"]["batch"] = None if batch is None else batch.to_json()
     if check is not None:
         document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
         if args.export is None:  # (an export printed it)
@@ -426,7 +433,12 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
     if outcome.serving is not None:
         from hwdash.commands.plan_serving import serving_lines
 
+        from hwdash.commands.plan_batch import serving_batch
+
         print("\n".join(serving_lines(outcome.serving[1], outcome.serving[0])))
+        batch = serving_batch(outcome.serving)
+        if batch is not None:
+            print(f"  {batch.sentence()}")
     _print_measured(args, outcome)
     if outcome.fit_result is not None:
         from rich.console import Console

@@ -14,6 +14,7 @@ import dataclasses
 import shlex
 from typing import Any
 
+from hwdash.commands.plan_batch import with_batch_time
 from hwdash.core.estimator.serving import (
     Engine,
     KvDtype,
@@ -143,6 +144,7 @@ def serving_on_flavors(
             continue
         memory = _memory_on(report, settings, accelerator, catalog)
         memories[fit.flavor.id] = memory
+        fit = with_batch_time(report, fit, memory)  # --examples: the batch job's hours and cost
         verdict = FitVerdict.FITS if memory.fits else FitVerdict.NO
         reason = (
             f"serving: {memory.max_concurrency:.2f}x {settings.max_model_len:,}-token sequences"

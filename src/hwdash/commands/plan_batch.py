@@ -1,0 +1,82 @@
+"""A serving plan's batch job (``--examples`` requests, ``--output-tokens`` generated each): the
+flags checked, each flavor's hours and cost, and the first flavor's JSON ``serving.batch`` and
+text line. The time model is :mod:`hwdash.core.planning.serving_time`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from hwdash.core.estimator.architecture import architecture
+from hwdash.core.estimator.serving import ServingMemory, ServingSettings
+from hwdash.core.plan import Method, Plan, Precision
+from hwdash.core.planning.budget import price_run
+from hwdash.core.planning.serving_time import BatchJob, BatchTime, batch_time
+from hwdash.core.results import FlavorFit, PlanReport
+from hwdash.errors import UsageError
+
+
+def batch_job(plan: Plan, settings: ServingSettings | None) -> BatchJob | None:
+    """The serving plan's batch job (``--examples`` requests of ``--seq`` tokens, the last
+    ``--output-tokens`` of them generated), checked; None without ``--examples``."""
+    if settings is None:
+        if plan.method is Method.INFERENCE and plan.output_tokens is not None:
+            raise UsageError("needs --engine vllm or sglang (a serving plan)", flag="--output-tokens")
+        return None
+    if plan.examples is None:
+        return None
+    if plan.output_tokens is None:
+        raise UsageError(
+            "a serving plan's batch job of --examples requests needs the tokens each generates: "
+            "add --output-tokens M (the prompt is --seq minus M)",
+            flag="--output-tokens",
+        )
+    if plan.seq > settings.max_model_len:
+        raise UsageError(
+            f"the batch job's requests are --seq {plan.seq:,} tokens, above --max-model-len "
+            f"{settings.max_model_len:,}: the engine would refuse them",
+            flag="--max-model-len",
+        )
+    return BatchJob(plan.examples, plan.seq - plan.output_tokens, plan.output_tokens)
+
+
+def batch_time_on(report: PlanReport, memory: ServingMemory, accelerator: Any) -> BatchTime | None:
+    """One engine's (TP group's) time for the report's batch job (None: no job or no rates)."""
+    job = batch_job(report.plan, memory.settings)
+    if job is None:
+        return None
+    element = 4 if report.plan.precision is Precision.FP32 else 2
+    return batch_time(architecture(report.model), accelerator, memory, job, element)
+
+
+def with_batch_time(report: PlanReport, fit: FlavorFit, memory: ServingMemory) -> FlavorFit:
+    """The flavor's hours, cost and output tokens/s for the batch job: its GPUs run
+    ``gpu_count // tp`` engines side by side, each with its share of the requests."""
+    plan = report.plan
+    job = batch_job(plan, memory.settings)
+    if job is None:
+        return fit
+    engines = fit.flavor.gpu_count // memory.settings.tp
+    share = dataclasses.replace(job, requests=math.ceil(job.requests / engines))
+    element = 4 if plan.precision is Precision.FP32 else 2
+    timing = batch_time(architecture(report.model), fit.accelerator, memory, share, element)
+    if timing is None:
+        return dataclasses.replace(fit, hours=None, cost=None, tokens_per_second=None)
+    run_cost = price_run(timing.hours, fit.flavor.price_per_hour, plan.budget)
+    return dataclasses.replace(
+        fit,
+        hours=timing.hours,
+        cost=run_cost.cost,
+        over_budget=run_cost.over_budget,
+        tokens_per_second=timing.output_tokens_per_second * engines,
+    )
+
+
+def serving_batch(serving: tuple[str, ServingMemory, PlanReport] | None) -> BatchTime | None:
+    """The batch job's time on the serving plan's first flavor (one engine), or None."""
+    if serving is None:
+        return None
+    flavor_id, memory, report = serving
+    fit = next(fit for fit in report.flavors if fit.flavor.id == flavor_id)
+    return batch_time_on(report, memory, fit.accelerator)
