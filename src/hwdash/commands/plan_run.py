@@ -387,7 +387,8 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
 
             document["serving"]["flavor"] = outcome.serving[0]
             batch = serving_batch(outcome.serving)  # None without --examples
-            document["serving"]["batch"] = None if batch is None else batch.to_json()
+            if batch is not None:
+                document["serving"]["batch"] = batch.to_json()
     if check is not None:
         document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
         if args.export is None:  # (an export printed it)
