@@ -21,7 +21,7 @@ from hwdash.core.planning.serving_time import BatchJob, batch_time
 from hwdash.core.specs import Accelerator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import serving_throughput  # noqa: E402
+import serving_throughput
 
 GB = 10**9
 
@@ -190,10 +190,22 @@ def test_held_out_row_within_tolerance(row: dict[str, Any]) -> None:
 
 # --- the command line --------------------------------------------------------------------------
 
-BATCH = (
-    "--model qwen2.5-7b --method inference --engine vllm --flavor l4x1 --seq 1024 "
-    "--examples 1000 --output-tokens 256"
-).split()
+BATCH = [
+    "--model",
+    "qwen2.5-7b",
+    "--method",
+    "inference",
+    "--engine",
+    "vllm",
+    "--flavor",
+    "l4x1",
+    "--seq",
+    "1024",
+    "--examples",
+    "1000",
+    "--output-tokens",
+    "256",
+]
 
 
 def test_json_batch_and_flavor_hours(capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,7 +213,13 @@ def test_json_batch_and_flavor_hours(capsys: pytest.CaptureFixture[str]) -> None
     assert status == 0
     document = json.loads(out)
     batch = document["serving"]["batch"]
-    assert set(batch) == {"requests", "output_tokens", "seconds", "output_tokens_per_second", "bound"}
+    assert set(batch) == {
+        "requests",
+        "output_tokens",
+        "seconds",
+        "output_tokens_per_second",
+        "bound",
+    }
     assert batch["requests"] == 1000 and batch["output_tokens"] == 256
     assert batch["bound"] in ("memory", "compute")
     assert batch["output_tokens_per_second"] == pytest.approx(

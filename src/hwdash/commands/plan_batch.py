@@ -22,7 +22,9 @@ def batch_job(plan: Plan, settings: ServingSettings | None) -> BatchJob | None:
     ``--output-tokens`` of them generated), checked; None without ``--examples``."""
     if settings is None:
         if plan.method is Method.INFERENCE and plan.output_tokens is not None:
-            raise UsageError("needs --engine vllm or sglang (a serving plan)", flag="--output-tokens")
+            raise UsageError(
+                "needs --engine vllm or sglang (a serving plan)", flag="--output-tokens"
+            )
         return None
     if plan.examples is None:
         return None
@@ -55,7 +57,7 @@ def with_batch_time(report: PlanReport, fit: FlavorFit, memory: ServingMemory) -
     ``gpu_count // tp`` engines side by side, each with its share of the requests."""
     plan = report.plan
     job = batch_job(plan, memory.settings)
-    if job is None:
+    if job is None or fit.accelerator is None:
         return fit
     engines = fit.flavor.gpu_count // memory.settings.tp
     share = dataclasses.replace(job, requests=math.ceil(job.requests / engines))

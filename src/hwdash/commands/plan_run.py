@@ -432,9 +432,8 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         max_fit=outcome.max_fit,
     )
     if outcome.serving is not None:
-        from hwdash.commands.plan_serving import serving_lines
-
         from hwdash.commands.plan_batch import serving_batch
+        from hwdash.commands.plan_serving import serving_lines
 
         print("\n".join(serving_lines(outcome.serving[1], outcome.serving[0])))
         batch = serving_batch(outcome.serving)

@@ -632,7 +632,9 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
                 continue
             unused.append((name, why))
         elif name == "output_tokens" and plan.method is not Method.INFERENCE:
-            unused.append((name, "only serving plans (--method inference --engine vllm) run a batch job"))
+            unused.append(
+                (name, "only serving plans (--method inference --engine vllm) run a batch job")
+            )
         elif name in _QUANTIZED_BASE_FIELDS and trained not in (Method.QLORA, Method.LORA_8BIT):
             unused.append((name, f"only qlora and lora-8bit use it, not {trained.value}"))
         elif name == "adapter_dtype" and trained not in LORA_STYLE_METHODS:

@@ -180,8 +180,10 @@ def batch_time(
 
     # prefill: every prompt once, its FLOPs split over the TP group
     prefill_compute = job.requests * prompt_flops(arch, job.prompt_tokens) / tp / flops_rate
-    prefill_reduce = job.requests * reduces_per_pass * allreduce_seconds(
-        engine, tp, job.prompt_tokens * arch.hidden * element_bytes
+    prefill_reduce = (
+        job.requests
+        * reduces_per_pass
+        * allreduce_seconds(engine, tp, job.prompt_tokens * arch.hidden * element_bytes)
     )
 
     # decode: waves of `running` sequences, each wave `output_tokens` steps
