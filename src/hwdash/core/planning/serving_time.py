@@ -187,34 +187,60 @@ def batch_time(
     )
 
     # decode: waves of `running` sequences, each wave `output_tokens` steps
-    average_length = job.prompt_tokens + job.output_tokens / 2
-    decode = memory_only = compute_only = decode_reduce = 0.0
-    waves = math.ceil(job.requests / running)
+    decode = _Decode()
     for batch, count in _wave_sizes(job.requests, running):
-        read = memory.weight_bytes + batch * memory.kv_bytes_per_token * average_length
-        step_memory = read / bytes_rate
-        step_flops = batch * (
-            2.0 * arch.matmul_params_per_token + attention_flops(arch, average_length)
-        )
-        step_compute = step_flops / tp / flops_rate
-        step_reduce = reduces_per_pass * allreduce_seconds(
-            engine, tp, batch * arch.hidden * element_bytes
-        )
         steps = count * job.output_tokens
-        decode += steps * (max(step_memory, step_compute) + step_reduce)
-        memory_only += steps * step_memory
-        compute_only += steps * step_compute
-        decode_reduce += steps * step_reduce
+        decode.add(arch, memory, job, (batch, steps, element_bytes), (flops_rate, bytes_rate))
     return BatchTime(
         job=job,
         running=running,
-        waves=waves,
+        waves=math.ceil(job.requests / running),
         prefill_seconds=prefill_compute + prefill_reduce,
-        decode_seconds=decode,
-        allreduce_seconds=prefill_reduce + decode_reduce,
-        memory_seconds=memory_only,
-        compute_seconds=compute_only + prefill_compute,
+        decode_seconds=decode.seconds,
+        allreduce_seconds=prefill_reduce + decode.reduce,
+        memory_seconds=decode.memory,
+        compute_seconds=decode.compute + prefill_compute,
     )
+
+
+@dataclass
+class _Decode:
+    """The decode steps' time so far: in all, on memory alone, on FLOPs alone, in all-reduces."""
+
+    seconds: float = 0.0
+    memory: float = 0.0
+    compute: float = 0.0
+    reduce: float = 0.0
+
+    def add(
+        self,
+        arch: Architecture,
+        memory: ServingMemory,
+        job: BatchJob,
+        shape: tuple[int, int, int],
+        rates: tuple[float, float],
+    ) -> None:
+        """``shape`` = (``batch``, ``steps``, activation bytes): ``steps`` decode steps of
+        ``batch`` sequences at ``rates`` = (FLOP/s, bytes/s) per GPU: each reads
+        the weights and every sequence's KV cache at its average length, and takes the longer of
+        its reads and its FLOPs, plus two all-reduces per layer."""
+        batch, steps, element_bytes = shape
+        flops_rate, bytes_rate = rates
+        tp = memory.settings.tp
+        average_length = job.prompt_tokens + job.output_tokens / 2
+        read = memory.weight_bytes + batch * memory.kv_bytes_per_token * average_length
+        step_memory = read / bytes_rate
+        per_sequence = 2.0 * arch.matmul_params_per_token + attention_flops(arch, average_length)
+        step_compute = batch * per_sequence / tp / flops_rate
+        step_reduce = (
+            2
+            * arch.layers
+            * allreduce_seconds(memory.engine, tp, batch * arch.hidden * element_bytes)
+        )
+        self.seconds += steps * (max(step_memory, step_compute) + step_reduce)
+        self.memory += steps * step_memory
+        self.compute += steps * step_compute
+        self.reduce += steps * step_reduce
 
 
 def _wave_sizes(requests: int, running: int) -> list[tuple[int, int]]:
