@@ -271,3 +271,12 @@ def test_examples_without_output_tokens_and_hf_engine(capsys: pytest.CaptureFixt
     hf = [arg for arg in BATCH if arg not in ("--engine", "vllm")]
     status, _out, err = run_plan(capsys, *hf)
     assert status == 2 and "--output-tokens" in err and "--engine vllm or sglang" in err
+
+
+def test_the_table_sorts_by_the_jobs_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    # by $/hour l4x1 (0.80) comes first; by the job's cost the H200 (5.00/h, far faster) is cheapest
+    several = [("l4x1,a10g-large,a100-large,h200" if a == "l4x1" else a) for a in BATCH]
+    document = json.loads(run_plan(capsys, *several, "--json")[1])
+    costs = [row["cost"] for row in document["flavors"]]
+    assert costs == sorted(costs)
+    assert document["recommended"] == document["flavors"][0]["id"] == "h200"

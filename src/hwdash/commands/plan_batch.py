@@ -75,6 +75,34 @@ def with_batch_time(report: PlanReport, fit: FlavorFit, memory: ServingMemory) -
     )
 
 
+def with_batch_times(report: PlanReport, memories: dict[str, ServingMemory]) -> PlanReport:
+    """The serving report with each GPU flavor's hours, cost and tokens/s for the batch job
+    (:func:`with_batch_time`), the table re-sorted cheapest first by the job's cost and the
+    recommendation redone (:func:`~hwdash.core.planning.fit.recommend`); unchanged without
+    ``--examples``."""
+    from hwdash.core.planning.fit import recommend
+
+    settings = next(iter(memories.values())).settings if memories else None
+    if settings is None or batch_job(report.plan, settings) is None:
+        return report
+    fits = [
+        with_batch_time(report, fit, memories[fit.flavor.id]) if fit.flavor.id in memories else fit
+        for fit in report.flavors
+    ]
+    fits.sort(key=_by_cost)
+    recommended, fastest = recommend(fits)
+    return dataclasses.replace(
+        report, flavors=tuple(fits), recommended=recommended, fastest=fastest
+    )
+
+
+def _by_cost(fit: FlavorFit) -> tuple[int, float, int, str]:
+    """Priced flavors with a cost by that cost, then the rest by id (as the training table)."""
+    if fit.cost is None:
+        return (1, 0.0, fit.flavor.gpu_count, fit.flavor.id)
+    return (0, round(fit.cost, 6), fit.flavor.gpu_count, fit.flavor.id)
+
+
 def serving_batch(serving: tuple[str, ServingMemory, PlanReport] | None) -> BatchTime | None:
     """The batch job's time on the serving plan's first flavor (one engine), or None."""
     if serving is None:

@@ -125,6 +125,9 @@ def _serving(
             )
         return None, report, None
     report, memories = serving_on_flavors(report, settings, catalog)
+    from hwdash.commands.plan_batch import with_batch_times
+
+    report = with_batch_times(report, memories)  # --examples: each flavor's hours and cost
     wanted = [f for f in plan.flavors if f in memories] or list(memories)
     serving = (wanted[0], memories[wanted[0]], report) if wanted else None
     return settings, report, serving

@@ -14,7 +14,6 @@ import dataclasses
 import shlex
 from typing import Any
 
-from hwdash.commands.plan_batch import with_batch_time
 from hwdash.core.estimator.serving import (
     Engine,
     KvDtype,
@@ -144,7 +143,6 @@ def serving_on_flavors(
             continue
         memory = _memory_on(report, settings, accelerator, catalog)
         memories[fit.flavor.id] = memory
-        fit = with_batch_time(report, fit, memory)  # --examples: the batch job's hours and cost
         verdict = FitVerdict.FITS if memory.fits else FitVerdict.NO
         reason = (
             f"serving: {memory.max_concurrency:.2f}x {settings.max_model_len:,}-token sequences"
