@@ -280,3 +280,14 @@ def test_the_table_sorts_by_the_jobs_cost(capsys: pytest.CaptureFixture[str]) ->
     costs = [row["cost"] for row in document["flavors"]]
     assert costs == sorted(costs)
     assert document["recommended"] == document["flavors"][0]["id"] == "h200"
+
+
+def test_output_tokens_on_a_training_plan_is_flagged_as_unused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run_plan(capsys, "--model", "qwen2.5-0.5b", "--output-tokens", "5")
+    assert status == 0
+    assert "--output-tokens does nothing here: only serving plans" in out + err
+    # and --examples is used (no warning) once a serving plan has a batch job
+    _status, out, err = run_plan(capsys, *BATCH)
+    assert "--examples does nothing" not in out + err
