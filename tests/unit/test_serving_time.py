@@ -247,6 +247,12 @@ def test_several_engines_on_a_multi_gpu_flavor(capsys: pytest.CaptureFixture[str
     four = json.loads(run_plan(capsys, *on_four, "--json")[1])
     # l4x4 at TP 1 runs four engines, each with a quarter of the requests
     assert four["flavors"][0]["hours"] < one["hours"] / 3
+    # serving.batch is the flavor's row: the wall clock of one engine's share, all engines' rate
+    batch = four["serving"]["batch"]
+    assert batch["requests"] == 1000
+    assert batch["seconds"] == pytest.approx(four["flavors"][0]["hours"] * 3600, rel=1e-3)
+    _status, out, _err = run_plan(capsys, *on_four)
+    assert "on each of 4 engines side by side" in out
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 from hwdash.core.estimator.architecture import architecture
 from hwdash.core.estimator.serving import ServingMemory, ServingSettings
@@ -43,35 +42,40 @@ def batch_job(plan: Plan, settings: ServingSettings | None) -> BatchJob | None:
     return BatchJob(plan.examples, plan.seq - plan.output_tokens, plan.output_tokens)
 
 
-def batch_time_on(report: PlanReport, memory: ServingMemory, accelerator: Any) -> BatchTime | None:
-    """One engine's (TP group's) time for the report's batch job (None: no job or no rates)."""
-    job = batch_job(report.plan, memory.settings)
-    if job is None:
-        return None
-    element = 4 if report.plan.precision is Precision.FP32 else 2
-    return batch_time(architecture(report.model), accelerator, memory, job, element)
-
-
-def with_batch_time(report: PlanReport, fit: FlavorFit, memory: ServingMemory) -> FlavorFit:
-    """The flavor's hours, cost and output tokens/s for the batch job: its GPUs run
-    ``gpu_count // tp`` engines side by side, each with its share of the requests."""
+def flavor_batch_time(
+    report: PlanReport, fit: FlavorFit, memory: ServingMemory
+) -> BatchTime | None:
+    """The batch job on one flavor (None: no job, no accelerator or no rates): its GPUs run
+    ``gpu_count // tp`` engines side by side, each with an equal share of the requests (rounded
+    up); the time is one engine's share, the throughput all the engines'."""
     plan = report.plan
     job = batch_job(plan, memory.settings)
     if job is None or fit.accelerator is None:
-        return fit
-    engines = fit.flavor.gpu_count // memory.settings.tp
+        return None
+    engines = max(1, fit.flavor.gpu_count // memory.settings.tp)
     share = dataclasses.replace(job, requests=math.ceil(job.requests / engines))
     element = 4 if plan.precision is Precision.FP32 else 2
     timing = batch_time(architecture(report.model), fit.accelerator, memory, share, element)
     if timing is None:
+        return None
+    return dataclasses.replace(timing, job=job, engines=engines)
+
+
+def with_batch_time(report: PlanReport, fit: FlavorFit, memory: ServingMemory) -> FlavorFit:
+    """The flavor's hours, cost and output tokens/s for the batch job (:func:`flavor_batch_time`;
+    unchanged without one)."""
+    if batch_job(report.plan, memory.settings) is None:
+        return fit
+    timing = flavor_batch_time(report, fit, memory)
+    if timing is None:
         return dataclasses.replace(fit, hours=None, cost=None, tokens_per_second=None)
-    run_cost = price_run(timing.hours, fit.flavor.price_per_hour, plan.budget)
+    run_cost = price_run(timing.hours, fit.flavor.price_per_hour, report.plan.budget)
     return dataclasses.replace(
         fit,
         hours=timing.hours,
         cost=run_cost.cost,
         over_budget=run_cost.over_budget,
-        tokens_per_second=timing.output_tokens_per_second * engines,
+        tokens_per_second=timing.output_tokens_per_second,
     )
 
 
@@ -104,9 +108,9 @@ def _by_cost(fit: FlavorFit) -> tuple[int, float, int, str]:
 
 
 def serving_batch(serving: tuple[str, ServingMemory, PlanReport] | None) -> BatchTime | None:
-    """The batch job's time on the serving plan's first flavor (one engine), or None."""
+    """The batch job's time on the serving plan's first flavor (as its table row), or None."""
     if serving is None:
         return None
     flavor_id, memory, report = serving
     fit = next(fit for fit in report.flavors if fit.flavor.id == flavor_id)
-    return batch_time_on(report, memory, fit.accelerator)
+    return flavor_batch_time(report, fit, memory)

@@ -70,6 +70,9 @@ class BatchTime:
     """Decode steps' time on memory alone (for the bound)."""
     compute_seconds: float
     """Decode steps' time on compute alone, plus the prefill (for the bound)."""
+    engines: int = 1
+    """Engines (TP groups) running side by side, each with an equal share of ``job``'s requests:
+    the times above are one engine's share (the wall clock), the rates all the engines'."""
 
     @property
     def seconds(self) -> float:
@@ -111,10 +114,14 @@ class BatchTime:
         return (
             f"Batch job: {job.requests:,} requests x ({job.prompt_tokens:,} prompt + "
             f"{job.output_tokens:,} output tokens), {self.running:,} at once in {self.waves:,} "
-            f"wave{'s' if self.waves != 1 else ''}: {_duration(self.seconds)}, "
+            f"wave{'s' if self.waves != 1 else ''}{self._side_by_side()}: "
+            f"{_duration(self.seconds)}, "
             f"{self.output_tokens_per_second:,.0f} output tokens/s "
             f"({self.total_tokens_per_second:,.0f} total), {self.bound}-bound"
         )
+
+    def _side_by_side(self) -> str:
+        return "" if self.engines == 1 else f" on each of {self.engines} engines side by side"
 
 
 def _duration(seconds: float) -> str:
