@@ -297,3 +297,11 @@ def test_output_tokens_on_a_training_plan_is_flagged_as_unused(
     # and --examples is used (no warning) once a serving plan has a batch job
     _status, out, err = run_plan(capsys, *BATCH)
     assert "--examples does nothing" not in out + err
+
+
+def test_budget_applies_to_the_jobs_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    document = json.loads(run_plan(capsys, *BATCH, "--budget", "0.001", "--json")[1])
+    warnings = " ".join(document["warnings"])
+    assert "needs a data size" not in warnings
+    assert "no flavor that fits is within the budget of $0.00" in warnings
+    assert document["recommended"] is None and document["flavors"][0]["over_budget"] is True

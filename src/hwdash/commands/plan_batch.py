@@ -10,7 +10,7 @@ import math
 from hwdash.core.estimator.architecture import architecture
 from hwdash.core.estimator.serving import ServingMemory, ServingSettings
 from hwdash.core.plan import Method, Plan, Precision
-from hwdash.core.planning.budget import price_run
+from hwdash.core.planning.budget import NEEDS_DATA_SIZE, budget_warnings, price_run
 from hwdash.core.planning.serving_time import BatchJob, BatchTime, batch_time
 from hwdash.core.results import FlavorFit, PlanReport
 from hwdash.errors import UsageError
@@ -95,9 +95,20 @@ def with_batch_times(report: PlanReport, memories: dict[str, ServingMemory]) -> 
     ]
     fits.sort(key=_by_cost)
     recommended, fastest = recommend(fits)
+    # the budget's warnings again, now that the flavors have costs
+    kept = [w for w in report.warnings if w != NEEDS_DATA_SIZE and not w.startswith(_OVER_BUDGET)]
+    warnings = (*kept, *budget_warnings(report.plan.budget, fits, recommended))
     return dataclasses.replace(
-        report, flavors=tuple(fits), recommended=recommended, fastest=fastest
+        report,
+        flavors=tuple(fits),
+        recommended=recommended,
+        fastest=fastest,
+        warnings=tuple(dict.fromkeys(warnings)),
     )
+
+
+#: how :func:`~hwdash.core.planning.budget.budget_warnings` starts its over-budget warning
+_OVER_BUDGET = "no flavor that fits is within the budget"
 
 
 def _by_cost(fit: FlavorFit) -> tuple[int, float, int, str]:
