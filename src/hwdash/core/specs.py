@@ -609,5 +609,16 @@ class EngineDefaults(_Strict):
     non_torch_mib: float | None = Field(default=None, ge=0, le=1_000_000)
     sampler_bytes_per_logit: float = Field(ge=0, le=1_000)
     cuda_graph_mib: float = Field(ge=0, le=1_000_000)
+    prefill_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Share of the GPU's dense tensor rate the prompt pass reaches (None: no batch-job time;
+    :mod:`hwdash.core.planning.serving_time`)."""
+    decode_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Share of the GPU's memory bandwidth a decode step reaches (None: no batch-job time)."""
+    allreduce_latency_us: float = Field(default=0, ge=0, le=1_000_000)
+    """Tensor parallel: the fixed time of one all-reduce, in microseconds."""
+    allreduce_gbps: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Tensor parallel: the all-reduce's bus bandwidth per GPU, GB/s (None: not counted)."""
+    throughput_source: str = ""
+    """Where the four throughput numbers above come from."""
     source: str = Field(min_length=1)
     notes: str = ""
