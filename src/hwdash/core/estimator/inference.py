@@ -144,11 +144,12 @@ def _window_label(arch: Architecture, decoding: float) -> str:
     """The KV cache's detail line for a model with sliding or chunked layers: what the cache
     holds once decoding has begun, and why the peak is still the whole prompt in every layer."""
     kinds = ", ".join(
-        f"{count} {kind} of {span:,}" if span else f"{count} {kind}"
+        f"{kind} window {span:,} on {count} of {arch.kv_cache_layers} layers"
         for kind, span, count in arch.attention_groups
+        if span
     )
     return (
-        f"KV cache ({kinds} layers: {decoding / 2**30:.2f} GiB once decoding begins; the prefill "
+        f"KV cache ({kinds}: {decoding / 2**30:.2f} GiB once decoding begins; the prefill "
         "holds the whole prompt in all, cache_utils.py DynamicSlidingWindowLayer)"
     )
 
