@@ -9,6 +9,7 @@ key/value heads of 256: one layer caches 2 x 4 x 256 x 2 = 4096 bytes per token 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -270,3 +271,29 @@ def test_serving_changes_exactly_for_the_catalog_models_with_windows() -> None:
 def test_catalog_gemma3_carries_its_config_window() -> None:
     assert resolve_model("gemma-3-27b", CATALOG).sliding_window == 1024
     assert resolve_model("gemma-3-1b", CATALOG).sliding_window == 512
+
+
+@pytest.mark.usefixtures("quiet_machine")
+def test_cli_serving_and_max_concurrency_with_windows(capsys: pytest.CaptureFixture[str]) -> None:
+    from monitor_cli import run_plan
+
+    args = "--model gemma-3-12b --method inference --engine vllm --flavor l40sx1"
+    args += " --max-model-len 32768 --max concurrency"
+    status, out, _err = run_plan(capsys, *args.split(), "--json")
+    assert status == 0
+    document = json.loads(out)
+    serving, found = document["serving"], document["max"]
+    # 40 sliding and 8 full layers: groups of 8, 5 sliding groups and 1 full
+    assert serving["kv_tokens"] == serving["kv_blocks"] // 6 * 16
+    # a request: cdiv(32768, 16) + 5 x (cdiv(1023 + 2048, 16) + 1) = 2048 + 965 blocks
+    assert serving["max_concurrency"] == round(serving["kv_blocks"] / 3013, 2)
+    assert found["value"] == serving["kv_blocks"] // 3013
+    # the headroom is the pool left after that many requests: under one more request
+    # (one block of a group: 16 tokens x 8 layers x 2 x 8 heads x 256 x 2 bytes)
+    request = 3013 * 16 * 8 * 2 * 8 * 256 * 2
+    assert found["headroom_bytes"] == serving["kv_cache_bytes"] - found["value"] * request
+    assert 0 <= found["headroom_bytes"] < request
+    status, text, _err = run_plan(capsys, *args.split()[:-2])
+    assert (
+        "hybrid KV cache: 6 groups of 8 layers (5 sliding of a 1,024-token window, 1 full)" in text
+    )
