@@ -297,3 +297,13 @@ def test_cli_serving_and_max_concurrency_with_windows(capsys: pytest.CaptureFixt
     assert (
         "hybrid KV cache: 6 groups of 8 layers (5 sliding of a 1,024-token window, 1 full)" in text
     )
+
+
+def test_a_spec_written_field_by_field_is_checked() -> None:
+    from pydantic import ValidationError
+
+    fields = _spec(_gemma3_like()).model_dump()
+    with pytest.raises(ValidationError, match="12 layer kinds for 11 layers"):
+        type(_spec(_llama_like())).model_validate({**fields, "layers": 11})
+    with pytest.raises(ValidationError, match="sliding layers need a sliding_window"):
+        type(_spec(_llama_like())).model_validate({**fields, "sliding_window": 0})
