@@ -230,6 +230,7 @@ def serving_lines(memory: ServingMemory, flavor_id: str) -> list[str]:
         f"  = KV cache {memory.kv_cache_bytes / gib:.2f} GiB: {memory.kv_blocks:,} blocks of "
         f"{memory.block_tokens} = {memory.kv_tokens:,} tokens "
         f"({memory.kv_bytes_per_token:,} bytes per token)",
+        *memory.group_lines(),
         f"  Maximum concurrency for {s.max_model_len:,} tokens per request: "
         f"{memory.max_concurrency:.2f}x",
     ]
@@ -289,8 +290,8 @@ def serving_max_concurrency(report: PlanReport, target: str, memory: ServingMemo
 
     fit = next(fit for fit in report.flavors if fit.flavor.id == target)
     length = memory.settings.max_model_len
-    value = memory.kv_tokens // length
-    leftover = memory.kv_cache_bytes - value * length * memory.kv_bytes_per_token
+    value = memory.whole_requests
+    leftover = memory.kv_cache_bytes - value * memory.request_bytes
     # the flavor's fit at the answer, its headroom the pool's leftover (one GPU's bytes)
     at_answer = dataclasses.replace(fit, need_bytes=fit.usable_bytes - leftover)
     return MaxFit(

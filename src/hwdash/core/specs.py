@@ -366,6 +366,17 @@ class ModelSpec(_Strict):
     cache (Falcon's new decoder architecture: ``FalconAttention._split_heads`` broadcasts them and
     ``reshape`` materialises the copy, ``modeling_falcon.py``): the KV cache and the kept K, V hold
     ``heads`` heads, the weights ``kv_heads``."""
+    layer_attention: tuple[Literal["full", "sliding", "chunked"], ...] = Field(
+        default=(), strict=False, max_length=10_000
+    )
+    """Each decoder layer's attention (:mod:`hwdash.core.models.windows`, from ``layer_types`` and
+    the family's keys): ``full`` over the whole sequence, ``sliding`` over the last
+    ``sliding_window`` tokens (Gemma 2/3, Mistral), ``chunked`` within chunks of
+    ``attention_chunk_size`` (Llama 4). Empty: every layer full."""
+    sliding_window: int = Field(default=0, ge=0, le=1_000_000_000)
+    """Tokens a sliding layer attends to (``sliding_window``); 0 without sliding layers."""
+    attention_chunk_size: int = Field(default=0, ge=0, le=1_000_000_000)
+    """Tokens of a chunked layer's chunk (``attention_chunk_size``); 0 without chunked layers."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -389,12 +400,28 @@ class ModelSpec(_Strict):
                 "latent attention (kv_lora_rank) needs v_head_dim and a qk_rope_head_dim smaller "
                 f"than head_dim ({self.head_dim})",
             )
+        if self.layer_attention:
+            self._check_windows()
         if self.experts_per_token > self.experts:
             raise _FieldProblem(
                 "experts_per_token",
                 f"experts_per_token ({self.experts_per_token}) is larger than experts ({self.experts})",
             )
         return self
+
+    def _check_windows(self) -> None:
+        """``layer_attention`` names every decoder layer, and each kind it uses has its width."""
+        if len(self.layer_attention) != self.layers:
+            raise _FieldProblem(
+                "layer_attention",
+                f"{len(self.layer_attention)} layer kinds for {self.layers} layers",
+            )
+        if "sliding" in self.layer_attention and not self.sliding_window:
+            raise _FieldProblem("sliding_window", "sliding layers need a sliding_window")
+        if "chunked" in self.layer_attention and not self.attention_chunk_size:
+            raise _FieldProblem(
+                "attention_chunk_size", "chunked layers need an attention_chunk_size"
+            )
 
 
 class Slowdown(_Strict):
@@ -620,5 +647,8 @@ class EngineDefaults(_Strict):
     """Tensor parallel: the all-reduce's bus bandwidth per GPU, GB/s (None: not counted)."""
     throughput_source: str = ""
     """Where the four throughput numbers above come from."""
+    hybrid_kv_cache: bool = False
+    """Sliding-window and chunked layers get block groups of their own that hold only their window
+    per request (vLLM V1's hybrid KV cache manager); False: every layer caches every token."""
     source: str = Field(min_length=1)
     notes: str = ""

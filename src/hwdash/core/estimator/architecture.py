@@ -18,6 +18,8 @@ Sources:
 
 from __future__ import annotations
 
+from typing import Any
+
 from hwdash.core.estimator.encoder import encoder_architecture
 from hwdash.core.estimator.layout import Architecture as Architecture
 from hwdash.core.estimator.layout import LinearShape as LinearShape
@@ -107,7 +109,17 @@ def _derive(model: ModelSpec) -> Architecture:
         v_head_dim=model.v_head_dim if model.kv_lora_rank else 0,
         peft_fused_experts=model.peft_fused_experts,
         vision_params=model.vision.params if model.vision else 0,
+        **_window_fields(model),
     )
+
+
+def _window_fields(model: ModelSpec) -> dict[str, Any]:
+    """The per-layer attention kinds and spans (``ModelSpec.layer_attention``)."""
+    return {
+        "layer_attention": model.layer_attention,
+        "sliding_window": model.sliding_window,
+        "attention_chunk_size": model.attention_chunk_size,
+    }
 
 
 def _layer_norm_params(model: ModelSpec, norm: int) -> int:

@@ -127,6 +127,13 @@ class Architecture:
     """A vision-language model's vision tower and projector (``ModelSpec.vision``): loaded with the
     model, so among :attr:`total_params`, outside the blocks."""
     """MoE: what LoRA target names reach (``ModelSpec.peft_fused_experts``; :func:`lora_candidates`)."""
+    layer_attention: tuple[str, ...] = ()
+    """Each decoder layer's attention, ``full``, ``sliding`` or ``chunked``
+    (``ModelSpec.layer_attention``); empty: every layer full."""
+    sliding_window: int = 0
+    """Tokens a sliding layer attends to (``ModelSpec.sliding_window``)."""
+    attention_chunk_size: int = 0
+    """Tokens of a chunked layer's chunk (``ModelSpec.attention_chunk_size``)."""
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -243,6 +250,34 @@ class Architecture:
         if self.cross_attention_layers:
             return 2 * self.cross_attention_layers
         return self.layers
+
+    @cached_property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each cached layer's attention span in tokens: the window of a sliding layer, the chunk
+        of a chunked one, None for full attention (every layer None without windows)."""
+        spans = {"full": None, "sliding": self.sliding_window, "chunked": self.attention_chunk_size}
+        if not self.layer_attention:
+            return (None,) * self.kv_cache_layers
+        return tuple(spans[kind] for kind in self.layer_attention)
+
+    @cached_property
+    def attention_groups(self) -> tuple[tuple[str, int, int], ...]:
+        """(kind, span, layers) for each kind of attention layer, in the order they first appear
+        (span 0 for full attention): one ``("full", 0, kv_cache_layers)`` without windows."""
+        if not self.layer_attention:
+            return (("full", 0, self.kv_cache_layers),)
+        counts: dict[str, int] = {}
+        for kind in self.layer_attention:
+            counts[kind] = counts.get(kind, 0) + 1
+        spans = {"full": 0, "sliding": self.sliding_window, "chunked": self.attention_chunk_size}
+        return tuple((kind, spans[kind], count) for kind, count in counts.items())
+
+    def kv_layer_tokens(self, tokens: int) -> int:
+        """Tokens cached over all layers after ``tokens`` tokens once decoding has begun: a full
+        layer holds them all, a sliding or chunked one at most its span (transformers'
+        ``DynamicSlidingWindowLayer`` keeps ``span - 1`` tokens as a view of the ``span``-token
+        tensor each decoding step's ``torch.cat`` makes; ``cache_utils.py``)."""
+        return sum(tokens if span is None else min(tokens, span) for span in self.layer_windows)
 
     @cached_property
     def linear_params_per_layer(self) -> int:
