@@ -305,3 +305,30 @@ def test_budget_applies_to_the_jobs_cost(capsys: pytest.CaptureFixture[str]) -> 
     assert "needs a data size" not in warnings
     assert "no flavor that fits is within the budget of $0.00" in warnings
     assert document["recommended"] is None and document["flavors"][0]["over_budget"] is True
+
+
+def test_a_windowed_model_runs_more_sequences_and_reads_less_cache() -> None:
+    """Gemma-3-4B (5 sliding : 1 full, window 1024) against the same model with every layer full:
+    the hybrid pool holds more 32k requests (their blocks counted per group, as vLLM's manager
+    does), and each decode step reads at most a window of a sliding layer's cache."""
+    from hwdash.core.catalog import load_catalog
+    from hwdash.core.estimator.architecture import architecture
+    from hwdash.core.estimator.serving import serving_memory
+    from hwdash.core.models.config import resolve_model
+
+    catalog = load_catalog(include_user=False)
+    windowed = architecture(resolve_model("gemma-3-4b", catalog))
+    assert windowed.layer_attention
+    full = dataclasses.replace(windowed, layer_attention=())
+    gpu = catalog.accelerators["a100-80gb"]
+    settings = ServingSettings(engine="vllm", max_model_len=32768, max_num_seqs=256)
+    job = BatchJob(1000, 32768 - 512, 512)
+    pool_windowed = serving_memory(windowed, gpu, settings)
+    pool_full = serving_memory(full, gpu, settings)
+    assert pool_windowed.requests_at(32768) == pool_windowed.whole_requests
+    assert pool_full.requests_at(32768) == pool_full.whole_requests
+    timed_windowed = batch_time(windowed, gpu, pool_windowed, job)
+    timed_full = batch_time(full, gpu, pool_full, job)
+    assert timed_windowed is not None and timed_full is not None
+    assert timed_windowed.running == pool_windowed.whole_requests > timed_full.running
+    assert timed_windowed.memory_seconds < timed_full.memory_seconds

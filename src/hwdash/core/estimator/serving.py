@@ -145,6 +145,17 @@ class KvGroups:
     every group)."""
     request_blocks: int
     """Blocks one ``max_model_len`` request needs over all groups."""
+    block_tokens: int = 16
+    """Tokens per block."""
+    batched_tokens: int = 2048
+    """The scheduler's ``max_num_batched_tokens`` (a windowed layer keeps them beside its window)."""
+
+    def blocks_for(self, length: int) -> int:
+        """Blocks one request of ``length`` tokens needs over all groups."""
+        return sum(
+            groups * _blocks_per_request(kind, span, self.block_tokens, length, self.batched_tokens)
+            for kind, span, _, groups in self.kinds
+        )
 
     @property
     def count(self) -> int:
@@ -200,16 +211,15 @@ def kv_groups(
     grouped = tuple(
         (kind, span, layers, math.ceil(layers / group_size)) for kind, span, layers in kinds
     )
-    request_blocks = sum(
-        groups * _blocks_per_request(kind, span, block_tokens, max_model_len, batched_tokens)
-        for kind, span, _, groups in grouped
-    )
-    return KvGroups(
+    groups = KvGroups(
         group_size=group_size,
         kinds=grouped,
         block_bytes=block_tokens * layer_bytes_per_token * group_size,
-        request_blocks=request_blocks,
+        request_blocks=0,
+        block_tokens=block_tokens,
+        batched_tokens=batched_tokens,
     )
+    return dataclasses.replace(groups, request_blocks=groups.blocks_for(max_model_len))
 
 
 @dataclass(frozen=True)
@@ -264,6 +274,13 @@ class ServingMemory:
         if self.groups is not None:
             return self.kv_blocks / self.groups.request_blocks
         return self.kv_tokens / self.settings.max_model_len
+
+    def requests_at(self, length: int) -> int:
+        """Whole requests of ``length`` tokens the pool holds at once (each takes whole blocks;
+        with block groups, its blocks in every group)."""
+        if self.groups is not None:
+            return self.kv_blocks // self.groups.blocks_for(length)
+        return self.kv_blocks // math.ceil(length / self.block_tokens)
 
     @property
     def whole_requests(self) -> int:

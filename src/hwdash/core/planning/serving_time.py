@@ -175,7 +175,7 @@ def batch_time(
         return None
     tp = memory.settings.tp
     length = job.prompt_tokens + job.output_tokens
-    fits = memory.kv_tokens // length
+    fits = memory.requests_at(length)
     seqs = memory.settings.max_num_seqs or engine.max_num_seqs
     running = min(seqs, fits, job.requests)
     if running < 1:
@@ -235,7 +235,11 @@ class _Decode:
         flops_rate, bytes_rate = rates
         tp = memory.settings.tp
         average_length = job.prompt_tokens + job.output_tokens / 2
-        read = memory.weight_bytes + batch * memory.kv_bytes_per_token * average_length
+        # a sliding or chunked layer reads at most its span of each sequence's cache
+        cached = average_length
+        if arch.layer_attention:
+            cached = arch.kv_layer_tokens(math.ceil(average_length)) / arch.kv_cache_layers
+        read = memory.weight_bytes + batch * memory.kv_bytes_per_token * cached
         step_memory = read / bytes_rate
         per_sequence = 2.0 * arch.matmul_params_per_token + attention_flops(arch, average_length)
         step_compute = batch * per_sequence / tp / flops_rate
