@@ -3,13 +3,21 @@
     PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py            # held-out first, then derive
     PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py --rows     # every row
     PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py --split derive --rows
+    PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py --file bench/data/whole_gpu_readings_b.toml \
+        --check-args                                                      # "ok" or the error per row, no number
 
 The readings are ``bench/data/whole_gpu_readings.toml`` (issue 29): each row names its public source,
 what the number is (``measure``: ``nvml`` for the whole GPU as nvidia-smi shows it, ``allocated`` for
 ``torch.cuda.max_memory_allocated``, ``reserved`` for ``max_memory_reserved``), the reading per GPU
 and the ``hwdash plan`` arguments that re-plan it. Each row's ``split`` is fixed by a hash of its id
 (``bench/whole_gpu_split.py``): formulas were derived looking only at ``derive`` rows; ``held_out`` rows
-were scored once, at the end.
+were scored once, at the end. A file whose top level says ``split = "held_out"``
+(``bench/data/whole_gpu_readings_b.toml``, a second held-out set collected after the first was seen) is
+held out as a whole: every row of it is ``held_out`` whatever the row says, and its rows need no ``split``.
+
+``--check-args`` only builds each row's plan (parses its ``hwdash_args``, reads its ``--from`` file, resolves
+its model and GPU and runs the estimator) and prints ``ok`` or the error per row: no estimate or reading is
+printed, so a held-out file can be checked without anyone seeing hwdash's numbers for it.
 
 Each row is estimated on its own GPU (the catalog accelerator named by ``gpu``) at its GPU count, and
 the estimate's figure of the same kind is compared: the whole GPU (``MemoryEstimate.whole_gpu``, what
@@ -20,6 +28,8 @@ negative is optimistic (the run would need more than the plan says).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import shlex
 import statistics
 import sys
@@ -99,6 +109,50 @@ def estimate_row(row: dict[str, Any], catalog: Catalog) -> MemoryEstimate:
     )
 
 
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    """The file's rows, each with its ``split``: the file's top-level ``split = "held_out"`` wins over a row's."""
+    with path.open("rb") as handle:
+        data = tomllib.load(handle)
+    whole = data.get("split")
+    if whole is not None and whole != "held_out":
+        raise ValueError(f'{path}: top-level split must be "held_out" when given, not {whole!r}')
+    rows = []
+    for row in data.get("reading", []):
+        split = "held_out" if whole == "held_out" else row.get("split")
+        if split not in ("held_out", "derive"):
+            raise ValueError(
+                f"{path}: row {row.get('id', '?')!r} has no split (held_out or derive)"
+            )
+        rows.append({**row, "split": split})
+    return rows
+
+
+def check_args(rows: list[dict[str, Any]], catalog: Catalog) -> tuple[list[str], int]:
+    """One line per row, ``ok`` or the error building its plan; never a number. Returns (lines, failures)."""
+    lines = []
+    failures = 0
+    for row in rows:
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                estimate_row(row, catalog)
+        except SystemExit:
+            # argparse rejected a flag or a value and wrote why (usage, then the error line)
+            failures += 1
+            said = stderr.getvalue()
+            # argparse's message follows its "error: " (after the usage lines); keep it on one line
+            message = " ".join(said.split("error:", 1)[-1].split()) if "error:" in said else ""
+            lines.append(
+                f"{row['id']}: error: {message or 'hwdash_args rejected by the plan parser'}"
+            )
+        except Exception as exc:  # any other reason the plan cannot be built: name it, no traceback
+            failures += 1
+            lines.append(f"{row['id']}: error: {type(exc).__name__}: {exc}")
+        else:
+            lines.append(f"{row['id']}: ok")
+    return lines, failures
+
+
 def score(rows: list[dict[str, Any]], catalog: Catalog) -> list[Scored]:
     out = []
     for row in rows:
@@ -150,11 +204,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", action="store_true", help="every row, not only the medians")
     parser.add_argument("--split", choices=("held_out", "derive"), help="one split only")
-    parser.add_argument("--readings", type=Path, default=READINGS)
+    parser.add_argument(
+        "--file",
+        "--readings",
+        dest="file",
+        type=Path,
+        default=READINGS,
+        help="the readings table (default bench/data/whole_gpu_readings.toml)",
+    )
+    parser.add_argument(
+        "--check-args",
+        action="store_true",
+        help="only build each row's plan and print ok or its error; no estimate is printed",
+    )
     args = parser.parse_args(argv)
-    with args.readings.open("rb") as handle:
-        rows = tomllib.load(handle)["reading"]
+    try:
+        rows = load_rows(args.file)
+    except (OSError, ValueError, tomllib.TOMLDecodeError) as exc:
+        parser.error(f"--file: {exc}")
     catalog = load_catalog(include_user=False)
+    if args.check_args:
+        lines, failures = check_args(rows, catalog)
+        print("\n".join(lines))
+        print(f"{len(rows) - failures} ok, {failures} failed")
+        return 1 if failures else 0
     splits = [args.split] if args.split else ["held_out", "derive"]
     scored = score([row for row in rows if row["split"] in splits], catalog)
     print(report(scored, splits, args.rows))

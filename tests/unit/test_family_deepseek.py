@@ -24,6 +24,7 @@ from hwdash.core.estimator import (
     kv_cache_bytes,
     latent_kv_bytes_per_token,
     layer_activation_bytes,
+    lora_adapter_params,
     resolve_lora_targets,
 )
 from hwdash.core.models.config import model_from_config, model_from_config_file
@@ -274,3 +275,59 @@ def test_generate_plan_holds_the_latent_cache() -> None:
     estimate = estimate_memory(plan, model, gpus=1)
     assert estimate.per_gpu.kv_cache == 2 * 8192 * 27 * (512 + 64) * 2
     assert any(label.startswith("KV cache (latent attention") for label, _ in estimate.details)
+
+
+HELDOUT_LITE = LITE.parents[2] / "heldout" / "DeepSeek-V2-Lite" / "config.json"
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("fields", "traced_peak", "traced_parts"),
+    [
+        # (weights, gradients, optimizer, activations + temporaries) at the traced peak, GiB
+        ({"method": Method.LORA}, 68.78, (30.60, 0.00, 2.67, 35.50)),
+        ({"method": Method.LORA, "attention": Attention.EAGER}, 69.30, (30.60, 0.0, 2.67, 36.03)),
+        ({"method": Method.LORA, "grad_ckpt": True}, 36.24, (30.60, 1.28, 2.67, 1.68)),
+        ({"method": Method.FULL, "grad_ckpt": True}, 146.31, (29.26, 29.26, 87.79, 0.00)),
+        ({"method": Method.INFERENCE, "attention": Attention.EAGER}, 29.49, (29.26, 0, 0, 0.23)),
+    ],
+)
+def test_v2_lite_matches_its_traced_step(
+    fields: dict[str, Any], traced_peak: float, traced_parts: tuple[float, ...]
+) -> None:
+    """DeepSeek-V2-Lite (the held-out config.json, 15.7B) traced with ``hwdash plan --model
+    <config> --trace``: transformers 5.24 builds ``DeepseekV2ForCausalLM`` from the config on CPU
+    fake tensors (PEFT 0.21 for LoRA: r16 on all-linear, dropout 0, which PEFT refuses on fused
+    experts), batch 1 x 1024 tokens, bf16, AdamW foreach, two steps, traced at 2 and 4 layers and
+    extrapolated to 27. The figures are ``bench/data/deepseek_v2_lite_trace.csv``
+    (``bench/mla_trace_rows.py``); the estimate is compared without its overhead, as the trace sees
+    no CUDA context. The peak is within 5% and each component within 5% or 0.1 GiB. Before PEFT's
+    fused-expert adapters were counted (gate_up_proj at rank 2r, the router's adapter) the LoRA
+    adapters, their gradients and Adam states were 26% under the trace."""
+    plan = Plan(model="lite", batch=1, seq=1024, lora_dropout=0.0, **fields)
+    per_gpu = estimate_memory(plan, model_from_config_file(HELDOUT_LITE), gpus=1).per_gpu
+    assert (per_gpu.total - per_gpu.overhead) / GIB == pytest.approx(traced_peak, rel=0.05)
+    counted = (
+        per_gpu.weights,
+        per_gpu.gradients,
+        per_gpu.optimizer,
+        per_gpu.activations + per_gpu.kv_cache,
+    )
+    for estimated, traced in zip(counted, traced_parts, strict=True):
+        assert estimated / GIB == pytest.approx(traced, rel=0.05, abs=0.1)
+
+
+def test_v2_lite_lora_adapters_as_peft_builds_them() -> None:
+    # sum(p.numel() for trainable p) of get_peft_model(LoraConfig(r=16, target_modules=
+    # "all-linear")) on DeepseekV2ForCausalLM from the held-out config (PEFT 0.21, transformers
+    # 5.24): the attention's four linears in all 27 blocks; in the 26 MoE blocks the routed experts'
+    # gate_up_proj at rank 32 and down_proj at rank 16 (per expert) and the router at rank 16
+    model = model_from_config_file(HELDOUT_LITE)
+    plan = Plan(model="lite", method=Method.LORA, lora_r=16, lora_dropout=0.0)
+    assert estimate_memory(plan, model, gpus=1).trainable_params == 358_994_944
+    # the three MLP names given: gate_up_proj fused at rank 32 again, no router adapter (only
+    # all-linear maps the router)
+    arch = architecture(model)
+    pair = resolve_lora_targets(arch, ("gate_proj", "up_proj", "down_proj"))
+    per_expert = 32 * (2048 + 2 * 1408) + 16 * (1408 + 2048)
+    assert lora_adapter_params(arch, pair, 16) == 26 * 64 * per_expert

@@ -114,6 +114,7 @@ def test_interleaved_layout_as_read() -> None:
     for model in (scout, maverick):
         assert model.nope_layers == tuple(range(3, 48, 4))
         assert model.attention_chunk_size == 8192
+        assert model.layer_attention == ("chunked", "chunked", "chunked", "full") * 12
         assert model.experts_every_token and not model.peft_fused_experts
         assert "8,192 tokens" in model.notes
     kinds = [count for count, _ in architecture(maverick).block_kinds]
@@ -233,7 +234,7 @@ def test_tracer_config_is_the_text_model() -> None:
         ({"hidden_size": None}, "has no 'hidden_size'"),
         ({"num_experts_per_tok": 8}, "'num_experts_per_tok' \\(8\\) is more than the 4 experts"),
         ({"moe_layers": "odd"}, "'moe_layers' must be a list of whole numbers"),
-        ({"no_rope_layers": [1, 0]}, "'no_rope_layers' has 2 entries for 4 layers"),
+        ({"no_rope_layers": [1, 0]}, "'no_rope_layers' must list 0 or 1 for each of the 4"),
         ({"num_local_experts": 1}, "'num_local_experts' must be at least 2"),
     ],
 )

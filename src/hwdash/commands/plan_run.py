@@ -113,8 +113,11 @@ def _serving(
     flavor's memory (all None-or-unchanged for ``--engine hf``)."""
     from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
 
-    settings = serving_settings(args, plan)
+    settings = serving_settings(args, plan, report.model)
     if settings is None:
+        from hwdash.commands.plan_batch import batch_job
+
+        batch_job(plan, None)  # --output-tokens without a serving engine: refused
         if args.export == "vllm":
             raise UsageError(
                 "--export vllm writes a server's command line: add --engine vllm or sglang",
@@ -122,6 +125,9 @@ def _serving(
             )
         return None, report, None
     report, memories = serving_on_flavors(report, settings, catalog)
+    from hwdash.commands.plan_batch import with_batch_times
+
+    report = with_batch_times(report, memories)  # --examples: each flavor's hours and cost
     wanted = [f for f in plan.flavors if f in memories] or list(memories)
     serving = (wanted[0], memories[wanted[0]], report) if wanted else None
     return settings, report, serving
@@ -380,7 +386,12 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
     if outcome.serving_settings is not None:
         document["serving"] = None if outcome.serving is None else outcome.serving[1].to_json()
         if outcome.serving is not None:
+            from hwdash.commands.plan_batch import serving_batch
+
             document["serving"]["flavor"] = outcome.serving[0]
+            batch = serving_batch(outcome.serving)  # None without --examples
+            if batch is not None:
+                document["serving"]["batch"] = batch.to_json()
     if check is not None:
         document["check"] = {"flavor": plan.flavors[0], "status": check[0], "message": check[1]}
         if args.export is None:  # (an export printed it)
@@ -424,9 +435,13 @@ def _print_text(args: argparse.Namespace, outcome: _Outcome) -> None:
         max_fit=outcome.max_fit,
     )
     if outcome.serving is not None:
+        from hwdash.commands.plan_batch import serving_batch
         from hwdash.commands.plan_serving import serving_lines
 
         print("\n".join(serving_lines(outcome.serving[1], outcome.serving[0])))
+        batch = serving_batch(outcome.serving)
+        if batch is not None:
+            print(f"  {batch.sentence()}")
     _print_measured(args, outcome)
     if outcome.fit_result is not None:
         from rich.console import Console

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shlex
 from typing import Any
 
@@ -78,8 +79,11 @@ def add_serving_flags(parser: argparse.ArgumentParser, whole: Any, number: Any) 
     )
 
 
-def serving_settings(args: argparse.Namespace, plan: Plan) -> ServingSettings | None:
-    """The serving settings the flags ask for (None: ``--engine hf``), checked."""
+def serving_settings(
+    args: argparse.Namespace, plan: Plan, model: Any = None
+) -> ServingSettings | None:
+    """The serving settings the flags ask for (None: ``--engine hf``), checked; with ``model``
+    (the plan's ModelSpec) a request's length counts its images' tokens."""
     engine = Engine(getattr(args, "engine", None) or Engine.HF.value)
     given = [flag for name, flag in _ENGINE_FLAGS if getattr(args, name, None) is not None]
     if getattr(args, "kv_dtype", "auto") != KvDtype.AUTO.value:
@@ -104,7 +108,7 @@ def serving_settings(args: argparse.Namespace, plan: Plan) -> ServingSettings | 
         engine_id = "vllm-v0"
     return ServingSettings(
         engine=engine_id,
-        max_model_len=getattr(args, "max_model_len", None) or plan.seq,
+        max_model_len=_request_length(args, plan, model),
         gpu_memory_utilization=fraction,
         max_num_seqs=getattr(args, "max_num_seqs", None),
         kv_dtype=KvDtype(getattr(args, "kv_dtype", "auto")),
@@ -117,9 +121,10 @@ def _memory_on(
     report: PlanReport, settings: ServingSettings, accelerator: Any, catalog: Any
 ) -> ServingMemory:
     from hwdash.core.estimator.architecture import architecture
+    from hwdash.core.estimator.serving_images import request_images, with_images
 
     element = 4 if report.plan.precision is Precision.FP32 else 2
-    return serving_memory(
+    memory = serving_memory(
         architecture(report.model),
         accelerator,
         settings,
@@ -127,6 +132,51 @@ def _memory_on(
         software=catalog.software,
         engines=catalog.engines or None,
     )
+    return with_images(memory, request_images(report.plan, report.model), element)
+
+
+# --- images in serving plans (--images N --image-tokens T; core/estimator/serving_images.py) ---
+
+
+def _request_length(args: argparse.Namespace, plan: Plan, model: Any) -> int:
+    """``--max-model-len``, else ``--seq`` plus the images' tokens of a request."""
+    from hwdash.core.estimator.serving_images import request_images, request_tokens
+
+    images = request_images(plan, model) if model is not None else None
+    return request_tokens(plan, images, getattr(args, "max_model_len", None))
+
+
+def _image_lines(memory: ServingMemory) -> list[str]:
+    """The serving report's lines about images (none for a text-only plan)."""
+    images, encoder = getattr(memory, "images", None), getattr(memory, "encoder", None)
+    if images is None:
+        return []
+    gib = 2**30
+    lines = [
+        f"  images: {images.images} per request x {images.tokens_per_image:,} tokens, counted "
+        f"in its {memory.settings.max_model_len:,}-token length; the vision tower's weights "
+        "are in the weights"
+    ]
+    if encoder is None:
+        lines.append(f"  ({memory.engine.name} has no multimodal profile run modelled)")
+        return lines
+    lines.append(
+        f"  encoder cache budget {encoder.budget_tokens:,} tokens, profiled with "
+        f"{encoder.items} image item(s): encoder {encoder.working_bytes / gib:.2f} GiB, "
+        f"its outputs {encoder.cache_bytes / gib:.2f} GiB (in the activation peak)"
+    )
+    return lines
+
+
+def _image_limit(memory: ServingMemory) -> list[str]:
+    """``vllm serve``'s ``--limit-mm-per-prompt`` for a plan with images."""
+    images = getattr(memory, "images", None)
+    if images is None:
+        return []
+    return ["--limit-mm-per-prompt", json.dumps({"image": images.images})]
+
+
+# --- end of images ---
 
 
 def serving_on_flavors(
@@ -180,9 +230,11 @@ def serving_lines(memory: ServingMemory, flavor_id: str) -> list[str]:
         f"  = KV cache {memory.kv_cache_bytes / gib:.2f} GiB: {memory.kv_blocks:,} blocks of "
         f"{memory.block_tokens} = {memory.kv_tokens:,} tokens "
         f"({memory.kv_bytes_per_token:,} bytes per token)",
+        *memory.group_lines(),
         f"  Maximum concurrency for {s.max_model_len:,} tokens per request: "
         f"{memory.max_concurrency:.2f}x",
     ]
+    lines += _image_lines(memory)
     if memory.cuda_graph_bytes:
         lines.append(
             f"  (CUDA graphs: about {memory.cuda_graph_bytes / gib:.2f} GiB more, outside the budget)"
@@ -221,6 +273,7 @@ def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
             words += ["--kv-cache-dtype", "fp8"]
         if quant in _VLLM_QUANTIZATION:
             words += ["--quantization", _VLLM_QUANTIZATION[quant]]
+        words += _image_limit(memory)
     if s.kv_dtype is KvDtype.INT8:
         raise UsageError(
             "neither vllm serve nor SGLang takes an int8 KV cache: use --kv-dtype fp8 or auto",
@@ -237,8 +290,8 @@ def serving_max_concurrency(report: PlanReport, target: str, memory: ServingMemo
 
     fit = next(fit for fit in report.flavors if fit.flavor.id == target)
     length = memory.settings.max_model_len
-    value = memory.kv_tokens // length
-    leftover = memory.kv_cache_bytes - value * length * memory.kv_bytes_per_token
+    value = memory.whole_requests
+    leftover = memory.kv_cache_bytes - value * memory.request_bytes
     # the flavor's fit at the answer, its headroom the pool's leftover (one GPU's bytes)
     at_answer = dataclasses.replace(fit, need_bytes=fit.usable_bytes - leftover)
     return MaxFit(

@@ -265,6 +265,9 @@ class Plan(BaseModel):
     """Passes over the examples."""
     tokens: int | None = Field(default=None, ge=1, le=10**18)
     """Total training tokens (instead of examples x epochs x seq). For inference: tokens to generate."""
+    output_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Serving plans' batch job (``--output-tokens``): tokens each of the ``examples`` requests
+    generates; its prompt is the rest of ``seq`` (``seq - output_tokens``). None: no batch job."""
     mfu: float | None = Field(default=None, ge=0.001, le=1)
     """Model FLOPs utilisation to assume, 0.001 to 1 (a floor keeps hours finite: 1e-300 made them
     infinite; no real run is below 0.1%); None takes each accelerator's catalog value."""
@@ -405,6 +408,11 @@ class Plan(BaseModel):
             raise ValueError(
                 f"quant {self.quant.value} quantizes an inference plan; to train over quantized "
                 "weights use --method qlora (NF4) or lora-8bit (int8)"
+            )
+        if self.output_tokens is not None and self.output_tokens >= self.seq:
+            raise ValueError(
+                f"--output-tokens {self.output_tokens:,} leaves no prompt in a --seq "
+                f"{self.seq:,} sequence: the prompt is --seq minus --output-tokens, give fewer"
             )
         if self.optimizer_in_backward and self.grad_accum > 1:
             raise ValueError(
@@ -548,7 +556,7 @@ class Plan(BaseModel):
     @model_serializer(mode="wrap")
     def _without_unset_budget(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """The plan's fields, ``budget`` left out when there is none, ``cp``, ``sp_ulysses``,
-        ``ep`` when they are 1 and ``images`` / ``image_tokens`` without images: such a plan writes
+        ``ep`` when they are 1, ``images`` / ``image_tokens`` without images and ``output_tokens`` unset: such a plan writes
         (JSON, saved plans) what it wrote before those flags existed."""
         data: dict[str, Any] = handler(self)
         if data.get("budget", 0) is None:
@@ -557,6 +565,9 @@ class Plan(BaseModel):
         for name in ("cp", "sp_ulysses", "ep"):
             if data.get(name) == 1:
                 del data[name]
+        # and a serving batch job's output tokens: written only when given
+        if data.get("output_tokens", 0) is None:
+            del data["output_tokens"]
         # and a text-only plan's images (issue 30): written only when a plan has images
         if data.get("images") == 0:
             data.pop("images")
@@ -611,6 +622,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
     unused: list[tuple[str, str]] = []
     for name in dict.fromkeys(given):
         if plan.method is Method.INFERENCE and name in TRAINING_ONLY_FIELDS:
+            if name == "examples" and plan.output_tokens is not None:
+                continue  # a serving plan's batch job: --examples requests
             if name in ("examples", "epochs"):
                 why = "inference counts the tokens it generates: use --tokens"
             else:
@@ -618,6 +631,10 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             if name == "grad_ckpt" and not plan.grad_ckpt:
                 continue
             unused.append((name, why))
+        elif name == "output_tokens" and plan.method is not Method.INFERENCE:
+            unused.append(
+                (name, "only serving plans (--method inference --engine vllm) run a batch job")
+            )
         elif name in _QUANTIZED_BASE_FIELDS and trained not in (Method.QLORA, Method.LORA_8BIT):
             unused.append((name, f"only qlora and lora-8bit use it, not {trained.value}"))
         elif name == "adapter_dtype" and trained not in LORA_STYLE_METHODS:

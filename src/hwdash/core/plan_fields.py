@@ -457,6 +457,12 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         ),
     ),
     PlanField(
+        "output_tokens", "--output-tokens", DATA,
+        "serving plans (--engine vllm|sglang): tokens each of the --examples requests generates; "
+        "its prompt is --seq minus these; gives the batch job's time and cost",
+        parse="whole", metavar="M",
+    ),
+    PlanField(
         "mfu", "--mfu", DATA, "model FLOPs utilisation (default: the catalog's per GPU)",
         parse="number", form=FormRow("MFU", "number", placeholder="catalog default"),
     ),

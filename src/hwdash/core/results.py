@@ -146,6 +146,15 @@ class FlavorFit:
     slowdowns: tuple[Slowdown, ...] = ()
     """The catalog's step-time factors in ``hours`` and ``tokens_per_second`` (QLoRA's
     dequantisation, CPU offload...), each with its source."""
+    refusals: tuple[str, ...] = ()
+    """Why the plan cannot run on the flavor whatever its memory (GPU count against tp x pp, the
+    hardware kind, host RAM for offload): the verdict is ``no`` while any is here, however the
+    need is rescaled (``--calibrated``)."""
+    caveats: tuple[str, ...] = ()
+    """The rest of ``reason`` after the memory reason and the refusals (TPU, unified memory,
+    the run cost's notes)."""
+    managed_bytes: int = 0
+    """Paged optimizer states (CUDA managed memory) in ``need_bytes``: they spill to host RAM."""
 
     @property
     def headroom_bytes(self) -> int:

@@ -366,19 +366,25 @@ class ModelSpec(_Strict):
     cache (Falcon's new decoder architecture: ``FalconAttention._split_heads`` broadcasts them and
     ``reshape`` materialises the copy, ``modeling_falcon.py``): the KV cache and the kept K, V hold
     ``heads`` heads, the weights ``kv_heads``."""
+    layer_attention: tuple[Literal["full", "sliding", "chunked"], ...] = Field(
+        default=(), strict=False, max_length=10_000
+    )
+    """Each decoder layer's attention (:mod:`hwdash.core.models.windows`, from ``layer_types`` and
+    the family's keys): ``full`` over the whole sequence, ``sliding`` over the last
+    ``sliding_window`` tokens (Gemma 2/3, Mistral), ``chunked`` within chunks of
+    ``attention_chunk_size`` (Llama 4). Empty: every layer full."""
+    sliding_window: int = Field(default=0, ge=0, le=1_000_000_000)
+    """Tokens a sliding layer attends to (``sliding_window``); 0 without sliding layers."""
+    attention_chunk_size: int = Field(default=0, ge=0, le=1_000_000_000)
+    """Tokens of a chunked layer's chunk (``attention_chunk_size``); 0 without chunked layers."""
     experts_every_token: bool = False
     """MoE: every expert runs on every token, each copy scaled by its router score (0 outside the
     top-k): Llama 4's ``Llama4TextMoe`` repeats the tokens once per expert and multiplies them
     through all experts with ``torch.bmm`` (``modeling_llama4.py``), so training keeps every
     expert's intermediate tensors for every token. The active parameters stay the top-k's."""
-    attention_chunk_size: int = Field(default=0, ge=0, le=1_000_000_000)
-    """Llama 4's chunked attention (``attention_chunk_size``): the layers with RoPE attend only
-    within chunks of this many tokens, the :attr:`nope_layers` over the whole sequence; 0: none.
-    Read and shown; the estimate counts every layer's attention and KV cache at full length."""
     nope_layers: tuple[int, ...] = ()
-    """Llama 4: the layers without RoPE (``no_rope_layers`` 0), which attend over the whole
-    sequence while the others attend in chunks of :attr:`attention_chunk_size`; they have no
-    Q/K norm either."""
+    """Llama 4: the layers without RoPE (``no_rope_layers`` 0): no Q/K norm, and (by default) full
+    attention where the others attend in chunks (:attr:`layer_attention`)."""
     moe_layer_indices: tuple[int, ...] = ()
     """MoE: the blocks with experts where they are not the last ``layers - dense_mlp_layers``
     (Llama 4's ``moe_layers``: every ``interleave_moe_layer_step``-th); empty: those last ones."""
@@ -408,6 +414,8 @@ class ModelSpec(_Strict):
                 "latent attention (kv_lora_rank) needs v_head_dim and a qk_rope_head_dim smaller "
                 f"than head_dim ({self.head_dim})",
             )
+        if self.layer_attention:
+            self._check_windows()
         if self.experts_per_token > self.experts:
             raise _FieldProblem(
                 "experts_per_token",
@@ -424,6 +432,20 @@ class ModelSpec(_Strict):
                 f"dense_mlp_layers is {moe_blocks}",
             )
         return self
+
+    def _check_windows(self) -> None:
+        """``layer_attention`` names every decoder layer, and each kind it uses has its width."""
+        if len(self.layer_attention) != self.layers:
+            raise _FieldProblem(
+                "layer_attention",
+                f"{len(self.layer_attention)} layer kinds for {self.layers} layers",
+            )
+        if "sliding" in self.layer_attention and not self.sliding_window:
+            raise _FieldProblem("sliding_window", "sliding layers need a sliding_window")
+        if "chunked" in self.layer_attention and not self.attention_chunk_size:
+            raise _FieldProblem(
+                "attention_chunk_size", "chunked layers need an attention_chunk_size"
+            )
 
 
 class Slowdown(_Strict):
@@ -638,5 +660,19 @@ class EngineDefaults(_Strict):
     non_torch_mib: float | None = Field(default=None, ge=0, le=1_000_000)
     sampler_bytes_per_logit: float = Field(ge=0, le=1_000)
     cuda_graph_mib: float = Field(ge=0, le=1_000_000)
+    prefill_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Share of the GPU's dense tensor rate the prompt pass reaches (None: no batch-job time;
+    :mod:`hwdash.core.planning.serving_time`)."""
+    decode_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Share of the GPU's memory bandwidth a decode step reaches (None: no batch-job time)."""
+    allreduce_latency_us: float = Field(default=0, ge=0, le=1_000_000)
+    """Tensor parallel: the fixed time of one all-reduce, in microseconds."""
+    allreduce_gbps: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Tensor parallel: the all-reduce's bus bandwidth per GPU, GB/s (None: not counted)."""
+    throughput_source: str = ""
+    """Where the four throughput numbers above come from."""
+    hybrid_kv_cache: bool = False
+    """Sliding-window and chunked layers get block groups of their own that hold only their window
+    per request (vLLM V1's hybrid KV cache manager); False: every layer caches every token."""
     source: str = Field(min_length=1)
     notes: str = ""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hwdash.core.planning.fit import _sort_key, fit_verdict, recommend
+from hwdash.core.planning.fit import _sort_key, recommend, rescaled_fit
 from hwdash.core.results import FlavorFit, PlanReport
 
 SIMILAR_EXITS = ("normal", "killed")
@@ -112,9 +112,7 @@ def scaled_need(need: int, factor: float, outside: int = 0) -> int:
 
 def scaled_fit(fit: FlavorFit, factor: float) -> FlavorFit:
     """One flavor's fit with its need scaled by ``factor`` and its verdict recomputed."""
-    need = scaled_need(fit.need_bytes, factor, fit.outside_allocator_bytes)
-    verdict = fit_verdict(need, fit.usable_bytes) if fit.usable_bytes else fit.verdict
-    return dataclasses.replace(fit, need_bytes=need, verdict=verdict)
+    return rescaled_fit(fit, scaled_need(fit.need_bytes, factor, fit.outside_allocator_bytes))
 
 
 def apply_peak_factor(report: PlanReport, factor: float | None) -> PlanReport:

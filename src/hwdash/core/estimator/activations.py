@@ -556,7 +556,8 @@ def _masked_sdpa(arch: Architecture, seq: int, attention: Attention) -> bool:
     converts the boolean mask to an additive one in the query's dtype, which the kernel keeps for
     backward. Traced per layer on the tiny Llama 4 (bench/llama4_trace_rows.py): a b x 1 x s x s
     16-bit tensor and K, V at all heads in each chunked layer."""
-    if attention is Attention.EAGER or not arch.attention_chunk_size:
+    if attention is Attention.EAGER or not arch.attention_chunk_size or arch.layer_attention:
+        # a whole stack with chunked layers among others: its block kinds say which are
         return False
     return seq >= arch.attention_chunk_size
 

@@ -108,21 +108,31 @@ def _derive(model: ModelSpec) -> Architecture:
         qk_rope_head_dim=model.qk_rope_head_dim if model.kv_lora_rank else 0,
         v_head_dim=model.v_head_dim if model.kv_lora_rank else 0,
         peft_fused_experts=model.peft_fused_experts,
-        **_layer_pattern(model),
         vision_params=model.vision.params if model.vision else 0,
+        **_layer_pattern(model),
     )
 
 
 def _layer_pattern(model: ModelSpec) -> dict[str, Any]:
     """Llama 4's block layout (``modeling_llama4.py``): experts run on every token, weightless Q/K
-    norms, chunked attention, NoPE blocks and interleaved MoE blocks (ModelSpec's fields)."""
+    norms, NoPE blocks and interleaved MoE blocks (ModelSpec's fields), and every model's
+    attention windows (:func:`_window_fields`)."""
     moe = model.experts > 1
     return {
         "experts_every_token": model.experts_every_token and moe,
         "qk_norm_weight": model.qk_norm_weight,
-        "attention_chunk_size": model.attention_chunk_size,
         "nope_layers": model.nope_layers,
         "moe_layer_indices": model.moe_layer_indices if moe else (),
+        **_window_fields(model),
+    }
+
+
+def _window_fields(model: ModelSpec) -> dict[str, Any]:
+    """The per-layer attention kinds and spans (``ModelSpec.layer_attention``)."""
+    return {
+        "layer_attention": model.layer_attention,
+        "sliding_window": model.sliding_window,
+        "attention_chunk_size": model.attention_chunk_size,
     }
 
 
@@ -370,7 +380,8 @@ def lora_candidates(arch: Architecture) -> tuple[LinearShape, ...]:
     maps the MLP projection names (``all-linear`` included) onto them for the model types it knows
     (Mixtral, Qwen3 MoE, DeepSeek-V2/V3), and the names then no longer reach the shared expert's
     or a dense block's ``nn.Linear`` (traced: a DeepSeek-V2 LoRA on all-linear adapts the
-    attention and the routed experts only). For ``qwen2_moe`` it has no mapping: the routed
+    attention, the routed experts and the router, whose adapter :func:`lora_adapter_params`
+    counts). For ``qwen2_moe`` it has no mapping: the routed
     experts stay frozen and the names reach the shared expert (``peft_fused_experts`` False)."""
     if arch.experts <= 1:
         return arch.linears
@@ -382,36 +393,64 @@ def lora_candidates(arch: Architecture) -> tuple[LinearShape, ...]:
 
 
 def lora_adapter_params(
-    arch: Architecture, targets: tuple[LinearShape, ...], rank: int, *, dora: bool = False
+    arch: Architecture,
+    targets: tuple[LinearShape, ...],
+    rank: int,
+    *,
+    dora: bool = False,
+    router: bool = False,
 ) -> int:
     """Adapter parameters: A (r x in) and B (out x r) per targeted matrix per layer, per expert.
 
     LoRA: Hu et al. 2021, arXiv:2106.09685, section 4. DoRA adds a magnitude vector of ``out``
     values per adapted matrix (Liu et al. 2024, arXiv:2402.09353, section 4.1).
+
+    A MoE whose routed experts are fused 3-D parameters (``arch.peft_fused_experts``): PEFT 0.21
+    (``_convert_peft_config_moe`` in ``peft/utils/transformers_weight_conversion.py``) adapts the
+    stacked ``gate_up_proj`` once when both ``gate_proj`` and ``up_proj`` are targeted, at rank
+    2r (its ``rank_pattern``): per expert 2r x (hidden + 2 x intermediate), where two rank-r
+    adapters would take 2r x (hidden + intermediate). ``router``: ``all-linear`` also maps the
+    router ``gate`` onto ``gate.weight`` (a ``lora.ParamWrapper`` of rank r over experts x hidden,
+    one per MoE block). Both traced on DeepSeek-V2-Lite (transformers 5.24, PEFT 0.21).
     """
-    names = {linear.name for linear in targets}
-    dense = dense_block_adapted(arch, arch.dense_block, names) if arch.dense_layers else ()
+    moe_blocks = arch.layers - arch.dense_layers
+    names = {linear.name for linear in targets if linear.copies > 1}
+    fused_gate_up = arch.peft_fused_experts and {"gate_proj", "up_proj"} <= names
     total = 0
     for linear in targets:
+        out = linear.out_features
+        if fused_gate_up and linear.copies > 1 and linear.name in ("gate_proj", "up_proj"):
+            # half of the fused 2r x (in + 2 out): r x (in + 2 out) for each of gate and up
+            per_copy = rank * (linear.in_features + 2 * out)
+        else:
+            per_copy = rank * (linear.in_features + out)
+        if dora:
+            per_copy += out
         # routed and shared experts only in the MoE blocks (not DeepSeek's or Llama 4's dense ones)
         moe_only = linear.copies > 1 or linear.name.startswith(SHARED_PREFIX)
-        blocks = arch.layers - arch.dense_layers if moe_only else arch.layers
-        total += blocks * _adapter_params(linear, rank, dora)
+        blocks = moe_blocks if moe_only else arch.layers
+        total += blocks * per_copy * linear.copies
+    if router and arch.peft_fused_experts and arch.experts > 1:
+        total += moe_blocks * rank * (arch.hidden + arch.experts)
     # the dense blocks' MLPs the same names reach (their attention is counted above)
-    total += sum(
-        arch.dense_layers * _adapter_params(linear, rank, dora)
-        for linear in dense
-        if is_mlp(linear.name)
-    )
+    total += _dense_mlp_adapter_params(arch, targets, rank, dora)
     return total
 
 
-def _adapter_params(linear: LinearShape, rank: int, dora: bool) -> int:
-    """A (r x in) and B (out x r) of one adapted matrix, per expert; DoRA's magnitude vector."""
-    per_copy = rank * (linear.in_features + linear.out_features)
-    if dora:
-        per_copy += linear.out_features
-    return per_copy * linear.copies
+def _dense_mlp_adapter_params(
+    arch: Architecture, targets: tuple[LinearShape, ...], rank: int, dora: bool
+) -> int:
+    """Adapters on the MLPs of a MoE model's dense blocks that the adapted names reach
+    (:func:`dense_block_adapted`: Llama 4's, where PEFT has no fused-expert mapping)."""
+    if not arch.dense_layers:
+        return 0
+    names = {linear.name for linear in targets}
+    total = 0
+    for linear in dense_block_adapted(arch, arch.dense_block, names):
+        if is_mlp(linear.name):
+            per_copy = rank * (linear.in_features + linear.out_features)
+            total += arch.dense_layers * (per_copy + (linear.out_features if dora else 0))
+    return total
 
 
 def dense_block_adapted(

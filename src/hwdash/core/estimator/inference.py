@@ -82,15 +82,41 @@ def inference_activation_bytes(
     return layer + batch * arch.vocab * (e + 4) + encoder
 
 
-def kv_cache_bytes(arch: Architecture, batch: int, seq: int, element_bytes: int) -> int:
-    """Key and value cache: ``2 * layers * kv_heads * head_dim * seq * batch * bytes``.
+def kv_cache_bytes(
+    arch: Architecture, batch: int, seq: int, element_bytes: int, prompt: int | None = None
+) -> int:
+    """Key and value cache at its peak: ``2 * layers * kv_heads * head_dim * seq * batch * bytes``.
 
     GQA-aware: only the ``kv_heads`` key/value heads are cached (Ainslie et al. 2023,
     arXiv:2305.13245); see also Hugging Face's KV-cache docs. Multi-head latent attention
     (DeepSeek-V2/V3): transformers caches the latent, ``kv_lora_rank + qk_rope_head_dim`` per
     token per layer (:attr:`~hwdash.core.estimator.Architecture.kv_cache_width`).
+
+    Sliding-window and chunked layers (Gemma 2/3, Mistral, Llama 4): ``generate``'s
+    ``DynamicCache`` gives them a ``DynamicSlidingWindowLayer`` (transformers 5.24
+    ``cache_utils.py``, ``DYNAMIC_LAYER_TYPE_MAPPING``; a chunked layer's window is its
+    ``attention_chunk_size``, ``get_layer_types_and_kwargs``), whose ``update`` concatenates the
+    new keys to the kept ones and keeps the last ``window - 1`` as a slice, a view of the
+    concatenated tensor. After the prefill that view holds the whole ``prompt``'s storage in every
+    layer; from the first decoding step each sliding layer holds a ``window``-token tensor
+    (:meth:`~hwdash.core.estimator.Architecture.kv_layer_tokens`). The peak is the larger of the
+    two. ``prompt`` defaults to ``seq``: the plan's prefill covers the whole sequence
+    (:func:`inference_activation_bytes`), and then the windows save nothing at the peak.
+    (Checked on transformers 5.24 with a 6-layer Gemma 3 of window 8: after a 32-token prefill every
+    layer's key storage is 32 tokens; after one decoding step the sliding ones' is 8.)
     """
-    return arch.kv_cache_layers * arch.kv_cache_width * seq * batch * element_bytes
+    per_token = arch.kv_cache_width * batch * element_bytes
+    decoding = arch.kv_layer_tokens(seq) * per_token
+    prefill = arch.kv_cache_layers * min(seq, seq if prompt is None else prompt) * per_token
+    return max(prefill, decoding)
+
+
+def kv_cache_after_prefill_bytes(
+    arch: Architecture, batch: int, seq: int, element_bytes: int
+) -> int:
+    """The cache once decoding has begun: every full layer's ``seq`` tokens, each sliding or
+    chunked layer's window (:func:`kv_cache_bytes`); the whole cache without windows."""
+    return arch.kv_layer_tokens(seq) * arch.kv_cache_width * batch * element_bytes
 
 
 def legacy_cache_copy_bytes(arch: Architecture, cache_bytes: float) -> float:
@@ -112,6 +138,20 @@ def legacy_cache_copy_bytes(arch: Architecture, cache_bytes: float) -> float:
     if arch.cross_attention_layers:
         return cache_bytes * arch.cross_attention_layers / arch.kv_cache_layers
     return cache_bytes
+
+
+def _window_label(arch: Architecture, decoding: float) -> str:
+    """The KV cache's detail line for a model with sliding or chunked layers: what the cache
+    holds once decoding has begun, and why the peak is still the whole prompt in every layer."""
+    kinds = ", ".join(
+        f"{kind} window {span:,} on {count} of {arch.kv_cache_layers} layers"
+        for kind, span, count in arch.attention_groups
+        if span
+    )
+    return (
+        f"KV cache ({kinds}: {decoding / 2**30:.2f} GiB once decoding begins; the prefill "
+        "holds the whole prompt in all, cache_utils.py DynamicSlidingWindowLayer)"
+    )
 
 
 def latent_kv_bytes_per_token(arch: Architecture, element_bytes: int) -> int:
@@ -158,6 +198,9 @@ def _add_inference(
             "per layer)",
             kv,
         )
+    elif arch.layer_attention:
+        decoding = kv_cache_after_prefill_bytes(arch, plan.batch, plan.seq, element_bytes) / dp
+        acc.note(_window_label(arch, decoding), kv)
     else:
         acc.note("KV cache", kv)
     if plan.generation is Generation.LEGACY:

@@ -129,9 +129,6 @@ class Architecture:
     routed experts' activations count :attr:`routed_copies` times."""
     qk_norm_weight: bool = True
     """The Q/K norms have a weight (``ModelSpec.qk_norm_weight``; Llama 4's have none)."""
-    attention_chunk_size: int = 0
-    """Llama 4: this block attends within chunks of this many tokens (``ModelSpec.attention_chunk_size``);
-    from that length on transformers hands SDPA a mask (0: none, causal attention)."""
     nope_layers: tuple[int, ...] = ()
     """Llama 4: the blocks without RoPE, Q/K norm or chunking (``ModelSpec.nope_layers``);
     see :attr:`block_kinds`."""
@@ -140,6 +137,15 @@ class Architecture:
     vision_params: int = 0
     """A vision-language model's vision tower and projector (``ModelSpec.vision``): loaded with the
     model, so among :attr:`total_params`, outside the blocks."""
+    layer_attention: tuple[str, ...] = ()
+    """Each decoder layer's attention, ``full``, ``sliding`` or ``chunked``
+    (``ModelSpec.layer_attention``); empty: every layer full."""
+    sliding_window: int = 0
+    """Tokens a sliding layer attends to (``ModelSpec.sliding_window``)."""
+    attention_chunk_size: int = 0
+    """Tokens of a chunked layer's chunk (``ModelSpec.attention_chunk_size``). In a block kind of
+    :attr:`block_kinds` (whose ``layer_attention`` is empty), set only on a chunked block: from that
+    length on transformers hands SDPA a mask."""
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -206,7 +212,7 @@ class Architecture:
         ``first_k_dense_replace``, the dense ones (:attr:`dense_block`). One kind otherwise.
         Llama 4 (:attr:`nope_layers`): each of those split into its RoPE blocks (chunked attention,
         Q/K norm) and its NoPE blocks (neither: ``Llama4TextAttention``, modeling_llama4.py)."""
-        if self.nope_layers:
+        if self.nope_layers or "chunked" in self.layer_attention:
             return self._rope_kinds
         if not self.dense_layers:
             return ((self.layers, self),)
@@ -214,26 +220,25 @@ class Architecture:
 
     @cached_property
     def _rope_kinds(self) -> tuple[tuple[int, Architecture], ...]:
-        """:attr:`block_kinds` of a model with NoPE blocks, in the order (MoE, RoPE), (MoE, NoPE),
-        (dense, RoPE), (dense, NoPE), the kinds it has."""
-        plain = replace(self, nope_layers=(), moe_layer_indices=())
+        """:attr:`block_kinds` of a Llama 4 stack: its blocks grouped by MLP (MoE, then dense),
+        RoPE or not (a NoPE block has no Q/K norm) and chunked attention or not; a kind carries
+        ``attention_chunk_size`` only when it is chunked, and no ``layer_attention``."""
+        plain = replace(self, nope_layers=(), moe_layer_indices=(), layer_attention=())
         if self.experts <= 1:
             moe = set(range(self.layers))
         else:
             moe = set(self.moe_layer_indices or range(self.dense_layers, self.layers))
-        nope = set(self.nope_layers)
+        chunked = {i for i, kind in enumerate(self.layer_attention) if kind == "chunked"}
+        counts: dict[tuple[bool, bool, bool], int] = {}
+        for i in range(self.layers):
+            key = (i in moe, i not in self.nope_layers, i in chunked)
+            counts[key] = counts.get(key, 0) + 1
         kinds = []
-        for is_moe in (True, False):
+        for (is_moe, rope, is_chunked), count in sorted(counts.items(), reverse=True):
             block = plain if is_moe or self.experts <= 1 else plain.dense_block
-            for is_nope in (False, True):
-                count = sum(
-                    1 for i in range(self.layers) if (i in moe) == is_moe and (i in nope) == is_nope
-                )
-                if count:
-                    kind = (
-                        replace(block, qk_norm=False, attention_chunk_size=0) if is_nope else block
-                    )
-                    kinds.append((count, kind))
+            chunk = self.attention_chunk_size if is_chunked else 0
+            kind = replace(block, qk_norm=block.qk_norm and rope, attention_chunk_size=chunk)
+            kinds.append((count, kind))
         return tuple(kinds)
 
     @cached_property
@@ -290,6 +295,34 @@ class Architecture:
         if self.cross_attention_layers:
             return 2 * self.cross_attention_layers
         return self.layers
+
+    @cached_property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each cached layer's attention span in tokens: the window of a sliding layer, the chunk
+        of a chunked one, None for full attention (every layer None without windows)."""
+        spans = {"full": None, "sliding": self.sliding_window, "chunked": self.attention_chunk_size}
+        if not self.layer_attention:
+            return (None,) * self.kv_cache_layers
+        return tuple(spans[kind] for kind in self.layer_attention)
+
+    @cached_property
+    def attention_groups(self) -> tuple[tuple[str, int, int], ...]:
+        """(kind, span, layers) for each kind of attention layer, in the order they first appear
+        (span 0 for full attention): one ``("full", 0, kv_cache_layers)`` without windows."""
+        if not self.layer_attention:
+            return (("full", 0, self.kv_cache_layers),)
+        counts: dict[str, int] = {}
+        for kind in self.layer_attention:
+            counts[kind] = counts.get(kind, 0) + 1
+        spans = {"full": 0, "sliding": self.sliding_window, "chunked": self.attention_chunk_size}
+        return tuple((kind, spans[kind], count) for kind, count in counts.items())
+
+    def kv_layer_tokens(self, tokens: int) -> int:
+        """Tokens cached over all layers after ``tokens`` tokens once decoding has begun: a full
+        layer holds them all, a sliding or chunked one at most its span (transformers'
+        ``DynamicSlidingWindowLayer`` keeps ``span - 1`` tokens as a view of the ``span``-token
+        tensor each decoding step's ``torch.cat`` makes; ``cache_utils.py``)."""
+        return sum(tokens if span is None else min(tokens, span) for span in self.layer_windows)
 
     @cached_property
     def linear_params_per_layer(self) -> int:

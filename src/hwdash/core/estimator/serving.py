@@ -29,7 +29,22 @@ each step from the engine's own code (file names; the numbers are data in ``cata
 * blocks = pool // (block tokens x per-token bytes) (``vllm/v1/core/kv_cache_utils.py``), KV
   tokens = blocks x block tokens, maximum concurrency = KV tokens / ``max_model_len``;
 * the CUDA-graph pool, captured after the KV cache is sized, comes on top of the budget
-  (``cuda_graph_mib``; reported, not subtracted).
+  (``cuda_graph_mib``; reported, not subtracted);
+* sliding-window and chunked layers (:attr:`~hwdash.core.estimator.layout.Architecture.layer_attention`)
+  under an engine with ``hybrid_kv_cache`` (vLLM V1's hybrid KV cache manager), as
+  ``vllm/v1/core/kv_cache_utils.py`` and ``vllm/v1/kv_cache_interface.py`` do it
+  (:func:`kv_groups`, :class:`KvGroups`): the layers of each kind are split into groups of
+  ``group_size`` layers (the fewest layers of any kind, or the most when that is under 1.5 times the
+  fewest; the last group of a kind padded), one page is ``block x`` one layer's per-token bytes,
+  ``num_blocks = pool // page // group_size``, the logged "GPU KV cache size" is
+  ``num_blocks // groups x block`` tokens, and "Maximum concurrency" is ``num_blocks`` over the
+  blocks one ``max_model_len`` request needs in all groups: ``cdiv(max_model_len, block)`` in a
+  full group, ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1`` in a
+  sliding one, ``cdiv(min(chunk + max_num_batched_tokens, max_model_len), block)`` in a chunked
+  one. A model whose layers are all of one kind (Mistral-7B-v0.1: all sliding) is one group. An
+  engine without it (vLLM V0, SGLang for these families, vLLM under
+  ``--disable-hybrid-kv-cache-manager``: ``unify_hybrid_kv_cache_specs``) caches every token in
+  every layer.
 """
 
 from __future__ import annotations
@@ -108,6 +123,103 @@ class ServingSettings:
     tp: int = 1
     quant_bits: int | None = None
     """4 or 8 for a quantized load (``--quant``); None: as the checkpoint stores it."""
+    hybrid_kv_cache: bool | None = None
+    """Whether windowed layers get block groups of their own (vLLM's hybrid KV cache manager);
+    None: the engine row's ``hybrid_kv_cache``; False: ``--disable-hybrid-kv-cache-manager``."""
+
+
+@dataclass(frozen=True)
+class KvGroups:
+    """vLLM's KV cache groups for a model with sliding-window or chunked layers (module
+    docstring): the layers of one kind split into groups of ``group_size``, each group one block
+    table, one block of a group ``block_bytes``."""
+
+    group_size: int
+    """Layers per group (``_get_kv_cache_groups_uniform_page_size``)."""
+    kinds: tuple[tuple[str, int, int, int], ...]
+    """(kind, span, layers, groups) per kind of layer: ``full`` (span 0), ``sliding`` (span: the
+    window) or ``chunked`` (the chunk), its layers and the groups they make."""
+    block_bytes: int
+    """Bytes of one block over a group: the page (block x one layer's per-token bytes) x group
+    size (``get_kv_cache_config_from_groups``: group_size tensors, each shared by one layer of
+    every group)."""
+    request_blocks: int
+    """Blocks one ``max_model_len`` request needs over all groups."""
+    block_tokens: int = 16
+    """Tokens per block."""
+    batched_tokens: int = 2048
+    """The scheduler's ``max_num_batched_tokens`` (a windowed layer keeps them beside its window)."""
+
+    def blocks_for(self, length: int) -> int:
+        """Blocks one request of ``length`` tokens needs over all groups."""
+        return sum(
+            groups * _blocks_per_request(kind, span, self.block_tokens, length, self.batched_tokens)
+            for kind, span, _, groups in self.kinds
+        )
+
+    @property
+    def count(self) -> int:
+        """Groups in all."""
+        return sum(groups for _, _, _, groups in self.kinds)
+
+    @property
+    def padding_layers(self) -> int:
+        """Empty places in the last group of each kind (vLLM warns "Add N padding layers")."""
+        return self.count * self.group_size - sum(layers for _, _, layers, _ in self.kinds)
+
+
+def _blocks_per_request(
+    kind: str, span: int, block_tokens: int, max_model_len: int, batched_tokens: int
+) -> int:
+    """Blocks one group of ``kind`` needs for a ``max_model_len`` request
+    (``vllm/v1/kv_cache_interface.py`` ``max_memory_usage_bytes`` over the page size)."""
+    if kind == "sliding":
+        # SlidingWindowSpec: the last window - 1 tokens and the scheduled ones, + 1 block for a
+        # window that starts inside a block
+        tokens = min(span - 1 + batched_tokens, max_model_len)
+        return math.ceil(tokens / block_tokens) + 1
+    if kind == "chunked":
+        # ChunkedLocalAttentionSpec: the chunk and the scheduled tokens
+        return math.ceil(min(span + batched_tokens, max_model_len) / block_tokens)
+    # FullAttentionSpec
+    return math.ceil(max_model_len / block_tokens)
+
+
+def kv_groups(
+    arch: Architecture,
+    layer_bytes_per_token: int,
+    block_tokens: int,
+    max_model_len: int,
+    batched_tokens: int,
+) -> KvGroups | None:
+    """vLLM's block groups for ``arch``'s windowed layers (module docstring); None for a model
+    whose layers all attend fully (one pool: the formula without windows).
+
+    ``layer_bytes_per_token``: one layer's cached bytes per token on one GPU;
+    ``batched_tokens``: the scheduler's ``max_num_batched_tokens``."""
+    if not arch.layer_attention:
+        return None
+    kinds = arch.attention_groups
+    counts = [layers for _, _, layers in kinds]
+    if len(kinds) == 1:
+        # every layer of one kind: one group of them all (_get_kv_cache_groups_uniform_spec)
+        group_size = counts[0]
+    else:
+        group_size = min(counts)
+        if max(counts) < group_size * 1.5:
+            group_size = max(counts)
+    grouped = tuple(
+        (kind, span, layers, math.ceil(layers / group_size)) for kind, span, layers in kinds
+    )
+    groups = KvGroups(
+        group_size=group_size,
+        kinds=grouped,
+        block_bytes=block_tokens * layer_bytes_per_token * group_size,
+        request_blocks=0,
+        block_tokens=block_tokens,
+        batched_tokens=batched_tokens,
+    )
+    return dataclasses.replace(groups, request_blocks=groups.blocks_for(max_model_len))
 
 
 @dataclass(frozen=True)
@@ -129,22 +241,80 @@ class ServingMemory:
     block_tokens: int
     kv_cache_bytes: int
     kv_blocks: int
+    groups: KvGroups | None = None
+    """The hybrid KV cache manager's block groups; None: one pool for every layer alike."""
 
     @property
     def kv_tokens(self) -> int:
-        """Tokens of cache: ``blocks x block tokens`` (vLLM's "GPU KV cache size")."""
+        """Tokens of cache: ``blocks x block tokens`` (vLLM's "GPU KV cache size"); with block
+        groups, ``blocks // groups x block tokens`` (``_report_kv_cache_config``)."""
+        if self.groups is not None:
+            return self.kv_blocks // self.groups.count * self.block_tokens
         return self.kv_blocks * self.block_tokens
 
     @property
+    def request_blocks(self) -> int:
+        """Blocks one ``max_model_len`` request needs (with block groups: over all of them)."""
+        if self.groups is not None:
+            return self.groups.request_blocks
+        return math.ceil(self.settings.max_model_len / self.block_tokens)
+
+    @property
+    def request_bytes(self) -> int:
+        """Pool bytes one ``max_model_len`` request takes."""
+        if self.groups is not None:
+            return self.groups.request_blocks * self.groups.block_bytes
+        return self.settings.max_model_len * self.kv_bytes_per_token
+
+    @property
     def max_concurrency(self) -> float:
-        """Sequences of ``max_model_len`` tokens the pool holds at once ("Maximum concurrency")."""
+        """Sequences of ``max_model_len`` tokens the pool holds at once ("Maximum concurrency");
+        with block groups, blocks over the blocks a request needs
+        (``get_max_concurrency_for_kv_cache_config``)."""
+        if self.groups is not None:
+            return self.kv_blocks / self.groups.request_blocks
         return self.kv_tokens / self.settings.max_model_len
+
+    def requests_at(self, length: int) -> int:
+        """Whole requests of ``length`` tokens the pool holds at once (each takes whole blocks;
+        with block groups, its blocks in every group)."""
+        if self.groups is not None:
+            return self.kv_blocks // self.groups.blocks_for(length)
+        return self.kv_blocks // math.ceil(length / self.block_tokens)
+
+    @property
+    def whole_requests(self) -> int:
+        """Whole ``max_model_len`` requests the pool holds at once."""
+        if self.groups is not None:
+            return self.kv_blocks // self.groups.request_blocks
+        return self.kv_tokens // self.settings.max_model_len
 
     @property
     def fits(self) -> bool:
         """Whether the pool holds one ``max_model_len`` sequence (the engine refuses to start
-        otherwise: "max seq len ... is larger than the maximum number of tokens ...")."""
+        otherwise: "max seq len ... is larger than the maximum number of tokens ..."; with block
+        groups, ``_check_enough_kv_cache_memory``: a request's blocks in every group)."""
+        if self.groups is not None:
+            return self.kv_blocks >= self.groups.request_blocks
         return self.kv_tokens >= self.settings.max_model_len
+
+    def group_lines(self) -> list[str]:
+        """The text report's line on the block groups of a model with windows (none without)."""
+        groups = self.groups
+        if groups is None:
+            return []
+        parts = ", ".join(
+            f"{count} {kind}"
+            + (f" of a {span:,}-token {'window' if kind == 'sliding' else 'chunk'}" if span else "")
+            for kind, span, _, count in groups.kinds
+        )
+        padding = f", {groups.padding_layers} padding layers" if groups.padding_layers else ""
+        return [
+            f"  hybrid KV cache: {groups.count} groups of {groups.group_size} layers ({parts}"
+            f"{padding}): {self.kv_blocks:,} blocks // {groups.count} x {self.block_tokens} = "
+            f"{self.kv_tokens:,} tokens; a {self.settings.max_model_len:,}-token request needs "
+            f"{groups.request_blocks:,} blocks"
+        ]
 
     def to_json(self) -> dict[str, int | float]:
         """The JSON ``serving`` object (issue 30's fixed keys)."""
@@ -244,6 +414,20 @@ def serving_memory(
     per_token = kv_bytes_per_token(arch, kv_element, settings.tp)
     pool = max(0, budget - weights - activations - non_torch)
     blocks = pool // (engine.block_tokens * per_token)
+    hybrid = (
+        engine.hybrid_kv_cache if settings.hybrid_kv_cache is None else settings.hybrid_kv_cache
+    )
+    groups = None
+    if hybrid and arch.layer_attention:
+        groups = kv_groups(
+            arch,
+            per_token // arch.kv_cache_layers,
+            engine.block_tokens,
+            settings.max_model_len,
+            settings.max_num_batched_tokens or engine.max_num_batched_tokens,
+        )
+        # get_num_blocks: available // page // group size
+        blocks = pool // groups.block_bytes if groups is not None else blocks
     return ServingMemory(
         engine=engine,
         settings=settings,
@@ -259,6 +443,7 @@ def serving_memory(
         block_tokens=engine.block_tokens,
         kv_cache_bytes=pool,
         kv_blocks=blocks,
+        groups=groups,
     )
 
 

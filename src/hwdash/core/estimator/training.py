@@ -35,6 +35,7 @@ from hwdash.core.estimator.activations import (
     training_activation_bytes,
 )
 from hwdash.core.estimator.architecture import (
+    ALL_LINEAR,
     EMBEDDING,
     LM_HEAD,
     Architecture,
@@ -245,7 +246,8 @@ def _add_adapted_weights(
     zero = plan.zero
     targets = resolve_lora_targets(arch, plan.lora_targets)
     dora = method is Method.DORA
-    trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora)
+    router = ALL_LINEAR in plan.lora_targets  # PEFT maps all-linear onto a MoE's router too
+    trainable = lora_adapter_params(arch, targets, plan.lora_r, dora=dora, router=router)
     adapted_top = resolve_top_level(arch, plan.lora_targets, strict=False)
     trainable += top_level_adapter_params(arch, adapted_top, plan.lora_r)
     base_bytes, _ = _base_weight_bytes(arch, method, layout, savers.qlora_frozen_bytes)

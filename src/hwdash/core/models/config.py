@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from hwdash.core.estimator.architecture import architecture
-from hwdash.core.models import family_llama4, family_vision, hf_cache
+from hwdash.core.models import family_llama4, family_vision, hf_cache, windows
 from hwdash.core.models.families import FAMILY_READERS, family_model
 from hwdash.core.models.fields import (
     ACTIVATIONS,
@@ -339,6 +339,7 @@ def model_from_config(config: dict[str, Any], *, name: str, source: str) -> Mode
             module_names=_MODULE_NAMES.get(model_type, ""),
             **_shared_expert(fields, source, dimensions["experts"]),
             vision=_vision(config, dimensions["hidden_size"], source),
+            **windows.window_layout(family, fields, dimensions["layers"], source),
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hwdash.core.models import family_vision
+from hwdash.core.models import family_vision, windows
 from hwdash.core.models.fields import FLAG, _activation, _bool, _int, _shown
 from hwdash.core.specs import VisionSpec
 from hwdash.errors import UsageError
@@ -45,7 +45,6 @@ _TEXT_DEFAULTS = {
     "num_experts_per_tok": 1,
     "interleave_moe_layer_step": 1,
     "no_rope_layer_interval": 4,
-    "attention_chunk_size": 8192,
     "max_position_embeddings": 4096 * 32,
 }
 
@@ -145,9 +144,9 @@ def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
     layers, hidden = whole("num_hidden_layers"), whole("hidden_size")
     experts, per_token = _experts(whole("num_local_experts"), whole("num_experts_per_tok"), source)
     moe = moe_layers(fields, layers, source)
+    # the chunked layers as hwdash.core.models.windows reads every family's windows
+    window = windows.chunked_layout(fields, layers, source)
     rope = rope_layers(fields, layers, source)
-    chunk = fields.get("attention_chunk_size", _TEXT_DEFAULTS["attention_chunk_size"])
-    chunk = 0 if chunk is None else whole("attention_chunk_size")
     expert_width, dense_width = whole("intermediate_size"), whole("intermediate_size_mlp")
     layout: dict[str, Any] = {
         "layers": layers,
@@ -162,10 +161,8 @@ def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
         "mlp_activation": _activation(fields, ("hidden_act",), "silu"),
         # Llama4TextL2Norm: no weight; on the RoPE layers only
         "qk_norm": _bool(fields, "use_qk_norm", source, True) and any(rope),
-        "notes": "; ".join(
-            note for note in (_attention_note(rope, chunk), PEFT_NOTE if moe else "") if note
-        ),
-        "attention_chunk_size": chunk,
+        "notes": _notes(rope, window["attention_chunk_size"], bool(moe)),
+        **window,
         "nope_layers": tuple(index for index, uses_rope in enumerate(rope) if not uses_rope),
         "qk_norm_weight": False,
         "hf_config": transformers_text_config(fields),
@@ -193,18 +190,20 @@ def llama4(fields: dict[str, Any], source: str) -> dict[str, Any]:
     }
 
 
-def _attention_note(rope: list[bool], chunk: int) -> str:
-    """The iRoPE layout in words: which layers attend in chunks (the facts a per-layer attention
-    window needs; the estimate counts every layer's attention and KV cache at full length)."""
+def _notes(rope: list[bool], chunk: int, moe: bool) -> str:
+    """The iRoPE layout in words (which layers attend in chunks, which over everything) and, for
+    a MoE, :data:`PEFT_NOTE`."""
+    notes = [PEFT_NOTE] if moe else []
     nope = [index for index, uses_rope in enumerate(rope) if not uses_rope]
-    if not chunk or not nope:
-        return ""
-    shown = ", ".join(str(index) for index in nope[:4]) + (", ..." if len(nope) > 4 else "")
-    return (
-        f"iRoPE: {len(rope) - len(nope)} RoPE layers attend within chunks of {chunk:,} tokens "
-        f"(attention_chunk_size), {len(nope)} NoPE layers ({shown}; no_rope_layers) over the "
-        "whole sequence; attention and KV cache are counted at full length on every layer"
-    )
+    if chunk and nope:
+        shown = ", ".join(str(index) for index in nope[:4]) + (", ..." if len(nope) > 4 else "")
+        notes.insert(
+            0,
+            f"iRoPE: {len(rope) - len(nope)} RoPE layers attend within chunks of {chunk:,} "
+            f"tokens (attention_chunk_size), {len(nope)} NoPE layers ({shown}; no_rope_layers) "
+            "over the whole sequence",
+        )
+    return "; ".join(notes)
 
 
 def _vision_int(vision: dict[str, Any], key: str, where: str) -> int:

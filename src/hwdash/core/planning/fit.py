@@ -9,6 +9,7 @@ bandwidth, times the catalog's ``[[slowdown]]`` factors the plan brings in).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from hwdash.core.catalog import Catalog
@@ -115,11 +116,7 @@ def evaluate_flavor(
     refusals = _refusals(plan, flavor, accelerator, estimate)
     if refusals:
         verdict = FitVerdict.NO
-        reasons += refusals
-    if accelerator.kind == "tpu":
-        reasons.append(TPU_REASON)
-    elif accelerator.kind == "unified":
-        reasons.append(UNIFIED_REASON)
+    caveats = _platform_caveats(accelerator)
     timing = estimate_run_time(
         plan, model, accelerator, gpus, tokens, slowdowns=slowdowns, framework=framework
     )
@@ -131,14 +128,38 @@ def evaluate_flavor(
         need_bytes=need,
         usable_bytes=usable,
         outside_allocator_bytes=need - estimate.reserved_bytes,
-        reason="; ".join([*reasons, *run_cost.notes]),
+        reason="; ".join([*reasons, *refusals, *caveats, *run_cost.notes]),
         hours=timing.hours,
         cost=run_cost.cost,
         over_budget=run_cost.over_budget,
         tokens_per_second=timing.tokens_per_second,
         slowdowns=timing.slowdowns,
+        refusals=tuple(refusals),
+        caveats=(*caveats, *run_cost.notes),
+        managed_bytes=estimate.managed_bytes,
     )
     return fit, estimate
+
+
+def _platform_caveats(accelerator: Accelerator) -> list[str]:
+    """What a fit on a TPU or on unified memory comes with."""
+    if accelerator.kind == "tpu":
+        return [TPU_REASON]
+    if accelerator.kind == "unified":
+        return [UNIFIED_REASON]
+    return []
+
+
+def rescaled_fit(fit: FlavorFit, need: int) -> FlavorFit:
+    """``fit`` with another need per GPU (a measured allocator factor applied): the memory verdict
+    and its reason recomputed; a refusal (:attr:`FlavorFit.refusals`) keeps it ``no``."""
+    if not fit.usable_bytes:
+        return dataclasses.replace(fit, need_bytes=need)
+    verdict, reasons = _memory_verdict(need, fit.usable_bytes, fit.managed_bytes)
+    if fit.refusals:
+        verdict = FitVerdict.NO
+    reason = "; ".join([*reasons, *fit.refusals, *fit.caveats])
+    return dataclasses.replace(fit, need_bytes=need, verdict=verdict, reason=reason)
 
 
 def _memory_verdict(need: int, usable: int, managed: int) -> tuple[FitVerdict, list[str]]:

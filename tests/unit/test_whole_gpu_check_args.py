@@ -1,0 +1,129 @@
+"""bench/whole_gpu_accuracy.py's --file / --check-args and the whole-file held-out split (issue 29).
+
+--check-args exists so that a held-out table can be checked without anyone seeing hwdash's numbers for it:
+these tests plan only made-up rows and check that the mode prints "ok" or an error per row, never a number.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_accuracy() -> ModuleType:
+    path = REPO / "bench" / "whole_gpu_accuracy.py"
+    spec = importlib.util.spec_from_file_location("whole_gpu_accuracy", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["whole_gpu_accuracy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+accuracy = _load_accuracy()
+
+GOOD = "--model qwen2.5-0.5b --method lora --batch 1 --seq 512"
+
+
+def _row(row_id: str, args: str, gpu: str = "a100-80gb", split: str | None = None) -> str:
+    lines = [
+        "[[reading]]",
+        f'id = "{row_id}"',
+        'measure = "nvml"',
+        'parallel = "none"',
+        "per_gpu_gib = 12.5",
+        f'gpu = "{gpu}"',
+        f'hwdash_args = "{args}"',
+    ]
+    if split is not None:
+        lines.append(f'split = "{split}"')
+    return "\n".join(lines) + "\n"
+
+
+def _write(tmp_path: Path, header: str, *rows: str) -> Path:
+    path = tmp_path / "readings.toml"
+    path.write_text(header + "\n" + "\n".join(rows), encoding="utf-8")
+    return path
+
+
+def test_check_args_reports_ok_and_the_bad_flag_per_row(tmp_path, capsys) -> None:
+    path = _write(
+        tmp_path,
+        'split = "held_out"',
+        _row("good-row", GOOD),
+        _row("bad-flag-row", GOOD + " --no-such-flag 3"),
+        _row("bad-gpu-row", GOOD, gpu="no-such-card"),
+    )
+    assert accuracy.main(["--file", str(path), "--check-args"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "good-row: ok"
+    assert out[1].startswith("bad-flag-row: error: ")
+    assert "--no-such-flag" in out[1]
+    assert out[2].startswith("bad-gpu-row: error: ")
+    assert "no-such-card" in out[2]
+    assert out[3] == "1 ok, 2 failed"
+    # No estimate and no reading leaks: the only digits are the summary's counts and the flag's own value.
+    assert not re.search(r"GiB|GB|\d+\.\d", "\n".join(out))
+
+
+def test_check_args_all_ok_exits_zero(tmp_path, capsys) -> None:
+    path = _write(
+        tmp_path, 'split = "held_out"', _row("a", GOOD), _row("b", GOOD + " --zero 2 --gpus 2")
+    )
+    assert accuracy.main(["--file", str(path), "--check-args"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["a: ok", "b: ok", "2 ok, 0 failed"]
+
+
+def test_top_level_held_out_overrides_every_row(tmp_path) -> None:
+    path = _write(
+        tmp_path,
+        'split = "held_out"',
+        _row("says-derive", GOOD, split="derive"),
+        _row("says-nothing", GOOD),
+    )
+    assert [row["split"] for row in accuracy.load_rows(path)] == ["held_out", "held_out"]
+
+
+def test_without_top_level_split_each_row_keeps_its_own(tmp_path) -> None:
+    path = _write(tmp_path, "", _row("d", GOOD, split="derive"), _row("h", GOOD, split="held_out"))
+    assert [row["split"] for row in accuracy.load_rows(path)] == ["derive", "held_out"]
+    missing = _write(tmp_path, "", _row("none", GOOD))
+    with pytest.raises(ValueError, match="'none' has no split"):
+        accuracy.load_rows(missing)
+
+
+def test_a_top_level_split_other_than_held_out_is_a_usage_error(tmp_path, capsys) -> None:
+    path = _write(tmp_path, 'split = "derive"', _row("x", GOOD))
+    with pytest.raises(SystemExit) as exc:
+        accuracy.main(["--file", str(path), "--check-args"])
+    assert exc.value.code == 2
+    assert "--file" in capsys.readouterr().err
+
+
+def test_existing_table_keeps_its_hash_split() -> None:
+    rows = accuracy.load_rows(accuracy.READINGS)
+    assert {row["split"] for row in rows} == {"derive", "held_out"}
+
+
+def test_second_held_out_table_is_whole_held_out_and_new() -> None:
+    # bench/data/whole_gpu_readings_b.toml: read without planning any row (its estimates stay unseen).
+    rows = accuracy.load_rows(REPO / "bench" / "data" / "whole_gpu_readings_b.toml")
+    first = {row["id"] for row in accuracy.load_rows(accuracy.READINGS)}
+    assert len(rows) >= 20
+    assert {row["split"] for row in rows} == {"held_out"}
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids))
+    assert not set(ids) & first
+    for row in rows:
+        assert row["measure"] in {"nvml", "allocated", "reserved"}, row["id"]
+        assert row["per_gpu_gib"] > 0 and row["quote"] and row["source"].startswith("https://"), (
+            row["id"]
+        )
+        assert row["hwdash_args"].startswith("--model "), row["id"]
