@@ -71,8 +71,11 @@ def test_the_versions_differ_by_exactly_their_terms() -> None:
         _plan(precision="bf16", fsdp_version=2, grad_accum=1, batch=16, seq=2048), SMALL
     )
     assert v1.peak_phase == v2.peak_phase == "start of backward"
-    # FSDP2's all-gather output of the prefetched block, copied out into the parameters
-    assert v2.per_gpu.activations - v1.per_gpu.activations == 2 * BLOCK
+    # FSDP2's all-gather output of the prefetched block, copied out into the parameters, against
+    # FSDP1's root unit (embedding + output layer + final norm, gathered from forward through
+    # backward) beside two blocks, where the version-neutral count has the largest unit, one block
+    # and the final norm: (2 TOP + 1024 + 2 BLOCK) - (TOP + BLOCK + 1024) = TOP + BLOCK, bf16
+    assert v2.per_gpu.activations - v1.per_gpu.activations == 2 * BLOCK - 2 * (TOP + BLOCK)
     assert v2.per_gpu.weights == v1.per_gpu.weights  # 4 GPUs: no padding in either
     one, two = _notes(_plan(fsdp_version=1)), _notes(_plan(fsdp_version=2))
     differing = {label for label in one.keys() ^ two.keys()} | {
@@ -110,6 +113,25 @@ def test_fsdp1_without_limit_all_gathers_counts_two_more_units() -> None:
     unlimited = estimate_memory(plan, SMALL)
     assert unlimited.per_gpu.activations - limited.per_gpu.activations == 2 * 2 * BLOCK
     assert any("limit_all_gathers" in warning for warning in unlimited.warnings)
+
+
+def test_fsdp1_keeps_its_root_unit_gathered_beside_two_blocks() -> None:
+    # accelerate's/PEFT's/answer.ai's FSDP1 auto-wrap wraps the blocks; the embedding, output
+    # layer and final norm stay in the root, which _post_forward_reshard never frees: FSDP1 holds
+    # (TOP + TOP + 1024) + 2 BLOCK parameters gathered, the neutral count TOP + BLOCK + 1024
+    for precision, gathered in (("bf16", 2), ("mixed", 2), ("fp32", 4)):
+        notes = _notes(_plan(precision=precision, fsdp_version=1))
+        assert _line(notes, "FSDP1 root unit") == gathered * (TOP + BLOCK)
+        assert not any("root unit" in label for label in _notes(_plan(precision=precision)))
+    # QLoRA: the root's parameters are never quantized: they are gathered in the frozen dtype
+    # (bf16 here), the blocks in NF4 (the plan's average bytes per parameter)
+    qlora = _plan(method="qlora", fsdp_version=1, qlora_frozen_dtype="bf16")
+    _base, per_param = est.states._base_weight_bytes(ARCH, qlora.method, est.LAYOUTS[qlora.precision])
+    neutral = (TOP + BLOCK + 1024) * per_param
+    expected = (2 * TOP + 1024) * 2 + 2 * BLOCK * per_param - neutral
+    assert _line(_notes(qlora), "FSDP1 root unit") == round(expected)
+    # one GPU gathers nothing
+    assert not any("root unit" in label for label in _notes(_plan(fsdp_version=1, gpus=1)))
 
 
 def test_full_state_dict_gathers_one_unit_in_the_checkpoint_save_phase() -> None:

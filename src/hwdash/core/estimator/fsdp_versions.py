@@ -67,6 +67,12 @@ class FsdpUnits:
     reduced_unit: float
     """Parameters of the unit whose gradient is reduce-scattered at the end of backward (0: the
     gradients are too small to count, a LoRA-style plan's adapters)."""
+    counted_gathered: float = 0.0
+    """Bytes of gathered units the version-neutral count already holds during forward and backward
+    (``parallelism._gathered_bytes``: the largest unit, one prefetched block and the final norm)."""
+    root_bytes: float = 0.0
+    """Bytes per parameter of the root unit's parameters (embedding, output layer, final norm) as
+    gathered: ``param_dtype``, or a quantized plan's frozen dtype (they are never quantized)."""
 
 
 def state_dict_kind(plan: Plan) -> FsdpStateDict:
@@ -167,6 +173,11 @@ def _fsdp1_terms(
     acc.note(f"{label} {version} flat-parameter padding (to a multiple of {units.shard})", padding)
     if not plan.fsdp_offload:
         acc.weights += padding
+    root = fsdp1_root_unit_bytes(arch, units)
+    if root:
+        acc.activations += root
+        acc.last_layer_activations += root
+        acc.note(f"{label} {version} root unit (embedding, output layer) kept gathered", root, both)
     if plan.fsdp_limit_all_gathers is False:
         extra = FSDP1_UNLIMITED_EXTRA_UNITS * arch.block_params * units.gathered_bytes
         acc.activations += extra
@@ -179,6 +190,27 @@ def _fsdp1_terms(
         )
     staging = unit * (reduce if reduce != units.gathered_bytes else 0.0)
     return staging + unit * reduce / units.shard
+
+
+def fsdp1_root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
+    """FSDP1: what the root unit adds to the gathered units counted for every version.
+
+    FSDP1's auto-wrap as the FSDP1 recipes configure it wraps the decoder blocks only (accelerate's
+    ``TRANSFORMER_BASED_WRAP`` with the model's ``_no_split_modules``, PEFT's
+    ``fsdp_auto_wrap_policy`` in ``peft/utils/other.py``, answer.ai fsdp_qlora ``train.py``'s
+    ``transformer_auto_wrap_policy`` on ``LlamaDecoderLayer``; their LoRA-layer units are the
+    adapters', too small to count); the embedding, the output layer and the final norm stay in the
+    root unit. ``_runtime_utils.py`` ``_post_forward_reshard`` never frees the root's unsharded
+    flat parameter after forward (``free_unsharded_flat_param = not state._is_root and ...``): it
+    stays gathered from the first forward to the end of backward, beside the running block and the
+    prefetched one. So FSDP1 holds ``(embedding + output + final norm) x root_bytes + 2 x block x
+    gathered_bytes``; the version-neutral count (``units.counted_gathered``) is subtracted.
+    Nothing on one GPU (the parameters are their own gathered copy)."""
+    if units.shard <= 1 or not units.counted_gathered:
+        return 0.0
+    root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
+    fsdp1 = root + 2 * arch.block_params * units.gathered_bytes
+    return max(0.0, fsdp1 - units.counted_gathered)
 
 
 def _fsdp2_terms(
