@@ -134,6 +134,26 @@ def test_fsdp1_keeps_its_root_unit_gathered_beside_two_blocks() -> None:
     assert not any("root unit" in label for label in _notes(_plan(fsdp_version=1, gpus=1)))
 
 
+def test_fsdp1_all_gather_stream_keeps_one_freed_unit_reserved() -> None:
+    # the all-gather stream's pool: the root unit (2 TOP + 1024), the running and prefetched
+    # blocks and the block freed last, waiting on its record_stream event (limit_all_gathers: 2 in
+    # flight + 1); allocated during forward/backward: the root and two blocks
+    acc = _accumulated(_plan(precision="bf16", fsdp_version=1))
+    assert acc.side_stream_pool == 2 * (2 * TOP + 1024) + 3 * 2 * BLOCK
+    assert acc.side_stream_live == 2 * (2 * TOP + 1024) + 2 * 2 * BLOCK
+    plan = _plan(precision="bf16", fsdp_version=1, grad_accum=1, batch=16, seq=2048)
+    v1 = estimate_memory(plan, SMALL)
+    assert v1.peak_phase == "start of backward"
+    pool = round(est.ALLOCATOR_FRAGMENTATION * v1.allocated_bytes)
+    # reserved, not allocated: the one block freed last
+    assert v1.reserved_bytes - v1.allocated_bytes - pool == 2 * BLOCK
+    v2 = estimate_memory(plan.model_copy(update={"fsdp_version": 2}), SMALL)
+    pool2 = round(est.ALLOCATOR_FRAGMENTATION * v2.allocated_bytes)
+    assert v2.reserved_bytes - v2.allocated_bytes == pool2
+    # one GPU: nothing gathered, no all-gather stream
+    assert _accumulated(_plan(precision="bf16", fsdp_version=1, gpus=1)).side_stream_pool == 0
+
+
 def test_full_state_dict_gathers_one_unit_in_the_checkpoint_save_phase() -> None:
     # FSDP1's default (accelerate's) is FULL_STATE_DICT: one unit gathered in the sharded dtype,
     # on top of what the save holds (the checkpoint-save phase's transient), never in the step

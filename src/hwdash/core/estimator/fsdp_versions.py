@@ -178,6 +178,10 @@ def _fsdp1_terms(
         acc.activations += root
         acc.last_layer_activations += root
         acc.note(f"{label} {version} root unit (embedding, output layer) kept gathered", root, both)
+    pool = fsdp1_all_gather_pool_bytes(arch, units)
+    if pool:
+        acc.side_stream_pool += pool
+        acc.side_stream_live += units.counted_gathered + root
     if plan.fsdp_limit_all_gathers is False:
         extra = FSDP1_UNLIMITED_EXTRA_UNITS * arch.block_params * units.gathered_bytes
         acc.activations += extra
@@ -211,6 +215,29 @@ def fsdp1_root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
     root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
     fsdp1 = root + 2 * arch.block_params * units.gathered_bytes
     return max(0.0, fsdp1 - units.counted_gathered)
+
+
+def fsdp1_all_gather_pool_bytes(arch: Architecture, units: FsdpUnits) -> float:
+    """FSDP1: the all-gather stream's pool in the caching allocator (reserved, partly allocated).
+
+    ``_runtime_utils.py`` ``_unshard`` all-gathers each unit inside ``unshard_stream``, so its
+    padded unsharded flat parameter is allocated from that stream's pool;
+    ``_flat_param.py`` ``_free_unsharded_flat_param`` frees it with
+    ``_no_dispatch_record_stream(unsharded_flat_param, current_stream)``: the block goes back to
+    the all-gather stream's pool only once the compute stream has passed the free (the
+    allocator's stream-use events), and the caching allocator never hands one stream's cached
+    block to another (PyTorch CUDA semantics notes, "Memory management"; ``Tensor.record_stream``
+    docs). With ``limit_all_gathers`` (the default, ``_limiter_utils.py``: at most
+    ``FSDP1_INFLIGHT_ALL_GATHERS`` unshards ahead of the frees) the stream holds the running unit,
+    the prefetched one and the unit freed last, whose event is still pending: ``(2 + 1)`` blocks,
+    plus the root unit. ``max_memory_allocated`` stops counting the freed block at the free,
+    ``max_memory_reserved`` does not; at the optimizer step none of the pool is allocated and the
+    compute stream cannot reuse it."""
+    if units.shard <= 1 or not units.counted_gathered:
+        return 0.0
+    root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
+    blocks = FSDP1_INFLIGHT_ALL_GATHERS + 1
+    return root + blocks * arch.block_params * units.gathered_bytes
 
 
 def _fsdp2_terms(
