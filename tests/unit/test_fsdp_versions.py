@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_fsdp import BLOCK, SMALL, _plan
+from test_fsdp import BLOCK, GATHERED, SMALL, _plan
 
 from hwdash.core import estimator as est
 from hwdash.core.estimator import estimate_memory
@@ -152,6 +152,18 @@ def test_fsdp1_all_gather_stream_keeps_one_freed_unit_reserved() -> None:
     assert v2.reserved_bytes - v2.allocated_bytes == pool2
     # one GPU: nothing gathered, no all-gather stream
     assert _accumulated(_plan(precision="bf16", fsdp_version=1, gpus=1)).side_stream_pool == 0
+
+
+def test_a_mixed_policy_shards_a_lora_base_in_fp32_and_gathers_it_in_bf16() -> None:
+    # MixedPrecision(param_dtype=bf16) over a model loaded in fp32: the sharded flat parameter
+    # keeps fp32 (4 bytes), only the all-gathered copy is bf16 (2 bytes), for a frozen base too
+    n = ARCH.total_params
+    mixed = _notes(_plan(method="lora", precision="mixed", fsdp_version=1))
+    bf16 = _notes(_plan(method="lora", precision="bf16", fsdp_version=1))
+    shard = "model weights (1/4 shard)"
+    assert mixed[shard] - bf16[shard] == (4 - 2) * n // 4
+    gathered = "model gathered units (running + prefetched, 2-byte)"
+    assert mixed[gathered] == bf16[gathered] == 2 * GATHERED
 
 
 def test_full_state_dict_gathers_one_unit_in_the_checkpoint_save_phase() -> None:

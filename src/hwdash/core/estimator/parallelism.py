@@ -308,6 +308,14 @@ def _fsdp_states(
         base_bytes, gathered_per_param = est_states._base_weight_bytes(
             arch, method, LAYOUTS[plan.precision]
         )
+        if method in (Method.LORA, Method.DORA) and arch.checkpoint_bits is None:
+            # an unquantized frozen base is sharded as loaded and gathered in param_dtype: under
+            # a mixed policy the model is loaded in fp32 and MixedPrecision(param_dtype=bf16)
+            # casts only the all-gathered copy (torch/distributed/fsdp/_flat_param.py
+            # ``_use_low_precision_shard``: the sharded flat parameter keeps its dtype; Zhao et
+            # al. 2023 section 3.3), so the shard is fsdp.sharded's bytes, the gather fsdp's
+            base_bytes = float(arch.total_params * fsdp.sharded.weight_bytes)
+            gathered_per_param = float(fsdp.gathered_bytes)
         params_bytes = base_bytes + trainable * state_layout.weight_bytes
         unit_gradient = 0.0
     unsynced_bytes = 0.0
