@@ -166,6 +166,24 @@ def test_a_mixed_policy_shards_a_lora_base_in_fp32_and_gathers_it_in_bf16() -> N
     assert mixed[gathered] == bf16[gathered] == 2 * GATHERED
 
 
+def test_fsdp1_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:
+    # Linear4bit.quant_state is a module attribute, not a parameter: FSDP1 shards and offloads the
+    # packed NF4 weights but not the 0.127 bits per quantized weight of double-quantized constants
+    constants = ARCH.quantizable_params * 0.127 / 8
+    line = "FSDP1 NF4 quant_state"
+    sharded = _accumulated(_plan(method="qlora", fsdp_version=1))
+    assert _line(_notes(_plan(method="qlora", fsdp_version=1)), line) == round(constants * 3 / 4)
+    fsdp2 = _accumulated(_plan(method="qlora", fsdp_version=2))
+    assert sharded.weights - fsdp2.weights == pytest.approx(constants * 3 / 4)
+    # CPU offload: the shards go to the host, the constants stay, whole
+    offload = _plan(method="qlora", fsdp_version=1, fsdp_offload=True)
+    assert _accumulated(offload).weights == pytest.approx(constants)
+    assert _accumulated(offload).host == pytest.approx(
+        _accumulated(offload.model_copy(update={"fsdp_version": 2})).host - constants / 4
+    )
+    assert not any(line in label for label in _notes(_plan(method="lora", fsdp_version=1)))
+
+
 def test_full_state_dict_gathers_one_unit_in_the_checkpoint_save_phase() -> None:
     # FSDP1's default (accelerate's) is FULL_STATE_DICT: one unit gathered in the sharded dtype,
     # on top of what the save holds (the checkpoint-save phase's transient), never in the step

@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass
 
 from hwdash.core.estimator import phases as est_phases
+from hwdash.core.estimator import states as est_states
 from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.plan import FsdpStateDict, Method, Plan
 from hwdash.core.units import GIB
@@ -151,6 +152,8 @@ def add_version_terms(
         acc.activations += offload
         acc.last_layer_activations += offload
         acc.note(f"{label} {version} CPU-offload staging (shards in flight)", offload, both)
+    if plan.fsdp_version == 1:
+        _note_quant_state(plan, arch, method, units, acc, label)
     if state_dict_kind(plan) is FsdpStateDict.FULL and method is Method.FULL:
         _note_full_state_dict(arch, units, acc, label, version)
 
@@ -262,6 +265,45 @@ def _fsdp2_terms(
     acc.note(f"{label} {version} all-gather output (one unit, copied out)", gather_staging, both)
     unit = units.reduced_unit
     return unit * reduce * (1 + 1 / units.shard) if units.shard > 1 else 0.0
+
+
+def fsdp1_quant_state_bytes(arch: Architecture, method: Method) -> float:
+    """QLoRA under FSDP1: bitsandbytes' NF4 constants, whole on every GPU.
+
+    ``bitsandbytes/nn/modules.py``: a ``Linear4bit`` keeps its ``quant_state`` (the absmax
+    constants, double-quantized) as a module attribute, not a parameter; FSDP flattens, shards and
+    offloads parameters only, so the packed weights are sharded (``quant_storage``) while
+    ``fix_4bit_weight_quant_state_from_module`` reattaches the module's state in forward ("the
+    quant state got lost when the parameter got converted. This happens for example for fsdp").
+    ``Params4bit.to`` moves the state with the weights onto the GPU when FSDP moves the module
+    (``device_id``), and there it stays. Its size is the QLoRA paper's 0.127 bits per quantized
+    weight (``states.NF4_CONSTANT_BYTES_PER_PARAM``)."""
+    if method is not Method.QLORA:
+        return 0.0
+    return arch.quantizable_params * est_states.NF4_CONSTANT_BYTES_PER_PARAM
+
+
+def _note_quant_state(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+) -> None:
+    """:func:`fsdp1_quant_state_bytes` on the GPU, less the shard of it the sharded weights
+    already count (on the host under CPU offload, where it is not)."""
+    constants = fsdp1_quant_state_bytes(arch, method)
+    if not constants:
+        return
+    counted = 0.0 if plan.fsdp_offload else constants / units.shard
+    if plan.fsdp_offload:
+        acc.host -= constants / units.shard
+    acc.weights += constants - counted
+    acc.note(
+        f"{label} FSDP1 NF4 quant_state (not a parameter: whole on each GPU, beyond its shard)",
+        constants - counted,
+    )
 
 
 def _note_full_state_dict(
