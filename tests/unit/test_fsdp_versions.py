@@ -126,7 +126,9 @@ def test_fsdp1_keeps_its_root_unit_gathered_beside_two_blocks() -> None:
     # QLoRA: the root's parameters are never quantized: they are gathered in the frozen dtype
     # (bf16 here), the blocks in NF4 (the plan's average bytes per parameter)
     qlora = _plan(method="qlora", fsdp_version=1, qlora_frozen_dtype="bf16")
-    _base, per_param = est.states._base_weight_bytes(ARCH, qlora.method, est.LAYOUTS[qlora.precision])
+    _base, per_param = est.states._base_weight_bytes(
+        ARCH, qlora.method, est.LAYOUTS[qlora.precision]
+    )
     neutral = (TOP + BLOCK + 1024) * per_param
     expected = (2 * TOP + 1024) * 2 + 2 * BLOCK * per_param - neutral
     assert _line(_notes(qlora), "FSDP1 root unit") == round(expected)
