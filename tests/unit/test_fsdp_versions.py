@@ -266,3 +266,22 @@ def test_make_it_fit_offers_a_sharded_state_dict_where_the_save_gathers() -> Non
     assert offered(_plan(precision="mixed")) == []
     sharded = _plan(precision="mixed", fsdp_version=1, fsdp_state_dict=FsdpStateDict.SHARDED)
     assert offered(sharded) == []
+
+
+def test_the_all_gather_pool_is_all_reserved_at_an_optimizer_step_peak() -> None:
+    # at the step no gathered unit is allocated, but the all-gather stream keeps its cached blocks
+    from hwdash.core.estimator.estimate import _memory_estimate
+
+    plan = _plan(precision="bf16", fsdp_version=1)
+    acc = est._Accumulator()
+    acc.optimizer, acc.step_temporaries = 1000.0, 500.0
+    acc.side_stream_pool, acc.side_stream_live = 300.0, 200.0
+    step = _memory_estimate(plan, ARCH, acc, 4, 0, "bf16", None, None)
+    assert step.peak_phase == "optimizer step"
+    assert step.reserved_bytes - step.allocated_bytes == round(0.08 * 1500) + 300
+    acc.activations = acc.last_layer_activations = 5000.0
+    backward = _memory_estimate(plan, ARCH, acc, 4, 0, "bf16", None, None)
+    assert backward.peak_phase != "optimizer step"
+    assert backward.reserved_bytes - backward.allocated_bytes == round(
+        0.08 * backward.allocated_bytes
+    ) + (300 - 200)
