@@ -152,6 +152,10 @@ def test_fsdp1_all_gather_stream_keeps_one_freed_unit_reserved() -> None:
     v2 = estimate_memory(plan.model_copy(update={"fsdp_version": 2}), SMALL)
     pool2 = round(est.ALLOCATOR_FRAGMENTATION * v2.allocated_bytes)
     assert v2.reserved_bytes - v2.allocated_bytes == pool2
+    # CPU offload: the pre-unshard stream's H2D shard copies too, 3 in its pool, 2 allocated
+    offload = _accumulated(_plan(precision="bf16", fsdp_version=1, fsdp_offload=True))
+    assert offload.side_stream_pool - acc.side_stream_pool == 3 * 2 * BLOCK / 4
+    assert offload.side_stream_live - acc.side_stream_live == 2 * 2 * BLOCK / 4
     # one GPU: nothing gathered, no all-gather stream
     assert _accumulated(_plan(precision="bf16", fsdp_version=1, gpus=1)).side_stream_pool == 0
 

@@ -295,7 +295,7 @@ def _memory_estimate(
     details = _phase_details(acc, phase)
     details.append((f"allocator pool ({ALLOCATOR_FRAGMENTATION:.0%} of the tensors)", pool))
     if side_cached:
-        details.append(("all-gather stream's cached blocks (reserved, not allocated)", side_cached))
+        details.append(("FSDP1 side streams' cached blocks (reserved, not allocated)", side_cached))
     pool += side_cached
     details.append((context_label, context.bytes))
     if nccl:

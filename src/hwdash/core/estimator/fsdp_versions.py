@@ -152,6 +152,14 @@ def add_version_terms(
         acc.activations += offload
         acc.last_layer_activations += offload
         acc.note(f"{label} {version} CPU-offload staging (shards in flight)", offload, both)
+        if plan.fsdp_version == 1 and units.shard > 1:
+            # _runtime_utils.py _unshard: pre_unshard copies the shard in on pre_unshard_stream
+            # (before the limiter waits) and _flat_param.py _all_gather_flat_param record_streams
+            # it onto the all-gather stream: the pre-unshard stream's pool keeps the copies in
+            # flight and the one freed last, whose all-gather may still be reading it
+            one = arch.block_params * units.sharded_bytes / units.shard
+            acc.side_stream_pool += (FSDP1_INFLIGHT_ALL_GATHERS + 1) * one
+            acc.side_stream_live += FSDP1_INFLIGHT_ALL_GATHERS * one
     if plan.fsdp_version == 1:
         _note_quant_state(plan, arch, method, units, acc, label)
     if state_dict_kind(plan) is FsdpStateDict.FULL and method is Method.FULL:
