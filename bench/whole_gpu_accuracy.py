@@ -72,15 +72,13 @@ class Scored:
 
 
 def figure(estimate: MemoryEstimate, measure: str) -> int:
-    """The estimate's bytes of the kind the reading measured."""
+    """The estimate's bytes of the kind the reading measured: ``allocated_bytes`` (the allocator's
+    peak), ``reserved_bytes`` (its pool) or ``whole_gpu_bytes`` (what NVML shows)."""
     if measure == "allocated":
-        return int(
-            getattr(estimate, "allocated", estimate.per_gpu.total - estimate.per_gpu.overhead)
-        )
+        return int(estimate.allocated_bytes)
     if measure == "reserved":
-        default = estimate.per_gpu.total - estimate.per_gpu.overhead
-        return int(getattr(estimate, "reserved", default))
-    return int(getattr(estimate, "whole_gpu", estimate.per_gpu.total))
+        return int(estimate.reserved_bytes)
+    return int(estimate.whole_gpu_bytes)
 
 
 def estimate_row(row: dict[str, Any], catalog: Catalog) -> MemoryEstimate:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_fsdp import BLOCK, SMALL, _plan
+from test_fsdp import BLOCK, GATHERED, SMALL, _plan
 
 from hwdash.core import estimator as est
 from hwdash.core.estimator import estimate_memory
@@ -71,8 +71,11 @@ def test_the_versions_differ_by_exactly_their_terms() -> None:
         _plan(precision="bf16", fsdp_version=2, grad_accum=1, batch=16, seq=2048), SMALL
     )
     assert v1.peak_phase == v2.peak_phase == "start of backward"
-    # FSDP2's all-gather output of the prefetched block, copied out into the parameters
-    assert v2.per_gpu.activations - v1.per_gpu.activations == 2 * BLOCK
+    # FSDP2's all-gather output of the prefetched block, copied out into the parameters, against
+    # FSDP1's root unit (embedding + output layer + final norm, gathered from forward through
+    # backward) beside two blocks, where the version-neutral count has the largest unit, one block
+    # and the final norm: (2 TOP + 1024 + 2 BLOCK) - (TOP + BLOCK + 1024) = TOP + BLOCK, bf16
+    assert v2.per_gpu.activations - v1.per_gpu.activations == 2 * BLOCK - 2 * (TOP + BLOCK)
     assert v2.per_gpu.weights == v1.per_gpu.weights  # 4 GPUs: no padding in either
     one, two = _notes(_plan(fsdp_version=1)), _notes(_plan(fsdp_version=2))
     differing = {label for label in one.keys() ^ two.keys()} | {
@@ -110,6 +113,81 @@ def test_fsdp1_without_limit_all_gathers_counts_two_more_units() -> None:
     unlimited = estimate_memory(plan, SMALL)
     assert unlimited.per_gpu.activations - limited.per_gpu.activations == 2 * 2 * BLOCK
     assert any("limit_all_gathers" in warning for warning in unlimited.warnings)
+
+
+def test_fsdp1_keeps_its_root_unit_gathered_beside_two_blocks() -> None:
+    # accelerate's/PEFT's/answer.ai's FSDP1 auto-wrap wraps the blocks; the embedding, output
+    # layer and final norm stay in the root, which _post_forward_reshard never frees: FSDP1 holds
+    # (TOP + TOP + 1024) + 2 BLOCK parameters gathered, the neutral count TOP + BLOCK + 1024
+    for precision, gathered in (("bf16", 2), ("mixed", 2), ("fp32", 4)):
+        notes = _notes(_plan(precision=precision, fsdp_version=1))
+        assert _line(notes, "FSDP1 root unit") == gathered * (TOP + BLOCK)
+        assert not any("root unit" in label for label in _notes(_plan(precision=precision)))
+    # QLoRA: the root's parameters are never quantized: they are gathered in the frozen dtype
+    # (bf16 here), the blocks in NF4 (the plan's average bytes per parameter)
+    qlora = _plan(method="qlora", fsdp_version=1, qlora_frozen_dtype="bf16")
+    _base, per_param = est.states._base_weight_bytes(
+        ARCH, qlora.method, est.LAYOUTS[qlora.precision]
+    )
+    neutral = (TOP + BLOCK + 1024) * per_param
+    expected = (2 * TOP + 1024) * 2 + 2 * BLOCK * per_param - neutral
+    assert _line(_notes(qlora), "FSDP1 root unit") == round(expected)
+    # one GPU gathers nothing
+    assert not any("root unit" in label for label in _notes(_plan(fsdp_version=1, gpus=1)))
+
+
+def test_fsdp1_all_gather_stream_keeps_one_freed_unit_reserved() -> None:
+    # the all-gather stream's pool: the root unit (2 TOP + 1024), the running and prefetched
+    # blocks and the block freed last, waiting on its record_stream event (limit_all_gathers: 2 in
+    # flight + 1); allocated during forward/backward: the root and two blocks
+    acc = _accumulated(_plan(precision="bf16", fsdp_version=1))
+    assert acc.side_stream_pool == 2 * (2 * TOP + 1024) + 3 * 2 * BLOCK
+    assert acc.side_stream_live == 2 * (2 * TOP + 1024) + 2 * 2 * BLOCK
+    plan = _plan(precision="bf16", fsdp_version=1, grad_accum=1, batch=16, seq=2048)
+    v1 = estimate_memory(plan, SMALL)
+    assert v1.peak_phase == "start of backward"
+    pool = round(est.ALLOCATOR_FRAGMENTATION * v1.allocated_bytes)
+    # reserved, not allocated: the one block freed last
+    assert v1.reserved_bytes - v1.allocated_bytes - pool == 2 * BLOCK
+    v2 = estimate_memory(plan.model_copy(update={"fsdp_version": 2}), SMALL)
+    pool2 = round(est.ALLOCATOR_FRAGMENTATION * v2.allocated_bytes)
+    assert v2.reserved_bytes - v2.allocated_bytes == pool2
+    # CPU offload: the pre-unshard stream's H2D shard copies too, 3 in its pool, 2 allocated
+    offload = _accumulated(_plan(precision="bf16", fsdp_version=1, fsdp_offload=True))
+    assert offload.side_stream_pool - acc.side_stream_pool == 3 * 2 * BLOCK / 4
+    assert offload.side_stream_live - acc.side_stream_live == 2 * 2 * BLOCK / 4
+    # one GPU: nothing gathered, no all-gather stream
+    assert _accumulated(_plan(precision="bf16", fsdp_version=1, gpus=1)).side_stream_pool == 0
+
+
+def test_a_mixed_policy_shards_a_lora_base_in_fp32_and_gathers_it_in_bf16() -> None:
+    # MixedPrecision(param_dtype=bf16) over a model loaded in fp32: the sharded flat parameter
+    # keeps fp32 (4 bytes), only the all-gathered copy is bf16 (2 bytes), for a frozen base too
+    n = ARCH.total_params
+    mixed = _notes(_plan(method="lora", precision="mixed", fsdp_version=1))
+    bf16 = _notes(_plan(method="lora", precision="bf16", fsdp_version=1))
+    shard = "model weights (1/4 shard)"
+    assert mixed[shard] - bf16[shard] == (4 - 2) * n // 4
+    gathered = "model gathered units (running + prefetched, 2-byte)"
+    assert mixed[gathered] == bf16[gathered] == 2 * GATHERED
+
+
+def test_fsdp1_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:
+    # Linear4bit.quant_state is a module attribute, not a parameter: FSDP1 shards and offloads the
+    # packed NF4 weights but not the 0.127 bits per quantized weight of double-quantized constants
+    constants = ARCH.quantizable_params * 0.127 / 8
+    line = "FSDP1 NF4 quant_state"
+    sharded = _accumulated(_plan(method="qlora", fsdp_version=1))
+    assert _line(_notes(_plan(method="qlora", fsdp_version=1)), line) == round(constants * 3 / 4)
+    fsdp2 = _accumulated(_plan(method="qlora", fsdp_version=2))
+    assert sharded.weights - fsdp2.weights == pytest.approx(constants * 3 / 4)
+    # CPU offload: the shards go to the host, the constants stay, whole
+    offload = _plan(method="qlora", fsdp_version=1, fsdp_offload=True)
+    assert _accumulated(offload).weights == pytest.approx(constants)
+    assert _accumulated(offload).host == pytest.approx(
+        _accumulated(offload.model_copy(update={"fsdp_version": 2})).host - constants / 4
+    )
+    assert not any(line in label for label in _notes(_plan(method="lora", fsdp_version=1)))
 
 
 def test_full_state_dict_gathers_one_unit_in_the_checkpoint_save_phase() -> None:
@@ -192,3 +270,22 @@ def test_make_it_fit_offers_a_sharded_state_dict_where_the_save_gathers() -> Non
     assert offered(_plan(precision="mixed")) == []
     sharded = _plan(precision="mixed", fsdp_version=1, fsdp_state_dict=FsdpStateDict.SHARDED)
     assert offered(sharded) == []
+
+
+def test_the_all_gather_pool_is_all_reserved_at_an_optimizer_step_peak() -> None:
+    # at the step no gathered unit is allocated, but the all-gather stream keeps its cached blocks
+    from hwdash.core.estimator.estimate import _memory_estimate
+
+    plan = _plan(precision="bf16", fsdp_version=1)
+    acc = est._Accumulator()
+    acc.optimizer, acc.step_temporaries = 1000.0, 500.0
+    acc.side_stream_pool, acc.side_stream_live = 300.0, 200.0
+    step = _memory_estimate(plan, ARCH, acc, 4, 0, "bf16", None, None)
+    assert step.peak_phase == "optimizer step"
+    assert step.reserved_bytes - step.allocated_bytes == round(0.08 * 1500) + 300
+    acc.activations = acc.last_layer_activations = 5000.0
+    backward = _memory_estimate(plan, ARCH, acc, 4, 0, "bf16", None, None)
+    assert backward.peak_phase != "optimizer step"
+    assert backward.reserved_bytes - backward.allocated_bytes == round(
+        0.08 * backward.allocated_bytes
+    ) + (300 - 200)

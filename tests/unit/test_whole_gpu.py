@@ -263,3 +263,26 @@ def test_make_it_fit_reads_the_catalogs_software(catalog: Catalog, tmp_path: Pat
     assert packaged.fits_already
     huge = find_fit_options(plan, model, mine, target, [mine.flavors[target]])
     assert not huge.fits_already and not huge.options
+
+
+def _ddp_line(estimate: MemoryEstimate) -> int | None:
+    lines = [value for label, value in estimate.details if label.startswith("DDP gradient buckets")]
+    assert len(lines) <= 1
+    return lines[0] if lines else None
+
+
+def test_ddp_buckets_copy_every_trained_gradient(catalog: Catalog) -> None:
+    # torch/nn/parallel/distributed.py: without gradient_as_bucket_view the Reducer's buckets
+    # (25 MiB each, together every trained parameter) are a second copy of the gradients, in the
+    # gradients' dtype: bf16 full fine-tuning 2 bytes per parameter, PEFT's fp32 adapters 4
+    full = _estimate(catalog, "h200", gpus=2, method=Method.FULL, precision="bf16", grad_accum=2)
+    assert _ddp_line(full) == 2 * full.trainable_params
+    lora = _estimate(catalog, "h200", gpus=2, grad_accum=2)
+    assert _ddp_line(lora) == 4 * lora.trainable_params
+    one = _estimate(catalog, "h200", gpus=1, method=Method.FULL, precision="bf16", grad_accum=2)
+    assert _ddp_line(one) is None
+    # alive in every phase: the gradients component grows by exactly the buckets
+    assert full.per_gpu.gradients - one.per_gpu.gradients == 2 * full.trainable_params
+    # DeepSpeed and FSDP reduce through their own buffers
+    assert _ddp_line(_estimate(catalog, "h200", gpus=2, zero=2)) is None
+    assert _ddp_line(_estimate(catalog, "h200", gpus=2, fsdp=FsdpMode.FULL)) is None

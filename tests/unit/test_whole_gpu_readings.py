@@ -122,3 +122,25 @@ def test_every_row_replans_its_own_configuration() -> None:
 def test_measure_kinds_are_documented_in_the_header(measure: str) -> None:
     header = READINGS.read_text(encoding="utf-8").split("\n[[reading]]\n", 1)[0]
     assert measure in header
+
+
+def test_accuracy_bench_compares_each_reading_with_its_own_figure() -> None:
+    """A reserved reading is scored against the estimate's reserved pool, an allocated one
+    against the allocator's peak and an nvml one against the whole GPU (three distinct numbers)."""
+    path = REPO / "bench" / "whole_gpu_accuracy.py"
+    spec = importlib.util.spec_from_file_location("whole_gpu_accuracy", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["whole_gpu_accuracy"] = bench
+    spec.loader.exec_module(bench)
+    from hwdash.core.results import MemoryBreakdown, MemoryEstimate
+
+    estimate = MemoryEstimate(
+        per_gpu=MemoryBreakdown(weights=100, overhead=30),
+        gpus=2,
+        allocated_bytes=100,
+        reserved_bytes=108,
+    )
+    assert bench.figure(estimate, "allocated") == 100
+    assert bench.figure(estimate, "reserved") == 108
+    assert bench.figure(estimate, "nvml") == 130

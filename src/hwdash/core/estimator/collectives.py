@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from hwdash.core.estimator import phases as est_phases
 from hwdash.core.estimator.parallelism import fsdp_shard_size
 from hwdash.core.plan import FsdpMode, Method, Plan
 from hwdash.core.specs import Interconnect, NcclBuffers
@@ -154,3 +155,35 @@ def nccl_bytes(
     groups = comm_groups(plan, gpus)
     total = sum(group_bytes(group, link, nccl, plan.nccl_buffsize) for group in groups)
     return total, groups
+
+
+def ddp_bucket_bytes(plan: Plan, dp: int, trainable: int, gradient_bytes: int) -> float:
+    """PyTorch DDP's gradient buckets: a second copy of every trained parameter's gradient.
+
+    ``torch/nn/parallel/distributed.py``: the ``Reducer`` groups the trained parameters into
+    buckets of ``bucket_cap_mb`` (``_DEFAULT_BUCKET_CAP_MB = 25``; the first one
+    ``_DEFAULT_FIRST_BUCKET_BYTES``) and allocates each bucket as one flat tensor at construction;
+    the autograd hook copies each gradient into its bucket, which is all-reduced in place. The
+    buckets together span every trained parameter whatever the cap, in the gradient's dtype, and
+    live as long as the DDP module. ``gradient_as_bucket_view=True`` makes the gradients views of
+    the buckets instead ("the saved memory size will be equal to the total gradients size", the
+    same file's docs); accelerate's ``DistributedDataParallelKwargs`` defaults it to ``False``
+    (``accelerate/utils/dataclasses.py``) and the Trainer does not set it. Plain data parallelism
+    only: DeepSpeed, FSDP and Megatron reduce through their own buffers (counted elsewhere); one
+    GPU has no DDP wrapper."""
+    if dp <= 1 or plan.zero or plan.fsdp is not FsdpMode.NONE or plan.megatron or plan.is_rl:
+        return 0.0
+    if plan.method is Method.INFERENCE:
+        return 0.0
+    return float(trainable * gradient_bytes)
+
+
+def add_ddp_buckets(
+    plan: Plan, dp: int, trainable: int, gradient_bytes: int, acc: est_phases._Accumulator
+) -> None:
+    """Add :func:`ddp_bucket_bytes` as gradients alive in every phase, and its line."""
+    buckets = ddp_bucket_bytes(plan, dp, trainable, gradient_bytes)
+    if not buckets:
+        return
+    acc.persistent_gradients += buckets
+    acc.note(f"DDP gradient buckets (a copy of the gradients, {gradient_bytes}-byte)", buckets)

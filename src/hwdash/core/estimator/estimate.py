@@ -29,6 +29,8 @@ from hwdash.core.estimator.architecture import Architecture, architecture
 from hwdash.core.estimator.collectives import CommGroup, nccl_bytes
 from hwdash.core.estimator.inference import _add_inference
 from hwdash.core.estimator.phases import (
+    PHASE_BACKWARD,
+    PHASE_BACKWARD_END,
     _Accumulator,
     _peak_breakdown,
     _peak_phase,
@@ -46,7 +48,9 @@ from hwdash.core.specs import Accelerator, Framework, ModelSpec
 # --------------------------------------------------------------------------------------------------
 # The overhead: what the GPU holds beyond the tensors.
 #
-# * the caching allocator's pool (reserved minus allocated): ALLOCATOR_FRAGMENTATION of the tensors;
+# * the caching allocator's pool (reserved minus allocated): ALLOCATOR_FRAGMENTATION of the tensors,
+#   plus what a side stream's pool keeps cached beyond the tensors alive at the peak (FSDP1's
+#   all-gather stream, ``_Accumulator.side_stream_pool``: :mod:`~hwdash.core.estimator.fsdp_versions`);
 # * the software's own footprint, outside the allocator: the CUDA context and loaded kernels by
 #   compute capability (``[[cuda_context]]`` in catalog/software.toml,
 #   :mod:`~hwdash.core.estimator.software`);
@@ -279,6 +283,8 @@ def _memory_estimate(
     managed = min(math.ceil(acc.managed), tensors.optimizer)
     allocated = tensors.total - managed
     pool = round(ALLOCATOR_FRAGMENTATION * allocated)
+    side_live = acc.side_stream_live if phase in (PHASE_BACKWARD, PHASE_BACKWARD_END) else 0.0
+    side_cached = round(max(0.0, acc.side_stream_pool - side_live))
     context, context_label = software.context_for(accelerator)
     link = software.interconnect_for(accelerator)
     nccl = 0
@@ -288,6 +294,9 @@ def _memory_estimate(
         nccl, groups = nccl_bytes(plan, dp, link, software.nccl)
     details = _phase_details(acc, phase)
     details.append((f"allocator pool ({ALLOCATOR_FRAGMENTATION:.0%} of the tensors)", pool))
+    if side_cached:
+        details.append(("FSDP1 side streams' cached blocks (reserved, not allocated)", side_cached))
+    pool += side_cached
     details.append((context_label, context.bytes))
     if nccl:
         details.append(

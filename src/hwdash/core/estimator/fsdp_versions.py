@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass
 
 from hwdash.core.estimator import phases as est_phases
+from hwdash.core.estimator import states as est_states
 from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.plan import FsdpStateDict, Method, Plan
 from hwdash.core.units import GIB
@@ -67,6 +68,12 @@ class FsdpUnits:
     reduced_unit: float
     """Parameters of the unit whose gradient is reduce-scattered at the end of backward (0: the
     gradients are too small to count, a LoRA-style plan's adapters)."""
+    counted_gathered: float = 0.0
+    """Bytes of gathered units the version-neutral count already holds during forward and backward
+    (``parallelism._gathered_bytes``: the largest unit, one prefetched block and the final norm)."""
+    root_bytes: float = 0.0
+    """Bytes per parameter of the root unit's parameters (embedding, output layer, final norm) as
+    gathered: ``param_dtype``, or a quantized plan's frozen dtype (they are never quantized)."""
 
 
 def state_dict_kind(plan: Plan) -> FsdpStateDict:
@@ -145,6 +152,16 @@ def add_version_terms(
         acc.activations += offload
         acc.last_layer_activations += offload
         acc.note(f"{label} {version} CPU-offload staging (shards in flight)", offload, both)
+        if plan.fsdp_version == 1 and units.shard > 1:
+            # _runtime_utils.py _unshard: pre_unshard copies the shard in on pre_unshard_stream
+            # (before the limiter waits) and _flat_param.py _all_gather_flat_param record_streams
+            # it onto the all-gather stream: the pre-unshard stream's pool keeps the copies in
+            # flight and the one freed last, whose all-gather may still be reading it
+            one = arch.block_params * units.sharded_bytes / units.shard
+            acc.side_stream_pool += (FSDP1_INFLIGHT_ALL_GATHERS + 1) * one
+            acc.side_stream_live += FSDP1_INFLIGHT_ALL_GATHERS * one
+    if plan.fsdp_version == 1:
+        _note_quant_state(plan, arch, method, units, acc, label)
     if state_dict_kind(plan) is FsdpStateDict.FULL and method is Method.FULL:
         _note_full_state_dict(arch, units, acc, label, version)
 
@@ -167,6 +184,15 @@ def _fsdp1_terms(
     acc.note(f"{label} {version} flat-parameter padding (to a multiple of {units.shard})", padding)
     if not plan.fsdp_offload:
         acc.weights += padding
+    root = fsdp1_root_unit_bytes(arch, units)
+    if root:
+        acc.activations += root
+        acc.last_layer_activations += root
+        acc.note(f"{label} {version} root unit (embedding, output layer) kept gathered", root, both)
+    pool = fsdp1_all_gather_pool_bytes(arch, units)
+    if pool:
+        acc.side_stream_pool += pool
+        acc.side_stream_live += units.counted_gathered + root
     if plan.fsdp_limit_all_gathers is False:
         extra = FSDP1_UNLIMITED_EXTRA_UNITS * arch.block_params * units.gathered_bytes
         acc.activations += extra
@@ -179,6 +205,50 @@ def _fsdp1_terms(
         )
     staging = unit * (reduce if reduce != units.gathered_bytes else 0.0)
     return staging + unit * reduce / units.shard
+
+
+def fsdp1_root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
+    """FSDP1: what the root unit adds to the gathered units counted for every version.
+
+    FSDP1's auto-wrap as the FSDP1 recipes configure it wraps the decoder blocks only (accelerate's
+    ``TRANSFORMER_BASED_WRAP`` with the model's ``_no_split_modules``, PEFT's
+    ``fsdp_auto_wrap_policy`` in ``peft/utils/other.py``, answer.ai fsdp_qlora ``train.py``'s
+    ``transformer_auto_wrap_policy`` on ``LlamaDecoderLayer``; their LoRA-layer units are the
+    adapters', too small to count); the embedding, the output layer and the final norm stay in the
+    root unit. ``_runtime_utils.py`` ``_post_forward_reshard`` never frees the root's unsharded
+    flat parameter after forward (``free_unsharded_flat_param = not state._is_root and ...``): it
+    stays gathered from the first forward to the end of backward, beside the running block and the
+    prefetched one. So FSDP1 holds ``(embedding + output + final norm) x root_bytes + 2 x block x
+    gathered_bytes``; the version-neutral count (``units.counted_gathered``) is subtracted.
+    Nothing on one GPU (the parameters are their own gathered copy)."""
+    if units.shard <= 1 or not units.counted_gathered:
+        return 0.0
+    root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
+    fsdp1 = root + 2 * arch.block_params * units.gathered_bytes
+    return max(0.0, fsdp1 - units.counted_gathered)
+
+
+def fsdp1_all_gather_pool_bytes(arch: Architecture, units: FsdpUnits) -> float:
+    """FSDP1: the all-gather stream's pool in the caching allocator (reserved, partly allocated).
+
+    ``_runtime_utils.py`` ``_unshard`` all-gathers each unit inside ``unshard_stream``, so its
+    padded unsharded flat parameter is allocated from that stream's pool;
+    ``_flat_param.py`` ``_free_unsharded_flat_param`` frees it with
+    ``_no_dispatch_record_stream(unsharded_flat_param, current_stream)``: the block goes back to
+    the all-gather stream's pool only once the compute stream has passed the free (the
+    allocator's stream-use events), and the caching allocator never hands one stream's cached
+    block to another (PyTorch CUDA semantics notes, "Memory management"; ``Tensor.record_stream``
+    docs). With ``limit_all_gathers`` (the default, ``_limiter_utils.py``: at most
+    ``FSDP1_INFLIGHT_ALL_GATHERS`` unshards ahead of the frees) the stream holds the running unit,
+    the prefetched one and the unit freed last, whose event is still pending: ``(2 + 1)`` blocks,
+    plus the root unit. ``max_memory_allocated`` stops counting the freed block at the free,
+    ``max_memory_reserved`` does not; at the optimizer step none of the pool is allocated and the
+    compute stream cannot reuse it."""
+    if units.shard <= 1 or not units.counted_gathered:
+        return 0.0
+    root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
+    blocks = FSDP1_INFLIGHT_ALL_GATHERS + 1
+    return root + blocks * arch.block_params * units.gathered_bytes
 
 
 def _fsdp2_terms(
@@ -203,6 +273,45 @@ def _fsdp2_terms(
     acc.note(f"{label} {version} all-gather output (one unit, copied out)", gather_staging, both)
     unit = units.reduced_unit
     return unit * reduce * (1 + 1 / units.shard) if units.shard > 1 else 0.0
+
+
+def fsdp1_quant_state_bytes(arch: Architecture, method: Method) -> float:
+    """QLoRA under FSDP1: bitsandbytes' NF4 constants, whole on every GPU.
+
+    ``bitsandbytes/nn/modules.py``: a ``Linear4bit`` keeps its ``quant_state`` (the absmax
+    constants, double-quantized) as a module attribute, not a parameter; FSDP flattens, shards and
+    offloads parameters only, so the packed weights are sharded (``quant_storage``) while
+    ``fix_4bit_weight_quant_state_from_module`` reattaches the module's state in forward ("the
+    quant state got lost when the parameter got converted. This happens for example for fsdp").
+    ``Params4bit.to`` moves the state with the weights onto the GPU when FSDP moves the module
+    (``device_id``), and there it stays. Its size is the QLoRA paper's 0.127 bits per quantized
+    weight (``states.NF4_CONSTANT_BYTES_PER_PARAM``)."""
+    if method is not Method.QLORA:
+        return 0.0
+    return arch.quantizable_params * est_states.NF4_CONSTANT_BYTES_PER_PARAM
+
+
+def _note_quant_state(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+) -> None:
+    """:func:`fsdp1_quant_state_bytes` on the GPU, less the shard of it the sharded weights
+    already count (on the host under CPU offload, where it is not)."""
+    constants = fsdp1_quant_state_bytes(arch, method)
+    if not constants:
+        return
+    counted = 0.0 if plan.fsdp_offload else constants / units.shard
+    if plan.fsdp_offload:
+        acc.host -= constants / units.shard
+    acc.weights += constants - counted
+    acc.note(
+        f"{label} FSDP1 NF4 quant_state (not a parameter: whole on each GPU, beyond its shard)",
+        constants - counted,
+    )
 
 
 def _note_full_state_dict(

@@ -203,26 +203,42 @@ def add_fsdp_training(
         acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
     else:
         _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
-    acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
+    if plan.fsdp_version != 1:
+        # FSDP1 counts the root unit it keeps gathered (fsdp_versions.fsdp1_root_unit_bytes)
+        acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
     fsdp_versions.add_version_terms(
-        plan, arch, method, _units(arch, method, states, shard), acc, label
+        plan, arch, method, _units(plan, arch, method, states, shard, savers), acc, label
     )
     return trainable
 
 
 def _units(
-    arch: Architecture, method: Method, states: _FsdpStates, shard: int
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    states: _FsdpStates,
+    shard: int,
+    savers: Savers,
 ) -> fsdp_versions.FsdpUnits:
     """What the FSDP version's own terms (:mod:`.fsdp_versions`) need of the plan's units."""
     largest_unit = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
     sharded_bytes = (
         states.layout.weight_bytes if method is Method.FULL else states.gathered_per_param
     )
+    quantized = method in (Method.QLORA, Method.LORA_8BIT) or (
+        method is not Method.FULL and arch.checkpoint_bits is not None
+    )
+    # the embedding, output layer and final norm are never quantized: they stay in the dtype the
+    # quantized plan keeps its other frozen parameters in (--qlora-frozen-dtype); otherwise they
+    # are gathered like any other parameter
+    root_bytes = float(savers.qlora_frozen_bytes) if quantized else states.gathered_per_param
     return fsdp_versions.FsdpUnits(
         shard=shard,
         gathered_bytes=states.gathered_per_param,
         sharded_bytes=sharded_bytes,
         reduced_unit=float(largest_unit) if method is Method.FULL else 0.0,
+        counted_gathered=_gathered_bytes(arch, method, states, shard),
+        root_bytes=root_bytes,
     )
 
 
@@ -292,6 +308,14 @@ def _fsdp_states(
         base_bytes, gathered_per_param = est_states._base_weight_bytes(
             arch, method, LAYOUTS[plan.precision]
         )
+        if method in (Method.LORA, Method.DORA) and arch.checkpoint_bits is None:
+            # an unquantized frozen base is sharded as loaded and gathered in param_dtype: under
+            # a mixed policy the model is loaded in fp32 and MixedPrecision(param_dtype=bf16)
+            # casts only the all-gathered copy (torch/distributed/fsdp/_flat_param.py
+            # ``_use_low_precision_shard``: the sharded flat parameter keeps its dtype; Zhao et
+            # al. 2023 section 3.3), so the shard is fsdp.sharded's bytes, the gather fsdp's
+            base_bytes = float(arch.total_params * fsdp.sharded.weight_bytes)
+            gathered_per_param = float(fsdp.gathered_bytes)
         params_bytes = base_bytes + trainable * state_layout.weight_bytes
         unit_gradient = 0.0
     unsynced_bytes = 0.0

@@ -122,6 +122,13 @@ class _Accumulator:
     which the Trainer frees with ``zero_grad`` after the optimizer step and before it saves
     (transformers' ``trainer.py``, ``_inner_training_loop``: ``optimizer.step()``, ``model.zero_grad()``,
     then ``_maybe_log_save_evaluate``). DeepSpeed's and Megatron's gradient buffers stay."""
+    side_stream_pool: float = 0.0
+    """Bytes the caching allocator keeps reserved in a side stream's pool once the first step has
+    run (FSDP1's all-gather stream): blocks of one stream are never handed to another, so they
+    stay reserved while the compute stream allocates (``reserved``, not ``allocated``)."""
+    side_stream_live: float = 0.0
+    """The part of ``side_stream_pool`` that is allocated (counted in the tensors) during forward
+    and backward; at the optimizer step none of it is."""
 
     def __post_init__(self) -> None:
         self.details: list[tuple[str, int, frozenset[str]]] = []

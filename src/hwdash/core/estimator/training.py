@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hwdash.core.estimator import long_context, parallelism, zero_buffers
+from hwdash.core.estimator import collectives, long_context, parallelism, zero_buffers
 from hwdash.core.estimator.activations import (
     DROPOUT_MASK_BYTES,
     _merged_expert_gradient_bytes,
@@ -207,6 +207,9 @@ def _train_one_model(
         _largest_trained_tensor(arch, method, trained.trainable),
         trained.state_layout.gradient_bytes,
         acc,
+    )
+    collectives.add_ddp_buckets(
+        plan, dp, trained.trainable, trained.state_layout.gradient_bytes, acc
     )
     acc.step_temporaries += step_temporaries
     acc.note(f"{label} optimizer step temporaries", step_temporaries, _STEP_ONLY)
