@@ -112,8 +112,9 @@ def _serving(
     """A serving plan's settings, the report with the serving verdicts, and the first GPU
     flavor's memory (all None-or-unchanged for ``--engine hf``)."""
     from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
+    from hwdash.core.planning.serving_plan import shown_flavor
 
-    settings = serving_settings(args, plan)
+    settings = serving_settings(plan)
     if settings is None:
         if args.export == "vllm":
             raise UsageError(
@@ -122,8 +123,8 @@ def _serving(
             )
         return None, report, None
     report, memories = serving_on_flavors(report, settings, catalog)
-    wanted = [f for f in plan.flavors if f in memories] or list(memories)
-    serving = (wanted[0], memories[wanted[0]], report) if wanted else None
+    shown = shown_flavor(plan, memories)
+    serving = None if shown is None else (shown, memories[shown], report)
     return settings, report, serving
 
 

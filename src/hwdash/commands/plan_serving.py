@@ -1,164 +1,42 @@
 """``hwdash plan --method inference --engine vllm|sglang``: the serving plan's flags, its KV pool on
 each flavor, its lines in the report and ``--export vllm`` (the server's command line).
 
-The memory model is :mod:`hwdash.core.estimator.serving`; this module reads the flags, checks them
-(a bad value is a :class:`UsageError` naming its flag) and puts the answer beside the plan: JSON
-``serving`` for the first ``--flavor``, the flavor table's verdicts (a serving plan fits a flavor
-when its KV pool holds one ``--max-model-len`` sequence) and the text lines.
+The memory model is :mod:`hwdash.core.estimator.serving`. The flags are Plan fields (their entries
+in :mod:`hwdash.core.plan_fields`; the Plan checks them, a bad value is a :class:`UsageError`
+naming its flag) and :mod:`hwdash.core.planning.serving_plan` reads them; this module puts the
+answer beside the plan: JSON ``serving`` for the first ``--flavor``, the flavor table's verdicts (a
+serving plan fits a flavor when its KV pool holds one ``--max-model-len`` sequence) and the text
+lines.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 from typing import Any
 
-from hwdash.core.estimator.serving import (
-    Engine,
-    KvDtype,
-    ServingMemory,
-    ServingSettings,
-    serving_memory,
-)
-from hwdash.core.plan import Method, Plan, Precision, Quant
-from hwdash.core.results import FitVerdict, PlanReport
+from hwdash.core.estimator.serving import ServingMemory, ServingSettings
+from hwdash.core.plan import Engine, KvDtype, Plan, Quant
+from hwdash.core.planning import serving_plan
+from hwdash.core.results import PlanReport
 from hwdash.errors import UsageError
 
-#: The flags a serving engine reads; with ``--engine hf`` they are refused.
-_ENGINE_FLAGS = (
-    ("gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("max_model_len", "--max-model-len"),
-    ("max_num_seqs", "--max-num-seqs"),
-)
-#: Bits per weight of a ``--quant`` load (None: as the checkpoint stores it).
-_QUANT_BITS = {Quant.NF4: 4, Quant.GPTQ_4: 4, Quant.AWQ_4: 4, Quant.INT8: 8}
 #: ``--export vllm``'s ``--quantization`` for a quantized checkpoint.
 _VLLM_QUANTIZATION = {Quant.GPTQ_4: "gptq", Quant.AWQ_4: "awq", Quant.NF4: "bitsandbytes"}
 
 
-def add_serving_flags(parser: argparse.ArgumentParser, whole: Any, number: Any) -> None:
-    """The ``serving`` flag group (``whole``/``number``: the plan command's argparse types)."""
-    group = parser.add_argument_group("serving (--method inference)")
-    group.add_argument(
-        "--engine",
-        choices=[engine.value for engine in Engine],
-        default=Engine.HF.value,
-        help="hf: one transformers generate call (default); vllm or sglang: the server's memory "
-        "as the engine allocates it, its KV blocks and maximum concurrency on --flavor",
-    )
-    group.add_argument(
-        "--engine-version",
-        choices=["v1", "v0"],
-        default="v1",
-        help="vLLM's engine: v1 (0.8 on: profiles --max-num-batched-tokens) or v0 (profiles "
-        "the whole --max-model-len; default v1)",
-    )
-    group.add_argument(
-        "--gpu-memory-utilization",
-        type=number,
-        metavar="F",
-        help="share of the GPU's memory the engine may use, 0-1 (vLLM's default 0.9; SGLang's "
-        "mem_fraction_static, about 0.88)",
-    )
-    group.add_argument(
-        "--max-model-len",
-        type=whole,
-        metavar="N",
-        help="longest sequence (prompt + output) the server accepts (default --seq)",
-    )
-    group.add_argument(
-        "--max-num-seqs", type=whole, metavar="N", help="sequences at once (vLLM's default 256)"
-    )
-    group.add_argument(
-        "--kv-dtype",
-        choices=[dtype.value for dtype in KvDtype],
-        default=KvDtype.AUTO.value,
-        help="KV cache element type: auto (the model's), fp8 or int8 (one byte)",
-    )
-
-
-def serving_settings(args: argparse.Namespace, plan: Plan) -> ServingSettings | None:
-    """The serving settings the flags ask for (None: ``--engine hf``), checked."""
-    engine = Engine(getattr(args, "engine", None) or Engine.HF.value)
-    given = [flag for name, flag in _ENGINE_FLAGS if getattr(args, name, None) is not None]
-    if getattr(args, "kv_dtype", "auto") != KvDtype.AUTO.value:
-        given.append("--kv-dtype")
-    if engine is Engine.HF:
-        if given:
-            raise UsageError("needs --engine vllm or sglang (a serving plan)", flag=given[0])
-        return None
-    if plan.method is not Method.INFERENCE:
-        raise UsageError(
-            f"a serving engine runs inference, not {plan.method.value}: add --method inference",
-            flag="--engine",
-        )
-    fraction = getattr(args, "gpu_memory_utilization", None)
-    if fraction is not None and not 0 < fraction <= 1:
-        raise UsageError(
-            f"{fraction:g} is not a share of the GPU: give a number above 0 and at most 1",
-            flag="--gpu-memory-utilization",
-        )
-    engine_id = engine.value
-    if engine is Engine.VLLM and getattr(args, "engine_version", "v1") == "v0":
-        engine_id = "vllm-v0"
-    return ServingSettings(
-        engine=engine_id,
-        max_model_len=getattr(args, "max_model_len", None) or plan.seq,
-        gpu_memory_utilization=fraction,
-        max_num_seqs=getattr(args, "max_num_seqs", None),
-        kv_dtype=KvDtype(getattr(args, "kv_dtype", "auto")),
-        tp=plan.gpus,
-        quant_bits=_QUANT_BITS.get(plan.quant),
-    )
-
-
-def _memory_on(
-    report: PlanReport, settings: ServingSettings, accelerator: Any, catalog: Any
-) -> ServingMemory:
-    from hwdash.core.estimator.architecture import architecture
-
-    element = 4 if report.plan.precision is Precision.FP32 else 2
-    return serving_memory(
-        architecture(report.model),
-        accelerator,
-        settings,
-        element_bytes=element,
-        software=catalog.software,
-        engines=catalog.engines or None,
-    )
+def serving_settings(plan: Plan) -> ServingSettings | None:
+    """The serving settings of the plan's fields (None: ``--engine hf``); the Plan checked them
+    (a bad value is refused naming its flag), :mod:`hwdash.core.planning.serving_plan` reads them."""
+    return serving_plan.serving_settings(plan)
 
 
 def serving_on_flavors(
     report: PlanReport, settings: ServingSettings, catalog: Any
 ) -> tuple[PlanReport, dict[str, ServingMemory]]:
-    """The report with each GPU flavor's verdict a serving plan's (fits when the pool holds one
-    ``max_model_len`` sequence on the flavor's GPUs, split ``tp`` ways), and each one's memory."""
-    memories: dict[str, ServingMemory] = {}
-    fits = []
-    for fit in report.flavors:
-        accelerator = fit.accelerator
-        if accelerator is None or accelerator.kind != "gpu" or fit.flavor.gpu_count < settings.tp:
-            fits.append(fit)
-            continue
-        memory = _memory_on(report, settings, accelerator, catalog)
-        memories[fit.flavor.id] = memory
-        verdict = FitVerdict.FITS if memory.fits else FitVerdict.NO
-        reason = (
-            f"serving: {memory.max_concurrency:.2f}x {settings.max_model_len:,}-token sequences"
-            if memory.fits
-            else f"KV pool holds {memory.kv_tokens:,} tokens, under one --max-model-len "
-            f"{settings.max_model_len:,} sequence"
-        )
-        fits.append(dataclasses.replace(fit, verdict=verdict, reason=reason))
-    fitting = [fit.flavor.id for fit in fits if fit.verdict is FitVerdict.FITS]
-    # the table is cheapest first: the recommendation is the first flavor that still fits
-    recommended = fitting[0] if fitting else None
-    fastest = report.fastest if report.fastest in fitting else None
-    changed = dataclasses.replace(
-        report, flavors=tuple(fits), recommended=recommended, fastest=fastest
-    )
-    return changed, memories
+    """The report with the flavors' serving verdicts, and each GPU flavor's memory
+    (:func:`hwdash.core.planning.serving_plan.serving_on_flavors`)."""
+    return serving_plan.serving_on_flavors(report, settings, catalog)
 
 
 def serving_lines(memory: ServingMemory, flavor_id: str) -> list[str]:

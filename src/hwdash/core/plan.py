@@ -206,6 +206,34 @@ class Quant(str, Enum):
     """An AWQ 4-bit checkpoint, group size 128 (fp16 scales, 4-bit zeros)."""
 
 
+class Engine(str, Enum):
+    """What serves an inference plan (``--engine``; :mod:`hwdash.core.estimator.serving`)."""
+
+    HF = "hf"
+    """transformers' ``generate``: one call with one KV cache (the plan as before)."""
+    VLLM = "vllm"
+    """vLLM: paged KV blocks in what ``--gpu-memory-utilization`` leaves."""
+    SGLANG = "sglang"
+    """SGLang: a token pool in what ``mem_fraction_static`` leaves."""
+
+
+class EngineVersion(str, Enum):
+    """vLLM's engine (``--engine-version``): where the profile run's size changed."""
+
+    V1 = "v1"
+    """vLLM 0.8 on: profiles ``max_num_batched_tokens`` (chunked prefill)."""
+    V0 = "v0"
+    """The older engine: profiles the whole ``max_model_len``."""
+
+
+class KvDtype(str, Enum):
+    """The KV cache's element type (``--kv-dtype``): auto keeps the model's dtype."""
+
+    AUTO = "auto"
+    FP8 = "fp8"
+    INT8 = "int8"
+
+
 class Plan(BaseModel):
     """Inputs of one estimate. Defaults are what a user gets when they pass nothing."""
 
@@ -390,6 +418,23 @@ class Plan(BaseModel):
     fsdp_state_dict: FsdpStateDict | None = None
     """How FSDP saves (None: accelerate's default by version, full for FSDP1, sharded for FSDP2)."""
 
+    # -- Serving plans (issue 30): ``--method inference`` with a server's engine. None: the
+    # engine's own default (catalog/engines.toml); read by hwdash.core.planning.serving_plan.
+    engine: Engine = Engine.HF
+    """What serves the inference plan: hf (one ``generate`` call), vllm or sglang (the server's
+    memory as the engine allocates it at start-up)."""
+    engine_version: EngineVersion = EngineVersion.V1
+    """vLLM's engine: v1 profiles ``max_num_batched_tokens``, v0 the whole ``max_model_len``."""
+    gpu_memory_utilization: float | None = None
+    """Share of the GPU the engine may use, above 0 and at most 1 (vLLM's
+    ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``; None: the engine's default)."""
+    max_model_len: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Longest sequence (prompt + output) the server accepts (None: ``seq``)."""
+    max_num_seqs: int | None = Field(default=None, ge=1, le=10**6)
+    """Sequences the server runs at once (None: the engine's default)."""
+    kv_dtype: KvDtype = KvDtype.AUTO
+    """The KV cache's element type: the model's (auto), fp8 or int8 (one byte)."""
+
     @model_validator(mode="after")
     def _check(self) -> Plan:
         if self.offload is Offload.PARAMS and self.zero != 3:
@@ -410,7 +455,35 @@ class Plan(BaseModel):
             raise ValueError(
                 "optimizer_in_backward steps each gradient as it is produced: it needs grad_accum 1"
             )
+        self._check_serving()
         return self
+
+    def _check_serving(self) -> None:
+        """A serving engine's settings (issue 30): they need ``--engine vllm|sglang``, which needs
+        ``--method inference``. Each message starts ``--flag:``, the flag it is about."""
+        given = [
+            flag for name, flag in _SERVING_FLAGS if getattr(self, name) not in (None, KvDtype.AUTO)
+        ]
+        if self.engine is Engine.HF:
+            if given:
+                raise ValueError(f"{given[0]}: needs --engine vllm or sglang (a serving plan)")
+            return
+        if self.method is not Method.INFERENCE:
+            raise ValueError(
+                f"--engine: a serving engine runs inference, not {self.method.value}: "
+                "add --method inference"
+            )
+        fraction = self.gpu_memory_utilization
+        if fraction is not None and not 0 < fraction <= 1:
+            raise ValueError(
+                f"--gpu-memory-utilization: {fraction:g} is not a share of the GPU: give a "
+                "number above 0 and at most 1"
+            )
+
+    @property
+    def is_serving(self) -> bool:
+        """Whether the plan is a serving plan (inference on a vLLM or SGLang server)."""
+        return self.method is Method.INFERENCE and self.engine is not Engine.HF
 
     def _check_parallelism(self) -> None:
         """FSDP and Megatron TP/PP: what combines with what (messages name the flag first)."""
@@ -557,6 +630,10 @@ class Plan(BaseModel):
         for name in ("cp", "sp_ulysses", "ep"):
             if data.get(name) == 1:
                 del data[name]
+        # and a serving engine's settings (issue 30): written only when they are set
+        for name, unset in _SERVING_UNSET.items():
+            if data.get(name, unset) == unset:
+                data.pop(name, None)
         # and a text-only plan's images (issue 30): written only when a plan has images
         if data.get("images") == 0:
             data.pop("images")
@@ -568,6 +645,25 @@ class Plan(BaseModel):
         """A name for saving: model and method, e.g. ``Qwen2.5-7B lora``."""
         return f"{model_name} {self.method.value}"
 
+
+#: The serving settings only ``--engine vllm|sglang`` reads, and their flags (for messages).
+_SERVING_FLAGS = (
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("max_model_len", "--max-model-len"),
+    ("max_num_seqs", "--max-num-seqs"),
+    ("kv_dtype", "--kv-dtype"),
+)
+#: The serving fields' unset values, as a plan's JSON holds them (such a field is left out).
+_SERVING_UNSET: dict[str, Any] = {
+    "engine": Engine.HF.value,
+    "engine_version": EngineVersion.V1.value,
+    "gpu_memory_utilization": None,
+    "max_model_len": None,
+    "max_num_seqs": None,
+    "kv_dtype": KvDtype.AUTO.value,
+}
+#: Plan fields only a serving plan (``--engine vllm|sglang``) reads.
+SERVING_FIELDS = tuple(name for name, _flag in _SERVING_FLAGS)
 
 #: Settings that only LoRA-style training reads (the policy's method, for RL).
 _LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout", "lora_modules_to_save")
@@ -640,6 +736,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append(
                 (name, "only inference and RL generating with the policy (--vllm-util 0)")
             )
+        elif name == "engine_version" and plan.engine is not Engine.VLLM:
+            unused.append((name, "only --engine vllm has engine versions"))
         elif (reason := _unused_sharding_setting(plan, name)) is not None:
             unused.append((name, reason))
     return unused
