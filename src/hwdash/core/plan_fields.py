@@ -581,6 +581,7 @@ FORM_ORDER = (
     "fsdp_offload",
     "tp",
     "pp",
+    "budget",
     "cp",
     "sp_ulysses",
     "ep",
