@@ -4,17 +4,20 @@ and expert parallelism rows (issue 30)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import Select, Static
 
+from hwdash.cli import main
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.plan import Engine, KvDtype, Method, Plan
 from hwdash.core.planning.serving_plan import memory_on, serving_settings
 from hwdash.core.plans.store import PlanStore
 from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.planner_flavors import FlavorTable
 
 SERVING_ROWS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "kv-dtype")
 INFERENCE = Plan(model="qwen2.5-7b", method=Method.INFERENCE, flavors=("l4x1", "h200"))
@@ -157,3 +160,30 @@ async def test_context_ulysses_and_expert_rows(catalog: Catalog, store: PlanStor
             await pilot.pause()
             assert not any(shown(app, row) for row in ("cp", "sp-ulysses", "ep"))
             assert pane.errors == {}
+
+
+async def test_the_max_column_of_a_serving_plan_is_the_engines_concurrency(
+    catalog: Catalog, store: PlanStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flavors = ("l4x1", "h200")
+    plan = INFERENCE.model_copy(update={"engine": Engine.VLLM, "max_model_len": 8192})
+    # what hwdash plan --max concurrency answers on each flavor (the engine's pool)
+    expected = {}
+    for flavor in flavors:
+        argv = ["plan", "--model", "qwen2.5-7b", "--method", "inference", "--engine", "vllm"]
+        argv += ["--max-model-len", "8192", "--flavor", flavor, "--max", "concurrency", "--json"]
+        assert main(argv) == 0
+        expected[flavor] = str(json.loads(capsys.readouterr().out)["max"]["value"])
+    app = PaneApp(catalog, store, Plan.model_validate(plan.model_dump()))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        table = app.query_one(FlavorTable)
+        table.focus()
+        await pilot.press("x", "x")  # seq, then an inference plan's concurrency
+        await pilot.pause()
+        cells = {
+            str(row.value): str(table.get_cell(row, "max"))
+            for row in table.rows
+            if str(row.value) in flavors
+        }
+        assert cells == expected

@@ -11,7 +11,6 @@ lines.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from typing import Any
 
@@ -108,23 +107,6 @@ def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
 
 
 def serving_max_concurrency(report: PlanReport, target: str, memory: ServingMemory) -> Any:
-    """``--max concurrency`` for a serving plan: the whole ``--max-model-len`` sequences the KV
-    pool holds at once on ``target`` (vLLM's "Maximum concurrency", rounded down), with the pool's
-    leftover as the headroom."""
-    from hwdash.core.planning.max_fit import MaxField, MaxFit
-
-    fit = next(fit for fit in report.flavors if fit.flavor.id == target)
-    length = memory.settings.max_model_len
-    value = memory.kv_tokens // length
-    leftover = memory.kv_cache_bytes - value * length * memory.kv_bytes_per_token
-    # the flavor's fit at the answer, its headroom the pool's leftover (one GPU's bytes)
-    at_answer = dataclasses.replace(fit, need_bytes=fit.usable_bytes - leftover)
-    return MaxFit(
-        field=MaxField.CONCURRENCY,
-        target=target,
-        value=value or None,
-        fit=at_answer,
-        plan_seq=length,
-        accelerator_name=fit.accelerator.name if fit.accelerator is not None else "",
-        flavor_gpus=fit.flavor.gpu_count,
-    )
+    """``--max concurrency`` for a serving plan: the engine's
+    (:func:`hwdash.core.planning.serving_plan.max_concurrency`)."""
+    return serving_plan.max_concurrency(report, target, memory)

@@ -23,7 +23,11 @@ from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Plan, unused_settings
 from hwdash.core.planning.fit import evaluate_plan
 from hwdash.core.planning.max_fit import MaxField, MaxFit, find_max
-from hwdash.core.planning.serving_plan import serving_on_flavors, serving_settings
+from hwdash.core.planning.serving_plan import (
+    max_concurrency_by_flavor,
+    serving_on_flavors,
+    serving_settings,
+)
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money
 from hwdash.errors import UsageError
@@ -350,6 +354,10 @@ class PlannerResults(PlannerParts):
             return
         if field is MaxField.BATCH and not report.plan.is_training:
             field = MaxField.CONCURRENCY  # an inference plan's batch: sequences at once
+        if field is MaxField.CONCURRENCY and report.plan.is_serving:
+            # the engine's: max-len sequences in its KV pool, as hwdash plan --max concurrency
+            table.show_max(field.value, max_concurrency_by_flavor(report, self.catalog))
+            return
         answers: dict[str, MaxFit] = {}
         for fit in report.flavors:
             try:

@@ -16,6 +16,7 @@ from typing import Any
 from hwdash.core.estimator.architecture import architecture
 from hwdash.core.estimator.serving import ServingMemory, ServingSettings, serving_memory
 from hwdash.core.plan import Engine, EngineVersion, Plan, Precision, Quant
+from hwdash.core.planning.max_fit import MaxField, MaxFit
 from hwdash.core.results import FitVerdict, PlanReport
 
 #: Bits per weight of a ``--quant`` load (None: as the checkpoint stores it).
@@ -92,3 +93,36 @@ def shown_flavor(plan: Plan, memories: dict[str, ServingMemory]) -> str | None:
     else the first GPU flavor of the table (None: no GPU flavor holds the plan's TP)."""
     wanted = [flavor for flavor in plan.flavors if flavor in memories] or list(memories)
     return wanted[0] if wanted else None
+
+
+def max_concurrency(report: PlanReport, target: str, memory: ServingMemory) -> MaxFit:
+    """``--max concurrency`` for a serving plan: the whole ``--max-model-len`` sequences the KV
+    pool holds at once on ``target`` (vLLM's "Maximum concurrency", rounded down), with the pool's
+    leftover as the headroom."""
+    fit = next(fit for fit in report.flavors if fit.flavor.id == target)
+    length = memory.settings.max_model_len
+    value = memory.kv_tokens // length
+    leftover = memory.kv_cache_bytes - value * length * memory.kv_bytes_per_token
+    # the flavor's fit at the answer, its headroom the pool's leftover (one GPU's bytes)
+    at_answer = dataclasses.replace(fit, need_bytes=fit.usable_bytes - leftover)
+    return MaxFit(
+        field=MaxField.CONCURRENCY,
+        target=target,
+        value=value or None,
+        fit=at_answer,
+        plan_seq=length,
+        accelerator_name=fit.accelerator.name if fit.accelerator is not None else "",
+        flavor_gpus=fit.flavor.gpu_count,
+    )
+
+
+def max_concurrency_by_flavor(report: PlanReport, catalog: Any) -> dict[str, MaxFit]:
+    """:func:`max_concurrency` on every GPU flavor the serving plan runs on (the planner's "max"
+    column); empty for a plan that is not a serving plan."""
+    settings = serving_settings(report.plan)
+    if settings is None:
+        return {}
+    return {
+        flavor: max_concurrency(report, flavor, memory)
+        for flavor, memory in serving_on_flavors(report, settings, catalog)[1].items()
+    }
