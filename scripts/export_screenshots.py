@@ -1,6 +1,6 @@
 """Write screenshots/*.svg from the real dashboard running headless on fake GPU scenarios.
 
-    .venv/bin/python scripts/export_screenshots.py [--out screenshots]
+    .venv/bin/python scripts/export_screenshots.py [--out screenshots] [--only planner-serving.svg]
 
 Every screenshot is the app that ``hwdash`` runs, built by the same ``make_app`` factory, on a packaged
 fake NVML scenario whose clock the script steps (so the sparklines have a history and the numbers are
@@ -30,7 +30,7 @@ from snapshot_apps.fake_dashboard import (  # noqa: E402
     wait_for_frames,
 )
 
-from hwdash.core.plan import Method, Plan, Precision  # noqa: E402
+from hwdash.core.plan import Engine, Method, Plan, Precision  # noqa: E402
 from hwdash.core.planning.fit import evaluate_plan  # noqa: E402
 from hwdash.core.plans.store import PlanStore, PlanSummary  # noqa: E402
 from hwdash.telemetry.signals import SimulatedSignaller  # noqa: E402
@@ -77,6 +77,21 @@ SHOTS = (
         plan=Plan(model="qwen2.5-7b", method=Method.LORA, batch=4, seq=2048, examples=10_000),
         flavor="l4x1",
         keys=("f",),
+    ),
+    # Issue 30: a serving plan (vLLM, max len 8192) on the box's own H100s (the "local" flavor of
+    # the fake 8 x H100 scenario): the engine's KV pool, blocks, tokens and maximum concurrency.
+    Shot(
+        "planner-serving.svg",
+        "h100x8",
+        until_s=6,
+        tab="planner",
+        plan=Plan(
+            model="llama-3.1-8b",
+            method=Method.INFERENCE,
+            engine=Engine.VLLM,
+            max_model_len=8192,
+            flavors=("local",),
+        ),
     ),
     Shot("monitor-mig.svg", "mig", until_s=60, step_s=5),
     # Ranks 0 and 1 run hwdash.probe: PyTorch allocated/reserved per process, rank 0's allocator
@@ -245,17 +260,28 @@ async def take_oom(out_dir: Path) -> Path:
     return path
 
 
-async def main(out_dir: Path) -> None:
+async def main(out_dir: Path, only: list[str] | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    extras = {"cluster.svg": take_cluster, "monitor-oom.svg": take_oom}
+    known = [shot.filename for shot in SHOTS] + list(extras)
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:
+        raise SystemExit(f"--only: no screenshot {', '.join(unknown)} (known: {', '.join(known)})")
     for shot in SHOTS:
-        path = await take(shot, out_dir)
-        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    for extra in (take_cluster, take_oom):
-        path = await extra(out_dir)
-        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        if only is None or shot.filename in only:
+            path = await take(shot, out_dir)
+            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    for filename, extra in extras.items():
+        if only is None or filename in only:
+            path = await extra(out_dir)
+            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots", help="output folder")
-    asyncio.run(main(parser.parse_args().out.resolve()))
+    parser.add_argument(
+        "--only", action="append", metavar="FILE", help="only this screenshot (repeatable)"
+    )
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.out.resolve(), arguments.only))

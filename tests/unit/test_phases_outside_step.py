@@ -31,7 +31,8 @@ from hwdash.core.estimator.phases import (
     _phase_details,
 )
 from hwdash.core.estimator.quantization import kbit_upcast_bytes, quantize_on_load_bytes
-from hwdash.core.plan import Plan, unused_settings
+from hwdash.core.plan import Plan
+from hwdash.core.plan_unused import unused_settings
 from hwdash.core.results import MemoryEstimate
 
 CATALOG = load_catalog()

@@ -33,7 +33,8 @@ from hwdash.core.plan_fields import (
 CATALOG = load_catalog(include_user=False)
 
 #: Plans a changed field is tried in, first valid one wins (RL, FSDP and Megatron settings need
-#: their method; ZeRO offload needs stage 3; quantization needs inference).
+#: their method; ZeRO offload needs stage 3; quantization needs inference; a serving engine's settings need
+#: --engine vllm).
 CONTEXTS: tuple[dict[str, Any], ...] = (
     {},
     {"method": "full", "gpus": 12},
@@ -44,6 +45,7 @@ CONTEXTS: tuple[dict[str, Any], ...] = (
     {"method": "ppo"},
     {"method": "qlora"},
     {"method": "inference"},
+    {"method": "inference", "engine": "vllm"},
 )
 
 

@@ -17,7 +17,8 @@ from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.architecture import architecture
 from hwdash.core.estimator.zero_buffers import persistent_params, zero3_gathered
 from hwdash.core.models.config import resolve_model
-from hwdash.core.plan import Method, Offload, Plan, unused_settings
+from hwdash.core.plan import Method, Offload, Plan
+from hwdash.core.plan_unused import unused_settings
 from hwdash.core.planning.fit_options import find_fit_options
 from hwdash.core.plans.imports import read_plan_file
 from hwdash.errors import UsageError

@@ -26,9 +26,8 @@ from hwdash.commands.plan_inputs import (
 )
 from hwdash.commands.plan_report import PIPED_WIDTH, output_width, render_report
 from hwdash.commands.plan_run import run
-from hwdash.commands.plan_serving import add_serving_flags
 from hwdash.core.numbers import parse_number, parse_whole_number
-from hwdash.core.plan_fields import FLAG_GROUPS, PLAN_FIELDS, PlanField
+from hwdash.core.plan_fields import FLAG_GROUPS, PLAN_FIELDS, SERVING, PlanField
 from hwdash.core.plan_fields import member_docs as member_docs  # re-exported: it lived here
 
 __all__ = [
@@ -144,11 +143,13 @@ def _add_pair(group: Any, field: PlanField) -> None:
         )
 
 
-def add_field_flags(parser: argparse.ArgumentParser) -> None:
-    """The Plan fields' options, from the registry (:data:`~hwdash.core.plan_fields.PLAN_FIELDS`),
-    each in its ``--help`` section."""
-    groups = {title: parser.add_argument_group(title) for title in FLAG_GROUPS}
+def add_field_flags(parser: argparse.ArgumentParser, titles: tuple[str, ...] = FLAG_GROUPS) -> None:
+    """The Plan fields' options of the ``--help`` sections ``titles``, from the registry
+    (:data:`~hwdash.core.plan_fields.PLAN_FIELDS`), each in its section."""
+    groups = {title: parser.add_argument_group(title) for title in titles}
     for field in PLAN_FIELDS:
+        if field.group not in groups:
+            continue
         group = groups[field.group]
         if field.kind == "pair":
             _add_pair(group, field)
@@ -170,7 +171,9 @@ def add_parser(subparsers: Any) -> None:
             "--seq 2048 --grad-ckpt"
         ),
     )
-    add_field_flags(parser)
+    # the serving section follows "catalog and output" in --help, as it did before its flags
+    # were Plan fields
+    add_field_flags(parser, tuple(title for title in FLAG_GROUPS if title != SERVING))
     out = parser.add_argument_group("catalog and output")
     out.add_argument(
         "--catalog",
@@ -179,7 +182,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="extra catalog folder or file (repeatable)",
     )
-    add_serving_flags(parser, whole_number, number)
+    add_field_flags(parser, (SERVING,))
     _add_fit_flags(parser.add_argument_group("make it fit"))
     _add_handoff_flags(parser.add_argument_group("configs in and out"))
     _add_output_flags(out)

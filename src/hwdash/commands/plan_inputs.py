@@ -86,12 +86,18 @@ FIELD_FLAGS = {
     "fsdp_limit_all_gathers": "--fsdp-limit-all-gathers/--no-fsdp-limit-all-gathers",
     "fsdp_reduce_fp32": "--fsdp-reduce-fp32/--no-fsdp-reduce-fp32",
     "fsdp_state_dict": "--fsdp-state-dict",
+    "engine": "--engine",
+    "engine_version": "--engine-version",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_model_len": "--max-model-len",
+    "max_num_seqs": "--max-num-seqs",
+    "kv_dtype": "--kv-dtype",
 }
 
 
 def unused_flag_warnings(plan: Plan, argv: list[str]) -> list[str]:
     """Warnings for typed flags the plan's method ignores (``--examples`` for inference...)."""
-    from hwdash.core.plan import unused_settings
+    from hwdash.core.plan_unused import unused_settings
 
     by_flag = {flag: field for field, flag in FIELD_FLAGS.items()}
     for field, flags in FIELD_FLAGS.items():
@@ -160,6 +166,17 @@ _UNSET_UNLESS_GIVEN = (
 )
 
 
+#: The serving plan's settings (``--engine`` and what it reads), flags named as the Plan fields.
+_SERVING_SETTINGS = (
+    "engine",
+    "engine_version",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "kv_dtype",
+)
+
+
 def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
     """The Plan's fields from the parsed flags (the savers only where a flag was given)."""
     fields: dict[str, Any] = {
@@ -207,6 +224,8 @@ def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
         "quant": args.quant,
         "generation": args.generation,
     }
+    # the serving settings (issue 30): each flag's destination is the Plan field's name
+    fields.update({name: getattr(args, name) for name in _SERVING_SETTINGS})
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
     fields["framework"] = args.framework
@@ -229,7 +248,11 @@ def _usage_error(exc: ValidationError) -> UsageError:
     if flag is None:
         # model-level checks (offload needs ZeRO, ...) carry no field: name the flags from the text.
         message = str(first["msg"]).removeprefix("Value error, ")
-        return UsageError(message, flag=_flag_from_message(message))
+        flag = _flag_from_message(message)
+        if flag is not None:
+            # the serving checks say "--flag: reason" (core.plan.Plan._check_serving)
+            message = message.removeprefix(f"{flag}: ")
+        return UsageError(message, flag=flag)
     value = first.get("input")
     shown = f"{value:g}" if isinstance(value, float) else str(value)
     return UsageError(f"{validation_phrase(first)}, got {shown}", flag=flag)
@@ -337,7 +360,7 @@ def _flag_from_message(message: str) -> str | None:
     """The flag a model-level refusal is about, read from its text (None: no flag named)."""
     if message.startswith("--"):
         # the parallelism checks name their flag first (core.plan.Plan._check_parallelism)
-        return message.split()[0].split("/")[0]
+        return message.split()[0].split("/")[0].rstrip(":")
     lowered = message.lower()
     if lowered.startswith("quant "):
         return "--quant"

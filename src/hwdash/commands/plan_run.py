@@ -112,8 +112,9 @@ def _serving(
     """A serving plan's settings, the report with the serving verdicts, and the first GPU
     flavor's memory (all None-or-unchanged for ``--engine hf``)."""
     from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
+    from hwdash.core.planning.serving_plan import shown_flavor
 
-    settings = serving_settings(args, plan, report.model)
+    settings = serving_settings(plan, report.model)
     if settings is None:
         from hwdash.commands.plan_batch import batch_job
 
@@ -128,8 +129,8 @@ def _serving(
     from hwdash.commands.plan_batch import with_batch_times
 
     report = with_batch_times(report, memories)  # --examples: each flavor's hours and cost
-    wanted = [f for f in plan.flavors if f in memories] or list(memories)
-    serving = (wanted[0], memories[wanted[0]], report) if wanted else None
+    shown = shown_flavor(plan, memories)
+    serving = None if shown is None else (shown, memories[shown], report)
     return settings, report, serving
 
 

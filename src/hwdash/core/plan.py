@@ -7,7 +7,6 @@ saved-plans file are all built from the same model.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -206,6 +205,34 @@ class Quant(str, Enum):
     """An AWQ 4-bit checkpoint, group size 128 (fp16 scales, 4-bit zeros)."""
 
 
+class Engine(str, Enum):
+    """What serves an inference plan (``--engine``; :mod:`hwdash.core.estimator.serving`)."""
+
+    HF = "hf"
+    """transformers' ``generate``: one call with one KV cache (the plan as before)."""
+    VLLM = "vllm"
+    """vLLM: paged KV blocks in what ``--gpu-memory-utilization`` leaves."""
+    SGLANG = "sglang"
+    """SGLang: a token pool in what ``mem_fraction_static`` leaves."""
+
+
+class EngineVersion(str, Enum):
+    """vLLM's engine (``--engine-version``): where the profile run's size changed."""
+
+    V1 = "v1"
+    """vLLM 0.8 on: profiles ``max_num_batched_tokens`` (chunked prefill)."""
+    V0 = "v0"
+    """The older engine: profiles the whole ``max_model_len``."""
+
+
+class KvDtype(str, Enum):
+    """The KV cache's element type (``--kv-dtype``): auto keeps the model's dtype."""
+
+    AUTO = "auto"
+    FP8 = "fp8"
+    INT8 = "int8"
+
+
 class Plan(BaseModel):
     """Inputs of one estimate. Defaults are what a user gets when they pass nothing."""
 
@@ -393,6 +420,23 @@ class Plan(BaseModel):
     fsdp_state_dict: FsdpStateDict | None = None
     """How FSDP saves (None: accelerate's default by version, full for FSDP1, sharded for FSDP2)."""
 
+    # -- Serving plans (issue 30): ``--method inference`` with a server's engine. None: the
+    # engine's own default (catalog/engines.toml); read by hwdash.core.planning.serving_plan.
+    engine: Engine = Engine.HF
+    """What serves the inference plan: hf (one ``generate`` call), vllm or sglang (the server's
+    memory as the engine allocates it at start-up)."""
+    engine_version: EngineVersion = EngineVersion.V1
+    """vLLM's engine: v1 profiles ``max_num_batched_tokens``, v0 the whole ``max_model_len``."""
+    gpu_memory_utilization: float | None = None
+    """Share of the GPU the engine may use, above 0 and at most 1 (vLLM's
+    ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``; None: the engine's default)."""
+    max_model_len: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Longest sequence (prompt + output) the server accepts (None: ``seq``)."""
+    max_num_seqs: int | None = Field(default=None, ge=1, le=10**6)
+    """Sequences the server runs at once (None: the engine's default)."""
+    kv_dtype: KvDtype = KvDtype.AUTO
+    """The KV cache's element type: the model's (auto), fp8 or int8 (one byte)."""
+
     @model_validator(mode="after")
     def _check(self) -> Plan:
         if self.offload is Offload.PARAMS and self.zero != 3:
@@ -418,7 +462,35 @@ class Plan(BaseModel):
             raise ValueError(
                 "optimizer_in_backward steps each gradient as it is produced: it needs grad_accum 1"
             )
+        self._check_serving()
         return self
+
+    def _check_serving(self) -> None:
+        """A serving engine's settings (issue 30): they need ``--engine vllm|sglang``, which needs
+        ``--method inference``. Each message starts ``--flag:``, the flag it is about."""
+        given = [
+            flag for name, flag in _SERVING_FLAGS if getattr(self, name) not in (None, KvDtype.AUTO)
+        ]
+        if self.engine is Engine.HF:
+            if given:
+                raise ValueError(f"{given[0]}: needs --engine vllm or sglang (a serving plan)")
+            return
+        if self.method is not Method.INFERENCE:
+            raise ValueError(
+                f"--engine: a serving engine runs inference, not {self.method.value}: "
+                "add --method inference"
+            )
+        fraction = self.gpu_memory_utilization
+        if fraction is not None and not 0 < fraction <= 1:
+            raise ValueError(
+                f"--gpu-memory-utilization: {fraction:g} is not a share of the GPU: give a "
+                "number above 0 and at most 1"
+            )
+
+    @property
+    def is_serving(self) -> bool:
+        """Whether the plan is a serving plan (inference on a vLLM or SGLang server)."""
+        return self.method is Method.INFERENCE and self.engine is not Engine.HF
 
     def _check_parallelism(self) -> None:
         """FSDP and Megatron TP/PP: what combines with what (messages name the flag first)."""
@@ -568,6 +640,10 @@ class Plan(BaseModel):
         # and a serving batch job's output tokens: written only when given
         if data.get("output_tokens", 0) is None:
             del data["output_tokens"]
+        # and a serving engine's settings (issue 30): written only when they are set
+        for name, unset in _SERVING_UNSET.items():
+            if data.get(name, unset) == unset:
+                data.pop(name, None)
         # and a text-only plan's images (issue 30): written only when a plan has images
         if data.get("images") == 0:
             data.pop("images")
@@ -580,112 +656,21 @@ class Plan(BaseModel):
         return f"{model_name} {self.method.value}"
 
 
-#: Settings that only LoRA-style training reads (the policy's method, for RL).
-_LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout", "lora_modules_to_save")
-#: Settings that only RL plans read.
-_RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
-#: Settings that only Megatron TP/PP plans read.
-_MEGATRON_FIELDS = ("sequence_parallel", "selective_recompute", "hidden_dropout")
-#: Settings that only training reads.
-#: Plan fields only training reads (an inference plan ignores them; the planner hides their rows).
-TRAINING_ONLY_FIELDS = (
-    "grad_ckpt",
-    "grad_accum",
-    "optimizer",
-    "optimizer_impl",
-    "examples",
-    "epochs",
-    "loss",
-    "compile",
-    "activation_offload",
-    "optimizer_in_backward",
-    "sync_each_batch",
+#: The serving settings only ``--engine vllm|sglang`` reads, and their flags (for messages).
+_SERVING_FLAGS = (
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("max_model_len", "--max-model-len"),
+    ("max_num_seqs", "--max-num-seqs"),
+    ("kv_dtype", "--kv-dtype"),
 )
-#: Settings that only adapters on a quantized base read.
-_QUANTIZED_BASE_FIELDS = ("qlora_frozen_dtype",)
-#: Settings that only PPO reads.
-_PPO_FIELDS = ("value_head",)
-
-
-def _generates_with_transformers(plan: Plan) -> bool:
-    """Whether transformers' ``generate`` makes the plan's KV cache (``Plan.generation``)."""
-    if plan.method is Method.INFERENCE:
-        return True
-    return plan.is_rl and plan.vllm_memory_utilization == 0
-
-
-def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
-    """The settings in ``given`` (Plan field names the user set) that ``plan``'s method ignores,
-    each with the reason in words; the command line warns about them, as it does for ZeRO on
-    one GPU."""
-    trained = plan.rl_method if plan.is_rl else plan.method
-    unused: list[tuple[str, str]] = []
-    for name in dict.fromkeys(given):
-        if plan.method is Method.INFERENCE and name in TRAINING_ONLY_FIELDS:
-            if name == "examples" and plan.output_tokens is not None:
-                continue  # a serving plan's batch job: --examples requests
-            if name in ("examples", "epochs"):
-                why = "inference counts the tokens it generates: use --tokens"
-            else:
-                why = "inference does not train"
-            if name == "grad_ckpt" and not plan.grad_ckpt:
-                continue
-            unused.append((name, why))
-        elif name == "output_tokens" and plan.method is not Method.INFERENCE:
-            unused.append(
-                (name, "only serving plans (--method inference --engine vllm) run a batch job")
-            )
-        elif name in _QUANTIZED_BASE_FIELDS and trained not in (Method.QLORA, Method.LORA_8BIT):
-            unused.append((name, f"only qlora and lora-8bit use it, not {trained.value}"))
-        elif name == "adapter_dtype" and trained not in LORA_STYLE_METHODS:
-            unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
-        elif name in _PPO_FIELDS and plan.method is not Method.PPO:
-            unused.append((name, f"only ppo has a value model, not {plan.method.value}"))
-        elif name in _LORA_FIELDS and trained not in LORA_STYLE_METHODS:
-            unused.append((name, f"only LoRA-style methods use it, not {trained.value}"))
-        elif name in _RL_FIELDS and not plan.is_rl:
-            unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))
-        elif name in _MEGATRON_FIELDS and not plan.megatron:
-            unused.append((name, "only Megatron plans (--tp, --pp, --cp or --ep above 1) use it"))
-        elif name == "sequence_parallel" and plan.tp == 1 and plan.pp > 1:
-            unused.append((name, "sequence parallelism splits over the TP group: --tp is 1"))
-        elif name == "sync_each_batch" and plan.fsdp is FsdpMode.NONE:
-            unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
-        elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
-            unused.append((name, "only --fsdp hybrid shards within a node"))
-        elif name == "generation" and not _generates_with_transformers(plan):
-            unused.append(
-                (name, "only inference and RL generating with the policy (--vllm-util 0)")
-            )
-        elif (reason := _unused_sharding_setting(plan, name)) is not None:
-            unused.append((name, reason))
-    return unused
-
-
-#: DeepSpeed settings every ZeRO stage reads, and those only stage 3 reads.
-_ZERO_FIELDS = ("ds_reduce_bucket", "ds_overlap_comm", "ds_contiguous_gradients")
-_ZERO3_FIELDS = (
-    "ds_prefetch_bucket",
-    "ds_max_live_params",
-    "ds_max_reuse_distance",
-    "ds_persistence_threshold",
-    "ds_sub_group_size",
-)
-_FSDP_FIELDS = ("fsdp_version", "fsdp_reduce_fp32", "fsdp_state_dict", "fsdp_limit_all_gathers")
-
-
-def _unused_sharding_setting(plan: Plan, name: str) -> str | None:
-    """Why a DeepSpeed buffer or FSDP setting does nothing in ``plan`` (None: it is used)."""
-    if name in (*_ZERO_FIELDS, *_ZERO3_FIELDS, "ds_allgather_bucket") and plan.zero == 0:
-        return "only DeepSpeed ZeRO (--zero 1-3) has these buffers"
-    if name in _ZERO3_FIELDS and plan.zero != 3:
-        return "only ZeRO stage 3 gathers parameters"
-    if name == "ds_allgather_bucket" and plan.zero == 3:
-        return "ZeRO stage 3 gathers by --ds-prefetch-bucket, not the stage 1-2 all-gather bucket"
-    if name in _FSDP_FIELDS and plan.fsdp is FsdpMode.NONE:
-        return "only --fsdp uses it"
-    if name == "fsdp_limit_all_gathers" and plan.fsdp_version != 1:
-        return (
-            "only FSDP1 (--fsdp-version 1) has a rate limiter; FSDP2 bounds its all-gathers itself"
-        )
-    return None
+#: The serving fields' unset values, as a plan's JSON holds them (such a field is left out).
+_SERVING_UNSET: dict[str, Any] = {
+    "engine": Engine.HF.value,
+    "engine_version": EngineVersion.V1.value,
+    "gpu_memory_utilization": None,
+    "max_model_len": None,
+    "max_num_seqs": None,
+    "kv_dtype": KvDtype.AUTO.value,
+}
+#: Plan fields only a serving plan (``--engine vllm|sglang``) reads.
+SERVING_FIELDS = tuple(name for name, _flag in _SERVING_FLAGS)

@@ -55,6 +55,8 @@ from hwdash.core.plan_field_types import (
 from hwdash.core.plan_field_types import (
     member_docs as member_docs,
 )
+from hwdash.core.plan_fields_serving import SERVING as SERVING
+from hwdash.core.plan_fields_serving import SERVING_PLAN_FIELDS
 
 
 def _precision_help() -> str:
@@ -71,8 +73,10 @@ SHARDING = "FSDP and Megatron tensor/pipeline parallelism"
 SAVERS = "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
 RL = "RL (ppo, grpo)"
 DATA = "data size, time and flavors"
-#: The ``--help`` sections of the Plan fields' flags, in the order ``--help`` shows them.
-FLAG_GROUPS = (WHAT, SHAPE, ZERO_BUFFERS, SHARDING, SAVERS, RL, DATA)
+#: The ``--help`` sections of the Plan fields' flags, in the order ``--help`` shows them. SERVING
+#: comes after the parser's "catalog and output" section (where it was before its flags were
+#: Plan fields): ``add_field_flags`` adds it on its own.
+FLAG_GROUPS = (WHAT, SHAPE, ZERO_BUFFERS, SHARDING, SAVERS, RL, DATA, SERVING)
 
 _RL_ROW = "-rl-only"
 _TRAINING_ROW = "-training-only"
@@ -334,19 +338,19 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "context parallelism (ring attention, Megatron's --context-parallel-size; with --fsdp, "
         "accelerate's cp_size): activations and K/V split along the sequence over N GPUs; --seq "
         "a multiple of 2N (default 1)",
-        parse="whole", metavar="N",
+        parse="whole", metavar="N", form=FormRow("context par", "integer", "-fine-tuning-only"),
     ),
     PlanField(
         "sp_ulysses", "--sp-ulysses", SHARDING,
         "DeepSpeed-Ulysses sequence parallelism over N GPUs (accelerate's sp_size): activations "
         "split along the sequence, attention by heads/N with all-to-all (default 1)",
-        parse="whole", metavar="N",
+        parse="whole", metavar="N", form=FormRow("Ulysses SP", "integer", "-fine-tuning-only"),
     ),
     PlanField(
         "ep", "--ep", SHARDING,
         "expert parallelism (Megatron's --expert-model-parallel-size): each GPU holds 1/N of "
         "every MoE layer's experts, tokens dispatched by all-to-all (default 1)",
-        parse="whole", metavar="N",
+        parse="whole", metavar="N", form=FormRow("expert par.", "integer", "-full-only"),
     ),
     PlanField(
         "sequence_parallel", "--no-sequence-parallel", SHARDING,
@@ -479,6 +483,9 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     ),
 )  # fmt: skip
 
+#: The serving fields, last in ``--help`` order (:mod:`hwdash.core.plan_fields_serving`).
+PLAN_FIELDS += SERVING_PLAN_FIELDS
+
 #: Plan fields without a flag, each with the reason (none today: every field has one).
 NOT_FLAGS: dict[str, str] = {}
 
@@ -580,6 +587,15 @@ FORM_ORDER = (
     "fsdp_offload",
     "tp",
     "pp",
+    "budget",
+    "cp",
+    "sp_ulysses",
+    "ep",
+    "engine",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "kv_dtype",
 )
 
 #: The Plan fields that are one-to-one keys of DeepSpeed's ``zero_optimization`` table (DeepSpeed's

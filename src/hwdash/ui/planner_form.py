@@ -22,7 +22,7 @@ from textual.widgets.option_list import Option
 
 from hwdash.core.estimator.savers import FRAMEWORK_PLAN_FIELDS, with_framework_defaults
 from hwdash.core.numbers import validation_phrase
-from hwdash.core.plan import LORA_STYLE_METHODS, FsdpMode, Method, Plan, Quant
+from hwdash.core.plan import LORA_STYLE_METHODS, Engine, FsdpMode, KvDtype, Method, Plan, Quant
 from hwdash.ui.planner_base import PlannerParts
 from hwdash.ui.planner_controls import (
     EXAMPLES_PLACEHOLDER,
@@ -57,6 +57,8 @@ __all__ = [
 _LORA_FIELDS = rows_shown_by("-lora-only")
 #: Rows hidden for inference (what they set only training reads: the command line warns about them).
 _TRAINING_FIELDS = rows_shown_by("-training-only")
+#: The serving engine's settings: shown for an inference plan with ``--engine vllm|sglang``.
+_SERVING_ONLY = tuple(name for name in rows_shown_by("-serving-only") if name != "kv_dtype")
 
 #: How many model matches the search list shows.
 MODEL_MATCHES = 8
@@ -121,6 +123,12 @@ FORM_CSS = """
     PlannerPane.-inference .plan-field.-fine-tuning-only, PlannerPane.-rl .plan-field.-fine-tuning-only {
         display: none;
     }
+    PlannerPane .plan-field.-serving-only {
+        display: none;
+    }
+    PlannerPane.-inference.-serving .plan-field.-serving-only {
+        display: block;
+    }
     PlannerPane .plan-field.-fsdp-only, PlannerPane .plan-field.-full-only {
         display: none;
     }
@@ -150,13 +158,16 @@ FORM_CSS = """
     }
 """
 
-_LEADING_FLAG = re.compile(r"--(fsdp-offload|fsdp|tp|pp|gpus|loss|framework)\b")
+_LEADING_FLAG = re.compile(
+    r"--(fsdp-offload|fsdp|tp|pp|cp|sp-ulysses|ep|gpus|loss|framework|engine|"
+    r"gpu-memory-utilization|max-model-len|max-num-seqs|kv-dtype)\b"
+)
 
 
 def field_for_message(message: str) -> str | None:
     """The form field a plan-level error is about, if its message names one (``offload``, ``zero``)."""
     leading = _LEADING_FLAG.match(message)
-    if leading is not None:  # FSDP and Megatron messages start with their flag
+    if leading is not None:  # FSDP, Megatron and serving messages start with their flag
         return leading.group(1).replace("-", "_")
     lowered = message.lower()
     if lowered.startswith("quant "):
@@ -178,6 +189,34 @@ def trains_adapters(method: Method, rl_method: Method | None) -> bool:
 def friendly(problem: Any) -> str:
     """A pydantic error as a short phrase for the field's error line (the CLI's words)."""
     return validation_phrase(problem)
+
+
+def _neutral(
+    data: dict[str, Any], errors: dict[str, str], names: tuple[str, ...], value: Any
+) -> None:
+    """Hidden rows: ``names`` hold ``value`` in ``data``, whatever their rows hold or fail on."""
+    for name in names:
+        errors.pop(name, None)
+        data[name] = value
+
+
+def _drop_hidden_parallelism(data: dict[str, Any], method: Method, errors: dict[str, str]) -> None:
+    """The tensor, pipeline and expert rows are for full training only (Megatron-LM); the
+    context and Ulysses rows for fine-tuning (not RL or inference): hidden, they split nothing."""
+    if method is not Method.FULL:
+        _neutral(data, errors, ("tp", "pp", "ep"), 1)
+    if method is Method.INFERENCE or method in (Method.PPO, Method.GRPO):
+        _neutral(data, errors, ("cp", "sp_ulysses", "ep"), 1)
+
+
+def _drop_hidden_serving(data: dict[str, Any], method: Method, errors: dict[str, str]) -> None:
+    """The engine row is for inference; the engine's settings for a serving plan (vLLM,
+    SGLang): hidden, they are unset (the Plan refuses them without a serving engine)."""
+    if method is not Method.INFERENCE:
+        _neutral(data, errors, ("engine",), Engine.HF)
+    if method is not Method.INFERENCE or data.get("engine", Engine.HF) is Engine.HF:
+        _neutral(data, errors, _SERVING_ONLY, None)
+        data["kv_dtype"] = KvDtype.AUTO
 
 
 class PlannerForm(PlannerParts):
@@ -280,14 +319,8 @@ class PlannerForm(PlannerParts):
             data["fsdp"] = FsdpMode.NONE
         if FsdpMode(data["fsdp"]) is FsdpMode.NONE:
             data["fsdp_offload"] = False
-        if method is not Method.FULL:
-            # the tensor/pipeline rows are for full training only (Megatron-LM); so are expert
-            # parallelism and context parallelism without FSDP (no rows: kept from the command line)
-            data["tp"] = data["pp"] = data["ep"] = 1
-            if FsdpMode(data["fsdp"]) is FsdpMode.NONE:
-                data["cp"] = 1
-        if method is Method.INFERENCE or method in (Method.PPO, Method.GRPO):
-            data["cp"] = data["sp_ulysses"] = data["ep"] = 1
+        _drop_hidden_parallelism(data, method, errors)
+        _drop_hidden_serving(data, method, errors)
         if method is Method.INFERENCE:
             # The training rows are hidden: a half-typed value there must not block the plan.
             # Examples stay in the plan (the warnings say they do nothing, as the command line does).
@@ -342,6 +375,8 @@ class PlannerForm(PlannerParts):
             "-lora",
         )
         self.set_class(method is Method.FULL, "-full")
+        engine = self.query_one(f"#{control_id('engine')}", Select).value
+        self.set_class(engine in (Engine.VLLM, Engine.SGLANG), "-serving")
         fsdp = self.query_one(f"#{control_id('fsdp')}", Select).value
         fine_tuning = method not in (Method.INFERENCE, Method.PPO, Method.GRPO)
         self.set_class(fine_tuning and fsdp not in (FsdpMode.NONE, Select.BLANK), "-fsdp")

@@ -20,9 +20,15 @@ from textual.widgets import Static
 
 from hwdash.core.catalog import CatalogError
 from hwdash.core.models.config import resolve_model
-from hwdash.core.plan import Plan, unused_settings
+from hwdash.core.plan import Plan
+from hwdash.core.plan_unused import unused_settings
 from hwdash.core.planning.fit import evaluate_plan
 from hwdash.core.planning.max_fit import MaxField, MaxFit, find_max
+from hwdash.core.planning.serving_plan import (
+    max_concurrency_by_flavor,
+    serving_on_flavors,
+    serving_settings,
+)
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money
 from hwdash.errors import UsageError
@@ -32,6 +38,7 @@ from hwdash.ui.widgets.check import Check
 from hwdash.ui.widgets.form_select import FormSelect
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_flavors import PROVIDER_LABELS, FlavorTable
+from hwdash.ui.widgets.planner_serving import serving_memory_shown, serving_text
 from hwdash.ui.widgets.planner_trace import TraceView
 
 #: Width from which results use two columns (breakdown beside the flavor table).
@@ -81,6 +88,11 @@ RESULTS_CSS = """    PlannerPane #plan-side {
     }
     PlannerPane.-stale #plan-problem {
         display: block;
+    }
+    PlannerPane #plan-serving {
+        display: none;
+        height: auto;
+        margin-bottom: 1;
     }
     PlannerPane #plan-warnings {
         height: auto;
@@ -274,6 +286,7 @@ class PlannerResults(PlannerParts):
     def _compose_results(self) -> ComposeResult:
         with VerticalScroll(id="plan-results", can_focus=False):
             with Vertical(id="plan-summary"):
+                yield Static("", id="plan-serving", markup=False)
                 yield MemoryBreakdownView(id="plan-breakdown")
                 yield TraceView(id="plan-trace")
                 yield Static("", id="plan-warnings", markup=False)
@@ -298,7 +311,11 @@ class PlannerResults(PlannerParts):
             errors["model"] = plain(exc, "--model")
             return None
         try:
-            return evaluate_plan(plan, self.catalog)
+            report = evaluate_plan(plan, self.catalog)
+            settings = serving_settings(plan, report.model)
+            if settings is not None:  # a serving plan: the flavors' verdicts are the engine's
+                report = serving_on_flavors(report, settings, self.catalog)[0]
+            return report
         except UsageError as exc:
             errors[field_for_flag(exc.flag)] = plain(exc, exc.flag)
         except (CatalogError, ValueError) as exc:
@@ -311,6 +328,10 @@ class PlannerResults(PlannerParts):
         """Show ``report``: headline, breakdown, warnings (``notes`` first), details, flavors."""
         estimate = report.estimate
         self.query_one("#plan-headline", Static).update(headline_text(report))
+        serving = serving_memory_shown(report, self.catalog)
+        serving_view = self.query_one("#plan-serving", Static)
+        serving_view.update(Text() if serving is None else serving_text(*serving))
+        serving_view.display = serving is not None
         self.query_one(MemoryBreakdownView).estimate = estimate
         warnings = list(dict.fromkeys((*notes, *estimate.warnings, *report.warnings)))
         warning_view = self.query_one("#plan-warnings", Static)
@@ -334,6 +355,10 @@ class PlannerResults(PlannerParts):
             return
         if field is MaxField.BATCH and not report.plan.is_training:
             field = MaxField.CONCURRENCY  # an inference plan's batch: sequences at once
+        if field is MaxField.CONCURRENCY and report.plan.is_serving:
+            # the engine's: max-len sequences in its KV pool, as hwdash plan --max concurrency
+            table.show_max(field.value, max_concurrency_by_flavor(report, self.catalog))
+            return
         answers: dict[str, MaxFit] = {}
         for fit in report.flavors:
             try:

@@ -53,7 +53,6 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 from pydantic import ValidationError
 
@@ -62,31 +61,12 @@ from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.estimator.inference import inference_activation_bytes
 from hwdash.core.estimator.software import Software, packaged_software
 from hwdash.core.estimator.states import checkpoint_weight_bytes
-from hwdash.core.plan import Attention
+from hwdash.core.plan import Attention, KvDtype
 from hwdash.core.specs import Accelerator, EngineDefaults, _entry_label, _validation_error
 from hwdash.errors import CatalogError
 
 ENGINES_FILE = "engines.toml"
 MIB = 2**20
-
-
-class Engine(str, Enum):
-    """What serves an inference plan (``--engine``)."""
-
-    HF = "hf"
-    """transformers' ``generate``: one call with one KV cache (the plan as before)."""
-    VLLM = "vllm"
-    """vLLM: paged KV blocks in what ``--gpu-memory-utilization`` leaves."""
-    SGLANG = "sglang"
-    """SGLang: a token pool in what ``mem_fraction_static`` leaves."""
-
-
-class KvDtype(str, Enum):
-    """The KV cache's element type (``--kv-dtype``): auto keeps the model's dtype."""
-
-    AUTO = "auto"
-    FP8 = "fp8"
-    INT8 = "int8"
 
 
 #: Bytes per cached element of each ``--kv-dtype`` (auto: the activations' dtype, passed in).

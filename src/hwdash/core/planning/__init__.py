@@ -6,7 +6,9 @@
   search and the ranking);
 * :mod:`~hwdash.core.planning.fit_knobs`: make-it-fit's knobs, what the search may change;
 * :mod:`~hwdash.core.planning.run_time`: the one time model (hours, slowdowns);
-* :mod:`~hwdash.core.planning.local_flavor`: this machine's GPUs as a flavor.
+* :mod:`~hwdash.core.planning.local_flavor`: this machine's GPUs as a flavor;
+* :mod:`~hwdash.core.planning.serving_plan`: a serving plan (vLLM, SGLang) on the flavors: the
+  engine's KV pool, the serving verdicts, its maximum concurrency.
 
 May import: the core's foundation, :mod:`hwdash.core.estimator`, :mod:`hwdash.core.models` and
 :mod:`hwdash.core.catalog`; never :mod:`hwdash.core.plans`, telemetry or the UI.

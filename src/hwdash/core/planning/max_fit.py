@@ -116,7 +116,7 @@ class MaxFit:
                     f"under the memory; at {self.fit.flavor.gpu_count} GPUs: {_why_not(self.fit)})"
                 )
             why = _why_not(self.fit)
-            return f"{what} that {verb} {self.target}: none (even 1 does not fit: {why})"
+            return f"{what} that {verb} {self.target}: none (even {self.step} does not fit: {why})"
         free = f"{self.fit.headroom_bytes / GIB:.1f} GiB free per GPU"
         if self.field is MaxField.GPUS:
             fewer = self.value - self.step
@@ -266,25 +266,34 @@ def _fewest_gpus(search: _Search) -> MaxFit:
     return search.answer(value, search.evaluate(value, timed=True), step=step)
 
 
+def _seq_step(plan: Plan) -> int:
+    """The step of ``--seq``: a multiple of 2 x cp (load-balanced ring attention,
+    ``megatron/training/arguments.py``) and of sp (Ulysses), as :class:`Plan` refuses otherwise."""
+    return math.lcm(2 * plan.cp if plan.cp > 1 else 1, plan.sp_ulysses)
+
+
 def _largest(search: _Search) -> MaxFit:
     """The largest seq, batch or concurrency that fits, up to the field's bound (and the model's
-    context for seq)."""
+    context for seq); seq in steps of :func:`_seq_step`."""
     name = _plan_field(search.field)
     bound = _field_bound(name)
     bounded_by = f"the --{name} bound ({bound})"
     context = search.model.max_context
     if search.field is MaxField.SEQ and context < bound:
         bound, bounded_by = context, f"the model's context ({context})"
-    if not search.fits(1):
-        return search.answer(None, search.evaluate(1), bound=bound)
-    if search.fits(bound):
-        fit = search.evaluate(bound, timed=True)
-        return search.answer(bound, fit, bound=bound, bounded_by=bounded_by)
-    low, high = 1, bound  # fits(low), not fits(high)
+    step = _seq_step(search.plan) if search.field is MaxField.SEQ else 1
+    top = bound // step
+    if not search.fits(step):
+        return search.answer(None, search.evaluate(step), step=step, bound=bound)
+    if search.fits(top * step):
+        fit = search.evaluate(top * step, timed=True)
+        return search.answer(top * step, fit, step=step, bound=bound, bounded_by=bounded_by)
+    low, high = 1, top  # fits(low * step), not fits(high * step)
     while high - low > 1:
         middle = (low + high) // 2
-        if search.fits(middle):
+        if search.fits(middle * step):
             low = middle
         else:
             high = middle
-    return search.answer(low, search.evaluate(low, timed=True), bound=bound)
+    value = low * step
+    return search.answer(value, search.evaluate(value, timed=True), step=step, bound=bound)

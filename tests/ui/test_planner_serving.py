@@ -1,0 +1,189 @@
+"""The planner's serving rows (engine, memory utilization, max len, max seqs, KV dtype), its
+serving lines (KV cache, blocks, tokens, maximum concurrency at max len) and the context, Ulysses
+and expert parallelism rows (issue 30)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.widgets import Select, Static
+
+from hwdash.cli import main
+from hwdash.core.catalog import Catalog, load_catalog
+from hwdash.core.plan import Engine, KvDtype, Method, Plan
+from hwdash.core.planning.serving_plan import memory_on, serving_settings
+from hwdash.core.plans.store import PlanStore
+from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.planner_flavors import FlavorTable
+
+SERVING_ROWS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "kv-dtype")
+INFERENCE = Plan(model="qwen2.5-7b", method=Method.INFERENCE, flavors=("l4x1", "h200"))
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog(include_user=False)
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PlanStore:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    return PlanStore()
+
+
+class PaneApp(App[None]):
+    def __init__(self, catalog: Catalog, store: PlanStore, initial: Plan) -> None:
+        super().__init__()
+        self.catalog, self.store, self.initial = catalog, store, initial
+
+    def compose(self) -> ComposeResult:
+        yield PlannerPane(self.catalog, self.store, initial=self.initial)
+
+
+def shown(app: App[None], row: str) -> bool:
+    widget = app.query_one(f"#plan-row-{row}")
+    return bool(widget.display) and widget.region.height > 0
+
+
+async def replace_text(pilot, selector: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    await pilot.click(selector)
+    await pilot.press("end", "ctrl+u", *list(text))
+    await pilot.pause()
+
+
+def serving_lines(app: App[None]) -> str:
+    view = app.query_one("#plan-serving", Static)
+    return str(view.render()) if view.display else ""
+
+
+async def test_engine_rows_feed_a_serving_plan_and_its_lines(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    app = PaneApp(catalog, store, INFERENCE)
+    async with app.run_test(size=(100, 60)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        # one generate call: the engine row, none of the server's settings, no serving lines
+        assert shown(app, "engine") and not any(shown(app, row) for row in SERVING_ROWS)
+        assert serving_lines(app) == ""
+        app.query_one("#plan-engine", Select).value = Engine.VLLM
+        await pilot.pause()
+        assert all(shown(app, row) for row in SERVING_ROWS)
+        await replace_text(pilot, "#plan-max-model-len", "8192")
+        await replace_text(pilot, "#plan-max-num-seqs", "64")
+        app.query_one("#plan-kv-dtype", Select).value = KvDtype.FP8
+        await pilot.pause()
+        assert pane.errors == {} and pane.report is not None
+        plan = pane.report.plan
+        assert (plan.engine, plan.max_model_len, plan.max_num_seqs) == (Engine.VLLM, 8192, 64)
+        assert plan.kv_dtype is KvDtype.FP8
+        # the lines are the engine's pool on the first --flavor, as hwdash plan prints them
+        settings = serving_settings(plan)
+        assert settings is not None
+        fit = next(f for f in pane.report.flavors if f.flavor.id == "l4x1")
+        memory = memory_on(pane.report, settings, fit.accelerator, catalog)
+        text = serving_lines(app)
+        assert "vLLM (V1 engine), TP 1 on l4x1" in text
+        assert f"{memory.kv_blocks:,} blocks of 16 = {memory.kv_tokens:,} tokens" in text
+        assert f"max concurrency at 8,192 tokens: {memory.max_concurrency:.2f}x" in text
+        # the flavor table's verdicts are the engine's (fits: the pool holds one sequence)
+        assert "serving:" in (fit.reason or "")
+        # a share above 1 is refused on its row; the last estimate stays
+        await replace_text(pilot, "#plan-gpu-memory-utilization", "1.5")
+        assert "not a share of the GPU" in pane.errors["gpu_memory_utilization"]
+        await replace_text(pilot, "#plan-gpu-memory-utilization", "0.8")
+        assert pane.errors == {} and pane.report.plan.gpu_memory_utilization == 0.8
+        # back to hf: the server's settings hide and no longer apply
+        app.query_one("#plan-engine", Select).value = Engine.HF
+        await pilot.pause()
+        assert not any(shown(app, row) for row in SERVING_ROWS) and serving_lines(app) == ""
+        assert pane.errors == {} and pane.report.plan.max_model_len is None
+        assert pane.report.plan.kv_dtype is KvDtype.AUTO
+        # training: no engine row, the plan is not a serving plan
+        app.query_one("#plan-engine", Select).value = Engine.SGLANG
+        app.query_one("#plan-method", Select).value = Method.LORA
+        await pilot.pause()
+        assert not shown(app, "engine") and not any(shown(app, row) for row in SERVING_ROWS)
+        assert pane.errors == {} and pane.report.plan.engine is Engine.HF
+
+
+async def test_a_loaded_serving_plan_shows_its_lines_at_80x24(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    plan = INFERENCE.model_copy(
+        update={"engine": Engine.VLLM, "max_model_len": 131072, "flavors": ("l4x1",)}
+    )
+    app = PaneApp(catalog, store, Plan.model_validate(plan.model_dump()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.errors == {} and pane.report is not None
+        assert app.query_one("#plan-engine", Select).value is Engine.VLLM
+        # the pool holds no 131,072-token sequence on an L4: the lines say so, in red
+        text = serving_lines(app)
+        assert "max concurrency at 131,072 tokens: 0." in text
+        assert "would not start" in text
+        view = app.query_one("#plan-serving").region
+        results = app.query_one("#plan-side").region
+        assert view.height >= 4 and results.contains_region(view)
+        assert not app.query_one("#plan-form").region.overlaps(view)
+
+
+async def test_context_ulysses_and_expert_rows(catalog: Catalog, store: PlanStore) -> None:
+    full = Plan(model="qwen2.5-7b", method=Method.FULL, gpus=4, seq=4096)
+    app = PaneApp(catalog, store, full)
+    async with app.run_test(size=(100, 60)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert shown(app, "cp") and shown(app, "sp-ulysses") and shown(app, "ep")
+        assert pane.report is not None
+        whole = pane.report.estimate.per_gpu.activations
+        await replace_text(pilot, "#plan-cp", "2")
+        assert pane.errors == {} and pane.report.plan.cp == 2
+        # ring attention splits the activations along the sequence over 2 GPUs
+        assert pane.report.estimate.per_gpu.activations < whole
+        # Megatron's refusal lands on the row: the sequence must split into 2 x cp chunks
+        await replace_text(pilot, "#plan-cp", "3")
+        assert "cp" in pane.errors and "multiple of 2 x cp" in pane.errors["cp"]
+        await replace_text(pilot, "#plan-cp", "1")
+        # LoRA: no expert row (Megatron's path is full training); the sequence rows stay
+        app.query_one("#plan-method", Select).value = Method.LORA
+        await pilot.pause()
+        assert not shown(app, "ep") and shown(app, "cp") and shown(app, "sp-ulysses")
+        assert pane.errors == {}
+        # inference and RL: none of them
+        for method in (Method.INFERENCE, Method.GRPO):
+            app.query_one("#plan-method", Select).value = method
+            await pilot.pause()
+            assert not any(shown(app, row) for row in ("cp", "sp-ulysses", "ep"))
+            assert pane.errors == {}
+
+
+async def test_the_max_column_of_a_serving_plan_is_the_engines_concurrency(
+    catalog: Catalog, store: PlanStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flavors = ("l4x1", "h200")
+    plan = INFERENCE.model_copy(update={"engine": Engine.VLLM, "max_model_len": 8192})
+    # what hwdash plan --max concurrency answers on each flavor (the engine's pool)
+    expected = {}
+    for flavor in flavors:
+        argv = ["plan", "--model", "qwen2.5-7b", "--method", "inference", "--engine", "vllm"]
+        argv += ["--max-model-len", "8192", "--flavor", flavor, "--max", "concurrency", "--json"]
+        assert main(argv) == 0
+        expected[flavor] = str(json.loads(capsys.readouterr().out)["max"]["value"])
+    app = PaneApp(catalog, store, Plan.model_validate(plan.model_dump()))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        table = app.query_one(FlavorTable)
+        table.focus()
+        await pilot.press("x", "x")  # seq, then an inference plan's concurrency
+        await pilot.pause()
+        cells = {
+            str(row.value): str(table.get_cell(row, "max"))
+            for row in table.rows
+            if str(row.value) in flavors
+        }
+        assert cells == expected
