@@ -379,6 +379,23 @@ def counted_tp_buffers(engine: EngineDefaults, buffers: int, fraction: float) ->
     return 0
 
 
+def _non_torch(
+    engine: EngineDefaults,
+    accelerator: Accelerator,
+    tp: int,
+    fraction: float,
+    software: Software,
+) -> tuple[int, int]:
+    """The non-torch bytes the engine subtracts from its budget (``non_torch_mib``, else the CUDA
+    context row, plus the counted part of the TP buffers), and one rank's TP buffers."""
+    if engine.non_torch_mib is not None:
+        non_torch = math.ceil(engine.non_torch_mib * MIB)
+    else:
+        non_torch = software.context_for(accelerator)[0].bytes
+    buffers = tp_buffer_bytes(engine, tp, accelerator, software)
+    return non_torch + counted_tp_buffers(engine, buffers, fraction), buffers
+
+
 def profile_tokens(engine: EngineDefaults, settings: ServingSettings) -> int:
     """Tokens in the profile run's forward (0: no profile run)."""
     batched = settings.max_num_batched_tokens or engine.max_num_batched_tokens
@@ -431,12 +448,7 @@ def serving_memory(
     seqs = settings.max_num_seqs or engine.max_num_seqs
     activations = profile_activation_bytes(arch, tokens, seqs, element_bytes, engine, settings.tp)
     software = packaged_software() if software is None else software
-    if engine.non_torch_mib is not None:
-        non_torch = math.ceil(engine.non_torch_mib * MIB)
-    else:
-        non_torch = software.context_for(accelerator)[0].bytes
-    tp_buffers = tp_buffer_bytes(engine, settings.tp, accelerator, software)
-    non_torch += counted_tp_buffers(engine, tp_buffers, fraction)
+    non_torch, tp_buffers = _non_torch(engine, accelerator, settings.tp, fraction, software)
     kv_element = KV_DTYPE_BYTES.get(settings.kv_dtype, element_bytes)
     per_token = kv_bytes_per_token(arch, kv_element, settings.tp)
     pool = max(0, budget - weights - activations - non_torch)
