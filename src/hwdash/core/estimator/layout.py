@@ -144,8 +144,17 @@ class Architecture:
     """Tokens a sliding layer attends to (``ModelSpec.sliding_window``)."""
     attention_chunk_size: int = 0
     """Tokens of a chunked layer's chunk (``ModelSpec.attention_chunk_size``). In a block kind of
-    :attr:`block_kinds` (whose ``layer_attention`` is empty), set only on a chunked block: from that
-    length on transformers hands SDPA a mask."""
+    :attr:`block_kinds` (whose ``layer_attention`` is empty), set only on a chunked block, as
+    :attr:`sliding_window` only on a sliding one: from that length on transformers hands SDPA a
+    mask (:attr:`local_span`)."""
+
+    @property
+    def local_span(self) -> int:
+        """A block kind's attention span: its window (sliding) or chunk (chunked), 0 for full
+        attention or a whole stack (:attr:`layer_attention` set; its :attr:`block_kinds` say)."""
+        if self.layer_attention:
+            return 0
+        return self.attention_chunk_size or self.sliding_window
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -211,8 +220,10 @@ class Architecture:
         """(count, layout) for each kind of block: the MoE blocks (this layout) and, for DeepSeek's
         ``first_k_dense_replace``, the dense ones (:attr:`dense_block`). One kind otherwise.
         Llama 4 (:attr:`nope_layers`): each of those split into its RoPE blocks (chunked attention,
-        Q/K norm) and its NoPE blocks (neither: ``Llama4TextAttention``, modeling_llama4.py)."""
-        if self.nope_layers or "chunked" in self.layer_attention:
+        Q/K norm) and its NoPE blocks (neither: ``Llama4TextAttention``, modeling_llama4.py).
+        A stack with sliding-window or chunked layers (:attr:`layer_attention`): split by attention
+        kind as well, each windowed kind carrying its span (:attr:`local_span`)."""
+        if self.nope_layers or self.layer_attention:
             return self._rope_kinds
         if not self.dense_layers:
             return ((self.layers, self),)
@@ -220,25 +231,37 @@ class Architecture:
 
     @cached_property
     def _rope_kinds(self) -> tuple[tuple[int, Architecture], ...]:
-        """:attr:`block_kinds` of a Llama 4 stack: its blocks grouped by MLP (MoE, then dense),
-        RoPE or not (a NoPE block has no Q/K norm) and chunked attention or not; a kind carries
-        ``attention_chunk_size`` only when it is chunked, and no ``layer_attention``."""
+        """:attr:`block_kinds` of a Llama 4 stack or one with windowed layers: its blocks grouped
+        by MLP (MoE, then dense), RoPE or not (a NoPE block has no Q/K norm) and attention kind
+        (windowed before full); a kind carries ``attention_chunk_size`` only when it is chunked,
+        ``sliding_window`` only when it is sliding, and no ``layer_attention``."""
         plain = replace(self, nope_layers=(), moe_layer_indices=(), layer_attention=())
         if self.experts <= 1:
             moe = set(range(self.layers))
         else:
             moe = set(self.moe_layer_indices or range(self.dense_layers, self.layers))
-        chunked = {i for i, kind in enumerate(self.layer_attention) if kind == "chunked"}
-        counts: dict[tuple[bool, bool, bool], int] = {}
+        attention = self.layer_attention or ("full",) * self.layers
+        counts: dict[tuple[bool, bool, bool, str], int] = {}
         for i in range(self.layers):
-            key = (i in moe, i not in self.nope_layers, i in chunked)
+            kind = attention[i]
+            key = (i in moe, i not in self.nope_layers, kind != "full", kind)
             counts[key] = counts.get(key, 0) + 1
         kinds = []
-        for (is_moe, rope, is_chunked), count in sorted(counts.items(), reverse=True):
+        for (is_moe, rope, _, attending), count in sorted(counts.items(), reverse=True):
             block = plain if is_moe or self.experts <= 1 else plain.dense_block
-            chunk = self.attention_chunk_size if is_chunked else 0
-            kind = replace(block, qk_norm=block.qk_norm and rope, attention_chunk_size=chunk)
-            kinds.append((count, kind))
+            kinds.append(
+                (
+                    count,
+                    replace(
+                        block,
+                        qk_norm=block.qk_norm and rope,
+                        attention_chunk_size=(
+                            self.attention_chunk_size if attending == "chunked" else 0
+                        ),
+                        sliding_window=self.sliding_window if attending == "sliding" else 0,
+                    ),
+                )
+            )
         return tuple(kinds)
 
     @cached_property
