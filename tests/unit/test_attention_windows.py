@@ -376,3 +376,31 @@ def test_mistral_every_layer_masked_past_its_window() -> None:
         config, seq, Attention.FLASH, 1
     )
     assert extra == 32 * per_layer
+
+
+def test_first_layers_backward_keeps_its_mask() -> None:
+    """The end of backward holds the first layer's activations (recomputed under checkpointing):
+    mistral-7b's layer 0 is a sliding one, so at 16384 tokens (b1) it keeps the 2 s^2 mask and
+    K, V repeated to 32 heads, 2 x 2 s x (4096 - 1024) more, over flash. SGD keeps no states, so
+    the end of backward (all gradients and that layer) is the peak."""
+    from hwdash.core.estimator.estimate import estimate_memory
+    from hwdash.core.plan import Attention, Method, Optimizer, Plan
+
+    path = Path("tests/data/model_configs/catalog/mistral-7b/config.json")
+    model = _spec(json.loads(path.read_text(encoding="utf-8")))
+    seq = 16384
+    found = {}
+    for attention in (Attention.SDPA, Attention.FLASH):
+        plan = Plan(
+            model="m",
+            method=Method.FULL,
+            batch=1,
+            seq=seq,
+            attention=attention,
+            grad_ckpt=True,
+            optimizer=Optimizer.SGD,
+        )
+        estimate = estimate_memory(plan, model)
+        assert estimate.peak_phase == "end of backward"
+        found[attention] = dict(estimate.details)["model first layer's backward"]
+    assert found[Attention.SDPA] - found[Attention.FLASH] == 2 * seq * seq + 2 * 2 * seq * 3072

@@ -265,6 +265,21 @@ class Architecture:
         return tuple(kinds)
 
     @cached_property
+    def leading_block(self) -> Architecture:
+        """This layout with the first layer's attention kind (its window or chunk, as a kind of
+        :attr:`block_kinds` carries it), for the formulas that take one block of the stack (the
+        first layer's backward, the recomputed layer); this layout itself without windows."""
+        if not self.layer_attention:
+            return self
+        first = self.layer_attention[0]
+        return replace(
+            self,
+            layer_attention=(),
+            attention_chunk_size=self.attention_chunk_size if first == "chunked" else 0,
+            sliding_window=self.sliding_window if first == "sliding" else 0,
+        )
+
+    @cached_property
     def dense_block(self) -> Architecture:
         """The layout of a dense block of a MoE model with leading dense blocks: the same attention
         and norms, one gated MLP of ``dense_intermediate`` (``DeepseekV2MLP``), no router."""
