@@ -410,6 +410,18 @@ class Architecture:
         return self._over_blocks(_active_block_params) + self.vocab * self.hidden
 
     @cached_property
+    def trained_matmul_params_per_token(self) -> int:
+        """:attr:`matmul_params_per_token` as transformers runs a training step: the same, except
+        where every expert runs on every token (:attr:`experts_every_token`: ``Llama4TextMoe``
+        repeats each token once per expert, scales each copy by its router score, 0 outside the
+        top-k, and ``Llama4TextExperts`` multiplies all copies through all experts with
+        ``torch.bmm``; modeling_llama4.py), where each routed expert linear counts
+        :attr:`routed_copies` (every expert) times. Serving engines (vLLM) run the top-k only."""
+        if not self.experts_every_token:
+            return self.matmul_params_per_token
+        return self._over_blocks(_every_expert_block_params) + self.vocab * self.hidden
+
+    @cached_property
     def active_params(self) -> int:
         """Parameters one token passes through, embedding included (MoE: its routed experts, the
         shared expert, the router): the N of 6ND for sparse models."""
@@ -422,13 +434,21 @@ class Architecture:
         )
 
 
-def _active_block_params(kind: Architecture) -> int:
-    """One block's linears a token multiplies through (its k routed experts), plus the router."""
+def _active_block_params(kind: Architecture, routed: int | None = None) -> int:
+    """One block's linears a token multiplies through (its k routed experts, or ``routed`` of
+    them), plus the router."""
     per_layer = 0
+    copies = kind.experts_per_token if routed is None else routed
     for linear in kind.linears:
         single = linear.params // linear.copies
-        per_layer += single * (kind.experts_per_token if linear.copies > 1 else 1)
+        per_layer += single * (copies if linear.copies > 1 else 1)
     return per_layer + kind.router_params_per_layer
+
+
+def _every_expert_block_params(kind: Architecture) -> int:
+    """:func:`_active_block_params` with each routed expert linear counted
+    :attr:`~Architecture.routed_copies` times (every expert where all run on every token)."""
+    return _active_block_params(kind, kind.routed_copies)
 
 
 #: The MLP's linears, by name (a dense block keeps the others: the attention's).
