@@ -404,3 +404,17 @@ def test_first_layers_backward_keeps_its_mask() -> None:
         assert estimate.peak_phase == "end of backward"
         found[attention] = dict(estimate.details)["model first layer's backward"]
     assert found[Attention.SDPA] - found[Attention.FLASH] == 2 * seq * seq + 2 * 2 * seq * 3072
+
+
+def test_a_window_without_layer_kinds_masks_nothing() -> None:
+    """A spec that writes sliding_window but no layer_attention attends fully everywhere (the
+    field's own rule, and what serving counts): SDPA's count equals flash's past that width."""
+    from hwdash.core.estimator.activations import training_activation_bytes
+    from hwdash.core.plan import Attention
+
+    spec = _spec(_llama_like()).model_copy(update={"sliding_window": 512})
+    assert not spec.layer_attention
+    arch = architecture(spec)
+    assert training_activation_bytes(arch, 1, 4096, 2, Attention.SDPA, False) == (
+        training_activation_bytes(arch, 1, 4096, 2, Attention.FLASH, False)
+    )
