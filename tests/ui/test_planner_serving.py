@@ -14,9 +14,11 @@ from textual.widgets import Select, Static
 from hwdash.cli import main
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.plan import Engine, KvDtype, Method, Plan
-from hwdash.core.planning.serving_plan import memory_on, serving_settings
+from hwdash.core.planning.serving_plan import engine_total_bytes, memory_on, serving_settings
 from hwdash.core.plans.store import PlanStore
+from hwdash.core.units import format_bytes
 from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
 SERVING_ROWS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "kv-dtype")
@@ -130,6 +132,40 @@ async def test_a_loaded_serving_plan_shows_its_lines_at_80x24(
         results = app.query_one("#plan-side").region
         assert view.height >= 4 and results.contains_region(view)
         assert not app.query_one("#plan-form").region.overlaps(view)
+
+
+async def test_headline_and_bars_of_a_serving_plan_are_the_engines(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    """The headline's per-GPU total and the breakdown's bars are what the engine takes on the
+    flavor of the serving lines (its budget and the CUDA-graph pool), not one generate call's."""
+    plan = INFERENCE.model_copy(
+        update={"engine": Engine.VLLM, "max_model_len": 8192, "flavors": ("h200",)}
+    )
+    app = PaneApp(catalog, store, Plan.model_validate(plan.model_dump()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.errors == {} and pane.report is not None
+        settings = serving_settings(pane.report.plan)
+        assert settings is not None
+        fit = next(f for f in pane.report.flavors if f.flavor.id == "h200")
+        memory = memory_on(pane.report, settings, fit.accelerator, catalog)
+        per_gpu = pane.report.estimate.per_gpu
+        assert per_gpu.total == engine_total_bytes(memory) == fit.need_bytes
+        assert per_gpu.total == memory.budget_bytes + memory.cuda_graph_bytes
+        assert per_gpu.kv_cache == memory.kv_cache_bytes and per_gpu.weights == memory.weight_bytes
+        headline = str(app.query_one("#plan-headline", Static).render())
+        assert f"{format_bytes(per_gpu.total)} per GPU" in headline
+        bars = str(app.query_one(MemoryBreakdownView).render())
+        assert format_bytes(memory.kv_cache_bytes) in bars
+        assert format_bytes(per_gpu.total) in bars
+        # the KV pool is most of an H200's budget: one generate call's cache is a sliver
+        assert memory.kv_cache_bytes > per_gpu.total / 2
+        # back to one generate call: its own (much smaller) estimate again
+        app.query_one("#plan-engine", Select).value = Engine.HF
+        await pilot.pause()
+        assert pane.report.estimate.per_gpu.total < memory.budget_bytes / 3
 
 
 async def test_context_ulysses_and_expert_rows(catalog: Catalog, store: PlanStore) -> None:
