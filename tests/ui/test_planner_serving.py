@@ -223,3 +223,60 @@ async def test_the_max_column_of_a_serving_plan_is_the_engines_concurrency(
             if str(row.value) in flavors
         }
         assert cells == expected
+
+
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])
+async def test_e_exports_the_server_command_line_of_a_serving_plan(
+    catalog: Catalog,
+    store: PlanStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    engine: Engine,
+) -> None:
+    """``e`` on a serving plan lists the server's command line first and writes the text of
+    ``hwdash plan --export vllm`` for the same plan and flavor (SGLang's launch_server line for
+    --engine sglang); a plan that is not a serving plan has no such format."""
+    from textual.widgets import OptionList
+
+    from hwdash.ui.widgets.planner_export import ExportDialog
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["plan", "--model", "qwen2.5-7b", "--method", "inference", "--engine", engine.value]
+    argv += ["--max-model-len", "8192", "--max-num-seqs", "64", "--kv-dtype", "fp8"]
+    argv += ["--flavor", "h200", "--export", "vllm"]
+    assert main(argv) == 0
+    expected = capsys.readouterr().out
+    assert expected.startswith("vllm serve" if engine is Engine.VLLM else "python -m sglang")
+    plan = INFERENCE.model_copy(
+        update={
+            "engine": engine,
+            "max_model_len": 8192,
+            "max_num_seqs": 64,
+            "kv_dtype": KvDtype.FP8,
+            "flavors": ("h200",),
+        }
+    )
+    app = PaneApp(catalog, store, Plan.model_validate(plan.model_dump()))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.errors == {}
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportDialog)
+        first = app.screen.query_one(OptionList).get_option_at_index(0)
+        assert first.id == "vllm"
+        await pilot.press("enter")  # the first format: the server's command line
+        await pilot.pause()
+        assert pane.exported is not None and pane.exported.suffix == ".sh"
+        assert pane.exported.read_text() == expected
+        assert any("sized for h200" in n.message for n in app._notifications)
+        # one generate call (--engine hf): no server to write a line for
+        app.query_one("#plan-engine", Select).value = Engine.HF
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportDialog)
+        ids = [option.id for option in app.screen.query_one(OptionList).options]
+        assert "vllm" not in ids
