@@ -18,7 +18,7 @@ from hwdash.core.estimator.serving import ServingMemory, ServingSettings, servin
 from hwdash.core.estimator.serving_images import request_images, request_tokens, with_images
 from hwdash.core.plan import Engine, EngineVersion, Plan, Precision, Quant
 from hwdash.core.planning.max_fit import MaxField, MaxFit
-from hwdash.core.results import FitVerdict, MemoryBreakdown, MemoryEstimate, PlanReport
+from hwdash.core.results import FitVerdict, FlavorFit, MemoryBreakdown, MemoryEstimate, PlanReport
 from hwdash.core.specs import ModelSpec
 
 #: Bits per weight of a ``--quant`` load (None: as the checkpoint stores it).
@@ -185,6 +185,36 @@ def shown_flavor(plan: Plan, memories: dict[str, ServingMemory]) -> str | None:
     else the first GPU flavor of the table (None: no GPU flavor holds the plan's TP)."""
     wanted = [flavor for flavor in plan.flavors if flavor in memories] or list(memories)
     return wanted[0] if wanted else None
+
+
+def serving_flavor(report: PlanReport, tp: int) -> FlavorFit | None:
+    """The flavor the planner's serving lines, its memory and a saved serving plan's summary are
+    about: the plan's first ``--flavor`` with ``tp`` GPUs, else the recommended one, else the first
+    GPU flavor of the table with ``tp`` GPUs (None: none has)."""
+    runs = [
+        fit
+        for fit in report.flavors
+        if fit.accelerator is not None
+        and fit.accelerator.kind == "gpu"
+        and fit.flavor.gpu_count >= tp
+    ]
+    for wanted in (*report.plan.flavors, report.recommended):
+        found = next((fit for fit in runs if fit.flavor.id == wanted), None)
+        if found is not None:
+            return found
+    return runs[0] if runs else None
+
+
+def engine_report(report: PlanReport, catalog: Any) -> PlanReport:
+    """A serving plan's report as the planner shows it: the flavors' verdicts and needs the
+    engine's (:func:`serving_on_flavors`) and the estimate the engine's on :func:`serving_flavor`
+    (:func:`with_engine_estimate`); ``report`` itself for a plan that is not a serving plan."""
+    settings = serving_settings(report.plan, report.model)
+    if settings is None:
+        return report
+    report, memories = serving_on_flavors(report, settings, catalog)
+    shown = serving_flavor(report, settings.tp)
+    return with_engine_estimate(report, memories, None if shown is None else shown.flavor.id)
 
 
 def max_concurrency(report: PlanReport, target: str, memory: ServingMemory) -> MaxFit:
