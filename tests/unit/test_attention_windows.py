@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -307,3 +308,113 @@ def test_a_spec_written_field_by_field_is_checked() -> None:
         type(_spec(_llama_like())).model_validate({**fields, "layers": 11})
     with pytest.raises(ValidationError, match="sliding layers need a sliding_window"):
         type(_spec(_llama_like())).model_validate({**fields, "sliding_window": 0})
+
+
+# ---- training activations: SDPA's mask past the window ----------------------------------------
+
+
+def _activations(config: dict[str, Any], seq: int, attention: Any, batch: int = 2) -> int:
+    from hwdash.core.estimator.activations import training_activation_bytes
+
+    arch = architecture(_spec(config))
+    return training_activation_bytes(arch, batch, seq, 2, attention, False)
+
+
+def test_sliding_blocks_are_their_own_kind_with_their_window() -> None:
+    kinds = architecture(_spec(_gemma3_like())).block_kinds
+    assert [(count, kind.sliding_window, kind.local_span) for count, kind in kinds] == [
+        (10, 1024, 1024),
+        (2, 0, 0),
+    ]
+    assert all(not kind.layer_attention for _, kind in kinds)
+
+
+def test_sdpa_keeps_a_mask_and_repeated_kv_in_each_sliding_layer_past_the_window() -> None:
+    """Gemma-3-like, bf16, batch 2: from the window (1024) on, each of the 10 sliding layers keeps
+    SDPA's additive mask (2 b s^2 bytes) and K, V repeated from 4 to 8 heads of 256 (2 x 2 b s x
+    (8 - 4) x 256 bytes more); the 2 full layers get is_causal and no mask. Below the window, and
+    with flash or eager attention, SDPA's count is unchanged."""
+    from hwdash.core.plan import Attention
+
+    config = _gemma3_like()
+    for seq in (512, 1023):
+        assert _activations(config, seq, Attention.SDPA) == _activations(
+            config, seq, Attention.FLASH
+        )
+    for seq in (1024, 4096):
+        per_layer = 2 * 2 * seq * seq + 2 * 2 * (2 * seq) * (8 - 4) * 256
+        extra = _activations(config, seq, Attention.SDPA) - _activations(
+            config, seq, Attention.FLASH
+        )
+        assert extra == 10 * per_layer
+
+
+def test_one_kv_head_keeps_only_the_mask() -> None:
+    """Multi-query (one KV head, as gemma-3-1b): repeat_kv's reshape is a view, so past the
+    window each sliding layer keeps only the b x 1 x s x s bf16 mask."""
+    from hwdash.core.plan import Attention
+
+    config = _gemma3_like(num_key_value_heads=1)
+    extra = _activations(config, 2048, Attention.SDPA) - _activations(config, 2048, Attention.FLASH)
+    assert extra == 10 * 2 * 2 * 2048 * 2048
+
+
+def test_mistral_every_layer_masked_past_its_window() -> None:
+    """mistral-7b's config (window 4096 on all 32 layers, 8 of 32 KV heads of 128), batch 1: at
+    8192 tokens each layer keeps 2 s^2 bytes of mask and 2 x 2 s x (4096 - 1024) of repeated K, V;
+    at 4095 nothing."""
+    from hwdash.core.plan import Attention
+
+    path = Path("tests/data/model_configs/catalog/mistral-7b/config.json")
+    config = json.loads(path.read_text(encoding="utf-8"))
+    assert _activations(config, 4095, Attention.SDPA, 1) == _activations(
+        config, 4095, Attention.FLASH, 1
+    )
+    seq = 8192
+    per_layer = 2 * seq * seq + 2 * 2 * seq * (4096 - 1024)
+    extra = _activations(config, seq, Attention.SDPA, 1) - _activations(
+        config, seq, Attention.FLASH, 1
+    )
+    assert extra == 32 * per_layer
+
+
+def test_first_layers_backward_keeps_its_mask() -> None:
+    """The end of backward holds the first layer's activations (recomputed under checkpointing):
+    mistral-7b's layer 0 is a sliding one, so at 16384 tokens (b1) it keeps the 2 s^2 mask and
+    K, V repeated to 32 heads, 2 x 2 s x (4096 - 1024) more, over flash. SGD keeps no states, so
+    the end of backward (all gradients and that layer) is the peak."""
+    from hwdash.core.estimator.estimate import estimate_memory
+    from hwdash.core.plan import Attention, Method, Optimizer, Plan
+
+    path = Path("tests/data/model_configs/catalog/mistral-7b/config.json")
+    model = _spec(json.loads(path.read_text(encoding="utf-8")))
+    seq = 16384
+    found = {}
+    for attention in (Attention.SDPA, Attention.FLASH):
+        plan = Plan(
+            model="m",
+            method=Method.FULL,
+            batch=1,
+            seq=seq,
+            attention=attention,
+            grad_ckpt=True,
+            optimizer=Optimizer.SGD,
+        )
+        estimate = estimate_memory(plan, model)
+        assert estimate.peak_phase == "end of backward"
+        found[attention] = dict(estimate.details)["model first layer's backward"]
+    assert found[Attention.SDPA] - found[Attention.FLASH] == 2 * seq * seq + 2 * 2 * seq * 3072
+
+
+def test_a_window_without_layer_kinds_masks_nothing() -> None:
+    """A spec that writes sliding_window but no layer_attention attends fully everywhere (the
+    field's own rule, and what serving counts): SDPA's count equals flash's past that width."""
+    from hwdash.core.estimator.activations import training_activation_bytes
+    from hwdash.core.plan import Attention
+
+    spec = _spec(_llama_like()).model_copy(update={"sliding_window": 512})
+    assert not spec.layer_attention
+    arch = architecture(spec)
+    assert training_activation_bytes(arch, 1, 4096, 2, Attention.SDPA, False) == (
+        training_activation_bytes(arch, 1, 4096, 2, Attention.FLASH, False)
+    )

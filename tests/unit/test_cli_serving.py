@@ -170,3 +170,19 @@ def test_bad_input_names_the_flag(
         status, out, err = int(exc.code or 0), captured.out, captured.err
     assert status == 2
     assert message in err and "Traceback" not in err + out
+
+
+def test_text_says_where_the_tp_buffers_go(capsys: pytest.CaptureFixture[str]) -> None:
+    # A100 x4 (NVLink): a 16-channel NCCL ring (147 MiB) + the custom all-reduce (16 MiB)
+    tp4 = ["--model", "llama-3.1-70b", "--method", "inference", "--flavor", "a100x4"]
+    tp4 += ["--gpus", "4", "--max-model-len", "8192"]
+    expected = {
+        ("vllm",): "163 MiB per GPU, outside the budget",
+        ("vllm", "--engine-version", "v0"): "163 MiB per GPU, counted in non-torch",
+        ("sglang",): "163 MiB per GPU, the pool loses 0.85 x of them",
+    }
+    for engine, line in expected.items():
+        status, out, _err = run_plan(capsys, *tp4, "--engine", *engine)
+        assert status == 0 and f"(TP communicator buffers: {line})" in out
+    one = run_plan(capsys, *VLLM)[1]
+    assert "TP communicator buffers" not in one

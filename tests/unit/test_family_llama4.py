@@ -285,3 +285,47 @@ def test_traced_depths_hold_whole_moe_interleaves() -> None:
     types = ["chunked_attention"] * 3 + ["full_attention"]
     assert _depths_to_trace({"interleave_moe_layer_step": 3}, 96, types * 24, False) == (12, 24)
     assert _depths_to_trace({"interleave_moe_layer_step": 2}, 48, types * 12, False) == (4, 8)
+
+
+def test_training_step_flops_run_every_expert_serving_the_top_k() -> None:
+    """Llama4TextMoe runs all experts on every token (modeling_llama4.py), so a training step's
+    N counts every routed expert: Scout's 48 MoE blocks hold 16 experts of 3 x 5120 x 8192
+    (15 more than the active count's one), Maverick's 24 MoE blocks 128 (127 more). The LM head
+    (202048 x 5120) is in N, the embedding lookup is not. Full training is 6N, LoRA 4N; an RL
+    rollout through vLLM generates with the top-k, one through the policy's generate with all."""
+    from hwdash.core.planning.run_time import flops_per_token
+
+    attention = 2 * 5120 * 5120 + 2 * 5120 * 1024
+    expert = 3 * 5120 * 8192
+    head = 202048 * 5120
+    scout_active = 48 * (attention + 2 * expert + 5120 * 16) + head
+    scout_all = scout_active + 48 * 15 * expert
+    maverick_active = 24 * (attention + 2 * expert + 5120 * 128)
+    maverick_active += 24 * (attention + 3 * 5120 * 16384) + head
+    maverick_all = maverick_active + 24 * 127 * expert
+    scout, maverick = model_from_config_file(SCOUT), model_from_config_file(MAVERICK)
+
+    def plan(method: str, **extra: Any) -> Plan:
+        return Plan(model="m", method=Method(method), batch=1, seq=512, **extra)
+
+    assert flops_per_token(plan("full"), scout) == 6 * scout_all
+    assert flops_per_token(plan("lora"), scout) == 4 * scout_all
+    assert flops_per_token(plan("full"), maverick) == 6 * maverick_all
+    # serving (transformers' generate is bandwidth-timed; vLLM's FLOPs stay top-k elsewhere)
+    assert flops_per_token(plan("inference"), scout) == 2 * scout_active
+    # GRPO with LoRA and a reference: 4N training + 2N reference + 2N generation
+    grpo = plan("grpo", rl_method=Method.LORA)
+    assert flops_per_token(grpo, scout) == 6 * scout_all + 2 * scout_active
+    policy = plan("grpo", rl_method=Method.LORA, vllm_memory_utilization=0.0)
+    assert flops_per_token(policy, scout) == 8 * scout_all
+
+
+def test_mfu_counts_the_models_flops_the_top_k() -> None:
+    """The monitor's MFU takes the model's FLOPs (PaLM's definition): Scout's top-1 expert, 6N."""
+    from hwdash.core.planning.run_time import flops_per_token
+
+    scout = model_from_config_file(SCOUT)
+    active = 48 * (2 * 5120 * 5120 + 2 * 5120 * 1024 + 2 * 3 * 5120 * 8192 + 5120 * 16)
+    active += 202048 * 5120
+    plan = Plan(model="m", method=Method.FULL, batch=1, seq=512)
+    assert flops_per_token(plan, scout, model_flops=True) == 6 * active

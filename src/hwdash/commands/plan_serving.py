@@ -62,12 +62,27 @@ def serving_lines(memory: ServingMemory, flavor_id: str) -> list[str]:
         lines.append(
             f"  (CUDA graphs: about {memory.cuda_graph_bytes / gib:.2f} GiB more, outside the budget)"
         )
+    lines += _tp_buffer_lines(memory)
     if not memory.fits:
         lines.append(
             f"  does not fit: the engine refuses to start (one {s.max_model_len:,}-token sequence "
             "needs more cache): lower --max-model-len or raise --gpu-memory-utilization"
         )
     return lines
+
+
+def _tp_buffer_lines(memory: ServingMemory) -> list[str]:
+    """The line on a TP rank's communicator buffers and whether the engine counts them
+    (:func:`~hwdash.core.estimator.serving.tp_buffer_bytes`); none on one GPU."""
+    if not memory.tp_buffer_bytes:
+        return []
+    where = {
+        "in-budget": "counted in non-torch",
+        "outside": "outside the budget",
+        "fraction": f"the pool loses {memory.fraction:g} x of them",
+    }[memory.engine.tp_buffers]
+    size = memory.tp_buffer_bytes / 2**20
+    return [f"  (TP communicator buffers: {size:.0f} MiB per GPU, {where})"]
 
 
 def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:

@@ -674,5 +674,18 @@ class EngineDefaults(_Strict):
     hybrid_kv_cache: bool = False
     """Sliding-window and chunked layers get block groups of their own that hold only their window
     per request (vLLM V1's hybrid KV cache manager); False: every layer caches every token."""
+    tp_buffers: Literal["in-budget", "outside", "fraction"] = "outside"
+    """How a tensor-parallel rank's communicator buffers, made at distributed init, meet the
+    budget: ``in-budget`` (the baseline is taken before them: counted as non-torch memory),
+    ``outside`` (taken after them: not counted), ``fraction`` (the fraction applies to the free
+    memory measured after them: the pool loses the fraction of them; SGLang)."""
+    custom_allreduce_mib: float = Field(default=0, ge=0, le=1_000_000)
+    """The custom all-reduce's IPC buffers per rank, outside torch (0: none)."""
+    custom_allreduce_tp: tuple[int, ...] = Field(default=(), strict=False)  # TOML gives a list
+    """TP sizes the custom all-reduce supports."""
+    custom_allreduce_links: tuple[str, ...] = Field(default=(), strict=False)
+    """``[[interconnect]]`` ids it is used on (it needs peer-to-peer access)."""
+    tp_source: str = ""
+    """Where ``tp_buffers`` and the custom all-reduce fields come from."""
     source: str = Field(min_length=1)
     notes: str = ""

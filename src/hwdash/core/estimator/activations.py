@@ -528,8 +528,11 @@ def _attention_kept_bytes(
     tokens = batch * seq
     masked = _masked_sdpa(arch, seq, attention)
     # eager's repeat_kv, or a family that copies K and V out to all heads itself (Falcon's new
-    # decoder architecture), keeps them at every query head; so does SDPA given a mask
-    expanded = attention is Attention.EAGER or arch.kv_expanded or masked
+    # decoder architecture), keeps them at every query head; so does SDPA given a mask, where
+    # repeat_kv copies
+    expanded = (
+        attention is Attention.EAGER or arch.kv_expanded or (masked and _masked_kv_expanded(arch))
+    )
     kv_saved = arch.q_dim if expanded else arch.kv_dim
     attention_bytes = e * tokens * (arch.q_dim + 2 * kv_saved)
     if masked:
@@ -549,17 +552,34 @@ def _attention_kept_bytes(
 
 
 def _masked_sdpa(arch: Architecture, seq: int, attention: Attention) -> bool:
-    """Whether SDPA runs this block with a mask: Llama 4's chunked layers from
-    ``attention_chunk_size`` tokens on (shorter sequences get ``is_causal`` instead:
-    ``_ignore_causal_mask_sdpa``, masking_utils.py). transformers then repeats K and V to every
-    query head (``use_gqa_in_sdpa`` wants no mask, integrations/sdpa_attention.py) and torch's SDPA
-    converts the boolean mask to an additive one in the query's dtype, which the kernel keeps for
-    backward. Traced per layer on the tiny Llama 4 (bench/llama4_trace_rows.py): a b x 1 x s x s
-    16-bit tensor and K, V at all heads in each chunked layer."""
-    if attention is Attention.EAGER or not arch.attention_chunk_size or arch.layer_attention:
-        # a whole stack with chunked layers among others: its block kinds say which are
+    """Whether SDPA runs this block kind with a mask: a sliding-window layer (Gemma 2/3, Mistral,
+    Phi-3, Qwen with ``use_sliding_window``) from ``sliding_window`` tokens on, a chunked one
+    (Llama 4) from ``attention_chunk_size`` on (:attr:`~Architecture.local_span`). Shorter
+    sequences, and full-attention layers, get ``is_causal`` and no mask:
+    ``_ignore_causal_mask_sdpa`` (masking_utils.py) gives up the skip once ``kv_length >=
+    local_attention_size``, the ``local_size`` that ``create_sliding_window_causal_mask`` and
+    ``create_chunked_causal_mask`` pass to ``sdpa_mask``. transformers then repeats K and V to
+    every query head (``use_gqa_in_sdpa`` wants no mask, integrations/sdpa_attention.py) and
+    torch's SDPA converts the boolean mask to an additive one in the query's dtype, which the
+    kernel keeps for backward, per layer. Flash attention gets no mask (``flash_attention_mask``
+    returns None for an unpadded batch; the window goes to the kernel as ``window_size``) and
+    eager adds one mask, made once per forward, that backward does not keep.
+
+    Traced per layer (bench/window_mask_trace.py, bench/data/window_mask_trace.csv; the tiny
+    Llama 4 in bench/llama4_trace_rows.py): a b x 1 x s x s 16-bit tensor, and K, V at all heads
+    where ``repeat_kv`` copies them (more than one KV head: :func:`_masked_kv_expanded`)."""
+    if attention is not Attention.SDPA or not arch.local_span:
         return False
-    return seq >= arch.attention_chunk_size
+    return seq >= arch.local_span
+
+
+def _masked_kv_expanded(arch: Architecture) -> bool:
+    """Whether a masked SDPA layer keeps K and V at every query head: ``repeat_kv``
+    (integrations/sdpa_attention.py) expands ``kv_heads`` to ``heads`` and reshapes, which copies
+    unless there is one KV head (multi-query attention: the reshape of a stride-0 expansion is a
+    view). Traced: gemma-3-1b (one KV head) keeps only the mask past its window, Mistral-7B (8 of
+    32) the mask and K, V at all 32 heads (bench/data/window_mask_trace.csv)."""
+    return arch.kv_heads > 1
 
 
 def _mlp_kept_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> int:

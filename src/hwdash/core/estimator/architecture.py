@@ -128,7 +128,11 @@ def _layer_pattern(model: ModelSpec) -> dict[str, Any]:
 
 
 def _window_fields(model: ModelSpec) -> dict[str, Any]:
-    """The per-layer attention kinds and spans (``ModelSpec.layer_attention``)."""
+    """The per-layer attention kinds and spans (``ModelSpec.layer_attention``); without kinds
+    every layer attends fully, so a span written alone (a catalog entry) is dropped, as the
+    serving formulas drop it: only :attr:`~Architecture.block_kinds` carry one."""
+    if not model.layer_attention:
+        return {"layer_attention": (), "sliding_window": 0, "attention_chunk_size": 0}
     return {
         "layer_attention": model.layer_attention,
         "sliding_window": model.sliding_window,

@@ -144,8 +144,17 @@ class Architecture:
     """Tokens a sliding layer attends to (``ModelSpec.sliding_window``)."""
     attention_chunk_size: int = 0
     """Tokens of a chunked layer's chunk (``ModelSpec.attention_chunk_size``). In a block kind of
-    :attr:`block_kinds` (whose ``layer_attention`` is empty), set only on a chunked block: from that
-    length on transformers hands SDPA a mask."""
+    :attr:`block_kinds` (whose ``layer_attention`` is empty), set only on a chunked block, as
+    :attr:`sliding_window` only on a sliding one: from that length on transformers hands SDPA a
+    mask (:attr:`local_span`)."""
+
+    @property
+    def local_span(self) -> int:
+        """A block kind's attention span: its window (sliding) or chunk (chunked), 0 for full
+        attention or a whole stack (:attr:`layer_attention` set; its :attr:`block_kinds` say)."""
+        if self.layer_attention:
+            return 0
+        return self.attention_chunk_size or self.sliding_window
 
     def __hash__(self) -> int:
         # Kept by the dataclass decorator (an explicit __hash__ wins): the fields never change, so
@@ -211,8 +220,10 @@ class Architecture:
         """(count, layout) for each kind of block: the MoE blocks (this layout) and, for DeepSeek's
         ``first_k_dense_replace``, the dense ones (:attr:`dense_block`). One kind otherwise.
         Llama 4 (:attr:`nope_layers`): each of those split into its RoPE blocks (chunked attention,
-        Q/K norm) and its NoPE blocks (neither: ``Llama4TextAttention``, modeling_llama4.py)."""
-        if self.nope_layers or "chunked" in self.layer_attention:
+        Q/K norm) and its NoPE blocks (neither: ``Llama4TextAttention``, modeling_llama4.py).
+        A stack with sliding-window or chunked layers (:attr:`layer_attention`): split by attention
+        kind as well, each windowed kind carrying its span (:attr:`local_span`)."""
+        if self.nope_layers or self.layer_attention:
             return self._rope_kinds
         if not self.dense_layers:
             return ((self.layers, self),)
@@ -220,26 +231,53 @@ class Architecture:
 
     @cached_property
     def _rope_kinds(self) -> tuple[tuple[int, Architecture], ...]:
-        """:attr:`block_kinds` of a Llama 4 stack: its blocks grouped by MLP (MoE, then dense),
-        RoPE or not (a NoPE block has no Q/K norm) and chunked attention or not; a kind carries
-        ``attention_chunk_size`` only when it is chunked, and no ``layer_attention``."""
+        """:attr:`block_kinds` of a Llama 4 stack or one with windowed layers: its blocks grouped
+        by MLP (MoE, then dense), RoPE or not (a NoPE block has no Q/K norm) and attention kind
+        (windowed before full); a kind carries ``attention_chunk_size`` only when it is chunked,
+        ``sliding_window`` only when it is sliding, and no ``layer_attention``."""
         plain = replace(self, nope_layers=(), moe_layer_indices=(), layer_attention=())
         if self.experts <= 1:
             moe = set(range(self.layers))
         else:
             moe = set(self.moe_layer_indices or range(self.dense_layers, self.layers))
-        chunked = {i for i, kind in enumerate(self.layer_attention) if kind == "chunked"}
-        counts: dict[tuple[bool, bool, bool], int] = {}
+        attention = self.layer_attention or ("full",) * self.layers
+        counts: dict[tuple[bool, bool, bool, str], int] = {}
         for i in range(self.layers):
-            key = (i in moe, i not in self.nope_layers, i in chunked)
+            kind = attention[i]
+            key = (i in moe, i not in self.nope_layers, kind != "full", kind)
             counts[key] = counts.get(key, 0) + 1
         kinds = []
-        for (is_moe, rope, is_chunked), count in sorted(counts.items(), reverse=True):
+        for (is_moe, rope, _, attending), count in sorted(counts.items(), reverse=True):
             block = plain if is_moe or self.experts <= 1 else plain.dense_block
-            chunk = self.attention_chunk_size if is_chunked else 0
-            kind = replace(block, qk_norm=block.qk_norm and rope, attention_chunk_size=chunk)
-            kinds.append((count, kind))
+            kinds.append(
+                (
+                    count,
+                    replace(
+                        block,
+                        qk_norm=block.qk_norm and rope,
+                        attention_chunk_size=(
+                            self.attention_chunk_size if attending == "chunked" else 0
+                        ),
+                        sliding_window=self.sliding_window if attending == "sliding" else 0,
+                    ),
+                )
+            )
         return tuple(kinds)
+
+    @cached_property
+    def leading_block(self) -> Architecture:
+        """This layout with the first layer's attention kind (its window or chunk, as a kind of
+        :attr:`block_kinds` carries it), for the formulas that take one block of the stack (the
+        first layer's backward, the recomputed layer); this layout itself without windows."""
+        if not self.layer_attention:
+            return self
+        first = self.layer_attention[0]
+        return replace(
+            self,
+            layer_attention=(),
+            attention_chunk_size=self.attention_chunk_size if first == "chunked" else 0,
+            sliding_window=self.sliding_window if first == "sliding" else 0,
+        )
 
     @cached_property
     def dense_block(self) -> Architecture:
@@ -372,6 +410,18 @@ class Architecture:
         return self._over_blocks(_active_block_params) + self.vocab * self.hidden
 
     @cached_property
+    def trained_matmul_params_per_token(self) -> int:
+        """:attr:`matmul_params_per_token` as transformers runs a training step: the same, except
+        where every expert runs on every token (:attr:`experts_every_token`: ``Llama4TextMoe``
+        repeats each token once per expert, scales each copy by its router score, 0 outside the
+        top-k, and ``Llama4TextExperts`` multiplies all copies through all experts with
+        ``torch.bmm``; modeling_llama4.py), where each routed expert linear counts
+        :attr:`routed_copies` (every expert) times. Serving engines (vLLM) run the top-k only."""
+        if not self.experts_every_token:
+            return self.matmul_params_per_token
+        return self._over_blocks(_every_expert_block_params) + self.vocab * self.hidden
+
+    @cached_property
     def active_params(self) -> int:
         """Parameters one token passes through, embedding included (MoE: its routed experts, the
         shared expert, the router): the N of 6ND for sparse models."""
@@ -384,13 +434,21 @@ class Architecture:
         )
 
 
-def _active_block_params(kind: Architecture) -> int:
-    """One block's linears a token multiplies through (its k routed experts), plus the router."""
+def _active_block_params(kind: Architecture, routed: int | None = None) -> int:
+    """One block's linears a token multiplies through (its k routed experts, or ``routed`` of
+    them), plus the router."""
     per_layer = 0
+    copies = kind.experts_per_token if routed is None else routed
     for linear in kind.linears:
         single = linear.params // linear.copies
-        per_layer += single * (kind.experts_per_token if linear.copies > 1 else 1)
+        per_layer += single * (copies if linear.copies > 1 else 1)
     return per_layer + kind.router_params_per_layer
+
+
+def _every_expert_block_params(kind: Architecture) -> int:
+    """:func:`_active_block_params` with each routed expert linear counted
+    :attr:`~Architecture.routed_copies` times (every expert where all run on every token)."""
+    return _active_block_params(kind, kind.routed_copies)
 
 
 #: The MLP's linears, by name (a dense block keeps the others: the attention's).

@@ -19,6 +19,19 @@ each step from the engine's own code (file names; the numbers are data in ``cata
   V0 the whole ``max_model_len`` (``vllm/worker/worker.py``); SGLang has no profile run;
 * non-torch memory: V0 counts the CUDA context (the row of ``catalog/software.toml``, as the
   whole-GPU estimate does); V1 only what grows after its baseline (``non_torch_mib``);
+* tensor parallelism's non-torch buffers per rank (:func:`tp_buffer_bytes`): the TP group's NCCL
+  communicator (vLLM's ``pynccl.py`` creates it and runs a warm-up all-reduce at distributed
+  init, so its ring connections exist then; sized by
+  :func:`~hwdash.core.estimator.collectives.group_bytes`) and the custom all-reduce's two IPC
+  buffers (``custom_all_reduce.py``: ``meta_size() + max_size`` and ``max_size``, max_size 8 MiB,
+  allocated with ``cudaMalloc`` outside torch; used at TP 2, 4, 6 or 8 with peer access, above 2 GPUs only
+  when fully NVLink-connected). Whether they count depends on when the engine's baseline is
+  taken relative to ``init_worker_distributed_environment`` (``tp_buffers``): V0
+  (``vllm/worker/worker.py`` ``init_device``, baseline snapshot first) and V1 up to vllm PR 25359
+  count them as non-torch memory inside the budget; V1 since that PR (``gpu_worker.py``
+  ``init_device``: distributed init "BEFORE taking memory snapshot") leaves them outside; SGLang
+  (``model_runner.py`` ``init_torch_distributed``) measures the free memory after distributed
+  init and takes its fraction of that, so the pool loses the fraction of them;
 * the pool = budget - (weights + activation peak + non-torch), per GPU (the engine takes the
   minimum over ranks; hwdash's ranks are alike);
 * per-token KV bytes per GPU: layers x (K and V: ``2 x kv_heads x head_dim``, or MLA's latent,
@@ -58,6 +71,7 @@ from pydantic import ValidationError
 
 from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
 from hwdash.core.estimator.architecture import Architecture
+from hwdash.core.estimator.collectives import CommGroup, group_bytes
 from hwdash.core.estimator.inference import inference_activation_bytes
 from hwdash.core.estimator.software import Software, packaged_software
 from hwdash.core.estimator.states import checkpoint_weight_bytes
@@ -223,6 +237,9 @@ class ServingMemory:
     kv_blocks: int
     groups: KvGroups | None = None
     """The hybrid KV cache manager's block groups; None: one pool for every layer alike."""
+    tp_buffer_bytes: int = 0
+    """One rank's tensor-parallel communicator buffers (:func:`tp_buffer_bytes`), whether or not
+    the engine counts them; the counted part is in ``non_torch_bytes``."""
 
     @property
     def kv_tokens(self) -> int:
@@ -334,6 +351,51 @@ def kv_bytes_per_token(arch: Architecture, element_bytes: int, tp: int) -> int:
     return arch.kv_cache_layers * width * element_bytes
 
 
+def tp_buffer_bytes(
+    engine: EngineDefaults, tp: int, accelerator: Accelerator | None, software: Software
+) -> int:
+    """Non-torch bytes one rank of a ``tp``-GPU tensor-parallel group holds for its
+    communicators (module docstring): the NCCL ring of the TP group (channels x one connection's
+    LL, LL128 and Simple buffers, ``collectives.group_bytes``) and, where the engine uses it at
+    this size and link, the custom all-reduce's ``custom_allreduce_mib``. 0 on one GPU."""
+    if tp <= 1:
+        return 0
+    link = software.interconnect_for(accelerator)
+    ring = group_bytes(CommGroup("tensor-parallel", tp, "ring"), link, software.nccl, None)
+    custom = 0
+    if tp in engine.custom_allreduce_tp and link.id in engine.custom_allreduce_links:
+        custom = math.ceil(engine.custom_allreduce_mib * MIB)
+    return ring + custom
+
+
+def counted_tp_buffers(engine: EngineDefaults, buffers: int, fraction: float) -> int:
+    """The part of a rank's TP buffers that comes out of the KV pool (``tp_buffers``)."""
+    if engine.tp_buffers == "in-budget":
+        return buffers
+    if engine.tp_buffers == "fraction":
+        # SGLang: pool = fraction x (free after distributed init) - weights, so buffers made
+        # before that reading cost the pool fraction x their size
+        return math.ceil(fraction * buffers)
+    return 0
+
+
+def _non_torch(
+    engine: EngineDefaults,
+    accelerator: Accelerator,
+    tp: int,
+    fraction: float,
+    software: Software,
+) -> tuple[int, int]:
+    """The non-torch bytes the engine subtracts from its budget (``non_torch_mib``, else the CUDA
+    context row, plus the counted part of the TP buffers), and one rank's TP buffers."""
+    if engine.non_torch_mib is not None:
+        non_torch = math.ceil(engine.non_torch_mib * MIB)
+    else:
+        non_torch = software.context_for(accelerator)[0].bytes
+    buffers = tp_buffer_bytes(engine, tp, accelerator, software)
+    return non_torch + counted_tp_buffers(engine, buffers, fraction), buffers
+
+
 def profile_tokens(engine: EngineDefaults, settings: ServingSettings) -> int:
     """Tokens in the profile run's forward (0: no profile run)."""
     batched = settings.max_num_batched_tokens or engine.max_num_batched_tokens
@@ -385,11 +447,8 @@ def serving_memory(
     tokens = profile_tokens(engine, settings)
     seqs = settings.max_num_seqs or engine.max_num_seqs
     activations = profile_activation_bytes(arch, tokens, seqs, element_bytes, engine, settings.tp)
-    if engine.non_torch_mib is not None:
-        non_torch = math.ceil(engine.non_torch_mib * MIB)
-    else:
-        software = packaged_software() if software is None else software
-        non_torch = software.context_for(accelerator)[0].bytes
+    software = packaged_software() if software is None else software
+    non_torch, tp_buffers = _non_torch(engine, accelerator, settings.tp, fraction, software)
     kv_element = KV_DTYPE_BYTES.get(settings.kv_dtype, element_bytes)
     per_token = kv_bytes_per_token(arch, kv_element, settings.tp)
     pool = max(0, budget - weights - activations - non_torch)
@@ -424,6 +483,7 @@ def serving_memory(
         kv_cache_bytes=pool,
         kv_blocks=blocks,
         groups=groups,
+        tp_buffer_bytes=tp_buffers,
     )
 
 

@@ -655,8 +655,10 @@ def _add_activations(
         bool(settings["adapter_casts"] is not False) and element_bytes != 4,
     )
     logits = _logits_and_loss(plan, arch, method, layout, trained, savers) if with_logits else 0
+    # the first layer with its own attention kind: a sliding or chunked one keeps SDPA's mask
+    # past its span (activations._masked_sdpa)
     one_layer = layer_activation_bytes(
-        arch, plan.batch, plan.seq, element_bytes, plan.attention, **settings
+        arch.leading_block, plan.batch, plan.seq, element_bytes, plan.attention, **settings
     )
     # The end of backward: the first layer's activations (recomputed, with checkpointing) while
     # every other gradient exists. Traced: mixtral-8x7b LoRA with checkpointing peaks there

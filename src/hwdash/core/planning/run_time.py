@@ -11,7 +11,9 @@ Two parts:
   4N backward (gradients with respect to activations and to weights). LoRA-style methods skip the
   frozen weights' gradients: 2N forward + 2N backward = 4N (adapter weight gradients are
   negligible). Gradient checkpointing recomputes the forward: +2N. N counts parameters a token
-  multiplies through (MoE: routed experts only, embedding lookups excluded). Attention-score FLOPs
+  multiplies through (MoE: routed experts only, embedding lookups excluded; every expert where
+  transformers runs all of them on every token, Llama 4's ``Llama4TextMoe``, modeling_llama4.py,
+  except in a vLLM engine's generation, which runs the top-k). Attention-score FLOPs
   are left out, as in 6N. Time = FLOPs / (dense 16-bit tensor rate x GPUs x MFU); MFU from the
   catalog (per accelerator) or ``--mfu``. On a GPU without bf16 the fp16 rate is used. Inference
   decode is bound by memory bandwidth: each generated token reads every weight once plus the
@@ -90,27 +92,37 @@ def _train_flops_factor(method: Method, grad_ckpt: bool) -> int:
     return factor + (2 if grad_ckpt else 0)
 
 
-def flops_per_token(plan: Plan, model: ModelSpec) -> float:
+def flops_per_token(plan: Plan, model: ModelSpec, *, model_flops: bool = False) -> float:
     """FLOPs to train on (or, for RL, roll out and train on) one token.
+
+    As transformers runs the step (every expert on every token where the MoE block does so), or
+    with ``model_flops`` the model's own FLOPs (the top-k experts), the numerator of MFU as PaLM
+    defines it (Chowdhery et al. 2022, arXiv:2204.02311, appendix B: what the implementation adds,
+    like recomputation, is not counted).
 
     RL: the policy's generation (a forward, 2N; generation is bandwidth-bound in practice, so the
     time from FLOPs is a lower bound), the frozen reference and reward forwards (2N each), and the
     training of the policy and, for PPO, the value model.
     """
-    n = architecture(model).matmul_params_per_token
+    arch = architecture(model)
     if plan.method is Method.INFERENCE:
-        return 2.0 * n
+        return 2.0 * arch.matmul_params_per_token
+    # what transformers runs: every expert on every token where the MoE block does so (Llama 4's
+    # Llama4TextMoe, modeling_llama4.py), the top-k otherwise
+    n = arch.matmul_params_per_token if model_flops else arch.trained_matmul_params_per_token
     if not plan.is_rl:
         return float(_train_flops_factor(plan.method, plan.grad_ckpt) * n)
     train = _train_flops_factor(plan.rl_method, plan.grad_ckpt)
-    factor = 2 + train  # generation + policy training
+    factor = train  # policy training
     if plan.method is Method.PPO:
         factor += train  # value model
     if plan.rl_reference:
         factor += 2  # a frozen copy, or the policy with its adapters disabled: a forward either way
     if plan.method is Method.PPO and plan.rl_reward_model:
         factor += 2
-    return float(factor * n)
+    # generation: vLLM's engine runs the top-k experts; the policy's own generate what training runs
+    generated = arch.matmul_params_per_token if plan.vllm_memory_utilization > 0 else n
+    return float(factor * n + 2 * generated)
 
 
 def _unslowed_tokens_per_second(
