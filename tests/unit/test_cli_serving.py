@@ -34,6 +34,7 @@ def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) 
         "activation_bytes",
         "non_torch_bytes",
         "cuda_graph_bytes",
+        "outside_budget_bytes",
         "total_bytes",
     }
     assert serving["flavor"] == "l4x1" and serving["block_tokens"] == 16
@@ -57,6 +58,8 @@ def test_json_memory_is_what_the_engine_takes(capsys: pytest.CaptureFixture[str]
     assert inside + serving["kv_cache_bytes"] == budget
     assert memory["kv_cache"] == serving["kv_cache_bytes"]
     assert memory["weights"] == serving["weight_bytes"]
+    # one GPU: no TP buffers, only the graph pool is outside the budget
+    assert serving["outside_budget_bytes"] == serving["cuda_graph_bytes"]
     assert memory["total"] == budget + serving["cuda_graph_bytes"] == serving["total_bytes"]
     assert memory["whole_gpu"] == memory["total"]
     row = next(row for row in document["flavors"] if row["id"] == "l4x1")
@@ -64,6 +67,29 @@ def test_json_memory_is_what_the_engine_takes(capsys: pytest.CaptureFixture[str]
     # the same plan as one transformers generate call needs far less than the engine's budget
     hf = json.loads(run_plan(capsys, *VLLM[:4], "--flavor", "l4x1", "--json")[1])
     assert hf["memory"]["total"] < budget / 1.2
+
+
+def test_tp_buffers_outside_the_budget_are_in_the_engines_total(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """TP 4 on A100s (NVLink): a rank's communicator buffers (163 MiB, the line of
+    test_text_says_where_the_tp_buffers_go) are outside vLLM V1's budget, counted in V0's
+    non-torch, and 1 - 0.85 of them outside SGLang's: the engine's total has what it leaves out."""
+    tp4 = ["--model", "llama-3.1-70b", "--method", "inference", "--flavor", "a100x4"]
+    tp4 += ["--gpus", "4", "--max-model-len", "8192", "--json"]
+    outside = {}
+    for engine in (["vllm"], ["vllm", "--engine-version", "v0"], ["sglang"]):
+        document = json.loads(run_plan(capsys, *tp4, "--engine", *engine)[1])
+        serving = document["serving"]
+        inside = serving["weight_bytes"] + serving["activation_bytes"]
+        inside += serving["non_torch_bytes"] + serving["kv_cache_bytes"]
+        assert inside == serving["budget_bytes"]
+        assert document["memory"]["total"] == inside + serving["outside_budget_bytes"]
+        outside[" ".join(engine)] = serving["outside_budget_bytes"] - serving["cuda_graph_bytes"]
+    buffers = outside["vllm"]
+    assert round(buffers / 2**20) == 163
+    assert outside["vllm --engine-version v0"] == 0
+    assert abs(outside["sglang"] - 0.15 * buffers) <= 1
 
 
 def test_text_shows_the_engine_log_lines(capsys: pytest.CaptureFixture[str]) -> None:

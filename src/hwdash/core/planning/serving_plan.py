@@ -14,7 +14,12 @@ import dataclasses
 from typing import Any
 
 from hwdash.core.estimator.architecture import architecture
-from hwdash.core.estimator.serving import ServingMemory, ServingSettings, serving_memory
+from hwdash.core.estimator.serving import (
+    ServingMemory,
+    ServingSettings,
+    counted_tp_buffers,
+    serving_memory,
+)
 from hwdash.core.estimator.serving_images import request_images, request_tokens, with_images
 from hwdash.core.plan import Engine, EngineVersion, Plan, Precision, Quant
 from hwdash.core.planning.max_fit import MaxField, MaxFit
@@ -67,19 +72,31 @@ def memory_on(
 PHASE_SERVING = "serving (engine start-up)"
 
 
+def outside_budget_bytes(memory: ServingMemory) -> int:
+    """What the engine holds on one GPU beside its budget: the CUDA-graph pool captured after the
+    KV cache is sized, and the part of a TP rank's communicator buffers its budget does not count
+    (``tp_buffers``: all of them for vLLM V1 since PR 25359, none for V0, ``1 - fraction`` of them
+    for SGLang; :func:`~hwdash.core.estimator.serving.counted_tp_buffers`)."""
+    buffers = memory.tp_buffer_bytes
+    uncounted = buffers - counted_tp_buffers(memory.engine, buffers, memory.fraction)
+    return memory.cuda_graph_bytes + uncounted
+
+
 def engine_total_bytes(memory: ServingMemory) -> int:
     """What the engine takes on one GPU: its budget (``fraction x`` CUDA's total: the weights, the
-    profile run's activation peak, non-torch memory and the KV pool) and the CUDA-graph pool
-    captured on top of it (:mod:`hwdash.core.estimator.serving`). When the weights and the profile
-    leave no pool, what they need (above the budget: the engine refuses to start)."""
+    profile run's activation peak, non-torch memory and the KV pool) and what it holds outside it
+    (:func:`outside_budget_bytes`: the CUDA-graph pool, uncounted TP buffers;
+    :mod:`hwdash.core.estimator.serving`). When the weights and the profile leave no pool, what
+    they need (above the budget: the engine refuses to start)."""
     inside = memory.weight_bytes + memory.activation_bytes + memory.non_torch_bytes
-    return max(memory.budget_bytes, inside + memory.kv_cache_bytes) + memory.cuda_graph_bytes
+    return max(memory.budget_bytes, inside + memory.kv_cache_bytes) + outside_budget_bytes(memory)
 
 
 def engine_estimate(estimate: MemoryEstimate, memory: ServingMemory) -> MemoryEstimate:
     """``estimate`` (one ``generate`` call's) with its per-GPU memory the engine's on one flavor:
     weights (TP-sharded), the profile run's activation peak, the KV pool as ``kv_cache``, and
-    non-torch memory with the CUDA-graph pool (outside the budget) as ``overhead``; the total is
+    non-torch memory with what is outside the budget (the CUDA-graph pool, uncounted TP buffers)
+    as ``overhead``; the total is
     :func:`engine_total_bytes`. torch's allocated peak is its tensors (weights, activations,
     pool), the reserved one adds the graph pool (torch's graph memory pool, ``vllm/v1/worker/
     gpu_model_runner.py`` ``capture_model``). Parameters, dtype and warnings stay the
@@ -99,13 +116,16 @@ def engine_estimate(estimate: MemoryEstimate, memory: ServingMemory) -> MemoryEs
         if memory.profile_tokens
         else "activations (no profile run)"
     )
-    details = (
+    details: tuple[tuple[str, int], ...] = (
         (f"weights (TP {memory.settings.tp})", memory.weight_bytes),
         (profile, memory.activation_bytes),
         ("non-torch memory", memory.non_torch_bytes),
         (f"KV cache pool ({memory.kv_blocks:,} blocks)", memory.kv_cache_bytes),
         ("CUDA graphs (outside the budget)", memory.cuda_graph_bytes),
     )
+    uncounted = outside_budget_bytes(memory) - memory.cuda_graph_bytes
+    if uncounted:
+        details += (("TP communicator buffers (outside the budget)", uncounted),)
     return dataclasses.replace(
         estimate,
         per_gpu=per_gpu,
@@ -130,6 +150,7 @@ def engine_json(memory: ServingMemory) -> dict[str, int | float]:
         "activation_bytes": memory.activation_bytes,
         "non_torch_bytes": memory.non_torch_bytes,
         "cuda_graph_bytes": memory.cuda_graph_bytes,
+        "outside_budget_bytes": outside_budget_bytes(memory),
         "total_bytes": engine_total_bytes(memory),
     }
 
