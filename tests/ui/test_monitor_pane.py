@@ -600,6 +600,32 @@ async def test_a_blind_gpu_is_said_everywhere_and_clears_when_data_flows(tmp_pat
     assert kinds == ["blind", "recovered"]
 
 
+async def test_a_serving_plan_is_held_against_the_gpus_at_the_engines_size(
+    tmp_path: Path,
+) -> None:
+    """A vLLM plan's line on the monitor's bars is what the engine takes (its budget and the
+    CUDA-graph pool), not one generate call's estimate."""
+    from hwdash.core.plan import Engine, Method
+    from hwdash.core.planning.serving_plan import engine_total_bytes, memory_on, serving_settings
+
+    app, _clock = fake_app("a100x4-training", data_dir=tmp_path, start_s=0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for_frames(pilot, app, 1)
+        plan = Plan(
+            model="qwen2.5-7b", method=Method.INFERENCE, engine=Engine.VLLM, flavors=("a100-large",)
+        )
+        app.planner.load_plan(plan, "server")
+        await wait_for_plan_on_monitor(pilot, app, "qwen2.5-7b")
+        report = app.planner.report
+        assert report is not None
+        settings = serving_settings(report.plan)
+        assert settings is not None
+        fit = next(f for f in report.flavors if f.flavor.id == "a100-large")
+        memory = memory_on(report, settings, fit.accelerator, app.planner.catalog)
+        assert app.monitor.plan_bytes == engine_total_bytes(memory)
+        assert app.monitor.plan_bytes > memory.budget_bytes > 60 * GIB
+
+
 async def test_only_a_plan_the_user_chose_is_held_against_the_gpus(tmp_path: Path) -> None:
     app, _clock = fake_app("a100x4-training", data_dir=tmp_path, initial_tab="planner")
     async with app.run_test(size=(120, 36)) as pilot:

@@ -14,9 +14,11 @@ from textual.widgets import Select, Static
 from hwdash.cli import main
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.plan import Engine, KvDtype, Method, Plan
-from hwdash.core.planning.serving_plan import memory_on, serving_settings
+from hwdash.core.planning.serving_plan import engine_total_bytes, memory_on, serving_settings
 from hwdash.core.plans.store import PlanStore
+from hwdash.core.units import format_bytes
 from hwdash.ui.planner_pane import PlannerPane
+from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
 SERVING_ROWS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "kv-dtype")
@@ -132,6 +134,40 @@ async def test_a_loaded_serving_plan_shows_its_lines_at_80x24(
         assert not app.query_one("#plan-form").region.overlaps(view)
 
 
+async def test_headline_and_bars_of_a_serving_plan_are_the_engines(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    """The headline's per-GPU total and the breakdown's bars are what the engine takes on the
+    flavor of the serving lines (its budget and the CUDA-graph pool), not one generate call's."""
+    plan = INFERENCE.model_copy(
+        update={"engine": Engine.VLLM, "max_model_len": 8192, "flavors": ("h200",)}
+    )
+    app = PaneApp(catalog, store, Plan.model_validate(plan.model_dump()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.errors == {} and pane.report is not None
+        settings = serving_settings(pane.report.plan)
+        assert settings is not None
+        fit = next(f for f in pane.report.flavors if f.flavor.id == "h200")
+        memory = memory_on(pane.report, settings, fit.accelerator, catalog)
+        per_gpu = pane.report.estimate.per_gpu
+        assert per_gpu.total == engine_total_bytes(memory) == fit.need_bytes
+        assert per_gpu.total == memory.budget_bytes + memory.cuda_graph_bytes
+        assert per_gpu.kv_cache == memory.kv_cache_bytes and per_gpu.weights == memory.weight_bytes
+        headline = str(app.query_one("#plan-headline", Static).render())
+        assert f"{format_bytes(per_gpu.total)} per GPU" in headline
+        bars = str(app.query_one(MemoryBreakdownView).render())
+        assert format_bytes(memory.kv_cache_bytes) in bars
+        assert format_bytes(per_gpu.total) in bars
+        # the KV pool is most of an H200's budget: one generate call's cache is a sliver
+        assert memory.kv_cache_bytes > per_gpu.total / 2
+        # back to one generate call: its own (much smaller) estimate again
+        app.query_one("#plan-engine", Select).value = Engine.HF
+        await pilot.pause()
+        assert pane.report.estimate.per_gpu.total < memory.budget_bytes / 3
+
+
 async def test_context_ulysses_and_expert_rows(catalog: Catalog, store: PlanStore) -> None:
     full = Plan(model="qwen2.5-7b", method=Method.FULL, gpus=4, seq=4096)
     app = PaneApp(catalog, store, full)
@@ -187,3 +223,60 @@ async def test_the_max_column_of_a_serving_plan_is_the_engines_concurrency(
             if str(row.value) in flavors
         }
         assert cells == expected
+
+
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])
+async def test_e_exports_the_server_command_line_of_a_serving_plan(
+    catalog: Catalog,
+    store: PlanStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    engine: Engine,
+) -> None:
+    """``e`` on a serving plan lists the server's command line first and writes the text of
+    ``hwdash plan --export vllm`` for the same plan and flavor (SGLang's launch_server line for
+    --engine sglang); a plan that is not a serving plan has no such format."""
+    from textual.widgets import OptionList
+
+    from hwdash.ui.widgets.planner_export import ExportDialog
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["plan", "--model", "qwen2.5-7b", "--method", "inference", "--engine", engine.value]
+    argv += ["--max-model-len", "8192", "--max-num-seqs", "64", "--kv-dtype", "fp8"]
+    argv += ["--flavor", "h200", "--export", "vllm"]
+    assert main(argv) == 0
+    expected = capsys.readouterr().out
+    assert expected.startswith("vllm serve" if engine is Engine.VLLM else "python -m sglang")
+    plan = INFERENCE.model_copy(
+        update={
+            "engine": engine,
+            "max_model_len": 8192,
+            "max_num_seqs": 64,
+            "kv_dtype": KvDtype.FP8,
+            "flavors": ("h200",),
+        }
+    )
+    app = PaneApp(catalog, store, Plan.model_validate(plan.model_dump()))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        pane = app.query_one(PlannerPane)
+        assert pane.errors == {}
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportDialog)
+        first = app.screen.query_one(OptionList).get_option_at_index(0)
+        assert first.id == "vllm"
+        await pilot.press("enter")  # the first format: the server's command line
+        await pilot.pause()
+        assert pane.exported is not None and pane.exported.suffix == ".sh"
+        assert pane.exported.read_text() == expected
+        assert any("sized for h200" in n.message for n in app._notifications)
+        # one generate call (--engine hf): no server to write a line for
+        app.query_one("#plan-engine", Select).value = Engine.HF
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportDialog)
+        ids = [option.id for option in app.screen.query_one(OptionList).options]
+        assert "vllm" not in ids

@@ -19,6 +19,7 @@ def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) 
     status, out, _err = run_plan(capsys, *VLLM, "--json")
     assert status == 0
     serving = json.loads(out)["serving"]
+    # issue 30's fixed keys and the flavor, then the engine's memory parts (added, not renamed)
     assert set(serving) == {
         "kv_cache_bytes",
         "kv_blocks",
@@ -26,6 +27,15 @@ def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) 
         "kv_tokens",
         "max_concurrency",
         "flavor",
+        "memory_fraction",
+        "cuda_total_bytes",
+        "budget_bytes",
+        "weight_bytes",
+        "activation_bytes",
+        "non_torch_bytes",
+        "cuda_graph_bytes",
+        "outside_budget_bytes",
+        "total_bytes",
     }
     assert serving["flavor"] == "l4x1" and serving["block_tokens"] == 16
     assert serving["kv_tokens"] == 16 * serving["kv_blocks"]
@@ -34,6 +44,52 @@ def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) 
     assert serving["max_concurrency"] == round(serving["kv_tokens"] / 8192, 2)
     hf = json.loads(run_plan(capsys, *VLLM[:4], "--flavor", "l4x1", "--json")[1])
     assert "serving" not in hf
+
+
+def test_json_memory_is_what_the_engine_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """A serving plan's ``memory`` is the engine's on the shown flavor, not one generate call's:
+    the budget (fraction x CUDA's total = weights + profile peak + non-torch + KV pool) and the
+    CUDA-graph pool on top of it; the flavor's need and free memory are the same total."""
+    document = json.loads(run_plan(capsys, *VLLM, "--json")[1])
+    memory, serving = document["memory"], document["serving"]
+    budget = serving["budget_bytes"]
+    assert budget == int(serving["memory_fraction"] * serving["cuda_total_bytes"])
+    inside = serving["weight_bytes"] + serving["activation_bytes"] + serving["non_torch_bytes"]
+    assert inside + serving["kv_cache_bytes"] == budget
+    assert memory["kv_cache"] == serving["kv_cache_bytes"]
+    assert memory["weights"] == serving["weight_bytes"]
+    # one GPU: no TP buffers, only the graph pool is outside the budget
+    assert serving["outside_budget_bytes"] == serving["cuda_graph_bytes"]
+    assert memory["total"] == budget + serving["cuda_graph_bytes"] == serving["total_bytes"]
+    assert memory["whole_gpu"] == memory["total"]
+    row = next(row for row in document["flavors"] if row["id"] == "l4x1")
+    assert row["need_bytes"] == memory["total"]
+    # the same plan as one transformers generate call needs far less than the engine's budget
+    hf = json.loads(run_plan(capsys, *VLLM[:4], "--flavor", "l4x1", "--json")[1])
+    assert hf["memory"]["total"] < budget / 1.2
+
+
+def test_tp_buffers_outside_the_budget_are_in_the_engines_total(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """TP 4 on A100s (NVLink): a rank's communicator buffers (163 MiB, the line of
+    test_text_says_where_the_tp_buffers_go) are outside vLLM V1's budget, counted in V0's
+    non-torch, and 1 - 0.85 of them outside SGLang's: the engine's total has what it leaves out."""
+    tp4 = ["--model", "llama-3.1-70b", "--method", "inference", "--flavor", "a100x4"]
+    tp4 += ["--gpus", "4", "--max-model-len", "8192", "--json"]
+    outside = {}
+    for engine in (["vllm"], ["vllm", "--engine-version", "v0"], ["sglang"]):
+        document = json.loads(run_plan(capsys, *tp4, "--engine", *engine)[1])
+        serving = document["serving"]
+        inside = serving["weight_bytes"] + serving["activation_bytes"]
+        inside += serving["non_torch_bytes"] + serving["kv_cache_bytes"]
+        assert inside == serving["budget_bytes"]
+        assert document["memory"]["total"] == inside + serving["outside_budget_bytes"]
+        outside[" ".join(engine)] = serving["outside_budget_bytes"] - serving["cuda_graph_bytes"]
+    buffers = outside["vllm"]
+    assert round(buffers / 2**20) == 163
+    assert outside["vllm --engine-version v0"] == 0
+    assert abs(outside["sglang"] - 0.15 * buffers) <= 1
 
 
 def test_text_shows_the_engine_log_lines(capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,6 +29,7 @@ from hwdash.core.estimator.serving_images import (
 )
 from hwdash.core.models.config import model_from_config_file, resolve_model
 from hwdash.core.plan import Method, Plan
+from hwdash.core.planning.serving_plan import engine_json
 from hwdash.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("quiet_machine")
@@ -178,8 +179,8 @@ def test_cli_text_serving_plan_is_unchanged(capsys: pytest.CaptureFixture[str]) 
     assert status == 0
     serving = json.loads(out)["serving"]
     llama = architecture(resolve_model("llama-3.1-8b", CATALOG))
-    direct = serving_memory(llama, A10G, ServingSettings("vllm", 512)).to_json()
-    assert serving == {**direct, "flavor": "a10g-small"}
+    memory = serving_memory(llama, A10G, ServingSettings("vllm", 512))
+    assert serving == {**memory.to_json(), "flavor": "a10g-small", **engine_json(memory)}
     status, out, _err = run_plan(capsys, "--model", "llama-3.1-8b", *SERVE, "--export", "vllm")
     assert status == 0 and "--limit-mm-per-prompt" not in out
 

@@ -80,6 +80,11 @@ def test_saved_json_and_written_command_line_carry_the_serving_settings(
     [entry] = json.loads(capsys.readouterr().out)["plans"]
     assert entry["plan"]["engine"] == "vllm" and entry["recomputed"]
     assert entry["summary"]["best_flavor"] == document["recommended"]
+    # and so is their memory: what the engine takes on h200, not one generate call's
+    engine_total = document["serving"]["total_bytes"]
+    assert document["memory"]["total"] == engine_total
+    assert saved.summary.per_gpu_total == engine_total
+    assert entry["summary"]["per_gpu_total"] == engine_total
 
 
 def test_engine_version_warns_without_vllm(capsys: pytest.CaptureFixture[str]) -> None:

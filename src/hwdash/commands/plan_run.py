@@ -112,7 +112,7 @@ def _serving(
     """A serving plan's settings, the report with the serving verdicts, and the first GPU
     flavor's memory (all None-or-unchanged for ``--engine hf``)."""
     from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
-    from hwdash.core.planning.serving_plan import shown_flavor
+    from hwdash.core.planning.serving_plan import shown_flavor, with_engine_estimate
 
     settings = serving_settings(plan, report.model)
     if settings is None:
@@ -130,6 +130,8 @@ def _serving(
 
     report = with_batch_times(report, memories)  # --examples: each flavor's hours and cost
     shown = shown_flavor(plan, memories)
+    # the memory shown (table, JSON memory, --check) is what the engine takes on that flavor
+    report = with_engine_estimate(report, memories, shown)
     serving = None if shown is None else (shown, memories[shown], report)
     return settings, report, serving
 
@@ -388,8 +390,10 @@ def _print_json(args: argparse.Namespace, outcome: _Outcome) -> None:
         document["serving"] = None if outcome.serving is None else outcome.serving[1].to_json()
         if outcome.serving is not None:
             from hwdash.commands.plan_batch import serving_batch
+            from hwdash.core.planning.serving_plan import engine_json
 
             document["serving"]["flavor"] = outcome.serving[0]
+            document["serving"].update(engine_json(outcome.serving[1]))
             batch = serving_batch(outcome.serving)  # None without --examples
             if batch is not None:
                 document["serving"]["batch"] = batch.to_json()

@@ -11,18 +11,12 @@ lines.
 
 from __future__ import annotations
 
-import json
-import shlex
 from typing import Any
 
 from hwdash.core.estimator.serving import ServingMemory, ServingSettings
-from hwdash.core.plan import Engine, KvDtype, Plan, Quant
-from hwdash.core.planning import serving_plan
+from hwdash.core.plan import Plan, Quant
+from hwdash.core.planning import serving_command, serving_plan
 from hwdash.core.results import PlanReport
-from hwdash.errors import UsageError
-
-#: ``--export vllm``'s ``--quantization`` for a quantized checkpoint.
-_VLLM_QUANTIZATION = {Quant.GPTQ_4: "gptq", Quant.AWQ_4: "awq", Quant.NF4: "bitsandbytes"}
 
 
 def serving_settings(plan: Plan, model: Any = None) -> ServingSettings | None:
@@ -92,38 +86,10 @@ def _tp_buffer_lines(memory: ServingMemory) -> list[str]:
 
 
 def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
-    """The ``vllm serve`` (or SGLang ``launch_server``) line with the plan's settings."""
-    s = memory.settings
-    fraction = memory.fraction
-    if s.engine == Engine.SGLANG.value:
-        words = ["python", "-m", "sglang.launch_server", "--model-path", model_id]
-        words += ["--tp", str(s.tp), "--mem-fraction-static", f"{fraction:g}"]
-        words += ["--context-length", str(s.max_model_len)]
-        if s.max_num_seqs is not None:
-            words += ["--max-running-requests", str(s.max_num_seqs)]
-        if s.kv_dtype is KvDtype.FP8:
-            words += ["--kv-cache-dtype", "fp8_e5m2"]
-    else:
-        words = ["vllm", "serve", model_id, "--tensor-parallel-size", str(s.tp)]
-        words += [
-            "--gpu-memory-utilization",
-            f"{fraction:g}",
-            "--max-model-len",
-            str(s.max_model_len),
-        ]
-        if s.max_num_seqs is not None:
-            words += ["--max-num-seqs", str(s.max_num_seqs)]
-        if s.kv_dtype is KvDtype.FP8:
-            words += ["--kv-cache-dtype", "fp8"]
-        if quant in _VLLM_QUANTIZATION:
-            words += ["--quantization", _VLLM_QUANTIZATION[quant]]
-        words += _image_limit(memory)
-    if s.kv_dtype is KvDtype.INT8:
-        raise UsageError(
-            "neither vllm serve nor SGLang takes an int8 KV cache: use --kv-dtype fp8 or auto",
-            flag="--kv-dtype",
-        )
-    return shlex.join(words) + "\n"
+    """The ``vllm serve`` (or SGLang ``launch_server``) line with the plan's settings
+    (:func:`hwdash.core.planning.serving_command.server_command`, which the planner's export
+    writes too)."""
+    return serving_command.server_command(memory, model_id, quant)
 
 
 def serving_max_concurrency(report: PlanReport, target: str, memory: ServingMemory) -> Any:
@@ -155,11 +121,3 @@ def _image_lines(memory: ServingMemory) -> list[str]:
         f"its outputs {encoder.cache_bytes / gib:.2f} GiB (in the activation peak)"
     )
     return lines
-
-
-def _image_limit(memory: ServingMemory) -> list[str]:
-    """``vllm serve``'s ``--limit-mm-per-prompt`` for a plan with images."""
-    images = getattr(memory, "images", None)
-    if images is None:
-        return []
-    return ["--limit-mm-per-prompt", json.dumps({"image": images.images})]

@@ -59,6 +59,7 @@ HELP_TEXT = """\
   x             max column: the longest seq, largest batch, fewest gpus
                 that fit each flavor (as hwdash plan --max), off
   e             export: DeepSpeed, Trainer/TRL, accelerate or hf jobs
+                (a serving plan: its vllm serve / SGLang line first)
   escape        leave a text field (or a dialog)
 
 [b]Compare[/b]

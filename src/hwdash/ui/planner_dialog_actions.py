@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hwdash.core.planning.fit_options import FitOption, closest_flavor, find_fit_options
 from hwdash.core.planning.local_flavor import LOCAL_FLAVOR_ID
+from hwdash.core.planning.serving_command import server_command
 from hwdash.core.plans.exports import FILE_SUFFIXES, export_text
 from hwdash.core.plans.store import (
     PlanStoreError,
@@ -21,11 +22,13 @@ from hwdash.core.plans.store import (
     default_exports_folder,
 )
 from hwdash.core.results import FlavorFit, PlanReport
+from hwdash.errors import UsageError
 from hwdash.ui.planner_base import PlannerParts
 from hwdash.ui.widgets.planner_dialogs import ConfirmDialog, NameDialog
-from hwdash.ui.widgets.planner_export import FORMATS, ExportDialog
+from hwdash.ui.widgets.planner_export import FORMATS, SERVER_FORMAT, ExportDialog
 from hwdash.ui.widgets.planner_fit import FitOptionsDialog
 from hwdash.ui.widgets.planner_flavors import FlavorTable
+from hwdash.ui.widgets.planner_serving import serving_memory_shown
 
 
 class PlannerDialogs(PlannerParts):
@@ -79,17 +82,21 @@ class PlannerDialogs(PlannerParts):
             return
         folder = default_exports_folder()
         stem = re.sub(r"[^A-Za-z0-9._-]+", "-", report.model.id).strip("-") or "plan"
-        paths = {
-            kind: folder / f"hwdash-{stem}-{kind}.{FILE_SUFFIXES[kind]}" for kind, _ in FORMATS
-        }
+        # a serving plan: the server's command line first (hwdash plan --export vllm)
+        formats = (SERVER_FORMAT, *FORMATS) if report.plan.is_serving else FORMATS
+        suffixes = {**FILE_SUFFIXES, SERVER_FORMAT[0]: "sh"}
+        paths = {kind: folder / f"hwdash-{stem}-{kind}.{suffixes[kind]}" for kind, _ in formats}
 
         def chosen(result: tuple[str, Path] | None) -> None:
             if result is None:
                 return
             kind, path = result
             try:
-                text, notes = export_text(kind, report, self.catalog)
-            except ValueError as exc:
+                if kind == SERVER_FORMAT[0]:
+                    text, notes = self._server_command(report)
+                else:
+                    text, notes = export_text(kind, report, self.catalog)
+            except (ValueError, UsageError) as exc:
                 self.notify(str(exc), title="Export", severity="error", timeout=8, markup=False)
                 return
             if not path.exists():
@@ -106,7 +113,19 @@ class PlannerDialogs(PlannerParts):
             question = f"Replace the file that exists?\n{path}"
             self.app.push_screen(ConfirmDialog(question), answered)
 
-        self.app.push_screen(ExportDialog(paths), chosen)
+        self.app.push_screen(ExportDialog(paths, formats), chosen)
+
+    def _server_command(self, report: PlanReport) -> tuple[str, list[str]]:
+        """A serving plan's ``vllm serve`` (or SGLang) line on the flavor of the serving lines,
+        the text ``hwdash plan --export vllm`` writes; raises ``ValueError`` without a GPU
+        flavor to size it for."""
+        shown = serving_memory_shown(report, self.catalog)
+        if shown is None:
+            raise ValueError("no GPU flavor to size the server for: add a flavor with a GPU")
+        flavor, memory = shown
+        model_id = report.model.hf_id or report.plan.model
+        text = server_command(memory, model_id, report.plan.quant)
+        return text, [f"sized for {flavor}: {memory.max_concurrency:.2f}x max concurrency"]
 
     def _write_export(self, path: Path, text: str, notes: Sequence[str]) -> None:
         """Write an export and say where (or why not)."""

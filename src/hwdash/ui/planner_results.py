@@ -24,11 +24,7 @@ from hwdash.core.plan import Plan
 from hwdash.core.plan_unused import unused_settings
 from hwdash.core.planning.fit import evaluate_plan
 from hwdash.core.planning.max_fit import MaxField, MaxFit, find_max
-from hwdash.core.planning.serving_plan import (
-    max_concurrency_by_flavor,
-    serving_on_flavors,
-    serving_settings,
-)
+from hwdash.core.planning.serving_plan import engine_report, max_concurrency_by_flavor
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money
 from hwdash.errors import UsageError
@@ -311,11 +307,9 @@ class PlannerResults(PlannerParts):
             errors["model"] = plain(exc, "--model")
             return None
         try:
-            report = evaluate_plan(plan, self.catalog)
-            settings = serving_settings(plan, report.model)
-            if settings is not None:  # a serving plan: the flavors' verdicts are the engine's
-                report = serving_on_flavors(report, settings, self.catalog)[0]
-            return report
+            # a serving plan: the flavors' verdicts are the engine's, and so is the memory shown
+            # (headline, bars, the monitor's plan line) on the flavor of the serving lines
+            return engine_report(evaluate_plan(plan, self.catalog), self.catalog)
         except UsageError as exc:
             errors[field_for_flag(exc.flag)] = plain(exc, exc.flag)
         except (CatalogError, ValueError) as exc:

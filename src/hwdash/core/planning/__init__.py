@@ -8,7 +8,10 @@
 * :mod:`~hwdash.core.planning.run_time`: the one time model (hours, slowdowns);
 * :mod:`~hwdash.core.planning.local_flavor`: this machine's GPUs as a flavor;
 * :mod:`~hwdash.core.planning.serving_plan`: a serving plan (vLLM, SGLang) on the flavors: the
-  engine's KV pool, the serving verdicts, its maximum concurrency.
+  engine's KV pool, the serving verdicts, the engine's memory as the report's estimate, its
+  maximum concurrency;
+* :mod:`~hwdash.core.planning.serving_command`: the server's command line (``--export vllm``, the
+  planner's export).
 
 May import: the core's foundation, :mod:`hwdash.core.estimator`, :mod:`hwdash.core.models` and
 :mod:`hwdash.core.catalog`; never :mod:`hwdash.core.plans`, telemetry or the UI.

@@ -22,7 +22,8 @@ class ImportedPlan:
     """What a config file says about a plan."""
 
     kind: str
-    """deepspeed, trainer, accelerate, axolotl or llama-factory."""
+    """deepspeed, trainer, accelerate, axolotl, llama-factory, or vllm / sglang (a server's
+    command line)."""
     updates: dict[str, Any] = field(default_factory=dict)
     """Plan field -> value."""
     ignored: list[str] = field(default_factory=list)

@@ -3,7 +3,9 @@
 Understood: a DeepSpeed JSON config, Hugging Face ``TrainingArguments`` / TRL config as JSON or YAML
 (or the Python snippet ``--export trainer`` writes: literal keyword arguments only, read with
 :mod:`ast`, never executed), an accelerate config YAML, and the YAML files of axolotl and
-LLaMA-Factory where their fields map onto a plan. Keys the plan has no use for (learning rates,
+LLaMA-Factory where their fields map onto a plan; and a serving engine's command line in a shell or
+text file (one ``vllm serve`` or ``python -m sglang.launch_server`` line, what ``--export vllm``
+writes: :mod:`~hwdash.core.plans.from_server`). Keys the plan has no use for (learning rates,
 logging) are reported once as ignored. Values are checked: a wrong type is a usage error naming the
 file and the key.
 
@@ -11,7 +13,7 @@ The result is a set of plan field updates; the CLI applies them under the flags 
 command line (flags win).
 
 The readers of each format live beside this module (``from_deepspeed``, ``from_accelerate``,
-``from_trainer``, ``from_snippet``, ``from_axolotl``, ``from_llama_factory``, sharing
+``from_trainer``, ``from_snippet``, ``from_axolotl``, ``from_llama_factory``, ``from_server``, sharing
 ``from_reader``); this one reads the file, tells its format and hands it to its reader.
 """
 
@@ -27,6 +29,7 @@ from hwdash.core.plans.from_axolotl import read_axolotl
 from hwdash.core.plans.from_deepspeed import read_deepspeed
 from hwdash.core.plans.from_llama_factory import read_llama_factory
 from hwdash.core.plans.from_reader import FLAG, ConfigReader, ImportedPlan, resolved_path
+from hwdash.core.plans.from_server import read_server_command, server_words
 from hwdash.core.plans.from_snippet import read_snippet
 from hwdash.core.plans.from_trainer import OPTIMIZERS, UNMODELLED_OPTIMIZERS, read_trainer_mapping
 from hwdash.errors import UsageError
@@ -61,6 +64,15 @@ def _read_file(path: Path, outer: tuple[Path, ...]) -> ImportedPlan:
     suffix = path.suffix.lower()
     if suffix == ".py":
         return read_snippet(path, text, chain, _read_file)
+    servers = server_words(text) if suffix not in (".json", ".yaml", ".yml") else []
+    if len(servers) > 1:
+        raise UsageError(
+            f"'{path}' holds {len(servers)} server command lines: --from reads one "
+            "(keep the vllm serve or sglang.launch_server line to plan)",
+            flag=FLAG,
+        )
+    if servers:
+        return read_server_command(path, servers[0])
     if any(line.startswith(_HF_JOBS_COMMAND) for line in text.splitlines()):
         raise UsageError(
             f"'{path}' is an hf-jobs command (a flavor and a timeout): it holds none of the "

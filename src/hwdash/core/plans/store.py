@@ -388,13 +388,11 @@ class SummaryView:
 def current_summary(saved: SavedPlan, catalog: Catalog) -> SummaryView:
     """Recompute a saved plan's summary against ``catalog``; fall back to the cached one on failure."""
     from hwdash.core.planning.fit import evaluate_plan
-    from hwdash.core.planning.serving_plan import serving_on_flavors, serving_settings
+    from hwdash.core.planning.serving_plan import engine_report
 
     try:
-        report = evaluate_plan(saved.plan, catalog)
-        settings = serving_settings(saved.plan, report.model)
-        if settings is not None:  # a serving plan: the verdicts are the engine's, as when saved
-            report = serving_on_flavors(report, settings, catalog)[0]
+        # a serving plan: the verdicts and the memory are the engine's, as the planner saved them
+        report = engine_report(evaluate_plan(saved.plan, catalog), catalog)
     except (UsageError, CatalogError, ValueError) as exc:
         return SummaryView(summary=saved.summary, fresh=False, problem=str(exc))
     return SummaryView(summary=PlanSummary.from_report(report), fresh=True, report=report)

@@ -24,6 +24,8 @@ FORMATS = (
     ("accelerate", "accelerate config YAML"),
     ("hf-jobs", "the `hf jobs uv run` line, with a timeout and its cost"),
 )
+#: A serving plan's (``--engine vllm|sglang``) format, listed first: ``hwdash plan --export vllm``.
+SERVER_FORMAT = ("vllm", "the `vllm serve` (SGLang: launch_server) line with the settings shown")
 
 #: What the hint says while nothing is wrong with the path.
 HINT = "enter writes the file · tab edits the path · escape leaves"
@@ -93,10 +95,15 @@ class ExportDialog(ModalScreen[tuple[str, Path] | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Leave")]
 
-    def __init__(self, paths: Mapping[str, Path]) -> None:
+    def __init__(
+        self, paths: Mapping[str, Path], formats: tuple[tuple[str, str], ...] = FORMATS
+    ) -> None:
         super().__init__()
         self.paths = dict(paths)
-        self._format = FORMATS[0][0]
+        self.formats = formats
+        """(format, what it is) as listed: :data:`FORMATS`, a serving plan's with
+        :data:`SERVER_FORMAT` first."""
+        self._format = formats[0][0]
         self._default_shown = str(self.paths[self._format])
         """The default path the field was last given (a field that differs was edited)."""
 
@@ -104,7 +111,7 @@ class ExportDialog(ModalScreen[tuple[str, Path] | None]):
         with Vertical():
             yield Static(Text("Export the plan"), id="export-title")
             yield OptionList(
-                *(Option(Text(f"{name:<11}{words}"), id=name) for name, words in FORMATS),
+                *(Option(Text(f"{name:<11}{words}"), id=name) for name, words in self.formats),
                 id="export-formats",
             )
             with Horizontal():

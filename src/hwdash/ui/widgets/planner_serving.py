@@ -3,9 +3,9 @@ tokens and maximum concurrency at ``max_model_len`` on one flavor, in the words 
 start-up log (``hwdash plan``'s serving lines, :mod:`hwdash.commands.plan_serving`, short enough
 for the pane's narrow column at 80 columns).
 
-The memory is :mod:`hwdash.core.planning.serving_plan`'s; the flavor is the plan's first
-``--flavor`` the engine runs on, else the recommended one (the headline's star), else the first
-GPU flavor of the table.
+The memory is :mod:`hwdash.core.planning.serving_plan`'s; the flavor is its
+:func:`~hwdash.core.planning.serving_plan.serving_flavor`: the plan's first ``--flavor`` the engine
+runs on, else the recommended one (the headline's star), else the first GPU flavor of the table.
 """
 
 from __future__ import annotations
@@ -15,26 +15,9 @@ from typing import Any
 from rich.text import Text
 
 from hwdash.core.estimator.serving import ServingMemory
-from hwdash.core.planning.serving_plan import memory_on, serving_settings
-from hwdash.core.results import FlavorFit, PlanReport
+from hwdash.core.planning.serving_plan import memory_on, serving_flavor, serving_settings
+from hwdash.core.results import PlanReport
 from hwdash.core.units import format_bytes
-
-
-def serving_flavor(report: PlanReport, tp: int) -> FlavorFit | None:
-    """The flavor the serving lines are about (see the module docstring); None: no GPU flavor
-    has ``tp`` GPUs."""
-    runs = [
-        fit
-        for fit in report.flavors
-        if fit.accelerator is not None
-        and fit.accelerator.kind == "gpu"
-        and fit.flavor.gpu_count >= tp
-    ]
-    for wanted in (*report.plan.flavors, report.recommended):
-        found = next((fit for fit in runs if fit.flavor.id == wanted), None)
-        if found is not None:
-            return found
-    return runs[0] if runs else None
 
 
 def serving_memory_shown(report: PlanReport, catalog: Any) -> tuple[str, ServingMemory] | None:
