@@ -173,10 +173,12 @@ def _find_max(
     field = _max_field(args, plan)
     if field is None:
         return None
-    if serving is not None and field.value == "concurrency" and serving[0] == plan.flavors[0]:
-        from hwdash.commands.plan_serving import serving_max_concurrency
+    if serving is not None and serving[0] == plan.flavors[0]:
+        # a serving plan: the engine's answers (core/planning/serving_max.py)
+        from hwdash.core.planning.serving_max import serving_max
 
-        return serving_max_concurrency(serving[2], serving[0], serving[1])
+        flavor, memory, report = serving
+        return serving_max(report, memory.settings, flavor, field, catalog, memory)
     from hwdash.core.planning.max_fit import find_max
 
     adjust = None

@@ -24,7 +24,8 @@ from hwdash.core.plan import Plan
 from hwdash.core.plan_unused import unused_settings
 from hwdash.core.planning.fit import evaluate_plan
 from hwdash.core.planning.max_fit import MaxField, MaxFit, find_max
-from hwdash.core.planning.serving_plan import engine_report, max_concurrency_by_flavor
+from hwdash.core.planning.serving_max import serving_max_by_flavor
+from hwdash.core.planning.serving_plan import engine_report
 from hwdash.core.results import FitVerdict, FlavorFit, PlanReport
 from hwdash.core.units import format_bytes, format_count, format_hours, format_money
 from hwdash.errors import UsageError
@@ -349,9 +350,9 @@ class PlannerResults(PlannerParts):
             return
         if field is MaxField.BATCH and not report.plan.is_training:
             field = MaxField.CONCURRENCY  # an inference plan's batch: sequences at once
-        if field is MaxField.CONCURRENCY and report.plan.is_serving:
-            # the engine's: max-len sequences in its KV pool, as hwdash plan --max concurrency
-            table.show_max(field.value, max_concurrency_by_flavor(report, self.catalog))
+        if report.plan.is_serving:
+            # the engine's answers, as hwdash plan --max (core/planning/serving_max.py)
+            table.show_max(field.value, serving_max_by_flavor(report, field, self.catalog))
             return
         answers: dict[str, MaxFit] = {}
         for fit in report.flavors:

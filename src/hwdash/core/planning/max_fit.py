@@ -80,6 +80,9 @@ class MaxFit:
     """The flavor's accelerator (``gpus`` counts GPUs of it)."""
     flavor_gpus: int = 0
     """The flavor's own GPU count."""
+    words: str | None = None
+    """What the answer counts, in the sentence (None: the field's own words; a serving plan's
+    ``seq`` is its longest ``--max-model-len``)."""
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -107,6 +110,7 @@ class MaxFit:
             MaxField.CONCURRENCY: f"most sequences of {self.plan_seq} tokens at once",
             MaxField.GPUS: f"fewest GPUs ({self.accelerator_name})",
         }[self.field]
+        what = self.words or what
         # "the longest --seq ... fits", "the most sequences ... fit"
         verb = "fit" if self.field in (MaxField.GPUS, MaxField.CONCURRENCY) else "fits"
         if self.value is None:

@@ -257,15 +257,3 @@ def max_concurrency(report: PlanReport, target: str, memory: ServingMemory) -> M
         accelerator_name=fit.accelerator.name if fit.accelerator is not None else "",
         flavor_gpus=fit.flavor.gpu_count,
     )
-
-
-def max_concurrency_by_flavor(report: PlanReport, catalog: Any) -> dict[str, MaxFit]:
-    """:func:`max_concurrency` on every GPU flavor the serving plan runs on (the planner's "max"
-    column); empty for a plan that is not a serving plan."""
-    settings = serving_settings(report.plan, report.model)
-    if settings is None:
-        return {}
-    return {
-        flavor: max_concurrency(report, flavor, memory)
-        for flavor, memory in serving_on_flavors(report, settings, catalog)[1].items()
-    }
