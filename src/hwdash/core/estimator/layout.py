@@ -137,6 +137,15 @@ class Architecture:
     vision_params: int = 0
     """A vision-language model's vision tower and projector (``ModelSpec.vision``): loaded with the
     model, so among :attr:`total_params`, outside the blocks."""
+    experts_fused: bool = True
+    """MoE: transformers keeps the routed experts (the ``copies`` > 1 linears) as fused 3-D
+    parameters of one ``...Experts`` module per block, not ``nn.Linear`` (transformers 5.24:
+    ``MixtralExperts`` in ``modeling_mixtral.py``, ``Qwen2MoeExperts`` / ``Qwen3MoeExperts``,
+    ``DeepseekV2Experts`` / ``DeepseekV3Experts``, ``Llama4TextExperts``: ``gate_up_proj`` and
+    ``down_proj``). Weight quantization that swaps modules then leaves them in the load dtype:
+    bitsandbytes' ``replace_with_bnb_linear`` (``integrations/bitsandbytes.py``) replaces only
+    ``nn.Linear`` and ``Conv1D``, as ``replace_with_awq_linear`` (``integrations/awq.py``) and
+    optimum's GPTQ ``convert_model`` do. See :attr:`quantizable_params`."""
     layer_attention: tuple[str, ...] = ()
     """Each decoder layer's attention, ``full``, ``sliding`` or ``chunked``
     (``ModelSpec.layer_attention``); empty: every layer full."""
@@ -307,17 +316,27 @@ class Architecture:
         return sum(count * per_block(kind) for count, kind in self.block_kinds)
 
     @cached_property
+    def quantized_linears(self) -> tuple[LinearShape, ...]:
+        """The block linears a weight quantizer replaces: all of them, less the routed experts
+        where transformers fuses them into 3-D parameters (:attr:`experts_fused`). A shared
+        expert and a dense block's MLP are ``nn.Linear`` and are quantized."""
+        if not self.experts_fused:
+            return self.linears
+        return tuple(linear for linear in self.linears if linear.copies == 1)
+
+    @cached_property
     def linear_rows(self) -> int:
-        """Output rows of every block linear of every block (LLM.int8()'s per-row scales)."""
+        """Output rows of every quantized block linear of every block (LLM.int8()'s per-row
+        scales)."""
         return self._over_blocks(
-            lambda kind: sum(linear.out_features * linear.copies for linear in kind.linears)
+            lambda kind: sum(linear.out_features * linear.copies for linear in kind.quantized_linears)
         )
 
     @cached_property
     def linear_inputs(self) -> int:
-        """Input features of every block linear of every block (GPTQ's group indices)."""
+        """Input features of every quantized block linear of every block (GPTQ's group indices)."""
         return self._over_blocks(
-            lambda kind: sum(linear.in_features * linear.copies for linear in kind.linears)
+            lambda kind: sum(linear.in_features * linear.copies for linear in kind.quantized_linears)
         )
 
     @cached_property
@@ -376,9 +395,15 @@ class Architecture:
 
     @cached_property
     def quantizable_params(self) -> int:
-        """Parameters bitsandbytes quantizes: every linear layer inside the blocks."""
+        """Parameters bitsandbytes quantizes: every ``nn.Linear`` inside the blocks
+        (:attr:`quantized_linears`). The fused routed experts of a MoE are not among them
+        (:attr:`experts_fused`): they stay in the load dtype, with the embeddings and norms in
+        :attr:`unquantized_params` (Mixtral-8x7B: 45.1B of its 46.7B parameters)."""
         cross = self.cross_attention_layers * self.cross_params_per_layer
-        return self._over_blocks(lambda kind: kind.linear_params_per_layer) + cross
+        return (
+            self._over_blocks(lambda kind: sum(linear.params for linear in kind.quantized_linears))
+            + cross
+        )
 
     @cached_property
     def total_params(self) -> int:
@@ -395,8 +420,34 @@ class Architecture:
 
     @cached_property
     def unquantized_params(self) -> int:
-        """Embeddings, LM head, norms, routers: left in 16 bits by bitsandbytes."""
+        """Embeddings, LM head, norms, routers and a MoE's fused routed experts: left in 16 bits
+        by bitsandbytes."""
         return self.total_params - self.quantizable_params
+
+    @cached_property
+    def largest_quantized_linear(self) -> LinearShape:
+        """The largest weight matrix a quantizer replaces in a block (one of
+        :attr:`quantized_linears`): the one bitsandbytes quantizes or dequantizes at a time.
+        :attr:`largest_linear` where nothing is left out."""
+        kinds = [kind for _, kind in self.block_kinds if kind.quantized_linears]
+        if not kinds:
+            return self.largest_linear
+        return max(
+            (linear for kind in kinds for linear in kind.quantized_linears),
+            key=lambda linear: linear.in_features * linear.out_features,
+        )
+
+    @cached_property
+    def largest_fused_expert_params(self) -> int:
+        """Parameters of the largest fused expert tensor (:attr:`experts_fused`): one block's
+        ``gate_up_proj`` (gate and up of every expert, one 3-D parameter in ``MixtralExperts``,
+        ``modeling_mixtral.py``) or ``down_proj``; 0 without fused experts."""
+        if not self.experts_fused:
+            return 0
+        routed = [linear for linear in self.linears if linear.copies > 1]
+        gate_up = sum(linear.params for linear in routed if is_gate_or_up(linear.name))
+        others = [linear.params for linear in routed if not is_gate_or_up(linear.name)]
+        return max([gate_up, *others], default=0)
 
     @cached_property
     def largest_linear(self) -> LinearShape:
@@ -453,6 +504,11 @@ def _every_expert_block_params(kind: Architecture) -> int:
 
 #: The MLP's linears, by name (a dense block keeps the others: the attention's).
 _MLP_NAMES = ("gate_proj", "up_proj", "down_proj", "fc1", "fc2", "shared_expert_gate")
+
+
+def is_gate_or_up(name: str) -> bool:
+    """Whether a block linear is a gated MLP's gate or up projection (or the two fused)."""
+    return name.split(".")[-1] in ("gate_proj", "up_proj", "gate_up_proj")
 
 
 def is_mlp(name: str) -> bool:

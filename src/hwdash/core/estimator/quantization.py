@@ -3,10 +3,25 @@
 Only the linear layers inside the transformer blocks are quantized. transformers replaces every
 ``nn.Linear`` of the model with a bitsandbytes or GPTQ/AWQ layer except the modules it keeps in full
 precision: the output embedding (LM head) is kept out by ``get_keys_to_not_convert``
-(``transformers/integrations/bitsandbytes.py``, and ``modules_to_not_convert`` in the GPTQ and AWQ
+(``transformers/quantizers/base.py``, and ``modules_to_not_convert`` in the GPTQ and AWQ
 quantizers), and embeddings and norms are not ``nn.Linear`` at all, so they stay in the load dtype
 (16-bit). That is the split :attr:`Architecture.quantizable_params` / ``unquantized_params`` already
 makes for QLoRA and quantized checkpoints.
+
+A MoE's routed experts are not ``nn.Linear`` in transformers 5.24: each block keeps them as fused
+3-D parameters of one ``...Experts`` module (``MixtralExperts.gate_up_proj`` / ``down_proj`` in
+``modeling_mixtral.py``; likewise Qwen2/3-MoE, DeepSeek-V2/V3 and Llama 4), and
+``replace_with_bnb_linear`` (``integrations/bitsandbytes.py``) swaps only ``nn.Linear`` and
+``Conv1D`` modules, with no expert-specific path in the bitsandbytes quantizers
+(``quantizers/quantizer_bnb_4bit.py`` / ``_8bit.py``). Applied to Mixtral-8x7B's config on the meta
+device it makes ``Linear4bit`` of the attention's 1.34B parameters and leaves the 45.1B expert
+parameters in ``MixtralExperts``. So the experts load, and stay, in the load dtype; they are
+``unquantized_params`` (:attr:`Architecture.experts_fused`), and PEFT's
+``prepare_model_for_kbit_training`` upcasts them to fp32 with the rest (below). A GPTQ or AWQ
+checkpoint stores each expert's matrices apart (``experts.0.w1.qweight``): the AWQ and GPTQ
+quantizers also swap ``nn.Linear`` only, and the model's weight converters
+(``conversion_mapping.py``, ``.experts.*.w1.weight`` -> ``.experts.gate_up_proj``) match
+``.weight`` names only, so the fused experts are missing keys, made in the load dtype.
 
 Bytes per quantized weight:
 
@@ -51,9 +66,9 @@ read in transformers 5.24 and bitsandbytes (main, 0.50.2.dev0):
 * A pre-quantized checkpoint (``Bnb4bitDeserialize``, GPTQ, AWQ) is not quantized on load.
 * PEFT's ``prepare_model_for_kbit_training`` (``peft/utils/other.py``, PEFT 0.21) then casts every
   16-bit parameter that is not ``Params4bit`` to fp32, one at a time (``param.data =
-  param.data.to(torch.float32)``): the unquantized parts (embeddings, LM head, norms) move from 2 to
-  4 bytes, and while the last one (the LM head, registered last, or the embedding, the largest)
-  is cast its 16-bit original is alive too.
+  param.data.to(torch.float32)``): the unquantized parts (embeddings, LM head, norms, fused MoE
+  experts) move from 2 to 4 bytes, and while the largest one (the embedding, the LM head or one
+  block's fused ``gate_up_proj``) is cast its 16-bit original is alive too.
 """
 
 from __future__ import annotations
@@ -100,7 +115,7 @@ def quantize_on_load_bytes(arch: Architecture, bits: int) -> int:
       (``quantize_4bit``'s, and its ``_absmax - offset`` copy under double quantization);
     * 8 bits: the 16-bit source still on the GPU plus its fp16 copy ``Int8Params`` quantizes.
     """
-    largest = arch.largest_linear
+    largest = arch.largest_quantized_linear
     weights = largest.in_features * largest.out_features
     if bits == 4:
         blocks = math.ceil(weights / BNB_4BIT_BLOCKSIZE)
@@ -111,11 +126,12 @@ def quantize_on_load_bytes(arch: Architecture, bits: int) -> int:
 def kbit_upcast_bytes(arch: Architecture, frozen_bytes: int) -> int:
     """What PEFT's ``prepare_model_for_kbit_training`` adds above the loaded model while it casts
     the unquantized parameters to ``frozen_bytes`` (4: fp32): ``frozen_bytes - 2`` more bytes per
-    unquantized parameter, plus the 16-bit original of the largest one (the embedding or the LM
-    head) alive while it is cast. 0 when they stay 16-bit (``--qlora-frozen-dtype bf16``)."""
+    unquantized parameter, plus the 16-bit original of the largest one (the embedding, the LM
+    head or a fused expert tensor) alive while it is cast. 0 when they stay 16-bit
+    (``--qlora-frozen-dtype bf16``)."""
     if frozen_bytes <= LOAD_DTYPE_BYTES:
         return 0
-    largest = max(arch.embedding_params, arch.lm_head_params)
+    largest = max(arch.embedding_params, arch.lm_head_params, arch.largest_fused_expert_params)
     return (frozen_bytes - LOAD_DTYPE_BYTES) * arch.unquantized_params + LOAD_DTYPE_BYTES * largest
 
 
@@ -194,7 +210,7 @@ def dequantization_workspace_bytes(
     * gptq-4: counted the same way (a fused kernel with no such copy would need less): the
       larger figure, on the safe side.
     """
-    largest = arch.largest_linear
+    largest = arch.largest_quantized_linear
     if quant is Quant.INT8:
         return tokens * largest.in_features + 4 * tokens * largest.out_features
     return element_bytes * largest.in_features * largest.out_features

@@ -357,8 +357,9 @@ def _add_adapter_transients(
 ) -> None:
     """A quantized base's dequantized weight and DoRA's weight norm, alive in backward only."""
     if method in QUANTIZED_METHODS:
-        # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul.
-        largest = arch.largest_linear
+        # bitsandbytes dequantizes one weight at a time to 16 bits for the matmul (fused MoE
+        # experts are not quantized: Architecture.experts_fused).
+        largest = arch.largest_quantized_linear
         dequantized = 2 * largest.in_features * largest.out_features
         acc.activations += dequantized
         acc.note(f"{label} dequantized weight (transient)", dequantized, _BACKWARD_ONLY)
