@@ -27,6 +27,7 @@ from hwdash.core.estimator.quantization import (
 from hwdash.core.estimator.states import LAYOUTS, _base_weight_bytes
 from hwdash.core.models.config import model_from_config, model_from_config_file
 from hwdash.core.plan import Method, Plan, Precision, Quant
+from hwdash.core.specs import ModelSpec
 
 REPO = Path(__file__).resolve().parents[2]
 MIXTRAL = model_from_config_file(REPO / "tests/data/model_configs/mixtral-style/config.json")
@@ -147,3 +148,24 @@ def test_a_dense_model_is_unchanged() -> None:
     assert arch.largest_quantized_linear == arch.largest_linear
     assert arch.largest_fused_expert_params == 0
     assert kbit_upcast_bytes(arch, 4) == 2 * arch.unquantized_params + 2 * 128256 * hidden
+
+
+def _warnings(spec: ModelSpec, **fields: object) -> list[str]:
+    return list(estimate_memory(Plan(model=spec.id, **fields), spec).warnings)
+
+
+def test_a_quantized_moe_plan_says_its_experts_stay_16_bit() -> None:
+    def said(warnings: list[str], text: str) -> bool:
+        return any(text in warning for warning in warnings)
+
+    qlora = _warnings(MIXTRAL, method="qlora", lora_dropout=0)
+    assert said(qlora, "routed experts (fused 3D weights in transformers 5) stay in 16 bits")
+    assert said(qlora, "upcast to fp32")
+    bf16 = _warnings(MIXTRAL, method="qlora", lora_dropout=0, qlora_frozen_dtype="bf16")
+    assert said(bf16, "stay in 16 bits") and not said(bf16, "upcast to fp32")
+    assert said(_warnings(MIXTRAL, method="inference", quant="nf4"), "stay in 16 bits")
+    gptq = MIXTRAL.model_copy(update={"checkpoint_bits": 4})
+    assert said(_warnings(gptq, method="inference"), "checkpoint's experts are counted in 16 bits")
+    assert not said(_warnings(MIXTRAL, method="lora", lora_dropout=0), "16 bits")
+    dense = load_catalog().models["llama-3.1-8b"]
+    assert not said(_warnings(dense, method="qlora"), "16 bits")

@@ -39,9 +39,17 @@ from hwdash.core.estimator.phases import (
 from hwdash.core.estimator.rl import _add_rl
 from hwdash.core.estimator.savers import resolve_savers
 from hwdash.core.estimator.software import Software, packaged_software
-from hwdash.core.estimator.states import Layout
+from hwdash.core.estimator.states import QUANTIZED_METHODS, Layout
 from hwdash.core.estimator.training import _effective_layout, _train_one_model
-from hwdash.core.plan import LORA_STYLE_METHODS, Attention, Method, Offload, Plan, Precision
+from hwdash.core.plan import (
+    LORA_STYLE_METHODS,
+    Attention,
+    Method,
+    Offload,
+    Plan,
+    Precision,
+    Quant,
+)
 from hwdash.core.results import MemoryEstimate
 from hwdash.core.specs import Accelerator, Framework, ModelSpec
 
@@ -109,6 +117,7 @@ def estimate_memory(
     plan = _plan_the_model_runs(plan, model, layout, acc)
     _warn_about_settings(plan, model, dp, accelerator, layout, acc)
     _warn_about_moe_adapters(plan, model, acc)
+    _warn_about_quantized_moe(plan, arch, savers.qlora_frozen_bytes, acc)
     trainable = 0
     if model.encoder_only:
         # imported here: encoder_training imports the training module this one imports
@@ -231,6 +240,38 @@ def _warn_about_settings(
     if plan.attention is Attention.FLASH and layout.activation_bytes == 4:
         acc.warnings.append(
             "flash attention needs fp16/bf16 inputs; with --precision fp32 it falls back to SDPA"
+        )
+
+
+def _warn_about_quantized_moe(
+    plan: Plan, arch: Architecture, frozen_bytes: int, acc: _Accumulator
+) -> None:
+    """Say that a quantized MoE keeps its fused routed experts unquantized (see
+    :attr:`Architecture.experts_fused` and :mod:`hwdash.core.estimator.quantization`)."""
+    if arch.experts <= 1 or not arch.experts_fused:
+        return
+    trained_method = plan.rl_method if plan.is_rl else plan.method
+    on_load = plan.quant in (Quant.NF4, Quant.INT8) or (
+        trained_method in QUANTIZED_METHODS and arch.checkpoint_bits is None
+    )
+    if on_load:
+        acc.warnings.append(
+            "bitsandbytes quantizes nn.Linear only: this MoE's routed experts (fused 3D weights "
+            "in transformers 5) stay in 16 bits and are counted so"
+            + (
+                ", upcast to fp32 with the rest by prepare_model_for_kbit_training unless "
+                "--qlora-frozen-dtype bf16"
+                if trained_method in QUANTIZED_METHODS and frozen_bytes == 4
+                else ""
+            )
+        )
+    elif arch.checkpoint_bits is not None and (
+        trained_method in LORA_STYLE_METHODS or plan.method is Method.INFERENCE
+    ):
+        acc.warnings.append(
+            "transformers 5 keeps this MoE's routed experts as fused 3D weights, which its "
+            "GPTQ, AWQ and bitsandbytes layers do not replace: the quantized checkpoint's experts "
+            "are counted in 16 bits"
         )
 
 
