@@ -329,14 +329,18 @@ class Architecture:
         """Output rows of every quantized block linear of every block (LLM.int8()'s per-row
         scales)."""
         return self._over_blocks(
-            lambda kind: sum(linear.out_features * linear.copies for linear in kind.quantized_linears)
+            lambda kind: sum(
+                linear.out_features * linear.copies for linear in kind.quantized_linears
+            )
         )
 
     @cached_property
     def linear_inputs(self) -> int:
         """Input features of every quantized block linear of every block (GPTQ's group indices)."""
         return self._over_blocks(
-            lambda kind: sum(linear.in_features * linear.copies for linear in kind.quantized_linears)
+            lambda kind: sum(
+                linear.in_features * linear.copies for linear in kind.quantized_linears
+            )
         )
 
     @cached_property
