@@ -116,8 +116,7 @@ def estimate_memory(
     layout = _effective_layout(plan, acc)
     plan = _plan_the_model_runs(plan, model, layout, acc)
     _warn_about_settings(plan, model, dp, accelerator, layout, acc)
-    _warn_about_moe_adapters(plan, model, acc)
-    _warn_about_quantized_moe(plan, arch, savers.qlora_frozen_bytes, acc)
+    _warn_about_moe(plan, model, arch, savers.qlora_frozen_bytes, acc)
     trainable = 0
     if model.encoder_only:
         # imported here: encoder_training imports the training module this one imports
@@ -241,6 +240,14 @@ def _warn_about_settings(
         acc.warnings.append(
             "flash attention needs fp16/bf16 inputs; with --precision fp32 it falls back to SDPA"
         )
+
+
+def _warn_about_moe(
+    plan: Plan, model: ModelSpec, arch: Architecture, frozen_bytes: int, acc: _Accumulator
+) -> None:
+    """The MoE warnings: LoRA on the experts, and quantization leaving them 16-bit."""
+    _warn_about_moe_adapters(plan, model, acc)
+    _warn_about_quantized_moe(plan, arch, frozen_bytes, acc)
 
 
 def _warn_about_quantized_moe(
