@@ -12,6 +12,7 @@ read that fails, drops it: a read whose number is not the newest is ignored when
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 from textual.binding import Binding
@@ -44,6 +45,21 @@ TIME_CURSOR_BINDINGS = [
 
 _Move = tuple[str, int]
 """A move of the cursor: ("step", points) or ("jump", direction)."""
+
+
+def _read_without_collecting(reader: Any, directory: Path) -> HistoryRead:
+    """``reader(directory)`` with the cyclic garbage collector held off. An hour of 8 GPUs parses
+    into a few million objects; while they pile up, the collector's full collections traverse all
+    of them again and again, holding the GIL, so the UI thread froze just the same (measured with
+    ``bench/history_cursor_bench.py``: full collections of 70-130 ms, the event loop's longest
+    gaps). Parsed JSON holds no reference cycles, so nothing is left uncollected by the pause."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return reader(directory)  # type: ignore[no-any-return]
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class TimeCursorKeys:
@@ -157,7 +173,7 @@ class TimeCursorKeys:
         # Off the UI thread: the blocking read. Never raises into the worker: a failure is a
         # message on the UI thread.
         try:
-            read, error = reader(directory), None
+            read, error = _read_without_collecting(reader, directory), None
         except Exception as exc:  # a reader's bug or an OS error: said, never a traceback
             read, error = None, f"{type(exc).__name__}: {exc}"
         self.call_from_thread(self._history_read, number, read, error)
