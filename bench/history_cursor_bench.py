@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from hwdash.telemetry.fake_scenario import ManualClock
-from hwdash.telemetry.history_ring import HistoryRing, read_history
+from hwdash.telemetry.history_ring import HistoryCache, HistoryRing, read_history
 from hwdash.telemetry.snapshot_json import snapshot_to_dict
 from hwdash.telemetry.source import make_sampler
 
@@ -114,15 +114,10 @@ def main() -> None:
             f"{size / 1e6:.1f} MB in {files} segments"
         )
         print(f"read_history: {timed(lambda: read_history(directory)) * 1000:.0f} ms (median of 3)")
-        try:
-            from hwdash.telemetry.history_ring import HistoryCache
-        except ImportError:
-            HistoryCache = None  # noqa: N806 (before the cache existed)
-        if HistoryCache is not None:
-            cache = HistoryCache()
-            cold = timed(lambda: cache.read(directory), repeat=1)
-            warm = timed(lambda: cache.read(directory))
-            print(f"HistoryCache.read: cold {cold * 1000:.0f} ms, unchanged {warm * 1000:.1f} ms")
+        cache = HistoryCache()
+        cold = timed(lambda: cache.read(directory), repeat=1)
+        warm = timed(lambda: cache.read(directory))
+        print(f"HistoryCache.read: cold {cold * 1000:.0f} ms, unchanged {warm * 1000:.1f} ms")
         asyncio.run(frame_stall(directory, args.scenario, start, seconds))
 
 

@@ -80,7 +80,17 @@ class TimeCursorKeys:
 
         def notify(self, message: str, **kwargs: Any) -> None: ...
 
-        def run_worker(self, work: Any, **kwargs: Any) -> Worker[Any]: ...
+        def run_worker(
+            self,
+            work: Any,
+            name: str | None = "",
+            group: str = "default",
+            description: str = "",
+            exit_on_error: bool = True,
+            start: bool = True,
+            exclusive: bool = False,
+            thread: bool = False,
+        ) -> Worker[Any]: ...
 
         def call_from_thread(self, callback: Any, *args: Any) -> Any: ...
 
