@@ -209,6 +209,8 @@ async def test_a_corrupt_segment_or_a_failing_read_is_a_message(tmp_path: Path) 
     segment = min(history.glob("raw-*.jsonl"))
     with segment.open("ab") as handle:
         handle.write(b"{not json at all}\n")
+    with max(history.glob("raw-*.jsonl")).open("ab") as handle:
+        handle.write(b'{"timestamp": 1')  # a line cut by a kill: skipped without a word
     (history / "raw-0000000000001.jsonl").mkdir()  # a segment that cannot be read
     app, _clock = fake_app("h100x8", data_dir=tmp_path, start_s=30)
     app.time_cursor.directory = history

@@ -564,6 +564,9 @@ class HistoryRead:
     """Bytes read from the segments this time (:class:`HistoryCache`; None: not counted)."""
     errors: list[str] = field(default_factory=list)
     """Segments that could not be read, with why (:class:`HistoryCache`)."""
+    cut: int = 0
+    """Of ``skipped``, the lines cut short at a segment's end (a kill, or a line being written
+    while read), which are not damage (:class:`HistoryCache`)."""
 
 
 def _lines(path: Path) -> Iterator[bytes]:
@@ -678,7 +681,7 @@ class HistoryCache:
                 self._directory, self._segments = directory, {}
             raw: list[dict[str, Any]] = []
             minutes: list[dict[str, Any]] = []
-            skipped = read_bytes = 0
+            skipped = read_bytes = cut = 0
             errors: list[str] = []
             kept: dict[Path, _Cached] = {}
             segments = _segments(directory)
@@ -693,10 +696,11 @@ class HistoryCache:
                 kept[segment.path] = cached
                 read_bytes += count
                 skipped += cached.skipped + tail  # a cut last line counts, as read_history's
+                cut += tail
                 (raw if segment.tier == "raw" else minutes).extend(cached.points)
             self._segments = kept
             return HistoryRead(
-                directory, _merge(raw, minutes), skipped, len(segments), read_bytes, errors
+                directory, _merge(raw, minutes), skipped, len(segments), read_bytes, errors, cut
             )
 
     def _segment(self, path: Path) -> tuple[_Cached, int, int]:

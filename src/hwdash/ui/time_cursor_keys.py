@@ -221,12 +221,15 @@ class TimeCursorKeys:
         self._show_time_cursor()
 
     def _say_read_errors(self, read: HistoryRead) -> None:
-        said = (read.skipped, tuple(read.errors))
-        if said == self._history_errors_said or not (read.skipped or read.errors):
+        # A line cut short at a segment's end (a kill) is skipped without a word, as every reader
+        # of the ring does; lines that are not JSON and unreadable segments are damage: said.
+        damaged = read.skipped - read.cut
+        said = (damaged, tuple(read.errors))
+        if said == self._history_errors_said or not (damaged or read.errors):
             self._history_errors_said = said
             return
         self._history_errors_said = said
-        parts = [f"{read.skipped} unreadable line(s) skipped"] if read.skipped else []
+        parts = [f"{damaged} unreadable line(s) skipped"] if damaged else []
         parts += [f"segment {error}" for error in read.errors]
         self.notify(
             f"history in {read.directory}: " + "; ".join(parts),
