@@ -20,6 +20,7 @@ from hwdash.commands.monitor import history_ring, say_history, with_history
 from hwdash.errors import UsageError
 from hwdash.telemetry.fake_scenario import ManualClock
 from hwdash.telemetry.history_ring import (
+    HistoryCache,
     HistoryRing,
     RecordingSampler,
     default_history_dir,
@@ -190,6 +191,60 @@ def test_a_kill_mid_write_leaves_a_cut_line_that_readers_skip(tmp_path: Path) ->
     found = read_history(tmp_path)
     assert [p["timestamp"] for p in found.points] == [T0 + n for n in range(30) if n != 20]
     assert found.skipped == 1
+
+
+def test_the_cache_reads_only_what_changed_and_agrees_with_read_history(tmp_path: Path) -> None:
+    ring = HistoryRing(tmp_path)
+    assert ring.open()
+    points = _synthetic(700)  # two raw segments (10 minutes each) and a minute segment
+    for point in points[:650]:
+        ring.add(point)
+    cache = HistoryCache()
+
+    def same(found: Any) -> None:
+        expected = read_history(tmp_path)
+        assert found.points == expected.points and found.skipped == expected.skipped
+
+    first = cache.read(tmp_path)
+    same(first)
+    assert first.read_bytes == _disk_bytes(tmp_path) and len(first.points) == 650
+    again = cache.read(tmp_path)  # nothing changed: no segment is read
+    same(again)
+    assert again.read_bytes == 0
+
+    before = _disk_bytes(tmp_path)
+    for point in points[650:]:  # the ring records on: only the new lines are read
+        ring.add(point)
+    ring.close()
+    grown = cache.read(tmp_path)
+    same(grown)
+    assert grown.read_bytes == _disk_bytes(tmp_path) - before
+    assert [p["timestamp"] for p in grown.points] == [T0 + n for n in range(700)]
+
+    # A cut line at the end is counted, and a pruned segment is forgotten.
+    newest = max(tmp_path.glob("raw-*.jsonl"))
+    with newest.open("a") as handle:
+        handle.write('{"timestamp": 1')
+    same(cache.read(tmp_path))
+    cut = cache.read(tmp_path)
+    assert cut.skipped == 1 and cut.cut == 1
+    min(tmp_path.glob("raw-*.jsonl")).unlink()
+    pruned = cache.read(tmp_path)
+    same(pruned)
+    raw = [p["timestamp"] for p in pruned.points if "downsampled" not in p]
+    assert raw[0] == T0 + 600 and "downsampled" in pruned.points[0] and not pruned.errors
+
+
+def test_the_cache_names_a_segment_it_cannot_read(tmp_path: Path) -> None:
+    ring = HistoryRing(tmp_path)
+    assert ring.open()
+    for point in _synthetic(5):
+        ring.add(point)
+    ring.close()
+    (tmp_path / "raw-0000000000001.jsonl").mkdir()  # a segment's name on something unreadable
+    found = HistoryCache().read(tmp_path)
+    assert len(found.points) == 5
+    assert len(found.errors) == 1 and found.errors[0].startswith("raw-0000000000001.jsonl: ")
 
 
 def test_two_writers_on_one_box_one_records(tmp_path: Path) -> None:

@@ -560,6 +560,13 @@ class HistoryRead:
     points: list[dict[str, Any]]
     skipped: int = 0
     files: int = 0
+    read_bytes: int | None = None
+    """Bytes read from the segments this time (:class:`HistoryCache`; None: not counted)."""
+    errors: list[str] = field(default_factory=list)
+    """Segments that could not be read, with why (:class:`HistoryCache`)."""
+    cut: int = 0
+    """Of ``skipped``, the lines cut short at a segment's end (a kill, or a line being written
+    while read), which are not damage (:class:`HistoryCache`)."""
 
 
 def _lines(path: Path) -> Iterator[bytes]:
@@ -573,9 +580,15 @@ def _lines(path: Path) -> Iterator[bytes]:
 def _points(
     path: Path, since: float | None, until: float | None, slack: float
 ) -> tuple[list[Any], int]:
+    return _parse(_lines(path), since, until, slack)
+
+
+def _parse(
+    lines: Iterable[bytes], since: float | None, until: float | None, slack: float
+) -> tuple[list[Any], int]:
     points: list[Any] = []
     skipped = 0
-    for line in _lines(path):
+    for line in lines:
         if not line.strip():
             continue
         if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
@@ -595,6 +608,16 @@ def _points(
         if not early and (until is None or stamp <= until):
             points.append(document)
     return points, skipped
+
+
+def _merge(raw: list[dict[str, Any]], minutes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The raw samples, and the minute points of the minutes no raw sample is in, oldest first."""
+    covered = {math.floor(point["timestamp"] / MINUTE_S) for point in raw}
+    merged = raw + [
+        point for point in minutes if math.floor(point["timestamp"] / MINUTE_S) not in covered
+    ]
+    merged.sort(key=lambda point: point["timestamp"])
+    return merged
 
 
 def is_history_dir(path: Path) -> bool:
@@ -622,12 +645,83 @@ def read_history(
         found, bad = _points(segment.path, since, until, MINUTE_S if segment.tier == "1m" else 0.0)
         skipped += bad
         (raw if segment.tier == "raw" else minutes).extend(found)
-    covered = {math.floor(point["timestamp"] / MINUTE_S) for point in raw}
-    merged = raw + [
-        point for point in minutes if math.floor(point["timestamp"] / MINUTE_S) not in covered
-    ]
-    merged.sort(key=lambda point: point["timestamp"])
-    return HistoryRead(directory, merged, skipped, files)
+    return HistoryRead(directory, _merge(raw, minutes), skipped, files)
+
+
+@dataclass
+class _Cached:
+    """What :class:`HistoryCache` keeps of one segment: which file it was (device, inode), how
+    far it was read (to the end of its last whole line), the points and bad lines up to there."""
+
+    identity: tuple[int, int]
+    offset: int
+    points: list[dict[str, Any]]
+    skipped: int
+
+
+class HistoryCache:
+    """:func:`read_history` (the whole directory) for a reader that reads the same directory again
+    and again, the dashboard's time cursor: each segment's points are kept with the file they came
+    from and how far it was read. Reading again opens no segment that did not change, reads a
+    grown one (the open segments the sampler appends to) from where the last read stopped, reads
+    a replaced or shorter one anew, and forgets a vanished one (pruned by the writer). Safe to
+    call from several threads (one read at a time)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._directory: Path | None = None
+        self._segments: dict[Path, _Cached] = {}
+
+    def __call__(self, directory: Path) -> HistoryRead:
+        return self.read(directory)
+
+    def read(self, directory: Path) -> HistoryRead:
+        with self._guard:
+            if directory != self._directory:
+                self._directory, self._segments = directory, {}
+            raw: list[dict[str, Any]] = []
+            minutes: list[dict[str, Any]] = []
+            skipped = read_bytes = cut = 0
+            errors: list[str] = []
+            kept: dict[Path, _Cached] = {}
+            segments = _segments(directory)
+            for segment in segments:
+                try:
+                    cached, tail, count = self._segment(segment.path)
+                except FileNotFoundError:
+                    continue  # pruned since the listing: its points are gone from the ring too
+                except OSError as exc:
+                    errors.append(f"{segment.path.name}: {exc.strerror or exc}")
+                    continue
+                kept[segment.path] = cached
+                read_bytes += count
+                skipped += cached.skipped + tail  # a cut last line counts, as read_history's
+                cut += tail
+                (raw if segment.tier == "raw" else minutes).extend(cached.points)
+            self._segments = kept
+            return HistoryRead(
+                directory, _merge(raw, minutes), skipped, len(segments), read_bytes, errors, cut
+            )
+
+    def _segment(self, path: Path) -> tuple[_Cached, int, int]:
+        """The segment's cached state brought up to date, whether its bytes after the last whole
+        line are a cut line (1) or not (0), and how many bytes were read."""
+        with open(path, "rb") as handle:
+            status = os.fstat(handle.fileno())
+            identity = (status.st_dev, status.st_ino)
+            cached = self._segments.get(path)
+            if cached is None or cached.identity != identity or status.st_size < cached.offset:
+                cached = _Cached(identity, 0, [], 0)
+            elif status.st_size == cached.offset:
+                return cached, 0, 0
+            handle.seek(cached.offset)
+            data = handle.read()
+        whole = data.rfind(b"\n") + 1
+        points, bad = _parse(data[:whole].splitlines(keepends=True), None, None, 0.0)
+        grown = _Cached(
+            identity, cached.offset + whole, cached.points + points, cached.skipped + bad
+        )
+        return grown, int(bool(data[whole:].strip())), len(data)
 
 
 @dataclass

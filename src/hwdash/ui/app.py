@@ -543,9 +543,7 @@ class HwdashApp(TimeCursorKeys, App[None]):
     def action_process_cursor(self, where: str) -> None:
         """Up/down/home/end on the monitor tab: focus the process table and move its selection;
         ``end`` while looking back in the history returns to live first."""
-        if where == "last" and not self.time_cursor.live:
-            self.time_cursor.go_live()
-            self._show_time_cursor()
+        if where == "last" and self.time_cursor_to_live():
             return
         table = self.monitor.process_table
         if not table.display:

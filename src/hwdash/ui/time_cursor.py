@@ -3,7 +3,10 @@
 ``[`` / ``]`` step one recorded point back / forward, ``{`` / ``}`` jump :data:`JUMP_S` back /
 forward, ``end`` returns to live. The history directory
 (:mod:`hwdash.telemetry.history_ring`) is read when the cursor first leaves live, and again each
-time it leaves live anew (the ring keeps growing meanwhile). A point is shown as the monitor shows a
+time it leaves live anew (the ring keeps growing meanwhile); the reader keeps what it read, so
+reading again opens only the segments that changed (:class:`HistoryCache`). The dashboard reads
+in a worker thread and hands the points over with :meth:`TimeCursor.give`
+(:mod:`hwdash.ui.time_cursor_keys`). A point is shown as the monitor shows a
 live frame, with the pressure of the points before it as its sparkline; alert states are not decided
 again (the recorded lost and error states stay).
 """
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hwdash.telemetry.history_ring import HistoryRead, read_history
+from hwdash.telemetry.history_ring import HistoryCache, HistoryRead
 from hwdash.telemetry.replay import snapshot_from_dict
 from hwdash.ui.sampling import FRAME_HISTORY_POINTS, MonitorFrame
 
@@ -28,11 +31,13 @@ class TimeCursor:
     """Where in the history the monitor is (None: live), and the frames to show there."""
 
     def __init__(
-        self, directory: Path | None, reader: Callable[[Path], HistoryRead] = read_history
+        self, directory: Path | None, reader: Callable[[Path], HistoryRead] | None = None
     ) -> None:
         self.directory = directory
         """The history directory (None: this dashboard has none, e.g. a replay)."""
-        self._reader = reader
+        self.reader: Callable[[Path], HistoryRead] = reader or HistoryCache()
+        """Reads the directory (blocking: the dashboard calls it from a worker thread)."""
+        self._given: list[dict[str, Any]] | None = None
         self.points: list[dict[str, Any]] = []
         self.position: int | None = None
         """Index of the point shown; None while live."""
@@ -41,10 +46,22 @@ class TimeCursor:
     def live(self) -> bool:
         return self.position is None
 
+    @property
+    def has_directory(self) -> bool:
+        """Whether there is a history directory to read (one ``stat``)."""
+        return self.directory is not None and self.directory.is_dir()
+
+    def give(self, points: list[dict[str, Any]]) -> None:
+        """The points the next move from live starts from, read elsewhere (instead of reading)."""
+        self._given = points
+
     def _load(self) -> bool:
+        if self._given is not None:
+            self.points, self._given = self._given, None
+            return bool(self.points)
         if self.directory is None or not self.directory.is_dir():
             return False
-        self.points = self._reader(self.directory).points
+        self.points = self.reader(self.directory).points
         return bool(self.points)
 
     def step(self, by: int) -> bool:
