@@ -34,7 +34,7 @@ def image_tokens_per_example(plan: Plan, model: ModelSpec) -> int:
     if model.vision is None:
         raise UsageError(
             f"{model.name} has no vision tower: --images needs a vision-language model's "
-            "config.json (qwen2_5_vl, gemma3 with vision_config, llava, llava_next)",
+            "config.json (qwen2_5_vl, gemma3 with vision_config, llava, llava_next, llama4)",
             flag="--images",
         )
     per_image = plan.image_tokens or model.vision.image_tokens
