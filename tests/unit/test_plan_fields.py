@@ -201,3 +201,11 @@ async def test_the_planner_form_has_a_control_per_registry_row() -> None:
                     assert control.placeholder == "5.0M tokens (from the plan)"
                 else:
                     assert control.placeholder == (form_row.placeholder or ""), field.name
+
+
+def test_the_registry_marks_the_fields_plan_inputs_listed_by_hand() -> None:
+    # step one of deriving plan_inputs' hand-written list from the registry: the same names
+    from hwdash.commands.plan_inputs import _UNSET_UNLESS_GIVEN
+    from hwdash.core.plan_fields import UNSET_UNLESS_GIVEN
+
+    assert UNSET_UNLESS_GIVEN == _UNSET_UNLESS_GIVEN
