@@ -20,17 +20,12 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests" / "ui"))
+from _headless import SIZE, check_cluster_shown, frame_builder, headless_dashboard, summary
 
-from hwdash.telemetry.prometheus_source import PrometheusSampler  # noqa: E402
+from hwdash.telemetry.prometheus_source import PrometheusSampler
 
 MIB = 2**20
 
@@ -64,40 +59,22 @@ def answer(hosts: int, gpus: int, round_number: int, rng: random.Random) -> byte
     ).encode()
 
 
-def summary(name: str, seconds: list[float]) -> str:
-    ordered = sorted(seconds)
-    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-    return (
-        f"{name:<34} median {statistics.median(seconds) * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms"
-    )
+#: The label column of the summary lines.
+WIDTH = 34
 
 
 async def main(hosts: int, gpus: int, rounds: int) -> None:
-    from snapshot_apps.fake_dashboard import shared_catalog
-
-    from hwdash.core.live.alerts import AlertRule
-    from hwdash.telemetry.history import History
-    from hwdash.ui.app import make_app
-    from hwdash.ui.sampling import AlertingFrameBuilder
-
     rng = random.Random(7)
     bodies = [answer(hosts, gpus, number, rng) for number in range(rounds)]
     served = iter(bodies)
     sampler = PrometheusSampler(
         "http://prometheus.invalid:9090", fetch=lambda request, timeout: next(served)
     )
-    builder = AlertingFrameBuilder(AlertRule(), history=History(interval_s=1.0))
-    app = make_app(
-        catalog=shared_catalog(),
-        sampler=None,
-        interval=1.0,
-        initial_tab="monitor",
-        alert_log=False,
-        bell=False,
-    )
+    builder = frame_builder()
+    app = headless_dashboard()
     sample_s: list[float] = []
     screen_s: list[float] = []
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         for number in range(rounds):
             # As in the dashboard: the sampling thread's work, then the event loop's.
@@ -108,13 +85,12 @@ async def main(hosts: int, gpus: int, rounds: int) -> None:
             await pilot.pause()  # Textual refreshes and renders what changed
             screen_s.append(time.perf_counter() - sampled)
             sample_s.append(sampled - started)
-        shown = app.monitor.cluster_table
-        assert shown.display and len(shown.lines) == hosts * gpus
+        check_cluster_shown(app, hosts * gpus)
     total = [a + b for a, b in zip(sample_s, screen_s, strict=True)]
     print(f"{hosts} hosts x {gpus} GPUs, {rounds} rounds, 120x40")
-    print(summary("sampler (parse, history, alerts)", sample_s))
-    print(summary("screen (show the frame, render)", screen_s))
-    print(summary("a round in all (goal < 200 ms)", total))
+    print(summary("sampler (parse, history, alerts)", sample_s, WIDTH))
+    print(summary("screen (show the frame, render)", screen_s, WIDTH))
+    print(summary("a round in all (goal < 200 ms)", total, WIDTH))
 
 
 if __name__ == "__main__":

@@ -26,17 +26,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests" / "ui"))
+from _headless import (
+    ROOT,
+    SIZE,
+    check_cluster_shown,
+    frame_builder,
+    headless_dashboard,
+    summary,
+)
 
-from hwdash.telemetry.ssh_source import SshSampler  # noqa: E402
+from hwdash.telemetry.ssh_source import SshSampler
 
 STAND_IN_SSH = """#!/bin/sh
 # Stand-in ssh: skip the options up to "--", then run the remote command here.
@@ -118,39 +122,21 @@ def stand_ins(folder: Path, gpus: int, remote: str) -> Path:
     return ssh
 
 
-def summary(name: str, seconds: list[float]) -> str:
-    ordered = sorted(seconds)
-    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-    return (
-        f"{name:<38} median {statistics.median(seconds) * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms"
-    )
+#: The label column of the summary lines.
+WIDTH = 38
 
 
 async def main(hosts: int, gpus: int, rounds: int, remote: str) -> None:
-    from snapshot_apps.fake_dashboard import shared_catalog
-
-    from hwdash.core.live.alerts import AlertRule
-    from hwdash.telemetry.history import History
-    from hwdash.ui.app import make_app
-    from hwdash.ui.sampling import AlertingFrameBuilder
-
     folder = Path(tempfile.mkdtemp(prefix="hwdash-ssh-bench-"))
     ssh = stand_ins(folder, gpus, remote)
     names = [f"node-{number:02d}" for number in range(hosts)]
     sampler = SshSampler(names, interval_s=1.0, ssh=(str(ssh),))
-    builder = AlertingFrameBuilder(AlertRule(), history=History(interval_s=1.0))
-    app = make_app(
-        catalog=shared_catalog(),
-        sampler=None,
-        interval=1.0,
-        initial_tab="monitor",
-        alert_log=False,
-        bell=False,
-    )
+    builder = frame_builder()
+    app = headless_dashboard()
     frame_s: list[float] = []
     sample_s: list[float] = []
     try:
-        async with app.run_test(size=(120, 40)) as pilot:
+        async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             first = sampler.sample()  # waits for every host's first lines
             assert len(first.gpus) == hosts * gpus, (len(first.gpus), first.errors)
@@ -169,16 +155,17 @@ async def main(hosts: int, gpus: int, rounds: int, remote: str) -> None:
             cpu = time.process_time() - cpu_start
             wall = time.perf_counter() - wall_start
             last = frame.snapshot
-            shown = app.monitor.cluster_table
-            assert shown.display and len(shown.lines) == hosts * gpus
+            check_cluster_shown(app, hosts * gpus)
             fresh = sum(gpu.host_stale is None for gpu in last.gpus)
     finally:
         sampler.close()
         shutil.rmtree(folder, ignore_errors=True)
     print(f"{hosts} stand-in SSH hosts ({remote}) x {gpus} GPUs at 1 s, {rounds} rounds, 120x40")
-    print(summary("sample (newest per host, history, alerts)", sample_s))
-    print(summary("frame (sample to screen updated)", frame_s))
-    print(f"{'dashboard CPU (all threads, readers too)':<38} {100 * cpu / wall:5.1f}% of one core")
+    print(summary("sample (newest per host, history, alerts)", sample_s, WIDTH))
+    print(summary("frame (sample to screen updated)", frame_s, WIDTH))
+    print(
+        f"{'dashboard CPU (all threads, readers too)':<{WIDTH}} {100 * cpu / wall:5.1f}% of one core"
+    )
     print(f"fresh GPUs in the last round: {fresh} of {len(last.gpus)}; errors: {list(last.errors)}")
 
 

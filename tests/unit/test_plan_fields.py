@@ -17,6 +17,7 @@ from hwdash.cli import build_parser
 from hwdash.commands.plan import FIELD_FLAGS, apply_framework_defaults, plan_from_args
 from hwdash.commands.plan_args import plan_arguments
 from hwdash.core.catalog import load_catalog
+from hwdash.core.estimator.savers import SAVER_FIELDS
 from hwdash.core.plan import Plan
 from hwdash.core.plan_fields import (
     ARGV_ORDER,
@@ -25,6 +26,7 @@ from hwdash.core.plan_fields import (
     FORM_ORDER,
     NOT_FLAGS,
     PLAN_FIELDS,
+    UNSET_UNLESS_GIVEN,
     PlanField,
     flag_spellings,
     form_fields,
@@ -201,3 +203,29 @@ async def test_the_planner_form_has_a_control_per_registry_row() -> None:
                     assert control.placeholder == "5.0M tokens (from the plan)"
                 else:
                     assert control.placeholder == (form_row.placeholder or ""), field.name
+
+
+def test_only_the_framework_default_fields_stay_unset_when_not_typed() -> None:
+    # the fields a plan leaves out of model_fields_set: the marked ones, the savers and GRPO's reward
+    # model; Plan.with_changes (what a --from file is applied with) keeps only the set ones
+    args = build_parser().parse_args(["plan", "--model", "qwen2.5-7b"])
+    plan = plan_from_args(args)
+    unset = set(Plan.model_fields) - plan.model_fields_set
+    assert unset == {*UNSET_UNLESS_GIVEN, *SAVER_FIELDS, "rl_reward_model"}
+    assert unset.isdisjoint(plan.with_changes({"batch": 2}).model_fields_set)
+
+
+@pytest.mark.parametrize("name", UNSET_UNLESS_GIVEN)
+def test_a_framework_default_field_is_set_only_by_its_flag(name: str) -> None:
+    field = BY_NAME[name]
+    # None on the Plan is the framework's own default, and the parser's default is None too, so
+    # "not given" is told apart from any value the flag takes
+    assert Plan.model_fields[name].default is None and field.default is None
+    untyped = plan_from_args(build_parser().parse_args(["plan", "--model", "x"]))
+    assert untyped.model_dump(mode="json")[name] is None  # --json writes it as null
+    for plan in _changed_plans(field):
+        argv = plan_arguments(plan)
+        given = plan_from_args(build_parser().parse_args(["plan", *argv]))
+        assert name in given.model_fields_set, argv
+        assert getattr(given, name) == getattr(plan, name), argv
+        assert given.model_dump(mode="json")[name] == plan.model_dump(mode="json")[name]

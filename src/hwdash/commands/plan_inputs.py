@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from hwdash.core.estimator.savers import SAVER_FIELDS
 from hwdash.core.numbers import validation_phrase
 from hwdash.core.plan import Plan
+from hwdash.core.plan_fields import UNSET_UNLESS_GIVEN  # None: the framework's default
 from hwdash.errors import UsageError
 
 #: Plan field -> the flag that sets it, to name the flag in error messages.
@@ -149,23 +150,6 @@ def _model_from_args(args: argparse.Namespace) -> str:
     return model
 
 
-#: DeepSpeed's buffers and FSDP's settings whose unset value (None) means the framework's default.
-_UNSET_UNLESS_GIVEN = (
-    "ds_reduce_bucket",
-    "ds_allgather_bucket",
-    "ds_overlap_comm",
-    "ds_contiguous_gradients",
-    "ds_prefetch_bucket",
-    "ds_max_live_params",
-    "ds_max_reuse_distance",
-    "ds_persistence_threshold",
-    "ds_sub_group_size",
-    "fsdp_limit_all_gathers",
-    "fsdp_reduce_fp32",
-    "fsdp_state_dict",
-)
-
-
 #: The serving plan's settings (``--engine`` and what it reads), flags named as the Plan fields.
 _SERVING_SETTINGS = (
     "engine",
@@ -230,7 +214,7 @@ def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
         fields["rl_reward_model"] = args.reward_model
     fields["framework"] = args.framework
     fields["fsdp_version"] = args.fsdp_version
-    for name in _UNSET_UNLESS_GIVEN:
+    for name in UNSET_UNLESS_GIVEN:
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     for name in SAVER_FIELDS:

@@ -113,6 +113,10 @@ class PlanField:
     """Its planner form row (None: the form has none)."""
     keys: FileKeys = FileKeys()
     """Its keys in the config files ``--export`` writes and ``--from`` reads."""
+    unset_unless_given: bool = False
+    """Its unset value (None) means the framework's own default (DeepSpeed's buffers, FSDP's
+    settings): ``hwdash plan`` passes it to the Plan only when its flag was given, so that an
+    untyped one stays out of the Plan's ``model_fields_set``."""
 
     @property
     def spelling(self) -> str:

@@ -217,54 +217,54 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "reduce_bucket_size: the gradient bucket reduced at once, in the gradients' 16-bit "
         "dtype, two with --ds-overlap-comm at stages 1-2 (DeepSpeed 5e8; auto: the Trainer's "
         "hidden^2)",
-        parse="elements", metavar="N",
+        parse="elements", metavar="N", unset_unless_given=True,
     ),
     PlanField(
         "ds_allgather_bucket", "--ds-allgather-bucket", ZERO_BUFFERS,
         "allgather_bucket_size (stages 1-2; DeepSpeed 5e8): torch's all_gather_into_tensor "
         "gathers the updated parameters in place, so it adds nothing",
-        parse="elements", metavar="N",
+        parse="elements", metavar="N", unset_unless_given=True,
     ),
     PlanField(
         "ds_overlap_comm", "--ds-overlap-comm", ZERO_BUFFERS,
         "overlap_comm: reduce while backward runs; stages 1-2 keep a second reduce bucket "
         "(DeepSpeed: on for stage 3 only)",
-        kind="toggle",
+        kind="toggle", unset_unless_given=True,
     ),
     PlanField(
         "ds_contiguous_gradients", "--ds-contiguous-gradients", ZERO_BUFFERS,
         "contiguous_gradients: the reduce bucket is a preallocated buffer (DeepSpeed: on); "
         "off, the gradients wait in place (the same bytes at most)",
-        kind="toggle",
+        kind="toggle", unset_unless_given=True,
     ),
     PlanField(
         "ds_prefetch_bucket", "--ds-prefetch-bucket", ZERO_BUFFERS,
         "stage3_prefetch_bucket_size: parameters gathered ahead of use (DeepSpeed 5e7; auto: "
         "0.9 hidden^2)",
-        parse="elements", metavar="N",
+        parse="elements", metavar="N", unset_unless_given=True,
     ),
     PlanField(
         "ds_max_live_params", "--ds-max-live-params", ZERO_BUFFERS,
         "stage3_max_live_parameters: no prefetch beyond this many gathered (DeepSpeed 1e9)",
-        parse="elements", metavar="N",
+        parse="elements", metavar="N", unset_unless_given=True,
     ),
     PlanField(
         "ds_max_reuse_distance", "--ds-max-reuse-distance", ZERO_BUFFERS,
         "stage3_max_reuse_distance: a parameter used again within this many is kept gathered: "
         "the last half of it stays gathered from forward into backward (DeepSpeed 1e9)",
-        parse="elements", metavar="N",
+        parse="elements", metavar="N", unset_unless_given=True,
     ),
     PlanField(
         "ds_persistence_threshold", "--ds-persistence-threshold", ZERO_BUFFERS,
         "stage3_param_persistence_threshold: tensors this small are never partitioned "
         "(DeepSpeed 1e5; auto: 10 hidden)",
-        parse="elements", metavar="N",
+        parse="elements", metavar="N", unset_unless_given=True,
     ),
     PlanField(
         "ds_sub_group_size", "--ds-sub-group-size", ZERO_BUFFERS,
         "sub_group_size: ZeRO-3 steps its partition one sub-group at a time; without offload "
         "the fp32 gradients of one sub-group are on the GPU at the step (DeepSpeed 1e9)",
-        parse="elements", metavar="N",
+        parse="elements", metavar="N", unset_unless_given=True,
     ),
     PlanField(
         "fsdp", "--fsdp", SHARDING,
@@ -303,19 +303,19 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "fsdp_limit_all_gathers", "--fsdp-limit-all-gathers", SHARDING,
         "FSDP1: at most two all-gathers in flight (default on); off, the CPU may issue more "
         "ahead of the GPU (counted as two more units gathered)",
-        kind="toggle",
+        kind="toggle", unset_unless_given=True,
     ),
     PlanField(
         "fsdp_reduce_fp32", "--fsdp-reduce-fp32", SHARDING,
         "FSDP mixed precision reduce_dtype=float32 (torchtitan's default): each unit's gradient "
         "reduce-scattered in fp32 (default off: in the gathered dtype, accelerate's policy)",
-        kind="toggle",
+        kind="toggle", unset_unless_given=True,
     ),
     PlanField(
         "fsdp_state_dict", "--fsdp-state-dict", SHARDING,
         "how FSDP saves: full (FULL_STATE_DICT: each unit gathered, the whole model in rank 0's "
         "host RAM) or sharded (default: full for FSDP1, sharded for FSDP2, as accelerate)",
-        choices=_values(FsdpStateDict),
+        choices=_values(FsdpStateDict), unset_unless_given=True,
     ),
     PlanField(
         "nccl_buffsize", "--nccl-buffsize", SHARDING,
@@ -485,6 +485,10 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
 
 #: The serving fields, last in ``--help`` order (:mod:`hwdash.core.plan_fields_serving`).
 PLAN_FIELDS += SERVING_PLAN_FIELDS
+
+#: The fields ``hwdash plan`` leaves unset unless their flag was given
+#: (:attr:`PlanField.unset_unless_given`).
+UNSET_UNLESS_GIVEN = tuple(field.name for field in PLAN_FIELDS if field.unset_unless_given)
 
 #: Plan fields without a flag, each with the reason (none today: every field has one).
 NOT_FLAGS: dict[str, str] = {}

@@ -265,18 +265,11 @@ def _gemma3(
     ratio = grid / tokens
     # projector per image token: the norm's input and the projection's input (vision width each)
     saved = ratio * per_patch + 2 * hidden
-    return VisionSpec(
-        family="gemma3",
-        params=params,
-        image_tokens=tokens,
-        tower_tokens_per_image_token=ratio,
-        saved_elements_per_image_token=round(saved),
-        working_elements_per_image_token=round(ratio * _block_working(hidden, intermediate, False)),
-        summary=(
-            f"SigLIP vision tower {layers} layers of {hidden} (MLP {intermediate}), "
-            f"{grid} patches pooled to {tokens} tokens, projected to {text_hidden}"
-        ),
+    summary = (
+        f"SigLIP vision tower {layers} layers of {hidden} (MLP {intermediate}), "
+        f"{grid} patches pooled to {tokens} tokens, projected to {text_hidden}"
     )
+    return _encoder_spec("gemma3", params, tokens, ratio, saved, (hidden, intermediate), summary)
 
 
 def _llava(
@@ -318,19 +311,37 @@ def _llava(
     # the projector per image token: linear_1's input (vision width), its output and the
     # activation's (text width)
     saved = ratio * per_patch + hidden + 2 * text_hidden
+    summary = (
+        f"{'CLIP' if clip else 'SigLIP'} vision tower {layers} layers of {hidden} "
+        f"(MLP {intermediate}), {image} px in {grid} patches"
+        + (f", up to {tiles} tiles" if tiles > 1 else "")
+        + f", 2-layer projector to {text_hidden}"
+    )
+    return _encoder_spec(model_type, params, tokens, ratio, saved, (hidden, intermediate), summary)
+
+
+def _encoder_spec(
+    family: str,
+    params: int,
+    tokens: int,
+    ratio: float,
+    saved: float,
+    widths: tuple[int, int],
+    summary: str,
+) -> VisionSpec:
+    """The :class:`VisionSpec` of a SigLIP or CLIP tower and its projector (Gemma 3, LLaVA):
+    ``ratio`` tower tokens per image token, ``saved`` elements per image token (rounded), and one
+    encoder layer's working set (ungated MLP, ``widths`` = hidden and intermediate) over the
+    ``ratio`` tower tokens of an image token."""
+    hidden, intermediate = widths
     return VisionSpec(
-        family=model_type,
+        family=family,
         params=params,
         image_tokens=tokens,
         tower_tokens_per_image_token=ratio,
         saved_elements_per_image_token=round(saved),
         working_elements_per_image_token=round(ratio * _block_working(hidden, intermediate, False)),
-        summary=(
-            f"{'CLIP' if clip else 'SigLIP'} vision tower {layers} layers of {hidden} "
-            f"(MLP {intermediate}), {image} px in {grid} patches"
-            + (f", up to {tiles} tiles" if tiles > 1 else "")
-            + f", 2-layer projector to {text_hidden}"
-        ),
+        summary=summary,
     )
 
 
