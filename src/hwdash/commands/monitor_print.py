@@ -287,7 +287,9 @@ def _age_text(seconds: float) -> str:
 def health_lines(gpu: GpuSample, now: float) -> list[str]:
     """What ``--once`` says under a GPU's row beyond the table: its real activity (with its NVLinks
     when it has any), its newest Xid events with their meaning, and what the health rules say
-    (kind: message; hint). Empty when there is nothing to say."""
+    (kind: message; hint). Empty when there is nothing to say: NVML's plain utilization alone is
+    the table's util column already, so it is said (as not SM activity) only on a GPU that has
+    another line."""
     lines: list[str] = []
     first = [words] if (words := activity_words(gpu)) else []
     if gpu.nvlink is not None and gpu.nvlink.links > 0:
@@ -305,6 +307,9 @@ def health_lines(gpu: GpuSample, now: float) -> list[str]:
     for diagnosis in gpu.diagnoses:
         hint = f"; {diagnosis.hint}" if diagnosis.hint else ""
         lines.append(f"{diagnosis.kind}: {diagnosis.message}{hint}")
+    plain_utilization = gpu.activity is not None and gpu.activity.source == "utilization"
+    if plain_utilization and lines == [words]:
+        return []  # NVML's utilization and nothing else: the util column says it
     return lines
 
 
