@@ -161,8 +161,14 @@ def test_once_shows_each_hosts_diagnoses_in_its_own_words(
         ]
     ]
     assert main(["monitor", "--once", "--prometheus", url]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("GPU node-")]
-    assert lines == [
+    # Each GPU's health block: its line, and the lines wrapped under its text (80 columns).
+    blocks: list[str] = []
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("GPU node-"):
+            blocks.append(" ".join(line.split()))
+        elif blocks and line.startswith(" ") and line.strip() and not set("│┃━") & set(line):
+            blocks[-1] += " " + " ".join(line.split())
+    assert blocks == [
         "GPU node-c:0 throttled: clocks throttled 42% of the last 60 s (power cap 42%); the board "
         "is at its power limit",
         "GPU node-a:1 ecc: ecc (reported by node-a); see hwdash monitor or the alert log on "

@@ -117,7 +117,11 @@ def add_parser(subparsers: Any) -> None:
         help="redraw the --once tables in place every interval, like `gpustat -i` (a terminal only)",
     )
     parser.add_argument(
-        "--count", default=None, metavar="N", help="stop after N samples (default: until Ctrl-C)"
+        "--count",
+        default=None,
+        metavar="N",
+        help="stop after N samples (default: until Ctrl-C); with --once: take N samples "
+        "--interval apart and print the last (GPM activity needs two, the health rules a window)",
     )
     parser.add_argument(
         "--alert-hysteresis",
@@ -607,7 +611,7 @@ def run(args: argparse.Namespace) -> int:
     sampler: Sampler = with_subset(source, args)
     engine = AlertEngine(rule)
     if args.once:
-        return _run_once(args, sampler, engine)
+        return _run_once(args, sampler, engine, interval=interval, count=count or 1)
     say_history(ring)
     log_path = (
         Path(args.alert_log) if args.alert_log else default_alert_log_path(simulated=simulated)
@@ -636,13 +640,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_once(args: argparse.Namespace, sampler: Sampler, engine: AlertEngine) -> int:
+def _run_once(
+    args: argparse.Namespace,
+    sampler: Sampler,
+    engine: AlertEngine,
+    *,
+    interval: float = 1.0,
+    count: int = 1,
+) -> int:
     """``--once``: one snapshot, readable or as one JSON object; 1 when a server could not be
-    read, else 0."""
+    read, else 0. With ``--count N`` it is the last of N samples ``interval`` apart: GPM's activity
+    is measured between two samples, and the health rules (Xid, throttling...) see every round."""
     try:
         # No wait for the host's CPU percent: a one-shot reports it only when the round took
         # long enough to measure it (HostSampler.MIN_CPU_WINDOW_S), else n/a with the load.
         snapshot = sampler.sample()
+        next_at = time.monotonic()
+        for _ in range(count - 1):
+            next_at = _wait_until(next_at + interval)
+            snapshot = sampler.sample()
     finally:
         sampler.close()
     engine.update(snapshot)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hwdash.core.live.alerts import AlertEvent
+from hwdash.core.live.diagnoses import xid_catalog
 from hwdash.core.strict_json import finite_or_none
 from hwdash.core.units import (
     format_bytes,
@@ -43,6 +44,13 @@ if TYPE_CHECKING:
 
 PIPED_WIDTH = 132
 """Columns of the ``--once`` tables when stdout is not a terminal."""
+
+HEALTH_WIDTH = 80
+"""The most columns the ``--once`` health lines take (they wrap under their text, not under the
+GPU's number), piped or not: a log read at 80 columns reads them whole."""
+
+XIDS_SHOWN = 3
+"""Xid events shown per GPU by ``--once``, newest first (the JSON carries every kept one)."""
 
 
 def _percent(value: float | None) -> str:
@@ -183,6 +191,9 @@ def print_readable(
             + (f", nvidia-ml-py {bindings}" if bindings else "")
         )
         console.print(_gpu_table(snapshot))
+        health = _health_table(snapshot)
+        if health is not None:
+            console.print(health, width=min(console.width, HEALTH_WIDTH))
         _print_processes(console, snapshot)
         _print_gpu_notes(console, snapshot)
     for message in snapshot.errors:
@@ -246,6 +257,79 @@ def _gpu_cells(gpu: GpuSample, forecasts: bool) -> list[str]:
     return row
 
 
+def activity_words(gpu: GpuSample) -> str | None:
+    """How busy the GPU really is, in words: GPM's ``SM active 71%, tensor 48%, DRAM 55% (GPM)``
+    (Hopper and later, from the second sample on), else NVML's utilization said to be what it is
+    (the share of time any kernel ran, however few SMs it used), as the dashboard's GPU row says
+    it (:func:`hwdash.ui.widgets.monitor_gpu.activity_text`); None without either."""
+    activity = gpu.activity
+    if activity is None or activity.sm_active is None:
+        return None
+    if activity.source != "gpm":
+        return f"utilization {activity.sm_active:.0f}% (not SM activity)"
+    parts = [f"SM active {activity.sm_active:.0f}%"]
+    for label, value in (("tensor", activity.tensor_active), ("DRAM", activity.dram_active)):
+        if value is not None:
+            parts.append(f"{label} {value:.0f}%")
+    return ", ".join(parts) + " (GPM)"
+
+
+def _age_text(seconds: float) -> str:
+    """How long ago, roughly: ``4 s``, ``12 min``, ``3 h``."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
+def health_lines(gpu: GpuSample, now: float) -> list[str]:
+    """What ``--once`` says under a GPU's row beyond the table: its real activity (with its NVLinks
+    when it has any), its newest Xid events with their meaning, and what the health rules say
+    (kind: message; hint). Empty when there is nothing to say: NVML's plain utilization alone is
+    the table's util column already, so it is said (as not SM activity) only on a GPU that has
+    another line."""
+    lines: list[str] = []
+    first = [words] if (words := activity_words(gpu)) else []
+    if gpu.nvlink is not None and gpu.nvlink.links > 0:
+        first.append(f"NVLink {gpu.nvlink.active}/{gpu.nvlink.links} up")
+    if first:
+        lines.append("; ".join(first))
+    events = list(gpu.xid_events or ())
+    catalog = xid_catalog()
+    for event in reversed(events[-XIDS_SHOWN:]):
+        entry = catalog.get(event.xid)
+        meaning = "not in hwdash's Xid list" if entry is None else entry.meaning
+        lines.append(f"Xid {event.xid} ({_age_text(now - event.at)} ago): {meaning}")
+    if len(events) > XIDS_SHOWN:
+        lines.append(f"(+{len(events) - XIDS_SHOWN} older Xid events: see --json)")
+    for diagnosis in gpu.diagnoses:
+        hint = f"; {diagnosis.hint}" if diagnosis.hint else ""
+        lines.append(f"{diagnosis.kind}: {diagnosis.message}{hint}")
+    plain_utilization = gpu.activity is not None and gpu.activity.source == "utilization"
+    if plain_utilization and lines == [words]:
+        return []  # NVML's utilization and nothing else: the util column says it
+    return lines
+
+
+def _health_table(snapshot: Snapshot) -> Table | None:
+    """Per GPU, in the GPU table's order, its :func:`health_lines`, the GPU named once on its
+    first line and each line wrapping under its own text; None when no GPU has anything to say."""
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    rows = 0
+    for gpu in _shown_order(snapshot.gpus):
+        for place, line in enumerate(health_lines(gpu, snapshot.timestamp)):
+            grid.add_row(Text("" if place else f"GPU {_gpu_number(gpu)}"), Text(line))
+            rows += 1
+    return grid if rows else None
+
+
 def _mig_cells(gpu: GpuSample, mig: MigSample, forecasts: bool) -> list[str]:
     """One MIG instance's row of the GPU table, under its GPU's."""
     mig_memory = "n/a"
@@ -277,14 +361,6 @@ def _print_processes(console: Console, snapshot: Snapshot) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    # What the health rules say, before the processes (a cluster's: each host's own, its GPUs
-    # named host:number in the GPU table's order).
-    for gpu in _shown_order(snapshot.gpus):
-        for diagnosis in gpu.diagnoses:
-            hint = f"; {diagnosis.hint}" if diagnosis.hint else ""
-            console.print(
-                Text(f"GPU {_gpu_number(gpu)} {diagnosis.kind}: {diagnosis.message}{hint}")
-            )
     processes = [process for gpu in _shown_order(snapshot.gpus) for process in gpu.processes]
     if not processes:
         return
