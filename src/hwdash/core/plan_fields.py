@@ -370,6 +370,13 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         parse="number", metavar="P",
     ),
     PlanField(
+        "optimizer_offload_fraction", "--optimizer-offload-fraction", SHARDING,
+        "Megatron with --zero 1 --offload optimizer (--optimizer-cpu-offload): the share of "
+        "each GPU's fp32 master copy and Adam states stepped on the host, above 0 and at most 1 "
+        "(default 1)",
+        parse="number", metavar="F",
+    ),
+    PlanField(
         "framework", "--framework", SAVERS,
         "training stack whose defaults fill the savers below and, where their flags are not "
         "typed, --precision, --grad-ckpt, --optimizer and --optimizer-impl (default hf)",
@@ -526,6 +533,7 @@ ARGV_ORDER = (
     "sequence_parallel",
     "selective_recompute",
     "hidden_dropout",
+    "optimizer_offload_fraction",
     "compile",
     "activation_offload",
     "optimizer_in_backward",
