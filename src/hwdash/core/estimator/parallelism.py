@@ -737,14 +737,7 @@ def add_megatron_training(
     acc.note(f"{label} weights (stage {stage.stage}, 1/{tp} of each layer{experts})", stage.weights)
     acc.persistent_gradients += stage.gradients
     acc.note(f"{label} main gradients (fp32 buffer)", stage.gradients)
-    acc.optimizer += stage.optimizer
-    sharded = f"distributed over dp {dp * cp}" if plan.zero >= 1 else "not distributed (--zero 1)"
-    if plan.megatron_offload:
-        fraction = plan.optimizer_offload_fraction
-        sharded += f"; {fraction:g} of it on the host" if fraction < 1 else "; all on the host"
-    acc.note(f"{label} master copy + optimizer states ({sharded})", stage.optimizer)
-    if plan.megatron_offload:
-        _add_megatron_offload_host(plan, arch, gpus, acc, label)
+    _add_megatron_optimizer(plan, arch, gpus, acc, label, stage.optimizer)
     acc.activations += stage.activations
     acc.note(
         f"{label} activations (Korthikanti et al. 2022, {stage.micro_batches_in_flight} "
@@ -771,6 +764,27 @@ def add_megatron_training(
             "optimizer (--use-distributed-optimizer, here --zero 1) shards them"
         )
     return math.floor(arch.total_params)
+
+
+def _add_megatron_optimizer(
+    plan: Plan,
+    arch: Architecture,
+    gpus: int,
+    acc: est_phases._Accumulator,
+    label: str,
+    optimizer: float,
+) -> None:
+    """The master copy and optimizer states on the GPU (``optimizer`` bytes), and with Megatron's
+    optimizer CPU offload the host's share (:func:`_add_megatron_offload_host`)."""
+    acc.optimizer += optimizer
+    dp = max(1, gpus // (plan.tp * plan.pp * plan.cp)) * plan.cp
+    sharded = f"distributed over dp {dp}" if plan.zero >= 1 else "not distributed (--zero 1)"
+    if plan.megatron_offload:
+        fraction = plan.optimizer_offload_fraction
+        sharded += f"; {fraction:g} of it on the host" if fraction < 1 else "; all on the host"
+    acc.note(f"{label} master copy + optimizer states ({sharded})", optimizer)
+    if plan.megatron_offload:
+        _add_megatron_offload_host(plan, arch, gpus, acc, label)
 
 
 def _add_megatron_offload_host(
