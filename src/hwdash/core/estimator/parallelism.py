@@ -649,9 +649,7 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
     )
 
 
-def _megatron_optimizer_shard(
-    plan: Plan, gpus: int, params: float, local_experts: float
-) -> float:
+def _megatron_optimizer_shard(plan: Plan, gpus: int, params: float, local_experts: float) -> float:
     """The parameters whose master copy and optimizer states one GPU holds, of its ``params``: the
     distributed optimizer shards them over data x context ranks (``gpus / (tp x pp)``), the
     ``local_experts`` part over the experts' data-parallel group (``gpus / (tp x pp x ep)``,
