@@ -204,7 +204,10 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         form=FormRow("ZeRO stage", "select"),
     ),
     PlanField(
-        "offload", "--offload", SHAPE, "ZeRO CPU offload", choices=_values(Offload),
+        "offload", "--offload", SHAPE,
+        "ZeRO CPU offload; with --tp/--pp and --zero 1, optimizer is Megatron's optimizer CPU "
+        "offload (--optimizer-offload-fraction)",
+        choices=_values(Offload),
         form=FormRow("offload", "select"),
     ),
     PlanField(

@@ -677,8 +677,8 @@ def _megatron_optimizer_bytes(plan: Plan, shard: float) -> tuple[float, float]:
     (:func:`_megatron_optimizer_shard`). Without offload all of it is on the GPU: fp32 master
     (bf16 training) and fp32 states. With Megatron's optimizer CPU offload, the
     ``optimizer_offload_fraction`` of the shard is on the host: fp32 copy, states and fp32
-    gradient copy each (module docstring); the rest stays on the GPU. Megatron cuts at whole
-    parameter shards, so the share moved is the fraction rounded up to the next parameter."""
+    gradient copy each (module docstring); the rest stays on the GPU. Counted as exactly the
+    fraction: Megatron stops after the parameter shard that reaches it, a little more."""
     sizes = megatron_bytes(plan.precision)
     state = est_states.optimizer_state_bytes_per_param(plan.optimizer, LAYOUTS[Precision.FP32])
     k_bytes = sizes.master + state
