@@ -525,8 +525,8 @@ class Plan(BaseModel):
             # --offload params needs --zero 3, so it is refused here too
             raise ValueError(
                 f"--zero with {flags}: Megatron's distributed optimizer is ZeRO stage 1 (--zero 1); "
-                "stages 2-3 and parameter offload are not modelled (--offload optimizer is: "
-                "Megatron's optimizer CPU offload)"
+                "stages 2-3 and parameter offload are not modelled (--zero 1 --offload optimizer "
+                "is Megatron's optimizer CPU offload)"
             )
         if self.offload is Offload.OPTIMIZER and self.optimizer not in (
             Optimizer.ADAMW,
