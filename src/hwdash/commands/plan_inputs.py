@@ -61,6 +61,7 @@ FIELD_FLAGS = {
     "sequence_parallel": "--no-sequence-parallel",
     "selective_recompute": "--selective-recompute",
     "hidden_dropout": "--hidden-dropout",
+    "optimizer_offload_fraction": "--optimizer-offload-fraction",
     "images": "--images",
     "image_tokens": "--image-tokens",
     "quant": "--quant",
@@ -150,6 +151,10 @@ def _model_from_args(args: argparse.Namespace) -> str:
     return model
 
 
+#: Megatron's settings whose flag's destination is the Plan field's own name.
+_MEGATRON_SETTINGS = ("selective_recompute", "hidden_dropout", "optimizer_offload_fraction")
+
+
 #: The serving plan's settings (``--engine`` and what it reads), flags named as the Plan fields.
 _SERVING_SETTINGS = (
     "engine",
@@ -201,15 +206,13 @@ def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
         "sp_ulysses": args.sp_ulysses,
         "ep": args.ep,
         "sequence_parallel": not args.no_sequence_parallel,
-        "selective_recompute": args.selective_recompute,
-        "hidden_dropout": args.hidden_dropout,
         "images": args.images,
         "image_tokens": args.image_tokens,
         "quant": args.quant,
         "generation": args.generation,
     }
-    # the serving settings (issue 30): each flag's destination is the Plan field's name
-    fields.update({name: getattr(args, name) for name in _SERVING_SETTINGS})
+    # the serving settings (issue 30) and Megatron's: each flag's destination is the field's name
+    fields.update({name: getattr(args, name) for name in (*_SERVING_SETTINGS, *_MEGATRON_SETTINGS)})
     if args.reward_model is not None:
         fields["rl_reward_model"] = args.reward_model
     fields["framework"] = args.framework

@@ -353,6 +353,11 @@ class Plan(BaseModel):
     """Dropout in Megatron's transformer layers (``--hidden-dropout``, ``--attention-dropout``);
     above 0 the masks are kept (1 byte per element). Megatron's own default is 0.1; Llama-style
     recipes set 0. Only TP/PP plans read it."""
+    optimizer_offload_fraction: float = Field(default=1.0, gt=0, le=1)
+    """Megatron-LM with ``--offload optimizer`` (``--optimizer-cpu-offload``,
+    ``--optimizer-offload-fraction``): the share of each GPU's distributed-optimizer shard (fp32
+    master copy and Adam states) that Megatron's ``HybridDeviceOptimizer`` steps on the host; the
+    rest stays on the GPU. Only Megatron plans with CPU offload read it."""
 
     quant: Quant = Quant.NONE
     """Inference only: quantize the block linear layers as bitsandbytes (nf4, int8) or a GPTQ/AWQ
@@ -516,10 +521,21 @@ class Plan(BaseModel):
             )
         if self.fsdp is not FsdpMode.NONE:
             raise ValueError(f"--fsdp with {flags} (2-D parallelism) is not modelled: pick one")
-        if self.zero > 1 or self.offload is not Offload.NONE:
+        if self.zero > 1:
+            # --offload params needs --zero 3, so it is refused here too
             raise ValueError(
                 f"--zero with {flags}: Megatron's distributed optimizer is ZeRO stage 1 (--zero 1); "
-                "stages 2-3 and offload are not modelled"
+                "stages 2-3 and parameter offload are not modelled (--zero 1 --offload optimizer "
+                "is Megatron's optimizer CPU offload)"
+            )
+        if self.offload is Offload.OPTIMIZER and self.optimizer not in (
+            Optimizer.ADAMW,
+            Optimizer.SGD,
+        ):
+            # megatron/core/optimizer/__init__.py builds its hybrid optimizer for adam or sgd
+            raise ValueError(
+                f"--offload optimizer with {flags}: Megatron's optimizer CPU offload steps adamw "
+                f"or sgd on the host, not {self.optimizer.value}"
             )
         if self.grad_ckpt and self.selective_recompute:
             raise ValueError(
@@ -598,6 +614,13 @@ class Plan(BaseModel):
         )
 
     @property
+    def megatron_offload(self) -> bool:
+        """Whether the plan runs Megatron's optimizer CPU offload (``--optimizer-cpu-offload``):
+        the Megatron path with ``--offload optimizer`` (which needs the distributed optimizer,
+        ``--zero 1``)."""
+        return self.megatron and self.offload is Offload.OPTIMIZER
+
+    @property
     def megatron_flags(self) -> str:
         """The Megatron flags the plan sets, for messages (``--tp/--pp`` when none is)."""
         flags = [f"--{name}" for name in ("tp", "pp", "cp", "ep") if getattr(self, name) > 1]
@@ -634,7 +657,8 @@ class Plan(BaseModel):
         if data.get("budget", 0) is None:
             del data["budget"]
         # likewise the sequence and expert splits at 1 (issue 30): written only when they split
-        for name in ("cp", "sp_ulysses", "ep"):
+        # and Megatron's offload fraction at its default (all of the shard)
+        for name in ("cp", "sp_ulysses", "ep", "optimizer_offload_fraction"):
             if data.get(name) == 1:
                 del data[name]
         # and a serving batch job's output tokens: written only when given

@@ -204,7 +204,10 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         form=FormRow("ZeRO stage", "select"),
     ),
     PlanField(
-        "offload", "--offload", SHAPE, "ZeRO CPU offload", choices=_values(Offload),
+        "offload", "--offload", SHAPE,
+        "ZeRO CPU offload; with --tp/--pp and --zero 1, optimizer is Megatron's optimizer CPU "
+        "offload (--optimizer-offload-fraction)",
+        choices=_values(Offload),
         form=FormRow("offload", "select"),
     ),
     PlanField(
@@ -370,6 +373,13 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         parse="number", metavar="P",
     ),
     PlanField(
+        "optimizer_offload_fraction", "--optimizer-offload-fraction", SHARDING,
+        "Megatron with --zero 1 --offload optimizer (--optimizer-cpu-offload): the share of "
+        "each GPU's fp32 master copy and Adam states stepped on the host, above 0 and at most 1 "
+        "(default 1)",
+        parse="number", metavar="F",
+    ),
+    PlanField(
         "framework", "--framework", SAVERS,
         "training stack whose defaults fill the savers below and, where their flags are not "
         "typed, --precision, --grad-ckpt, --optimizer and --optimizer-impl (default hf)",
@@ -530,6 +540,7 @@ ARGV_ORDER = (
     "sequence_parallel",
     "selective_recompute",
     "hidden_dropout",
+    "optimizer_offload_fraction",
     "compile",
     "activation_offload",
     "optimizer_in_backward",

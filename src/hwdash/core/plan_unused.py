@@ -80,6 +80,14 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))
         elif name in _MEGATRON_FIELDS and not plan.megatron:
             unused.append((name, "only Megatron plans (--tp, --pp, --cp or --ep above 1) use it"))
+        elif name == "optimizer_offload_fraction" and not plan.megatron_offload:
+            unused.append(
+                (
+                    name,
+                    "only Megatron's optimizer CPU offload reads it (--tp/--pp with --zero 1 "
+                    "--offload optimizer)",
+                )
+            )
         elif name == "sequence_parallel" and plan.tp == 1 and plan.pp > 1:
             unused.append((name, "sequence parallelism splits over the TP group: --tp is 1"))
         elif name == "sync_each_batch" and plan.fsdp is FsdpMode.NONE:

@@ -39,6 +39,19 @@
   biases; row-parallel: the attention output and the MLP's second projection, whose biases and the
   norms are replicated) and the vocabulary-parallel embedding and output layer (Shoeybi et al. 2019,
   "Megatron-LM", arXiv:1909.08053, section 3).
+* Megatron's optimizer CPU offload (``--optimizer-cpu-offload``, ``--optimizer-offload-fraction``):
+  megatron/core/optimizer/__init__.py builds a ``HybridDeviceOptimizer`` (torch AdamW or SGD on
+  the host, the fused optimizer on the GPU) with ``param_update_in_fp32=True``, and
+  megatron/training/arguments.py requires ``--use-precision-aware-optimizer`` with it, so the
+  distributed optimizer (megatron/core/optimizer/distrib_optimizer.py) hands it this rank's
+  16-bit parameter shards with no fp32 main copy of its own. megatron/core/optimizer/
+  cpu_offloading/hybrid_optimizer.py (``_get_sub_optimizer_param_groups``) walks those shards in
+  order and moves them to the host until the fraction of the rank's shard elements is reached:
+  each becomes a pinned fp32 copy there (the master weights) whose Adam states the host optimizer
+  keeps, and ``_set_sub_optimizer_grads`` copies its gradient into a pinned fp32 host buffer kept
+  from step to step; the updated values are copied back into the GPU's 16-bit parameters. The rest
+  keeps an fp32 copy and its states on the GPU, as without offload. The fp32 main-gradient buffer
+  of the data-parallel wrapper stays on the GPU either way.
 """
 
 from __future__ import annotations
@@ -567,6 +580,8 @@ class MegatronStage:
     one_layer: float
     """One layer of one micro-batch (the end-of-backward phase)."""
     micro_batches_in_flight: int
+    host: float = 0.0
+    """Host RAM of this GPU's offloaded optimizer shard (Megatron's optimizer CPU offload)."""
 
     @property
     def total(self) -> float:
@@ -594,7 +609,8 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
     layers = arch.layers // pp
     experts = layers * long_context.expert_params_per_layer(arch) / tp
     params = megatron_stage_params(arch, tp, pp, stage) - experts * (1 - 1 / plan.ep)
-    optimizer = _megatron_optimizer(plan, gpus, params, experts / plan.ep)
+    shard = _megatron_optimizer_shard(plan, gpus, params, experts / plan.ep)
+    optimizer, host = _megatron_optimizer_bytes(plan, shard)
     dropout = plan.hidden_dropout > 0
     sequence_split = tp if plan.sequence_parallel and tp > 1 else 1
     seq = plan.seq // plan.cp
@@ -629,24 +645,48 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
         activations=activations,
         one_layer=one_layer,
         micro_batches_in_flight=in_flight,
+        host=host,
     )
 
 
-def _megatron_optimizer(plan: Plan, gpus: int, params: float, local_experts: float) -> float:
-    """Master copy + optimizer states of one GPU's ``params``: the distributed optimizer shards
-    them over data x context ranks (``gpus / (tp x pp)``), the ``local_experts`` part over the
-    experts' data-parallel group (``gpus / (tp x pp x ep)``, megatron/core/parallel_state.py)."""
-    sizes = megatron_bytes(plan.precision)
-    k_bytes = sizes.master + est_states.optimizer_state_bytes_per_param(
-        plan.optimizer, LAYOUTS[Precision.FP32]
-    )
+def _megatron_optimizer_shard(plan: Plan, gpus: int, params: float, local_experts: float) -> float:
+    """The parameters whose master copy and optimizer states one GPU holds, of its ``params``: the
+    distributed optimizer shards them over data x context ranks (``gpus / (tp x pp)``), the
+    ``local_experts`` part over the experts' data-parallel group (``gpus / (tp x pp x ep)``,
+    megatron/core/parallel_state.py)."""
     tp, pp = plan.tp, plan.pp
     dense_dp = max(1, gpus // (tp * pp)) if plan.zero >= 1 else 1
-    optimizer = params * k_bytes / dense_dp
+    shard = params / dense_dp
     if plan.ep > 1:
         expert_dp = max(1, gpus // (tp * pp * plan.ep)) if plan.zero >= 1 else 1
-        optimizer += local_experts * k_bytes * (1 / expert_dp - 1 / dense_dp)
-    return optimizer
+        shard += local_experts * (1 / expert_dp - 1 / dense_dp)
+    return shard
+
+
+#: Bytes per offloaded parameter that Megatron's hybrid optimizer keeps on the host besides the
+#: optimizer states: the pinned fp32 copy it steps (the master weights) and the pinned fp32
+#: gradient buffer it copies the gradient into (megatron/core/optimizer/cpu_offloading/
+#: hybrid_optimizer.py, ``_get_sub_optimizer_param_groups`` and ``_set_sub_optimizer_grads``;
+#: ``param_update_in_fp32=True`` from megatron/core/optimizer/__init__.py).
+OFFLOAD_HOST_MASTER_BYTES = 4
+OFFLOAD_HOST_GRADIENT_BYTES = 4
+
+
+def _megatron_optimizer_bytes(plan: Plan, shard: float) -> tuple[float, float]:
+    """(GPU bytes, host bytes) of the master copy and optimizer states of one GPU's ``shard``
+    (:func:`_megatron_optimizer_shard`). Without offload all of it is on the GPU: fp32 master
+    (bf16 training) and fp32 states. With Megatron's optimizer CPU offload, the
+    ``optimizer_offload_fraction`` of the shard is on the host: fp32 copy, states and fp32
+    gradient copy each (module docstring); the rest stays on the GPU. Counted as exactly the
+    fraction: Megatron stops after the parameter shard that reaches it, a little more."""
+    sizes = megatron_bytes(plan.precision)
+    state = est_states.optimizer_state_bytes_per_param(plan.optimizer, LAYOUTS[Precision.FP32])
+    k_bytes = sizes.master + state
+    if not plan.megatron_offload:
+        return shard * k_bytes, 0.0
+    offloaded = shard * plan.optimizer_offload_fraction
+    host_bytes = OFFLOAD_HOST_MASTER_BYTES + state + OFFLOAD_HOST_GRADIENT_BYTES
+    return (shard - offloaded) * k_bytes, offloaded * host_bytes
 
 
 def _long_context_extras(
@@ -695,9 +735,7 @@ def add_megatron_training(
     acc.note(f"{label} weights (stage {stage.stage}, 1/{tp} of each layer{experts})", stage.weights)
     acc.persistent_gradients += stage.gradients
     acc.note(f"{label} main gradients (fp32 buffer)", stage.gradients)
-    acc.optimizer += stage.optimizer
-    sharded = f"distributed over dp {dp * cp}" if plan.zero >= 1 else "not distributed (--zero 1)"
-    acc.note(f"{label} master copy + optimizer states ({sharded})", stage.optimizer)
+    _add_megatron_optimizer(plan, arch, gpus, acc, label, stage.optimizer)
     acc.activations += stage.activations
     acc.note(
         f"{label} activations (Korthikanti et al. 2022, {stage.micro_batches_in_flight} "
@@ -724,3 +762,46 @@ def add_megatron_training(
             "optimizer (--use-distributed-optimizer, here --zero 1) shards them"
         )
     return math.floor(arch.total_params)
+
+
+def _add_megatron_optimizer(
+    plan: Plan,
+    arch: Architecture,
+    gpus: int,
+    acc: est_phases._Accumulator,
+    label: str,
+    optimizer: float,
+) -> None:
+    """The master copy and optimizer states on the GPU (``optimizer`` bytes), and with Megatron's
+    optimizer CPU offload the host's share (:func:`_add_megatron_offload_host`)."""
+    acc.optimizer += optimizer
+    dp = max(1, gpus // (plan.tp * plan.pp * plan.cp)) * plan.cp
+    sharded = f"distributed over dp {dp}" if plan.zero >= 1 else "not distributed (--zero 1)"
+    if plan.megatron_offload:
+        fraction = plan.optimizer_offload_fraction
+        sharded += f"; {fraction:g} of it on the host" if fraction < 1 else "; all on the host"
+    acc.note(f"{label} master copy + optimizer states ({sharded})", optimizer)
+    if plan.megatron_offload:
+        _add_megatron_offload_host(plan, arch, gpus, acc, label)
+
+
+def _add_megatron_offload_host(
+    plan: Plan, arch: Architecture, gpus: int, acc: est_phases._Accumulator, label: str
+) -> None:
+    """The host RAM of Megatron's optimizer CPU offload on all ``gpus`` (one machine holds them
+    all, as for ZeRO-Offload): every pipeline stage's per-GPU share
+    (:func:`_megatron_optimizer_bytes`) times the ``gpus / pp`` GPUs that run it; the stages
+    between the first and the last are alike."""
+    pp = plan.pp
+    per_stage = gpus / pp
+    host = megatron_stage(plan, arch, gpus, 0).host
+    if pp > 1:
+        host += megatron_stage(plan, arch, gpus, pp - 1).host
+    if pp > 2:
+        host += (pp - 2) * megatron_stage(plan, arch, gpus, 1).host
+    host *= per_stage
+    acc.host += host
+    acc.note(
+        f"{label} offloaded fp32 copies, optimizer states and gradient copies: on the host",
+        0,
+    )

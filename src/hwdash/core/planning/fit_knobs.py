@@ -319,7 +319,10 @@ def _sequence_knobs(plan: Plan) -> list[Knob]:
 
 
 def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
-    """ZeRO stages that shard over ``gpu_count`` GPUs, then CPU offload (slowest last)."""
+    """ZeRO stages that shard over ``gpu_count`` GPUs, then CPU offload (slowest last); for a
+    Megatron plan, :func:`_megatron_optimizer_settings`."""
+    if plan.megatron:
+        return _megatron_optimizer_settings(plan, gpu_count)
     settings: list[Setting] = []
     # Sharding over the flavor's GPUs: the plan's own breakdown (``--gpus``) follows, so the
     # option's command line shows the sharded memory.
@@ -343,6 +346,40 @@ def _zero_settings(plan: Plan, gpu_count: int) -> list[Setting]:
                 {"zero": 3, "offload": Offload.PARAMS, **gpus},
                 "ZeRO-3 + parameter offload to CPU",
                 ("offload-params",),
+            )
+        )
+    return settings
+
+
+#: The shares of its optimizer shard a Megatron plan may move to the host, mildest first: half
+#: (the GPU keeps stepping the rest; ``--optimizer-offload-fraction``), then all of it.
+MEGATRON_OFFLOAD_FRACTIONS = (0.5, 1.0)
+
+
+def _megatron_optimizer_settings(plan: Plan, gpu_count: int) -> list[Setting]:
+    """Megatron's distributed optimizer (``--zero 1``; stages 2-3 it does not run), then its
+    optimizer CPU offload (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py) of half,
+    then all of each GPU's shard, with the plan's other GPUs on the flavor's count."""
+    if plan.offload is not Offload.NONE and plan.optimizer_offload_fraction >= 1:
+        return []
+    gpus = {"gpus": gpu_count} if gpu_count > 1 else {}
+    settings: list[Setting] = []
+    if plan.zero == 0 and gpu_count > plan.tp * plan.pp * plan.cp:
+        settings.append(Setting({"zero": 1, **gpus}, "Megatron distributed optimizer (ZeRO-1)"))
+    for fraction in MEGATRON_OFFLOAD_FRACTIONS:
+        if plan.offload is not Offload.NONE and fraction <= plan.optimizer_offload_fraction:
+            continue
+        share = "all" if fraction == 1 else f"{fraction:g}"
+        settings.append(
+            Setting(
+                {
+                    "zero": 1,
+                    "offload": Offload.OPTIMIZER,
+                    "optimizer_offload_fraction": fraction,
+                    **gpus,
+                },
+                f"Megatron optimizer CPU offload ({share} of the optimizer shard)",
+                ("megatron-offload-optimizer",),
             )
         )
     return settings

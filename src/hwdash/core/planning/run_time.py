@@ -21,7 +21,7 @@ Two parts:
 * The catalog's ``[[slowdown]]`` factors (``catalog/slowdowns.toml``, each with its source) for
   what FLOPs leave out: 4-bit and 8-bit dequantisation (``qlora``, ``lora-8bit``,
   ``int8-inference``), CPU offload (``offload-optimizer``, ``offload-params``, also for FSDP's CPU
-  offload) and activation offloading. Every factor the plan brings in multiplies its time; the
+  offload; ``megatron-offload-optimizer`` for Megatron's) and activation offloading. Every factor the plan brings in multiplies its time; the
   result names them.
 """
 
@@ -57,7 +57,10 @@ def slowdown_ids(plan: Plan, framework: Framework | None = None) -> set[str]:
         ids.add(method.value)
     if plan.method is Method.INFERENCE and plan.quant is Quant.INT8:
         ids.add("int8-inference")
-    if plan.offload is Offload.OPTIMIZER:
+    if plan.megatron_offload:
+        # Megatron's own optimizer CPU offload (its catalog entry, not ZeRO-Offload's)
+        ids.add("megatron-offload-optimizer")
+    elif plan.offload is Offload.OPTIMIZER:
         ids.add("offload-optimizer")
     if plan.offload is Offload.PARAMS or plan.fsdp_offload:
         # ZeRO's parameter offload also offloads the optimizer (one factor for both, as its

@@ -282,6 +282,8 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
         words += [
             f"--{name} {getattr(plan, name)}" for name in ("cp", "ep") if getattr(plan, name) > 1
         ]
+        if plan.megatron_offload:
+            words.append(megatron_offload_arguments(plan))
         missing.append(" ".join(words))
     elif plan.sequence_shards > 1 and kind != "accelerate":
         flag = "--cp" if plan.cp > 1 else "--sp-ulysses"
@@ -294,6 +296,18 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             method += f" --rl-method {plan.rl_method.value}"
         missing.insert(0, method)
     return missing
+
+
+def megatron_offload_arguments(plan: Plan) -> str:
+    """Megatron-LM's own arguments for the plan's optimizer CPU offload (megatron/training/
+    arguments.py: ``--optimizer-cpu-offload`` needs ``--use-precision-aware-optimizer``; the
+    distributed optimizer is ``--zero 1``), as the words of :func:`uncarried_settings`."""
+    fraction = f"{plan.optimizer_offload_fraction:g}"
+    return (
+        f"--offload optimizer --optimizer-offload-fraction {fraction} (Megatron-LM: "
+        "--use-distributed-optimizer --optimizer-cpu-offload --optimizer-offload-fraction "
+        f"{fraction} --use-precision-aware-optimizer --overlap-cpu-optimizer-d2h-h2d)"
+    )
 
 
 def _uncarried_fsdp(plan: Plan, kind: str) -> list[str]:
