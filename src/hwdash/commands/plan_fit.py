@@ -226,14 +226,22 @@ def _print_table(options: Sequence[FitOption], console: Any) -> None:
         cells.append(Text(slower))
         table.add_row(*cells)
     console.print(table)
-    console.print(
-        Text(
-            "experiment kept: same model, method, data, numerics and global batch; changed: what "
-            "is trained changes. tight: under 10% headroom. slower: step time against the plan "
-            "as given (FLOPs, times the catalog's slowdowns)",
-            style="dim",
-        )
+    legend = (
+        _SERVING_LEGEND
+        if any(option.plan.is_serving for option in options)
+        else "experiment kept: same model, method, data, numerics and global batch; changed: "
+        "what is trained changes. tight: under 10% headroom. slower: step time against the plan "
+        "as given (FLOPs, times the catalog's slowdowns)"
     )
+    console.print(Text(legend, style="dim"))
+
+
+#: The words under a serving plan's options (:mod:`hwdash.core.planning.serving_fit`).
+_SERVING_LEGEND = (
+    "experiment kept: the same model, weights and KV numerics served at the same --max-model-len; "
+    "changed: what is served changes. GiB/GPU: what the engine takes (its budget and what it "
+    "holds outside it). slower: the catalog's factor where it has one (? where none)"
+)
 
 
 def _quoted(args: list[str]) -> list[str]:
