@@ -61,6 +61,11 @@ of OOM when the GPU is shared."""
 #: A knob's name for a max-model-len change computed after the others (the longest that starts).
 LENGTH_KNOB = "max_model_len"
 
+KNOB_ORDER = ("gpu_memory_utilization", "max_num_seqs", "tp", "kv_dtype", "quant", LENGTH_KNOB)
+"""The knobs from the mildest change to what is served to the largest: the engine's share and its
+sampler rows change nothing served; more GPUs cost more; fp8 keys and values, then quantized
+weights, change the numerics; a shorter ``--max-model-len`` refuses requests."""
+
 
 @dataclass(frozen=True)
 class ServingSetting:
@@ -209,13 +214,13 @@ def _length_knob() -> ServingKnob:
 def serving_knobs(
     plan: Plan, model: ModelSpec, catalog: Catalog, flavor: Flavor, memory: ServingMemory
 ) -> list[ServingKnob]:
-    """The knobs for ``plan`` on ``flavor`` (``memory``: the engine's there as it is), mildest
-    first (their order breaks ties in the ranking)."""
+    """The knobs for ``plan`` on ``flavor`` (``memory``: the engine's there as it is), in
+    :data:`KNOB_ORDER`."""
     knobs = [
         _utilization_knob(memory),
         _max_num_seqs_knob(memory),
-        _kv_dtype_knob(plan),
         _tp_knob(plan, model, catalog, flavor),
+        _kv_dtype_knob(plan),
         _quant_knob(plan, model, catalog),
         _length_knob(),
     ]
@@ -354,24 +359,32 @@ def _options_on(
                 keeps_experiment=all(knobs[knob].keeps_experiment for knob, _ in levels),
                 fit=started.fit,
                 slowdown=_slowdown(catalog, knobs, candidate),
-                # milder first: each knob's first setting counts 1, the later knobs a little more
-                severity=sum(level + 1 for _knob, level in levels),
+                severity=_severity(knobs, levels),
             )
         )
     return False, options, found.evaluated + 1
 
 
+def _severity(knobs: Sequence[ServingKnob], levels: tuple[tuple[int, int], ...]) -> int:
+    """How far the option goes: each knob's place in :data:`KNOB_ORDER` (tens), then how far
+    along its settings (the first counts 1), summed over its knobs."""
+    return sum(
+        10 * KNOB_ORDER.index(knobs[knob].name) + level + 1 for knob, level in levels
+    )
+
+
 def rank_serving_options(options: Sequence[FitOption]) -> list[FitOption]:
-    """Smallest change first: fewer knobs, milder settings, those that keep what is served, then
-    the cheaper flavor."""
+    """Smallest change first: fewer knobs; then those that serve the same thing (the same
+    weights, KV numerics and longest request) before those that change it; then the cheaper
+    flavor (the same GPU before more of them); then the milder knobs (:func:`_severity`)."""
 
     def key(option: FitOption) -> tuple[Any, ...]:
         price = option.fit.flavor.price_per_hour
         return (
             len(option.words),
-            option.severity,
             0 if option.keeps_experiment else 1,
             float("inf") if price is None else price,
+            option.severity,
             option.fit.flavor.id,
         )
 
