@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.unit.monitor_cli import run_plan
 
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Engine, Method, Plan
-from hwdash.core.planning.fit_options import FitSearch, find_fit_options
-from hwdash.core.planning.serving_fit import UTILIZATION_CAP, replan
-from tests.unit.monitor_cli import run_plan
+from hwdash.core.planning.fit_options import FitSearch
+from hwdash.core.planning.serving_fit import (
+    UTILIZATION_CAP,
+    find_serving_fit_options,
+    fit_options_for,
+    replan,
+)
 
 LONG_LLAMA = ("--model", "llama-3.1-8b", "--method", "inference", "--engine", "vllm")
 LONG_LLAMA_ARGS = (*LONG_LLAMA, "--max-model-len", "131072")
@@ -132,7 +137,9 @@ def test_a_higher_memory_utilization_stops_at_the_cap_and_ranks_first(catalog: C
         model="llama-3.1-8b", method=Method.INFERENCE, engine=Engine.VLLM, max_model_len=45000
     )
     model = resolve_model(plan.model, catalog)
-    search = find_fit_options(plan, model, catalog, "l4x1", [catalog.flavors["l4x1"]], limit=50)
+    search = find_serving_fit_options(
+        plan, model, catalog, "l4x1", [catalog.flavors["l4x1"]], limit=50
+    )
     first, second = search.options[0], search.options[1]
     assert [change.field for change in first.changes] == ["gpu_memory_utilization"]
     assert first.plan.gpu_memory_utilization is not None
@@ -157,7 +164,7 @@ def test_fit_any_ranks_the_flavors_where_it_starts_as_it_is(catalog: Catalog) ->
     plan = Plan(model="qwen2.5-14b", method=Method.INFERENCE, engine=Engine.SGLANG)
     model = resolve_model(plan.model, catalog)
     flavors = [catalog.flavors[ident] for ident in ("l4x1", "h200")]
-    search: FitSearch = find_fit_options(plan, model, catalog, "any", flavors)
+    search: FitSearch = fit_options_for(plan, model, catalog, "any", flavors)
     assert search.fits_already
     assert [o.fit.flavor.id for o in search.options if o.words == ("as it is",)] == ["h200"]
 

@@ -18,7 +18,7 @@ from typing import Any
 from hwdash.commands.plan_args import plan_arguments
 from hwdash.core.catalog import Catalog
 from hwdash.core.plan import Plan
-from hwdash.core.planning.fit_options import FitOption, FitSearch, find_fit_options
+from hwdash.core.planning.fit_options import FitOption, FitSearch
 from hwdash.core.planning.local_flavor import (
     LOCAL_FREE_FLAVOR_ID,
     LOCAL_TARGETS,
@@ -28,6 +28,7 @@ from hwdash.core.planning.local_flavor import (
     local_machine,
     with_local_machine,
 )
+from hwdash.core.planning.serving_fit import fit_options_for
 from hwdash.core.results import FitVerdict, PlanReport
 from hwdash.core.specs import Flavor, Framework, ModelSpec
 from hwdash.core.units import GIB
@@ -112,9 +113,10 @@ def target_flavors(
 def search(
     plan: Plan, model: ModelSpec, catalog: Catalog, target: str, local: LocalGpus
 ) -> FitSearch:
-    """``--fit TARGET`` on the (local-extended) catalog."""
+    """``--fit TARGET`` on the (local-extended) catalog; a serving plan's options are the engine's
+    (:mod:`hwdash.core.planning.serving_fit`)."""
     flavors = target_flavors(target, catalog, local)
-    return find_fit_options(plan, model, catalog, target, flavors)
+    return fit_options_for(plan, model, catalog, target, flavors)
 
 
 def fit_json(

@@ -11,9 +11,10 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from hwdash.core.planning.fit_options import FitOption, closest_flavor, find_fit_options
+from hwdash.core.planning.fit_options import FitOption, closest_flavor
 from hwdash.core.planning.local_flavor import LOCAL_FLAVOR_ID
 from hwdash.core.planning.serving_command import server_command
+from hwdash.core.planning.serving_fit import fit_options_for
 from hwdash.core.plans.exports import FILE_SUFFIXES, export_text
 from hwdash.core.plans.store import (
     PlanStoreError,
@@ -48,7 +49,7 @@ class PlannerDialogs(PlannerParts):
             self.notify("No GPU flavor to fit.", severity="warning", timeout=4, markup=False)
             return
         flavor = fit.flavor
-        search = find_fit_options(report.plan, report.model, self.catalog, flavor.id, [flavor])
+        search = fit_options_for(report.plan, report.model, self.catalog, flavor.id, [flavor])
         label = flavor.id + (" (this machine)" if flavor.id == LOCAL_FLAVOR_ID else "")
 
         def chosen(option: FitOption | None) -> None:

@@ -524,12 +524,7 @@ def find_fit_options(
 ) -> FitSearch:
     """Ranked options that make ``plan`` fit ``flavors``: one flavor (a flavor id, ``local``), or
     every flavor (``any``: the plan as it is on a flavor where it fits is an option too, with no
-    changes, and options are ranked by cost). See the module docstring. A serving plan's
-    options are the engine's knobs (:mod:`hwdash.core.planning.serving_fit`)."""
-    if plan.is_serving:
-        from hwdash.core.planning.serving_fit import find_serving_fit_options
-
-        return find_serving_fit_options(plan, model, catalog, target, flavors, limit=limit)
+    changes, and options are ranked by cost). See the module docstring."""
     across = len(flavors) > 1
     if slowdowns is None:
         slowdowns = catalog.slowdowns  # the catalog's [[slowdown]] factors

@@ -40,6 +40,7 @@ from hwdash.core.planning.fit_options import (
     _changes,
     _dominates,
     bigger_siblings,
+    find_fit_options,
 )
 from hwdash.core.planning.fit_options import _Candidate as Candidate
 from hwdash.core.planning.max_fit import MaxField
@@ -368,9 +369,7 @@ def _options_on(
 def _severity(knobs: Sequence[ServingKnob], levels: tuple[tuple[int, int], ...]) -> int:
     """How far the option goes: each knob's place in :data:`KNOB_ORDER` (tens), then how far
     along its settings (the first counts 1), summed over its knobs."""
-    return sum(
-        10 * KNOB_ORDER.index(knobs[knob].name) + level + 1 for knob, level in levels
-    )
+    return sum(10 * KNOB_ORDER.index(knobs[knob].name) + level + 1 for knob, level in levels)
 
 
 def rank_serving_options(options: Sequence[FitOption]) -> list[FitOption]:
@@ -433,6 +432,24 @@ def find_serving_fit_options(
             "a quantized load and a shorter --max-model-len gives the KV pool one request",
         )
     return FitSearch(
-        target=target, fits_already=fits_already, options=tuple(ranked), evaluated=evaluated,
+        target=target,
+        fits_already=fits_already,
+        options=tuple(ranked),
+        evaluated=evaluated,
         notes=notes,
     )
+
+
+def fit_options_for(
+    plan: Plan,
+    model: ModelSpec,
+    catalog: Catalog,
+    target: str,
+    flavors: Sequence[Flavor],
+) -> FitSearch:
+    """``--fit TARGET`` for any plan, as ``hwdash plan`` and the planner's fit view ask it: a
+    serving plan's engine knobs (:func:`find_serving_fit_options`), else the training and
+    ``generate`` knobs (:func:`~hwdash.core.planning.fit_options.find_fit_options`)."""
+    if plan.is_serving:
+        return find_serving_fit_options(plan, model, catalog, target, flavors)
+    return find_fit_options(plan, model, catalog, target, flavors)
