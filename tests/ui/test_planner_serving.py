@@ -280,3 +280,37 @@ async def test_e_exports_the_server_command_line_of_a_serving_plan(
         assert isinstance(app.screen, ExportDialog)
         ids = [option.id for option in app.screen.query_one(OptionList).options]
         assert "vllm" not in ids
+
+
+async def test_the_fit_view_of_a_serving_plan_shows_the_engine_options(
+    catalog: Catalog, store: PlanStore
+) -> None:
+    # The planner's f (make it fit) asks the core function hwdash plan --fit asks: for a serving
+    # plan, the engine's knobs (core/planning/serving_fit.py), not one generate call's.
+    from hwdash.core.planning.serving_fit import fit_options_for
+    from hwdash.ui.widgets.planner_fit import FitOptionsDialog
+
+    plan = Plan(
+        model="llama-3.1-8b",
+        method=Method.INFERENCE,
+        engine=Engine.VLLM,
+        max_model_len=131072,
+        flavors=("l4x1",),
+    )
+    app = PaneApp(catalog, store, plan)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        table = app.query_one(FlavorTable)
+        table.focus()
+        table.move_cursor(row=[fit.flavor.id for fit in table.shown].index("l4x1"))
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, FitOptionsDialog)
+        shown = [option.words for option in dialog.search.options]
+        model = app.query_one(PlannerPane).report.model  # type: ignore[union-attr]
+    flavor = catalog.flavors["l4x1"]
+    expected = fit_options_for(plan, model, catalog, "l4x1", [flavor])
+    assert shown and shown == [option.words for option in expected.options]
+    assert any(word.startswith("--max-model-len") for words in shown for word in words)
