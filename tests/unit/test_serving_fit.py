@@ -177,3 +177,18 @@ def test_a_bad_target_is_a_usage_error(
 ) -> None:
     status, out, err = run_plan(capsys, *LONG_LLAMA_ARGS, *extra)
     assert status == 2 and flag in err and "Traceback" not in err + out
+
+
+def test_fit_any_offers_each_plan_on_each_flavor_once(catalog: Catalog) -> None:
+    # TP 2 on h200x2 is reached from h200 and from h200x2 itself: one option, said from the
+    # smaller target ("was 1 GPUs")
+    plan = Plan(
+        model="llama-3.1-70b", method=Method.INFERENCE, engine=Engine.VLLM, max_model_len=131072
+    )
+    model = resolve_model(plan.model, catalog)
+    flavors = [catalog.flavors[ident] for ident in ("h200", "h200x2")]
+    search = fit_options_for(plan, model, catalog, "any", flavors)
+    keys = [(option.plan, option.fit.flavor.id) for option in search.options]
+    assert keys and len(keys) == len(set(keys))
+    tp2 = next(option for option in search.options if option.plan.gpus == 2)
+    assert tp2.fit.flavor.id == "h200x2" and "(was 1 GPUs" in tp2.words[0]

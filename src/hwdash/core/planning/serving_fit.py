@@ -196,7 +196,8 @@ def _tp_knob(plan: Plan, model: ModelSpec, catalog: Catalog, flavor: Flavor) -> 
         settings.append(
             ServingSetting(
                 {"gpus": tp, "flavors": (host.id,)},
-                f"TP {tp} (--gpus {tp}) on {host.id}: {_price(host)} (was {_price(flavor)})",
+                f"TP {tp} (--gpus {tp}) on {host.id}: {_price(host)}"
+                + ("" if host.id == flavor.id else f" (was {_price(flavor)})"),
             )
         )
     return ServingKnob("tp", True, tuple(settings)) if settings else None
@@ -423,7 +424,9 @@ def find_serving_fit_options(
         options.extend(found)
     if fits_already and not across:
         return FitSearch(target=target, fits_already=True, evaluated=evaluated)
-    ranked = rank_serving_options(options)[:limit]
+    # the same plan on the same flavor, reached from two targets (--fit any): once
+    unique = {(option.plan, option.fit.flavor.id): option for option in reversed(options)}
+    ranked = rank_serving_options(list(unique.values()))[:limit]
     notes: tuple[str, ...] = ()
     if not ranked:
         notes = (
