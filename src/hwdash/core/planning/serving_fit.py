@@ -56,8 +56,8 @@ UTILIZATION_CAP = 0.95
 """The highest ``--gpu-memory-utilization`` offered. What the engine holds outside its budget
 (the CUDA-graph pool captured after the KV cache is sized, the CUDA context, uncounted TP buffers:
 :func:`~hwdash.core.planning.serving_plan.outside_budget_bytes`) and any other process on the GPU
-must fit in the rest (0.95 leaves 1.1 GiB of an L4's 22.5 GiB, about twice catalog/engines.toml's CUDA-graph
-pool, 512 MiB): a stated policy, not a measured limit."""
+must fit in the rest (0.95 leaves 1.1 GiB of an L4's 22.5 GiB, about twice the CUDA-graph pool
+of catalog/engines.toml, 512 MiB): a stated policy, not a measured limit."""
 
 #: A knob's name for a max-model-len change computed after the others (the longest that starts).
 LENGTH_KNOB = "max_model_len"
