@@ -192,3 +192,22 @@ def test_fit_any_offers_each_plan_on_each_flavor_once(catalog: Catalog) -> None:
     assert keys and len(keys) == len(set(keys))
     tp2 = next(option for option in search.options if option.plan.gpus == 2)
     assert tp2.fit.flavor.id == "h200x2" and "(was 1 GPUs" in tp2.words[0]
+
+
+def test_fewer_sequences_shrink_the_sampler_profile_enough_just_past_the_longest(
+    catalog: Catalog,
+) -> None:
+    # 41072 is the longest --max-model-len that starts on l4x1 (README, --max seq); one block
+    # past it, halving the sampler's dummy rows (256 -> 128) frees enough for the pool
+    plan = Plan(
+        model="llama-3.1-8b", method=Method.INFERENCE, engine=Engine.VLLM, max_model_len=41088
+    )
+    model = resolve_model(plan.model, catalog)
+    flavor = catalog.flavors["l4x1"]
+    search = fit_options_for(plan, model, catalog, "l4x1", [flavor])
+    fields = [[change.field for change in option.changes] for option in search.options]
+    assert fields[:2] == [["gpu_memory_utilization"], ["max_num_seqs"]]
+    fewer = search.options[1]
+    assert fewer.plan.max_num_seqs == 128 and fewer.keeps_experiment
+    assert replan(fewer.plan, model, catalog, flavor).memory.fits  # type: ignore[union-attr]
+    assert not replan(plan, model, catalog, flavor).memory.fits  # type: ignore[union-attr]
