@@ -16,12 +16,14 @@ from pydantic import ValidationError
 from hwdash.core.estimator.savers import SAVER_FIELDS
 from hwdash.core.numbers import validation_phrase
 from hwdash.core.plan import Plan
-from hwdash.core.plan_fields import UNSET_UNLESS_GIVEN  # None: the framework's default
-from hwdash.core.plan_fields import flag_spellings
+from hwdash.core.plan_fields import (
+    UNSET_UNLESS_GIVEN,  # None: the framework's default
+    flag_spellings,
+)
 from hwdash.errors import UsageError
 
-#: Plan field -> the flag that sets it (both forms of a switch: ``--compile/--no-compile``), to name
-#: the flag in error messages: the registry's spellings, so a new field is named without an entry here.
+#: Plan field -> the flag that sets it (a switch: both forms, ``--compile/--no-compile``), to name
+#: the flag in messages; the registry's spellings, so a new field needs no entry here.
 FIELD_FLAGS: dict[str, str] = flag_spellings()
 
 
