@@ -20,6 +20,7 @@ from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Method, Offload, Plan
 from hwdash.core.plan_unused import unused_settings
 from hwdash.core.planning.fit_options import find_fit_options
+from hwdash.core.plans.exports import uncarried_settings
 from hwdash.core.plans.imports import read_plan_file
 from hwdash.errors import UsageError
 
@@ -348,3 +349,44 @@ def test_an_accelerate_configs_deepspeed_file_carries_the_buckets(tmp_path: Path
     updates = read_plan_file(path).updates
     assert updates["zero"] == 3
     assert updates["ds_reduce_bucket"] == 10**8
+
+
+def test_an_accelerate_export_names_each_buffer_setting_it_cannot_write_by_its_flag() -> None:
+    # accelerate's deepspeed_config block has no buffer keys: the export's warning says each set
+    # buffer as the flag that would set it again (the "on" form of a switch, with its value)
+    plan = Plan(
+        model="qwen2.5-0.5b",
+        method=Method.FULL,
+        zero=3,
+        gpus=8,
+        ds_reduce_bucket=10**8,
+        ds_allgather_bucket=2 * 10**8,
+        ds_overlap_comm=False,
+        ds_contiguous_gradients=True,
+        ds_prefetch_bucket=2 * 10**7,
+        ds_max_live_params=3 * 10**8,
+        ds_max_reuse_distance=10**8,
+        ds_persistence_threshold=0,
+        ds_sub_group_size=10**8,
+    )
+    missing = uncarried_settings(plan, "accelerate")
+    for words in (
+        "--ds-reduce-bucket 100000000",
+        "--ds-allgather-bucket 200000000",
+        "--ds-overlap-comm false",
+        "--ds-contiguous-gradients true",
+        "--ds-prefetch-bucket 20000000",
+        "--ds-max-live-params 300000000",
+        "--ds-max-reuse-distance 100000000",
+        "--ds-persistence-threshold 0",
+        "--ds-sub-group-size 100000000",
+    ):
+        assert words in missing, (words, missing)
+    # unset buffers are not named; the DeepSpeed export writes them all as keys
+    assert not any(
+        "--ds-" in words
+        for words in uncarried_settings(
+            Plan(model="qwen2.5-0.5b", method=Method.FULL, zero=3, gpus=8), "accelerate"
+        )
+    )
+    assert not any("--ds-" in words for words in uncarried_settings(plan, "deepspeed"))

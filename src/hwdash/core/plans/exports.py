@@ -68,7 +68,7 @@ from hwdash.core.plan import (
     StoreDtype,
     ValueHead,
 )
-from hwdash.core.plan_fields import ZERO_KEYS, file_key
+from hwdash.core.plan_fields import BY_NAME, ZERO_KEYS, file_key
 from hwdash.core.results import PlanReport
 from hwdash.core.specs import Flavor, Framework, Slowdown
 
@@ -272,7 +272,7 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             # accelerate's deepspeed_config block has no buffer keys (a deepspeed_config_file
             # written by --export deepspeed does)
             missing.extend(
-                f"{FIELD_WORDS[name]} {_flag_value(getattr(plan, name))}"
+                f"{BY_NAME[name].flag} {_flag_value(getattr(plan, name))}"
                 for name in ZERO_KEYS
                 if getattr(plan, name) is not None
             )
@@ -325,20 +325,6 @@ def _uncarried_fsdp(plan: Plan, kind: str) -> list[str]:
     if kind != "accelerate" and state_dict_kind(plan) is not state_dict_kind(default):
         missing.append(f"--fsdp-state-dict {state_dict_kind(plan).value}")
     return missing
-
-
-#: The flags of the DeepSpeed buffer fields, as ``uncarried_settings`` names them.
-FIELD_WORDS = {
-    "ds_reduce_bucket": "--ds-reduce-bucket",
-    "ds_allgather_bucket": "--ds-allgather-bucket",
-    "ds_overlap_comm": "--ds-overlap-comm",
-    "ds_contiguous_gradients": "--ds-contiguous-gradients",
-    "ds_prefetch_bucket": "--ds-prefetch-bucket",
-    "ds_max_live_params": "--ds-max-live-params",
-    "ds_max_reuse_distance": "--ds-max-reuse-distance",
-    "ds_persistence_threshold": "--ds-persistence-threshold",
-    "ds_sub_group_size": "--ds-sub-group-size",
-}
 
 
 def _flag_value(value: Any) -> str:
