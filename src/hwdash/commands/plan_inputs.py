@@ -105,6 +105,7 @@ def _plan_fields(args: argparse.Namespace, model: str) -> dict[str, Any]:
         "batch": args.batch,
         "seq": args.seq,
         "grad_ckpt": args.grad_ckpt,
+        "selective_ac": args.selective_ac,
         "grad_accum": args.grad_accum,
         "attention": args.attn,
         "optimizer": args.optimizer,

@@ -255,6 +255,10 @@ class Plan(BaseModel):
     """Sequence length in tokens (for inference: prompt plus generated tokens)."""
     grad_ckpt: bool = False
     """Gradient (activation) checkpointing: keep only each layer's input, recompute the rest."""
+    selective_ac: str | None = Field(default=None, max_length=12)
+    """torchtitan's selective activation checkpointing outside Megatron (``--selective-ac``):
+    ``op`` saves the outputs of a list of ops (every second matmul, SDPA) and recomputes the rest;
+    a whole number N checkpoints every N-th block in full and nothing else. None: off."""
     grad_accum: int = Field(default=1, ge=1, le=4096)
     """Gradient accumulation steps per optimizer step. With more than 1 the gradients of the earlier
     micro-batches are alive during the next forward and backward, on top of its activations; the
@@ -468,7 +472,49 @@ class Plan(BaseModel):
                 "optimizer_in_backward steps each gradient as it is produced: it needs grad_accum 1"
             )
         self._check_serving()
+        self._check_selective_ac()
         return self
+
+    def _check_selective_ac(self) -> None:
+        """``--selective-ac op|N`` (torchtitan's ``activation_checkpoint.mode = "selective"``,
+        ``torchtitan/distributed/activation_checkpoint.py``): what it combines with."""
+        value = self.selective_ac
+        if value is None:
+            return
+        if value != "op" and not (value.isascii() and value.isdigit()):
+            raise ValueError(
+                f"--selective-ac: {value!r} is neither op nor a whole number N (checkpoint every "
+                "N-th block)"
+            )
+        if value != "op" and int(value) < 1:
+            raise ValueError(
+                f"--selective-ac: {value} blocks: give N of at least 1 (every N-th block "
+                "checkpointed; 1 is --grad-ckpt)"
+            )
+        if self.megatron:
+            raise ValueError(
+                f"--selective-ac with {self.megatron_flags}: on the Megatron path selective "
+                "recomputation is --selective-recompute"
+            )
+        if self.method is Method.INFERENCE:
+            raise ValueError("--selective-ac: inference does not train, nothing is checkpointed")
+        if self.grad_ckpt:
+            raise ValueError(
+                "--selective-ac and --grad-ckpt exclude each other (--grad-ckpt is torchtitan's "
+                "mode full): pick one"
+            )
+        if self.activation_offload:
+            raise ValueError(
+                "--selective-ac with --activation-offload is not modelled: offloading is counted "
+                "for --grad-ckpt's checkpoints"
+            )
+        trained = self.rl_method if self.is_rl else self.method
+        if value == "op" and trained is not Method.FULL:
+            raise ValueError(
+                f"--selective-ac op is counted for full training (torchtitan's), not "
+                f"{trained.value}: the adapters' matmuls shift which ones are saved; use "
+                "--selective-ac N"
+            )
 
     def _check_serving(self) -> None:
         """A serving engine's settings (issue 30): they need ``--engine vllm|sglang``, which needs

@@ -55,6 +55,8 @@ from hwdash.core.plan_field_types import (
 from hwdash.core.plan_field_types import (
     member_docs as member_docs,
 )
+from hwdash.core.plan_fields_checkpointing import SELECTIVE_AC_FIELD
+from hwdash.core.plan_fields_checkpointing import SHAPE as SHAPE
 from hwdash.core.plan_fields_serving import SERVING as SERVING
 from hwdash.core.plan_fields_serving import SERVING_PLAN_FIELDS
 
@@ -67,7 +69,6 @@ def _precision_help() -> str:
 
 
 WHAT = "model and method"
-SHAPE = "batch, checkpointing and DeepSpeed ZeRO"
 ZERO_BUFFERS = "DeepSpeed ZeRO's buffers, in elements (unset: DeepSpeed's default)"
 SHARDING = "FSDP and Megatron tensor/pipeline parallelism"
 SAVERS = "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
@@ -182,6 +183,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         kind="toggle", form=FormRow("grad ckpt", "switch", _TRAINING_ROW, box="recompute"),
         keys=FileKeys(trainer=("gradient_checkpointing",)),
     ),
+    SELECTIVE_AC_FIELD,
     PlanField(
         "grad_accum", "--grad-accum", SHAPE,
         "gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
@@ -536,6 +538,7 @@ ARGV_ORDER = (
     "lora_modules_to_save",
     "lora_dropout",
     "grad_ckpt",
+    "selective_ac",
     "fsdp_offload",
     "sequence_parallel",
     "selective_recompute",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 
 from hwdash.core.estimator import block_activations
+from hwdash.core.estimator import selective_ac as selective
 from hwdash.core.estimator.architecture import (
     Architecture,
     LinearShape,
@@ -656,6 +657,7 @@ def training_activation_bytes(
     attention: Attention,
     grad_ckpt: bool,
     *,
+    selective_ac: str | None = None,
     weight_bytes: int | None = None,
     lora_targets: tuple[LinearShape, ...] = (),
     lora_rank: int = 0,
@@ -670,6 +672,9 @@ def training_activation_bytes(
     (gradient checkpointing) Korthikanti's ``2 s b h`` per layer: each layer's input (in the model's
     dtype: fp32 under ``amp``), plus one layer's full activations while it is recomputed.
     Under ``amp``, autocast's 16-bit copy of the LM head is kept for backward as well.
+    With ``selective_ac`` (torchtitan's op or layer policy) the kept blocks of
+    :func:`~hwdash.core.estimator.selective_ac.kept_bytes`, plus one recomputed layer where
+    backward recomputes one on top (:func:`~hwdash.core.estimator.selective_ac.recomputes_last_block`).
     """
     w = element_bytes if weight_bytes is None else weight_bytes
     names = {linear.name for linear in lora_targets}
@@ -697,9 +702,18 @@ def training_activation_bytes(
     # An encoder-decoder's cross-attentions and the encoder output they read (0 otherwise); with
     # checkpointing the decoder blocks recompute them, and we keep them whole (on the safe side).
     cross = block_activations.cross_attention_total_bytes(arch, batch, seq, element_bytes)
+    block_input = w * batch * seq * arch.hidden
+    if selective_ac is not None:
+        saved = 0
+        if selective_ac == selective.OP:
+            selective.check_op_policy(arch)
+            saved = selective.op_saved_bytes(arch, batch, seq, element_bytes, attention)
+        kept = selective.kept_bytes(selective_ac, arch, kinds, block_input, saved)
+        recomputed = one_layer if selective.recomputes_last_block(selective_ac, arch.layers) else 0
+        return kept + recomputed + lm_head_copy + cross
     if not grad_ckpt:
         return sum(count * one for count, one in kinds) + lm_head_copy + cross
-    return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy + cross
+    return arch.layers * block_input + one_layer + lm_head_copy + cross
 
 
 def _dense_block_targets(

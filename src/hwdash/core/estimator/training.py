@@ -57,6 +57,7 @@ from hwdash.core.estimator.phases import (
     _gradients_persist,
 )
 from hwdash.core.estimator.quantization import add_quantized_base_load
+from hwdash.core.estimator.selective_ac import recomputes_last_block
 from hwdash.core.estimator.savers import (
     Savers,
     is_paged,
@@ -646,7 +647,14 @@ def _add_activations(
     element_bytes = layout.activation_bytes
     settings = _layer_settings(plan, method, layout, trained, savers)
     activations = training_activation_bytes(
-        arch, plan.batch, plan.seq, element_bytes, plan.attention, plan.grad_ckpt, **settings
+        arch,
+        plan.batch,
+        plan.seq,
+        element_bytes,
+        plan.attention,
+        plan.grad_ckpt,
+        selective_ac=plan.selective_ac,
+        **settings,
     )
     activations += _top_level_activation_bytes(
         plan,
@@ -669,6 +677,12 @@ def _add_activations(
     acc.note(f"{label} first layer's backward", last_layer, _BACKWARD_END_ONLY)
     if plan.grad_ckpt:
         _add_checkpointed(arch, activations, one_layer, logits, acc, label, savers)
+        return
+    if plan.selective_ac is not None:
+        # torchtitan's selective checkpointing (selective_ac.py): the kept blocks, and one block
+        # recomputed on top where backward recomputes one before freeing any
+        again = recomputes_last_block(plan.selective_ac, arch.layers)
+        _add_checkpointed(arch, activations, one_layer if again else 0, logits, acc, label, savers)
         return
     if savers.activation_offload:
         on_gpu, on_host = offloaded_activations(arch.layers, activations / arch.layers)
