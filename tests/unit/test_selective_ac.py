@@ -1,0 +1,116 @@
+"""torchtitan's selective activation checkpointing (``--selective-ac op|N``), by hand for a
+Llama-3.1-8B block (32 layers, hidden 4096, 32 heads, 8 KV heads of 128, MLP 14336) in bf16.
+
+The op policy (``torchtitan/distributed/activation_checkpoint.py``) saves the odd ``aten.mm``
+outputs of a block (q, v, gate, down of q, k, v, o, gate, up, down) and SDPA's output and
+log-sum-exp; the layer policy checkpoints blocks N, 2N... in full.
+"""
+
+from __future__ import annotations
+
+import pytest
+from monitor_cli import run_plan
+
+from hwdash.core.catalog import load_catalog
+from hwdash.core.estimator.activations import layer_activation_bytes, training_activation_bytes
+from hwdash.core.estimator.architecture import architecture
+from hwdash.core.estimator.selective_ac import SelectiveAcError, op_saved_tensors
+from hwdash.core.plan import Attention, Plan
+
+B, S, E = 1, 4096, 2
+T = B * S
+#: One block's input, kept by every checkpointed block: 2 bytes x 4096 tokens x 4096.
+INPUT = 33_554_432
+
+
+@pytest.fixture(scope="module")
+def llama():  # type: ignore[no-untyped-def]
+    return architecture(load_catalog().models["llama-3.1-8b"])
+
+
+def test_the_op_policy_saves_every_odd_matmul_and_sdpa_by_hand(llama) -> None:  # type: ignore[no-untyped-def]
+    saved = op_saved_tensors(llama, B, S, E, Attention.SDPA)
+    assert saved == [
+        ("q_proj", 2 * T * 4096),  # mm 1
+        ("v_proj", 2 * T * 1024),  # mm 3 (k_proj, mm 2, recomputed)
+        ("gate_proj", 2 * T * 14336),  # mm 5 (o_proj, mm 4, recomputed)
+        ("down_proj", 2 * T * 4096),  # mm 7 (up_proj, mm 6, recomputed)
+        ("sdpa output", 2 * T * 4096),
+        ("sdpa log-sum-exp", 4 * B * 32 * S),  # fp32, one per head and row
+    ]
+    assert sum(size for _, size in saved) == 227_016_704
+
+
+def test_eager_attention_saves_only_the_matmuls(llama) -> None:  # type: ignore[no-untyped-def]
+    names = [name for name, _ in op_saved_tensors(llama, B, S, E, Attention.EAGER)]
+    assert names == ["q_proj", "v_proj", "gate_proj", "down_proj"]
+
+
+def test_biased_projections_are_addmm_and_shift_the_count() -> None:
+    # Qwen2.5's q/k/v have biases: aten.addmm, neither saved nor counted, so o_proj is mm 1
+    qwen = architecture(load_catalog().models["qwen2.5-7b"])
+    saved = op_saved_tensors(qwen, B, S, E, Attention.FLASH)
+    assert saved == [("o_proj", 2 * T * 3584), ("up_proj", 2 * T * 18944)]
+
+
+def _total(arch, selective_ac, grad_ckpt=False):  # type: ignore[no-untyped-def]
+    return training_activation_bytes(
+        arch, B, S, E, Attention.SDPA, grad_ckpt, selective_ac=selective_ac
+    )
+
+
+def test_op_keeps_each_blocks_input_and_saved_outputs_plus_one_recomputed(llama) -> None:  # type: ignore[no-untyped-def]
+    one = layer_activation_bytes(llama, B, S, E, Attention.SDPA)
+    assert _total(llama, "op") == 32 * (INPUT + 227_016_704) + one
+    # between full checkpointing and none
+    assert _total(llama, None, grad_ckpt=True) < _total(llama, "op") < _total(llama, None)
+
+
+def test_every_nth_block_keeps_its_input_the_others_everything(llama) -> None:  # type: ignore[no-untyped-def]
+    one = layer_activation_bytes(llama, B, S, E, Attention.SDPA)
+    # N 4: blocks 4, 8... 32 checkpointed (8), 24 whole; block 32 is recomputed in backward
+    assert _total(llama, "4") == 24 * one + 8 * INPUT + one
+    # N 5: blocks 5... 30 (6), 26 whole; the last block is not checkpointed: nothing on top
+    assert _total(llama, "5") == 26 * one + 6 * INPUT
+    # N 1 is full checkpointing, N past the stack none
+    assert _total(llama, "1") == _total(llama, None, grad_ckpt=True)
+    assert _total(llama, "33") == _total(llama, None)
+
+
+def test_the_op_policy_refuses_a_mixture_of_experts() -> None:
+    mixtral = architecture(load_catalog().models["mixtral-8x7b"])
+    with pytest.raises(SelectiveAcError, match="--selective-ac op .* mixture of experts"):
+        _total(mixtral, "op")
+    assert _total(mixtral, "2") > 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"selective_ac": "0"}, "N of at least 1"),
+        ({"selective_ac": "every"}, "neither op nor a whole number"),
+        ({"selective_ac": "op", "grad_ckpt": True}, "exclude each other"),
+        ({"selective_ac": "op", "tp": 2, "gpus": 2}, "--selective-recompute"),
+        ({"selective_ac": "op", "method": "lora"}, "full training"),
+        ({"selective_ac": "2", "method": "inference"}, "inference does not train"),
+        ({"selective_ac": "2", "activation_offload": True}, "not modelled"),
+    ],
+)
+def test_the_plan_refuses(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Plan.model_validate({"model": "llama-3.1-8b", "method": "full", **fields})
+
+
+def test_lora_takes_the_layer_policy() -> None:
+    assert Plan(model="llama-3.1-8b", method="lora", selective_ac="3").selective_ac == "3"  # type: ignore[arg-type]
+
+
+def test_the_command_line_estimates_op_and_names_the_flag_on_bad_input(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ("--model", "llama-3.1-8b", "--method", "full", "--seq", "4096")
+    status, out, _ = run_plan(capsys, *args, "--selective-ac", "op", "--json")
+    assert status == 0, out
+    status, _, err = run_plan(capsys, *args, "--selective-ac", "0")
+    assert status == 2
+    assert "--selective-ac" in err and "Traceback" not in err
