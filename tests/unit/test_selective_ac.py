@@ -114,3 +114,31 @@ def test_the_command_line_estimates_op_and_names_the_flag_on_bad_input(
     status, _, err = run_plan(capsys, *args, "--selective-ac", "0")
     assert status == 2
     assert "--selective-ac" in err and "Traceback" not in err
+
+
+def _checkpointing_words(plan: Plan, model: str) -> list[str]:
+    from hwdash.core.planning.fit_knobs import knobs_for
+
+    spec = load_catalog().models[model]
+    knob = next(k for k in knobs_for(plan, spec, 8) if k.name == "grad_ckpt")
+    return [setting.words for setting in knob.settings]
+
+
+def test_make_it_fit_offers_the_op_policy_to_fsdp_full_training_first() -> None:
+    fsdp = Plan(model="llama-3.1-8b", method="full", fsdp="full", gpus=8)  # type: ignore[arg-type]
+    words = _checkpointing_words(fsdp, "llama-3.1-8b")
+    assert words[0] == "selective activation checkpointing (torchtitan's op)"
+    assert words[1] == "gradient checkpointing"
+    # not without FSDP, not for LoRA, not for a MoE
+    assert "torchtitan" not in " ".join(
+        _checkpointing_words(Plan(model="llama-3.1-8b", method="full"), "llama-3.1-8b")  # type: ignore[arg-type]
+    )
+    lora = fsdp.with_changes({"method": "lora"})
+    assert "torchtitan" not in " ".join(_checkpointing_words(lora, "llama-3.1-8b"))
+    moe = fsdp.with_changes({"model": "mixtral-8x7b"})
+    assert "torchtitan" not in " ".join(_checkpointing_words(moe, "mixtral-8x7b"))
+    # from the op policy, full checkpointing turns it off
+    op = fsdp.with_changes({"selective_ac": "op"})
+    knob_words = _checkpointing_words(op, "llama-3.1-8b")
+    assert knob_words[0] == "gradient checkpointing"
+    assert op.with_changes({"grad_ckpt": True, "selective_ac": None}).grad_ckpt

@@ -15,6 +15,7 @@ from typing import Any
 from hwdash.core.estimator import architecture, resolve_lora_targets
 from hwdash.core.estimator.fsdp_versions import state_dict_kind
 from hwdash.core.estimator.savers import Savers, resolve_savers
+from hwdash.core.estimator.selective_ac import OP, SelectiveAcError, check_op_policy
 from hwdash.core.estimator.zero_buffers import zero_settings
 from hwdash.core.plan import (
     LORA_STYLE_METHODS,
@@ -92,7 +93,7 @@ def knobs_for(
     """The knobs worth turning for this plan on ``gpu_count`` GPUs (none that change nothing).
     ``framework``: the catalog's entry for ``plan.framework`` (None: the packaged one)."""
     savers = resolve_savers(plan, framework) if plan.is_training else None
-    knobs = _checkpointing_knobs(plan, savers) if savers is not None else []
+    knobs = _checkpointing_knobs(plan, savers, model) if savers is not None else []
     knobs += _micro_batch_knobs(plan)
     knobs += _attention_knobs(plan)
     if savers is not None:
@@ -112,21 +113,44 @@ def knobs_for(
     return knobs
 
 
-def _checkpointing_knobs(plan: Plan, savers: Savers) -> list[Knob]:
+def _checkpointing_knobs(plan: Plan, savers: Savers, model: ModelSpec) -> list[Knob]:
     """Checkpointing, then checkpointing with the checkpoints offloaded to host RAM (Unsloth's
-    offloaded checkpointing; torchtune's activation offloading on top of checkpointing)."""
+    offloaded checkpointing; torchtune's activation offloading on top of checkpointing). An FSDP
+    plan training in full first gets torchtitan's selective op policy (its FSDP recipes' milder
+    step: ``activation_checkpoint.mode = "selective"``), where the model's blocks are counted
+    for it (:func:`hwdash.core.estimator.selective_ac.check_op_policy`)."""
     if plan.grad_ckpt:
         return []
-    settings = [Setting({"grad_ckpt": True}, "gradient checkpointing")]
+    full = {"grad_ckpt": True, "selective_ac": None}
+    settings = []
+    if _offers_selective_op(plan, model):
+        settings.append(
+            Setting({"selective_ac": OP}, "selective activation checkpointing (torchtitan's op)")
+        )
+    settings.append(Setting(full, "gradient checkpointing"))
     if not savers.activation_offload:
         settings.append(
             Setting(
-                {"grad_ckpt": True, "activation_offload": True},
+                {**full, "activation_offload": True},
                 "gradient checkpointing + activation offloading to CPU",
                 ("activation-offload",),
             )
         )
     return [Knob("grad_ckpt", True, tuple(settings))]
+
+
+def _offers_selective_op(plan: Plan, model: ModelSpec) -> bool:
+    """Whether the search offers ``--selective-ac op``: an FSDP plan training in full (the op
+    policy is counted for full training) on a model whose blocks it is counted for."""
+    if plan.selective_ac is not None or plan.fsdp is FsdpMode.NONE:
+        return False
+    if trained_method(plan) is not Method.FULL or plan.activation_offload:
+        return False
+    try:
+        check_op_policy(architecture(model))
+    except SelectiveAcError:
+        return False
+    return True
 
 
 def _micro_batch_knobs(plan: Plan) -> list[Knob]:
