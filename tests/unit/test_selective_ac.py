@@ -142,3 +142,12 @@ def test_make_it_fit_offers_the_op_policy_to_fsdp_full_training_first() -> None:
     knob_words = _checkpointing_words(op, "llama-3.1-8b")
     assert knob_words[0] == "gradient checkpointing"
     assert op.with_changes({"grad_ckpt": True, "selective_ac": None}).grad_ckpt
+
+
+@pytest.mark.parametrize("kind", ["trainer", "accelerate", "deepspeed", "hf-jobs"])
+def test_every_export_says_it_does_not_carry_the_selective_policy(kind: str) -> None:
+    from hwdash.core.plans.exports import uncarried_settings
+
+    plan = Plan(model="llama-3.1-8b", method="full", fsdp="full", gpus=8, selective_ac="op")  # type: ignore[arg-type]
+    assert "--selective-ac op" in uncarried_settings(plan, kind)
+    assert not any("selective" in w for w in uncarried_settings(plan.with_changes({"selective_ac": None}), kind))
