@@ -71,6 +71,8 @@ def _candidates(field: PlanField) -> list[Any]:
         values = [0.25, 0.5]
     elif field.parse == "count":
         values = [50_000]
+    elif field.name == "selective_ac":
+        values = ["op", "2"]  # torchtitan's op policy or a block frequency
     elif field.parse == "elements":
         values = [50_000, "auto"] if "auto" in str(info.annotation) else [50_000]
     else:

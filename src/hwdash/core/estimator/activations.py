@@ -702,18 +702,13 @@ def training_activation_bytes(
     # An encoder-decoder's cross-attentions and the encoder output they read (0 otherwise); with
     # checkpointing the decoder blocks recompute them, and we keep them whole (on the safe side).
     cross = block_activations.cross_attention_total_bytes(arch, batch, seq, element_bytes)
-    block_input = w * batch * seq * arch.hidden
     if selective_ac is not None:
-        saved = 0
-        if selective_ac == selective.OP:
-            selective.check_op_policy(arch)
-            saved = selective.op_saved_bytes(arch, batch, seq, element_bytes, attention)
-        kept = selective.kept_bytes(selective_ac, arch, kinds, block_input, saved)
-        recomputed = one_layer if selective.recomputes_last_block(selective_ac, arch.layers) else 0
-        return kept + recomputed + lm_head_copy + cross
+        shape = (batch, seq, element_bytes, w)
+        blocks = selective.activation_bytes(selective_ac, arch, kinds, shape, attention)
+        return blocks + lm_head_copy + cross
     if not grad_ckpt:
         return sum(count * one for count, one in kinds) + lm_head_copy + cross
-    return arch.layers * block_input + one_layer + lm_head_copy + cross
+    return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy + cross
 
 
 def _dense_block_targets(

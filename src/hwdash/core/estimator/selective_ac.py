@@ -66,9 +66,12 @@ def checkpointed_blocks(value: str, layers: int) -> int:
     return layers // layer_frequency(value)
 
 
-def recomputes_last_block(value: str, layers: int) -> bool:
-    """Whether backward recomputes a block on top of everything kept: the op policy always; the
-    layer policy when the last block is a checkpointed one."""
+def recomputes_last_block(value: str | None, layers: int) -> bool:
+    """Whether backward recomputes a block on top of everything kept: full checkpointing
+    (``value`` None, ``--grad-ckpt``) and the op policy always; the layer policy when the last
+    block is a checkpointed one."""
+    if value is None:
+        return True
     n = layer_frequency(value)
     return n == 0 or layers % n == 0
 
@@ -140,3 +143,25 @@ def kept_bytes(
     whole = arch.layers - checkpointed
     ones = sorted((one for count, one in kinds for _ in range(count)), reverse=True)
     return sum(ones[:whole]) + checkpointed * block_input
+
+
+def activation_bytes(
+    value: str,
+    arch: Architecture,
+    kinds: list[tuple[int, int]],
+    shape: tuple[int, int, int, int],
+    attention: Attention,
+) -> int:
+    """All blocks' activations at the start of backward under ``--selective-ac value``, one
+    recomputed block included where backward recomputes one on top (:func:`kept_bytes`,
+    :func:`recomputes_last_block`). ``shape``: batch, sequence, activation and checkpoint bytes
+    per element (the block input is stored in the latter: fp32 under ``amp``)."""
+    batch, seq, element_bytes, input_bytes = shape
+    saved = 0
+    if value == OP:
+        check_op_policy(arch)
+        saved = op_saved_bytes(arch, batch, seq, element_bytes, attention)
+    block_input = input_bytes * batch * seq * arch.hidden
+    kept = kept_bytes(value, arch, kinds, block_input, saved)
+    recomputed = max(one for _, one in kinds) if recomputes_last_block(value, arch.layers) else 0
+    return kept + recomputed

@@ -675,12 +675,9 @@ def _add_activations(
     last_layer = one_layer + _merged_expert_gradient_bytes(trained.targets, layout.weight_bytes)
     acc.last_layer_activations += last_layer
     acc.note(f"{label} first layer's backward", last_layer, _BACKWARD_END_ONLY)
-    if plan.grad_ckpt:
-        _add_checkpointed(arch, activations, one_layer, logits, acc, label, savers)
-        return
-    if plan.selective_ac is not None:
-        # torchtitan's selective checkpointing (selective_ac.py): the kept blocks, and one block
-        # recomputed on top where backward recomputes one before freeing any
+    if plan.grad_ckpt or plan.selective_ac is not None:
+        # full or torchtitan's selective checkpointing (selective_ac.py): one block recomputed
+        # on top of the rest where backward recomputes one before freeing any
         again = recomputes_last_block(plan.selective_ac, arch.layers)
         _add_checkpointed(arch, activations, one_layer if again else 0, logits, acc, label, savers)
         return

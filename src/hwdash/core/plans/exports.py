@@ -256,8 +256,7 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             missing.append("--activation-offload")
         if savers.optimizer_in_backward:
             missing.append("--optimizer-in-backward")
-        if plan.selective_ac is not None:
-            # torchtitan's activation_checkpoint section; no export writes a torchtitan config
+        if plan.selective_ac is not None:  # torchtitan's; no export writes a torchtitan config
             missing.append(f"--selective-ac {plan.selective_ac}")
         if trained in (Method.QLORA, Method.LORA_8BIT) and savers.qlora_frozen_bytes == 2:
             missing.append("--qlora-frozen-dtype bf16")
