@@ -151,3 +151,10 @@ def test_every_export_says_it_does_not_carry_the_selective_policy(kind: str) -> 
     plan = Plan(model="llama-3.1-8b", method="full", fsdp="full", gpus=8, selective_ac="op")  # type: ignore[arg-type]
     assert "--selective-ac op" in uncarried_settings(plan, kind)
     assert not any("selective" in w for w in uncarried_settings(plan.with_changes({"selective_ac": None}), kind))
+
+
+def test_an_encoder_refuses_the_selective_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    encoder = "tests/data/model_configs/encoders/deberta-v3-base"
+    status, _, err = run_plan(capsys, "--model", encoder, "--method", "full", "--selective-ac", "2")
+    assert status == 2
+    assert "--selective-ac: torchtitan's selective checkpointing is counted for decoder" in err

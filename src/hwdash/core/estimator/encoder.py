@@ -469,6 +469,12 @@ def check_encoder_plan(plan: Plan, model: ModelSpec) -> None:
             "Megatron tensor/pipeline parallelism is not modelled for encoder-only models",
             flag="--tp" if plan.tp > 1 else "--pp",
         )
+    if plan.selective_ac is not None:
+        raise EncoderPlanError(
+            "torchtitan's selective checkpointing is counted for decoder blocks, not an "
+            "encoder's: use --grad-ckpt",
+            flag="--selective-ac",
+        )
 
 
 def encoder_warnings(plan: Plan, model: ModelSpec) -> list[str]:
