@@ -79,7 +79,7 @@ def test_every_nth_block_keeps_its_input_the_others_everything(llama) -> None:  
 
 def test_the_op_policy_refuses_a_mixture_of_experts() -> None:
     mixtral = architecture(load_catalog().models["mixtral-8x7b"])
-    with pytest.raises(SelectiveAcError, match="--selective-ac op .* mixture of experts"):
+    with pytest.raises(SelectiveAcError, match=r"--selective-ac op .* mixture of experts"):
         _total(mixtral, "op")
     assert _total(mixtral, "2") > 0
 
@@ -150,7 +150,10 @@ def test_every_export_says_it_does_not_carry_the_selective_policy(kind: str) -> 
 
     plan = Plan(model="llama-3.1-8b", method="full", fsdp="full", gpus=8, selective_ac="op")  # type: ignore[arg-type]
     assert "--selective-ac op" in uncarried_settings(plan, kind)
-    assert not any("selective" in w for w in uncarried_settings(plan.with_changes({"selective_ac": None}), kind))
+    assert not any(
+        "selective" in w
+        for w in uncarried_settings(plan.with_changes({"selective_ac": None}), kind)
+    )
 
 
 def test_an_encoder_refuses_the_selective_policy(capsys: pytest.CaptureFixture[str]) -> None:

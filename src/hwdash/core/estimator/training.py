@@ -57,7 +57,6 @@ from hwdash.core.estimator.phases import (
     _gradients_persist,
 )
 from hwdash.core.estimator.quantization import add_quantized_base_load
-from hwdash.core.estimator.selective_ac import recomputes_last_block
 from hwdash.core.estimator.savers import (
     Savers,
     is_paged,
@@ -65,6 +64,7 @@ from hwdash.core.estimator.savers import (
     offloaded_activations,
     resolve_savers,
 )
+from hwdash.core.estimator.selective_ac import recomputes_last_block
 from hwdash.core.estimator.states import (
     ADAPTER_LAYOUT,
     LAYOUTS,
