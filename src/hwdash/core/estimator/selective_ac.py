@@ -15,7 +15,9 @@ under ``activation_checkpoint.mode = "selective"``) wraps each transformer block
 
 What each block then keeps for backward, by hand (the checks are hand computations in
 ``tests/unit/test_selective_ac.py``; hwdash's tracer builds a Hugging Face model with
-``gradient_checkpointing_enable`` and cannot apply this policy):
+``gradient_checkpointing_enable`` and cannot apply this policy, so
+``bench/selective_ac_policy_check.py`` runs such a policy through torch on tiny Llama and Qwen2
+blocks on CPU: the matmuls it saves are the ones counted here):
 
 * op: the block's input (the non-reentrant checkpoint holds its arguments, as full checkpointing
   does; Korthikanti et al. 2022, arXiv:2205.05198, ``2 s b h`` in 16-bit) plus each saved op's
