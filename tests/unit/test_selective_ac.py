@@ -161,3 +161,25 @@ def test_an_encoder_refuses_the_selective_policy(capsys: pytest.CaptureFixture[s
     status, _, err = run_plan(capsys, "--model", encoder, "--method", "full", "--selective-ac", "2")
     assert status == 2
     assert "--selective-ac: torchtitan's selective checkpointing is counted for decoder" in err
+
+
+def test_the_recomputed_flops_by_hand(llama) -> None:  # type: ignore[no-untyped-def]
+    from hwdash.core.estimator.selective_ac import recompute_flops_per_token
+    from hwdash.core.planning.run_time import flops_per_token
+
+    n = llama.trained_matmul_params_per_token
+    # op: k_proj, o_proj and up_proj (mm 2, 4, 6) again in each of 32 blocks, 2 FLOPs a weight
+    per_block = 4096 * 1024 + 4096 * 4096 + 4096 * 14336
+    assert per_block == 79_691_776
+    assert recompute_flops_per_token("op", llama, n) == 2 * 32 * per_block
+    # N 4: 8 of 32 blocks' forward again, a quarter of --grad-ckpt's extra forward (2 n)
+    assert recompute_flops_per_token("4", llama, n) == 2 * n / 4
+    assert recompute_flops_per_token(None, llama, n) == 0
+    model = load_catalog().models["llama-3.1-8b"]
+    plain = Plan(model="llama-3.1-8b", method="full")  # type: ignore[arg-type]
+    op = plain.with_changes({"selective_ac": "op"})
+    assert flops_per_token(op, model) == flops_per_token(plain, model) + 2 * 32 * per_block
+    assert flops_per_token(plain, model) < flops_per_token(op, model)
+    assert flops_per_token(op, model) < flops_per_token(
+        plain.with_changes({"grad_ckpt": True}), model
+    )

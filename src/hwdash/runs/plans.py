@@ -120,7 +120,9 @@ def plan_facts(
         planned_total_bytes=total,
         planned_peak_bytes=report.estimate.reserved_bytes,
         model_flops_per_token=flops_per_token(
-            plan.model_copy(update={"grad_ckpt": False}), report.model, model_flops=True
+            plan.model_copy(update={"grad_ckpt": False, "selective_ac": None}),
+            report.model,
+            model_flops=True,
         ),
         total_tokens=training_tokens(plan),
         gpus=plan.gpus,

@@ -167,3 +167,28 @@ def activation_bytes(
     kept = kept_bytes(value, arch, kinds, block_input, saved)
     recomputed = max(one for _, one in kinds) if recomputes_last_block(value, arch.layers) else 0
     return kept + recomputed
+
+
+def recompute_flops_per_token(value: str | None, arch: Architecture, matmul_params: int) -> float:
+    """FLOPs per token that ``--selective-ac`` recomputes in backward (0 without it).
+
+    ``matmul_params``: the parameters one token's forward multiplies (``--grad-ckpt`` adds a
+    whole forward, ``2 x`` that: Korthikanti et al. 2022, arXiv:2205.05198, section 5). The layer
+    policy recomputes the forward of ``layers // N`` of the blocks (that share of it); the op policy
+    the matmuls it does not save, ``2 x in x out`` each per token: the even-numbered ``aten.mm``
+    calls and every biased projection (``aten.addmm``, not on its list), in every block. The
+    recomputed elementwise ops and the attention core (SDPA saved; eager recomputed) are left out.
+    """
+    if value is None:
+        return 0.0
+    if value != OP:
+        return 2.0 * matmul_params * checkpointed_blocks(value, arch.layers) / arch.layers
+    recomputed = 0
+    mm_count = 0
+    for linear in arch.linears:
+        if not linear.bias:
+            mm_count += 1
+            if mm_count % 2:
+                continue  # saved
+        recomputed += linear.copies * linear.in_features * linear.out_features
+    return 2.0 * arch.layers * recomputed

@@ -36,6 +36,7 @@ from hwdash.core.catalog import parse_catalog_file
 from hwdash.core.data_files import packaged_catalog_dir
 from hwdash.core.estimator import LAYOUTS, architecture, kv_cache_bytes
 from hwdash.core.estimator.savers import resolve_savers
+from hwdash.core.estimator.selective_ac import recompute_flops_per_token
 from hwdash.core.plan import Method, Offload, Plan, Quant
 from hwdash.core.specs import Accelerator, Framework, ModelSpec, Slowdown
 from hwdash.core.units import GB
@@ -113,8 +114,10 @@ def flops_per_token(plan: Plan, model: ModelSpec, *, model_flops: bool = False) 
     # what transformers runs: every expert on every token where the MoE block does so (Llama 4's
     # Llama4TextMoe, modeling_llama4.py), the top-k otherwise
     n = arch.matmul_params_per_token if model_flops else arch.trained_matmul_params_per_token
+    # torchtitan's selective checkpointing recomputes part of the forward (0 without it)
+    again = recompute_flops_per_token(plan.selective_ac, arch, n)
     if not plan.is_rl:
-        return float(_train_flops_factor(plan.method, plan.grad_ckpt) * n)
+        return float(_train_flops_factor(plan.method, plan.grad_ckpt) * n) + again
     train = _train_flops_factor(plan.rl_method, plan.grad_ckpt)
     factor = train  # policy training
     if plan.method is Method.PPO:
@@ -125,7 +128,8 @@ def flops_per_token(plan: Plan, model: ModelSpec, *, model_flops: bool = False) 
         factor += 2
     # generation: vLLM's engine runs the top-k experts; the policy's own generate what training runs
     generated = arch.matmul_params_per_token if plan.vllm_memory_utilization > 0 else n
-    return float(factor * n + 2 * generated)
+    trained_models = 2 if plan.method is Method.PPO else 1  # the policy, and PPO's value model
+    return float(factor * n + 2 * generated) + trained_models * again
 
 
 def _unslowed_tokens_per_second(
