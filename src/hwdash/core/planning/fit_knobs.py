@@ -141,10 +141,10 @@ def _checkpointing_knobs(plan: Plan, savers: Savers, model: ModelSpec) -> list[K
 
 def _offers_selective_op(plan: Plan, model: ModelSpec) -> bool:
     """Whether the search offers ``--selective-ac op``: an FSDP plan training in full (the op
-    policy is counted for full training) on a model whose blocks it is counted for."""
+    policy is counted for full training) on a decoder whose blocks it is counted for."""
     if plan.selective_ac is not None or plan.fsdp is FsdpMode.NONE:
         return False
-    if trained_method(plan) is not Method.FULL or plan.activation_offload:
+    if trained_method(plan) is not Method.FULL or plan.activation_offload or model.encoder_only:
         return False
     try:
         check_op_policy(architecture(model))
