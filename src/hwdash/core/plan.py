@@ -707,9 +707,10 @@ class Plan(BaseModel):
         for name in ("cp", "sp_ulysses", "ep", "optimizer_offload_fraction"):
             if data.get(name) == 1:
                 del data[name]
-        # and a serving batch job's output tokens: written only when given
-        if data.get("output_tokens", 0) is None:
-            del data["output_tokens"]
+        # and a serving batch job's output tokens, selective checkpointing: written only when given
+        for name in ("output_tokens", "selective_ac"):
+            if data.get(name, 0) is None:
+                del data[name]
         # and a serving engine's settings (issue 30): written only when they are set
         for name, unset in _SERVING_UNSET.items():
             if data.get(name, unset) == unset:
