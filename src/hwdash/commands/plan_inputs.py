@@ -93,6 +93,7 @@ FIELD_FLAGS = {
     "gpu_memory_utilization": "--gpu-memory-utilization",
     "max_model_len": "--max-model-len",
     "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
     "kv_dtype": "--kv-dtype",
 }
 
@@ -162,6 +163,7 @@ _SERVING_SETTINGS = (
     "gpu_memory_utilization",
     "max_model_len",
     "max_num_seqs",
+    "max_num_batched_tokens",
     "kv_dtype",
 )
 

@@ -46,6 +46,14 @@ SERVING_PLAN_FIELDS: tuple[PlanField, ...] = (
         form=FormRow("max seqs", "integer", _SERVING_ROW, placeholder="engine default"),
     ),
     PlanField(
+        "max_num_batched_tokens", "--max-num-batched-tokens", SERVING,
+        "tokens the scheduler runs in one step (chunked prefill): vLLM V1's profile run, a "
+        "sliding-window layer's blocks (vLLM's default 2048, 8192 on a 70 GiB GPU not an A100; "
+        "SGLang's --chunked-prefill-size)",
+        parse="whole", metavar="N",
+        form=FormRow("max batched", "integer", _SERVING_ROW, placeholder="engine default"),
+    ),
+    PlanField(
         "kv_dtype", "--kv-dtype", SERVING,
         "KV cache element type: auto (the model's), fp8 or int8 (one byte)",
         choices=_values(KvDtype), form=FormRow("KV dtype", "select", _SERVING_ROW),

@@ -45,6 +45,7 @@ def serving_settings(plan: Plan, model: ModelSpec | None = None) -> ServingSetti
         max_model_len=request_tokens(plan, images, plan.max_model_len),
         gpu_memory_utilization=plan.gpu_memory_utilization,
         max_num_seqs=plan.max_num_seqs,
+        max_num_batched_tokens=plan.max_num_batched_tokens,
         kv_dtype=plan.kv_dtype,
         tp=plan.gpus,
         quant_bits=QUANT_BITS.get(plan.quant),
