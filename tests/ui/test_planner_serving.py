@@ -21,7 +21,13 @@ from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
-SERVING_ROWS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "kv-dtype")
+SERVING_ROWS = (
+    "gpu-memory-utilization",
+    "max-model-len",
+    "max-num-seqs",
+    "kv-dtype",
+    "max-num-batched-tokens",
+)
 INFERENCE = Plan(model="qwen2.5-7b", method=Method.INFERENCE, flavors=("l4x1", "h200"))
 
 
@@ -76,12 +82,13 @@ async def test_engine_rows_feed_a_serving_plan_and_its_lines(
         assert all(shown(app, row) for row in SERVING_ROWS)
         await replace_text(pilot, "#plan-max-model-len", "8192")
         await replace_text(pilot, "#plan-max-num-seqs", "64")
+        await replace_text(pilot, "#plan-max-num-batched-tokens", "4096")
         app.query_one("#plan-kv-dtype", Select).value = KvDtype.FP8
         await pilot.pause()
         assert pane.errors == {} and pane.report is not None
         plan = pane.report.plan
         assert (plan.engine, plan.max_model_len, plan.max_num_seqs) == (Engine.VLLM, 8192, 64)
-        assert plan.kv_dtype is KvDtype.FP8
+        assert plan.kv_dtype is KvDtype.FP8 and plan.max_num_batched_tokens == 4096
         # the lines are the engine's pool on the first --flavor, as hwdash plan prints them
         settings = serving_settings(plan)
         assert settings is not None

@@ -91,9 +91,7 @@ def test_a_hand_written_line_with_unknown_flags_is_read_with_a_warning(
     }
     status, out, err = run_plan(capsys, "--from", str(saved), "--flavor", "h200x2", "--json")
     assert status == 0, err
-    assert (
-        "--from " + str(saved) + ": ignored --enforce-eager, --trust-remote-code" in err
-    )
+    assert "--from " + str(saved) + ": ignored --enforce-eager, --trust-remote-code" in err
     document = json.loads(out)
     assert document["plan"]["engine"] == "vllm" and document["serving"]["flavor"] == "h200x2"
 
