@@ -674,6 +674,12 @@ class EngineDefaults(_Strict):
     hybrid_kv_cache: bool = False
     """Sliding-window and chunked layers get block groups of their own that hold only their window
     per request (vLLM V1's hybrid KV cache manager); False: every layer caches every token."""
+    context_outside_budget: bool = False
+    """The CUDA context (``catalog/software.toml``'s row for the GPU) exists before the engine's
+    baseline snapshot, so the budget does not count it and it comes on top (vLLM V1); False: it
+    is in the non-torch memory the budget counts (``non_torch_mib`` or the row itself)."""
+    context_source: str = ""
+    """Where ``context_outside_budget`` comes from."""
     tp_buffers: Literal["in-budget", "outside", "fraction"] = "outside"
     """How a tensor-parallel rank's communicator buffers, made at distributed init, meet the
     budget: ``in-budget`` (the baseline is taken before them: counted as non-torch memory),

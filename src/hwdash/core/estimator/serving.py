@@ -18,7 +18,14 @@ each step from the engine's own code (file names; the numbers are data in ``cata
   ``max_num_seqs`` rows of logits. vLLM V1 profiles ``max_num_batched_tokens`` (chunked prefill),
   V0 the whole ``max_model_len`` (``vllm/worker/worker.py``); SGLang has no profile run;
 * non-torch memory: V0 counts the CUDA context (the row of ``catalog/software.toml``, as the
-  whole-GPU estimate does); V1 only what grows after its baseline (``non_torch_mib``);
+  whole-GPU estimate does); V1 only what grows after its baseline (``non_torch_mib``). V1's
+  context is outside its budget (``context_outside_budget``): ``gpu_worker.py`` ``init_device``
+  calls ``set_device`` and ``init_worker_distributed_environment`` before it takes
+  ``self.init_snapshot = MemorySnapshot()``; ``vllm/utils/mem_utils.py`` ``memory_profiling``
+  counts ``non_torch_increase`` = non-torch memory after the profile minus the baseline's, and
+  ``determine_available_memory`` gives the KV cache ``requested_memory`` (total x
+  ``gpu_memory_utilization``) minus weights, torch peak increase and that increase. So the
+  context comes on top of the budget, like the CUDA graphs;
 * tensor parallelism's non-torch buffers per rank (:func:`tp_buffer_bytes`): the TP group's NCCL
   communicator (vLLM's ``pynccl.py`` creates it and runs a warm-up all-reduce at distributed
   init, so its ring connections exist then; sized by
@@ -240,6 +247,9 @@ class ServingMemory:
     tp_buffer_bytes: int = 0
     """One rank's tensor-parallel communicator buffers (:func:`tp_buffer_bytes`), whether or not
     the engine counts them; the counted part is in ``non_torch_bytes``."""
+    context_bytes: int = 0
+    """The CUDA context the engine holds outside its budget (``context_outside_budget``: vLLM
+    V1); 0 where the budget counts it (in ``non_torch_bytes``)."""
 
     @property
     def kv_tokens(self) -> int:
@@ -484,6 +494,9 @@ def serving_memory(
         kv_blocks=blocks,
         groups=groups,
         tp_buffer_bytes=tp_buffers,
+        context_bytes=(
+            software.context_for(accelerator)[0].bytes if engine.context_outside_budget else 0
+        ),
     )
 
 
