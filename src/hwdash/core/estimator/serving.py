@@ -345,6 +345,27 @@ def cuda_total_bytes(accelerator: Accelerator) -> int:
     return int(accelerator.memory_gb * 1e9)
 
 
+def engine_on(engine: EngineDefaults, accelerator: Accelerator) -> EngineDefaults:
+    """``engine`` with its scheduler defaults on ``accelerator``: ``batch_defaults_by_gpu``'s
+    ``max_num_batched_tokens`` and ``max_num_seqs`` where the GPU's CUDA total is at least its
+    ``min_total_gib`` and its name holds none of ``excluded_names`` (vLLM's
+    ``vllm/engine/arg_utils.py``: ``get_device_total_memory() >= 70 * GiB_bytes and "a100" not
+    in device_name``), else the row's flat defaults."""
+    rule = engine.batch_defaults_by_gpu
+    if rule is None or accelerator.kind != "gpu":
+        return engine
+    if cuda_total_bytes(accelerator) < rule.min_total_gib * 2**30:
+        return engine
+    names = (accelerator.name, *accelerator.nvml_names)
+    if any(part in name.lower() for part in rule.excluded_names for name in names):
+        return engine
+    update = {
+        "max_num_batched_tokens": rule.max_num_batched_tokens,
+        "max_num_seqs": rule.max_num_seqs,
+    }
+    return engine.model_copy(update=update)
+
+
 def default_fraction(engine: EngineDefaults, tp: int) -> float:
     """The engine's own memory fraction at ``tp`` GPUs: the ``fraction_by_tp`` row of the largest
     TP size not above ``tp`` (SGLang lowers ``mem_fraction_static`` as TP grows), else
@@ -406,6 +427,11 @@ def _non_torch(
     return non_torch + counted_tp_buffers(engine, buffers, fraction), buffers
 
 
+def _outside_context(engine: EngineDefaults, accelerator: Accelerator, software: Software) -> int:
+    """The CUDA context the engine holds outside its budget (``context_outside_budget``)."""
+    return software.context_for(accelerator)[0].bytes if engine.context_outside_budget else 0
+
+
 def profile_tokens(engine: EngineDefaults, settings: ServingSettings) -> int:
     """Tokens in the profile run's forward (0: no profile run)."""
     batched = settings.max_num_batched_tokens or engine.max_num_batched_tokens
@@ -447,7 +473,8 @@ def serving_memory(
     engines: dict[str, EngineDefaults] | None = None,
 ) -> ServingMemory:
     """The engine's start-up memory on one GPU of ``accelerator`` and the KV pool it leaves."""
-    engine = (packaged_engines() if engines is None else engines)[settings.engine]
+    engines = packaged_engines() if engines is None else engines
+    engine = engine_on(engines[settings.engine], accelerator)
     fraction = settings.gpu_memory_utilization or default_fraction(engine, settings.tp)
     total = cuda_total_bytes(accelerator)
     budget = math.floor(fraction * total)
@@ -494,9 +521,7 @@ def serving_memory(
         kv_blocks=blocks,
         groups=groups,
         tp_buffer_bytes=tp_buffers,
-        context_bytes=(
-            software.context_for(accelerator)[0].bytes if engine.context_outside_budget else 0
-        ),
+        context_bytes=_outside_context(engine, accelerator, software),
     )
 
 
