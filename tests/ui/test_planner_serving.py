@@ -145,7 +145,8 @@ async def test_headline_and_bars_of_a_serving_plan_are_the_engines(
     catalog: Catalog, store: PlanStore
 ) -> None:
     """The headline's per-GPU total and the breakdown's bars are what the engine takes on the
-    flavor of the serving lines (its budget and the CUDA-graph pool), not one generate call's."""
+    flavor of the serving lines (its budget, the CUDA-graph pool and V1's CUDA context), not one
+    generate call's."""
     plan = INFERENCE.model_copy(
         update={"engine": Engine.VLLM, "max_model_len": 8192, "flavors": ("h200",)}
     )
@@ -160,7 +161,10 @@ async def test_headline_and_bars_of_a_serving_plan_are_the_engines(
         memory = memory_on(pane.report, settings, fit.accelerator, catalog)
         per_gpu = pane.report.estimate.per_gpu
         assert per_gpu.total == engine_total_bytes(memory) == fit.need_bytes
-        assert per_gpu.total == memory.budget_bytes + memory.cuda_graph_bytes
+        # on top of the budget: the CUDA-graph pool and V1's CUDA context (software.toml's row)
+        assert memory.context_bytes == 804_061_184
+        outside = memory.cuda_graph_bytes + memory.context_bytes
+        assert per_gpu.total == memory.budget_bytes + outside
         assert per_gpu.kv_cache == memory.kv_cache_bytes and per_gpu.weights == memory.weight_bytes
         headline = str(app.query_one("#plan-headline", Static).render())
         assert f"{format_bytes(per_gpu.total)} per GPU" in headline
