@@ -21,7 +21,13 @@ from hwdash.ui.planner_pane import PlannerPane
 from hwdash.ui.widgets.planner_breakdown import MemoryBreakdownView
 from hwdash.ui.widgets.planner_flavors import FlavorTable
 
-SERVING_ROWS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "kv-dtype")
+SERVING_ROWS = (
+    "gpu-memory-utilization",
+    "max-model-len",
+    "max-num-seqs",
+    "kv-dtype",
+    "max-num-batched-tokens",
+)
 INFERENCE = Plan(model="qwen2.5-7b", method=Method.INFERENCE, flavors=("l4x1", "h200"))
 
 
@@ -76,12 +82,13 @@ async def test_engine_rows_feed_a_serving_plan_and_its_lines(
         assert all(shown(app, row) for row in SERVING_ROWS)
         await replace_text(pilot, "#plan-max-model-len", "8192")
         await replace_text(pilot, "#plan-max-num-seqs", "64")
+        await replace_text(pilot, "#plan-max-num-batched-tokens", "4096")
         app.query_one("#plan-kv-dtype", Select).value = KvDtype.FP8
         await pilot.pause()
         assert pane.errors == {} and pane.report is not None
         plan = pane.report.plan
         assert (plan.engine, plan.max_model_len, plan.max_num_seqs) == (Engine.VLLM, 8192, 64)
-        assert plan.kv_dtype is KvDtype.FP8
+        assert plan.kv_dtype is KvDtype.FP8 and plan.max_num_batched_tokens == 4096
         # the lines are the engine's pool on the first --flavor, as hwdash plan prints them
         settings = serving_settings(plan)
         assert settings is not None
@@ -138,7 +145,8 @@ async def test_headline_and_bars_of_a_serving_plan_are_the_engines(
     catalog: Catalog, store: PlanStore
 ) -> None:
     """The headline's per-GPU total and the breakdown's bars are what the engine takes on the
-    flavor of the serving lines (its budget and the CUDA-graph pool), not one generate call's."""
+    flavor of the serving lines (its budget, the CUDA-graph pool and V1's CUDA context), not one
+    generate call's."""
     plan = INFERENCE.model_copy(
         update={"engine": Engine.VLLM, "max_model_len": 8192, "flavors": ("h200",)}
     )
@@ -153,7 +161,10 @@ async def test_headline_and_bars_of_a_serving_plan_are_the_engines(
         memory = memory_on(pane.report, settings, fit.accelerator, catalog)
         per_gpu = pane.report.estimate.per_gpu
         assert per_gpu.total == engine_total_bytes(memory) == fit.need_bytes
-        assert per_gpu.total == memory.budget_bytes + memory.cuda_graph_bytes
+        # on top of the budget: the CUDA-graph pool and V1's CUDA context (software.toml's row)
+        assert memory.context_bytes == 804_061_184
+        outside = memory.cuda_graph_bytes + memory.context_bytes
+        assert per_gpu.total == memory.budget_bytes + outside
         assert per_gpu.kv_cache == memory.kv_cache_bytes and per_gpu.weights == memory.weight_bytes
         headline = str(app.query_one("#plan-headline", Static).render())
         assert f"{format_bytes(per_gpu.total)} per GPU" in headline

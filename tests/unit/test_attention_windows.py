@@ -190,7 +190,9 @@ def test_vllm_groups_by_hand() -> None:
 
 def _on_h100(config: dict[str, Any], **settings: Any) -> Any:
     arch = architecture(_spec(config))
-    defaults: dict[str, Any] = {"max_model_len": 32_768}
+    # 2048 batched tokens, as the hand computations below: vllm serve's default on an H100 is
+    # 8192 (engines.toml batch_defaults_by_gpu; test_serving_batch_defaults.py)
+    defaults: dict[str, Any] = {"max_model_len": 32_768, "max_num_batched_tokens": 2048}
     return serving_memory(
         arch,
         CATALOG.accelerators["h100-sxm"],

@@ -34,6 +34,7 @@ def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) 
         "activation_bytes",
         "non_torch_bytes",
         "cuda_graph_bytes",
+        "context_bytes",
         "outside_budget_bytes",
         "total_bytes",
     }
@@ -49,7 +50,7 @@ def test_json_serving_object_for_the_flavor(capsys: pytest.CaptureFixture[str]) 
 def test_json_memory_is_what_the_engine_takes(capsys: pytest.CaptureFixture[str]) -> None:
     """A serving plan's ``memory`` is the engine's on the shown flavor, not one generate call's:
     the budget (fraction x CUDA's total = weights + profile peak + non-torch + KV pool) and the
-    CUDA-graph pool on top of it; the flavor's need and free memory are the same total."""
+    CUDA-graph pool and the CUDA context on top of it; the flavor's need and free memory are the same total."""
     document = json.loads(run_plan(capsys, *VLLM, "--json")[1])
     memory, serving = document["memory"], document["serving"]
     budget = serving["budget_bytes"]
@@ -58,9 +59,12 @@ def test_json_memory_is_what_the_engine_takes(capsys: pytest.CaptureFixture[str]
     assert inside + serving["kv_cache_bytes"] == budget
     assert memory["kv_cache"] == serving["kv_cache_bytes"]
     assert memory["weights"] == serving["weight_bytes"]
-    # one GPU: no TP buffers, only the graph pool is outside the budget
-    assert serving["outside_budget_bytes"] == serving["cuda_graph_bytes"]
-    assert memory["total"] == budget + serving["cuda_graph_bytes"] == serving["total_bytes"]
+    # one GPU: no TP buffers; the graph pool and V1's CUDA context (catalog/software.toml's
+    # default row, 804,061,184 bytes: before vLLM V1's baseline snapshot) are outside the budget
+    outside = serving["cuda_graph_bytes"] + serving["context_bytes"]
+    assert serving["context_bytes"] == 804_061_184
+    assert serving["outside_budget_bytes"] == outside
+    assert memory["total"] == budget + outside == serving["total_bytes"]
     assert memory["whole_gpu"] == memory["total"]
     row = next(row for row in document["flavors"] if row["id"] == "l4x1")
     assert row["need_bytes"] == memory["total"]
@@ -85,7 +89,8 @@ def test_tp_buffers_outside_the_budget_are_in_the_engines_total(
         inside += serving["non_torch_bytes"] + serving["kv_cache_bytes"]
         assert inside == serving["budget_bytes"]
         assert document["memory"]["total"] == inside + serving["outside_budget_bytes"]
-        outside[" ".join(engine)] = serving["outside_budget_bytes"] - serving["cuda_graph_bytes"]
+        graphs_and_context = serving["cuda_graph_bytes"] + serving["context_bytes"]
+        outside[" ".join(engine)] = serving["outside_budget_bytes"] - graphs_and_context
     buffers = outside["vllm"]
     assert round(buffers / 2**20) == 163
     assert outside["vllm --engine-version v0"] == 0

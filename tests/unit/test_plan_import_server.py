@@ -24,6 +24,7 @@ SERVING_FIELDS = (
     "gpu_memory_utilization",
     "max_model_len",
     "max_num_seqs",
+    "max_num_batched_tokens",
     "kv_dtype",
     "quant",
 )
@@ -47,11 +48,13 @@ def test_export_vllm_then_from_gives_the_same_serving_plan(
 ) -> None:
     args = ["--model", "qwen2.5-7b", "--method", "inference", "--engine", engine, "--gpus", "2"]
     args += ["--gpu-memory-utilization", "0.85", "--max-model-len", "8192"]
-    args += ["--max-num-seqs", "64", "--kv-dtype", "fp8", *extra, "--flavor", "l40sx4"]
+    args += ["--max-num-seqs", "64", "--max-num-batched-tokens", "4096"]
+    args += ["--kv-dtype", "fp8", *extra, "--flavor", "l40sx4"]
     saved = tmp_path / "serve.sh"
     status, _out, err = run_plan(capsys, *args, "--export", "vllm", "-o", str(saved))
     assert status == 0, err
     first = planned(capsys, *args)
+    assert first["plan"]["max_num_batched_tokens"] == 4096
     # nothing but the file and the flavor: the serving settings come back from the line
     again = planned(capsys, "--from", str(saved), "--flavor", "l40sx4")
     model = first["plan"]["model"]
@@ -83,14 +86,12 @@ def test_a_hand_written_line_with_unknown_flags_is_read_with_a_warning(
         "gpus": 2,
         "gpu_memory_utilization": 0.8,
         "max_model_len": 16384,
+        "max_num_batched_tokens": 4096,
         "kv_dtype": KvDtype.FP8,
     }
     status, out, err = run_plan(capsys, "--from", str(saved), "--flavor", "h200x2", "--json")
     assert status == 0, err
-    assert (
-        "--from " + str(saved) + ": ignored --enforce-eager, --max-num-batched-tokens, "
-        "--trust-remote-code" in err
-    )
+    assert "--from " + str(saved) + ": ignored --enforce-eager, --trust-remote-code" in err
     document = json.loads(out)
     assert document["plan"]["engine"] == "vllm" and document["serving"]["flavor"] == "h200x2"
 
@@ -100,7 +101,7 @@ def test_an_sglang_line_maps_its_own_flag_names(tmp_path: Path) -> None:
     saved.write_text(
         "python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-7B --tp-size 4 "
         "--mem-fraction-static 0.8 --context-length 32768 --max-running-requests 128 "
-        "--quantization gptq --port 30000\n"
+        "--chunked-prefill-size 4096 --quantization gptq --port 30000\n"
     )
     imported = read_plan_file(saved)
     assert imported.kind == "sglang"
@@ -112,6 +113,7 @@ def test_an_sglang_line_maps_its_own_flag_names(tmp_path: Path) -> None:
         "gpu_memory_utilization": 0.8,
         "max_model_len": 32768,
         "max_num_seqs": 128,
+        "max_num_batched_tokens": 4096,
         "quant": Quant.GPTQ_4,
     }
     assert imported.ignored == ["--port"]

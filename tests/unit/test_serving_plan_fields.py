@@ -98,3 +98,44 @@ def test_engine_version_warns_without_vllm(capsys: pytest.CaptureFixture[str]) -
     args = [*SERVE[:5], "sglang", "--flavor", "l4x1", "--engine-version", "v0"]
     status, out, _err = run_plan(capsys, *args)
     assert status == 0 and "--engine-version does nothing here: only --engine vllm" in out
+
+
+def test_max_num_batched_tokens_needs_an_engine_and_is_left_out_unset() -> None:
+    with pytest.raises(ValidationError, match="--max-num-batched-tokens: needs --engine vllm"):
+        Plan(model="qwen2.5-7b", method=Method.INFERENCE, max_num_batched_tokens=4096)
+    serving = Plan(model="qwen2.5-7b", method=Method.INFERENCE, engine=Engine.VLLM)
+    assert "max_num_batched_tokens" not in serving.model_dump(mode="json")
+    given = serving.model_copy(update={"max_num_batched_tokens": 4096})
+    written = given.model_dump(mode="json")
+    assert written["max_num_batched_tokens"] == 4096
+    assert Plan.model_validate(written) == given
+    argv = plan_arguments(given)
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "4096"
+
+
+def test_max_num_batched_tokens_sets_the_profile_run_and_a_sliding_layers_blocks() -> None:
+    """Mistral-7B v0.1 (all 32 layers sliding, window 4096) on one L40S under vLLM V1 at
+    --max-model-len 32768. A sliding layer's blocks per request (kv_cache_interface.py
+    SlidingWindowSpec): cdiv(min(4096 - 1 + batched, 32768), 16) + 1: at the engine row's 2048,
+    cdiv(6143, 16) + 1 = 385; at 4096, cdiv(8191, 16) + 1 = 513. One group of 32 layers."""
+    from hwdash.core.catalog import load_catalog
+    from hwdash.core.estimator.architecture import architecture
+    from hwdash.core.estimator.serving import serving_memory
+    from hwdash.core.models.config import resolve_model
+    from hwdash.core.planning.serving_plan import serving_settings
+
+    catalog = load_catalog(include_user=False)
+    arch = architecture(resolve_model("mistral-7b", catalog))
+    gpu = catalog.accelerators["l40s"]
+    plan = Plan(model="mistral-7b", method=Method.INFERENCE, engine=Engine.VLLM, seq=32768)
+    default = serving_settings(plan)
+    given = serving_settings(plan.model_copy(update={"max_num_batched_tokens": 4096}))
+    assert default is not None and given is not None
+    assert (default.max_num_batched_tokens, given.max_num_batched_tokens) == (None, 4096)
+    before = serving_memory(arch, gpu, default, engines=catalog.engines or None)
+    after = serving_memory(arch, gpu, given, engines=catalog.engines or None)
+    assert (before.profile_tokens, after.profile_tokens) == (2048, 4096)
+    assert after.activation_bytes > before.activation_bytes
+    assert before.groups is not None and after.groups is not None
+    assert (before.groups.count, after.groups.count) == (1, 1)
+    assert (before.request_blocks, after.request_blocks) == (385, 513)

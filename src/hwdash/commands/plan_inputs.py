@@ -92,6 +92,7 @@ _SERVING_SETTINGS = (
     "gpu_memory_utilization",
     "max_model_len",
     "max_num_seqs",
+    "max_num_batched_tokens",
     "kv_dtype",
 )
 

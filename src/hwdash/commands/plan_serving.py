@@ -62,6 +62,11 @@ def serving_lines(memory: ServingMemory, flavor_id: str) -> list[str]:
         lines.append(
             f"  (CUDA graphs: about {memory.cuda_graph_bytes / gib:.2f} GiB more, outside the budget)"
         )
+    if memory.context_bytes:
+        lines.append(
+            f"  (CUDA context: {memory.context_bytes / gib:.2f} GiB more, outside the budget: "
+            "it exists before the engine's baseline snapshot)"
+        )
     lines += _tp_buffer_lines(memory)
     if not memory.fits:
         lines.append(

@@ -443,6 +443,9 @@ class Plan(BaseModel):
     """Longest sequence (prompt + output) the server accepts (None: ``seq``)."""
     max_num_seqs: int | None = Field(default=None, ge=1, le=10**6)
     """Sequences the server runs at once (None: the engine's default)."""
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10**8)
+    """Tokens the scheduler runs in one step (vLLM's ``max_num_batched_tokens``, SGLang's
+    ``chunked_prefill_size``; None: the engine's default)."""
     kv_dtype: KvDtype = KvDtype.AUTO
     """The KV cache's element type: the model's (auto), fp8 or int8 (one byte)."""
 
@@ -732,6 +735,7 @@ _SERVING_FLAGS = (
     ("gpu_memory_utilization", "--gpu-memory-utilization"),
     ("max_model_len", "--max-model-len"),
     ("max_num_seqs", "--max-num-seqs"),
+    ("max_num_batched_tokens", "--max-num-batched-tokens"),
     ("kv_dtype", "--kv-dtype"),
 )
 #: The serving fields' unset values, as a plan's JSON holds them (such a field is left out).
@@ -741,6 +745,7 @@ _SERVING_UNSET: dict[str, Any] = {
     "gpu_memory_utilization": None,
     "max_model_len": None,
     "max_num_seqs": None,
+    "max_num_batched_tokens": None,
     "kv_dtype": KvDtype.AUTO.value,
 }
 #: Plan fields only a serving plan (``--engine vllm|sglang``) reads.

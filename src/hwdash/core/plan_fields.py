@@ -614,6 +614,7 @@ FORM_ORDER = (
     "max_model_len",
     "max_num_seqs",
     "kv_dtype",
+    "max_num_batched_tokens",
 )
 
 #: The Plan fields that are one-to-one keys of DeepSpeed's ``zero_optimization`` table (DeepSpeed's

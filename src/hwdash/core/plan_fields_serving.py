@@ -41,9 +41,18 @@ SERVING_PLAN_FIELDS: tuple[PlanField, ...] = (
         form=FormRow("max len", "integer", _SERVING_ROW, placeholder="seq length"),
     ),
     PlanField(
-        "max_num_seqs", "--max-num-seqs", SERVING, "sequences at once (vLLM's default 256)",
+        "max_num_seqs", "--max-num-seqs", SERVING,
+        "sequences at once (vLLM's default 256; 1024 on a GPU of 70 GiB or more, not an A100)",
         parse="whole", metavar="N",
         form=FormRow("max seqs", "integer", _SERVING_ROW, placeholder="engine default"),
+    ),
+    PlanField(
+        "max_num_batched_tokens", "--max-num-batched-tokens", SERVING,
+        "tokens the scheduler runs in one step (chunked prefill): vLLM V1's profile run and a "
+        "sliding-window layer's blocks (vLLM's default 2048; 8192 on a GPU of 70 GiB or more, "
+        "not an A100; SGLang's --chunked-prefill-size)",
+        parse="whole", metavar="N",
+        form=FormRow("max batched", "integer", _SERVING_ROW, placeholder="engine default"),
     ),
     PlanField(
         "kv_dtype", "--kv-dtype", SERVING,

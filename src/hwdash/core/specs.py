@@ -642,6 +642,19 @@ def _pairs(value: Any) -> Any:
     return value
 
 
+class BatchDefaultsByGpu(_Strict):
+    """An engine's larger scheduler defaults on large GPUs (vLLM's ``vllm/engine/arg_utils.py``:
+    a device of at least ``min_total_gib`` whose name holds none of ``excluded_names``)."""
+
+    min_total_gib: float = Field(gt=0, le=1_000_000)
+    """The device's total memory (what CUDA reports), GiB, at and above which the rule holds."""
+    excluded_names: tuple[str, ...] = Field(default=(), strict=False)  # TOML gives a list
+    """Lower-case parts of the device name the rule never holds for."""
+    max_num_batched_tokens: int = Field(ge=1, le=100_000_000)
+    max_num_seqs: int = Field(ge=1, le=1_000_000)
+    source: str = Field(min_length=1)
+
+
 class EngineDefaults(_Strict):
     """One ``[[engine]]`` row of ``catalog/engines.toml``: a serving engine's memory defaults
     (read by :mod:`hwdash.core.estimator.serving`; each field is described in the file)."""
@@ -674,6 +687,15 @@ class EngineDefaults(_Strict):
     hybrid_kv_cache: bool = False
     """Sliding-window and chunked layers get block groups of their own that hold only their window
     per request (vLLM V1's hybrid KV cache manager); False: every layer caches every token."""
+    batch_defaults_by_gpu: BatchDefaultsByGpu | None = None
+    """Larger ``max_num_batched_tokens`` and ``max_num_seqs`` defaults on large GPUs (None: the
+    flat ones above on every GPU)."""
+    context_outside_budget: bool = False
+    """The CUDA context (``catalog/software.toml``'s row for the GPU) exists before the engine's
+    baseline snapshot, so the budget does not count it and it comes on top (vLLM V1); False: it
+    is in the non-torch memory the budget counts (``non_torch_mib`` or the row itself)."""
+    context_source: str = ""
+    """Where ``context_outside_budget`` comes from."""
     tp_buffers: Literal["in-budget", "outside", "fraction"] = "outside"
     """How a tensor-parallel rank's communicator buffers, made at distributed init, meet the
     budget: ``in-budget`` (the baseline is taken before them: counted as non-torch memory),

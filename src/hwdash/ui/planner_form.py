@@ -160,7 +160,7 @@ FORM_CSS = """
 
 _LEADING_FLAG = re.compile(
     r"--(fsdp-offload|fsdp|tp|pp|cp|sp-ulysses|ep|gpus|loss|framework|engine|"
-    r"gpu-memory-utilization|max-model-len|max-num-seqs|kv-dtype)\b"
+    r"gpu-memory-utilization|max-model-len|max-num-seqs|max-num-batched-tokens|kv-dtype)\b"
 )
 
 

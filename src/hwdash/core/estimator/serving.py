@@ -18,7 +18,14 @@ each step from the engine's own code (file names; the numbers are data in ``cata
   ``max_num_seqs`` rows of logits. vLLM V1 profiles ``max_num_batched_tokens`` (chunked prefill),
   V0 the whole ``max_model_len`` (``vllm/worker/worker.py``); SGLang has no profile run;
 * non-torch memory: V0 counts the CUDA context (the row of ``catalog/software.toml``, as the
-  whole-GPU estimate does); V1 only what grows after its baseline (``non_torch_mib``);
+  whole-GPU estimate does); V1 only what grows after its baseline (``non_torch_mib``). V1's
+  context is outside its budget (``context_outside_budget``): ``gpu_worker.py`` ``init_device``
+  calls ``set_device`` and ``init_worker_distributed_environment`` before it takes
+  ``self.init_snapshot = MemorySnapshot()``; ``vllm/utils/mem_utils.py`` ``memory_profiling``
+  counts ``non_torch_increase`` = non-torch memory after the profile minus the baseline's, and
+  ``determine_available_memory`` gives the KV cache ``requested_memory`` (total x
+  ``gpu_memory_utilization``) minus weights, torch peak increase and that increase. So the
+  context comes on top of the budget, like the CUDA graphs;
 * tensor parallelism's non-torch buffers per rank (:func:`tp_buffer_bytes`): the TP group's NCCL
   communicator (vLLM's ``pynccl.py`` creates it and runs a warm-up all-reduce at distributed
   init, so its ring connections exist then; sized by
@@ -240,6 +247,9 @@ class ServingMemory:
     tp_buffer_bytes: int = 0
     """One rank's tensor-parallel communicator buffers (:func:`tp_buffer_bytes`), whether or not
     the engine counts them; the counted part is in ``non_torch_bytes``."""
+    context_bytes: int = 0
+    """The CUDA context the engine holds outside its budget (``context_outside_budget``: vLLM
+    V1); 0 where the budget counts it (in ``non_torch_bytes``)."""
 
     @property
     def kv_tokens(self) -> int:
@@ -335,6 +345,27 @@ def cuda_total_bytes(accelerator: Accelerator) -> int:
     return int(accelerator.memory_gb * 1e9)
 
 
+def engine_on(engine: EngineDefaults, accelerator: Accelerator) -> EngineDefaults:
+    """``engine`` with its scheduler defaults on ``accelerator``: ``batch_defaults_by_gpu``'s
+    ``max_num_batched_tokens`` and ``max_num_seqs`` where the GPU's CUDA total is at least its
+    ``min_total_gib`` and its name holds none of ``excluded_names`` (vLLM's
+    ``vllm/engine/arg_utils.py``: ``get_device_total_memory() >= 70 * GiB_bytes and "a100" not
+    in device_name``), else the row's flat defaults."""
+    rule = engine.batch_defaults_by_gpu
+    if rule is None or accelerator.kind != "gpu":
+        return engine
+    if cuda_total_bytes(accelerator) < rule.min_total_gib * 2**30:
+        return engine
+    names = (accelerator.name, *accelerator.nvml_names)
+    if any(part in name.lower() for part in rule.excluded_names for name in names):
+        return engine
+    update = {
+        "max_num_batched_tokens": rule.max_num_batched_tokens,
+        "max_num_seqs": rule.max_num_seqs,
+    }
+    return engine.model_copy(update=update)
+
+
 def default_fraction(engine: EngineDefaults, tp: int) -> float:
     """The engine's own memory fraction at ``tp`` GPUs: the ``fraction_by_tp`` row of the largest
     TP size not above ``tp`` (SGLang lowers ``mem_fraction_static`` as TP grows), else
@@ -396,6 +427,11 @@ def _non_torch(
     return non_torch + counted_tp_buffers(engine, buffers, fraction), buffers
 
 
+def _outside_context(engine: EngineDefaults, accelerator: Accelerator, software: Software) -> int:
+    """The CUDA context the engine holds outside its budget (``context_outside_budget``)."""
+    return software.context_for(accelerator)[0].bytes if engine.context_outside_budget else 0
+
+
 def profile_tokens(engine: EngineDefaults, settings: ServingSettings) -> int:
     """Tokens in the profile run's forward (0: no profile run)."""
     batched = settings.max_num_batched_tokens or engine.max_num_batched_tokens
@@ -437,7 +473,8 @@ def serving_memory(
     engines: dict[str, EngineDefaults] | None = None,
 ) -> ServingMemory:
     """The engine's start-up memory on one GPU of ``accelerator`` and the KV pool it leaves."""
-    engine = (packaged_engines() if engines is None else engines)[settings.engine]
+    engines = packaged_engines() if engines is None else engines
+    engine = engine_on(engines[settings.engine], accelerator)
     fraction = settings.gpu_memory_utilization or default_fraction(engine, settings.tp)
     total = cuda_total_bytes(accelerator)
     budget = math.floor(fraction * total)
@@ -484,6 +521,7 @@ def serving_memory(
         kv_blocks=blocks,
         groups=groups,
         tp_buffer_bytes=tp_buffers,
+        context_bytes=_outside_context(engine, accelerator, software),
     )
 
 

@@ -4,10 +4,11 @@ planner's export (``e``) write, and reading such a line back (``hwdash plan --fr
 
 The flags are the engines' own: vLLM's ``vllm/engine/arg_utils.py`` (``EngineArgs``:
 ``--tensor-parallel-size``/``-tp``, ``--gpu-memory-utilization``, ``--max-model-len``,
-``--max-num-seqs``, ``--kv-cache-dtype``, ``--quantization``, ``--limit-mm-per-prompt``) and
+``--max-num-seqs``, ``--max-num-batched-tokens``, ``--kv-cache-dtype``, ``--quantization``,
+``--limit-mm-per-prompt``) and
 SGLang's ``python/sglang/srt/server_args.py`` (``--model-path``, ``--tp-size``/``--tp``,
 ``--mem-fraction-static``, ``--context-length``, ``--max-running-requests``,
-``--kv-cache-dtype``, ``--quantization``).
+``--chunked-prefill-size``, ``--kv-cache-dtype``, ``--quantization``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
         words += ["--context-length", str(s.max_model_len)]
         if s.max_num_seqs is not None:
             words += ["--max-running-requests", str(s.max_num_seqs)]
+        if s.max_num_batched_tokens is not None:
+            words += ["--chunked-prefill-size", str(s.max_num_batched_tokens)]
         if s.kv_dtype is KvDtype.FP8:
             words += ["--kv-cache-dtype", "fp8_e5m2"]
     else:
@@ -45,6 +48,8 @@ def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
         ]
         if s.max_num_seqs is not None:
             words += ["--max-num-seqs", str(s.max_num_seqs)]
+        if s.max_num_batched_tokens is not None:
+            words += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
         if s.kv_dtype is KvDtype.FP8:
             words += ["--kv-cache-dtype", "fp8"]
         if quant in VLLM_QUANTIZATION:

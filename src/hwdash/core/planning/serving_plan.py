@@ -45,6 +45,7 @@ def serving_settings(plan: Plan, model: ModelSpec | None = None) -> ServingSetti
         max_model_len=request_tokens(plan, images, plan.max_model_len),
         gpu_memory_utilization=plan.gpu_memory_utilization,
         max_num_seqs=plan.max_num_seqs,
+        max_num_batched_tokens=plan.max_num_batched_tokens,
         kv_dtype=plan.kv_dtype,
         tp=plan.gpus,
         quant_bits=QUANT_BITS.get(plan.quant),
@@ -74,18 +75,24 @@ PHASE_SERVING = "serving (engine start-up)"
 
 def outside_budget_bytes(memory: ServingMemory) -> int:
     """What the engine holds on one GPU beside its budget: the CUDA-graph pool captured after the
-    KV cache is sized, and the part of a TP rank's communicator buffers its budget does not count
-    (``tp_buffers``: all of them for vLLM V1 since PR 25359, none for V0, ``1 - fraction`` of them
-    for SGLang; :func:`~hwdash.core.estimator.serving.counted_tp_buffers`)."""
+    KV cache is sized, the CUDA context where the baseline snapshot comes after it (vLLM V1:
+    ``context_bytes``, :mod:`hwdash.core.estimator.serving`; V0 and SGLang count it inside), and
+    the part of a TP rank's communicator buffers its budget does not count (``tp_buffers``: all
+    of them for vLLM V1 since PR 25359, none for V0, ``1 - fraction`` of them for SGLang;
+    :func:`~hwdash.core.estimator.serving.counted_tp_buffers`)."""
+    return memory.cuda_graph_bytes + memory.context_bytes + uncounted_tp_buffers(memory)
+
+
+def uncounted_tp_buffers(memory: ServingMemory) -> int:
+    """The part of a TP rank's communicator buffers the engine's budget does not count."""
     buffers = memory.tp_buffer_bytes
-    uncounted = buffers - counted_tp_buffers(memory.engine, buffers, memory.fraction)
-    return memory.cuda_graph_bytes + uncounted
+    return buffers - counted_tp_buffers(memory.engine, buffers, memory.fraction)
 
 
 def engine_total_bytes(memory: ServingMemory) -> int:
     """What the engine takes on one GPU: its budget (``fraction x`` CUDA's total: the weights, the
     profile run's activation peak, non-torch memory and the KV pool) and what it holds outside it
-    (:func:`outside_budget_bytes`: the CUDA-graph pool, uncounted TP buffers;
+    (:func:`outside_budget_bytes`: the CUDA-graph pool, V1's CUDA context, uncounted TP buffers;
     :mod:`hwdash.core.estimator.serving`). When the weights and the profile leave no pool, what
     they need (above the budget: the engine refuses to start)."""
     inside = memory.weight_bytes + memory.activation_bytes + memory.non_torch_bytes
@@ -95,8 +102,8 @@ def engine_total_bytes(memory: ServingMemory) -> int:
 def engine_estimate(estimate: MemoryEstimate, memory: ServingMemory) -> MemoryEstimate:
     """``estimate`` (one ``generate`` call's) with its per-GPU memory the engine's on one flavor:
     weights (TP-sharded), the profile run's activation peak, the KV pool as ``kv_cache``, and
-    non-torch memory with what is outside the budget (the CUDA-graph pool, uncounted TP buffers)
-    as ``overhead``; the total is
+    non-torch memory with what is outside the budget (the CUDA-graph pool, V1's CUDA context,
+    uncounted TP buffers) as ``overhead``; the total is
     :func:`engine_total_bytes`. torch's allocated peak is its tensors (weights, activations,
     pool), the reserved one adds the graph pool (torch's graph memory pool, ``vllm/v1/worker/
     gpu_model_runner.py`` ``capture_model``). Parameters, dtype and warnings stay the
@@ -123,7 +130,9 @@ def engine_estimate(estimate: MemoryEstimate, memory: ServingMemory) -> MemoryEs
         (f"KV cache pool ({memory.kv_blocks:,} blocks)", memory.kv_cache_bytes),
         ("CUDA graphs (outside the budget)", memory.cuda_graph_bytes),
     )
-    uncounted = outside_budget_bytes(memory) - memory.cuda_graph_bytes
+    if memory.context_bytes:
+        details += (("CUDA context (outside the budget)", memory.context_bytes),)
+    uncounted = uncounted_tp_buffers(memory)
     if uncounted:
         details += (("TP communicator buffers (outside the budget)", uncounted),)
     return dataclasses.replace(
@@ -150,6 +159,7 @@ def engine_json(memory: ServingMemory) -> dict[str, int | float]:
         "activation_bytes": memory.activation_bytes,
         "non_torch_bytes": memory.non_torch_bytes,
         "cuda_graph_bytes": memory.cuda_graph_bytes,
+        "context_bytes": memory.context_bytes,
         "outside_budget_bytes": outside_budget_bytes(memory),
         "total_bytes": engine_total_bytes(memory),
     }
