@@ -45,7 +45,11 @@ from hwdash.core.planning.fit_options import (
 from hwdash.core.planning.fit_options import _Candidate as Candidate
 from hwdash.core.planning.max_fit import MaxField
 from hwdash.core.planning.serving_max import serving_max
-from hwdash.core.planning.serving_plan import serving_on_flavors, serving_settings
+from hwdash.core.planning.serving_plan import (
+    outside_budget_bytes,
+    serving_on_flavors,
+    serving_settings,
+)
 from hwdash.core.results import FitVerdict, FlavorFit
 from hwdash.core.specs import Flavor, ModelSpec
 
@@ -112,10 +116,10 @@ def _utilization_knob(memory: ServingMemory) -> ServingKnob | None:
     fraction = memory.fraction
     if fraction >= UTILIZATION_CAP:
         return None
-    outside = memory.cuda_graph_bytes / 2**30
+    outside = outside_budget_bytes(memory) / 2**30
     why = (
-        f"not above {UTILIZATION_CAP:g}: the rest holds the CUDA graphs ({outside:.2f} GiB), "
-        "the CUDA context and other processes"
+        f"not above {UTILIZATION_CAP:g}: the rest holds what the engine keeps outside its budget "
+        f"({outside:.2f} GiB: CUDA graphs, context, TP buffers) and other processes"
     )
     values = sorted({round((fraction + UTILIZATION_CAP) / 2, 2), UTILIZATION_CAP})
     settings = tuple(
