@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.unit.monitor_cli import run_plan
+from monitor_cli import run_plan
 
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.models.config import resolve_model
