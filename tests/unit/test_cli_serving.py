@@ -217,3 +217,30 @@ def test_text_says_where_the_tp_buffers_go(capsys: pytest.CaptureFixture[str]) -
         assert status == 0 and f"(TP communicator buffers: {line})" in out
     one = run_plan(capsys, *VLLM)[1]
     assert "TP communicator buffers" not in one
+
+
+def test_a_flavor_with_fewer_gpus_than_the_tp_group_is_refused_and_the_shown_is_the_recommended(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    flags = ["--model", "llama-3.1-70b", "--method", "inference", "--engine", "vllm"]
+    flags += ["--max-model-len", "8192", "--gpus", "4", "--json"]
+    document = json.loads(run_plan(capsys, *flags)[1])
+    by_id = {entry["id"]: entry for entry in document["flavors"]}
+    small = [entry for entry in document["flavors"] if 0 < entry["gpu_count"] < 4]
+    assert small and all(entry["fit"] == "no" for entry in small)
+    gpu_rows = [entry for entry in small if "TP 4 needs 4 GPUs" in entry["reason"]]
+    assert gpu_rows  # the GPU flavors say why (a TPU or Mac row keeps its own reason)
+    recommended = document["recommended"]
+    assert by_id[recommended]["gpu_count"] >= 4
+    # without --flavor the serving lines are the recommended flavor's, as the planner's are
+    assert document["serving"]["flavor"] == recommended
+
+
+def test_sglang_says_batched_tokens_do_nothing_to_its_memory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    flags = ["--model", "llama-3.1-8b", "--method", "inference", "--engine", "sglang"]
+    _status, out, err = run_plan(capsys, *flags, "--max-num-batched-tokens", "4096")
+    assert "--max-num-batched-tokens does nothing here: SGLang" in out + err
+    _status, out, err = run_plan(capsys, *flags[:-1], "vllm", "--max-num-batched-tokens", "4096")
+    assert "does nothing here" not in out + err

@@ -109,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
 def _serving(
     args: argparse.Namespace, plan: Plan, report: Any, catalog: Any
 ) -> tuple[Any, Any, Any]:
-    """A serving plan's settings, the report with the serving verdicts, and the first GPU
-    flavor's memory (all None-or-unchanged for ``--engine hf``)."""
+    """A serving plan's settings, the report with the serving verdicts, and the shown flavor's
+    memory (``shown_flavor``: the first --flavor, else the recommended one; all None-or-unchanged
+    for ``--engine hf``)."""
     from hwdash.commands.plan_serving import serving_on_flavors, serving_settings
     from hwdash.core.planning.serving_plan import shown_flavor, with_engine_estimate
 
@@ -129,7 +130,7 @@ def _serving(
     from hwdash.commands.plan_batch import with_batch_times
 
     report = with_batch_times(report, memories)  # --examples: each flavor's hours and cost
-    shown = shown_flavor(plan, memories)
+    shown = shown_flavor(plan, memories, report.recommended)
     # the memory shown (table, JSON memory, --check) is what the engine takes on that flavor
     report = with_engine_estimate(report, memories, shown)
     serving = None if shown is None else (shown, memories[shown], report)

@@ -100,6 +100,9 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             )
         elif name == "engine_version" and plan.engine is not Engine.VLLM:
             unused.append((name, "only --engine vllm has engine versions"))
+        elif name == "max_num_batched_tokens" and plan.engine is Engine.SGLANG:
+            # SGLang keeps its activations in the share it leaves out: no profile run to size
+            unused.append((name, "SGLang's memory does not depend on it (--export writes it)"))
         elif (reason := _unused_sharding_setting(plan, name)) is not None:
             unused.append((name, reason))
     return unused

@@ -187,8 +187,15 @@ def serving_on_flavors(
     fits = []
     for fit in report.flavors:
         accelerator = fit.accelerator
-        if accelerator is None or accelerator.kind != "gpu" or fit.flavor.gpu_count < settings.tp:
+        if accelerator is None or accelerator.kind != "gpu":
             fits.append(fit)
+            continue
+        if fit.flavor.gpu_count < settings.tp:
+            # the engine's tensor-parallel group needs --gpus GPUs on one flavor
+            reason = (
+                f"TP {settings.tp} needs {settings.tp} GPUs, the flavor has {fit.flavor.gpu_count}"
+            )
+            fits.append(dataclasses.replace(fit, verdict=FitVerdict.NO, reason=reason))
             continue
         memory = memory_on(report, settings, accelerator, catalog)
         memories[fit.flavor.id] = memory
@@ -211,10 +218,17 @@ def serving_on_flavors(
     return changed, memories
 
 
-def shown_flavor(plan: Plan, memories: dict[str, ServingMemory]) -> str | None:
+def shown_flavor(
+    plan: Plan, memories: dict[str, ServingMemory], recommended: str | None = None
+) -> str | None:
     """The flavor whose serving memory a report shows: the first ``--flavor`` the engine runs on,
-    else the first GPU flavor of the table (None: no GPU flavor holds the plan's TP)."""
-    wanted = [flavor for flavor in plan.flavors if flavor in memories] or list(memories)
+    else the ``recommended`` one (the cheapest the engine starts on), else the first GPU flavor of
+    the table (None: no GPU flavor holds the plan's TP). The planner's :func:`serving_flavor`
+    picks by the same order."""
+    wanted = [flavor for flavor in plan.flavors if flavor in memories]
+    if not wanted and recommended in memories:
+        wanted = [recommended]
+    wanted = wanted or list(memories)
     return wanted[0] if wanted else None
 
 
