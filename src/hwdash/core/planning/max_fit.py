@@ -250,6 +250,19 @@ class _Search:
         )
 
 
+def last_holding(low: int, high: int, holds: Callable[[int], bool]) -> int:
+    """The largest ``k`` in ``[low, high)`` for which ``holds(k)``, by bisection, given that
+    ``holds(low)`` is true, ``holds(high)`` false, and ``holds`` true up to some ``k`` and false
+    after it (a setting that fits, then ones that do not)."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        if holds(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
 def _fewest_gpus(search: _Search) -> MaxFit:
     """The fewest GPUs (in steps of tp x pp x cp (or sp), and of tp x ep x pp) of the flavor's
     kind that fit."""
@@ -258,15 +271,8 @@ def _fewest_gpus(search: _Search) -> MaxFit:
     top = _field_bound("gpus") // step
     if search.accelerator is None or search.flavor.gpu_count == 0 or not search.fits(top * step):
         return search.answer(None, search.evaluate(top * step), step=step)
-    # the fewest: fits(k * step) holds from some k on
-    low, high = 0, top  # not fits(low * step) (0 GPUs never fit), fits(high * step)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if search.fits(middle * step):
-            high = middle
-        else:
-            low = middle
-    value = high * step
+    # the fewest: fits(k * step) holds from some k on; 0 GPUs never fit
+    value = (last_holding(0, top, lambda k: not search.fits(k * step)) + 1) * step
     return search.answer(value, search.evaluate(value, timed=True), step=step)
 
 
@@ -292,12 +298,5 @@ def _largest(search: _Search) -> MaxFit:
     if search.fits(top * step):
         fit = search.evaluate(top * step, timed=True)
         return search.answer(top * step, fit, step=step, bound=bound, bounded_by=bounded_by)
-    low, high = 1, top  # fits(low * step), not fits(high * step)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if search.fits(middle * step):
-            low = middle
-        else:
-            high = middle
-    value = low * step
+    value = last_holding(1, top, lambda k: search.fits(k * step)) * step
     return search.answer(value, search.evaluate(value, timed=True), step=step, bound=bound)

@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any
 
 from hwdash.core.estimator.serving import ServingMemory, ServingSettings
-from hwdash.core.planning.max_fit import MaxField, MaxFit, with_gpu_count
+from hwdash.core.planning.max_fit import MaxField, MaxFit, last_holding, with_gpu_count
 from hwdash.core.planning.serving_plan import (
     engine_total_bytes,
     max_concurrency,
@@ -94,11 +94,8 @@ def _longest_model_len(
         return answer(None, 1)
     if memory_at(bound).fits:
         return answer(bound, bound, f"the model's context ({bound})")
-    low, high = 1, bound  # low starts, high does not
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if memory_at(middle).fits else (low, middle)
-    return answer(low, low)
+    longest = last_holding(1, bound, lambda length: memory_at(length).fits)
+    return answer(longest, longest)
 
 
 def _fewest_gpus(
