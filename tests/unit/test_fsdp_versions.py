@@ -16,6 +16,7 @@ from hwdash.core import estimator as est
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.fsdp_versions import dim0_padding_elements, flat_padding_elements
 from hwdash.core.estimator.phases import PHASE_CHECKPOINT_SAVE
+from hwdash.core.estimator.software import packaged_software
 from hwdash.core.plan import FsdpStateDict, Plan
 from hwdash.core.plans.exports import accelerate_config, trainer_snippet
 from hwdash.core.plans.imports import read_plan_file
@@ -146,11 +147,11 @@ def test_fsdp1_all_gather_stream_keeps_one_freed_unit_reserved() -> None:
     plan = _plan(precision="bf16", fsdp_version=1, grad_accum=1, batch=16, seq=2048)
     v1 = estimate_memory(plan, SMALL)
     assert v1.peak_phase == "start of backward"
-    pool = round(est.ALLOCATOR_FRAGMENTATION * v1.allocated_bytes)
+    pool = round(packaged_software().pool.distributed * v1.allocated_bytes)
     # reserved, not allocated: the one block freed last
     assert v1.reserved_bytes - v1.allocated_bytes - pool == 2 * BLOCK
     v2 = estimate_memory(plan.model_copy(update={"fsdp_version": 2}), SMALL)
-    pool2 = round(est.ALLOCATOR_FRAGMENTATION * v2.allocated_bytes)
+    pool2 = round(packaged_software().pool.distributed * v2.allocated_bytes)
     assert v2.reserved_bytes - v2.allocated_bytes == pool2
     # CPU offload: the pre-unshard stream's H2D shard copies too, 3 in its pool, 2 allocated
     offload = _accumulated(_plan(precision="bf16", fsdp_version=1, fsdp_offload=True))
@@ -282,10 +283,12 @@ def test_the_all_gather_pool_is_all_reserved_at_an_optimizer_step_peak() -> None
     acc.side_stream_pool, acc.side_stream_live = 300.0, 200.0
     step = _memory_estimate(plan, ARCH, acc, 4, 0, "bf16", None, None)
     assert step.peak_phase == "optimizer step"
-    assert step.reserved_bytes - step.allocated_bytes == round(0.08 * 1500) + 300
+    # a training process on 4 GPUs: the parallel group's pool fraction (catalog/software.toml)
+    fraction = packaged_software().pool.distributed
+    assert step.reserved_bytes - step.allocated_bytes == round(fraction * 1500) + 300
     acc.activations = acc.last_layer_activations = 5000.0
     backward = _memory_estimate(plan, ARCH, acc, 4, 0, "bf16", None, None)
     assert backward.peak_phase != "optimizer step"
     assert backward.reserved_bytes - backward.allocated_bytes == round(
-        0.08 * backward.allocated_bytes
+        fraction * backward.allocated_bytes
     ) + (300 - 200)

@@ -121,8 +121,9 @@ def test_fsdp_hybrid_has_a_shard_and_a_replicate_group(catalog: Catalog) -> None
 def test_three_totals_add_up(catalog: Catalog) -> None:
     estimate = _estimate(catalog, "h200", gpus=8)
     details = dict(estimate.details)
-    pool = details["allocator pool (8% of the tensors)"]
-    assert pool == round(0.08 * estimate.allocated_bytes)
+    # 8 GPUs: a parallel training group's pool fraction (catalog/software.toml [[allocator_pool]])
+    pool = details["allocator pool (13% of the tensors)"]
+    assert pool == round(0.13 * estimate.allocated_bytes)
     assert estimate.reserved_bytes == estimate.allocated_bytes + pool
     context = details["CUDA context and kernels (H200, CC 9.0)"]
     assert context == H200_CONTEXT
@@ -130,6 +131,39 @@ def test_three_totals_add_up(catalog: Catalog) -> None:
     assert estimate.whole_gpu_bytes == estimate.reserved_bytes + context + nccl
     assert estimate.whole_gpu_bytes == estimate.per_gpu.total
     assert estimate.per_gpu.overhead == pool + context + nccl
+
+
+def _pool(estimate: MemoryEstimate) -> tuple[str, int]:
+    (line,) = [(k, v) for k, v in estimate.details if k.startswith("allocator pool")]
+    return line
+
+
+def test_a_parallel_training_group_takes_the_distributed_pool(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    assert catalog.software is not None
+    pool = catalog.software.pool
+    assert (pool.single_gpu, pool.distributed) == (0.08, 0.13)
+    alone = _estimate(catalog, "h200")
+    assert _pool(alone) == ("allocator pool (8% of the tensors)", round(0.08 * alone.allocated_bytes))
+    group = _estimate(catalog, "h200", gpus=2)
+    assert _pool(group) == (
+        "allocator pool (13% of the tensors)",
+        round(0.13 * group.allocated_bytes),
+    )
+    # inference on two GPUs runs no gradient collectives: the single-GPU fraction
+    served = _estimate(catalog, "h200", gpus=2, method=Method.INFERENCE)
+    assert _pool(served)[0] == "allocator pool (8% of the tensors)"
+    # a user catalog's entry overrides the packaged one by id
+    (tmp_path / "pool.toml").write_text(
+        '[[allocator_pool]]\nid = "caching-allocator"\nsingle_gpu = 0.02\n'
+        'single_gpu_source = "mine"\ndistributed = 0.5\ndistributed_source = "mine"\n'
+    )
+    mine = load_catalog_from([packaged_catalog_dir(), tmp_path])
+    assert _pool(_estimate(mine, "h200", gpus=2)) == (
+        "allocator pool (50% of the tensors)",
+        round(0.5 * group.allocated_bytes),
+    )
 
 
 def test_compute_capability_picks_its_row(catalog: Catalog, tmp_path: Path) -> None:
@@ -214,6 +248,16 @@ def test_text_report_shows_the_three_totals(capsys: pytest.CaptureFixture[str]) 
             '[[nccl]]\nid = "other"\nll_bytes = 1\nll128_bytes = 1\nsimple_bytes = 1\n'
             'source = "x"\n',
             "[[nccl]] needs exactly one entry (found 2)",
+        ),
+        (
+            '[[allocator_pool]]\nid = "other"\nsingle_gpu = 0.1\nsingle_gpu_source = "x"\n'
+            'distributed = 0.2\ndistributed_source = "x"\n',
+            "[[allocator_pool]] needs exactly one entry (found 2)",
+        ),
+        (
+            '[[allocator_pool]]\nid = "caching-allocator"\nsingle_gpu = -0.1\n'
+            'single_gpu_source = "x"\ndistributed = 0.2\ndistributed_source = "x"\n',
+            "single_gpu",
         ),
         (
             '[[interconnect]]\nid = "nvlink"\ncoll_channels = 0\np2p_channels_per_peer = 1\n'

@@ -144,3 +144,25 @@ def test_accuracy_bench_compares_each_reading_with_its_own_figure() -> None:
     assert bench.figure(estimate, "allocated") == 100
     assert bench.figure(estimate, "reserved") == 108
     assert bench.figure(estimate, "nvml") == 130
+
+
+def test_the_distributed_pool_is_the_fit_of_the_seen_readings() -> None:
+    """catalog/software.toml's ``[[allocator_pool]] distributed`` is what bench/fit_allocator_pool.py
+    computes from the two seen sets (the median implied pool of their multi-GPU rows): a change
+    that moves the tensors of those rows, or the rows themselves, shows here."""
+    for name in ("whole_gpu_accuracy", "fit_allocator_pool"):
+        path = REPO / "bench" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    from hwdash.core.catalog import load_catalog
+
+    rows = module.implied()
+    multi = [row for row in rows if row.gpus > 1]
+    assert len(multi) == 44
+    assert all(row.measure in ("nvml", "reserved") for row in rows)
+    software = load_catalog(include_user=False).software
+    assert software is not None
+    assert module.fit(rows) == software.pool.distributed == 0.13

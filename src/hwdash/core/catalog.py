@@ -7,7 +7,7 @@ them by id.
 
 A TOML file may hold arrays of tables of each kind: ``[[accelerator]]``, ``[[flavor]]``, ``[[model]]``,
 ``[[slowdown]]``, ``[[framework]]``, and the software footprint's ``[[cuda_context]]``,
-``[[interconnect]]`` and ``[[nccl]]`` (``software.toml``).
+``[[interconnect]]``, ``[[nccl]]`` and ``[[allocator_pool]]`` (``software.toml``).
 A broken file raises :class:`CatalogError`, whose message names the file, the entry and the field.
 """
 
@@ -121,6 +121,7 @@ CatalogKind = Literal[
     "cuda_context",
     "interconnect",
     "nccl",
+    "allocator_pool",
 ]
 _SCHEMAS: dict[str, type[_Strict]] = {
     "accelerator": Accelerator,
@@ -260,7 +261,9 @@ def _software_of(
     if not origins:
         return None
     links = tables["interconnect"]
-    software = software_from(tables["cuda_context"], links, tables["nccl"], origins[-1])
+    software = software_from(
+        tables["cuda_context"], links, tables["nccl"], tables["allocator_pool"], origins[-1]
+    )
     for ident, accelerator in tables["accelerator"].items():
         if accelerator.interconnect is not None and accelerator.interconnect not in links:
             raise CatalogError(

@@ -63,7 +63,6 @@ from hwdash.core.estimator.architecture import (
     top_level_params,
 )
 from hwdash.core.estimator.estimate import (
-    ALLOCATOR_FRAGMENTATION,
     _compute_dtype,
     estimate_memory,
 )
@@ -126,7 +125,6 @@ __all__ = [
     "ADAFACTOR_STEP_BYTES_PER_ELEMENT",
     "ADAM_8BIT_STATE_BYTES",
     "ADAPTER_LAYOUT",
-    "ALLOCATOR_FRAGMENTATION",
     "ALL_LINEAR",
     "DROPOUT_MASK_BYTES",
     "GROUPED_4BIT_BYTES_PER_PARAM",

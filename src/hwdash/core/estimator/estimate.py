@@ -56,7 +56,8 @@ from hwdash.core.specs import Accelerator, Framework, ModelSpec
 # --------------------------------------------------------------------------------------------------
 # The overhead: what the GPU holds beyond the tensors.
 #
-# * the caching allocator's pool (reserved minus allocated): ALLOCATOR_FRAGMENTATION of the tensors,
+# * the caching allocator's pool (reserved minus allocated): a fraction of the tensors (catalog/
+#   software.toml's ``[[allocator_pool]]``: one alone on a GPU, one in a parallel training group),
 #   plus what a side stream's pool keeps cached beyond the tensors alive at the peak (FSDP1's
 #   all-gather stream, ``_Accumulator.side_stream_pool``: :mod:`~hwdash.core.estimator.fsdp_versions`);
 # * the software's own footprint, outside the allocator: the CUDA context and loaded kernels by
@@ -68,13 +69,6 @@ from hwdash.core.specs import Accelerator, Framework, ModelSpec
 # (``torch.cuda.max_memory_reserved``); reserved + footprint + NCCL (+ managed memory) = the whole
 # GPU (what NVML shows), the breakdown's total and what the fit verdict compares.
 # --------------------------------------------------------------------------------------------------
-
-#: The caching allocator's cached-but-unused blocks and fragmentation, as a fraction of the tensors
-#: it holds (reserved / allocated - 1). PyTorch's CUDA memory-management notes
-#: (https://pytorch.org/docs/stable/notes/cuda.html#memory-management) explain the cache; our H200
-#: runs measured max_memory_reserved / max_memory_allocated 1.005-1.29, median 1.09 over 8 training
-#: runs (bench/data/device_h200/gpu_runs.json), so 8% stays.
-ALLOCATOR_FRAGMENTATION = 0.08
 
 
 def estimate_memory(
@@ -330,7 +324,8 @@ def _memory_estimate(
     # (paged optimizer states, in the optimizer component wherever the phase holds them)
     managed = min(math.ceil(acc.managed), tensors.optimizer)
     allocated = tensors.total - managed
-    pool = round(ALLOCATOR_FRAGMENTATION * allocated)
+    fraction = software.pool_fraction(plan.method is not Method.INFERENCE and dp > 1)
+    pool = round(fraction * allocated)
     side_live = acc.side_stream_live if phase in (PHASE_BACKWARD, PHASE_BACKWARD_END) else 0.0
     side_cached = round(max(0.0, acc.side_stream_pool - side_live))
     context, context_label = software.context_for(accelerator)
@@ -341,7 +336,7 @@ def _memory_estimate(
         # NCCL is CUDA's: TPUs and Apple GPUs communicate otherwise (not counted)
         nccl, groups = nccl_bytes(plan, dp, link, software.nccl)
     details = _phase_details(acc, phase)
-    details.append((f"allocator pool ({ALLOCATOR_FRAGMENTATION:.0%} of the tensors)", pool))
+    details.append((f"allocator pool ({fraction:.0%} of the tensors)", pool))
     if side_cached:
         details.append(("FSDP1 side streams' cached blocks (reserved, not allocated)", side_cached))
     pool += side_cached

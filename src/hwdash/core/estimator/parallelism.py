@@ -600,7 +600,8 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
     ``s/cp`` tokens; with full recomputation each layer's input, ``e sbh``, split over ``tp``
     with sequence parallelism, plus one layer being recomputed); the first stage also the
     embedding's dropout mask (``sbh``), the last the final norm's and output layer's inputs
-    (``2 e sbh``) and the fp32 logits (``4 s b v / tp``) (section 4.3); CP and EP buffers from
+    (``2 e sbh``) and the fp32 logits (``4 s b v / tp``) (section 4.3) with, in 16-bit, the logits
+    or their gradient beside them (``e s b v / tp``); CP and EP buffers from
     :func:`_long_context_extras`."""
     tp, pp = plan.tp, plan.pp
     layout = LAYOUTS[plan.precision]
@@ -634,7 +635,7 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
     activations = in_flight * (per_micro_batch + saved) + transient
     activations += one_layer if plan.grad_ckpt else 0.0
     if stage == pp - 1:
-        activations += 2 * e * sbh / sequence_split + 4 * plan.batch * seq * arch.vocab / tp
+        activations += _megatron_head(plan, arch, seq, e, sequence_split)
     return MegatronStage(
         stage=stage,
         layers=layers,
@@ -647,6 +648,20 @@ def megatron_stage(plan: Plan, arch: Architecture, gpus: int, stage: int) -> Meg
         micro_batches_in_flight=in_flight,
         host=host,
     )
+
+
+def _megatron_head(plan: Plan, arch: Architecture, seq: int, e: int, sequence_split: int) -> float:
+    """The last stage's head: the final norm's and output layer's inputs (``2 e sbh``, split with
+    sequence parallelism) and the vocab-parallel cross entropy's logits (``s b v / tp`` elements).
+
+    megatron/core/tensor_parallel/cross_entropy.py (``calculate_logits_max``: ``.float()``, then in
+    place) keeps an fp32 copy (4 bytes each); in 16-bit the logits live beside it to the end of
+    forward, and backward returns the fp32 softmax as their gradient, which autograd casts back to
+    the logits' dtype beside it (``validate_outputs``, torch/csrc/autograd/engine.cpp): ``e`` bytes
+    more. In fp32 ``.float()`` is the logits themselves."""
+    logits = plan.batch * seq * arch.vocab / plan.tp
+    head = 2 * e * plan.batch * seq * arch.hidden / sequence_split + 4 * logits
+    return head + (e * logits if e < 4 else 0.0)
 
 
 def _megatron_optimizer_shard(plan: Plan, gpus: int, params: float, local_experts: float) -> float:

@@ -1,8 +1,9 @@
 """The software's own footprint on a GPU: the catalog's ``software.toml`` tables, checked as a set.
 
 :class:`Software` bundles the ``[[cuda_context]]`` rows (the CUDA context and loaded kernels by
-compute capability), the ``[[interconnect]]`` rows (NCCL's channel counts by link) and the
-``[[nccl]]`` entry (NCCL's per-protocol buffers). The estimator reads the packaged file
+compute capability), the ``[[interconnect]]`` rows (NCCL's channel counts by link), the
+``[[nccl]]`` entry (NCCL's per-protocol buffers) and the ``[[allocator_pool]]`` entry (the caching
+allocator's pool as a fraction of the tensors, alone and in a parallel group). The estimator reads the packaged file
 (:func:`packaged_software`) unless a caller passes the catalog's (a user catalog may override rows by
 id). Every number is data, each with its source in ``catalog/software.toml``.
 """
@@ -15,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
 from hwdash.core.specs import (
+    ID_PATTERN,
     Accelerator,
     CudaContext,
     Interconnect,
@@ -29,12 +31,30 @@ from hwdash.core.specs import (
 )
 from hwdash.errors import CatalogError
 
+
+class AllocatorPool(_Strict):
+    """PyTorch's caching-allocator pool, reserved minus allocated, as a fraction of the tensors it
+    holds (``[[allocator_pool]]``, one entry): one fraction for a process alone on its GPUs and one
+    for a distributed training process (data parallel, sharded, tensor or pipeline parallel)."""
+
+    id: str = Field(pattern=ID_PATTERN)
+    single_gpu: float = Field(ge=0, le=4)
+    """Reserved / allocated - 1 of a process that runs no collectives (one GPU, or inference)."""
+    single_gpu_source: str = Field(min_length=1)
+    distributed: float = Field(ge=0, le=4)
+    """Reserved / allocated - 1 of a training process in a data-, tensor- or pipeline-parallel
+    group (DDP, ZeRO, FSDP, Megatron)."""
+    distributed_source: str = Field(min_length=1)
+    notes: str = ""
+
+
 #: The packaged file and its tables.
 SOFTWARE_FILE = "software.toml"
 SOFTWARE_TABLES: dict[str, type[_Strict]] = {
     "cuda_context": CudaContext,
     "interconnect": Interconnect,
     "nccl": NcclBuffers,
+    "allocator_pool": AllocatorPool,
 }
 
 
@@ -45,6 +65,12 @@ class Software:
     contexts: tuple[CudaContext, ...]
     interconnects: tuple[Interconnect, ...]
     nccl: NcclBuffers
+    pool: AllocatorPool
+
+    def pool_fraction(self, distributed: bool) -> float:
+        """The allocator pool's fraction of the tensors: ``distributed`` for a training process in
+        a parallel group, else the single-GPU one."""
+        return self.pool.distributed if distributed else self.pool.single_gpu
 
     def context_for(self, accelerator: Accelerator | None) -> tuple[CudaContext, str]:
         """The row for this accelerator's compute capability (the default row without one), and
@@ -90,6 +116,7 @@ def software_from(
     contexts: Mapping[str, CudaContext],
     interconnects: Mapping[str, Interconnect],
     nccl: Mapping[str, NcclBuffers],
+    pools: Mapping[str, AllocatorPool],
     path: Path,
 ) -> Software:
     """The tables as one :class:`Software`; a broken set raises :class:`CatalogError` on ``path``."""
@@ -108,10 +135,13 @@ def software_from(
             seen[capability] = row.id
     if len(nccl) != 1:
         raise CatalogError(path, f"[[nccl]] needs exactly one entry (found {len(nccl)})")
+    if len(pools) != 1:
+        raise CatalogError(path, f"[[allocator_pool]] needs exactly one entry (found {len(pools)})")
     return Software(
         contexts=tuple(contexts.values()),
         interconnects=tuple(interconnects.values()),
         nccl=next(iter(nccl.values())),
+        pool=next(iter(pools.values())),
     )
 
 
@@ -132,5 +162,6 @@ def packaged_software() -> Software:
         tables["cuda_context"],  # type: ignore[arg-type]
         tables["interconnect"],  # type: ignore[arg-type]
         tables["nccl"],  # type: ignore[arg-type]
+        tables["allocator_pool"],  # type: ignore[arg-type]
         path,
     )

@@ -1,0 +1,107 @@
+"""Fit the caching allocator's pool of a distributed training process on the seen readings (issue 29).
+
+    PYTHONPATH=src .venv/bin/python bench/fit_allocator_pool.py            # the table and the fit
+    PYTHONPATH=src .venv/bin/python bench/fit_allocator_pool.py --check    # exit 1 if the catalog differs
+
+For every reserved or whole-GPU reading of the two seen sets (``bench/data/whole_gpu_readings.toml``
+and ``bench/data/whole_gpu_readings_b.toml``: both were scored before this fit, so both are tuning
+rows now), the pool the reading implies is what it holds beyond hwdash's allocated tensors, as a
+fraction of them:
+
+* a ``reserved`` reading: ``(reading - side-stream cache - allocated) / allocated``;
+* an ``nvml`` reading also less what lies outside the allocator (the CUDA context row, NCCL's
+  buffers, managed memory): ``(reading - those - side-stream cache - allocated) / allocated``.
+
+Allocated readings say nothing about the pool and are left out. The fit is the median over the
+training rows on more than one GPU (the median, so that a row whose tensors hwdash misjudges moves it
+little); ``catalog/software.toml``'s ``[[allocator_pool]] distributed`` holds it rounded to a
+hundredth. The held-out test of it is a set collected after it (``whole_gpu_readings_c*.toml``),
+never read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from whole_gpu_accuracy import REPO, estimate_row, load_rows
+
+from hwdash.core.catalog import load_catalog
+
+SEEN = (
+    REPO / "bench" / "data" / "whole_gpu_readings.toml",
+    REPO / "bench" / "data" / "whole_gpu_readings_b.toml",
+)
+OUTSIDE = ("CUDA context", "runtime context", "NCCL buffers")
+SIDE = "FSDP1 side streams"
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Implied:
+    """One reading's implied pool."""
+
+    id: str
+    measure: str
+    gpus: int
+    allocated: int
+    fraction: float
+
+
+def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
+    """Every reserved or whole-GPU reading's implied pool fraction."""
+    catalog = load_catalog(include_user=False)
+    out = []
+    for path in files:
+        for row in load_rows(path):
+            if row["measure"] == "allocated":
+                continue
+            estimate = estimate_row(row, catalog)
+            side = sum(b for name, b in estimate.details if name.startswith(SIDE))
+            reading = row["per_gpu_gib"] * GIB
+            if row["measure"] == "nvml":
+                outside = sum(b for name, b in estimate.details if name.startswith(OUTSIDE))
+                reading -= outside + estimate.managed_bytes
+            allocated = estimate.allocated_bytes
+            fraction = (reading - side - allocated) / allocated
+            out.append(Implied(row["id"], row["measure"], estimate.gpus, allocated, fraction))
+    return out
+
+
+def fit(rows: list[Implied]) -> float:
+    """The median implied fraction of the multi-GPU rows, rounded to a hundredth."""
+    return round(statistics.median(r.fraction for r in rows if r.gpus > 1), 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the catalog differs")
+    args = parser.parse_args(argv)
+    rows = implied()
+    for r in sorted(rows, key=lambda r: (r.gpus > 1, r.fraction)):
+        print(
+            f"{r.id:56} {r.measure:8} gpus {r.gpus:3}  allocated {r.allocated / GIB:7.2f} GiB"
+            f"  implied pool {r.fraction:+7.1%}"
+        )
+    multi = [r for r in rows if r.gpus > 1]
+    single = [r for r in rows if r.gpus == 1]
+    value = fit(rows)
+    print(f"multi-GPU rows: {len(multi)}, median implied pool {value:.2f}")
+    if single:
+        median = statistics.median(r.fraction for r in single)
+        print(f"single-GPU rows: {len(single)}, median implied pool {median:.2f} (not fitted)")
+    catalog = load_catalog(include_user=False)
+    assert catalog.software is not None
+    held = catalog.software.pool.distributed
+    print(f"catalog/software.toml [[allocator_pool]] distributed = {held}")
+    if args.check and held != value:
+        print("the catalog differs from the fit", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
