@@ -145,7 +145,10 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
     pool = catalog.software.pool
     assert (pool.single_gpu, pool.distributed) == (0.08, 0.13)
     alone = _estimate(catalog, "h200")
-    assert _pool(alone) == ("allocator pool (8% of the tensors)", round(0.08 * alone.allocated_bytes))
+    assert _pool(alone) == (
+        "allocator pool (8% of the tensors)",
+        round(0.08 * alone.allocated_bytes),
+    )
     group = _estimate(catalog, "h200", gpus=2)
     assert _pool(group) == (
         "allocator pool (13% of the tensors)",
