@@ -165,4 +165,4 @@ def test_the_distributed_pool_is_the_fit_of_the_seen_readings() -> None:
     assert all(row.measure in ("nvml", "reserved") for row in rows)
     software = load_catalog(include_user=False).software
     assert software is not None
-    assert module.fit(rows) == software.pool.distributed == 0.13
+    assert module.fit(rows) == software.pool.distributed == 0.14

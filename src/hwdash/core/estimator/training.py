@@ -445,9 +445,16 @@ def _add_optimizer_states(
     step_temporaries = _step_temporaries(plan, arch, method, trained, dp)
     if offload is not Offload.NONE:
         # ZeRO-Offload: master copy and optimizer states (and the gradients they step from) live on
-        # the host; all shards of one machine add up to the full size there. We keep the 16-bit
-        # gradient partition on the GPU too (DeepSpeed streams it out bucket by bucket), which
-        # errs on the safe side.
+        # the host; all shards of one machine add up to the full size there. From stage 2 the GPU
+        # keeps no gradient partition either: each reduced bucket is copied straight to the host
+        # (stage_1_and_2.py: cpu_offload sets self.device to 'cpu' for the fp32 partition's .grad
+        # and async_inplace_copy_grad_to_fp32_buffer_from_gpu fills it; stage3.py: the 16-bit
+        # grad_partitions_flat_buffer is made on self.device, the CPU under offload_optimizer).
+        # On the GPU: the reduce buckets and the largest parameter's staging buffer
+        # (zero_buffers.add_reduce_buckets). Stage 1 reduces only at the accumulation boundary,
+        # so its 16-bit gradients stay on the GPU through backward.
+        if plan.zero >= 2:
+            gradients = 0.0
         k_bytes = state_layout.master_bytes + optimizer_state_bytes_per_param(
             plan.optimizer, state_layout
         )
