@@ -5,6 +5,8 @@
     PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py --split derive --rows
     PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py --file bench/data/whole_gpu_readings_b.toml \
         --check-args                                                      # "ok" or the error per row, no number
+    PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py --rows \
+        --file bench/data/whole_gpu_readings_c1.toml --file bench/data/whole_gpu_readings_c2.toml ...  # one set
 
 The readings are ``bench/data/whole_gpu_readings.toml`` (issue 29): each row names its public source,
 what the number is (``measure``: ``nvml`` for the whole GPU as nvidia-smi shows it, ``allocated`` for
@@ -205,10 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--file",
         "--readings",
-        dest="file",
+        dest="files",
         type=Path,
-        default=READINGS,
-        help="the readings table (default bench/data/whole_gpu_readings.toml)",
+        action="append",
+        help="a readings table (default bench/data/whole_gpu_readings.toml); give it again to "
+        "score several tables as one set",
     )
     parser.add_argument(
         "--check-args",
@@ -216,10 +219,16 @@ def main(argv: list[str] | None = None) -> int:
         help="only build each row's plan and print ok or its error; no estimate is printed",
     )
     args = parser.parse_args(argv)
-    try:
-        rows = load_rows(args.file)
-    except (OSError, ValueError, tomllib.TOMLDecodeError) as exc:
-        parser.error(f"--file: {exc}")
+    rows = []
+    for path in args.files or [READINGS]:
+        try:
+            rows.extend(load_rows(path))
+        except (OSError, ValueError, tomllib.TOMLDecodeError) as exc:
+            parser.error(f"--file: {exc}")
+    ids = [row["id"] for row in rows]
+    if len(ids) != len(set(ids)):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        parser.error("--file: a reading id is in two tables: " + ", ".join(twice))
     catalog = load_catalog(include_user=False)
     if args.check_args:
         lines, failures = check_args(rows, catalog)

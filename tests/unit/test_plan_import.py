@@ -273,3 +273,37 @@ def test_a_setting_the_file_gave_is_blamed_on_the_file_not_on_a_flag_never_typed
     status = main(["plan", "--model", "qwen2.5-7b", "--from", str(path), "--lora-targets", "bar"])
     err = capsys.readouterr().err
     assert status == 2 and "error: --lora-targets: the model has no module 'bar'" in err
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 400, "Infinity", "NaN"])
+def test_a_number_past_floats_range_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    # hypothesis found it: json.loads reads 10**400 as an int that float() refuses (OverflowError)
+    path = tmp_path / "llama_factory.json"
+    path.write_text(
+        '{"model_name_or_path": "qwen2.5-7b", "stage": "sft", "num_train_epochs": ' + value + "}"
+    )
+    with pytest.raises(UsageError) as caught:
+        read_plan_file(path)
+    assert "'num_train_epochs' must be a finite number" in str(caught.value)
+
+
+def test_a_deepspeed_bucket_past_floats_range_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "ds_config.json"
+    big = "1" + "0" * 400
+    path.write_text('{"zero_optimization": {"stage": 2, "reduce_bucket_size": ' + big + "}}")
+    with pytest.raises(UsageError) as caught:
+        read_plan_file(path)
+    assert "reduce_bucket_size' must be a whole number of elements" in str(caught.value)
+
+
+def test_a_snippet_dropout_past_floats_range_is_refused_by_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(
+        "from peft import LoraConfig\nfrom transformers import TrainingArguments\n"
+        f"config = LoraConfig(r=8, lora_dropout=1{'0' * 400})\n"
+        'args = TrainingArguments(output_dir="x", per_device_train_batch_size=2)\n'
+    )
+    assert main(["plan", "--model", "qwen2.5-0.5b", "--from", str(path)]) == 2
+    assert "lora_dropout" in capsys.readouterr().err

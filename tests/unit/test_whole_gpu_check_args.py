@@ -127,3 +127,38 @@ def test_second_held_out_table_is_whole_held_out_and_new() -> None:
             row["id"]
         )
         assert row["hwdash_args"].startswith("--model "), row["id"]
+
+
+SET_C = sorted((REPO / "bench" / "data").glob("whole_gpu_readings_c*.toml"))
+
+
+def test_set_c_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # the third held-out set, collected in four tables after the fitted pool (read and planned here
+    # only through --check-args, which prints no estimate)
+    assert len(SET_C) == 4
+    earlier = {
+        row["id"]
+        for path in ("whole_gpu_readings.toml", "whole_gpu_readings_b.toml")
+        for row in accuracy.load_rows(REPO / "bench" / "data" / path)
+    }
+    rows = [row for path in SET_C for row in accuracy.load_rows(path)]
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids)) >= 70
+    assert not set(ids) & earlier
+    assert {row["split"] for row in rows} == {"held_out"}
+    argv = ["--check-args"] + [arg for path in SET_C for arg in ("--file", str(path))]
+    assert accuracy.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"{len(rows)} ok, 0 failed")
+    assert "GiB" not in out
+
+
+def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
+    table = tmp_path / "t.toml"
+    table.write_text(
+        'split = "held_out"\n[[reading]]\nid = "x"\nmeasure = "nvml"\n'
+        'hwdash_args = "--model qwen2.5-0.5b"\ngpu = "h200"\nper_gpu_gib = 1.0\n'
+    )
+    with pytest.raises(SystemExit):
+        accuracy.main(["--check-args", "--file", str(table), "--file", str(table)])
+    assert "a reading id is in two tables: x" in capsys.readouterr().err

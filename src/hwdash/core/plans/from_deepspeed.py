@@ -91,8 +91,8 @@ def zero_buffer_keys(reader: ConfigReader, zero: Mapping[str, Any], out: Importe
             if (
                 isinstance(value, bool)
                 or not isinstance(value, (int, float))
+                or not 0 <= value <= 10**13  # first: float() refuses an int past its range
                 or not float(value).is_integer()
-                or not 0 <= value <= 10**13
             ):
                 raise reader.bad(where, "a whole number of elements (e.g. 5e8)", value)
             if name == "ds_sub_group_size" and value == 0:

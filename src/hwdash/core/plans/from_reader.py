@@ -5,6 +5,7 @@ make (numbers copied onto plan fields, LoRA module names, a path resolved).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,10 @@ class ConfigReader:
         self.used: set[str] = set()
 
     def bad(self, key: str, wanted: str, value: Any) -> UsageError:
-        shown = repr(value)
+        try:
+            shown = repr(value)
+        except ValueError:  # an integer past Python's digit limit for str()
+            shown = "an integer of over 4300 digits"
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
         return UsageError(f"{self.path}: '{key}' must be {wanted}, got {shown}", flag=FLAG)
 
@@ -86,7 +90,13 @@ class ConfigReader:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.bad(key, "a number", value)
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past float's range (10**400 in a JSON file)
+            raise self.bad(key, "a finite number", value) from None
+        if not math.isfinite(number):  # YAML's .inf, JSON's Infinity / NaN
+            raise self.bad(key, "a finite number", value)
+        return number
 
     def flag(self, key: str) -> bool | None:
         value = self.get(key)

@@ -5,6 +5,7 @@ constants, read with :mod:`ast` and never executed.
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,8 @@ def _lora_fields(path: Path, lora: Mapping[str, Any], out: ImportedPlan) -> None
         out.updates["lora_targets"] = module_names(path, "target_modules", targets)
     dropout = lora.get(file_key("lora_dropout", "peft"))
     if isinstance(dropout, (int, float)) and not isinstance(dropout, bool):
-        out.updates["lora_dropout"] = float(dropout)
+        # out of range (an int past float's too: inf), Plan's own check says so
+        out.updates["lora_dropout"] = float(dropout) if abs(dropout) <= 1e300 else math.inf
     saved = lora.get("modules_to_save")
     if isinstance(saved, (list, tuple)) and saved and all(isinstance(m, str) for m in saved):
         # PEFT's LoraConfig.modules_to_save: modules trained in full next to the adapters
