@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from whole_gpu_accuracy import REPO, estimate_row, load_rows
+from whole_gpu_accuracy import GIB, REPO, estimate_row, load_rows
 
 from hwdash.core.catalog import load_catalog
 
@@ -37,7 +37,6 @@ SEEN = (
 )
 OUTSIDE = ("CUDA context", "runtime context", "NCCL buffers")
 SIDE = "FSDP1 side streams"
-GIB = 2**30
 
 
 @dataclass(frozen=True)
