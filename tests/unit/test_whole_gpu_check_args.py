@@ -162,3 +162,24 @@ def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         accuracy.main(["--check-args", "--file", str(table), "--file", str(table)])
     assert "a reading id is in two tables: x" in capsys.readouterr().err
+
+
+SET_D = sorted((REPO / "bench" / "data").glob("whole_gpu_readings_d*.toml"))
+
+
+def test_set_d_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # the fourth held-out set, collected after set C was scored (planned only through --check-args)
+    assert len(SET_D) == 2
+    earlier = {
+        row["id"]
+        for path in ("whole_gpu_readings.toml", "whole_gpu_readings_b.toml", *map(str, SET_C))
+        for row in accuracy.load_rows(REPO / "bench" / "data" / path)
+    }
+    rows = [row for path in SET_D for row in accuracy.load_rows(path)]
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids)) >= 30
+    assert not set(ids) & earlier
+    assert {row["split"] for row in rows} == {"held_out"}
+    argv = ["--check-args"] + [arg for path in SET_D for arg in ("--file", str(path))]
+    assert accuracy.main(argv) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"{len(rows)} ok, 0 failed")
