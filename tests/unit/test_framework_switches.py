@@ -26,8 +26,22 @@ SWITCHED_ON = [
     for framework_id, entry in sorted(CATALOG.frameworks.items())
     for method in (Method.LORA, Method.FULL)
     for name, value in sorted(framework_settings(entry, method).items())
-    if value is True
+    if value is True and name in FIELD_FLAGS
 ]
+#: Booleans that describe how a framework's own code is written, not a setting a run changes:
+#: no plan field, no flag (plan the other way with another --framework).
+NOT_PLAN_FIELDS = {"fsdp1_adapters_share_units"}
+
+
+def test_every_switched_boolean_but_the_framework_facts_is_a_plan_field() -> None:
+    switched = {
+        name
+        for entry in CATALOG.frameworks.values()
+        for method in (Method.LORA, Method.FULL)
+        for name, value in framework_settings(entry, method).items()
+        if value is True
+    }
+    assert switched - set(FIELD_FLAGS) == NOT_PLAN_FIELDS
 
 
 def _plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
@@ -149,7 +163,7 @@ def test_every_boolean_a_framework_may_state_has_a_no_flag() -> None:
     booleans = [
         name
         for name, info in FrameworkSettings.model_fields.items()
-        if info.annotation == (bool | None)
+        if info.annotation == (bool | None) and name not in NOT_PLAN_FIELDS
     ]
     assert "grad_ckpt" in booleans and "compile" in booleans
     for name in booleans:

@@ -223,6 +223,7 @@ def test_every_framework_is_in_the_catalog(catalog: Catalog) -> None:
         "deepspeed",
         "fsdp",
         "megatron",
+        "litgpt",
     }
     assert set(packaged_frameworks()) == set(catalog.frameworks)
     for framework in catalog.frameworks.values():

@@ -106,6 +106,8 @@ class Framework(str, Enum):
     DEEPSPEED = "deepspeed"
     FSDP = "fsdp"
     MEGATRON = "megatron"
+    LITGPT = "litgpt"
+    """Lightning AI's LitGPT scripts (Fabric, FSDP1 wrapping whole blocks)."""
 
 
 class Loss(str, Enum):

@@ -501,6 +501,10 @@ class FrameworkSettings(_Strict):
     """Default optimizer (command line, where ``--optimizer`` is not typed)."""
     optimizer_impl: Literal["fused", "foreach", "for-loop"] | None = None
     """Default AdamW implementation (command line, where ``--optimizer-impl`` is not typed)."""
+    fsdp1_adapters_share_units: bool | None = None
+    """Under FSDP1, the adapters sit in their transformer block's FSDP unit (a block wrap policy
+    with ``use_orig_params``) instead of units of their own (PEFT's ``fsdp_auto_wrap_policy``):
+    each block's flat parameter then takes a gradient as a whole. Not a plan field."""
 
     def given(self) -> dict[str, Any]:
         """The settings this entry states (None left out)."""
@@ -510,7 +514,7 @@ class FrameworkSettings(_Strict):
 class Framework(FrameworkSettings):
     """A training stack's defaults (``catalog/frameworks.toml``), each with its source."""
 
-    id: Literal["hf", "torchtune", "unsloth", "deepspeed", "fsdp", "megatron"]
+    id: Literal["hf", "torchtune", "unsloth", "deepspeed", "fsdp", "megatron", "litgpt"]
     """The ``--framework`` value."""
     name: str = Field(min_length=1)
     """Display name."""

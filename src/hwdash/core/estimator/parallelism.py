@@ -205,10 +205,9 @@ def add_fsdp_training(
     trainable = _activations_only(
         plan, arch, method, fsdp.compute, acc, label, with_logits=with_logits, train_one=train_one
     )
-    states = _fsdp_states(plan, arch, method, fsdp, trainable, no_sync=no_sync)
-    if shard == 1:
-        acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
-    _note_gathered(acc, label, fsdp, _gathered_bytes(arch, method, states, shard), states)
+    shared = _adapters_share_units(plan, arch, method, savers, acc)
+    states = _fsdp_states(plan, arch, method, fsdp, trainable, no_sync=no_sync, shared=shared)
+    _note_gathered(acc, label, fsdp, _gathered_bytes(arch, method, states, shard), states, shard)
     if no_sync:
         _note_unsynced(plan, acc, label, states.unsynced_bytes)
     if plan.fsdp_offload:
@@ -304,9 +303,11 @@ def _fsdp_states(
     trainable: int,
     *,
     no_sync: bool,
+    shared: bool = False,
 ) -> _FsdpStates:
     """The bytes of the parameters, gradients and optimizer states FSDP shards, for full
-    fine-tuning or a LoRA-style method (see :func:`add_fsdp_training`)."""
+    fine-tuning or a LoRA-style method (see :func:`add_fsdp_training`); ``shared``: the adapters
+    sit in their blocks' FSDP1 units (:func:`_adapters_share_units`)."""
     if method is Method.FULL:
         state_layout = fsdp.sharded
         params_bytes = float(arch.total_params * state_layout.weight_bytes)
@@ -333,17 +334,11 @@ def _fsdp_states(
         unit_gradient = 0.0
     unsynced_bytes = 0.0
     if no_sync:
-        # autograd accumulates into the gathered parameters' gradients, in param_dtype (FSDP2
-        # upcasts them only to a reduce_dtype that differs, torch/distributed/fsdp/_fully_shard/
-        # _fsdp_param.py ``to_accumulated_grad_if_needed``; accelerate's policy sets reduce_dtype
-        # = param_dtype, accelerate/utils/dataclasses.py ``set_mixed_precision``); the adapters
-        # of a LoRA-style plan in their own dtype
-        per_param = fsdp.gathered_bytes if method is Method.FULL else state_layout.gradient_bytes
-        if plan.fsdp_version == 2 and method is Method.FULL:
-            # FSDP2 accumulates in reduce_dtype when it differs (to_accumulated_grad_if_needed)
-            per_param = int(fsdp_versions.reduce_bytes(plan, per_param))
-        unsynced_bytes = float(trainable * per_param)
+        unsynced_bytes = trainable * _unsynced_bytes_per_param(plan, method, fsdp, state_layout)
         unit_gradient = 0.0
+    # a block's flat parameter takes one gradient for all its parameters, frozen ones included
+    frozen_in_units = float(arch.layers * arch.block_params) if shared else 0.0
+    unsynced_bytes += frozen_in_units * fsdp.gathered_bytes if no_sync else 0.0
     k_bytes = state_layout.master_bytes + est_states.optimizer_state_bytes_per_param(
         plan.optimizer, state_layout
     )
@@ -352,10 +347,25 @@ def _fsdp_states(
         params_bytes=params_bytes,
         gathered_per_param=gathered_per_param,
         unit_gradient=unit_gradient,
-        gradient_bytes=float(trainable * state_layout.gradient_bytes),
+        gradient_bytes=trainable * state_layout.gradient_bytes
+        + frozen_in_units * fsdp.sharded.weight_bytes,
         unsynced_bytes=unsynced_bytes,
         state_bytes=float(trainable * k_bytes),
     )
+
+
+def _unsynced_bytes_per_param(
+    plan: Plan, method: Method, fsdp: FsdpLayout, state_layout: Layout
+) -> float:
+    """Bytes per trained parameter of the sums ``no_sync`` keeps: autograd accumulates into the
+    gathered parameters' gradients, in param_dtype (FSDP2 upcasts them only to a reduce_dtype that
+    differs, torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``to_accumulated_grad_if_needed``;
+    accelerate's policy sets reduce_dtype = param_dtype, accelerate/utils/dataclasses.py
+    ``set_mixed_precision``); the adapters of a LoRA-style plan in their own dtype."""
+    per_param = fsdp.gathered_bytes if method is Method.FULL else state_layout.gradient_bytes
+    if plan.fsdp_version == 2 and method is Method.FULL:
+        return fsdp_versions.reduce_bytes(plan, per_param)
+    return float(per_param)
 
 
 def _note_gathered(
@@ -364,8 +374,11 @@ def _note_gathered(
     fsdp: FsdpLayout,
     gathered: float,
     states: _FsdpStates,
+    shard: int,
 ) -> None:
     """The gathered units and one unit's unsharded gradient, alive during forward and backward."""
+    if shard == 1:
+        acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
     unit_gradient = states.unit_gradient
     # Gathered only while forward and backward run; resharded (freed) before the optimizer step.
     # Shown with the activations, the other part of memory that exists only then.
@@ -417,9 +430,12 @@ def _note_sharded_states(
     acc.note(f"{label} weights ({tag})", states.params_bytes / shard)
     gradient_shard = states.gradient_bytes / shard
     if no_sync:
-        # the shards appear as the last micro-batch's backward reduce-scatters the sums
+        # the shards appear as the last micro-batch's backward reduce-scatters the sums, each
+        # sum freed as its shard appears: at the end of a backward the sums or the shards
+        # (_Accumulator.backward_end_gradients, never fewer bytes than the shards), at the step
+        # the shards
         acc.produced_gradients += gradient_shard
-        acc.note(f"{label} gradients ({tag})", gradient_shard, est_phases._PRODUCED)
+        acc.note(f"{label} gradients ({tag})", gradient_shard, est_phases._STEP_ONLY)
     elif plan.grad_accum > 1:
         acc.persistent_gradients += gradient_shard
         acc.note(f"{label} gradients ({tag})", gradient_shard)
@@ -433,6 +449,33 @@ def _note_sharded_states(
     )
     acc.step_temporaries += temporaries
     acc.note(f"{label} optimizer step temporaries", temporaries, est_phases._STEP_ONLY)
+
+
+def _adapters_share_units(
+    plan: Plan, arch: Architecture, method: Method, savers: Savers, acc: est_phases._Accumulator
+) -> bool:
+    """Whether FSDP1 wraps the adapters in their transformer block's unit (a framework whose wrap
+    policy is the blocks alone, with ``use_orig_params``: ``frameworks.toml``
+    ``fsdp1_adapters_share_units``). The block's flat parameter then requires a gradient and takes
+    it whole: "FSDP supports mixing frozen and non-frozen [parameters], but ... the gradient memory
+    usage will be higher than expected (namely, equivalent to not freezing those parameters)"
+    (``FullyShardedDataParallel`` docs, ``use_orig_params``). Under ``no_sync`` that gradient stays
+    unsharded between micro-batches. Counted for 16-bit LoRA/DoRA bases (a quantized base's flat
+    parameter is not modelled). Says so in a warning when it does."""
+    shared = (
+        savers.fsdp1_adapters_share_units
+        and plan.fsdp_version == 1
+        and method in (Method.LORA, Method.DORA)
+        and arch.checkpoint_bits is None
+    )
+    if shared:
+        acc.warnings.append(
+            "FSDP1 with the adapters inside their blocks' units (use_orig_params): each block's "
+            "flat parameter takes a whole gradient, frozen weights included (PyTorch's FSDP "
+            "docs, use_orig_params); PEFT's fsdp_auto_wrap_policy gives the adapters units of "
+            "their own"
+        )
+    return shared
 
 
 def keeps_unsharded_gradients(plan: Plan, savers: Savers, shard: int) -> bool:

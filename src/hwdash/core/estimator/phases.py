@@ -173,13 +173,18 @@ class _Accumulator:
         if phase == PHASE_OPTIMIZER_STEP:
             return common + self.produced_gradients + self.master_gradients + self.step_temporaries
         if phase == PHASE_BACKWARD_END:
-            return (
-                common
-                + self.unsynced_gradients
-                + self.produced_gradients
-                + self.last_layer_activations
-            )
+            return common + self.backward_end_gradients() + self.last_layer_activations
         return common + self.unsynced_gradients + self.activations
+
+    def backward_end_gradients(self) -> float:
+        """The gradients (beyond the persistent ones) at the end of a backward: under ``no_sync``
+        the end of a micro-batch before the last holds the unsharded sums and no shard yet, the
+        end of the last one the shards and no sum (each unit's sum is freed once reduce-scattered:
+        ``FullyShardedDataParallel`` post-backward), so the larger of the two; else the
+        gradients backward produced."""
+        if self.unsynced_gradients:
+            return max(self.unsynced_gradients, self.produced_gradients)
+        return self.produced_gradients
 
     def _between_steps(self) -> float:
         """What stays on the GPU between two optimizer steps (a checkpoint save's base)."""
@@ -253,10 +258,12 @@ def _peak_breakdown(acc: _Accumulator, phase: str, overhead: float) -> MemoryBre
     at_step = phase == PHASE_OPTIMIZER_STEP
     at_end = phase == PHASE_BACKWARD_END
     peak_gradients = acc.persistent_gradients
-    if not at_step:
-        peak_gradients += acc.unsynced_gradients
-    if at_step or at_end:
+    if at_end:
+        peak_gradients += acc.backward_end_gradients()
+    elif at_step:
         peak_gradients += acc.produced_gradients
+    else:
+        peak_gradients += acc.unsynced_gradients
     if at_step:
         peak_gradients += acc.master_gradients
     peak_activations = acc.activations

@@ -61,6 +61,8 @@ class Savers:
     """Bytes per unquantized parameter of a QLoRA / 8-bit LoRA base (4: PEFT's fp32 upcast)."""
     adapter_dtype: StoreDtype
     value_head: ValueHead
+    fsdp1_adapters_share_units: bool = False
+    """FSDP1 adapters in their block's unit: the block's whole flat parameter takes a gradient."""
 
 
 @functools.cache
@@ -138,6 +140,7 @@ def resolve_savers(plan: Plan, framework: Framework | None = None) -> Savers:
         activation_offload=bool(pick("activation_offload", False)),
         optimizer_in_backward=in_backward,
         sync_each_batch=bool(pick("sync_each_batch", False)),
+        fsdp1_adapters_share_units=bool(defaults.get("fsdp1_adapters_share_units", False)),
         qlora_frozen_bytes=2 if frozen is StoreDtype.BF16 else 4,
         adapter_dtype=StoreDtype(pick("adapter_dtype", StoreDtype.FP32)),
         value_head=ValueHead(pick("value_head", ValueHead.SEPARATE)),
