@@ -132,25 +132,37 @@ def test_second_held_out_table_is_whole_held_out_and_new() -> None:
 SET_C = sorted((REPO / "bench" / "data").glob("whole_gpu_readings_c*.toml"))
 
 
-def test_set_c_is_held_out_new_and_every_row_plans(capsys) -> None:
-    # the third held-out set, collected in four tables after the fitted pool (read and planned here
-    # only through --check-args, which prints no estimate)
-    assert len(SET_C) == 4
-    earlier = {
-        row["id"]
-        for path in ("whole_gpu_readings.toml", "whole_gpu_readings_b.toml")
-        for row in accuracy.load_rows(REPO / "bench" / "data" / path)
-    }
-    rows = [row for path in SET_C for row in accuracy.load_rows(path)]
+DATA = REPO / "bench" / "data"
+SET_D = sorted(DATA.glob("whole_gpu_readings_d*.toml"))
+SETS_A_B = [DATA / "whole_gpu_readings.toml", DATA / "whole_gpu_readings_b.toml"]
+
+
+def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
+    """Every row of ``tables`` is held out, new (no id of ``earlier_tables``) and plans under
+    --check-args, which prints no estimate."""
+    earlier = {row["id"] for path in earlier_tables for row in accuracy.load_rows(path)}
+    rows = [row for path in tables for row in accuracy.load_rows(path)]
     ids = [row["id"] for row in rows]
-    assert len(ids) == len(set(ids)) >= 70
+    assert len(ids) == len(set(ids)) >= at_least
     assert not set(ids) & earlier
     assert {row["split"] for row in rows} == {"held_out"}
-    argv = ["--check-args"] + [arg for path in SET_C for arg in ("--file", str(path))]
+    argv = ["--check-args"] + [arg for path in tables for arg in ("--file", str(path))]
     assert accuracy.main(argv) == 0
     out = capsys.readouterr().out
     assert out.rstrip().endswith(f"{len(rows)} ok, 0 failed")
     assert "GiB" not in out
+
+
+def test_set_c_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # the third held-out set, collected in four tables after the fitted pool
+    assert len(SET_C) == 4
+    _check_new_held_out_set(SET_C, SETS_A_B, 70, capsys)
+
+
+def test_set_d_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # the fourth held-out set, collected after set C was scored
+    assert len(SET_D) == 2
+    _check_new_held_out_set(SET_D, [*SETS_A_B, *SET_C], 30, capsys)
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
@@ -162,24 +174,3 @@ def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         accuracy.main(["--check-args", "--file", str(table), "--file", str(table)])
     assert "a reading id is in two tables: x" in capsys.readouterr().err
-
-
-SET_D = sorted((REPO / "bench" / "data").glob("whole_gpu_readings_d*.toml"))
-
-
-def test_set_d_is_held_out_new_and_every_row_plans(capsys) -> None:
-    # the fourth held-out set, collected after set C was scored (planned only through --check-args)
-    assert len(SET_D) == 2
-    earlier = {
-        row["id"]
-        for path in ("whole_gpu_readings.toml", "whole_gpu_readings_b.toml", *map(str, SET_C))
-        for row in accuracy.load_rows(REPO / "bench" / "data" / path)
-    }
-    rows = [row for path in SET_D for row in accuracy.load_rows(path)]
-    ids = [row["id"] for row in rows]
-    assert len(ids) == len(set(ids)) >= 30
-    assert not set(ids) & earlier
-    assert {row["split"] for row in rows} == {"held_out"}
-    argv = ["--check-args"] + [arg for path in SET_D for arg in ("--file", str(path))]
-    assert accuracy.main(argv) == 0
-    assert capsys.readouterr().out.rstrip().endswith(f"{len(rows)} ok, 0 failed")
