@@ -24,34 +24,49 @@ from hwdash.errors import UsageError
 VLLM_QUANTIZATION = {Quant.GPTQ_4: "gptq", Quant.AWQ_4: "awq", Quant.NF4: "bitsandbytes"}
 
 
+#: The flags each engine's line is written with, in this order: (the value's name, the flag).
+_WRITTEN_FLAGS = {
+    Engine.SGLANG.value: (
+        ("tp", "--tp"),
+        ("fraction", "--mem-fraction-static"),
+        ("max_model_len", "--context-length"),
+        ("max_num_seqs", "--max-running-requests"),
+        ("max_num_batched_tokens", "--chunked-prefill-size"),
+    ),
+    "vllm": (
+        ("tp", "--tensor-parallel-size"),
+        ("fraction", "--gpu-memory-utilization"),
+        ("max_model_len", "--max-model-len"),
+        ("max_num_seqs", "--max-num-seqs"),
+        ("max_num_batched_tokens", "--max-num-batched-tokens"),
+    ),
+}
+#: ``--kv-cache-dtype`` for an fp8 KV cache, by engine.
+_FP8_KV_CACHE = {Engine.SGLANG.value: "fp8_e5m2", "vllm": "fp8"}
+
+
 def server_command(memory: ServingMemory, model_id: str, quant: Quant) -> str:
     """The ``vllm serve`` (or SGLang ``launch_server``) line with the plan's settings."""
     s = memory.settings
-    fraction = memory.fraction
-    if s.engine == Engine.SGLANG.value:
+    sglang = s.engine == Engine.SGLANG.value
+    engine = Engine.SGLANG.value if sglang else "vllm"
+    values = {
+        "tp": s.tp,
+        "fraction": f"{memory.fraction:g}",
+        "max_model_len": s.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+    }
+    if sglang:
         words = ["python", "-m", "sglang.launch_server", "--model-path", model_id]
-        words += ["--tp", str(s.tp), "--mem-fraction-static", f"{fraction:g}"]
-        words += ["--context-length", str(s.max_model_len)]
-        if s.max_num_seqs is not None:
-            words += ["--max-running-requests", str(s.max_num_seqs)]
-        if s.max_num_batched_tokens is not None:
-            words += ["--chunked-prefill-size", str(s.max_num_batched_tokens)]
-        if s.kv_dtype is KvDtype.FP8:
-            words += ["--kv-cache-dtype", "fp8_e5m2"]
     else:
-        words = ["vllm", "serve", model_id, "--tensor-parallel-size", str(s.tp)]
-        words += [
-            "--gpu-memory-utilization",
-            f"{fraction:g}",
-            "--max-model-len",
-            str(s.max_model_len),
-        ]
-        if s.max_num_seqs is not None:
-            words += ["--max-num-seqs", str(s.max_num_seqs)]
-        if s.max_num_batched_tokens is not None:
-            words += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
-        if s.kv_dtype is KvDtype.FP8:
-            words += ["--kv-cache-dtype", "fp8"]
+        words = ["vllm", "serve", model_id]
+    for name, flag in _WRITTEN_FLAGS[engine]:
+        if values[name] is not None:
+            words += [flag, str(values[name])]
+    if s.kv_dtype is KvDtype.FP8:
+        words += ["--kv-cache-dtype", _FP8_KV_CACHE[engine]]
+    if not sglang:
         if quant in VLLM_QUANTIZATION:
             words += ["--quantization", VLLM_QUANTIZATION[quant]]
         words += _image_limit(memory)
