@@ -20,17 +20,18 @@ REPO = Path(__file__).resolve().parents[2]
 READINGS = REPO / "bench" / "data" / "whole_gpu_readings.toml"
 
 
-def _load_split() -> ModuleType:
-    path = REPO / "bench" / "whole_gpu_split.py"
-    spec = importlib.util.spec_from_file_location("whole_gpu_split", path)
+def _load_bench(name: str) -> ModuleType:
+    """bench/NAME.py as a module (bench/ is a folder of scripts, not a package)."""
+    path = REPO / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["whole_gpu_split"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-split = _load_split()
+split = _load_bench("whole_gpu_split")
 
 
 def _rows() -> list[dict]:
@@ -127,12 +128,7 @@ def test_measure_kinds_are_documented_in_the_header(measure: str) -> None:
 def test_accuracy_bench_compares_each_reading_with_its_own_figure() -> None:
     """A reserved reading is scored against the estimate's reserved pool, an allocated one
     against the allocator's peak and an nvml one against the whole GPU (three distinct numbers)."""
-    path = REPO / "bench" / "whole_gpu_accuracy.py"
-    spec = importlib.util.spec_from_file_location("whole_gpu_accuracy", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["whole_gpu_accuracy"] = bench
-    spec.loader.exec_module(bench)
+    bench = _load_bench("whole_gpu_accuracy")
     from hwdash.core.results import MemoryBreakdown, MemoryEstimate
 
     estimate = MemoryEstimate(
@@ -150,13 +146,8 @@ def test_the_distributed_pool_is_the_fit_of_the_seen_readings() -> None:
     """catalog/software.toml's ``[[allocator_pool]] distributed`` is what bench/fit_allocator_pool.py
     computes from the two seen sets (the median implied pool of their multi-GPU rows): a change
     that moves the tensors of those rows, or the rows themselves, shows here."""
-    for name in ("whole_gpu_accuracy", "fit_allocator_pool"):
-        path = REPO / "bench" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+    _load_bench("whole_gpu_accuracy")  # fit_allocator_pool imports it by name
+    module = _load_bench("fit_allocator_pool")
     from hwdash.core.catalog import load_catalog
 
     rows = module.implied()
