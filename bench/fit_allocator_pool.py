@@ -3,20 +3,23 @@
     PYTHONPATH=src .venv/bin/python bench/fit_allocator_pool.py            # the table and the fit
     PYTHONPATH=src .venv/bin/python bench/fit_allocator_pool.py --check    # exit 1 if the catalog differs
 
-For every reserved or whole-GPU reading of the two seen sets (``bench/data/whole_gpu_readings.toml``
-and ``bench/data/whole_gpu_readings_b.toml``: both were scored before this fit, so both are tuning
-rows now), the pool the reading implies is what it holds beyond hwdash's allocated tensors, as a
-fraction of them:
+For every reserved or whole-GPU reading of the seen sets (``bench/data/whole_gpu_readings.toml``,
+``whole_gpu_readings_b.toml`` and ``whole_gpu_readings_e.toml``, hwdash's own H100 runs: each was
+scored before it joined this fit, so all are tuning rows now), the pool the reading implies is what
+it holds beyond hwdash's allocated tensors, as a fraction of them:
 
 * a ``reserved`` reading: ``(reading - side-stream cache - allocated) / allocated``;
 * an ``nvml`` reading also less what lies outside the allocator (the CUDA context row, NCCL's
-  buffers, managed memory): ``(reading - those - side-stream cache - allocated) / allocated``.
+  communicators, managed memory): ``(reading - those - side-stream cache - allocated) / allocated``.
 
-Allocated readings say nothing about the pool and are left out. The fit is the median over the
-training rows on more than one GPU (the median, so that a row whose tensors hwdash misjudges moves it
-little); ``catalog/software.toml``'s ``[[allocator_pool]] distributed`` holds it rounded to a
-hundredth. The held-out test of it is a set collected after it (``whole_gpu_readings_c*.toml``),
-never read here.
+Allocated readings say nothing about the pool and are left out, and so is an nvml reading of a run
+whose reserved reading is in the same table (one run, one vote: the reserved reading is the pool's
+own). The fit is the median over the rows whose plan takes the distributed pool (training on more
+than one GPU, or under ZeRO or FSDP: ``estimate.distributed_pool``; the median, so that a row whose
+tensors hwdash misjudges moves it little); ``catalog/software.toml``'s ``[[allocator_pool]]
+distributed`` holds it rounded to a hundredth. Its held-out tests are sets collected after it and
+never read here (``whole_gpu_readings_c*.toml`` and ``_d*`` for the first fit, ``_f.toml`` for this
+one).
 """
 
 from __future__ import annotations
@@ -27,15 +30,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from whole_gpu_accuracy import GIB, REPO, estimate_row, load_rows
+from whole_gpu_accuracy import GIB, REPO, estimate_row, load_rows, row_plan
 
 from hwdash.core.catalog import load_catalog
+from hwdash.core.estimator.estimate import distributed_pool
 
 SEEN = (
     REPO / "bench" / "data" / "whole_gpu_readings.toml",
     REPO / "bench" / "data" / "whole_gpu_readings_b.toml",
+    REPO / "bench" / "data" / "whole_gpu_readings_e.toml",
 )
-OUTSIDE = ("CUDA context", "runtime context", "NCCL buffers")
+OUTSIDE = ("CUDA context", "runtime context", "NCCL (")
 SIDE = "FSDP1 side streams"
 
 
@@ -48,6 +53,8 @@ class Implied:
     gpus: int
     allocated: int
     fraction: float
+    distributed: bool
+    """The plan takes the distributed pool."""
 
 
 def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
@@ -55,10 +62,17 @@ def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
     catalog = load_catalog(include_user=False)
     out = []
     for path in files:
-        for row in load_rows(path):
+        rows = load_rows(path)
+        reserved = {
+            (row["source"], row["hwdash_args"]) for row in rows if row["measure"] == "reserved"
+        }
+        for row in rows:
             if row["measure"] == "allocated":
                 continue
+            if row["measure"] == "nvml" and (row["source"], row["hwdash_args"]) in reserved:
+                continue
             estimate = estimate_row(row, catalog)
+            distributed = distributed_pool(row_plan(row, catalog), estimate.gpus)
             side = sum(b for name, b in estimate.details if name.startswith(SIDE))
             reading = row["per_gpu_gib"] * GIB
             if row["measure"] == "nvml":
@@ -66,13 +80,15 @@ def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
                 reading -= outside + estimate.managed_bytes
             allocated = estimate.allocated_bytes
             fraction = (reading - side - allocated) / allocated
-            out.append(Implied(row["id"], row["measure"], estimate.gpus, allocated, fraction))
+            out.append(
+                Implied(row["id"], row["measure"], estimate.gpus, allocated, fraction, distributed)
+            )
     return out
 
 
 def fit(rows: list[Implied]) -> float:
-    """The median implied fraction of the multi-GPU rows, rounded to a hundredth."""
-    return round(statistics.median(r.fraction for r in rows if r.gpus > 1), 2)
+    """The median implied fraction of the distributed-pool rows, rounded to a hundredth."""
+    return round(statistics.median(r.fraction for r in rows if r.distributed), 2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,18 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the catalog differs")
     args = parser.parse_args(argv)
     rows = implied()
-    for r in sorted(rows, key=lambda r: (r.gpus > 1, r.fraction)):
+    for r in sorted(rows, key=lambda r: (r.distributed, r.fraction)):
         print(
             f"{r.id:56} {r.measure:8} gpus {r.gpus:3}  allocated {r.allocated / GIB:7.2f} GiB"
             f"  implied pool {r.fraction:+7.1%}"
         )
-    multi = [r for r in rows if r.gpus > 1]
-    single = [r for r in rows if r.gpus == 1]
+    multi = [r for r in rows if r.distributed]
+    single = [r for r in rows if not r.distributed]
     value = fit(rows)
-    print(f"multi-GPU rows: {len(multi)}, median implied pool {value:.2f}")
+    print(f"distributed-pool rows: {len(multi)}, median implied pool {value:.2f}")
     if single:
         median = statistics.median(r.fraction for r in single)
-        print(f"single-GPU rows: {len(single)}, median implied pool {median:.2f} (not fitted)")
+        print(f"single-GPU pool rows: {len(single)}, median implied pool {median:.2f} (not fitted)")
     catalog = load_catalog(include_user=False)
     assert catalog.software is not None
     held = catalog.software.pool.distributed

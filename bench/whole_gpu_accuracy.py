@@ -44,6 +44,7 @@ from hwdash.commands.plan_inputs import apply_framework_defaults, plan_from_args
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.models.config import resolve_model
+from hwdash.core.plan import Plan
 from hwdash.core.plans.imports import read_plan_file
 from hwdash.core.results import MemoryEstimate
 
@@ -85,6 +86,20 @@ def figure(estimate: MemoryEstimate, measure: str) -> int:
 
 def estimate_row(row: dict[str, Any], catalog: Catalog) -> MemoryEstimate:
     """The row's plan (its ``hwdash_args``, as ``hwdash plan`` reads them) on its GPU."""
+    plan = row_plan(row, catalog)
+    model = resolve_model(plan.model, catalog)
+    accelerator = catalog.accelerators[row["gpu"]]
+    return estimate_memory(
+        plan,
+        model,
+        gpus=plan.gpus,
+        accelerator=accelerator,
+        framework=catalog.framework_for(plan),
+    )
+
+
+def row_plan(row: dict[str, Any], catalog: Catalog) -> Plan:
+    """The plan ``hwdash plan`` builds from the row's ``hwdash_args`` (its ``--from`` file read)."""
     argv = shlex.split(row["hwdash_args"])
     args = build_parser("plan").parse_args(["plan", *argv])
     imported = None
@@ -97,16 +112,7 @@ def estimate_row(row: dict[str, Any], catalog: Catalog) -> MemoryEstimate:
         from hwdash.commands.plan_inputs import apply_imported
 
         plan = apply_imported(plan, imported, argv, args.from_file)
-    plan = apply_framework_defaults(plan, catalog, argv, imported)
-    model = resolve_model(plan.model, catalog)
-    accelerator = catalog.accelerators[row["gpu"]]
-    return estimate_memory(
-        plan,
-        model,
-        gpus=plan.gpus,
-        accelerator=accelerator,
-        framework=catalog.framework_for(plan),
-    )
+    return apply_framework_defaults(plan, catalog, argv, imported)
 
 
 def load_rows(path: Path) -> list[dict[str, Any]]:

@@ -33,97 +33,56 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: name -> (model, runner, runner options, hwdash plan flags of the same setting). batch/seq are in the flags.
 _COMMON_DS = ["--method", "full", "--precision", "mixed", "--gpus", "1", "--framework", "deepspeed"]
-_COMMON_FSDP = [
-    "--method",
-    "full",
-    "--precision",
-    "mixed",
-    "--gpus",
-    "1",
-    "--framework",
-    "fsdp",
-    "--fsdp",
-    "full",
-]
-SETTINGS: dict[str, dict[str, Any]] = {
-    "ds-z3-offload-params-qwen2.5-3b-b2-s2048-ckpt": {
-        "runner": "deepspeed",
-        "zero": 3,
-        "offload": "params",
-        "flags": ["--model", "qwen2.5-3b", *_COMMON_DS, "--zero", "3", "--offload", "params"],
-    },
-    "ds-z2-offload-opt-qwen2.5-1.5b-b4-s2048-ckpt": {
-        "runner": "deepspeed",
-        "zero": 2,
-        "offload": "optimizer",
-        "flags": ["--model", "qwen2.5-1.5b", *_COMMON_DS, "--zero", "2", "--offload", "optimizer"],
-    },
-    "ds-z3-offload-opt-qwen2.5-1.5b-b4-s2048-ckpt": {
-        "runner": "deepspeed",
-        "zero": 3,
-        "offload": "optimizer",
-        "flags": ["--model", "qwen2.5-1.5b", *_COMMON_DS, "--zero", "3", "--offload", "optimizer"],
-    },
-    "ds-z3-qwen2.5-1.5b-b4-s2048-ckpt": {
-        "runner": "deepspeed",
-        "zero": 3,
-        "offload": "none",
-        "flags": ["--model", "qwen2.5-1.5b", *_COMMON_DS, "--zero", "3"],
-    },
-    "ds-z2-qwen2.5-0.5b-b4-s2048-ckpt": {
-        "runner": "deepspeed",
-        "zero": 2,
-        "offload": "none",
-        "flags": ["--model", "qwen2.5-0.5b", *_COMMON_DS, "--zero", "2"],
-    },
-    "fsdp1-offload-qwen2.5-1.5b-b4-s2048-ckpt": {
-        "runner": "fsdp1",
-        "offload": True,
-        "flags": [
-            "--model",
-            "qwen2.5-1.5b",
-            *_COMMON_FSDP,
-            "--fsdp-version",
-            "1",
-            "--fsdp-offload",
-        ],
-    },
-    "fsdp2-offload-qwen2.5-1.5b-b4-s2048-ckpt": {
-        "runner": "fsdp2",
-        "offload": True,
-        "flags": [
-            "--model",
-            "qwen2.5-1.5b",
-            *_COMMON_FSDP,
-            "--fsdp-version",
-            "2",
-            "--fsdp-offload",
-        ],
-    },
-    "fsdp2-qwen2.5-1.5b-b4-s2048-ckpt": {
-        "runner": "fsdp2",
-        "offload": False,
-        "flags": ["--model", "qwen2.5-1.5b", *_COMMON_FSDP, "--fsdp-version", "2"],
-    },
-    "fsdp1-qwen2.5-1.5b-b4-s2048-ckpt": {
-        "runner": "fsdp1",
-        "offload": False,
-        "flags": ["--model", "qwen2.5-1.5b", *_COMMON_FSDP, "--fsdp-version", "1"],
-    },
-}
-for (
-    _name,
-    _setting,
-) in SETTINGS.items():  # the batch is in the name; every setting checkpoints each layer
-    _setting["flags"] += [
-        "--batch",
-        "2" if "-b2-" in _name else "4",
-        "--seq",
-        "2048",
-        "--grad-ckpt",
+_COMMON_FSDP = ["--method", "full", "--precision", "mixed", "--gpus", "1", "--framework", "fsdp"]
+_OFFLOAD_NAME = {"none": "", "optimizer": "-offload-opt", "params": "-offload-params"}
+
+
+def _setting(
+    runner: str, model: str, batch: int, seq: int, zero: int = 0, offload: str = "none"
+) -> tuple[str, dict[str, Any]]:
+    """One run: its name, and its runner options beside the ``hwdash plan`` flags of the same setting.
+
+    ``runner``: deepspeed (``zero`` stage; ``offload`` none|optimizer|params) or fsdp1/fsdp2 (``offload``
+    none|params: CPU offload of parameters, gradients and the step). Every run checkpoints each layer."""
+    if runner == "deepspeed":
+        name = f"ds-z{zero}{_OFFLOAD_NAME[offload]}"
+        flags = ["--model", model, *_COMMON_DS, "--zero", str(zero)]
+        flags += ["--offload", offload] if offload != "none" else []
+    else:
+        name = runner + ("-offload" if offload != "none" else "")
+        flags = ["--model", model, *_COMMON_FSDP, "--fsdp", "full", "--fsdp-version", runner[-1]]
+        flags += ["--fsdp-offload"] if offload != "none" else []
+    flags += ["--batch", str(batch), "--seq", str(seq), "--grad-ckpt"]
+    options = {"runner": runner, "zero": zero, "offload": offload, "flags": flags}
+    return f"{name}-{model}-b{batch}-s{seq}-ckpt", options
+
+
+#: Set E (bench/data/whole_gpu_readings_e.toml), measured first.
+SET_E = dict(
+    [
+        _setting("deepspeed", "qwen2.5-3b", 2, 2048, zero=3, offload="params"),
+        _setting("deepspeed", "qwen2.5-1.5b", 4, 2048, zero=2, offload="optimizer"),
+        _setting("deepspeed", "qwen2.5-1.5b", 4, 2048, zero=3, offload="optimizer"),
+        _setting("deepspeed", "qwen2.5-1.5b", 4, 2048, zero=3),
+        _setting("deepspeed", "qwen2.5-0.5b", 4, 2048, zero=2),
+        _setting("fsdp1", "qwen2.5-1.5b", 4, 2048, offload="params"),
+        _setting("fsdp2", "qwen2.5-1.5b", 4, 2048, offload="params"),
+        _setting("fsdp2", "qwen2.5-1.5b", 4, 2048),
+        _setting("fsdp1", "qwen2.5-1.5b", 4, 2048),
     ]
+)
+#: Set F, measured after the formula changes that set E led to: other models, batches and lengths.
+SET_F = dict(
+    [
+        _setting("deepspeed", "llama-3.2-1b", 4, 2048, zero=3, offload="params"),
+        _setting("deepspeed", "llama-3.2-1b", 8, 1024, zero=2, offload="optimizer"),
+        _setting("fsdp2", "llama-3.2-1b", 4, 2048, offload="params"),
+        _setting("deepspeed", "qwen3-0.6b", 4, 2048, zero=3),
+        _setting("fsdp2", "qwen3-0.6b", 8, 1024),
+    ]
+)
+SETTINGS = {**SET_E, **SET_F}
 
 
 # -- the child ---------------------------------------------------------------------------------------------------
@@ -220,7 +179,7 @@ def _fsdp_model(setting: dict[str, Any], config: Any, device: str) -> tuple[Any,
             model,
             auto_wrap_policy=policy,
             mixed_precision=MixedPrecision(torch.bfloat16, torch.bfloat16, torch.bfloat16),
-            cpu_offload=CPUOffload(offload_params=setting["offload"]),
+            cpu_offload=CPUOffload(offload_params=setting["offload"] != "none"),
             sharding_strategy=ShardingStrategy.FULL_SHARD,
             device_id=target if device == "cuda" else None,
             use_orig_params=True,
@@ -232,7 +191,7 @@ def _fsdp_model(setting: dict[str, Any], config: Any, device: str) -> tuple[Any,
         options: dict[str, Any] = {
             "mp_policy": MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16)
         }
-        if setting["offload"]:
+        if setting["offload"] != "none":
             options["offload_policy"] = CPUOffloadPolicy(pin_memory=device == "cuda")
         elif device == "cuda":
             model = model.to(target)
@@ -285,6 +244,45 @@ def child(name: str, steps: int, device: str, tiny: bool, baseline: int) -> None
             torch=torch.__version__,
         )
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def nccl_groups(baseline: int) -> None:
+    """Device memory outside PyTorch's caching allocator (used - reserved) as a process adds NCCL communicators."""
+    import torch
+    import torch.distributed as dist
+
+    def outside() -> int:
+        torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()
+        return total - free - baseline - torch.cuda.memory_reserved()
+
+    stages: dict[str, int] = {}
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(4, 16, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    (out.sum() + (x @ x).sum()).backward()
+    stages["context, bf16 matmul, SDPA forward and backward"] = outside()
+    _init_single_process("cuda")
+    t = torch.ones(1 << 22, device="cuda")
+    dist.all_reduce(t)
+    dist.all_gather_into_tensor(torch.empty_like(t), t)
+    dist.reduce_scatter_tensor(torch.empty_like(t), t)
+    stages["+ the world communicator (all-reduce, all-gather, reduce-scatter)"] = outside()
+    for count in (2, 3):
+        group = dist.new_group([0])
+        dist.all_reduce(t, group=group)
+        stages[f"+ communicator {count} (dist.new_group, all-reduce)"] = outside()
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "stages": stages,
+                "torch": torch.__version__,
+                "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            }
+        ),
+        flush=True,
+    )
 
 
 # -- the parent --------------------------------------------------------------------------------------------------
@@ -361,7 +359,7 @@ def run_setting(name: str, args: argparse.Namespace, meter: NvmlPeak) -> dict[st
         stdout, stderr, code = str(exc.stdout or ""), str(exc.stderr or ""), "timeout"
     row: dict[str, Any] = {
         "name": name,
-        "flags": " ".join(SETTINGS[name]["flags"]),
+        "flags": " ".join(SETTINGS.get(name, {}).get("flags", [])),
         "seconds": round(time.time() - started, 1),
         "nvml_peak_over_baseline": meter.stop(),
         "nvml_baseline": meter.baseline,
@@ -381,6 +379,7 @@ def main() -> int:
     parser.add_argument("--out", default="bench/out/whole_gpu_device")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--only", default=None)
+    parser.add_argument("--quiet", action="store_true", help="print no reading (held-out runs)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--timeout", type=float, default=150)
@@ -390,6 +389,9 @@ def main() -> int:
         "--budget", type=float, default=1e9, help="seconds for all settings; the rest are skipped"
     )
     args = parser.parse_args()
+    if args.child == "nccl-groups":
+        nccl_groups(args.baseline)
+        return 0
     if args.child:
         child(args.child, args.steps, args.device, args.tiny, args.baseline)
         return 0
@@ -401,7 +403,7 @@ def main() -> int:
             rows.append(
                 {
                     "name": name,
-                    "flags": " ".join(SETTINGS[name]["flags"]),
+                    "flags": " ".join(SETTINGS.get(name, {}).get("flags", [])),
                     "skipped": "out of --budget",
                 }
             )
@@ -414,14 +416,9 @@ def main() -> int:
             )
         )
         (Path(args.out) / "whole_gpu_device.json").write_text(json.dumps(rows, indent=1))
-        shown = (
-            "name",
-            "returncode",
-            "seconds",
-            "max_allocated",
-            "max_reserved",
-            "nvml_peak_over_baseline",
-        )
+        shown = ["name", "returncode", "seconds"]
+        if not args.quiet:
+            shown += ["max_allocated", "max_reserved", "nvml_peak_over_baseline"]
         print(json.dumps({k: rows[-1].get(k) for k in shown}), flush=True)
     return 0
 

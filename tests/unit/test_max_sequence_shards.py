@@ -21,7 +21,18 @@ RING = "--model llama-3.1-8b --method full --precision mixed --grad-ckpt --tp 2 
 
 
 def test_max_seq_with_cp_steps_by_twice_cp(capsys: pytest.CaptureFixture[str]) -> None:
-    args = [*RING.split(), "--zero", "1", "--flavor", "l40sx8", "--max", "seq", "--json"]
+    args = [
+        *RING.split(),
+        "--zero",
+        "1",
+        "--offload",
+        "optimizer",
+        "--flavor",
+        "l40sx8",
+        "--max",
+        "seq",
+        "--json",
+    ]
     status, out, err = run_plan(capsys, *args)
     assert status == 0 and "Traceback" not in err
     found = json.loads(out)["max"]
@@ -30,7 +41,7 @@ def test_max_seq_with_cp_steps_by_twice_cp(capsys: pytest.CaptureFixture[str]) -
     catalog = load_catalog(include_user=False)
     plan = Plan.model_validate(
         {"model": "llama-3.1-8b", "method": "full", "precision": "mixed", "grad_ckpt": True}
-        | {"tp": 2, "cp": 4, "gpus": 8, "zero": 1}
+        | {"tp": 2, "cp": 4, "gpus": 8, "zero": 1, "offload": "optimizer"}
     )
     answer = find_max(plan, catalog.models["llama-3.1-8b"], catalog, "l40sx8", MaxField.SEQ)
     assert answer.value == found["value"] and answer.step == 8
@@ -47,7 +58,17 @@ def test_max_seq_with_cp_steps_by_twice_cp(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_nothing_fits_says_the_smallest_step(capsys: pytest.CaptureFixture[str]) -> None:
-    args = [*RING.split(), "--zero", "1", "--flavor", "a10g-largex4", "--max", "seq"]
+    args = [
+        *RING.split(),
+        "--zero",
+        "1",
+        "--offload",
+        "optimizer",
+        "--flavor",
+        "a10g-largex4",
+        "--max",
+        "seq",
+    ]
     status, out, err = run_plan(capsys, *args)
     assert status == 1 and "Traceback" not in err + out
     assert "longest --seq that fits a10g-largex4: none (even 8 does not fit" in out

@@ -27,6 +27,16 @@ CONNECTION = LL + LL128 + SIMPLE  # 9,633,792 bytes
 NVLINK_CHANNELS = 16  # NCCL_DEBUG on 8 NVLink H800s (NVIDIA/nccl issue #892)
 PCIE_CHANNELS = 2  # NCCL_DEBUG on 8 PCIe GPUs (NVIDIA/nccl-tests issue #228)
 H200_CONTEXT = 804_061_184  # 766.8125 MiB: NVML - max_memory_reserved, bench/data/device_h200
+# bench/data/device_h100/nccl_groups.json: device memory outside the allocator after the world
+# communicator (591,396,864 more than before it) and after each of two more (408,944,640 each)
+COMMUNICATOR = 408_944_640
+KERNELS = 591_396_864 - COMMUNICATOR
+
+
+def _nccl(groups: int, buffers: int) -> tuple[str, int]:
+    """The NCCL line of a plan with ``groups`` communicators holding ``buffers`` in all."""
+    label = f"NCCL ({groups} communicator{'s' if groups > 1 else ''} and buffers)"
+    return label, KERNELS + groups * COMMUNICATOR + buffers
 
 
 @pytest.fixture(scope="module")
@@ -59,29 +69,39 @@ def test_the_defaults_are_nccls() -> None:
 def test_ddp_on_eight_nvlink_gpus(catalog: Catalog) -> None:
     estimate = _estimate(catalog, "h200", gpus=8)
     # one data-parallel ring: 16 channels x 1 connection x (LL + LL128 + Simple) = 154,140,672
-    assert _nccl_line(estimate) == ("NCCL buffers (1 group)", NVLINK_CHANNELS * CONNECTION)
+    assert _nccl_line(estimate) == _nccl(1, NVLINK_CHANNELS * CONNECTION)
     assert NVLINK_CHANNELS * CONNECTION == 154_140_672
 
 
 def test_deepspeed_zero_adds_its_clone_of_the_world_group(catalog: Catalog) -> None:
     # deepspeed/utils/groups.py _clone_world_group: a second communicator over the same 8 GPUs
     estimate = _estimate(catalog, "h200", gpus=8, zero=2)
-    assert _nccl_line(estimate) == ("NCCL buffers (2 groups)", 2 * NVLINK_CHANNELS * CONNECTION)
+    assert _nccl_line(estimate) == _nccl(2, 2 * NVLINK_CHANNELS * CONNECTION)
 
 
 def test_ddp_on_pcie_gpus(catalog: Catalog) -> None:
     estimate = _estimate(catalog, "l40s", gpus=4)
-    assert _nccl_line(estimate) == ("NCCL buffers (1 group)", PCIE_CHANNELS * CONNECTION)
+    assert _nccl_line(estimate) == _nccl(1, PCIE_CHANNELS * CONNECTION)
 
 
 def test_nccl_buffsize_changes_exactly_that_line(catalog: Catalog) -> None:
     default = _estimate(catalog, "h200", gpus=8)
     smaller = _estimate(catalog, "h200", gpus=8, nccl_buffsize=1 * MIB)
-    assert _nccl_line(smaller) == ("NCCL buffers (1 group)", NVLINK_CHANNELS * (LL + LL128 + MIB))
+    assert _nccl_line(smaller) == _nccl(1, NVLINK_CHANNELS * (LL + LL128 + MIB))
     others = [line for line in default.details if not line[0].startswith("NCCL")]
     assert others == [line for line in smaller.details if not line[0].startswith("NCCL")]
     assert default.per_gpu.total - smaller.per_gpu.total == NVLINK_CHANNELS * (SIMPLE - MIB)
     assert default.reserved_bytes == smaller.reserved_bytes
+
+
+def test_the_communicator_figures_are_the_h100_measurement() -> None:
+    path = Path(__file__).parents[2] / "bench" / "data" / "device_h100" / "nccl_groups.json"
+    steps = list(json.loads(path.read_text())[0]["stages"].values())
+    # outside the allocator: before NCCL, + the world communicator, + a second, + a third
+    assert steps[2] - steps[1] == steps[3] - steps[2] == COMMUNICATOR
+    assert steps[1] - steps[0] == KERNELS + COMMUNICATOR
+    nccl = packaged_software().nccl
+    assert (nccl.communicator_bytes, nccl.kernels_bytes) == (COMMUNICATOR, KERNELS)
 
 
 def test_one_gpu_has_no_communicator(catalog: Catalog) -> None:
@@ -89,6 +109,18 @@ def test_one_gpu_has_no_communicator(catalog: Catalog) -> None:
         estimate = _estimate(catalog, accelerator, gpus=1)
         assert _nccl_line(estimate) is None
         assert estimate.per_gpu.total - estimate.reserved_bytes == H200_CONTEXT
+    served = _estimate(catalog, "h200", gpus=1, method=Method.INFERENCE)
+    assert _nccl_line(served) is None
+
+
+def test_zero_and_fsdp_on_one_gpu_hold_their_communicators(catalog: Catalog) -> None:
+    # one rank: no connection buffers, but each communicator's own memory and NCCL's code
+    zero = _estimate(catalog, "h200", gpus=1, zero=2)
+    assert _nccl_line(zero) == _nccl(2, 0)  # the world group and DeepSpeed's clone of it
+    fsdp = _estimate(catalog, "h200", gpus=1, fsdp=FsdpMode.FULL)
+    assert _nccl_line(fsdp) == _nccl(1, 0)
+    # and their allocator pool is a parallel process's
+    assert _pool(zero)[0] == _pool(fsdp)[0] == "allocator pool (19% of the tensors)"
 
 
 def test_megatron_groups(catalog: Catalog) -> None:
@@ -98,14 +130,14 @@ def test_megatron_groups(catalog: Catalog) -> None:
     )
     # TP ring (16 channels) + PP sends to the one other stage (16 channels per peer x 1 peer)
     # + the data-parallel ring of 8 / (2 x 2) = 2 GPUs (16 channels)
-    assert _nccl_line(estimate) == ("NCCL buffers (3 groups)", 3 * 16 * CONNECTION)
+    assert _nccl_line(estimate) == _nccl(3, 3 * 16 * CONNECTION)
     middle = estimate_memory(
         plan.model_copy(update={"pp": 4, "tp": 1}),
         catalog.models["qwen2.5-0.5b"],
         accelerator=catalog.accelerators["h200"],
     )
     # a middle stage receives from the previous and the next stage: 2 peers; dp 2
-    assert _nccl_line(middle) == ("NCCL buffers (2 groups)", (16 * 2 + 16) * CONNECTION)
+    assert _nccl_line(middle) == _nccl(2, (16 * 2 + 16) * CONNECTION)
 
 
 def test_fsdp_hybrid_has_a_shard_and_a_replicate_group(catalog: Catalog) -> None:
@@ -115,19 +147,19 @@ def test_fsdp_hybrid_has_a_shard_and_a_replicate_group(catalog: Catalog) -> None
     estimate = estimate_memory(
         plan, catalog.models["qwen2.5-0.5b"], accelerator=catalog.accelerators["l40s"]
     )
-    assert _nccl_line(estimate) == ("NCCL buffers (2 groups)", 2 * PCIE_CHANNELS * CONNECTION)
+    assert _nccl_line(estimate) == _nccl(2, 2 * PCIE_CHANNELS * CONNECTION)
 
 
 def test_three_totals_add_up(catalog: Catalog) -> None:
     estimate = _estimate(catalog, "h200", gpus=8)
     details = dict(estimate.details)
     # 8 GPUs: a parallel training group's pool fraction (catalog/software.toml [[allocator_pool]])
-    pool = details["allocator pool (14% of the tensors)"]
-    assert pool == round(0.14 * estimate.allocated_bytes)
+    pool = details["allocator pool (19% of the tensors)"]
+    assert pool == round(0.19 * estimate.allocated_bytes)
     assert estimate.reserved_bytes == estimate.allocated_bytes + pool
     context = details["CUDA context and kernels (H200, CC 9.0)"]
     assert context == H200_CONTEXT
-    nccl = NVLINK_CHANNELS * CONNECTION
+    nccl = KERNELS + COMMUNICATOR + NVLINK_CHANNELS * CONNECTION
     assert estimate.whole_gpu_bytes == estimate.reserved_bytes + context + nccl
     assert estimate.whole_gpu_bytes == estimate.per_gpu.total
     assert estimate.per_gpu.overhead == pool + context + nccl
@@ -143,7 +175,7 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
 ) -> None:
     assert catalog.software is not None
     pool = catalog.software.pool
-    assert (pool.single_gpu, pool.distributed) == (0.08, 0.14)
+    assert (pool.single_gpu, pool.distributed) == (0.08, 0.19)
     alone = _estimate(catalog, "h200")
     assert _pool(alone) == (
         "allocator pool (8% of the tensors)",
@@ -151,8 +183,8 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
     )
     group = _estimate(catalog, "h200", gpus=2)
     assert _pool(group) == (
-        "allocator pool (14% of the tensors)",
-        round(0.14 * group.allocated_bytes),
+        "allocator pool (19% of the tensors)",
+        round(0.19 * group.allocated_bytes),
     )
     # inference on two GPUs runs no gradient collectives: the single-GPU fraction
     served = _estimate(catalog, "h200", gpus=2, method=Method.INFERENCE)
@@ -200,7 +232,9 @@ def test_fit_verdict_compares_the_whole_gpu(catalog: Catalog) -> None:
         plan, catalog.models["qwen2.5-0.5b"], flavor, accelerator, None, software=catalog.software
     )
     assert fit.need_bytes == estimate.whole_gpu_bytes
-    assert fit.outside_allocator_bytes == H200_CONTEXT + NVLINK_CHANNELS * CONNECTION
+    assert fit.outside_allocator_bytes == (
+        H200_CONTEXT + KERNELS + COMMUNICATOR + NVLINK_CHANNELS * CONNECTION
+    )
     assert fit.need_bytes - fit.outside_allocator_bytes == estimate.reserved_bytes
 
 
@@ -212,10 +246,9 @@ def test_plan_json_has_the_three_totals(capsys: pytest.CaptureFixture[str]) -> N
     assert memory["total"] == memory["whole_gpu"]
     assert memory["allocated"] < memory["reserved"] < memory["whole_gpu"]
     details = dict(document["details"])
-    assert details["NCCL buffers (1 group)"] == NVLINK_CHANNELS * (LL + LL128 + MIB)
-    assert memory["whole_gpu"] - memory["reserved"] == (
-        H200_CONTEXT + NVLINK_CHANNELS * (LL + LL128 + MIB)
-    )
+    label, nccl = _nccl(1, NVLINK_CHANNELS * (LL + LL128 + MIB))
+    assert details[label] == nccl
+    assert memory["whole_gpu"] - memory["reserved"] == H200_CONTEXT + nccl
     assert document["plan"]["nccl_buffsize"] == 1048576
 
 
@@ -226,7 +259,7 @@ def test_text_report_shows_the_three_totals(capsys: pytest.CaptureFixture[str]) 
     for total in ("allocated", "reserved", "whole GPU"):
         assert any(row.startswith(total + " ") for row in rows)
     assert "max_memory_allocated" in out and "max_memory_reserved" in out
-    assert "NCCL buffers (1 group)" in out
+    assert "NCCL (1 communicator and buffers)" in out
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,7 @@ SET_C = sorted((REPO / "bench" / "data").glob("whole_gpu_readings_c*.toml"))
 DATA = REPO / "bench" / "data"
 SET_D = sorted(DATA.glob("whole_gpu_readings_d*.toml"))
 SETS_A_B = [DATA / "whole_gpu_readings.toml", DATA / "whole_gpu_readings_b.toml"]
+SET_E = [DATA / "whole_gpu_readings_e.toml"]
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -163,6 +164,17 @@ def test_set_d_is_held_out_new_and_every_row_plans(capsys) -> None:
     # the fourth held-out set, collected after set C was scored
     assert len(SET_D) == 2
     _check_new_held_out_set(SET_D, [*SETS_A_B, *SET_C], 30, capsys)
+
+
+def test_set_e_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # hwdash's own H100 readings: 9 runs, each read three ways (nvml, reserved, allocated)
+    _check_new_held_out_set(SET_E, [*SETS_A_B, *SET_C, *SET_D], 27, capsys)
+    rows = accuracy.load_rows(SET_E[0])
+    runs = {row["hwdash_args"] for row in rows}
+    assert len(runs) == 9
+    for args in runs:
+        measures = sorted(row["measure"] for row in rows if row["hwdash_args"] == args)
+        assert measures == ["allocated", "nvml", "reserved"]
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:

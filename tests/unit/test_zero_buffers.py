@@ -15,6 +15,7 @@ from monitor_cli import run_plan
 from hwdash.core.catalog import load_catalog
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.architecture import architecture
+from hwdash.core.estimator.software import packaged_software
 from hwdash.core.estimator.zero_buffers import persistent_params, zero3_gathered
 from hwdash.core.models.config import resolve_model
 from hwdash.core.plan import Method, Offload, Plan
@@ -260,7 +261,9 @@ def test_non_default_buckets_change_exactly_their_lines(
     }
     ds_lines = {label for label in moved if "ZeRO" in label}
     # the bucket and the gathered parameters' lines, and the allocator's share of their total
-    assert moved - ds_lines == {"allocator pool (14% of the tensors)"}
+    assert moved - ds_lines == {
+        f"allocator pool ({packaged_software().pool.distributed:.0%} of the tensors)"
+    }
     assert (
         changed[next(label for label in changed if label.startswith(BUCKET + " (2e8"))] == 4 * 10**8
     )
@@ -343,8 +346,8 @@ def test_export_then_from_keeps_the_buckets(
 
 
 def test_make_it_fit_proposes_a_smaller_reduce_bucket() -> None:
-    # a 7B LoRA under ZeRO-2 with overlap_comm on four L4s: two 5e8-element bf16 buckets (1.9 GiB)
-    # leave it tight; the Trainer's hidden^2 bucket (3584^2) gives it room
+    # a 7B LoRA under ZeRO-2 with overlap_comm on four L4s at 512 tokens: two 5e8-element bf16
+    # buckets (1.9 GiB) leave it tight; the Trainer's hidden^2 bucket (3584^2) gives it room
     plan = Plan(
         model="qwen2.5-7b",
         method=Method.LORA,
@@ -352,6 +355,7 @@ def test_make_it_fit_proposes_a_smaller_reduce_bucket() -> None:
         ds_overlap_comm=True,
         gpus=4,
         grad_ckpt=True,
+        seq=512,
     )
     model = resolve_model(plan.model, CATALOG)
     search = find_fit_options(plan, model, CATALOG, "l4x4", [CATALOG.flavors["l4x4"]], limit=20)

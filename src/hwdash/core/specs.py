@@ -8,7 +8,6 @@ model and the errors, so none of those layers import each other for the schemas.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -542,78 +541,6 @@ class Framework(FrameworkSettings):
         for name in ("id", "name", "full", "sources", "notes"):
             out.pop(name, None)
         return out
-
-
-class CudaContext(_Strict):
-    """Device memory a CUDA process holds outside PyTorch's caching allocator (``[[cuda_context]]``).
-
-    The CUDA context, the kernels loaded into it (lazily since CUDA 11.7, by default since CUDA
-    12.2 and PyTorch 1.13) and the cuBLAS/cuDNN handles' own state: what NVML shows for a process
-    beyond ``torch.cuda.max_memory_reserved``. cuBLAS workspaces that PyTorch allocates through its
-    caching allocator are inside "reserved", not here.
-    """
-
-    id: str = Field(pattern=ID_PATTERN)
-    """Row id."""
-    compute_capabilities: tuple[str, ...] = Field(default=(), strict=False)  # TOML gives a list
-    """The compute capabilities this row is for (``["9.0"]``); empty for the default row only."""
-    default: bool = False
-    """The row for a hardware-neutral estimate and for a GPU whose compute capability has no row."""
-    bytes: int = Field(gt=0, le=64 * 2**30)
-    """Bytes per process on one GPU."""
-    measured_on: str = Field(min_length=1)
-    """The GPU (short name) and compute capability the reading is from, shown in the plan."""
-    software: str = ""
-    """Driver, CUDA and PyTorch versions of the reading, where known."""
-    source: str = Field(min_length=1)
-    """Where the number comes from (a measurement, a public thread), with its conditions."""
-    notes: str = ""
-
-    @model_validator(mode="after")
-    def _capabilities(self) -> CudaContext:
-        for capability in self.compute_capabilities:
-            if not isinstance(capability, str) or not re.match(
-                COMPUTE_CAPABILITY_PATTERN, capability
-            ):
-                raise _FieldProblem(
-                    "compute_capabilities", f"{capability!r} is not a compute capability like '9.0'"
-                )
-        if not self.default and not self.compute_capabilities:
-            raise _FieldProblem(
-                "compute_capabilities", "a row that is not the default needs compute capabilities"
-            )
-        return self
-
-
-class Interconnect(_Strict):
-    """NCCL's channel counts on one kind of GPU-to-GPU link (``[[interconnect]]``)."""
-
-    id: str = Field(pattern=ID_PATTERN)
-    """``nvlink``, ``pcie``: what an accelerator's ``interconnect`` names."""
-    default: bool = False
-    """The interconnect of a hardware-neutral estimate and of an accelerator that names none."""
-    coll_channels: int = Field(ge=1, le=64)
-    """Channels of a collective communicator (``NCCL INFO N coll channels``; MAXCHANNELS is 64)."""
-    p2p_channels_per_peer: int = Field(ge=1, le=64)
-    """Channels per peer of point-to-point sends and receives (pipeline stages)."""
-    source: str = Field(min_length=1)
-    """The NCCL logs or source the counts come from."""
-    notes: str = ""
-
-
-class NcclBuffers(_Strict):
-    """NCCL's per-connection buffer of each protocol (``[[nccl]]``), from its source's defaults."""
-
-    id: str = Field(pattern=ID_PATTERN)
-    ll_bytes: int = Field(ge=0, le=2**34)
-    """LL protocol buffer (``NCCL_LL_BUFFSIZE``'s default)."""
-    ll128_bytes: int = Field(ge=0, le=2**34)
-    """LL128 protocol buffer (``NCCL_LL128_BUFFSIZE``'s default)."""
-    simple_bytes: int = Field(ge=0, le=2**34)
-    """Simple protocol buffer (``NCCL_BUFFSIZE``'s default, 4 MiB); ``--nccl-buffsize`` overrides it."""
-    source: str = Field(min_length=1)
-    """The NCCL source files and version the defaults are read from."""
-    notes: str = ""
 
 
 def _entry_label(kind: str, index: int, raw: Any) -> str:

@@ -1,4 +1,4 @@
-"""NCCL communicator buffers: device memory NCCL allocates outside PyTorch's caching allocator.
+"""NCCL communicators: device memory NCCL allocates outside PyTorch's caching allocator.
 
 Each process group a plan creates gets an NCCL communicator, and each communicator connects its
 ranks over channels. Every connection holds one buffer per protocol (LL, LL128, Simple) on one of
@@ -8,6 +8,9 @@ buffers, whichever way the link reads. The buffer sizes are NCCL's defaults (``s
 ``computeBuffSizes``; ``NCCL_BUFFSIZE`` overrides Simple's: the plan's ``nccl_buffsize``) and the
 channel counts depend on the link (``[[interconnect]]``); both are data in ``catalog/software.toml``.
 NCCL ``cudaMalloc``\\ s these itself: NVML counts them, ``torch.cuda.memory_reserved`` never does.
+Beside its connections' buffers each communicator holds memory of its own (``communicator_bytes``,
+even with one rank), and the process loads NCCL's device code once with its first communicator
+(``kernels_bytes``): both measured on an H100 (``[[nccl]] communicator_source``).
 
 The groups (:func:`comm_groups`):
 
@@ -28,10 +31,16 @@ The groups (:func:`comm_groups`):
 * multi-GPU inference splits the weights over the GPUs: a tensor-parallel group of every GPU (vLLM
   and TGI; ``device_map="auto"`` runs layer by layer with no communicator and needs less).
 
+On one GPU there is no DDP wrapper and no tensor or pipeline group, but DeepSpeed ZeRO and FSDP still
+run their collectives, on communicators of one rank: the same groups with one rank each, which hold
+no connection but their own memory (measured: 0.54-0.58 GiB beside the tensors under FSDP, 0.93-1.01
+GiB under ZeRO, ``bench/data/whole_gpu_readings_e.toml``).
+
 Left out: NVLink SHARP (NVLS) buffers on NVSwitch systems, trees across nodes (with
 ``NCCL_RUNTIME_CONNECT=1``, NCCL's default since 2.22, connections are made when an algorithm is
-first used; one node runs rings), Megatron's smaller groups (embedding, position embedding) and
-NCCL's own small structures (work FIFO, device communicator).
+first used; one node runs rings), Megatron's smaller groups (embedding, position embedding), the
+default group's communicator where a framework's barriers are its only use (Megatron, FSDP hybrid
+shard) and serving engines' second communicator (vLLM's own PyNccl beside torch's group).
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from typing import Literal
 from hwdash.core.estimator import phases as est_phases
 from hwdash.core.estimator.parallelism import fsdp_shard_size
 from hwdash.core.plan import FsdpMode, Method, Plan
-from hwdash.core.specs import Interconnect, NcclBuffers
+from hwdash.core.software_specs import Interconnect, NcclBuffers
 
 
 @dataclass(frozen=True)
@@ -58,9 +67,9 @@ class CommGroup:
 
 
 def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
-    """The communicators one rank of ``plan`` on ``gpus`` GPUs joins (none on one GPU)."""
+    """The communicators one rank of ``plan`` on ``gpus`` GPUs joins."""
     if gpus <= 1:
-        return ()
+        return _one_gpu_groups(plan)
     groups: list[CommGroup] = []
     if plan.megatron:
         if plan.tp > 1:
@@ -90,6 +99,20 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
         if plan.zero:
             groups.append(CommGroup("DeepSpeed world clone", gpus, "ring"))
     return tuple(groups)
+
+
+def _one_gpu_groups(plan: Plan) -> tuple[CommGroup, ...]:
+    """ZeRO and FSDP training on one GPU: their groups, of one rank (a plain run has none)."""
+    if plan.method is Method.INFERENCE:
+        return ()
+    if plan.fsdp is not FsdpMode.NONE:
+        return (CommGroup("FSDP shard", 1, "ring"),)
+    if plan.zero:
+        return (
+            CommGroup("data-parallel", 1, "ring"),
+            CommGroup("DeepSpeed world clone", 1, "ring"),
+        )
+    return ()
 
 
 def _expert_groups(plan: Plan, gpus: int) -> list[CommGroup]:
@@ -132,12 +155,20 @@ def connection_bytes(nccl: NcclBuffers, buffsize: int | None) -> int:
 def group_bytes(
     group: CommGroup, link: Interconnect, nccl: NcclBuffers, buffsize: int | None
 ) -> int:
-    """Bytes one rank holds for ``group``: channels x connections x one connection's buffers.
+    """Bytes one rank holds for ``group``: the communicator's own memory and its buffers."""
+    return nccl.communicator_bytes + group_buffer_bytes(group, link, nccl, buffsize)
+
+
+def group_buffer_bytes(
+    group: CommGroup, link: Interconnect, nccl: NcclBuffers, buffsize: int | None
+) -> int:
+    """The connections' buffers one rank holds for ``group``: channels x connections x one
+    connection's buffers.
 
     A ring channel gives each rank one connection's buffers (from its previous rank; the one to its
     next rank lives there). A pipeline stage receives from the previous stage (forward) and the
     next one (backward): two peers in the middle of the pipeline, one at an end when there are two
-    stages, each over ``p2p_channels_per_peer`` channels.
+    stages, each over ``p2p_channels_per_peer`` channels. One rank connects to nobody.
     """
     if group.ranks <= 1:
         return 0
@@ -151,10 +182,10 @@ def group_bytes(
 def nccl_bytes(
     plan: Plan, gpus: int, link: Interconnect, nccl: NcclBuffers
 ) -> tuple[int, tuple[CommGroup, ...]]:
-    """Every communicator's buffers on one rank, and the groups counted."""
+    """Every communicator's bytes on one rank and NCCL's device code, and the groups counted."""
     groups = comm_groups(plan, gpus)
     total = sum(group_bytes(group, link, nccl, plan.nccl_buffsize) for group in groups)
-    return total, groups
+    return total + (nccl.kernels_bytes if groups else 0), groups
 
 
 def ddp_bucket_bytes(plan: Plan, dp: int, trainable: int, gradient_bytes: int) -> float:

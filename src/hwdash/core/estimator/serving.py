@@ -29,7 +29,7 @@ each step from the engine's own code (file names; the numbers are data in ``cata
 * tensor parallelism's non-torch buffers per rank (:func:`tp_buffer_bytes`): the TP group's NCCL
   communicator (vLLM's ``pynccl.py`` creates it and runs a warm-up all-reduce at distributed
   init, so its ring connections exist then; sized by
-  :func:`~hwdash.core.estimator.collectives.group_bytes`) and the custom all-reduce's two IPC
+  :func:`~hwdash.core.estimator.collectives.group_buffer_bytes`) and the custom all-reduce's two IPC
   buffers (``custom_all_reduce.py``: ``meta_size() + max_size`` and ``max_size``, max_size 8 MiB,
   allocated with ``cudaMalloc`` outside torch; used at TP 2, 4, 6 or 8 with peer access, above 2 GPUs only
   when fully NVLink-connected). Whether they count depends on when the engine's baseline is
@@ -78,7 +78,7 @@ from pydantic import ValidationError
 
 from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
 from hwdash.core.estimator.architecture import Architecture
-from hwdash.core.estimator.collectives import CommGroup, group_bytes
+from hwdash.core.estimator.collectives import CommGroup, group_buffer_bytes
 from hwdash.core.estimator.inference import inference_activation_bytes
 from hwdash.core.estimator.software import Software, packaged_software
 from hwdash.core.estimator.states import checkpoint_weight_bytes
@@ -387,12 +387,14 @@ def tp_buffer_bytes(
 ) -> int:
     """Non-torch bytes one rank of a ``tp``-GPU tensor-parallel group holds for its
     communicators (module docstring): the NCCL ring of the TP group (channels x one connection's
-    LL, LL128 and Simple buffers, ``collectives.group_bytes``) and, where the engine uses it at
-    this size and link, the custom all-reduce's ``custom_allreduce_mib``. 0 on one GPU."""
+    LL, LL128 and Simple buffers, ``collectives.group_buffer_bytes``) and, where the engine uses it
+    at this size and link, the custom all-reduce's ``custom_allreduce_mib``. 0 on one GPU. The
+    communicators' own memory (``[[nccl]] communicator_bytes``, measured for training) is not
+    counted here yet: the engines' budgets were checked against their logs without it."""
     if tp <= 1:
         return 0
     link = software.interconnect_for(accelerator)
-    ring = group_bytes(CommGroup("tensor-parallel", tp, "ring"), link, software.nccl, None)
+    ring = group_buffer_bytes(CommGroup("tensor-parallel", tp, "ring"), link, software.nccl, None)
     custom = 0
     if tp in engine.custom_allreduce_tp and link.id in engine.custom_allreduce_links:
         custom = math.ceil(engine.custom_allreduce_mib * MIB)

@@ -19,12 +19,10 @@ from typing import TypeVar
 from pydantic import Field, ValidationError
 
 from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
+from hwdash.core.software_specs import CudaContext, Interconnect, NcclBuffers
 from hwdash.core.specs import (
     ID_PATTERN,
     Accelerator,
-    CudaContext,
-    Interconnect,
-    NcclBuffers,
     _entry_label,
     _Strict,
     _validation_error,
@@ -69,7 +67,7 @@ class Software:
 
     def pool_fraction(self, distributed: bool) -> float:
         """The allocator pool's fraction of the tensors: ``distributed`` for a training process in
-        a parallel group, else the single-GPU one."""
+        a parallel group or under ZeRO / FSDP (:func:`distributed_pool`), else the single-GPU one."""
         return self.pool.distributed if distributed else self.pool.single_gpu
 
     def context_for(self, accelerator: Accelerator | None) -> tuple[CudaContext, str]:
