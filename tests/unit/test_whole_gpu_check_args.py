@@ -136,6 +136,7 @@ DATA = REPO / "bench" / "data"
 SET_D = sorted(DATA.glob("whole_gpu_readings_d*.toml"))
 SETS_A_B = [DATA / "whole_gpu_readings.toml", DATA / "whole_gpu_readings_b.toml"]
 SET_E = [DATA / "whole_gpu_readings_e.toml"]
+SET_F = [DATA / "whole_gpu_readings_f.toml"]
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -175,6 +176,13 @@ def test_set_e_is_held_out_new_and_every_row_plans(capsys) -> None:
     for args in runs:
         measures = sorted(row["measure"] for row in rows if row["hwdash_args"] == args)
         assert measures == ["allocated", "nvml", "reserved"]
+
+
+def test_set_f_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # measured after set E's formula changes: no setting of set E again
+    _check_new_held_out_set(SET_F, [*SETS_A_B, *SET_C, *SET_D, *SET_E], 12, capsys)
+    earlier = {row["hwdash_args"] for row in accuracy.load_rows(SET_E[0])}
+    assert not {row["hwdash_args"] for row in accuracy.load_rows(SET_F[0])} & earlier
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:

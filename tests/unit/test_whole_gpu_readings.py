@@ -160,3 +160,16 @@ def test_the_distributed_pool_is_the_fit_of_the_seen_readings() -> None:
     software = load_catalog(include_user=False).software
     assert software is not None
     assert module.fit(rows) == software.pool.distributed == 0.19
+
+
+def test_sets_e_and_f_are_what_the_table_writer_makes_of_the_raw_device_output() -> None:
+    """Every field of hwdash's own H100 readings comes from bench/data/device_h100/ and the runs'
+    settings (bench/whole_gpu_device_table.py): a reading typed or edited by hand shows here."""
+    _load_bench("whole_gpu_device")  # the table writer imports it by name
+    writer = _load_bench("whole_gpu_device_table")
+    assert writer.main(["e", "--check"]) == 0
+    assert writer.main(["f", "--check"]) == 0
+    # set E: the 9 runs that finished (the first call's ZeRO-2 run timed out and ran again in the
+    # second); set F: 4 of 5 (the fifth timed out)
+    assert len(writer._runs("e")) == 9 and len(writer._runs("f")) == 4
+
