@@ -20,7 +20,16 @@ def test_the_device_script_runs_deepspeed_and_fsdp2_on_the_cpu(tmp_path: Path) -
     pytest.importorskip("torch", reason="torch is in the validate extra")
     pytest.importorskip("deepspeed", reason="DeepSpeed is in the validate extra")
     command = [sys.executable, str(REPO / "bench" / "whole_gpu_device.py"), "--out", str(tmp_path)]
-    command += ["--device", "cpu", "--tiny", "--steps", "2", "--quiet", "--only", ",".join(SETTINGS)]
+    command += [
+        "--device",
+        "cpu",
+        "--tiny",
+        "--steps",
+        "2",
+        "--quiet",
+        "--only",
+        ",".join(SETTINGS),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     printed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -29,5 +38,7 @@ def test_the_device_script_runs_deepspeed_and_fsdp2_on_the_cpu(tmp_path: Path) -
     rows = json.loads((tmp_path / "whole_gpu_device.json").read_text())
     assert [row["returncode"] for row in rows] == [0, 0], [row.get("stderr_tail") for row in rows]
     # each row names the hwdash plan of its setting, and a CPU run has no GPU reading
-    assert all("--gpus 1" in row["flags"] and row["nvml_peak_over_baseline"] is None for row in rows)
+    assert all(
+        "--gpus 1" in row["flags"] and row["nvml_peak_over_baseline"] is None for row in rows
+    )
     assert all(len(row["step_s"]) == 2 for row in rows)

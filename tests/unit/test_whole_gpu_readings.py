@@ -172,4 +172,3 @@ def test_sets_e_and_f_are_what_the_table_writer_makes_of_the_raw_device_output()
     # set E: the 9 runs that finished (the first call's ZeRO-2 run timed out and ran again in the
     # second); set F: 4 of 5 (the fifth timed out)
     assert len(writer._runs("e")) == 9 and len(writer._runs("f")) == 4
-
