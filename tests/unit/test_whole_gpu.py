@@ -128,16 +128,17 @@ def test_megatron_groups(catalog: Catalog) -> None:
     estimate = estimate_memory(
         plan, catalog.models["qwen2.5-0.5b"], accelerator=catalog.accelerators["h200"]
     )
-    # TP ring (16 channels) + PP sends to the one other stage (16 channels per peer x 1 peer)
-    # + the data-parallel ring of 8 / (2 x 2) = 2 GPUs (16 channels)
-    assert _nccl_line(estimate) == _nccl(3, 3 * 16 * CONNECTION)
+    # the default group of all 8 (Megatron's barriers, 16 channels) + TP ring (16 channels) + PP
+    # sends to the one other stage (16 channels per peer x 1 peer) + the data-parallel ring of
+    # 8 / (2 x 2) = 2 GPUs (16 channels)
+    assert _nccl_line(estimate) == _nccl(4, 4 * 16 * CONNECTION)
     middle = estimate_memory(
         plan.model_copy(update={"pp": 4, "tp": 1}),
         catalog.models["qwen2.5-0.5b"],
         accelerator=catalog.accelerators["h200"],
     )
-    # a middle stage receives from the previous and the next stage: 2 peers; dp 2
-    assert _nccl_line(middle) == _nccl(2, (16 * 2 + 16) * CONNECTION)
+    # a middle stage receives from the previous and the next stage: 2 peers; dp 2; the default
+    assert _nccl_line(middle) == _nccl(3, (16 + 16 * 2 + 16) * CONNECTION)
 
 
 def test_fsdp_hybrid_has_a_shard_and_a_replicate_group(catalog: Catalog) -> None:
@@ -147,7 +148,8 @@ def test_fsdp_hybrid_has_a_shard_and_a_replicate_group(catalog: Catalog) -> None
     estimate = estimate_memory(
         plan, catalog.models["qwen2.5-0.5b"], accelerator=catalog.accelerators["l40s"]
     )
-    assert _nccl_line(estimate) == _nccl(2, 2 * PCIE_CHANNELS * CONNECTION)
+    # the shard and replicate groups beside the default group of accelerate's barriers
+    assert _nccl_line(estimate) == _nccl(3, 3 * PCIE_CHANNELS * CONNECTION)
 
 
 def test_three_totals_add_up(catalog: Catalog) -> None:

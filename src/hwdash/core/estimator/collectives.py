@@ -20,6 +20,8 @@ The groups (:func:`comm_groups`):
   ``dist.new_group`` of every rank), while the launcher's barriers use the default group;
 * FSDP hybrid shard: the shard group (one node) and the replicate group (one GPU per node)
   (``torch.distributed.fsdp``'s ``HYBRID_SHARD`` builds both);
+* Megatron-LM, FSDP hybrid shard and FSDP2 context parallelism: the default group as well, which
+  their barriers use beside their own groups;
 * Megatron-LM: the tensor-parallel group and the data-parallel group (rings), and the pipeline's
   point-to-point sends and receives to the previous and the next stage
   (``megatron/core/parallel_state.py``, ``initialize_model_parallel``); with ``--cp`` the
@@ -38,9 +40,8 @@ GiB under ZeRO, ``bench/data/whole_gpu_readings_e.toml``).
 
 Left out: NVLink SHARP (NVLS) buffers on NVSwitch systems, trees across nodes (with
 ``NCCL_RUNTIME_CONNECT=1``, NCCL's default since 2.22, connections are made when an algorithm is
-first used; one node runs rings), Megatron's smaller groups (embedding, position embedding), the
-default group's communicator where a framework's barriers are its only use (Megatron, FSDP hybrid
-shard) and serving engines' second communicator (vLLM's own PyNccl beside torch's group).
+first used; one node runs rings), Megatron's smaller groups (embedding, position embedding) and
+serving engines' second communicator (vLLM's own PyNccl beside torch's group).
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
     if gpus <= 1:
         return _one_gpu_groups(plan)
     groups: list[CommGroup] = []
+    if plan.megatron or plan.fsdp is FsdpMode.HYBRID or (plan.cp > 1 and plan.sp_ulysses <= 1):
+        # their groups are new_groups beside the default one, whose communicator the launcher's and
+        # the framework's barriers create: Megatron's _compile_dependencies calls
+        # torch.distributed.barrier() (megatron/training/initialize.py), accelerate's
+        # wait_for_everyone() does (the Trainer waits at dataset preparation and saves)
+        groups.append(CommGroup("default (barriers)", gpus, "ring"))
     if plan.megatron:
         if plan.tp > 1:
             groups.append(CommGroup("tensor-parallel", plan.tp, "ring"))
