@@ -211,9 +211,11 @@ def child(plan_file: str, steps: int, device: str, tiny: bool) -> None:
 
 
 class NvmlPeak:
-    """The GPU's used memory (NVML) every 0.2 s while a child runs: its maximum over the baseline."""
+    """The GPU's used memory (NVML) every ``interval`` s while a child runs: its maximum over the
+    baseline (the used memory when it started)."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
         self.baseline: int | None = None
         self.peak = 0
         self._stop = threading.Event()
@@ -239,7 +241,7 @@ class NvmlPeak:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(self.interval):
             used = self.used()
             if used is not None and self.baseline is not None:
                 self.peak = max(self.peak, used - self.baseline)

@@ -26,10 +26,11 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from gpu_runs import NvmlPeak  # the same NVML sampler as issue 26's device runs, every 0.1 s
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -288,50 +289,9 @@ def nccl_groups(baseline: int) -> None:
 # -- the parent --------------------------------------------------------------------------------------------------
 
 
-class NvmlPeak:
-    """The GPU's used memory (NVML) every 0.1 s while a child runs, as a maximum over the used memory before."""
-
-    def __init__(self) -> None:
-        self.baseline = 0
-        self.peak: int | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            self._nvml: Any = pynvml
-        except Exception:
-            self._nvml = None
-
-    def used(self) -> int | None:
-        if self._nvml is None:
-            return None
-        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
-
-    def start(self) -> None:
-        used = self.used()
-        self.baseline, self.peak = (used or 0), (None if used is None else 0)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            used = self.used()
-            if used is not None and self.peak is not None:
-                self.peak = max(self.peak, used - self.baseline)
-
-    def stop(self) -> int | None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return self.peak
-
-
 def run_setting(name: str, args: argparse.Namespace, meter: NvmlPeak) -> dict[str, Any]:
     meter.start()
+    baseline = meter.baseline or 0
     started = time.time()
     command = [
         sys.executable,
@@ -343,7 +303,7 @@ def run_setting(name: str, args: argparse.Namespace, meter: NvmlPeak) -> dict[st
         "--device",
         args.device,
     ]
-    command += ["--baseline", str(meter.baseline)] + (["--tiny"] if args.tiny else [])
+    command += ["--baseline", str(baseline)] + (["--tiny"] if args.tiny else [])
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
@@ -362,7 +322,7 @@ def run_setting(name: str, args: argparse.Namespace, meter: NvmlPeak) -> dict[st
         "flags": " ".join(SETTINGS.get(name, {}).get("flags", [])),
         "seconds": round(time.time() - started, 1),
         "nvml_peak_over_baseline": meter.stop(),
-        "nvml_baseline": meter.baseline,
+        "nvml_baseline": baseline,
         "returncode": code,
     }
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
@@ -396,7 +356,7 @@ def main() -> int:
         child(args.child, args.steps, args.device, args.tiny, args.baseline)
         return 0
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    meter, rows, deadline = NvmlPeak(), [], time.monotonic() + args.budget
+    meter, rows, deadline = NvmlPeak(interval=0.1), [], time.monotonic() + args.budget
     for name in SETTINGS if not args.only else args.only.split(","):
         left = deadline - time.monotonic()
         if left < 20:

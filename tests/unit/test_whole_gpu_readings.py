@@ -165,7 +165,8 @@ def test_the_distributed_pool_is_the_fit_of_the_seen_readings() -> None:
 def test_sets_e_and_f_are_what_the_table_writer_makes_of_the_raw_device_output() -> None:
     """Every field of hwdash's own H100 readings comes from bench/data/device_h100/ and the runs'
     settings (bench/whole_gpu_device_table.py): a reading typed or edited by hand shows here."""
-    _load_bench("whole_gpu_device")  # the table writer imports it by name
+    _load_bench("gpu_runs")  # whole_gpu_device imports its NVML sampler by name
+    _load_bench("whole_gpu_device")  # and the table writer imports whole_gpu_device
     writer = _load_bench("whole_gpu_device_table")
     assert writer.main(["e", "--check"]) == 0
     assert writer.main(["f", "--check"]) == 0
