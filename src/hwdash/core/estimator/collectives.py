@@ -10,7 +10,7 @@ channel counts depend on the link (``[[interconnect]]``); both are data in ``cat
 NCCL ``cudaMalloc``\\ s these itself: NVML counts them, ``torch.cuda.memory_reserved`` never does.
 Beside its connections' buffers each communicator holds memory of its own (``communicator_bytes``,
 even with one rank), and the process loads NCCL's device code once with its first communicator
-(``kernels_bytes``): both measured on an H100 (``[[nccl]] communicator_source``).
+(``kernels_bytes``): both measured on an H100 (``[[nccl]]``'s notes say how).
 
 The groups (:func:`comm_groups`):
 
@@ -72,7 +72,7 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
     if gpus <= 1:
         return _one_gpu_groups(plan)
     groups: list[CommGroup] = []
-    if plan.megatron or plan.fsdp is FsdpMode.HYBRID or (plan.cp > 1 and plan.sp_ulysses <= 1):
+    if plan.megatron or plan.fsdp is FsdpMode.HYBRID or plan.cp > 1:
         # their groups are new_groups beside the default one, whose communicator the launcher's and
         # the framework's barriers create: Megatron's _compile_dependencies calls
         # torch.distributed.barrier() (megatron/training/initialize.py), accelerate's
