@@ -72,7 +72,11 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
     if gpus <= 1:
         return _one_gpu_groups(plan)
     groups: list[CommGroup] = []
-    if plan.megatron or plan.fsdp is FsdpMode.HYBRID or plan.cp > 1:
+    # hybrid shard within one node is full shard (the exports write it so): no group of its own
+    hybrid = (
+        plan.fsdp is FsdpMode.HYBRID and fsdp_shard_size(gpus, plan.fsdp, plan.gpus_per_node) < gpus
+    )
+    if plan.megatron or hybrid or plan.cp > 1:
         # their groups are new_groups beside the default one, whose communicator the launcher's and
         # the framework's barriers create: Megatron's _compile_dependencies calls
         # torch.distributed.barrier() (megatron/training/initialize.py), accelerate's
