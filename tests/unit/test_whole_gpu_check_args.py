@@ -137,6 +137,7 @@ SET_D = sorted(DATA.glob("whole_gpu_readings_d*.toml"))
 SETS_A_B = [DATA / "whole_gpu_readings.toml", DATA / "whole_gpu_readings_b.toml"]
 SET_E = [DATA / "whole_gpu_readings_e.toml"]
 SET_F = [DATA / "whole_gpu_readings_f.toml"]
+SET_G = sorted(DATA.glob("whole_gpu_readings_g*.toml"))
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -183,6 +184,12 @@ def test_set_f_is_held_out_new_and_every_row_plans(capsys) -> None:
     _check_new_held_out_set(SET_F, [*SETS_A_B, *SET_C, *SET_D, *SET_E], 12, capsys)
     earlier = {row["hwdash_args"] for row in accuracy.load_rows(SET_E[0])}
     assert not {row["hwdash_args"] for row in accuracy.load_rows(SET_F[0])} & earlier
+
+
+def test_set_g_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # public readings collected after set F, by two helpers who ran only --check-args
+    assert len(SET_G) == 2
+    _check_new_held_out_set(SET_G, [*SETS_A_B, *SET_C, *SET_D, *SET_E, *SET_F], 47, capsys)
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
