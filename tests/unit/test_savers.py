@@ -224,6 +224,7 @@ def test_every_framework_is_in_the_catalog(catalog: Catalog) -> None:
         "fsdp",
         "megatron",
         "litgpt",
+        "trl",
     }
     assert set(packaged_frameworks()) == set(catalog.frameworks)
     for framework in catalog.frameworks.values():
@@ -251,3 +252,16 @@ def test_a_wrong_framework_value_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(CatalogError, match="loss"):
         load_catalog_from([path])
+
+
+def test_trl_plans_the_fused_lm_head_and_the_trainers_fused_adamw(catalog: Catalog) -> None:
+    # TRL 1.7+'s SFTTrainer: the hf row's plan with no full logits and the Trainer's fused AdamW
+    model = catalog.models["qwen2.5-7b"]
+    plan = Plan(model="qwen2.5-7b", method="lora", seq=4096, grad_ckpt=True)
+    trl = estimate_memory(plan.with_changes({"framework": "trl"}), model)
+    same = plan.with_changes({"loss": "fused-linear", "optimizer_impl": "fused"})
+    assert trl.per_gpu == estimate_memory(same, model).per_gpu
+    hf = dict(estimate_memory(plan, model).details)
+    # hf: 4096 tokens x 152,064 vocab x 12 bytes of fp32 logits and loss; trl: no such line
+    assert hf["model logits and loss"] == 4096 * 152_064 * 12
+    assert not [label for label, _ in trl.details if "logits" in label]

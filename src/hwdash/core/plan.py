@@ -108,6 +108,8 @@ class Framework(str, Enum):
     MEGATRON = "megatron"
     LITGPT = "litgpt"
     """Lightning AI's LitGPT scripts (Fabric, FSDP1 wrapping whole blocks)."""
+    TRL = "trl"
+    """TRL's SFTTrainer from 1.7: the LM head runs in tiles, no full logits."""
 
 
 class Loss(str, Enum):

@@ -513,7 +513,7 @@ class FrameworkSettings(_Strict):
 class Framework(FrameworkSettings):
     """A training stack's defaults (``catalog/frameworks.toml``), each with its source."""
 
-    id: Literal["hf", "torchtune", "unsloth", "deepspeed", "fsdp", "megatron", "litgpt"]
+    id: Literal["hf", "torchtune", "unsloth", "deepspeed", "fsdp", "megatron", "litgpt", "trl"]
     """The ``--framework`` value."""
     name: str = Field(min_length=1)
     """Display name."""
