@@ -10,7 +10,7 @@ is a property of the model, the method and the software on this box.
 Each is the median over the similar runs that measured it (one odd run moves a median little). With
 ``--calibrated``, the plan's hours take the measured MFU (unless ``--mfu`` is given) and each
 flavor's need is its reserved memory times the peak factor, what lies outside PyTorch's allocator
-(the CUDA context and kernels, NCCL's buffers) left as it is; the verdict
+(the CUDA context and kernels, NCCL's communicators) left as it is; the verdict
 (fits/tight/no) follows from that need.
 """
 

@@ -44,7 +44,7 @@ class PlanFacts:
     """Per-GPU peak, whole GPU (what NVML should show): the plan's total."""
     planned_peak_bytes: int
     """Per-GPU peak as the allocator reserves it: the estimate's reserved memory, without the CUDA
-    context and NCCL's buffers (the probe's ``max_memory_reserved`` holds neither)."""
+    context and NCCL's communicators (the probe's ``max_memory_reserved`` holds neither)."""
     model_flops_per_token: float
     """Model FLOPs per token, recomputation left out (what MFU counts: PaLM, Chowdhery et al. 2022,
     appendix B, counts the model's FLOPs, not the hardware's)."""

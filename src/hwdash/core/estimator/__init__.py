@@ -21,7 +21,8 @@ the comment says so. The package is split by concern, each module listing the so
   reserved and the whole GPU;
 * :mod:`~hwdash.core.estimator.software`: the CUDA context and kernels by compute capability and
   NCCL's buffer and channel tables (``catalog/software.toml``);
-* :mod:`~hwdash.core.estimator.collectives`: NCCL communicator buffers per process group.
+* :mod:`~hwdash.core.estimator.collectives`: NCCL communicators per process group (their own
+  memory and buffers).
 
 Sharding beyond ZeRO (PyTorch FSDP, Megatron TP/PP) lives in :mod:`hwdash.core.estimator.parallelism`,
 quantized inference in :mod:`hwdash.core.estimator.quantization`, other block layouts in

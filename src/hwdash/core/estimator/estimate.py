@@ -11,7 +11,8 @@ Sources:
 * The overhead: PyTorch's CUDA memory-management notes
   (https://pytorch.org/docs/stable/notes/cuda.html#memory-management) and our H200 runs for the
   allocator's pool; ``catalog/software.toml`` (each row with its source) for the CUDA context and
-  kernels and for NCCL's buffers (NVIDIA/nccl ``src/init.cc``, ``src/transport/p2p.cc``).
+  kernels, for NCCL's buffers (NVIDIA/nccl ``src/init.cc``, ``src/transport/p2p.cc``) and for
+  its communicators (our H100).
 * The phases and the gradients alive in each: the fake-tensor traces of
   ``bench/data/calibration.csv`` (``peak_phase``).
 * The warnings name the kernel or library whose limit they state (FlashAttention 2, transformers'
@@ -64,7 +65,8 @@ from hwdash.core.specs import Accelerator, Framework, ModelSpec
 # * the software's own footprint, outside the allocator: the CUDA context and loaded kernels by
 #   compute capability (``[[cuda_context]]`` in catalog/software.toml,
 #   :mod:`~hwdash.core.estimator.software`);
-# * NCCL's communicator buffers, outside the allocator too (:mod:`~hwdash.core.estimator.collectives`).
+# * NCCL's communicators (their own memory and buffers), outside the allocator too
+#   (:mod:`~hwdash.core.estimator.collectives`).
 #
 # allocated (the tensors: ``torch.cuda.max_memory_allocated``) + the pool = reserved
 # (``torch.cuda.max_memory_reserved``); reserved + footprint + NCCL (+ managed memory) = the whole
