@@ -265,3 +265,13 @@ def test_trl_plans_the_fused_lm_head_and_the_trainers_fused_adamw(catalog: Catal
     # hf: 4096 tokens x 152,064 vocab x 12 bytes of fp32 logits and loss; trl: no such line
     assert hf["model logits and loss"] == 4096 * 152_064 * 12
     assert not [label for label, _ in trl.details if "logits" in label]
+    # TRL 1.16's GRPOTrainer patches the same fused LM head: the policy's loss shrinks as SFT's does
+    grpo = Plan(model="qwen2.5-0.5b", method="grpo")
+    small = catalog.models["qwen2.5-0.5b"]
+    hf_policy = dict(estimate_memory(grpo, small).details)["policy logits and loss"]
+    trl_grpo = estimate_memory(grpo.with_changes({"framework": "trl"}), small)
+    fused = estimate_memory(
+        grpo.with_changes({"loss": "fused-linear", "optimizer_impl": "fused"}), small
+    )
+    assert trl_grpo.per_gpu == fused.per_gpu
+    assert dict(trl_grpo.details)["policy logits and loss"] < hf_policy / 10

@@ -109,7 +109,7 @@ class Framework(str, Enum):
     LITGPT = "litgpt"
     """Lightning AI's LitGPT scripts (Fabric, FSDP1 wrapping whole blocks)."""
     TRL = "trl"
-    """TRL's SFTTrainer from 1.7: the LM head runs in tiles, no full logits."""
+    """TRL's trainers (SFT from 1.7, GRPO in 1.16): the LM head runs in tiles, no full logits."""
 
 
 class Loss(str, Enum):
