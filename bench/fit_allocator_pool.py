@@ -71,8 +71,9 @@ def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
                 continue
             if row["measure"] == "nvml" and (row["source"], row["hwdash_args"]) in reserved:
                 continue
-            estimate = estimate_row(row, catalog)
-            distributed = distributed_pool(row_plan(row, catalog), estimate.gpus)
+            plan = row_plan(row, catalog)
+            estimate = estimate_row(row, catalog, plan)
+            distributed = distributed_pool(plan, estimate.gpus)
             side = sum(b for name, b in estimate.details if name.startswith(SIDE))
             reading = row["per_gpu_gib"] * GIB
             if row["measure"] == "nvml":

@@ -84,9 +84,10 @@ def figure(estimate: MemoryEstimate, measure: str) -> int:
     return int(estimate.whole_gpu_bytes)
 
 
-def estimate_row(row: dict[str, Any], catalog: Catalog) -> MemoryEstimate:
-    """The row's plan (its ``hwdash_args``, as ``hwdash plan`` reads them) on its GPU."""
-    plan = row_plan(row, catalog)
+def estimate_row(row: dict[str, Any], catalog: Catalog, plan: Plan | None = None) -> MemoryEstimate:
+    """The row's plan (its ``hwdash_args``, as ``hwdash plan`` reads them; or ``plan``, already
+    read by :func:`row_plan`) on its GPU."""
+    plan = row_plan(row, catalog) if plan is None else plan
     model = resolve_model(plan.model, catalog)
     accelerator = catalog.accelerators[row["gpu"]]
     return estimate_memory(

@@ -1,5 +1,6 @@
 """The software's own footprint as catalog data (``catalog/software.toml``): the CUDA context by
-compute capability, NCCL's channels by link, and NCCL's buffers and communicators (issue 29).
+compute capability, NCCL's channels by link, NCCL's buffers and communicators, and the caching
+allocator's pool (issue 29).
 
 Kept beside :mod:`hwdash.core.specs`, whose strict base and patterns they share.
 """
@@ -88,3 +89,21 @@ class NcclBuffers(_Strict):
     """The NCCL source files and version the defaults are read from."""
     notes: str = ""
     """Where ``communicator_bytes`` and ``kernels_bytes`` come from, and anything else."""
+
+
+class AllocatorPool(_Strict):
+    """PyTorch's caching-allocator pool, reserved minus allocated, as a fraction of the tensors it
+    holds (``[[allocator_pool]]``, one entry): one fraction for a process that runs no collectives
+    and one for a distributed training process (data parallel, sharded, tensor or pipeline
+    parallel, and ZeRO or FSDP at any GPU count)."""
+
+    id: str = Field(pattern=ID_PATTERN)
+    single_gpu: float = Field(ge=0, le=4)
+    """Reserved / allocated - 1 of a process that runs no collectives (one GPU, or inference)."""
+    single_gpu_source: str = Field(min_length=1)
+    distributed: float = Field(ge=0, le=4)
+    """Reserved / allocated - 1 of a training process in a data-, tensor- or pipeline-parallel
+    group (DDP, ZeRO, FSDP, Megatron), or under ZeRO or FSDP on one GPU
+    (``estimate.distributed_pool``)."""
+    distributed_source: str = Field(min_length=1)
+    notes: str = ""

@@ -2,8 +2,9 @@
 
 :class:`Software` bundles the ``[[cuda_context]]`` rows (the CUDA context and loaded kernels by
 compute capability), the ``[[interconnect]]`` rows (NCCL's channel counts by link), the
-``[[nccl]]`` entry (NCCL's per-protocol buffers) and the ``[[allocator_pool]]`` entry (the caching
-allocator's pool as a fraction of the tensors, alone and in a parallel group). The estimator reads the packaged file
+``[[nccl]]`` entry (NCCL's per-protocol buffers and communicators) and the ``[[allocator_pool]]``
+entry (the caching allocator's pool as a fraction of the tensors, alone and in a parallel group);
+their schemas are in :mod:`hwdash.core.software_specs`. The estimator reads the packaged file
 (:func:`packaged_software`) unless a caller passes the catalog's (a user catalog may override rows by
 id). Every number is data, each with its source in ``catalog/software.toml``.
 """
@@ -16,35 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from hwdash.core.data_files import packaged_catalog_dir, read_catalog_toml
-from hwdash.core.software_specs import CudaContext, Interconnect, NcclBuffers
+from hwdash.core.software_specs import AllocatorPool, CudaContext, Interconnect, NcclBuffers
 from hwdash.core.specs import (
-    ID_PATTERN,
     Accelerator,
     _entry_label,
     _Strict,
     _validation_error,
 )
 from hwdash.errors import CatalogError
-
-
-class AllocatorPool(_Strict):
-    """PyTorch's caching-allocator pool, reserved minus allocated, as a fraction of the tensors it
-    holds (``[[allocator_pool]]``, one entry): one fraction for a process alone on its GPUs and one
-    for a distributed training process (data parallel, sharded, tensor or pipeline parallel)."""
-
-    id: str = Field(pattern=ID_PATTERN)
-    single_gpu: float = Field(ge=0, le=4)
-    """Reserved / allocated - 1 of a process that runs no collectives (one GPU, or inference)."""
-    single_gpu_source: str = Field(min_length=1)
-    distributed: float = Field(ge=0, le=4)
-    """Reserved / allocated - 1 of a training process in a data-, tensor- or pipeline-parallel
-    group (DDP, ZeRO, FSDP, Megatron)."""
-    distributed_source: str = Field(min_length=1)
-    notes: str = ""
-
 
 #: The packaged file and its tables.
 SOFTWARE_FILE = "software.toml"
