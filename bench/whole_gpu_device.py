@@ -40,12 +40,19 @@ _OFFLOAD_NAME = {"none": "", "optimizer": "-offload-opt", "params": "-offload-pa
 
 
 def _setting(
-    runner: str, model: str, batch: int, seq: int, zero: int = 0, offload: str = "none"
+    runner: str,
+    model: str,
+    batch: int,
+    seq: int,
+    zero: int = 0,
+    offload: str = "none",
+    ckpt: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """One run: its name, and its runner options beside the ``hwdash plan`` flags of the same setting.
 
     ``runner``: deepspeed (``zero`` stage; ``offload`` none|optimizer|params) or fsdp1/fsdp2 (``offload``
-    none|params: CPU offload of parameters, gradients and the step). Every run checkpoints each layer."""
+    none|params: CPU offload of parameters, gradients and the step). ``ckpt``: non-reentrant checkpointing of
+    every decoder layer (sets E and F always checkpoint)."""
     if runner == "deepspeed":
         name = f"ds-z{zero}{_OFFLOAD_NAME[offload]}"
         flags = ["--model", model, *_COMMON_DS, "--zero", str(zero)]
@@ -54,9 +61,9 @@ def _setting(
         name = runner + ("-offload" if offload != "none" else "")
         flags = ["--model", model, *_COMMON_FSDP, "--fsdp", "full", "--fsdp-version", runner[-1]]
         flags += ["--fsdp-offload"] if offload != "none" else []
-    flags += ["--batch", str(batch), "--seq", str(seq), "--grad-ckpt"]
-    options = {"runner": runner, "zero": zero, "offload": offload, "flags": flags}
-    return f"{name}-{model}-b{batch}-s{seq}-ckpt", options
+    flags += ["--batch", str(batch), "--seq", str(seq)] + (["--grad-ckpt"] if ckpt else [])
+    options = {"runner": runner, "zero": zero, "offload": offload, "ckpt": ckpt, "flags": flags}
+    return f"{name}-{model}-b{batch}-s{seq}-{'ckpt' if ckpt else 'nockpt'}", options
 
 
 #: Set E (bench/data/whole_gpu_readings_e.toml), measured first.
@@ -83,7 +90,22 @@ SET_F = dict(
         _setting("fsdp2", "qwen3-0.6b", 8, 1024),
     ]
 )
-SETTINGS = {**SET_E, **SET_F}
+#: Set H, measured --quiet after set F was scored and kept unread until the formulas of this stop are committed:
+#: ZeRO-1 and runs without checkpointing join, with other models, batches and lengths again.
+SET_H = dict(
+    [
+        _setting("deepspeed", "qwen2.5-1.5b", 2, 4096, zero=3, offload="params"),
+        _setting("deepspeed", "llama-3.2-1b", 4, 2048, zero=3, offload="optimizer"),
+        _setting("deepspeed", "qwen3-1.7b", 4, 1024, zero=2),
+        _setting("deepspeed", "qwen2.5-0.5b", 8, 1024, zero=1, ckpt=False),
+        _setting("fsdp1", "llama-3.2-1b", 4, 1024, offload="params"),
+        _setting("fsdp2", "qwen2.5-0.5b", 8, 2048, ckpt=False),
+        _setting("fsdp2", "qwen3-1.7b", 2, 4096, offload="params"),
+        _setting("fsdp1", "qwen3-0.6b", 8, 2048),
+        _setting("deepspeed", "llama-3.2-1b", 4, 4096, zero=3, ckpt=False),
+    ]
+)
+SETTINGS = {**SET_E, **SET_F, **SET_H}
 
 
 # -- the child ---------------------------------------------------------------------------------------------------
@@ -151,7 +173,8 @@ def _deepspeed_engine(setting: dict[str, Any], config: Any, batch: int, device: 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     if setting["zero"] != 3 and device == "cuda":
         model = model.cuda()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if setting["ckpt"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=1e-5, foreach=True
     )
@@ -165,7 +188,8 @@ def _fsdp_model(setting: dict[str, Any], config: Any, device: str) -> tuple[Any,
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if setting["ckpt"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     layers = list(model.model.layers)
     target = torch.device(device)
     if setting["runner"] == "fsdp1":
