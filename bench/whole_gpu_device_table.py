@@ -1,7 +1,7 @@
-"""Write issue 29's own readings tables (sets E and F) from bench/whole_gpu_device.py's raw output.
+"""Write issue 29's own readings tables (sets E, F and H) from bench/whole_gpu_device.py's raw output.
 
-    python bench/whole_gpu_device_table.py e|f            # rewrite bench/data/whole_gpu_readings_e|f.toml
-    python bench/whole_gpu_device_table.py e|f --check    # exit 1 if the table differs from what it writes
+    python bench/whole_gpu_device_table.py e|f|h          # rewrite bench/data/whole_gpu_readings_e|f|h3.toml
+    python bench/whole_gpu_device_table.py e|f|h --check  # exit 1 if the table differs from what it writes
 
 Each run of ``bench/data/device_h100/`` becomes three readings (nvml, reserved, allocated); every field comes
 from the run's setting in ``whole_gpu_device.SETTINGS`` and its measured bytes, so no reading is typed by hand.
@@ -41,8 +41,27 @@ NO_SHARD = (
 )
 
 
+def _set_h_first_call() -> list[dict[str, Any]]:
+    """Set H's first call: the runs' own RESULT lines from their logs (its JSON, with the NVML peak,
+    did not come back), each as a run without ``nvml_peak_over_baseline``."""
+    runs = []
+    for log in sorted((RAW / "set_h_call1").glob("*.log")):
+        stdout = log.read_text().split("\n---\n")[0]
+        lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+        if lines:
+            runs.append({"name": log.stem, "returncode": 0, **json.loads(lines[-1][7:])})
+    return runs
+
+
 def _runs(which: str) -> list[dict[str, Any]]:
-    """The set's successful runs, in the order they ran."""
+    """The set's successful runs, in the order they ran. Set H: the second call's runs (nvml,
+    reserved and allocated), then the first call's runs that the second lacks (reserved and
+    allocated only); a run both calls finished is the second call's."""
+    if which == "h":
+        second = json.loads((RAW / "whole_gpu_device_set_h.json").read_text())
+        second = [run for run in second if run["returncode"] == 0]
+        done = {run["name"] for run in second}
+        return second + [run for run in _set_h_first_call() if run["name"] not in done]
     if which == "e":
         first = [
             json.loads(line)
@@ -81,7 +100,7 @@ def _reading(run: dict[str, Any], measure: str, key: str, source: str) -> str:
         f'offload = "{kept}"',
         f"micro_batch = {value('--batch')}",
         f"seq_len = {value('--seq')}",
-        "grad_checkpointing = true",
+        f"grad_checkpointing = {'true' if setting.get('ckpt', True) else 'false'}",
         f'measure = "{measure}"',
         f"per_gpu_gib = {run[key] / GIB:.3f}",
         f'source_value = "{run[key]} bytes"',
@@ -97,23 +116,31 @@ def _reading(run: dict[str, Any], measure: str, key: str, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+SOURCES = {
+    "e": "bench/whole_gpu_device.py on the lent H100 (bench/data/device_h100/)",
+    "f": "bench/whole_gpu_device.py --quiet on the lent H100 (bench/data/device_h100/whole_gpu_device_set_f.json)",
+    "h": "bench/whole_gpu_device.py --quiet on the lent H100 of stop 39 (bench/data/device_h100/whole_gpu_device_set_h.json, set_h_call1/)",
+}
+FILES = {"e": "e", "f": "f", "h": "h3"}
+
+
 def table(which: str) -> str:
-    header = HEADER_E if which == "e" else HEADER_F
-    source = (
-        "bench/whole_gpu_device.py on the lent H100 (bench/data/device_h100/)"
-        if which == "e"
-        else "bench/whole_gpu_device.py --quiet on the lent H100 (bench/data/device_h100/whole_gpu_device_set_f.json)"
+    header = {"e": HEADER_E, "f": HEADER_F, "h": HEADER_H}[which]
+    body = "".join(
+        _reading(run, m, k, SOURCES[which])
+        for run in _runs(which)
+        for m, k in MEASURES
+        if k in run
     )
-    body = "".join(_reading(run, m, k, source) for run in _runs(which) for m, k in MEASURES)
     return header + body
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["e", "f"])
+    parser.add_argument("which", choices=["e", "f", "h"])
     parser.add_argument("--check", action="store_true", help="exit 1 if the table differs")
     args = parser.parse_args(argv)
-    path = REPO / "bench" / "data" / f"whole_gpu_readings_{args.which}.toml"
+    path = REPO / "bench" / "data" / f"whole_gpu_readings_{FILES[args.which]}.toml"
     text = table(args.which)
     if args.check:
         if path.read_text() != text:
@@ -161,6 +188,29 @@ HEADER_F = """# Set F: issue 29's held-out whole-GPU readings, measured 2026-11-
 # Each setting gives three readings of one run, measured as set E's header says (nvml over the idle GPU's 480 MiB,
 # reserved, allocated; one process, world size 1, 3 steps of random ids, SDPA, non-reentrant checkpointing of every
 # layer, the model's own loss, torch AdamW foreach).
+#
+# Fields: as bench/data/whole_gpu_readings.toml's header, less `split`; per_gpu_gib = bytes / 2**30.
+
+split = "held_out"
+"""
+HEADER_H = """# Set H3: issue 29's held-out whole-GPU readings of hwdash's own runs, measured 2026-11-26 on the GPU machine lent
+# to stop 39 (NVIDIA H100 80GB HBM3, driver 580.159.04, CUDA 13.0; torch 2.11.0+cu130 with NCCL 2.28.9,
+# transformers 5.17.0, DeepSpeed 0.19.8) by bench/whole_gpu_device.py --quiet (it printed no reading), after sets E and
+# F were scored: nine settings (SET_H) with ZeRO-1 and runs without checkpointing beside ZeRO-2/3 and FSDP1/2 with
+# and without CPU offload, other models, batches and lengths. The raw output was stored unread and turned into this
+# table by this script only after this stop's formula change (the allocator pool refit with its own fraction for
+# parameters on the host) was committed; scored ONCE:
+#
+#     PYTHONPATH=src .venv/bin/python bench/whole_gpu_accuracy.py --file bench/data/whole_gpu_readings_h3.toml --rows
+#
+# Two calls: the first ran eight of the nine settings, but its JSON (with the NVML peaks) did not come back past the
+# device's file-count limit, only six runs' logs with torch's own peaks; the second ran six settings again and
+# returned its JSON (five finished; the sixth, FSDP1 with CPU offload, ran out of its time). So five runs give three
+# readings each (nvml, reserved, allocated) and three runs of the first call that the second lacks give two
+# (reserved, allocated); the ninth setting (ZeRO-3 of Llama 3.2 1B at 4096 without checkpointing) never ran. The
+# rule was fixed before any file was read. Measured as set E's header says (nvml over the idle GPU's used memory,
+# sampled every 0.1 s; one process, world size 1, 3 steps of random ids, SDPA, the model's own loss, torch AdamW
+# foreach); grad_checkpointing says whether every decoder layer was checkpointed.
 #
 # Fields: as bench/data/whole_gpu_readings.toml's header, less `split`; per_gpu_gib = bytes / 2**30.
 

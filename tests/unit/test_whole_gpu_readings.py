@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import itertools
 import shlex
+import statistics
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -142,24 +143,35 @@ def test_accuracy_bench_compares_each_reading_with_its_own_figure() -> None:
     assert bench.figure(estimate, "nvml") == 130
 
 
-def test_the_distributed_pool_is_the_fit_of_the_seen_readings() -> None:
-    """catalog/software.toml's ``[[allocator_pool]] distributed`` is what bench/fit_allocator_pool.py
-    computes from the seen sets (the median implied pool of their rows under a parallel group, ZeRO
-    or FSDP): a change that moves the tensors of those rows, or the rows themselves, shows here."""
+def test_the_distributed_pools_are_the_fit_of_the_seen_readings() -> None:
+    """catalog/software.toml's ``[[allocator_pool]] distributed`` and ``param_offload`` are what
+    bench/fit_allocator_pool.py computes from the seen sets (the median implied pool of their rows
+    under a parallel group, ZeRO or FSDP, without and with parameters on the host): a change that
+    moves the tensors of those rows, or the rows themselves, shows here."""
     _load_bench("whole_gpu_accuracy")  # fit_allocator_pool imports it by name
     module = _load_bench("fit_allocator_pool")
     from hwdash.core.catalog import load_catalog
 
+    # every scored set, and no held-out one
+    assert [path.name for path in module.SEEN if "_h" in path.name] == []
+    assert len(module.SEEN) == 12
     rows = module.implied()
-    fitted = [row for row in rows if row.distributed]
-    # 44 public multi-GPU readings and hwdash's 9 H100 runs (one vote each: the reserved reading)
-    assert len(fitted) == 53
-    assert len([row for row in fitted if row.gpus == 1]) == 9
+    fitted = [row for row in rows if row.distributed and not row.param_offload]
+    offloaded = [row for row in rows if row.param_offload]
+    assert (len(fitted), len(offloaded)) == (101, 23)
+    assert all(row.distributed for row in offloaded)
     assert all(row.measure in ("nvml", "reserved") for row in rows)
-    assert not [row for row in rows if row.id.startswith("h100-") and row.measure == "nvml"]
+    # hwdash's 13 H100 runs of sets E and F vote once each, by their reserved reading
+    own = [row for row in rows if row.id.startswith("h100-")]
+    assert len(own) == 13 and all(row.measure == "reserved" for row in own)
     software = load_catalog(include_user=False).software
     assert software is not None
-    assert module.fit(rows) == software.pool.distributed == 0.19
+    assert module.fit(rows) == software.pool.distributed == 0.24
+    assert module.fit(rows, param_offload=True) == software.pool.param_offload == 0.35
+    # the split the fit follows shows in hwdash's own runs, one setup: offloaded parameters pool more
+    own_offloaded = statistics.median(row.fraction for row in own if row.param_offload)
+    own_kept = statistics.median(row.fraction for row in own if not row.param_offload)
+    assert own_offloaded > own_kept + 0.15
 
 
 def test_sets_e_and_f_are_what_the_table_writer_makes_of_the_raw_device_output() -> None:

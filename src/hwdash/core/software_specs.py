@@ -93,9 +93,10 @@ class NcclBuffers(_Strict):
 
 class AllocatorPool(_Strict):
     """PyTorch's caching-allocator pool, reserved minus allocated, as a fraction of the tensors it
-    holds (``[[allocator_pool]]``, one entry): one fraction for a process that runs no collectives
-    and one for a distributed training process (data parallel, sharded, tensor or pipeline
-    parallel, and ZeRO or FSDP at any GPU count)."""
+    holds (``[[allocator_pool]]``, one entry): one fraction for a process that runs no collectives,
+    one for a distributed training process (data parallel, sharded, tensor or pipeline parallel,
+    and ZeRO or FSDP at any GPU count) and, optionally, one for such a process whose parameters
+    live on the host (``estimate.param_offload_pool``; without it, the distributed one)."""
 
     id: str = Field(pattern=ID_PATTERN)
     single_gpu: float = Field(ge=0, le=4)
@@ -106,4 +107,15 @@ class AllocatorPool(_Strict):
     group (DDP, ZeRO, FSDP, Megatron), or under ZeRO or FSDP on one GPU
     (``estimate.distributed_pool``)."""
     distributed_source: str = Field(min_length=1)
+    param_offload: float | None = Field(default=None, ge=0, le=4)
+    """Reserved / allocated - 1 of a distributed training process whose parameters are offloaded
+    to the host (ZeRO-3 ``offload_param``, FSDP CPU offload): each layer's parameters come back
+    through new device buffers at every gather. None: the ``distributed`` fraction."""
+    param_offload_source: str = ""
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _param_offload_cited(self) -> AllocatorPool:
+        if self.param_offload is not None and not self.param_offload_source:
+            raise _FieldProblem("param_offload_source", "param_offload needs its source")
+        return self

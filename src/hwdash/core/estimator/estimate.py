@@ -85,6 +85,16 @@ def distributed_pool(plan: Plan, dp: int) -> bool:
     return dp > 1 or plan.zero > 0 or plan.fsdp is not FsdpMode.NONE
 
 
+def param_offload_pool(plan: Plan) -> bool:
+    """Whether a distributed pool is that of parameters kept on the host: ZeRO-3 ``offload_param``
+    or FSDP CPU offload. Each layer's parameters reach the GPU through new buffers at every gather
+    (copied host to device, on the gather's stream), and the caching allocator keeps more of those
+    blocks than a run whose shards stay on the GPU: beyond hwdash's allocated tensors, its own H100
+    runs reserved 25-77% (median 46%) with parameter offload, 10-28% (median 22%) without (``bench/data/allocator_pool_fit.txt``,
+    rows h100-*)."""
+    return plan.offload is Offload.PARAMS or (plan.fsdp is not FsdpMode.NONE and plan.fsdp_offload)
+
+
 def estimate_memory(
     plan: Plan,
     model: ModelSpec,
@@ -338,7 +348,7 @@ def _memory_estimate(
     # (paged optimizer states, in the optimizer component wherever the phase holds them)
     managed = min(math.ceil(acc.managed), tensors.optimizer)
     allocated = tensors.total - managed
-    fraction = software.pool_fraction(distributed_pool(plan, dp))
+    fraction = software.pool_fraction(distributed_pool(plan, dp), param_offload_pool(plan))
     pool = round(fraction * allocated)
     side_live = acc.side_stream_live if phase in (PHASE_BACKWARD, PHASE_BACKWARD_END) else 0.0
     side_cached = round(max(0.0, acc.side_stream_pool - side_live))

@@ -48,10 +48,16 @@ class Software:
     nccl: NcclBuffers
     pool: AllocatorPool
 
-    def pool_fraction(self, distributed: bool) -> float:
+    def pool_fraction(self, distributed: bool, param_offload: bool = False) -> float:
         """The allocator pool's fraction of the tensors: ``distributed`` for a training process in
-        a parallel group or under ZeRO / FSDP (:func:`distributed_pool`), else the single-GPU one."""
-        return self.pool.distributed if distributed else self.pool.single_gpu
+        a parallel group or under ZeRO / FSDP (:func:`distributed_pool`), ``param_offload`` for one
+        of those whose parameters live on the host (:func:`param_offload_pool`, where the catalog
+        has that fraction), else the single-GPU one."""
+        if not distributed:
+            return self.pool.single_gpu
+        if param_offload and self.pool.param_offload is not None:
+            return self.pool.param_offload
+        return self.pool.distributed
 
     def context_for(self, accelerator: Accelerator | None) -> tuple[CudaContext, str]:
         """The row for this accelerator's compute capability (the default row without one), and
