@@ -127,10 +127,7 @@ FILES = {"e": "e", "f": "f", "h": "h3"}
 def table(which: str) -> str:
     header = {"e": HEADER_E, "f": HEADER_F, "h": HEADER_H}[which]
     body = "".join(
-        _reading(run, m, k, SOURCES[which])
-        for run in _runs(which)
-        for m, k in MEASURES
-        if k in run
+        _reading(run, m, k, SOURCES[which]) for run in _runs(which) for m, k in MEASURES if k in run
     )
     return header + body
 
