@@ -222,3 +222,37 @@ def test_fp32_megatron_bytes() -> None:
     memory = estimate_memory(_plan(precision="fp32", gpus=512), GPT3_175B).per_gpu
     # fp32 parameters and gradients, Adam states over d = 8: 8 + 8/d bytes per parameter
     assert memory.weights + memory.gradients + memory.optimizer == (8 + 8 / 8) * params
+
+
+def test_framework_megatron_alone_is_the_megatron_path() -> None:
+    """``--framework megatron`` full training with data parallelism only runs Megatron-LM's own
+    layers (set H's megatron-tutorials DP rows): Korthikanti's per-layer activations, its fp32
+    main-gradient buffer and distributed optimizer, not the generic (Hugging Face) path."""
+    plan = Plan.model_validate(
+        {
+            "model": "gpt3-175b",
+            "method": "full",
+            "precision": "mixed",
+            "framework": "megatron",
+            "batch": 1,
+            "seq": S,
+            "gpus": 8,
+            "zero": 1,
+            "hidden_dropout": 0.1,
+            "attention": "flash",
+        }
+    )
+    assert plan.megatron and plan.megatron_flags == "--framework megatron"
+    memory = estimate_memory(plan, GPT3_175B).per_gpu
+    params = megatron_stage_params(architecture(GPT3_175B), 1, 1, 0)
+    # 2 + 4 bytes per parameter and the optimizer's 12 over dp = 8
+    assert (memory.weights, memory.gradients) == (2 * params, 4 * params)
+    assert memory.optimizer == 12 * params // 8
+    # 96 layers of the paper's 34 sbh less the scores (flash: an fp32 log-sum-exp per row), the
+    # embedding's dropout mask (sbh), the head: 4 sbh (norm and output inputs) + 6 s b v (logits)
+    layer = 34 * SBH + 4 * A * S
+    assert memory.activations == 96 * layer + SBH + 4 * SBH + 6 * S * V
+    # the settings that Megatron-LM does not run keep the generic path, as do other methods
+    for changes in ({"zero": 3}, {"fsdp": "full", "zero": 0}, {"method": "lora"}):
+        assert not plan.with_changes(changes).megatron, changes
+    assert not plan.with_changes({"framework": "hf"}).megatron

@@ -13,7 +13,7 @@ from hwdash.core.catalog import Catalog, CatalogError, load_catalog, load_catalo
 from hwdash.core.data_files import packaged_catalog_dir
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.software import packaged_software
-from hwdash.core.plan import FsdpMode, Method, Offload, Plan
+from hwdash.core.plan import Framework, FsdpMode, Method, Offload, Plan
 from hwdash.core.planning.fit import evaluate_flavor
 from hwdash.core.planning.fit_options import find_fit_options
 from hwdash.core.results import MemoryEstimate
@@ -120,7 +120,7 @@ def test_zero_and_fsdp_on_one_gpu_hold_their_communicators(catalog: Catalog) -> 
     fsdp = _estimate(catalog, "h200", gpus=1, fsdp=FsdpMode.FULL)
     assert _nccl_line(fsdp) == _nccl(1, 0)
     # and their allocator pool is a parallel process's
-    assert _pool(zero)[0] == _pool(fsdp)[0] == "allocator pool (24% of the tensors)"
+    assert _pool(zero)[0] == _pool(fsdp)[0] == "allocator pool (22% of the tensors)"
 
 
 def test_megatron_groups(catalog: Catalog) -> None:
@@ -156,8 +156,8 @@ def test_three_totals_add_up(catalog: Catalog) -> None:
     estimate = _estimate(catalog, "h200", gpus=8)
     details = dict(estimate.details)
     # 8 GPUs: a parallel training group's pool fraction (catalog/software.toml [[allocator_pool]])
-    pool = details["allocator pool (24% of the tensors)"]
-    assert pool == round(0.24 * estimate.allocated_bytes)
+    pool = details["allocator pool (22% of the tensors)"]
+    assert pool == round(0.22 * estimate.allocated_bytes)
     assert estimate.reserved_bytes == estimate.allocated_bytes + pool
     context = details["CUDA context and kernels (H200, CC 9.0)"]
     assert context == H200_CONTEXT
@@ -177,7 +177,8 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
 ) -> None:
     assert catalog.software is not None
     pool = catalog.software.pool
-    assert (pool.single_gpu, pool.distributed, pool.param_offload) == (0.08, 0.24, 0.35)
+    assert (pool.single_gpu, pool.distributed) == (0.08, 0.22)
+    assert (pool.param_offload, pool.megatron) == (0.38, 0.11)
     alone = _estimate(catalog, "h200")
     assert _pool(alone) == (
         "allocator pool (8% of the tensors)",
@@ -185,8 +186,8 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
     )
     group = _estimate(catalog, "h200", gpus=2)
     assert _pool(group) == (
-        "allocator pool (24% of the tensors)",
-        round(0.24 * group.allocated_bytes),
+        "allocator pool (22% of the tensors)",
+        round(0.22 * group.allocated_bytes),
     )
     # inference on two GPUs runs no gradient collectives: the single-GPU fraction
     served = _estimate(catalog, "h200", gpus=2, method=Method.INFERENCE)
@@ -201,9 +202,32 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
         "allocator pool (50% of the tensors)",
         round(0.5 * group.allocated_bytes),
     )
-    # an entry without param_offload pools offloaded parameters as any distributed process
+    # an entry without param_offload or megatron pools those plans as any distributed process
     offloaded = _estimate(mine, "h200", gpus=2, method=Method.FULL, zero=3, offload=Offload.PARAMS)
     assert _pool(offloaded)[0] == "allocator pool (50% of the tensors)"
+    tensor_parallel = _estimate(mine, "h200", gpus=2, method=Method.FULL, tp=2)
+    assert _pool(tensor_parallel)[0] == "allocator pool (50% of the tensors)"
+
+
+def test_megatron_takes_its_own_pool(catalog: Catalog) -> None:
+    # the Megatron-LM path, model-parallel or data-parallel alone under --framework megatron, on
+    # any GPU count: the fraction fitted on the Megatron-LM readings
+    for fields in (
+        {"gpus": 2, "tp": 2},
+        {"gpus": 8, "pp": 2, "zero": 1},
+        {"gpus": 4, "framework": Framework.MEGATRON},
+        {"gpus": 1, "framework": Framework.MEGATRON},
+    ):
+        plan = _estimate(catalog, "h200", method=Method.FULL, **fields)
+        assert _pool(plan) == (
+            "allocator pool (11% of the tensors)",
+            round(0.11 * plan.allocated_bytes),
+        ), fields
+    # Megatron-LM runs neither ZeRO-2/3 nor FSDP: such a plan keeps the generic path and its pool
+    zero3 = _estimate(
+        catalog, "h200", gpus=4, method=Method.FULL, framework=Framework.MEGATRON, zero=3
+    )
+    assert _pool(zero3)[0] == "allocator pool (22% of the tensors)"
 
 
 @pytest.mark.parametrize(
@@ -221,14 +245,14 @@ def test_parameters_on_the_host_take_the_param_offload_pool(
     for gpus in (1, 4):
         offloaded = _estimate(catalog, "h200", gpus=gpus, method=Method.FULL, **fields)
         assert _pool(offloaded) == (
-            "allocator pool (35% of the tensors)",
-            round(0.35 * offloaded.allocated_bytes),
+            "allocator pool (38% of the tensors)",
+            round(0.38 * offloaded.allocated_bytes),
         )
     # the optimizer alone on the host keeps the parameters' buffers on the GPU: the distributed pool
     optimizer_only = _estimate(
         catalog, "h200", gpus=4, method=Method.FULL, zero=3, offload=Offload.OPTIMIZER
     )
-    assert _pool(optimizer_only)[0] == "allocator pool (24% of the tensors)"
+    assert _pool(optimizer_only)[0] == "allocator pool (22% of the tensors)"
     # inference never takes a training process's pool
     served = _estimate(catalog, "h200", gpus=1, method=Method.INFERENCE)
     assert _pool(served)[0] == "allocator pool (8% of the tensors)"
@@ -333,6 +357,12 @@ def test_text_report_shows_the_three_totals(capsys: pytest.CaptureFixture[str]) 
             'single_gpu_source = "x"\ndistributed = 0.2\ndistributed_source = "x"\n'
             "param_offload = 0.3\n",
             "param_offload needs its source",
+        ),
+        (
+            '[[allocator_pool]]\nid = "caching-allocator"\nsingle_gpu = 0.1\n'
+            'single_gpu_source = "x"\ndistributed = 0.2\ndistributed_source = "x"\n'
+            "megatron = 0.1\n",
+            "megatron needs its source",
         ),
         (
             '[[interconnect]]\nid = "nvlink"\ncoll_channels = 0\np2p_channels_per_peer = 1\n'

@@ -144,37 +144,36 @@ def test_accuracy_bench_compares_each_reading_with_its_own_figure() -> None:
 
 
 def test_the_distributed_pools_are_the_fit_of_the_seen_readings() -> None:
-    """catalog/software.toml's ``[[allocator_pool]] distributed`` and ``param_offload`` are what
-    bench/fit_allocator_pool.py computes from the seen sets (the median implied pool of their rows
-    under a parallel group, ZeRO or FSDP, without and with parameters on the host): a change that
-    moves the tensors of those rows, or the rows themselves, shows here."""
+    """catalog/software.toml's ``[[allocator_pool]] distributed``, ``param_offload`` and ``megatron``
+    are what bench/fit_allocator_pool.py computes from the seen sets (the median implied pool of
+    their rows of each kind): a change that moves the tensors of those rows, or the rows themselves,
+    shows here."""
     _load_bench("whole_gpu_accuracy")  # fit_allocator_pool imports it by name
     module = _load_bench("fit_allocator_pool")
     from hwdash.core.catalog import load_catalog
 
-    # every scored set, and no held-out one
-    assert [path.name for path in module.SEEN if "_h" in path.name] == []
-    assert len(module.SEEN) == 12
+    # every scored set, A to H
+    assert len(module.SEEN) == 15
     rows = module.implied()
-    fitted = [row for row in rows if row.distributed and not row.param_offload]
-    offloaded = [row for row in rows if row.param_offload]
-    assert (len(fitted), len(offloaded)) == (101, 23)
-    assert all(row.distributed for row in offloaded)
+    counts = {kind: len([row for row in rows if row.kind == kind]) for kind in module.KINDS}
+    assert counts == {"distributed": 101, "param_offload": 27, "megatron": 43}
     assert all(row.measure in ("nvml", "reserved") for row in rows)
-    # hwdash's 13 H100 runs of sets E and F vote once each, by their reserved reading
+    # hwdash's 21 H100 runs of sets E, F and H3 vote once each (by their reserved reading)
     own = [row for row in rows if row.id.startswith("h100-")]
-    assert len(own) == 13 and all(row.measure == "reserved" for row in own)
+    assert len(own) == 21 and all(row.measure == "reserved" for row in own)
     software = load_catalog(include_user=False).software
     assert software is not None
-    assert module.fit(rows) == software.pool.distributed == 0.24
-    assert module.fit(rows, param_offload=True) == software.pool.param_offload == 0.35
+    pool = software.pool
+    assert module.fit(rows) == pool.distributed == 0.22
+    assert module.fit(rows, "param_offload") == pool.param_offload == 0.38
+    assert module.fit(rows, "megatron") == pool.megatron == 0.11
     # the split the fit follows shows in hwdash's own runs, one setup: offloaded parameters pool more
-    own_offloaded = statistics.median(row.fraction for row in own if row.param_offload)
-    own_kept = statistics.median(row.fraction for row in own if not row.param_offload)
+    own_offloaded = statistics.median(row.fraction for row in own if row.kind == "param_offload")
+    own_kept = statistics.median(row.fraction for row in own if row.kind == "distributed")
     assert own_offloaded > own_kept + 0.15
 
 
-def test_sets_e_and_f_are_what_the_table_writer_makes_of_the_raw_device_output() -> None:
+def test_sets_e_f_and_h3_are_what_the_table_writer_makes_of_the_raw_device_output() -> None:
     """Every field of hwdash's own H100 readings comes from bench/data/device_h100/ and the runs'
     settings (bench/whole_gpu_device_table.py): a reading typed or edited by hand shows here."""
     _load_bench("gpu_runs")  # whole_gpu_device imports its NVML sampler by name
@@ -185,3 +184,12 @@ def test_sets_e_and_f_are_what_the_table_writer_makes_of_the_raw_device_output()
     # set E: the 9 runs that finished (the first call's ZeRO-2 run timed out and ran again in the
     # second); set F: 4 of 5 (the fifth timed out)
     assert len(writer._runs("e")) == 9 and len(writer._runs("f")) == 4
+    # set H3: the second call's 5 finished runs (nvml, reserved, allocated), then the 3 runs of the
+    # first call that the second lacks (its JSON did not come back: reserved and allocated only)
+    assert writer.main(["h", "--check"]) == 0
+    runs = writer._runs("h")
+    assert [("nvml_peak_over_baseline" in run) for run in runs] == [True] * 5 + [False] * 3
+    assert len({run["name"] for run in runs}) == 8
+    text = (REPO / "bench" / "data" / "whole_gpu_readings_h3.toml").read_text()
+    assert text.count('measure = "nvml"') == 5 and text.count("[[reading]]") == 21
+    assert text.count("grad_checkpointing = false") == 6  # two runs without, three readings each

@@ -657,13 +657,21 @@ class Plan(BaseModel):
 
     @property
     def megatron(self) -> bool:
-        """Whether the plan runs on the Megatron-LM path (tensor, pipeline, expert parallelism, or
-        context parallelism without FSDP)."""
+        """Whether the plan runs on the Megatron-LM path: tensor, pipeline, expert parallelism, or
+        context parallelism without FSDP; or ``--framework megatron`` full training with data
+        parallelism alone (Megatron-LM's own layers, DDP and distributed optimizer; with ZeRO-2/3
+        or FSDP, which Megatron-LM does not run, the plan stays on the generic path)."""
         return (
             self.tp > 1
             or self.pp > 1
             or self.ep > 1
             or (self.cp > 1 and self.fsdp is FsdpMode.NONE)
+            or (
+                self.framework is Framework.MEGATRON
+                and self.method is Method.FULL
+                and self.fsdp is FsdpMode.NONE
+                and self.zero <= 1
+            )
         )
 
     @property
@@ -675,8 +683,11 @@ class Plan(BaseModel):
 
     @property
     def megatron_flags(self) -> str:
-        """The Megatron flags the plan sets, for messages (``--tp/--pp`` when none is)."""
+        """The Megatron flags the plan sets, for messages (``--framework megatron`` where that alone
+        puts it on the Megatron path, ``--tp/--pp`` when none is)."""
         flags = [f"--{name}" for name in ("tp", "pp", "cp", "ep") if getattr(self, name) > 1]
+        if not flags and self.megatron:
+            return "--framework megatron"
         return "/".join(flags) if flags else "--tp/--pp"
 
     @property

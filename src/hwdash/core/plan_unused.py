@@ -79,7 +79,12 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
         elif name in _RL_FIELDS and not plan.is_rl:
             unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))
         elif name in _MEGATRON_FIELDS and not plan.megatron:
-            unused.append((name, "only Megatron plans (--tp, --pp, --cp or --ep above 1) use it"))
+            unused.append(
+                (
+                    name,
+                    "only Megatron plans (--tp, --pp, --cp or --ep above 1, or --framework megatron full training) use it",
+                )
+            )
         elif name == "optimizer_offload_fraction" and not plan.megatron_offload:
             unused.append(
                 (

@@ -96,7 +96,8 @@ class AllocatorPool(_Strict):
     holds (``[[allocator_pool]]``, one entry): one fraction for a process that runs no collectives,
     one for a distributed training process (data parallel, sharded, tensor or pipeline parallel,
     and ZeRO or FSDP at any GPU count) and, optionally, one for such a process whose parameters
-    live on the host (``estimate.param_offload_pool``; without it, the distributed one)."""
+    live on the host and one for Megatron-LM's (``estimate.pool_kind``; without them, the
+    distributed one)."""
 
     id: str = Field(pattern=ID_PATTERN)
     single_gpu: float = Field(ge=0, le=4)
@@ -112,10 +113,15 @@ class AllocatorPool(_Strict):
     to the host (ZeRO-3 ``offload_param``, FSDP CPU offload): each layer's parameters come back
     through new device buffers at every gather. None: the ``distributed`` fraction."""
     param_offload_source: str = ""
+    megatron: float | None = Field(default=None, ge=0, le=4)
+    """Reserved / allocated - 1 of a training process on the Megatron-LM path (its contiguous
+    gradient buffer). None: the ``distributed`` fraction."""
+    megatron_source: str = ""
     notes: str = ""
 
     @model_validator(mode="after")
-    def _param_offload_cited(self) -> AllocatorPool:
-        if self.param_offload is not None and not self.param_offload_source:
-            raise _FieldProblem("param_offload_source", "param_offload needs its source")
+    def _fractions_cited(self) -> AllocatorPool:
+        for name in ("param_offload", "megatron"):
+            if getattr(self, name) is not None and not getattr(self, f"{name}_source"):
+                raise _FieldProblem(f"{name}_source", f"{name} needs its source")
         return self

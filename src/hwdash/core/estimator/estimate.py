@@ -76,23 +76,38 @@ from hwdash.core.specs import Accelerator, Framework, ModelSpec
 
 def distributed_pool(plan: Plan, dp: int) -> bool:
     """Whether a plan's allocator pool is a parallel process's: training on more than one GPU, or
-    under DeepSpeed ZeRO or FSDP on any count. ZeRO and FSDP gather, free and reduce each layer's
-    parameters and gradients in buffers on their own streams whatever the world size; on one H100
-    their runs reserved 20-85% beyond their peak allocation (median 31%), plain runs 0.5-29%
-    (median 9%) (``bench/data/whole_gpu_readings_e.toml``, ``bench/data/device_h200/``)."""
+    under DeepSpeed ZeRO or FSDP on any count, or on the Megatron-LM path. ZeRO and FSDP gather, free
+    and reduce each layer's parameters and gradients in buffers on their own streams whatever the
+    world size; on one H100 their runs reserved 20-85% beyond their peak allocation (median 31%),
+    plain runs 0.5-29% (median 9%) (``bench/data/whole_gpu_readings_e.toml``,
+    ``bench/data/device_h200/``)."""
     if plan.method is Method.INFERENCE:
         return False
-    return dp > 1 or plan.zero > 0 or plan.fsdp is not FsdpMode.NONE
+    return dp > 1 or plan.zero > 0 or plan.fsdp is not FsdpMode.NONE or plan.megatron
 
 
-def param_offload_pool(plan: Plan) -> bool:
-    """Whether a distributed pool is that of parameters kept on the host: ZeRO-3 ``offload_param``
-    or FSDP CPU offload. Each layer's parameters reach the GPU through new buffers at every gather
-    (copied host to device, on the gather's stream), and the caching allocator keeps more of those
-    blocks than a run whose shards stay on the GPU: beyond hwdash's allocated tensors, its own H100
-    runs reserved 25-77% (median 46%) with parameter offload, 10-28% (median 22%) without (``bench/data/allocator_pool_fit.txt``,
-    rows h100-*)."""
-    return plan.offload is Offload.PARAMS or (plan.fsdp is not FsdpMode.NONE and plan.fsdp_offload)
+def pool_kind(plan: Plan, dp: int) -> str:
+    """Which ``[[allocator_pool]]`` fraction a plan takes (:meth:`Software.pool_fraction`):
+
+    * ``single_gpu``: no collectives (one GPU without ZeRO or FSDP, or inference);
+    * ``megatron``: training on the Megatron-LM path. Its DDP keeps every gradient in one
+      contiguous buffer allocated up front and reduces bucket views of it in place
+      (megatron/core/distributed/param_and_grad_buffer.py), and its distributed optimizer gathers
+      parameters into that layout too, so few transient buffers of odd sizes reach the cache;
+    * ``param_offload``: ZeRO-3 ``offload_param`` or FSDP CPU offload. Each layer's parameters
+      reach the GPU through new buffers at every gather (copied host to device on the gather's
+      stream), and the cache keeps more of those blocks: beyond hwdash's allocated tensors, its own
+      H100 runs reserved 25-134% (median 45%) with parameter offload, 5-28% (median 21%) without
+      (``bench/data/allocator_pool_fit.txt``, rows h100-*: sets E, F and H3);
+    * ``distributed``: any other training process under a parallel group, ZeRO or FSDP
+      (:func:`distributed_pool`)."""
+    if not distributed_pool(plan, dp):
+        return "single_gpu"
+    if plan.megatron:
+        return "megatron"
+    if plan.offload is Offload.PARAMS or (plan.fsdp is not FsdpMode.NONE and plan.fsdp_offload):
+        return "param_offload"
+    return "distributed"
 
 
 def estimate_memory(
@@ -348,7 +363,7 @@ def _memory_estimate(
     # (paged optimizer states, in the optimizer component wherever the phase holds them)
     managed = min(math.ceil(acc.managed), tensors.optimizer)
     allocated = tensors.total - managed
-    fraction = software.pool_fraction(distributed_pool(plan, dp), param_offload_pool(plan))
+    fraction = software.pool_fraction(pool_kind(plan, dp))
     pool = round(fraction * allocated)
     side_live = acc.side_stream_live if phase in (PHASE_BACKWARD, PHASE_BACKWARD_END) else 0.0
     side_cached = round(max(0.0, acc.side_stream_pool - side_live))

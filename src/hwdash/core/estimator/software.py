@@ -48,16 +48,15 @@ class Software:
     nccl: NcclBuffers
     pool: AllocatorPool
 
-    def pool_fraction(self, distributed: bool, param_offload: bool = False) -> float:
-        """The allocator pool's fraction of the tensors: ``distributed`` for a training process in
-        a parallel group or under ZeRO / FSDP (:func:`distributed_pool`), ``param_offload`` for one
-        of those whose parameters live on the host (:func:`param_offload_pool`, where the catalog
-        has that fraction), else the single-GPU one."""
-        if not distributed:
+    def pool_fraction(self, kind: str) -> float:
+        """The allocator pool's fraction of the tensors for a plan of this ``kind``
+        (:func:`~hwdash.core.estimator.estimate.pool_kind`): ``single_gpu``, ``distributed``, or
+        ``param_offload`` / ``megatron``, which take the ``distributed`` fraction where the catalog
+        has none of their own."""
+        if kind == "single_gpu":
             return self.pool.single_gpu
-        if param_offload and self.pool.param_offload is not None:
-            return self.pool.param_offload
-        return self.pool.distributed
+        own: float | None = getattr(self.pool, kind) if kind != "distributed" else None
+        return self.pool.distributed if own is None else own
 
     def context_for(self, accelerator: Accelerator | None) -> tuple[CudaContext, str]:
         """The row for this accelerator's compute capability (the default row without one), and
