@@ -21,6 +21,7 @@ from hwdash.core.estimator.parallelism import (
     tensor_parallel_block_params,
 )
 from hwdash.core.plan import Attention, Plan
+from hwdash.core.plan_unused import unused_settings
 from hwdash.core.specs import ModelSpec
 
 GPT3_175B = ModelSpec(
@@ -256,3 +257,11 @@ def test_framework_megatron_alone_is_the_megatron_path() -> None:
     for changes in ({"zero": 3}, {"fsdp": "full", "zero": 0}, {"method": "lora"}):
         assert not plan.with_changes(changes).megatron, changes
     assert not plan.with_changes({"framework": "hf"}).megatron
+    # so Megatron's own settings are read there, and only there
+    assert unused_settings(plan, ["hidden_dropout"]) == []
+    (unused,) = unused_settings(plan.with_changes({"framework": "hf"}), ["hidden_dropout"])
+    assert unused == (
+        "hidden_dropout",
+        "only Megatron plans (--tp, --pp, --cp or --ep above 1, or --framework megatron full "
+        "training) use it",
+    )

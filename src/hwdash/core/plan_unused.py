@@ -17,8 +17,12 @@ from hwdash.core.plan import (
 _LORA_FIELDS = ("lora_r", "lora_targets", "lora_dropout", "lora_modules_to_save")
 #: Settings that only RL plans read.
 _RL_FIELDS = ("rl_method", "rl_reference", "rl_reward_model", "vllm_memory_utilization")
-#: Settings that only Megatron TP/PP plans read.
+#: Settings that only Megatron plans read, and why they are unused elsewhere.
 _MEGATRON_FIELDS = ("sequence_parallel", "selective_recompute", "hidden_dropout")
+_MEGATRON_ONLY = (
+    "only Megatron plans (--tp, --pp, --cp or --ep above 1, or --framework megatron full training) "
+    "use it"
+)
 #: Settings that only training reads.
 #: Plan fields only training reads (an inference plan ignores them; the planner hides their rows).
 TRAINING_ONLY_FIELDS = (
@@ -79,12 +83,7 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
         elif name in _RL_FIELDS and not plan.is_rl:
             unused.append((name, f"only RL plans (ppo, grpo) use it, not {plan.method.value}"))
         elif name in _MEGATRON_FIELDS and not plan.megatron:
-            unused.append(
-                (
-                    name,
-                    "only Megatron plans (--tp, --pp, --cp or --ep above 1, or --framework megatron full training) use it",
-                )
-            )
+            unused.append((name, _MEGATRON_ONLY))
         elif name == "optimizer_offload_fraction" and not plan.megatron_offload:
             unused.append(
                 (
