@@ -105,8 +105,8 @@ class AllocatorPool(_Strict):
     single_gpu_source: str = Field(min_length=1)
     distributed: float = Field(ge=0, le=4)
     """Reserved / allocated - 1 of a training process in a data-, tensor- or pipeline-parallel
-    group (DDP, ZeRO, FSDP, Megatron), or under ZeRO or FSDP on one GPU
-    (``estimate.distributed_pool``)."""
+    group (DDP, ZeRO, FSDP; Megatron-LM where ``megatron`` is unset), or under ZeRO or FSDP on one
+    GPU (``estimate.distributed_pool``)."""
     distributed_source: str = Field(min_length=1)
     param_offload: float | None = Field(default=None, ge=0, le=4)
     """Reserved / allocated - 1 of a distributed training process whose parameters are offloaded

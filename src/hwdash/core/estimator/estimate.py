@@ -39,7 +39,7 @@ from hwdash.core.estimator.phases import (
 )
 from hwdash.core.estimator.rl import _add_rl
 from hwdash.core.estimator.savers import resolve_savers
-from hwdash.core.estimator.software import Software, packaged_software
+from hwdash.core.estimator.software import PoolKind, Software, packaged_software
 from hwdash.core.estimator.states import QUANTIZED_METHODS, Layout
 from hwdash.core.estimator.training import _effective_layout, _train_one_model
 from hwdash.core.plan import (
@@ -86,7 +86,7 @@ def distributed_pool(plan: Plan, dp: int) -> bool:
     return dp > 1 or plan.zero > 0 or plan.fsdp is not FsdpMode.NONE or plan.megatron
 
 
-def pool_kind(plan: Plan, dp: int) -> str:
+def pool_kind(plan: Plan, dp: int) -> PoolKind:
     """Which ``[[allocator_pool]]`` fraction a plan takes (:meth:`Software.pool_fraction`):
 
     * ``single_gpu``: no collectives (one GPU without ZeRO or FSDP, or inference);

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -39,6 +39,10 @@ SOFTWARE_TABLES: dict[str, type[_Strict]] = {
 }
 
 
+PoolKind = Literal["single_gpu", "distributed", "param_offload", "megatron"]
+"""Which ``[[allocator_pool]]`` fraction a plan takes (:func:`~hwdash.core.estimator.estimate.pool_kind`)."""
+
+
 @dataclass(frozen=True)
 class Software:
     """The software footprint tables, checked as a set (:func:`software_from`)."""
@@ -48,14 +52,16 @@ class Software:
     nccl: NcclBuffers
     pool: AllocatorPool
 
-    def pool_fraction(self, kind: str) -> float:
+    def pool_fraction(self, kind: PoolKind) -> float:
         """The allocator pool's fraction of the tensors for a plan of this ``kind``
         (:func:`~hwdash.core.estimator.estimate.pool_kind`): ``single_gpu``, ``distributed``, or
         ``param_offload`` / ``megatron``, which take the ``distributed`` fraction where the catalog
         has none of their own."""
-        if kind == "single_gpu":
-            return self.pool.single_gpu
-        own: float | None = getattr(self.pool, kind) if kind != "distributed" else None
+        own = {
+            "single_gpu": self.pool.single_gpu,
+            "param_offload": self.pool.param_offload,
+            "megatron": self.pool.megatron,
+        }.get(kind)
         return self.pool.distributed if own is None else own
 
     def context_for(self, accelerator: Accelerator | None) -> tuple[CudaContext, str]:
