@@ -138,6 +138,9 @@ SETS_A_B = [DATA / "whole_gpu_readings.toml", DATA / "whole_gpu_readings_b.toml"
 SET_E = [DATA / "whole_gpu_readings_e.toml"]
 SET_F = [DATA / "whole_gpu_readings_f.toml"]
 SET_G = sorted(DATA.glob("whole_gpu_readings_g*.toml"))
+SET_H = sorted(DATA.glob("whole_gpu_readings_h*.toml"))
+SET_I = sorted(DATA.glob("whole_gpu_readings_i*.toml"))
+SET_J = sorted(DATA.glob("whole_gpu_readings_j*.toml"))
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -190,6 +193,23 @@ def test_set_g_is_held_out_new_and_every_row_plans(capsys) -> None:
     # public readings collected after set F, by two helpers who ran only --check-args
     assert len(SET_G) == 2
     _check_new_held_out_set(SET_G, [*SETS_A_B, *SET_C, *SET_D, *SET_E, *SET_F], 47, capsys)
+
+
+def test_sets_h_i_and_j_are_held_out_new_and_every_row_plans(capsys) -> None:
+    # set H: two helpers' public tables and hwdash's own H100 runs of stop 39 (h3); set I after
+    # set H was scored, set J after set I: each new against every set before it
+    earlier = [*SETS_A_B, *SET_C, *SET_D, *SET_E, *SET_F, *SET_G]
+    assert [path.name[-7:] for path in SET_H] == ["h1.toml", "h2.toml", "h3.toml"]
+    _check_new_held_out_set(SET_H, earlier, 62, capsys)
+    assert len(SET_I) == len(SET_J) == 2
+    _check_new_held_out_set(SET_I, [*earlier, *SET_H], 16, capsys)
+    _check_new_held_out_set(SET_J, [*earlier, *SET_H, *SET_I], 10, capsys)
+    # hwdash's own runs of set H are none of sets E's and F's settings
+    own = {row["hwdash_args"] for row in accuracy.load_rows(SET_H[2])}
+    assert len(own) == 8
+    assert not own & {
+        row["hwdash_args"] for path in (*SET_E, *SET_F) for row in accuracy.load_rows(path)
+    }
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
