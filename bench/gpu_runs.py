@@ -287,12 +287,24 @@ def run_setting(
         "nvml_peak_over_baseline": nvml_peak,
         "returncode": done.returncode,
     }
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if lines:
-        row.update(json.loads(lines[-1][7:]))
+    return record_child(row, done.stdout, done.stderr, out / f"{name}.log")
+
+
+def child_result(stdout: str) -> dict[str, Any] | None:
+    """The child's last ``RESULT {json}`` line, or None when it printed none."""
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(lines[-1][len("RESULT ") :]) if lines else None
+
+
+def record_child(row: dict[str, Any], stdout: str, stderr: str, log: Path) -> dict[str, Any]:
+    """``row`` with the child's result (or its stderr's tail), its output kept in ``log`` (stdout,
+    a ``---`` line, stderr)."""
+    result = child_result(stdout)
+    if result is not None:
+        row.update(result)
     else:
-        row["stderr_tail"] = done.stderr[-3000:]
-    (out / f"{name}.log").write_text(done.stdout + "\n---\n" + done.stderr)
+        row["stderr_tail"] = stderr[-3000:]
+    log.write_text(stdout + "\n---\n" + stderr)
     return row
 
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_runs import NvmlPeak  # the same NVML sampler as issue 26's device runs, every 0.1 s
+from gpu_runs import NvmlPeak, record_child  # issue 26's NVML sampler (every 0.1 s here) and log
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -349,13 +349,7 @@ def run_setting(name: str, args: argparse.Namespace, meter: NvmlPeak) -> dict[st
         "nvml_baseline": baseline,
         "returncode": code,
     }
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    if lines:
-        row.update(json.loads(lines[-1][7:]))
-    else:
-        row["stderr_tail"] = stderr[-3000:]
-    (Path(args.out) / f"{name}.log").write_text(stdout + "\n---\n" + stderr)
-    return row
+    return record_child(row, stdout, stderr, Path(args.out) / f"{name}.log")
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpu_runs import child_result
 from whole_gpu_device import SETTINGS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,10 +47,9 @@ def _set_h_first_call() -> list[dict[str, Any]]:
     did not come back), each as a run without ``nvml_peak_over_baseline``."""
     runs = []
     for log in sorted((RAW / "set_h_call1").glob("*.log")):
-        stdout = log.read_text().split("\n---\n")[0]
-        lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-        if lines:
-            runs.append({"name": log.stem, "returncode": 0, **json.loads(lines[-1][7:])})
+        result = child_result(log.read_text().split("\n---\n")[0])
+        if result is not None:
+            runs.append({"name": log.stem, "returncode": 0, **result})
     return runs
 
 
