@@ -19,6 +19,10 @@ from pydantic import (
     model_validator,
 )
 
+from hwdash.core.fsdp_modes import FsdpMode as FsdpMode
+from hwdash.core.fsdp_modes import FsdpStateDict as FsdpStateDict
+from hwdash.core.fsdp_modes import FsdpWrap as FsdpWrap
+
 
 class Method(str, Enum):
     """How the model is run or trained."""
@@ -160,32 +164,6 @@ class Offload(str, Enum):
     """Optimizer states (and the fp32 master copy) live in host RAM (ZeRO-Offload)."""
     PARAMS = "params"
     """Optimizer states and parameters live in host RAM (ZeRO-Infinity to CPU; needs ZeRO-3)."""
-
-
-class FsdpMode(str, Enum):
-    """PyTorch FSDP sharding (``--fsdp``), distinct from DeepSpeed ZeRO (``--zero``).
-
-    Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel",
-    arXiv:2304.11277, section 3.2 (full and hybrid sharding). FSDP keeps the model states in the
-    plan's dtype: no fp32 master copy unless the layout asks for one (see :mod:`hwdash.core.estimator.parallelism`).
-    """
-
-    NONE = "none"
-    FULL = "full"
-    """Parameters, gradients and optimizer states sharded over every GPU (``FULL_SHARD``,
-    ``fully_shard``)."""
-    HYBRID = "hybrid"
-    """Sharded within a node of ``gpus_per_node`` GPUs, replicated across nodes (``HYBRID_SHARD``)."""
-
-
-class FsdpStateDict(str, Enum):
-    """How FSDP saves a checkpoint (``--fsdp-state-dict``; accelerate's ``fsdp_state_dict_type``)."""
-
-    FULL = "full"
-    """``FULL_STATE_DICT``: every unit gathered in turn and copied to rank 0's host RAM (accelerate's
-    ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)``)."""
-    SHARDED = "sharded"
-    """``SHARDED_STATE_DICT``: each rank writes its own shards, nothing gathered."""
 
 
 #: A DeepSpeed setting the Hugging Face Trainer fills from the model (``"auto"`` in its config).
@@ -432,6 +410,8 @@ class Plan(BaseModel):
     in fp32 (None: off, reduce in ``param_dtype`` as accelerate's policy does)."""
     fsdp_state_dict: FsdpStateDict | None = None
     """How FSDP saves (None: accelerate's default by version, full for FSDP1, sharded for FSDP2)."""
+    fsdp_wrap: FsdpWrap | None = None
+    """How FSDP splits the model into units (None: each decoder block, the Trainer's default)."""
 
     # -- Serving plans (issue 30): ``--method inference`` with a server's engine. None: the
     # engine's own default (catalog/engines.toml); read by hwdash.core.planning.serving_plan.

@@ -23,7 +23,6 @@ from hwdash.core.plan import (
     Attention,
     Framework,
     FsdpMode,
-    FsdpStateDict,
     Generation,
     Loss,
     Method,
@@ -57,6 +56,8 @@ from hwdash.core.plan_field_types import (
 )
 from hwdash.core.plan_fields_checkpointing import SELECTIVE_AC_FIELD
 from hwdash.core.plan_fields_checkpointing import SHAPE as SHAPE
+from hwdash.core.plan_fields_fsdp import FSDP_VERSION_FIELDS
+from hwdash.core.plan_fields_fsdp import SHARDING as SHARDING
 from hwdash.core.plan_fields_serving import SERVING as SERVING
 from hwdash.core.plan_fields_serving import SERVING_PLAN_FIELDS
 
@@ -70,7 +71,6 @@ def _precision_help() -> str:
 
 WHAT = "model and method"
 ZERO_BUFFERS = "DeepSpeed ZeRO's buffers, in elements (unset: DeepSpeed's default)"
-SHARDING = "FSDP and Megatron tensor/pipeline parallelism"
 SAVERS = "framework and memory savers (unset: the framework's default, catalog/frameworks.toml)"
 RL = "RL (ppo, grpo)"
 DATA = "data size, time and flavors"
@@ -296,32 +296,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         "GPUs per node for --fsdp hybrid (default: all --gpus are one node)",
         parse="whole", metavar="N",
     ),
-    PlanField(
-        "fsdp_version", "--fsdp-version", SHARDING,
-        "1: FullyShardedDataParallel (flat parameters padded to the shard count, "
-        "--fsdp-limit-all-gathers); 2: fully_shard (per-parameter shards, all-gather and "
-        "reduce-scatter staging buffers). Default 2, the Trainer's, torchtune's and "
-        "torchtitan's; accelerate's own config defaults to 1",
-        parse="whole", metavar="1|2",
-    ),
-    PlanField(
-        "fsdp_limit_all_gathers", "--fsdp-limit-all-gathers", SHARDING,
-        "FSDP1: at most two all-gathers in flight (default on); off, the CPU may issue more "
-        "ahead of the GPU (counted as two more units gathered)",
-        kind="toggle", unset_unless_given=True,
-    ),
-    PlanField(
-        "fsdp_reduce_fp32", "--fsdp-reduce-fp32", SHARDING,
-        "FSDP mixed precision reduce_dtype=float32 (torchtitan's default): each unit's gradient "
-        "reduce-scattered in fp32 (default off: in the gathered dtype, accelerate's policy)",
-        kind="toggle", unset_unless_given=True,
-    ),
-    PlanField(
-        "fsdp_state_dict", "--fsdp-state-dict", SHARDING,
-        "how FSDP saves: full (FULL_STATE_DICT: each unit gathered, the whole model in rank 0's "
-        "host RAM) or sharded (default: full for FSDP1, sharded for FSDP2, as accelerate)",
-        choices=_values(FsdpStateDict), unset_unless_given=True,
-    ),
+    *FSDP_VERSION_FIELDS,
     PlanField(
         "nccl_buffsize", "--nccl-buffsize", SHARDING,
         "NCCL_BUFFSIZE the run sets, in bytes (default: NCCL's 4 MiB): the Simple protocol's "
@@ -561,6 +536,7 @@ ARGV_ORDER = (
     "fsdp_limit_all_gathers",
     "fsdp_reduce_fp32",
     "fsdp_state_dict",
+    "fsdp_wrap",
     "rl_reference",
     "rl_reward_model",
     "vllm_memory_utilization",

@@ -121,7 +121,13 @@ _ZERO3_FIELDS = (
     "ds_persistence_threshold",
     "ds_sub_group_size",
 )
-_FSDP_FIELDS = ("fsdp_version", "fsdp_reduce_fp32", "fsdp_state_dict", "fsdp_limit_all_gathers")
+_FSDP_FIELDS = (
+    "fsdp_version",
+    "fsdp_reduce_fp32",
+    "fsdp_state_dict",
+    "fsdp_limit_all_gathers",
+    "fsdp_wrap",
+)
 
 
 def _unused_sharding_setting(plan: Plan, name: str) -> str | None:

@@ -74,6 +74,9 @@ class FsdpUnits:
     root_bytes: float = 0.0
     """Bytes per parameter of the root unit's parameters (embedding, output layer, final norm) as
     gathered: ``param_dtype``, or a quantized plan's frozen dtype (they are never quantized)."""
+    one_unit: bool = False
+    """No auto-wrap policy (``--fsdp-wrap none``): the whole model is the root unit, gathered once
+    and kept to the end of backward (``counted_gathered`` is all of it)."""
 
 
 def state_dict_kind(plan: Plan) -> FsdpStateDict:
@@ -89,10 +92,12 @@ def reduce_bytes(plan: Plan, gathered_bytes: float) -> float:
     return float(FP32_BYTES) if plan.fsdp_reduce_fp32 else gathered_bytes
 
 
-def flat_padding_elements(arch: Architecture, shard: int) -> float:
+def flat_padding_elements(arch: Architecture, shard: int, *, one_unit: bool = False) -> float:
     """FSDP1: the padding each rank's shards carry, over every unit (the blocks, the embedding,
-    the output layer): ``ceil(numel / N) - numel / N`` per unit."""
+    the output layer; ``one_unit``: the whole model): ``ceil(numel / N) - numel / N`` per unit."""
     units = [arch.block_params] * arch.layers + [arch.embedding_params, arch.lm_head_params]
+    if one_unit:
+        units = [arch.total_params]
     return sum(math.ceil(numel / shard) - numel / shard for numel in units if numel)
 
 
@@ -147,7 +152,10 @@ def add_version_terms(
     )
     if plan.fsdp_offload:
         # the shards of the units in flight copied in, one gradient shard copied out
-        in_flight = FSDP1_INFLIGHT_ALL_GATHERS * arch.block_params * units.sharded_bytes
+        # (the whole model's shard with no auto-wrap policy: one unit, copied in once)
+        flights = 1 if units.one_unit else FSDP1_INFLIGHT_ALL_GATHERS
+        unit_params = arch.total_params if units.one_unit else arch.block_params
+        in_flight = flights * unit_params * units.sharded_bytes
         offload = in_flight / units.shard + units.reduced_unit * reduce / units.shard
         acc.activations += offload
         acc.last_layer_activations += offload
@@ -157,9 +165,9 @@ def add_version_terms(
             # (before the limiter waits) and _flat_param.py _all_gather_flat_param record_streams
             # it onto the all-gather stream: the pre-unshard stream's pool keeps the copies in
             # flight and the one freed last, whose all-gather may still be reading it
-            one = arch.block_params * units.sharded_bytes / units.shard
-            acc.side_stream_pool += (FSDP1_INFLIGHT_ALL_GATHERS + 1) * one
-            acc.side_stream_live += FSDP1_INFLIGHT_ALL_GATHERS * one
+            one = unit_params * units.sharded_bytes / units.shard
+            acc.side_stream_pool += (flights + 1 - units.one_unit) * one
+            acc.side_stream_live += flights * one
     if plan.fsdp_version == 1:
         _note_quant_state(plan, arch, method, units, acc, label)
     if state_dict_kind(plan) is FsdpStateDict.FULL and method is Method.FULL:
@@ -180,7 +188,9 @@ def _fsdp1_terms(
     both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
     version = "FSDP1"
     unit = units.reduced_unit
-    padding = flat_padding_elements(arch, units.shard) * units.sharded_bytes
+    padding = (
+        flat_padding_elements(arch, units.shard, one_unit=units.one_unit) * units.sharded_bytes
+    )
     acc.note(f"{label} {version} flat-parameter padding (to a multiple of {units.shard})", padding)
     if not plan.fsdp_offload:
         acc.weights += padding
@@ -220,8 +230,9 @@ def fsdp1_root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
     stays gathered from the first forward to the end of backward, beside the running block and the
     prefetched one. So FSDP1 holds ``(embedding + output + final norm) x root_bytes + 2 x block x
     gathered_bytes``; the version-neutral count (``units.counted_gathered``) is subtracted.
-    Nothing on one GPU (the parameters are their own gathered copy)."""
-    if units.shard <= 1 or not units.counted_gathered:
+    Nothing on one GPU (the parameters are their own gathered copy), nor with the whole model the
+    one unit (the version-neutral count holds all of it)."""
+    if units.shard <= 1 or not units.counted_gathered or units.one_unit:
         return 0.0
     root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
     fsdp1 = root + 2 * arch.block_params * units.gathered_bytes
@@ -243,9 +254,12 @@ def fsdp1_all_gather_pool_bytes(arch: Architecture, units: FsdpUnits) -> float:
     the prefetched one and the unit freed last, whose event is still pending: ``(2 + 1)`` blocks,
     plus the root unit. ``max_memory_allocated`` stops counting the freed block at the free,
     ``max_memory_reserved`` does not; at the optimizer step none of the pool is allocated and the
-    compute stream cannot reuse it."""
+    compute stream cannot reuse it. With the whole model one unit, the pool is that unit, gathered
+    once."""
     if units.shard <= 1 or not units.counted_gathered:
         return 0.0
+    if units.one_unit:
+        return units.counted_gathered
     root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
     blocks = FSDP1_INFLIGHT_ALL_GATHERS + 1
     return root + blocks * arch.block_params * units.gathered_bytes
@@ -267,12 +281,37 @@ def _fsdp2_terms(
     acc.note(f"{label} {version} dim-0 padding (to a multiple of {units.shard})", padding)
     if not plan.fsdp_offload:
         acc.weights += padding
-    gather_staging = arch.block_params * units.gathered_bytes if units.shard > 1 else 0.0
-    acc.activations += gather_staging
-    acc.last_layer_activations += gather_staging
-    acc.note(f"{label} {version} all-gather output (one unit, copied out)", gather_staging, both)
+    if units.one_unit:
+        _fsdp2_one_unit_gather(arch, units, acc, label)
+    else:
+        gather_staging = arch.block_params * units.gathered_bytes if units.shard > 1 else 0.0
+        acc.activations += gather_staging
+        acc.last_layer_activations += gather_staging
+        acc.note(
+            f"{label} {version} all-gather output (one unit, copied out)", gather_staging, both
+        )
     unit = units.reduced_unit
     return unit * reduce * (1 + 1 / units.shard) if units.shard > 1 else 0.0
+
+
+def _fsdp2_one_unit_gather(
+    arch: Architecture, units: FsdpUnits, acc: est_phases._Accumulator, label: str
+) -> None:
+    """FSDP2 with the whole model one unit: its all-gather output (the whole model, copied out
+    into the parameters, ``foreach_all_gather_copy_out``) exists beside the gathered parameters
+    once, at the first forward, before any activation; the root is never resharded, so backward
+    gathers nothing. hwdash has no phase of its own for the first forward: the start-of-backward
+    peak counts the larger of the two (the output beyond the activations it replaces)."""
+    if units.shard <= 1:
+        return
+    output = arch.total_params * units.gathered_bytes
+    beyond = max(0.0, output - (acc.activations - units.counted_gathered))
+    acc.activations += beyond
+    acc.note(
+        f"{label} FSDP2 all-gather output of the one unit (first forward), beyond the activations",
+        beyond,
+        est_phases._BACKWARD_ONLY,
+    )
 
 
 def fsdp1_quant_state_bytes(arch: Architecture, method: Method) -> float:
@@ -320,6 +359,8 @@ def _note_full_state_dict(
     """FULL_STATE_DICT at save: one unit gathered in full precision on the GPU at a time (a
     transient of the checkpoint-save phase), the whole model on rank 0's host (a warning)."""
     largest = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
+    if units.one_unit:
+        largest = arch.total_params  # the one unit is the whole model
     on_gpu = largest * units.sharded_bytes
     on_host = arch.total_params * units.sharded_bytes
     acc.add_phase_transient(

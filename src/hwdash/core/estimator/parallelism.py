@@ -16,7 +16,13 @@
   ``MixedPrecisionPolicy(param_dtype=...)`` for the gathered copies, ``CPUOffloadPolicy`` (sharded
   parameters, gradients and optimizer states on CPU, the step on CPU), and the root unit's
   ``reshard_after_forward`` treated as False (its parameters stay gathered from forward into
-  backward). torchtune ``torchtune/training/_distributed.py`` (``shard_model``): every
+  backward: torch/distributed/fsdp/_fully_shard/_fsdp_state.py ``_lazy_init`` clears the root
+  groups' ``post_forward_mesh_info``; FSDP1's ``_runtime_utils.py`` ``_post_forward_reshard``
+  never frees the root's flat parameter). Without an auto-wrap policy (``--fsdp-wrap none``:
+  accelerate's ``NO_WRAP``, its default when the config names none, accelerate/utils/
+  dataclasses.py ``FullyShardedDataParallelPlugin``; Lightning's ``FSDPStrategy(auto_wrap_policy=
+  None)``) the root is the only unit: the whole model is gathered from the first forward to the
+  end of backward, and its whole unsharded gradient waits for one reduce-scatter. torchtune ``torchtune/training/_distributed.py`` (``shard_model``): every
   ``TransformerSelfAttentionLayer``, plus ``tok_embeddings`` and ``output`` when the config lists
   them in ``custom_sharded_layers`` (its Llama 3 full fine-tuning configs do), becomes its own
   unit; the root keeps the rest (the final norm) and is not resharded after forward. The model is
@@ -66,7 +72,7 @@ from hwdash.core.estimator import states as est_states
 from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.estimator.savers import Savers, resolve_savers
 from hwdash.core.estimator.states import LAYOUTS, Layout
-from hwdash.core.plan import Attention, FsdpMode, Method, Offload, Plan, Precision
+from hwdash.core.plan import Attention, FsdpMode, FsdpWrap, Method, Offload, Plan, Precision
 from hwdash.core.units import GIB
 
 #: The unsharded estimator's "one trained model" (``training._train_one_model``), handed in by
@@ -115,13 +121,21 @@ def fsdp_shard_size(gpus: int, mode: FsdpMode, gpus_per_node: int | None) -> int
     return max(1, gpus)
 
 
-def fsdp_gathered_params(arch: Architecture) -> int:
+def one_unit(plan: Plan) -> bool:
+    """Whether FSDP wraps the whole model as one unit (``--fsdp-wrap none``)."""
+    return plan.fsdp_wrap is FsdpWrap.NONE
+
+
+def fsdp_gathered_params(arch: Architecture, *, whole: bool = False) -> int:
     """Parameters gathered at once: the running unit, the prefetched one, and the root.
 
     Units are the blocks plus the embedding and the output layer on their own (torchtune's
     ``custom_sharded_layers``); the largest running unit next to one prefetched block, and the root
-    (the final norm), which stays gathered from forward into backward.
+    (the final norm), which stays gathered from forward into backward. ``whole``: no auto-wrap
+    policy, the root is the whole model (:func:`one_unit`).
     """
+    if whole:
+        return arch.total_params
     largest = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
     return min(arch.total_params, largest + arch.block_params + arch.final_norm_params)
 
@@ -207,7 +221,8 @@ def add_fsdp_training(
     )
     shared = _adapters_share_units(plan, arch, method, savers, acc)
     states = _fsdp_states(plan, arch, method, fsdp, trainable, no_sync=no_sync, shared=shared)
-    _note_gathered(acc, label, fsdp, _gathered_bytes(arch, method, states, shard), states, shard)
+    gathered = _gathered_bytes(arch, method, states, shard, whole=one_unit(plan))
+    _note_gathered(acc, label, fsdp, gathered, states, shard, whole=one_unit(plan))
     if no_sync:
         _note_unsynced(plan, acc, label, states.unsynced_bytes)
     if plan.fsdp_offload:
@@ -215,12 +230,11 @@ def add_fsdp_training(
         acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
     else:
         _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
-    if plan.fsdp_version != 1:
+    if plan.fsdp_version != 1 and not one_unit(plan):
         # FSDP1 counts the root unit it keeps gathered (fsdp_versions.fsdp1_root_unit_bytes)
         acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
-    fsdp_versions.add_version_terms(
-        plan, arch, method, _units(plan, arch, method, states, shard, savers), acc, label
-    )
+    units = _units(plan, arch, method, states, shard, savers)
+    fsdp_versions.add_version_terms(plan, arch, method, units, acc, label)
     return trainable
 
 
@@ -233,7 +247,11 @@ def _units(
     savers: Savers,
 ) -> fsdp_versions.FsdpUnits:
     """What the FSDP version's own terms (:mod:`.fsdp_versions`) need of the plan's units."""
-    largest_unit = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
+    whole = one_unit(plan)
+    largest_unit = _largest_unit(plan, arch)
+    # the one unit's gradient is reduce-scattered whole when it has one (full training, or FSDP1's
+    # flat parameter holding trained adapters: _fsdp_states' unit_gradient)
+    reduced = method is Method.FULL or (whole and states.unit_gradient > 0)
     sharded_bytes = (
         states.layout.weight_bytes if method is Method.FULL else states.gathered_per_param
     )
@@ -248,10 +266,19 @@ def _units(
         shard=shard,
         gathered_bytes=states.gathered_per_param,
         sharded_bytes=sharded_bytes,
-        reduced_unit=float(largest_unit) if method is Method.FULL else 0.0,
-        counted_gathered=_gathered_bytes(arch, method, states, shard),
+        reduced_unit=float(largest_unit) if reduced else 0.0,
+        counted_gathered=_gathered_bytes(arch, method, states, shard, whole=whole),
         root_bytes=root_bytes,
+        one_unit=whole,
     )
+
+
+def _largest_unit(plan: Plan, arch: Architecture) -> int:
+    """Parameters of the largest FSDP unit: a block, the embedding or the output layer; the whole
+    model with no auto-wrap policy (:func:`one_unit`)."""
+    if one_unit(plan):
+        return arch.total_params
+    return max(arch.block_params, arch.embedding_params, arch.lm_head_params)
 
 
 def _root_unit_warning(arch: Architecture, gathered_per_param: float) -> str:
@@ -265,9 +292,11 @@ def _root_unit_warning(arch: Architecture, gathered_per_param: float) -> str:
     )
 
 
-def _gathered_bytes(arch: Architecture, method: Method, states: _FsdpStates, shard: int) -> float:
-    """Bytes of the gathered units (running + prefetched) per GPU."""
-    gathered = fsdp_gathered_params(arch) * states.gathered_per_param
+def _gathered_bytes(
+    arch: Architecture, method: Method, states: _FsdpStates, shard: int, *, whole: bool = False
+) -> float:
+    """Bytes of the gathered units (running + prefetched; the whole model as one unit) per GPU."""
+    gathered = fsdp_gathered_params(arch, whole=whole) * states.gathered_per_param
     if (
         shard == 1
         and states.gathered_per_param == states.layout.weight_bytes
@@ -312,8 +341,7 @@ def _fsdp_states(
         state_layout = fsdp.sharded
         params_bytes = float(arch.total_params * state_layout.weight_bytes)
         gathered_per_param = float(fsdp.gathered_bytes)
-        largest_unit = max(arch.block_params, arch.embedding_params, arch.lm_head_params)
-        unit_gradient = float(largest_unit * fsdp.gathered_bytes)
+        unit_gradient = float(_largest_unit(plan, arch) * fsdp.gathered_bytes)
     else:
         # LoRA-style: the frozen base is sharded as loaded (bf16, or NF4/int8 for the quantized
         # methods), the adapters in PEFT's fp32 like the unsharded estimate; the gathered units
@@ -332,12 +360,14 @@ def _fsdp_states(
             gathered_per_param = float(fsdp.gathered_bytes)
         params_bytes = base_bytes + trainable * state_layout.weight_bytes
         unit_gradient = 0.0
+    frozen_in_units = _frozen_in_units(plan, arch, shared)
+    if frozen_in_units and one_unit(plan):
+        # that one flat parameter's whole gradient waits for the reduce-scatter
+        unit_gradient = (frozen_in_units + trainable) * fsdp.gathered_bytes
     unsynced_bytes = 0.0
     if no_sync:
         unsynced_bytes = trainable * _unsynced_bytes_per_param(plan, method, fsdp, state_layout)
         unit_gradient = 0.0
-    # a block's flat parameter takes one gradient for all its parameters, frozen ones included
-    frozen_in_units = float(arch.layers * arch.block_params) if shared else 0.0
     unsynced_bytes += frozen_in_units * fsdp.gathered_bytes if no_sync else 0.0
     k_bytes = state_layout.master_bytes + est_states.optimizer_state_bytes_per_param(
         plan.optimizer, state_layout
@@ -352,6 +382,15 @@ def _fsdp_states(
         unsynced_bytes=unsynced_bytes,
         state_bytes=float(trainable * k_bytes),
     )
+
+
+def _frozen_in_units(plan: Plan, arch: Architecture, shared: bool) -> float:
+    """Frozen parameters whose flat parameter takes a gradient (:func:`_adapters_share_units`): a
+    block's flat parameter takes one for all its parameters, frozen ones included; with the whole
+    model one unit, one flat parameter holds them all."""
+    if not shared:
+        return 0.0
+    return float(arch.total_params if one_unit(plan) else arch.layers * arch.block_params)
 
 
 def _unsynced_bytes_per_param(
@@ -375,8 +414,11 @@ def _note_gathered(
     gathered: float,
     states: _FsdpStates,
     shard: int,
+    *,
+    whole: bool = False,
 ) -> None:
-    """The gathered units and one unit's unsharded gradient, alive during forward and backward."""
+    """The gathered units and one unit's unsharded gradient, alive during forward and backward
+    (``whole``: the model is the one unit, :func:`one_unit`)."""
     if shard == 1:
         acc.warnings.append("FSDP on 1 GPU shards nothing (CPU offload still moves state to host)")
     unit_gradient = states.unit_gradient
@@ -385,11 +427,23 @@ def _note_gathered(
     acc.activations += gathered
     acc.last_layer_activations += gathered
     gathered_label = f"{label} gathered units (running + prefetched, {fsdp.gathered_bytes}-byte)"
+    unit = "one unit"
+    if whole:
+        gathered_label = f"{label} gathered model (one FSDP unit, {fsdp.gathered_bytes}-byte)"
+        unit = "the one unit, the whole model"
+        if shard > 1:
+            acc.warnings.append(
+                "FSDP with no auto-wrap policy (--fsdp-wrap none: accelerate's NO_WRAP, its "
+                "default when the config names none; Lightning's default): the whole model is "
+                f"one unit, {gathered / GIB:.1f} GiB gathered from the first forward to the end "
+                "of backward, with its whole unsharded gradient; --fsdp-wrap transformer "
+                "gathers one block at a time"
+            )
     acc.note(gathered_label, gathered, est_phases._BACKWARD_ONLY)
     acc.note(gathered_label, gathered, est_phases._BACKWARD_END_ONLY)
     acc.last_layer_activations += unit_gradient
     acc.note(
-        f"{label} unsharded gradient of one unit (before reduce-scatter)",
+        f"{label} unsharded gradient of {unit} (before reduce-scatter)",
         unit_gradient,
         est_phases._BACKWARD_END_ONLY,
     )
@@ -463,12 +517,18 @@ def _adapters_share_units(
     unsharded between micro-batches. Counted for 16-bit LoRA/DoRA bases (a quantized base's flat
     parameter is not modelled). Says so in a warning when it does."""
     shared = (
-        savers.fsdp1_adapters_share_units
+        (savers.fsdp1_adapters_share_units or one_unit(plan))
         and plan.fsdp_version == 1
         and method in (Method.LORA, Method.DORA)
         and arch.checkpoint_bits is None
     )
-    if shared:
+    if shared and one_unit(plan):
+        acc.warnings.append(
+            "FSDP1 with no auto-wrap policy: the adapters share the model's one flat parameter "
+            "(use_orig_params), which takes a whole gradient, frozen weights included (PyTorch's "
+            "FSDP docs, use_orig_params)"
+        )
+    elif shared:
         acc.warnings.append(
             "FSDP1 with the adapters inside their blocks' units (use_orig_params): each block's "
             "flat parameter takes a whole gradient, frozen weights included (PyTorch's FSDP "

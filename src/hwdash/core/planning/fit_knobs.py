@@ -22,6 +22,7 @@ from hwdash.core.plan import (
     Attention,
     FsdpMode,
     FsdpStateDict,
+    FsdpWrap,
     Loss,
     Method,
     Offload,
@@ -604,10 +605,17 @@ def _fsdp_buffer_knobs(plan: Plan) -> list[Knob]:
     """FSDP's own extras turned off (:mod:`hwdash.core.estimator.fsdp_versions`): FSDP1's
     ``limit_all_gathers`` back on, the reduce-scatter in the gathered dtype instead of fp32, and a
     sharded state dict instead of FULL_STATE_DICT (whose gather at save is the checkpoint-save
-    phase's transient, :func:`~hwdash.core.estimator.fsdp_versions.state_dict_kind`)."""
+    phase's transient, :func:`~hwdash.core.estimator.fsdp_versions.state_dict_kind`), and each
+    decoder block its own unit where the whole model was one (``--fsdp-wrap none``)."""
     if plan.fsdp is FsdpMode.NONE:
         return []
     knobs: list[Knob] = []
+    if plan.fsdp_wrap is FsdpWrap.NONE:
+        setting = Setting(
+            {"fsdp_wrap": FsdpWrap.TRANSFORMER},
+            "FSDP wraps each decoder block (one block gathered at a time)",
+        )
+        knobs.append(Knob("fsdp_wrap", True, (setting,)))
     if plan.fsdp_version == 1 and plan.fsdp_limit_all_gathers is False:
         setting = Setting({"fsdp_limit_all_gathers": True}, "FSDP1 limit_all_gathers on")
         knobs.append(Knob("fsdp_limit_all_gathers", True, (setting,)))

@@ -58,6 +58,7 @@ from hwdash.core.estimator.savers import Savers, resolve_savers
 from hwdash.core.estimator.zero_buffers import zero_settings
 from hwdash.core.plan import (
     FsdpMode,
+    FsdpWrap,
     Loss,
     Method,
     Offload,
@@ -323,6 +324,8 @@ def _uncarried_fsdp(plan: Plan, kind: str) -> list[str]:
         missing.append("--no-fsdp-limit-all-gathers")
     if plan.fsdp_reduce_fp32:
         missing.append("--fsdp-reduce-fp32")
+    if plan.fsdp_wrap is FsdpWrap.NONE and kind not in ("accelerate", "trainer"):
+        missing.append("--fsdp-wrap none")
     default = plan.model_copy(update={"fsdp_state_dict": None})
     if kind != "accelerate" and state_dict_kind(plan) is not state_dict_kind(default):
         missing.append(f"--fsdp-state-dict {state_dict_kind(plan).value}")
@@ -485,9 +488,14 @@ def _trainer_arguments(
     fsdp = trainer_fsdp(plan)
     if fsdp is not None:
         arguments.append(("fsdp", fsdp))
+        fsdp_config: dict[str, Any] = {}
         if plan.fsdp_version == 1:
             # the Trainer runs FSDP2 unless fsdp_config says version 1 (training_args.py)
-            arguments.append(("fsdp_config", {"version": 1}))
+            fsdp_config["version"] = 1
+        if plan.fsdp_wrap is FsdpWrap.NONE:
+            fsdp_config["auto_wrap_policy"] = "NO_WRAP"  # absent: TRANSFORMER_BASED_WRAP
+        if fsdp_config:
+            arguments.append(("fsdp_config", fsdp_config))
     if _writes_sync_each_batch(plan, savers):
         arguments.append(
             ("accelerator_config", {"gradient_accumulation_kwargs": {"sync_each_batch": True}})
@@ -573,7 +581,10 @@ def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> d
             "fsdp_version": plan.fsdp_version,
             "fsdp_sharding_strategy": FSDP_STRATEGIES[plan.fsdp],
             "fsdp_offload_params": plan.fsdp_offload,
-            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",  # one unit per decoder layer
+            # one unit per decoder layer, or the whole model one unit (--fsdp-wrap none)
+            "fsdp_auto_wrap_policy": (
+                "NO_WRAP" if plan.fsdp_wrap is FsdpWrap.NONE else "TRANSFORMER_BASED_WRAP"
+            ),
             "fsdp_backward_prefetch": "BACKWARD_PRE",
             "fsdp_state_dict_type": f"{state_dict_kind(plan).value.upper()}_STATE_DICT",
             "fsdp_use_orig_params": True,  # PEFT's frozen and trained weights in one unit

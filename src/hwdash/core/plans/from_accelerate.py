@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hwdash.core.plan import FsdpMode, FsdpStateDict, Offload, Precision
+from hwdash.core.plan import FsdpMode, FsdpStateDict, FsdpWrap, Offload, Precision
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
@@ -95,6 +95,16 @@ def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan
         mode = FsdpMode.FULL
     out.updates["fsdp"] = mode
     _fsdp_version_keys(reader, fsdp, out)
+    policy = fsdp.get("fsdp_auto_wrap_policy")
+    if policy is None:
+        # FullyShardedDataParallelPlugin.__post_init__ (accelerate/utils/dataclasses.py): with no
+        # policy in the config (the FSDP_AUTO_WRAP_POLICY variable unset) it is NO_WRAP
+        out.notes.append(
+            "fsdp_auto_wrap_policy absent: accelerate's default NO_WRAP, the whole model one "
+            "FSDP unit (--fsdp-wrap none)"
+        )
+        policy = "NO_WRAP"
+    read_wrap_policy(reader, "fsdp_config.fsdp_auto_wrap_policy", policy, out)
     offload = fsdp.get("fsdp_offload_params", False)
     if not isinstance(offload, bool):
         raise reader.bad("fsdp_config.fsdp_offload_params", "true or false", offload)
@@ -103,6 +113,29 @@ def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan
     processes = out.updates.get("gpus")
     if mode is FsdpMode.HYBRID and machines and processes and processes % machines == 0:
         out.updates["gpus_per_node"] = processes // machines
+
+
+#: accelerate's auto-wrap policies (accelerate/utils/constants.py ``FSDP_AUTO_WRAP_POLICY``); a
+#: size-based policy (``min_num_params``, 1e8 by default) wraps a decoder block, or its parts, in
+#: a unit of its own, which hwdash plans as one block a unit.
+_WRAP_POLICIES = {
+    "TRANSFORMER_BASED_WRAP": FsdpWrap.TRANSFORMER,
+    "SIZE_BASED_WRAP": FsdpWrap.TRANSFORMER,
+    "NO_WRAP": FsdpWrap.NONE,
+}
+
+
+def read_wrap_policy(reader: ConfigReader, key: str, policy: Any, out: ImportedPlan) -> None:
+    """An auto-wrap policy's name (accelerate's ``fsdp_auto_wrap_policy``, the Trainer's
+    ``fsdp_config.auto_wrap_policy``) as ``--fsdp-wrap``; a name that is none of accelerate's
+    three is refused, naming the key."""
+    wrap = _WRAP_POLICIES.get(str(policy).upper()) if isinstance(policy, str) else None
+    if wrap is None:
+        raise reader.bad(key, " or ".join(_WRAP_POLICIES), policy)
+    if str(policy).upper() == "SIZE_BASED_WRAP":
+        out.notes.append(f"{key} SIZE_BASED_WRAP planned as one decoder block a unit")
+    if wrap is FsdpWrap.NONE:
+        out.updates["fsdp_wrap"] = wrap
 
 
 #: accelerate's ``fsdp_state_dict_type`` (accelerate/utils/constants.py ``FSDP_STATE_DICT_TYPE``).

@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping
 
 from hwdash.core.plan import FsdpMode, Loss, Optimizer, OptimizerImpl, Precision
+from hwdash.core.plans.from_accelerate import read_wrap_policy
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
@@ -148,6 +149,12 @@ def _trainer_fsdp(reader: ConfigReader, out: ImportedPlan) -> None:
     if isinstance(version, bool) or version not in (1, 2):
         raise reader.bad("fsdp_config.version", "1 or 2", version)
     out.updates["fsdp_version"] = version
+    if isinstance(config, Mapping):
+        # transformers/training_args.py: fsdp_config keys may carry accelerate's "fsdp_" prefix,
+        # which the Trainer drops; auto_wrap_policy absent is TRANSFORMER_BASED_WRAP
+        for key in ("auto_wrap_policy", "fsdp_auto_wrap_policy"):
+            if key in config:
+                read_wrap_policy(reader, f"fsdp_config.{key}", config[key], out)
 
 
 def _accelerator_config(reader: ConfigReader, out: ImportedPlan) -> None:

@@ -1,0 +1,46 @@
+"""PyTorch FSDP's choices a plan makes (``--fsdp``, ``--fsdp-state-dict``, ``--fsdp-wrap``), imported
+from :mod:`hwdash.core.plan` as before; kept here so that the plan module stays under the size
+limit."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class FsdpMode(str, Enum):
+    """PyTorch FSDP sharding (``--fsdp``), distinct from DeepSpeed ZeRO (``--zero``).
+
+    Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel",
+    arXiv:2304.11277, section 3.2 (full and hybrid sharding). FSDP keeps the model states in the
+    plan's dtype: no fp32 master copy unless the layout asks for one (see :mod:`hwdash.core.estimator.parallelism`).
+    """
+
+    NONE = "none"
+    FULL = "full"
+    """Parameters, gradients and optimizer states sharded over every GPU (``FULL_SHARD``,
+    ``fully_shard``)."""
+    HYBRID = "hybrid"
+    """Sharded within a node of ``gpus_per_node`` GPUs, replicated across nodes (``HYBRID_SHARD``)."""
+
+
+class FsdpStateDict(str, Enum):
+    """How FSDP saves a checkpoint (``--fsdp-state-dict``; accelerate's ``fsdp_state_dict_type``)."""
+
+    FULL = "full"
+    """``FULL_STATE_DICT``: every unit gathered in turn and copied to rank 0's host RAM (accelerate's
+    ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)``)."""
+    SHARDED = "sharded"
+    """``SHARDED_STATE_DICT``: each rank writes its own shards, nothing gathered."""
+
+
+class FsdpWrap(str, Enum):
+    """How FSDP splits the model into units (``--fsdp-wrap``; accelerate's ``fsdp_auto_wrap_policy``,
+    the Trainer's ``fsdp_config.auto_wrap_policy``)."""
+
+    TRANSFORMER = "transformer"
+    """Each decoder block its own unit (``TRANSFORMER_BASED_WRAP``: the Trainer's default, and
+    what torchtune and torchtitan apply): one block gathered at a time."""
+    NONE = "none"
+    """No auto-wrap policy (``NO_WRAP``: accelerate's default when its config says none, Lightning's
+    ``FSDPStrategy`` default): the whole model is the root unit, gathered from the first forward to
+    the end of backward."""

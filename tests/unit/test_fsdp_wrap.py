@@ -1,0 +1,166 @@
+"""Issue 29: FSDP with no auto-wrap policy (``--fsdp-wrap none``): the whole model is the root
+unit, gathered from the first forward to the end of backward, its whole unsharded gradient waiting
+for one reduce-scatter (torch/distributed/fsdp/_fully_shard/_fsdp_state.py ``_lazy_init``;
+_runtime_utils.py ``_post_forward_reshard``), against hand computations on the small Llama of
+test_fsdp (P = 132,654,080 parameters); accelerate's and the Trainer's configs carry the policy
+both ways, and make-it-fit offers wrapping the blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from test_fsdp import GATHERED, SMALL, P, _plan
+from test_fsdp_versions import ARCH, _accumulated, _line, _notes
+
+from hwdash.core.estimator import estimate_memory
+from hwdash.core.estimator.fsdp_versions import flat_padding_elements
+from hwdash.core.plan import FsdpWrap, Plan
+from hwdash.core.plan_unused import unused_settings
+from hwdash.core.plans.exports import accelerate_config, trainer_snippet, uncarried_settings
+from hwdash.core.plans.imports import read_plan_file
+from hwdash.errors import UsageError
+
+N = 4
+WHOLE = "model gathered model (one FSDP unit, 2-byte)"
+WHOLE_GRADIENT = "model unsharded gradient of the one unit, the whole model (before reduce-scatter)"
+
+
+def _whole(**changes: object) -> Plan:
+    return _plan(fsdp_wrap="none", **changes)
+
+
+def test_the_whole_model_stays_gathered_with_its_whole_gradient() -> None:
+    notes = _notes(_whole(precision="bf16", fsdp_version=1))
+    # every parameter gathered in bf16, and every parameter's bf16 gradient before the one
+    # reduce-scatter, in place of one block + the largest unit
+    assert notes[WHOLE] == 2 * P
+    assert notes[WHOLE_GRADIENT] == 2 * P
+    blocks = _notes(_plan(precision="bf16", fsdp_version=1))
+    assert blocks["model gathered units (running + prefetched, 2-byte)"] == 2 * GATHERED
+    # FSDP1: the root unit adds nothing beyond the whole model; the reduce-scatter's new shard is
+    # the whole model's 1/N (bf16 reduce: no cast copy)
+    assert not any("root unit" in label for label in notes)
+    assert _line(notes, "FSDP1 reduce-scatter staging (2-byte)") == 2 * P // N
+
+
+def test_fsdp1_pads_the_one_flat_parameter_and_pools_it_on_the_all_gather_stream() -> None:
+    # one flat parameter of P elements over 7 ranks: ceil(P / 7) - P / 7 elements per rank
+    assert flat_padding_elements(ARCH, 7, one_unit=True) == pytest.approx(-(-P // 7) - P / 7)
+    acc = _accumulated(_whole(precision="bf16", fsdp_version=1))
+    # the all-gather stream's pool is the one gathered model, allocated throughout
+    assert acc.side_stream_pool == 2 * P
+    assert acc.side_stream_live == 2 * P
+
+
+def test_fsdp2_stages_the_whole_model_through_its_collectives() -> None:
+    notes = _notes(_whole(precision="bf16", fsdp_version=2))
+    # the reduce-scatter input (every unsharded gradient copied in) and its 1/N output
+    assert _line(notes, "FSDP2 reduce-scatter staging (2-byte)") == 2 * P + 2 * P // N
+    # the all-gather output of the one unit exists once, at the first forward, before any
+    # activation: counted beyond the activations at the start of backward
+    acc = _accumulated(_whole(precision="bf16", fsdp_version=2))
+    beyond = _line(notes, "FSDP2 all-gather output of the one unit")
+    activations = acc.activations - 2 * P - beyond
+    assert beyond == max(0, round(2 * P - activations))
+    assert not any("all-gather output (one unit, copied out)" in label for label in notes)
+
+
+def test_fsdp1_lora_without_wrapping_takes_the_whole_flat_gradient() -> None:
+    plan = _whole(method="lora", precision="bf16", fsdp_version=1, lora_r=8)
+    estimate = estimate_memory(plan, SMALL)
+    notes = dict(estimate.details)
+    trainable = estimate_memory(plan.model_copy(update={"fsdp_wrap": None}), SMALL)
+    adapters = trainable.trainable_params
+    # the one flat parameter holds the frozen base and the adapters: its whole gradient, in the
+    # gathered dtype, waits for the reduce-scatter
+    assert notes[WHOLE_GRADIENT] == 2 * (P + adapters)
+    assert any("one flat parameter" in warning for warning in estimate.warnings)
+
+
+def test_no_wrap_costs_more_than_wrapping_the_blocks() -> None:
+    for version in (1, 2):
+        plan = _plan(precision="bf16", fsdp_version=version, grad_accum=1)
+        blocks = estimate_memory(plan, SMALL)
+        whole = estimate_memory(plan.model_copy(update={"fsdp_wrap": FsdpWrap.NONE}), SMALL)
+        assert whole.allocated_bytes > blocks.allocated_bytes + 2 * (P - GATHERED)
+        assert any("--fsdp-wrap transformer" in warning for warning in whole.warnings)
+
+
+def test_the_transformer_wrap_is_the_default_to_the_byte() -> None:
+    plan = _plan(precision="mixed", fsdp_version=1)
+    told = plan.model_copy(update={"fsdp_wrap": FsdpWrap.TRANSFORMER})
+    assert estimate_memory(told, SMALL) == estimate_memory(plan, SMALL)
+
+
+def test_the_wrap_means_nothing_without_fsdp() -> None:
+    plan = _plan(fsdp="none", gpus=1, fsdp_wrap="none")
+    assert [name for name, _ in unused_settings(plan, ["fsdp_wrap"])] == ["fsdp_wrap"]
+
+
+def _accelerate_file(path: Path, **fsdp: object) -> Path:
+    config = {
+        "distributed_type": "FSDP",
+        "num_processes": 4,
+        "mixed_precision": "bf16",
+        "fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD", **fsdp},
+    }
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def test_accelerate_configs_carry_the_policy(tmp_path: Path) -> None:
+    # no policy in the config: accelerate's NO_WRAP (FullyShardedDataParallelPlugin), said in a note
+    imported = read_plan_file(_accelerate_file(tmp_path / "a.yaml"))
+    assert imported.updates["fsdp_wrap"] is FsdpWrap.NONE
+    assert any("NO_WRAP" in note for note in imported.notes)
+    named = read_plan_file(
+        _accelerate_file(tmp_path / "b.yaml", fsdp_auto_wrap_policy="TRANSFORMER_BASED_WRAP")
+    )
+    assert "fsdp_wrap" not in named.updates
+    size = read_plan_file(
+        _accelerate_file(tmp_path / "c.yaml", fsdp_auto_wrap_policy="SIZE_BASED_WRAP")
+    )
+    assert "fsdp_wrap" not in size.updates
+    assert any("SIZE_BASED_WRAP" in note for note in size.notes)
+    with pytest.raises(UsageError, match="fsdp_auto_wrap_policy"):
+        read_plan_file(_accelerate_file(tmp_path / "d.yaml", fsdp_auto_wrap_policy="EVERY_LAYER"))
+    # written back as it was read
+    for wrap, written in ((None, "TRANSFORMER_BASED_WRAP"), ("none", "NO_WRAP")):
+        config = accelerate_config(_plan(fsdp_wrap=wrap), 4)
+        assert config["fsdp_config"]["fsdp_auto_wrap_policy"] == written
+        path = tmp_path / f"{written}.yaml"
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        assert read_plan_file(path).updates.get("fsdp_wrap") == (wrap and FsdpWrap(wrap))
+
+
+def test_the_trainer_snippet_says_no_wrap_and_reads_back(tmp_path: Path) -> None:
+    snippet = trainer_snippet(_whole(fsdp_version=1), "small-llama")
+    assert "'auto_wrap_policy': 'NO_WRAP'" in snippet.replace('"', "'")
+    path = tmp_path / "train.py"
+    path.write_text(snippet, encoding="utf-8")
+    updates = read_plan_file(path).updates
+    assert updates["fsdp_wrap"] is FsdpWrap.NONE
+    assert updates["fsdp_version"] == 1
+    # the Trainer's default policy (no fsdp_config) leaves the plan's default
+    default = tmp_path / "default.py"
+    default.write_text(trainer_snippet(_plan(), "small-llama"), encoding="utf-8")
+    assert "fsdp_wrap" not in read_plan_file(default).updates
+    assert "--fsdp-wrap none" not in uncarried_settings(_whole(), "trainer")
+    assert "--fsdp-wrap none" in uncarried_settings(_whole(), "hf-jobs")
+
+
+def test_make_it_fit_offers_wrapping_the_blocks() -> None:
+    from hwdash.core.planning.fit_knobs import _fsdp_buffer_knobs
+
+    def offered(plan: Plan) -> list[dict[str, object]]:
+        return [
+            dict(setting.updates)
+            for knob in _fsdp_buffer_knobs(plan)
+            if knob.name == "fsdp_wrap"
+            for setting in knob.settings
+        ]
+
+    assert offered(_whole()) == [{"fsdp_wrap": FsdpWrap.TRANSFORMER}]
+    assert offered(_plan()) == []
