@@ -123,6 +123,27 @@ def test_zero_and_fsdp_on_one_gpu_hold_their_communicators(catalog: Catalog) -> 
     assert _pool(zero)[0] == _pool(fsdp)[0] == "allocator pool (22% of the tensors)"
 
 
+def test_megatron_on_one_gpu_holds_its_barriers_communicator(catalog: Catalog) -> None:
+    # megatron/training/initialize.py _compile_dependencies: a barrier on the default group, of one
+    # rank: the communicator's own memory and NCCL's code, no connection buffers
+    plan = Plan(model="qwen2.5-0.5b", method=Method.FULL, framework="megatron", gpus=1)
+    assert plan.megatron
+    estimate = estimate_memory(
+        plan, catalog.models["qwen2.5-0.5b"], accelerator=catalog.accelerators["h200"]
+    )
+    assert _nccl_line(estimate) == _nccl(1, 0)
+    plain = plan.model_copy(update={"framework": Framework.HF})
+    assert not plain.megatron
+    assert (
+        _nccl_line(
+            estimate_memory(
+                plain, catalog.models["qwen2.5-0.5b"], accelerator=catalog.accelerators["h200"]
+            )
+        )
+        is None
+    )
+
+
 def test_megatron_groups(catalog: Catalog) -> None:
     plan = Plan(model="qwen2.5-0.5b", method=Method.FULL, gpus=8, tp=2, pp=2)
     estimate = estimate_memory(

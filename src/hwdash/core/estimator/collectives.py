@@ -113,9 +113,13 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
 
 
 def _one_gpu_groups(plan: Plan) -> tuple[CommGroup, ...]:
-    """ZeRO and FSDP training on one GPU: their groups, of one rank (a plain run has none)."""
+    """ZeRO, FSDP and Megatron training on one GPU: their groups, of one rank (a plain run has
+    none). Megatron-LM initialises NCCL on one GPU too, and its ``_compile_dependencies`` barrier
+    (megatron/training/initialize.py) creates the default group's communicator."""
     if plan.method is Method.INFERENCE:
         return ()
+    if plan.megatron:
+        return (CommGroup("default (barriers)", 1, "ring"),)
     if plan.fsdp is not FsdpMode.NONE:
         return (CommGroup("FSDP shard", 1, "ring"),)
     if plan.zero:
