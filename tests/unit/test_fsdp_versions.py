@@ -88,14 +88,17 @@ def test_the_versions_differ_by_exactly_their_terms() -> None:
 
 def test_reduce_scatter_staging_by_version_and_reduce_dtype() -> None:
     n = 4
-    # FSDP1, bf16 reduce: only the new 1/N shard of the largest unit
-    assert _line(_notes(_plan(precision="bf16", fsdp_version=1)), "FSDP1 reduce-scatter") == (
-        2 * TOP // n
+    # FSDP1, bf16 reduce: the largest unit's flat gradient concatenated from its views' (split's
+    # backward, a second bf16 copy while the views' are held) outweighs the new 1/N shard
+    assert _line(_notes(_plan(precision="bf16", fsdp_version=1)), "FSDP1 flat gradient") == (
+        max(2 * TOP, 2 * TOP // n)
     )
     # FSDP1, fp32 reduce: the unsharded gradient cast to fp32 (the bf16 one kept until the hook
-    # returns) and the fp32 shard
+    # returns) and the fp32 shard, more than the concatenation's copy
     fp32 = _plan(precision="bf16", fsdp_version=1, fsdp_reduce_fp32=True)
-    assert _line(_notes(fp32), "FSDP1 reduce-scatter staging (4-byte)") == 4 * TOP + 4 * TOP // n
+    assert _line(
+        _notes(fp32), "FSDP1 flat gradient's assembly or reduce-scatter staging (4-byte)"
+    ) == (4 * TOP + 4 * TOP // n)
     # FSDP2: the reduce-scatter input (the whole unit) and output (1/N), in the reduce dtype
     assert _line(_notes(_plan(precision="bf16")), "FSDP2 reduce-scatter") == 2 * TOP + 2 * TOP // n
     fp32_2 = _plan(precision="bf16", fsdp_reduce_fp32=True)

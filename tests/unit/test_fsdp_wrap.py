@@ -39,10 +39,11 @@ def test_the_whole_model_stays_gathered_with_its_whole_gradient() -> None:
     assert notes[WHOLE_GRADIENT] == 2 * P
     blocks = _notes(_plan(precision="bf16", fsdp_version=1))
     assert blocks["model gathered units (running + prefetched, 2-byte)"] == 2 * GATHERED
-    # FSDP1: the root unit adds nothing beyond the whole model; the reduce-scatter's new shard is
-    # the whole model's 1/N (bf16 reduce: no cast copy)
+    # FSDP1: the root unit adds nothing beyond the whole model; the flat gradient concatenated
+    # from its views' gradients is a second copy of it, more than the reduce-scatter's new 1/N
+    # shard (bf16 reduce: no cast copy)
     assert not any("root unit" in label for label in notes)
-    assert _line(notes, "FSDP1 reduce-scatter staging (2-byte)") == 2 * P // N
+    assert _line(notes, "FSDP1 flat gradient's assembly or reduce-scatter staging") == 2 * P
 
 
 def test_fsdp1_pads_the_one_flat_parameter_and_pools_it_on_the_all_gather_stream() -> None:

@@ -13,7 +13,9 @@ Sources (PyTorch 2.13, ``torch/distributed/fsdp``):
   all-gathers ahead of the GPU. ``_post_backward_hook`` casts the unsharded gradient to
   ``reduce_dtype`` when it differs (``flat_param.grad.to(handle._reduce_dtype)``, the original
   kept until the hook returns) and ``_get_reduce_scatter_tensors`` allocates the new sharded
-  gradient (``torch.empty_like(chunks[0])``). With ``CPUOffload(offload_params=True)`` the shard
+  gradient (``torch.empty_like(chunks[0])``). Before the hook, the unit's flat gradient is
+  assembled from its views' gradients: ``_get_unflat_views_unaligned`` makes the views with
+  ``torch.split``, whose backward concatenates them into a new flat tensor while they are held. With ``CPUOffload(offload_params=True)`` the shard
   is copied to the GPU before the all-gather and the gradient shard back to pinned host memory.
 * FSDP2 (``fully_shard``), ``_fully_shard/_fsdp_collectives.py``: ``foreach_all_gather``
   allocates the all-gather output (the whole unit, ``world_size`` x the padded shard) and
@@ -145,8 +147,11 @@ def add_version_terms(
     else:
         staging = _fsdp2_terms(plan, arch, units, acc, label, reduce)
     acc.last_layer_activations += staging
+    what = (
+        "flat gradient's assembly or reduce-scatter" if plan.fsdp_version == 1 else "reduce-scatter"
+    )
     acc.note(
-        f"{label} {version} reduce-scatter staging ({int(reduce)}-byte)",
+        f"{label} {version} {what} staging ({int(reduce)}-byte)",
         staging,
         est_phases._BACKWARD_END_ONLY,
     )
@@ -182,7 +187,8 @@ def _fsdp1_terms(
     label: str,
     reduce: float,
 ) -> float:
-    """FSDP1's flat-parameter padding and unlimited all-gathers; returns its reduce-scatter
+    """FSDP1's flat-parameter padding and unlimited all-gathers; returns the larger of its flat
+    gradient's assembly (a second copy of the unit's unsharded gradient) and its reduce-scatter
     staging bytes (the unsharded gradient cast to ``reduce_dtype`` where it differs, and the new
     shard)."""
     both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
@@ -214,7 +220,13 @@ def _fsdp1_terms(
             f"gathered ({extra / GIB:.1f} GiB), it can be more"
         )
     staging = unit * (reduce if reduce != units.gathered_bytes else 0.0)
-    return staging + unit * reduce / units.shard
+    # the flat gradient is assembled from its views' gradients: _flat_param.py
+    # _get_unflat_views_unaligned makes the views with torch.split, whose backward
+    # (split_with_sizes_backward) concatenates every view's gradient into a new flat tensor while
+    # they are still held, a second copy of the unit's gradient until the views' are freed; the
+    # reduce-scatter's buffers come after, so the end of backward holds the larger of the two
+    cat = unit * units.gathered_bytes
+    return max(cat, staging + unit * reduce / units.shard)
 
 
 def fsdp1_root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
