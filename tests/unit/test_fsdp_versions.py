@@ -255,16 +255,21 @@ def test_the_trainer_snippet_says_fsdp1_and_reads_back(tmp_path: Path) -> None:
     assert read_plan_file(path).updates["fsdp_version"] == 1
 
 
-def test_make_it_fit_offers_a_sharded_state_dict_where_the_save_gathers() -> None:
+def offered_by_fit(plan: Plan, knob_name: str) -> list[dict[str, object]]:
+    """The settings make-it-fit's FSDP knob ``knob_name`` offers for ``plan``."""
     from hwdash.core.planning.fit_knobs import _fsdp_buffer_knobs
 
+    return [
+        dict(setting.updates)
+        for knob in _fsdp_buffer_knobs(plan)
+        if knob.name == knob_name
+        for setting in knob.settings
+    ]
+
+
+def test_make_it_fit_offers_a_sharded_state_dict_where_the_save_gathers() -> None:
     def offered(plan: Plan) -> list[dict[str, object]]:
-        return [
-            dict(setting.updates)
-            for knob in _fsdp_buffer_knobs(plan)
-            if knob.name == "fsdp_state_dict"
-            for setting in knob.settings
-        ]
+        return offered_by_fit(plan, "fsdp_state_dict")
 
     # FSDP1's default is FULL_STATE_DICT (accelerate's): the knob turns it sharded
     assert offered(_plan(precision="mixed", fsdp_version=1)) == [

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 from test_fsdp import GATHERED, SMALL, P, _plan
-from test_fsdp_versions import ARCH, _accumulated, _line, _notes
+from test_fsdp_versions import (
+    ARCH,
+    _accelerate_file,
+    _accumulated,
+    _line,
+    _notes,
+    offered_by_fit,
+)
 
 from hwdash.core.estimator import estimate_memory
 from hwdash.core.estimator.fsdp_versions import flat_padding_elements
@@ -100,17 +107,6 @@ def test_the_wrap_means_nothing_without_fsdp() -> None:
     assert [name for name, _ in unused_settings(plan, ["fsdp_wrap"])] == ["fsdp_wrap"]
 
 
-def _accelerate_file(path: Path, **fsdp: object) -> Path:
-    config = {
-        "distributed_type": "FSDP",
-        "num_processes": 4,
-        "mixed_precision": "bf16",
-        "fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD", **fsdp},
-    }
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
-
-
 def test_accelerate_configs_carry_the_policy(tmp_path: Path) -> None:
     # no policy in the config: accelerate's NO_WRAP (FullyShardedDataParallelPlugin), said in a note
     imported = read_plan_file(_accelerate_file(tmp_path / "a.yaml"))
@@ -153,15 +149,5 @@ def test_the_trainer_snippet_says_no_wrap_and_reads_back(tmp_path: Path) -> None
 
 
 def test_make_it_fit_offers_wrapping_the_blocks() -> None:
-    from hwdash.core.planning.fit_knobs import _fsdp_buffer_knobs
-
-    def offered(plan: Plan) -> list[dict[str, object]]:
-        return [
-            dict(setting.updates)
-            for knob in _fsdp_buffer_knobs(plan)
-            if knob.name == "fsdp_wrap"
-            for setting in knob.settings
-        ]
-
-    assert offered(_whole()) == [{"fsdp_wrap": FsdpWrap.TRANSFORMER}]
-    assert offered(_plan()) == []
+    assert offered_by_fit(_whole(), "fsdp_wrap") == [{"fsdp_wrap": FsdpWrap.TRANSFORMER}]
+    assert offered_by_fit(_plan(), "fsdp_wrap") == []
