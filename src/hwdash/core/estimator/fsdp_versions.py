@@ -13,10 +13,11 @@ Sources (PyTorch 2.13, ``torch/distributed/fsdp``):
   all-gathers ahead of the GPU. ``_post_backward_hook`` casts the unsharded gradient to
   ``reduce_dtype`` when it differs (``flat_param.grad.to(handle._reduce_dtype)``, the original
   kept until the hook returns) and ``_get_reduce_scatter_tensors`` allocates the new sharded
-  gradient (``torch.empty_like(chunks[0])``). Before the hook, the unit's flat gradient is
-  assembled from its views' gradients: ``_get_unflat_views_unaligned`` makes the views with
-  ``torch.split``, whose backward concatenates them into a new flat tensor while they are held. With ``CPUOffload(offload_params=True)`` the shard
-  is copied to the GPU before the all-gather and the gradient shard back to pinned host memory.
+  gradient (``torch.empty_like(chunks[0])``). Before the hook, the unit's flat gradient is assembled
+  from its views' gradients: ``_get_unflat_views_unaligned`` makes the views with ``torch.split``,
+  whose backward concatenates them into a new flat tensor while they are held. With
+  ``CPUOffload(offload_params=True)`` the shard is copied to the GPU before the all-gather and the
+  gradient shard back to pinned host memory.
 * FSDP2 (``fully_shard``), ``_fully_shard/_fsdp_collectives.py``: ``foreach_all_gather``
   allocates the all-gather output (the whole unit, ``world_size`` x the padded shard) and
   ``foreach_all_gather_copy_out`` copies it into each parameter's own unsharded tensor, so a

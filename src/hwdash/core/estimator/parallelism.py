@@ -22,10 +22,11 @@
   accelerate's ``NO_WRAP``, its default when the config names none, accelerate/utils/
   dataclasses.py ``FullyShardedDataParallelPlugin``; Lightning's ``FSDPStrategy(auto_wrap_policy=
   None)``) the root is the only unit: the whole model is gathered from the first forward to the
-  end of backward, and its whole unsharded gradient waits for one reduce-scatter. torchtune ``torchtune/training/_distributed.py`` (``shard_model``): every
-  ``TransformerSelfAttentionLayer``, plus ``tok_embeddings`` and ``output`` when the config lists
-  them in ``custom_sharded_layers`` (its Llama 3 full fine-tuning configs do), becomes its own
-  unit; the root keeps the rest (the final norm) and is not resharded after forward. The model is
+  end of backward, and its whole unsharded gradient waits for one reduce-scatter. torchtune
+  ``torchtune/training/_distributed.py`` (``shard_model``): every ``TransformerSelfAttentionLayer``,
+  plus ``tok_embeddings`` and ``output`` when the config lists them in ``custom_sharded_layers``
+  (its Llama 3 full fine-tuning configs do), becomes its own unit; the root keeps the rest (the
+  final norm) and is not resharded after forward. The model is
   loaded in the config's ``dtype`` (bf16), so parameters, gradients and AdamW states are all bf16:
   no fp32 master copy (unlike DeepSpeed's bf16 + ZeRO, which
   :func:`~hwdash.core.estimator.training._effective_layout` turns into ``mixed``).
