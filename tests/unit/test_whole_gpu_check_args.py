@@ -141,6 +141,8 @@ SET_G = sorted(DATA.glob("whole_gpu_readings_g*.toml"))
 SET_H = sorted(DATA.glob("whole_gpu_readings_h*.toml"))
 SET_I = sorted(DATA.glob("whole_gpu_readings_i*.toml"))
 SET_J = sorted(DATA.glob("whole_gpu_readings_j*.toml"))
+SET_K = sorted(DATA.glob("whole_gpu_readings_k*.toml"))
+SET_L = sorted(DATA.glob("whole_gpu_readings_l*.toml"))
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -210,6 +212,18 @@ def test_sets_h_i_and_j_are_held_out_new_and_every_row_plans(capsys) -> None:
     assert not own & {
         row["hwdash_args"] for path in (*SET_E, *SET_F) for row in accuracy.load_rows(path)
     }
+
+
+def test_sets_k_and_l_are_held_out_new_and_every_row_plans(capsys) -> None:
+    # set K after set J was scored (three helpers), set L after set K was collected (three more):
+    # each new against every set before it
+    earlier = [*SETS_A_B, *SET_C, *SET_D, *SET_E, *SET_F, *SET_G, *SET_H, *SET_I, *SET_J]
+    assert [path.name[-7:] for path in SET_K] == ["k1.toml", "k2.toml", "k3.toml"]
+    assert [path.name[-7:] for path in SET_L] == ["l1.toml", "l2.toml", "l3.toml"]
+    _check_new_held_out_set(SET_K, earlier, 16, capsys)
+    _check_new_held_out_set(SET_L, [*earlier, *SET_K], 53, capsys)
+    measures = [row["measure"] for path in (*SET_K, *SET_L) for row in accuracy.load_rows(path)]
+    assert measures.count("nvml") == 44
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
