@@ -356,6 +356,8 @@ class Plan(BaseModel):
     """torch.compile: fused norms and loss keep fewer activations (None: the framework's)."""
     activation_offload: bool | None = None
     """Saved activations go to host RAM (torchtune, Unsloth's offloaded checkpointing)."""
+    tiled_mlp: bool | None = None
+    """DeepSpeed's TiledMLP (ALST): each MLP runs in sequence tiles, recomputed in backward."""
     optimizer_in_backward: bool | None = None
     """Each gradient is stepped and freed as backward produces it (torchtune's
     ``optimizer_in_bwd``): no full gradient set. Needs ``grad_accum`` 1."""

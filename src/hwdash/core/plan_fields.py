@@ -54,7 +54,7 @@ from hwdash.core.plan_field_types import (
 from hwdash.core.plan_field_types import (
     member_docs as member_docs,
 )
-from hwdash.core.plan_fields_checkpointing import SELECTIVE_AC_FIELD
+from hwdash.core.plan_fields_checkpointing import SELECTIVE_AC_FIELD, TILED_MLP_FIELD
 from hwdash.core.plan_fields_checkpointing import SHAPE as SHAPE
 from hwdash.core.plan_fields_fsdp import FSDP_VERSION_FIELDS
 from hwdash.core.plan_fields_fsdp import SHARDING as SHARDING
@@ -184,6 +184,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         keys=FileKeys(trainer=("gradient_checkpointing",)),
     ),
     SELECTIVE_AC_FIELD,
+    TILED_MLP_FIELD,
     PlanField(
         "grad_accum", "--grad-accum", SHAPE,
         "gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
@@ -514,6 +515,7 @@ ARGV_ORDER = (
     "lora_dropout",
     "grad_ckpt",
     "selective_ac",
+    "tiled_mlp",
     "fsdp_offload",
     "sequence_parallel",
     "selective_recompute",

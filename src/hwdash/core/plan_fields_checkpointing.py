@@ -1,16 +1,25 @@
-"""The ``--selective-ac`` entry of the plan field registry (:mod:`hwdash.core.plan_fields`), in
-the ``--help`` section on batch and checkpointing, right after ``--grad-ckpt``: torchtitan's
-selective activation checkpointing outside Megatron
-(:mod:`hwdash.core.estimator.selective_ac`). Kept here so that the registry module stays under
-the size limit, as :mod:`hwdash.core.plan_fields_serving` does for the serving fields.
+"""The ``--selective-ac`` and ``--tiled-mlp`` entries of the plan field registry
+(:mod:`hwdash.core.plan_fields`), in the ``--help`` section on batch and checkpointing, right after
+``--grad-ckpt``: torchtitan's selective activation checkpointing outside Megatron
+(:mod:`hwdash.core.estimator.selective_ac`) and DeepSpeed's TiledMLP
+(:func:`hwdash.core.estimator.activations.tiled_mlp_bytes`). Kept here so that the registry module
+stays under the size limit, as :mod:`hwdash.core.plan_fields_serving` does for the serving fields.
 """
 
 from __future__ import annotations
 
-from hwdash.core.plan_field_types import PlanField
+from hwdash.core.plan_field_types import FileKeys, PlanField
 
 #: The ``--help`` section of the batch, checkpointing and ZeRO fields.
 SHAPE = "batch, checkpointing and DeepSpeed ZeRO"
+
+TILED_MLP_FIELD = PlanField(
+    "tiled_mlp", "--tiled-mlp", SHAPE,
+    "DeepSpeed's TiledMLP (Arctic Long Sequence Training; axolotl's tiled_mlp): each MLP runs "
+    "in tiles of the sequence, ceil(tokens per GPU / hidden) of them, keeps only its input and "
+    "recomputes one tile at a time in backward (default off)",
+    kind="toggle", unset_unless_given=True, keys=FileKeys(axolotl=("tiled_mlp",)),
+)  # fmt: skip
 
 SELECTIVE_AC_FIELD = PlanField(
     "selective_ac", "--selective-ac", SHAPE,

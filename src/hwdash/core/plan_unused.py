@@ -35,6 +35,7 @@ TRAINING_ONLY_FIELDS = (
     "loss",
     "compile",
     "activation_offload",
+    "tiled_mlp",
     "optimizer_in_backward",
     "sync_each_batch",
 )

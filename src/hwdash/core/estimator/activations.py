@@ -28,6 +28,8 @@ Sources:
 from __future__ import annotations
 
 import functools
+import math
+from typing import Any
 
 from hwdash.core.estimator import block_activations
 from hwdash.core.estimator import selective_ac as selective
@@ -438,6 +440,7 @@ def layer_activation_bytes(
     lora_dropout: bool = False,
     compiled: bool = False,
     adapter_casts: bool | None = None,
+    tiled_mlp: bool = False,
 ) -> int:
     """Bytes one decoder layer keeps for backward, without recomputation.
 
@@ -452,7 +455,9 @@ def layer_activation_bytes(
 
     * ``amp`` (fp32 weights under autocast): autocast's 16-bit copy of every weight matrix, kept for
       the input gradient (2 bytes per linear parameter, frozen or not);
-    * LoRA-style methods: the adapters' own tensors (:func:`_adapter_extras`).
+    * LoRA-style methods: the adapters' own tensors (:func:`_adapter_extras`);
+    * ``tiled_mlp`` (DeepSpeed's TiledMLP): the MLP's intermediates of one tile instead of the
+      whole sequence's (:func:`tiled_mlp_bytes`).
     """
     tokens = batch * seq
     e = element_bytes
@@ -465,6 +470,9 @@ def layer_activation_bytes(
     inputs = _input_copies_kept(
         arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts, lora_dropout
     )
+    if tiled_mlp and arch.experts <= 1:
+        kept, one_tile = tiled_mlp_bytes(arch, batch, seq, e, frozen, lora_targets)
+        mlp, inputs = one_tile, inputs - kept
     weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
     adapters = _adapter_extras(
         arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout, adapter_casts
@@ -665,6 +673,7 @@ def training_activation_bytes(
     lora_dropout: bool = False,
     compiled: bool = False,
     adapter_casts: bool | None = None,
+    tiled_mlp: bool = False,
 ) -> int:
     """Activations of all layers at the start of backward (logits excluded).
 
@@ -675,26 +684,19 @@ def training_activation_bytes(
     With ``selective_ac`` (torchtitan's op or layer policy) the kept blocks of
     :func:`~hwdash.core.estimator.selective_ac.kept_bytes`, plus one recomputed layer where
     backward recomputes one on top (:func:`~hwdash.core.estimator.selective_ac.recomputes_last_block`).
+    ``tiled_mlp``: one MLP tile at a time (:func:`tiled_mlp_bytes`), counted once.
     """
     w = element_bytes if weight_bytes is None else weight_bytes
     names = {linear.name for linear in lora_targets}
+    settings: dict[str, Any] = {"weight_bytes": w, "lora_rank": lora_rank, "dora": dora}
+    settings.update(lora_dropout=lora_dropout, compiled=compiled, adapter_casts=adapter_casts)
+    settings["tiled_mlp"] = tiled_mlp
     kinds = []
     for count, kind in arch.block_kinds:
+        dense = kind.experts != arch.experts
+        targets = _dense_block_targets(arch, kind, names) if dense else lora_targets
         one = layer_activation_bytes(
-            kind,
-            batch,
-            seq,
-            element_bytes,
-            attention,
-            weight_bytes=w,
-            lora_targets=lora_targets
-            if kind.experts == arch.experts
-            else _dense_block_targets(arch, kind, names),
-            lora_rank=lora_rank,
-            dora=dora,
-            lora_dropout=lora_dropout,
-            compiled=compiled,
-            adapter_casts=adapter_casts,
+            kind, batch, seq, element_bytes, attention, lora_targets=targets, **settings
         )
         kinds.append((count, one))
     one_layer = max(one for _, one in kinds)
@@ -707,8 +709,60 @@ def training_activation_bytes(
         blocks = selective.activation_bytes(selective_ac, arch, kinds, shape, attention)
         return blocks + lm_head_copy + cross
     if not grad_ckpt:
-        return sum(count * one for count, one in kinds) + lm_head_copy + cross
+        tiles = _tiles_counted_twice(arch, batch, seq, element_bytes, lora_targets, tiled_mlp)
+        return sum(count * one for count, one in kinds) + lm_head_copy + cross - tiles
     return arch.layers * w * batch * seq * arch.hidden + one_layer + lm_head_copy + cross
+
+
+def _tiles_counted_twice(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    element_bytes: int,
+    lora_targets: tuple[LinearShape, ...],
+    tiled_mlp: bool,
+) -> int:
+    """Every layer's count holds the running MLP tile (:func:`tiled_mlp_bytes`), which exists once:
+    the bytes of the other layers' copies."""
+    if not tiled_mlp or arch.experts > 1:
+        return 0
+    one_tile = tiled_mlp_bytes(arch, batch, seq, element_bytes, bool(lora_targets), lora_targets)[1]
+    return (arch.layers - 1) * one_tile
+
+
+def mlp_tiles(arch: Architecture, seq: int) -> int:
+    """DeepSpeed TiledMLP's tile count for a sequence of ``seq`` tokens on one GPU:
+    ``ceil(seqlen / hidden)`` (deepspeed/runtime/sequence_parallel/ulysses_sp.py, the
+    ``tiled_mlp_forward`` example of ``TiledMLP``'s docstring, which ArcticTraining and axolotl
+    apply), at least one."""
+    return max(1, math.ceil(seq / max(1, arch.hidden)))
+
+
+def tiled_mlp_bytes(
+    arch: Architecture,
+    batch: int,
+    seq: int,
+    e: int,
+    frozen: bool,
+    lora_targets: tuple[LinearShape, ...],
+) -> tuple[int, int]:
+    """DeepSpeed's TiledMLP (ALST, Bekman et al. 2025, arXiv:2506.13996; ``TiledMLP`` in
+    deepspeed/runtime/sequence_parallel/ulysses_sp.py): ``forward`` runs the MLP tile by tile under
+    ``no_grad`` and saves only its input (the norm output the gate/up group keeps anyway);
+    ``backward`` recomputes one tile at a time with grad and backpropagates it. So a layer keeps
+    none of the MLP's intermediates nor down_proj's input, and the layer being computed holds one
+    tile's: gate, up, the activation and their product, ``4 e t_tile i`` (:func:`_mlp_kept_bytes`
+    plus the product down_proj keeps), with ``t_tile = batch x ceil(seq / tiles)``.
+    Returns (the down_proj input no longer kept, one tile's intermediates)."""
+    tiles = mlp_tiles(arch, seq)
+    tile_tokens = batch * math.ceil(seq / tiles)
+    names = {linear.name for linear in lora_targets} or {lin.name for lin in arch.linears}
+    by_name = {linear.name: linear for linear in arch.linears}
+    down_input = _weight_grad_input_bytes(
+        arch, by_name, batch * seq, e, names & {"down_proj", "fc2"}
+    )
+    one_tile = _mlp_kept_bytes(arch, tile_tokens, e, frozen) + e * tile_tokens * arch.intermediate
+    return down_input, one_tile
 
 
 def _dense_block_targets(

@@ -604,6 +604,7 @@ def _layer_settings(
         "dora": method is Method.DORA,
         "lora_dropout": bool(targets) and plan.lora_dropout > 0,
         "compiled": savers.compile,
+        "tiled_mlp": bool(plan.tiled_mlp),
         "adapter_casts": (
             False
             if targets and trained.state_layout.weight_bytes == layout.activation_bytes == 2
@@ -638,6 +639,13 @@ def _logits_and_loss(
     )
 
 
+#: ``--tiled-mlp`` on a mixture of experts (activations.tiled_mlp_bytes counts dense MLPs).
+_TILED_EXPERTS = (
+    "--tiled-mlp is counted for dense MLPs (DeepSpeed's TiledMLP wraps a model's MLP module): this "
+    "model's expert layers are planned untiled"
+)
+
+
 def _add_activations(
     plan: Plan,
     arch: Architecture,
@@ -653,6 +661,8 @@ def _add_activations(
     recomputed), the logits and loss, and the first layer's backward at the end of backward."""
     element_bytes = layout.activation_bytes
     settings = _layer_settings(plan, method, layout, trained, savers)
+    if plan.tiled_mlp and arch.experts > 1 and label == "model":
+        acc.warnings.append(_TILED_EXPERTS)
     activations = training_activation_bytes(
         arch,
         plan.batch,

@@ -257,8 +257,7 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             missing.append("--activation-offload")
         if savers.optimizer_in_backward:
             missing.append("--optimizer-in-backward")
-        if plan.selective_ac is not None:  # torchtitan's; no export writes a torchtitan config
-            missing.append(f"--selective-ac {plan.selective_ac}")
+        missing.extend(_uncarried_code_savers(plan))
         if trained in (Method.QLORA, Method.LORA_8BIT) and savers.qlora_frozen_bytes == 2:
             missing.append("--qlora-frozen-dtype bf16")
         if trained in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT) and (
@@ -298,6 +297,18 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
         if plan.is_rl:
             method += f" --rl-method {plan.rl_method.value}"
         missing.insert(0, method)
+    return missing
+
+
+def _uncarried_code_savers(plan: Plan) -> list[str]:
+    """Savers applied in the training code that no export writes: torchtitan's selective
+    checkpointing (no export writes a torchtitan config) and DeepSpeed's TiledMLP (ArcticTraining
+    and axolotl patch the model's MLP)."""
+    missing = []
+    if plan.selective_ac is not None:
+        missing.append(f"--selective-ac {plan.selective_ac}")
+    if plan.tiled_mlp:
+        missing.append("--tiled-mlp")
     return missing
 
 
