@@ -100,3 +100,15 @@ def test_axolotl_configs_carry_it_and_no_export_writes_it(tmp_path: Path) -> Non
     for kind in ("trainer", "deepspeed", "accelerate"):
         assert "--tiled-mlp" in uncarried_settings(_plan(tiled_mlp=True), kind)
     assert "--tiled-mlp" not in uncarried_settings(_plan(), "trainer")
+
+
+def test_megatron_and_inference_plans_say_the_flag_does_nothing() -> None:
+    from hwdash.core.plan_unused import unused_settings
+
+    megatron = Plan(
+        model="small-llama", method="full", framework="megatron", tp=2, gpus=2, tiled_mlp=True
+    )  # type: ignore[arg-type]
+    assert [name for name, _ in unused_settings(megatron, ["tiled_mlp"])] == ["tiled_mlp"]
+    served = Plan(model="small-llama", method="inference", tiled_mlp=True)  # type: ignore[arg-type]
+    assert [name for name, _ in unused_settings(served, ["tiled_mlp"])] == ["tiled_mlp"]
+    assert unused_settings(_plan(tiled_mlp=True), ["tiled_mlp"]) == []

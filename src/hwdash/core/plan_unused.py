@@ -52,6 +52,12 @@ def _generates_with_transformers(plan: Plan) -> bool:
     return plan.is_rl and plan.vllm_memory_utilization == 0
 
 
+#: Why ``--optimizer-offload-fraction`` does nothing outside Megatron's optimizer offload.
+_MEGATRON_OFFLOAD_ONLY = (
+    "only Megatron's optimizer CPU offload reads it (--tp/--pp with --zero 1 --offload optimizer)"
+)
+
+
 def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
     """The settings in ``given`` (Plan field names the user set) that ``plan``'s method ignores,
     each with the reason in words; the command line warns about them, as it does for ZeRO on
@@ -86,15 +92,11 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
         elif name in _MEGATRON_FIELDS and not plan.megatron:
             unused.append((name, _MEGATRON_ONLY))
         elif name == "optimizer_offload_fraction" and not plan.megatron_offload:
-            unused.append(
-                (
-                    name,
-                    "only Megatron's optimizer CPU offload reads it (--tp/--pp with --zero 1 "
-                    "--offload optimizer)",
-                )
-            )
+            unused.append((name, _MEGATRON_OFFLOAD_ONLY))
         elif name == "sequence_parallel" and plan.tp == 1 and plan.pp > 1:
             unused.append((name, "sequence parallelism splits over the TP group: --tp is 1"))
+        elif name == "tiled_mlp" and plan.megatron:
+            unused.append((name, "Megatron-LM runs its own MLP, not DeepSpeed's TiledMLP"))
         elif name == "sync_each_batch" and plan.fsdp is FsdpMode.NONE:
             unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:

@@ -722,12 +722,14 @@ def _tiles_counted_twice(
     lora_targets: tuple[LinearShape, ...],
     tiled_mlp: bool,
 ) -> int:
-    """Every layer's count holds the running MLP tile (:func:`tiled_mlp_bytes`), which exists once:
-    the bytes of the other layers' copies."""
-    if not tiled_mlp or arch.experts > 1:
+    """Every dense layer's count holds the running MLP tile (:func:`tiled_mlp_bytes`), which exists
+    once: the bytes of the other layers' copies (a mixture of experts' expert layers are untiled)."""
+    dense = [(count, kind) for count, kind in arch.block_kinds if kind.experts <= 1]
+    if not tiled_mlp or not dense:
         return 0
-    one_tile = tiled_mlp_bytes(arch, batch, seq, element_bytes, bool(lora_targets), lora_targets)[1]
-    return (arch.layers - 1) * one_tile
+    kind = dense[0][1]
+    one_tile = tiled_mlp_bytes(kind, batch, seq, element_bytes, bool(lora_targets), lora_targets)[1]
+    return (sum(count for count, _ in dense) - 1) * one_tile
 
 
 def mlp_tiles(arch: Architecture, seq: int) -> int:
