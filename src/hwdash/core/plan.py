@@ -233,7 +233,7 @@ class Plan(BaseModel):
     """Storage layout (see :class:`Precision`)."""
     batch: int = Field(default=1, ge=1, le=65536)
     """Micro-batch per GPU (sequences per forward pass)."""
-    seq: int = Field(default=2048, ge=1, le=10_000_000)
+    seq: int = Field(default=2048, ge=1, le=100_000_000)
     """Sequence length in tokens (for inference: prompt plus generated tokens)."""
     grad_ckpt: bool = False
     """Gradient (activation) checkpointing: keep only each layer's input, recompute the rest."""
