@@ -55,6 +55,7 @@ KEYS_BEFORE: dict[str, dict[str, str]] = {
         "gradient_accumulation_steps": "grad_accum",
         "lora_dropout": "lora_dropout",
         "num_epochs": "epochs",
+        "tiled_mlp": "tiled_mlp",  # added with --tiled-mlp (issue 29), declared from the start
     },
     "llama-factory": {
         "lora_rank": "lora_r",
