@@ -23,6 +23,10 @@ _MEGATRON_ONLY = (
     "only Megatron plans (--tp, --pp, --cp or --ep above 1, or --framework megatron full training) "
     "use it"
 )
+#: Why ``--optimizer-offload-fraction`` does nothing outside Megatron's optimizer offload.
+_MEGATRON_OFFLOAD_ONLY = (
+    "only Megatron's optimizer CPU offload reads it (--tp/--pp with --zero 1 --offload optimizer)"
+)
 #: Settings that only training reads.
 #: Plan fields only training reads (an inference plan ignores them; the planner hides their rows).
 TRAINING_ONLY_FIELDS = (
@@ -50,12 +54,6 @@ def _generates_with_transformers(plan: Plan) -> bool:
     if plan.method is Method.INFERENCE:
         return True
     return plan.is_rl and plan.vllm_memory_utilization == 0
-
-
-#: Why ``--optimizer-offload-fraction`` does nothing outside Megatron's optimizer offload.
-_MEGATRON_OFFLOAD_ONLY = (
-    "only Megatron's optimizer CPU offload reads it (--tp/--pp with --zero 1 --offload optimizer)"
-)
 
 
 def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:

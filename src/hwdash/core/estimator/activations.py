@@ -471,8 +471,8 @@ def layer_activation_bytes(
         arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts, lora_dropout
     )
     if tiled_mlp and arch.experts <= 1:
-        kept, one_tile = tiled_mlp_bytes(arch, batch, seq, e, frozen, lora_targets)
-        mlp, inputs = one_tile, inputs - kept
+        mlp = tiled_mlp_bytes(arch, batch, seq, e, frozen)
+        inputs -= _down_proj_input_bytes(arch, tokens, e, lora_targets)
     weight_copies = 2 * arch.linear_params_per_layer if autocast_from_fp32 else 0
     adapters = _adapter_extras(
         arch, tokens, e, lora_targets, lora_rank, dora, lora_dropout, adapter_casts
@@ -728,7 +728,7 @@ def _tiles_counted_twice(
     if not tiled_mlp or not dense:
         return 0
     kind = dense[0][1]
-    one_tile = tiled_mlp_bytes(kind, batch, seq, element_bytes, bool(lora_targets), lora_targets)[1]
+    one_tile = tiled_mlp_bytes(kind, batch, seq, element_bytes, bool(lora_targets))
     return (sum(count for count, _ in dense) - 1) * one_tile
 
 
@@ -740,31 +740,27 @@ def mlp_tiles(arch: Architecture, seq: int) -> int:
     return max(1, math.ceil(seq / max(1, arch.hidden)))
 
 
-def tiled_mlp_bytes(
-    arch: Architecture,
-    batch: int,
-    seq: int,
-    e: int,
-    frozen: bool,
-    lora_targets: tuple[LinearShape, ...],
-) -> tuple[int, int]:
+def tiled_mlp_bytes(arch: Architecture, batch: int, seq: int, e: int, frozen: bool) -> int:
     """DeepSpeed's TiledMLP (ALST, Bekman et al. 2025, arXiv:2506.13996; ``TiledMLP`` in
     deepspeed/runtime/sequence_parallel/ulysses_sp.py): ``forward`` runs the MLP tile by tile under
     ``no_grad`` and saves only its input (the norm output the gate/up group keeps anyway);
     ``backward`` recomputes one tile at a time with grad and backpropagates it. So a layer keeps
     none of the MLP's intermediates nor down_proj's input, and the layer being computed holds one
     tile's: gate, up, the activation and their product, ``4 e t_tile i`` (:func:`_mlp_kept_bytes`
-    plus the product down_proj keeps), with ``t_tile = batch x ceil(seq / tiles)``.
-    Returns (the down_proj input no longer kept, one tile's intermediates)."""
-    tiles = mlp_tiles(arch, seq)
-    tile_tokens = batch * math.ceil(seq / tiles)
+    plus the product down_proj keeps), with ``t_tile = batch x ceil(seq / tiles)``: returned here;
+    the down_proj input no longer kept is :func:`_down_proj_input_bytes`."""
+    tile_tokens = batch * math.ceil(seq / mlp_tiles(arch, seq))
+    return _mlp_kept_bytes(arch, tile_tokens, e, frozen) + e * tile_tokens * arch.intermediate
+
+
+def _down_proj_input_bytes(
+    arch: Architecture, tokens: int, e: int, lora_targets: tuple[LinearShape, ...]
+) -> int:
+    """The MLP product down_proj (fc2) keeps for its weight's gradient when it is trained
+    (:func:`_weight_grad_input_bytes`), which a tiled MLP does not keep."""
     names = {linear.name for linear in lora_targets} or {lin.name for lin in arch.linears}
     by_name = {linear.name: linear for linear in arch.linears}
-    down_input = _weight_grad_input_bytes(
-        arch, by_name, batch * seq, e, names & {"down_proj", "fc2"}
-    )
-    one_tile = _mlp_kept_bytes(arch, tile_tokens, e, frozen) + e * tile_tokens * arch.intermediate
-    return down_input, one_tile
+    return _weight_grad_input_bytes(arch, by_name, tokens, e, names & {"down_proj", "fc2"})
 
 
 def _dense_block_targets(
