@@ -87,6 +87,16 @@ def test_fsdp1_lora_without_wrapping_takes_the_whole_flat_gradient() -> None:
     assert any("one flat parameter" in warning for warning in estimate.warnings)
 
 
+def test_fsdp1_lora_without_wrapping_stages_its_reduce_scatter_under_no_sync() -> None:
+    # no_sync keeps the one flat parameter's gradient unsharded between micro-batches; the last
+    # micro-batch still reduce-scatters it, through the same staging as without accumulation
+    staging = "FSDP1 flat gradient's assembly or reduce-scatter staging"
+    synced = _whole(method="lora", precision="bf16", fsdp_version=1, lora_r=8)
+    unsynced = synced.model_copy(update={"sync_each_batch": False, "grad_accum": 4})
+    assert _line(_notes(synced), staging) > 0
+    assert _line(_notes(unsynced), staging) == _line(_notes(synced), staging)
+
+
 def test_no_wrap_costs_more_than_wrapping_the_blocks() -> None:
     for version in (1, 2):
         plan = _plan(precision="bf16", fsdp_version=version, grad_accum=1)

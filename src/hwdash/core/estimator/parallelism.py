@@ -234,7 +234,7 @@ def add_fsdp_training(
     if plan.fsdp_version != 1 and not one_unit(plan):
         # FSDP1 counts the root unit it keeps gathered (fsdp_versions.fsdp1_root_unit_bytes)
         acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
-    units = _units(plan, arch, method, states, shard, savers)
+    units = _units(plan, arch, method, states, shard, savers, shared=shared)
     fsdp_versions.add_version_terms(plan, arch, method, units, acc, label)
     return trainable
 
@@ -246,13 +246,17 @@ def _units(
     states: _FsdpStates,
     shard: int,
     savers: Savers,
+    *,
+    shared: bool,
 ) -> fsdp_versions.FsdpUnits:
-    """What the FSDP version's own terms (:mod:`.fsdp_versions`) need of the plan's units."""
+    """What the FSDP version's own terms (:mod:`.fsdp_versions`) need of the plan's units
+    (``shared``: :func:`_adapters_share_units`)."""
     whole = one_unit(plan)
     largest_unit = _largest_unit(plan, arch)
     # the one unit's gradient is reduce-scattered whole when it has one (full training, or FSDP1's
-    # flat parameter holding trained adapters: _fsdp_states' unit_gradient)
-    reduced = method is Method.FULL or (whole and states.unit_gradient > 0)
+    # flat parameter holding trained adapters: _adapters_share_units). Not states.unit_gradient,
+    # which no_sync zeroes while the unsharded gradient waits: the last micro-batch still reduces
+    reduced = method is Method.FULL or (whole and shared)
     sharded_bytes = (
         states.layout.weight_bytes if method is Method.FULL else states.gathered_per_param
     )
