@@ -4,23 +4,32 @@
     PYTHONPATH=src .venv/bin/python bench/fit_allocator_pool.py --check    # exit 1 if the catalog differs
 
 For every reserved or whole-GPU reading of the seen sets (every ``bench/data/whole_gpu_readings*.toml``
-that has been scored: A to H, public readings and hwdash's own H100 runs; a held-out set, collected
+that has been scored: A to L, public readings and hwdash's own H100 runs; a held-out set, collected
 after the fit, is never read here), the pool the reading implies is what it holds
-beyond hwdash's allocated tensors, as a fraction of them:
+beyond hwdash's allocated tensors:
 
-* a ``reserved`` reading: ``(reading - side-stream cache - allocated) / allocated``;
+* a ``reserved`` reading: ``reading - side-stream cache - allocated``;
 * an ``nvml`` reading also less what lies outside the allocator (the CUDA context row, NCCL's
-  communicators, managed memory): ``(reading - those - side-stream cache - allocated) / allocated``.
+  communicators, managed memory).
 
 Allocated readings say nothing about the pool and are left out, and so is an nvml reading of a run
 whose reserved reading is in the same table (one run, one vote: the reserved reading is the pool's
-own). Three fractions are fitted, each the median over the rows of its kind (``estimate.pool_kind``;
-the median, so that a row whose tensors hwdash misjudges moves it little): ``megatron`` (training on
-the Megatron-LM path), ``param_offload`` (ZeRO-3 parameter offload, FSDP CPU offload) and
-``distributed`` (any other training under a parallel group, ZeRO or FSDP). ``catalog/software.toml``'s
-``[[allocator_pool]]`` holds them rounded to a hundredth. Each fit's held-out test is a set collected
-after it and never read here: C and D for the first fit (0.14), F for the second (0.19), H for the
-third (0.24 and 0.35, commit c96669e); this fit, on A to H, has none yet.
+own). Three kinds are fitted (``estimate.pool_kind``): ``megatron`` (training on the Megatron-LM
+path), ``param_offload`` (ZeRO-3 parameter offload, FSDP CPU offload) and ``distributed`` (any other
+training under a parallel group, ZeRO or FSDP). A kind's pool is ``base + fraction x allocated``,
+and three forms compete for each kind (:data:`FORMS`):
+
+* ``median``: no base, the median implied fraction (robust to a row whose tensors hwdash misjudges);
+* ``fraction``: no base, the fraction that minimises the median |error| of the rows' readings;
+* ``base+fraction``: both, minimising the same (base in quarter GiB up to 8 GiB).
+
+The form kept for a kind is the one with the smallest median |error| when each seen set in turn is
+left out of the fit and scored by the others (leave one set out: a held-out test inside the seen
+sets); its fit on every seen set goes to ``catalog/software.toml``'s ``[[allocator_pool]]``
+(fractions to a hundredth). Each fit's held-out test is a set collected after it and never read
+here: C and D for the first fit (0.14), F for the second (0.19), H for the third (0.24 and 0.35,
+commit c96669e), I to L for the fourth (A to H: 0.22, 0.38, 0.11, all medians); this fit, on A to L,
+has none yet.
 """
 
 from __future__ import annotations
@@ -41,12 +50,21 @@ SEEN = (
     DATA / "whole_gpu_readings.toml",
     *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("b", "c1", "c2", "c3", "c4")),
     *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("d1", "d2", "e", "f", "g1", "g2")),
-    *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("h1", "h2", "h3")),
+    *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("h1", "h2", "h3", "i1", "i2")),
+    *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("j1", "j2", "k1", "k2", "k3")),
+    *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("l1", "l2", "l3")),
 )
 KINDS = ("distributed", "param_offload", "megatron")
 """The fitted kinds (``single_gpu`` keeps hwdash's own H200 measurement)."""
 OUTSIDE = ("CUDA context", "runtime context", "NCCL (")
 SIDE = "FSDP1 side streams"
+FORMS = ("median", "fraction", "base+fraction")
+"""The pool's forms that compete for each kind (the module's docstring)."""
+QUARTER_GIB = GIB // 4
+BASES = tuple(step * QUARTER_GIB for step in range(33))
+"""The bases ``base+fraction`` tries: 0 to 8 GiB in quarters."""
+FRACTIONS = tuple(step / 100 for step in range(61))
+"""The fractions the error-minimising forms try: 0 to 0.60 in hundredths."""
 
 
 @dataclass(frozen=True)
@@ -57,13 +75,35 @@ class Implied:
     measure: str
     gpus: int
     allocated: int
-    fraction: float
+    pool: int
+    """Bytes the reading holds beyond hwdash's allocated tensors and what lies outside the pool."""
+    reading: int
+    """The reading itself, bytes (an error is relative to it)."""
     kind: str
     """The plan's pool kind (``estimate.pool_kind``)."""
+    table: str
+    """The readings file's name: one seen set, left out as one by :func:`leave_one_set_out`."""
+
+    @property
+    def fraction(self) -> float:
+        return self.pool / self.allocated
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One kind's fitted pool: ``base + fraction x allocated`` bytes."""
+
+    base: int
+    fraction: float
+    form: str
+
+    def error(self, row: Implied) -> float:
+        """The row's relative error with this pool: (estimate - reading) / reading."""
+        return (self.base + self.fraction * row.allocated - row.pool) / row.reading
 
 
 def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
-    """Every reserved or whole-GPU reading's implied pool fraction."""
+    """Every reserved or whole-GPU reading's implied pool."""
     catalog = load_catalog(include_user=False)
     out = []
     for path in files:
@@ -80,19 +120,59 @@ def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
             estimate = estimate_row(row, catalog, plan)
             kind = pool_kind(plan, estimate.gpus)
             side = sum(b for name, b in estimate.details if name.startswith(SIDE))
-            reading = row["per_gpu_gib"] * GIB
+            whole = round(row["per_gpu_gib"] * GIB)
+            beyond = whole
             if row["measure"] == "nvml":
                 outside = sum(b for name, b in estimate.details if name.startswith(OUTSIDE))
-                reading -= outside + estimate.managed_bytes
+                beyond -= outside + estimate.managed_bytes
             allocated = estimate.allocated_bytes
-            fraction = (reading - side - allocated) / allocated
-            out.append(Implied(row["id"], row["measure"], estimate.gpus, allocated, fraction, kind))
+            pool = beyond - side - allocated
+            out.append(
+                Implied(
+                    row["id"],
+                    row["measure"],
+                    estimate.gpus,
+                    allocated,
+                    pool,
+                    whole,
+                    kind,
+                    path.name,
+                )
+            )
     return out
 
 
-def fit(rows: list[Implied], kind: str = "distributed") -> float:
-    """The median implied fraction of the rows of ``kind``, rounded to a hundredth."""
-    return round(statistics.median(r.fraction for r in rows if r.kind == kind), 2)
+def _median_error(pool: Pool, rows: list[Implied]) -> float:
+    return statistics.median(abs(pool.error(row)) for row in rows)
+
+
+def fit_form(rows: list[Implied], form: str) -> Pool:
+    """The pool of ``form`` fitted on ``rows`` (the module's docstring)."""
+    if form == "median":
+        return Pool(0, round(statistics.median(row.fraction for row in rows), 2), form)
+    bases = BASES if form == "base+fraction" else (0,)
+    candidates = (Pool(base, fraction, form) for base in bases for fraction in FRACTIONS)
+    # the smallest error; among equals the smallest base, then the smallest fraction
+    return min(candidates, key=lambda pool: (_median_error(pool, rows), pool.base, pool.fraction))
+
+
+def leave_one_set_out(rows: list[Implied], form: str) -> float:
+    """The median |error| of every row when its set is left out of the fit of ``form``."""
+    errors = []
+    for table in sorted({row.table for row in rows}):
+        kept = [row for row in rows if row.table != table]
+        pool = fit_form(kept, form)
+        errors.extend(abs(pool.error(row)) for row in rows if row.table == table)
+    return statistics.median(errors)
+
+
+def fit(rows: list[Implied], kind: str = "distributed") -> Pool:
+    """The kind's pool: the form with the smallest leave-one-set-out error (the first of
+    :data:`FORMS` among equals), fitted on every row of the kind."""
+    own = [row for row in rows if row.kind == kind]
+    scores = {form: leave_one_set_out(own, form) for form in FORMS}
+    form = min(FORMS, key=lambda name: scores[name])
+    return fit_form(own, form)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,19 +183,34 @@ def main(argv: list[str] | None = None) -> int:
     for r in sorted(rows, key=lambda r: (r.kind, r.fraction)):
         print(
             f"{r.id:56} {r.measure:8} gpus {r.gpus:3}  allocated {r.allocated / GIB:7.2f} GiB"
-            f"  implied pool {r.fraction:+7.1%}  {r.kind}"
+            f"  implied pool {r.fraction:+7.1%} ({r.pool / GIB:+6.2f} GiB)  {r.kind}"
         )
-    fitted = {kind: fit(rows, kind) for kind in KINDS}
-    for kind in (*KINDS, "single_gpu"):
-        count = len([r for r in rows if r.kind == kind])
-        median = statistics.median(r.fraction for r in rows if r.kind == kind)
-        print(f"{kind} rows: {count}, median implied pool {median:.2f}")
+    fitted = {}
+    for kind in KINDS:
+        own = [row for row in rows if row.kind == kind]
+        print(
+            f"{kind} rows: {len(own)}, median implied pool {statistics.median(r.fraction for r in own):.2f}"
+        )
+        for form in FORMS:
+            pool = fit_form(own, form)
+            print(
+                f"    {form:14} base {pool.base / GIB:4.2f} GiB  fraction {pool.fraction:.2f}"
+                f"  seen median |err| {_median_error(pool, own):5.1%}"
+                f"  leave one set out {leave_one_set_out(own, form):5.1%}"
+            )
+        fitted[kind] = fit(rows, kind)
+        print(f"    kept: {fitted[kind]}")
+    single = [row for row in rows if row.kind == "single_gpu"]
+    print(
+        f"single_gpu rows: {len(single)}, median implied pool {statistics.median(r.fraction for r in single):.2f}"
+    )
     print("(single_gpu is not fitted: the catalog keeps hwdash's own H200 measurement)")
     catalog = load_catalog(include_user=False)
     assert catalog.software is not None
-    held = {kind: getattr(catalog.software.pool, kind) for kind in KINDS}
-    print(f"catalog/software.toml [[allocator_pool]]: {held}")
-    if args.check and held != fitted:
+    software = catalog.software
+    held = {kind: (software.pool_base(kind), software.pool_fraction(kind)) for kind in KINDS}
+    print(f"catalog/software.toml [[allocator_pool]] (base bytes, fraction): {held}")
+    if args.check and held != {kind: (p.base, p.fraction) for kind, p in fitted.items()}:
         print("the catalog differs from the fit", file=sys.stderr)
         return 1
     return 0

@@ -120,7 +120,7 @@ def test_zero_and_fsdp_on_one_gpu_hold_their_communicators(catalog: Catalog) -> 
     fsdp = _estimate(catalog, "h200", gpus=1, fsdp=FsdpMode.FULL)
     assert _nccl_line(fsdp) == _nccl(1, 0)
     # and their allocator pool is a parallel process's
-    assert _pool(zero)[0] == _pool(fsdp)[0] == "allocator pool (22% of the tensors)"
+    assert _pool(zero)[0] == _pool(fsdp)[0] == "allocator pool (21% of the tensors)"
 
 
 def test_megatron_on_one_gpu_holds_its_barriers_communicator(catalog: Catalog) -> None:
@@ -177,8 +177,8 @@ def test_three_totals_add_up(catalog: Catalog) -> None:
     estimate = _estimate(catalog, "h200", gpus=8)
     details = dict(estimate.details)
     # 8 GPUs: a parallel training group's pool fraction (catalog/software.toml [[allocator_pool]])
-    pool = details["allocator pool (22% of the tensors)"]
-    assert pool == round(0.22 * estimate.allocated_bytes)
+    pool = details["allocator pool (21% of the tensors)"]
+    assert pool == round(0.21 * estimate.allocated_bytes)
     assert estimate.reserved_bytes == estimate.allocated_bytes + pool
     context = details["CUDA context and kernels (H200, CC 9.0)"]
     assert context == H200_CONTEXT
@@ -198,8 +198,9 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
 ) -> None:
     assert catalog.software is not None
     pool = catalog.software.pool
-    assert (pool.single_gpu, pool.distributed) == (0.08, 0.22)
-    assert (pool.param_offload, pool.megatron) == (0.38, 0.11)
+    assert (pool.single_gpu, pool.distributed) == (0.08, 0.21)
+    assert (pool.param_offload, pool.megatron) == (0.06, 0.07)
+    assert pool.param_offload_base_bytes == 4.25 * 2**30
     alone = _estimate(catalog, "h200")
     assert _pool(alone) == (
         "allocator pool (8% of the tensors)",
@@ -207,8 +208,8 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
     )
     group = _estimate(catalog, "h200", gpus=2)
     assert _pool(group) == (
-        "allocator pool (22% of the tensors)",
-        round(0.22 * group.allocated_bytes),
+        "allocator pool (21% of the tensors)",
+        round(0.21 * group.allocated_bytes),
     )
     # inference on two GPUs runs no gradient collectives: the single-GPU fraction
     served = _estimate(catalog, "h200", gpus=2, method=Method.INFERENCE)
@@ -224,10 +225,26 @@ def test_a_parallel_training_group_takes_the_distributed_pool(
         round(0.5 * group.allocated_bytes),
     )
     # an entry without param_offload or megatron pools those plans as any distributed process
+    # (and without a base: the packaged param_offload base is not carried over)
     offloaded = _estimate(mine, "h200", gpus=2, method=Method.FULL, zero=3, offload=Offload.PARAMS)
-    assert _pool(offloaded)[0] == "allocator pool (50% of the tensors)"
+    assert _pool(offloaded) == (
+        "allocator pool (50% of the tensors)",
+        round(0.5 * offloaded.allocated_bytes),
+    )
     tensor_parallel = _estimate(mine, "h200", gpus=2, method=Method.FULL, tp=2)
     assert _pool(tensor_parallel)[0] == "allocator pool (50% of the tensors)"
+    # a distributed base counts once on top of the fraction, for any kind without its own
+    (tmp_path / "pool.toml").write_text(
+        '[[allocator_pool]]\nid = "caching-allocator"\nsingle_gpu = 0.02\n'
+        'single_gpu_source = "mine"\ndistributed = 0.5\ndistributed_source = "mine"\n'
+        "distributed_base_bytes = 1073741824\n"
+    )
+    based = load_catalog_from([packaged_catalog_dir(), tmp_path])
+    assert _pool(_estimate(based, "h200", gpus=2, method=Method.FULL, tp=2)) == (
+        "allocator pool (1.00 GiB + 50% of the tensors)",
+        2**30 + round(0.5 * tensor_parallel.allocated_bytes),
+    )
+    assert _pool(_estimate(based, "h200"))[0] == "allocator pool (2% of the tensors)"
 
 
 def test_megatron_takes_its_own_pool(catalog: Catalog) -> None:
@@ -241,14 +258,14 @@ def test_megatron_takes_its_own_pool(catalog: Catalog) -> None:
     ):
         plan = _estimate(catalog, "h200", method=Method.FULL, **fields)
         assert _pool(plan) == (
-            "allocator pool (11% of the tensors)",
-            round(0.11 * plan.allocated_bytes),
+            "allocator pool (7% of the tensors)",
+            round(0.07 * plan.allocated_bytes),
         ), fields
     # Megatron-LM runs neither ZeRO-2/3 nor FSDP: such a plan keeps the generic path and its pool
     zero3 = _estimate(
         catalog, "h200", gpus=4, method=Method.FULL, framework=Framework.MEGATRON, zero=3
     )
-    assert _pool(zero3)[0] == "allocator pool (22% of the tensors)"
+    assert _pool(zero3)[0] == "allocator pool (21% of the tensors)"
 
 
 @pytest.mark.parametrize(
@@ -262,18 +279,19 @@ def test_megatron_takes_its_own_pool(catalog: Catalog) -> None:
 def test_parameters_on_the_host_take_the_param_offload_pool(
     catalog: Catalog, fields: dict[str, object]
 ) -> None:
-    # the fraction fitted on the seen readings whose parameters live on the host
+    # the base and fraction fitted on the seen readings whose parameters live on the host
     for gpus in (1, 4):
         offloaded = _estimate(catalog, "h200", gpus=gpus, method=Method.FULL, **fields)
         assert _pool(offloaded) == (
-            "allocator pool (38% of the tensors)",
-            round(0.38 * offloaded.allocated_bytes),
+            "allocator pool (4.25 GiB + 6% of the tensors)",
+            17 * 2**28 + round(0.06 * offloaded.allocated_bytes),
         )
+        assert offloaded.reserved_bytes == offloaded.allocated_bytes + _pool(offloaded)[1]
     # the optimizer alone on the host keeps the parameters' buffers on the GPU: the distributed pool
     optimizer_only = _estimate(
         catalog, "h200", gpus=4, method=Method.FULL, zero=3, offload=Offload.OPTIMIZER
     )
-    assert _pool(optimizer_only)[0] == "allocator pool (22% of the tensors)"
+    assert _pool(optimizer_only)[0] == "allocator pool (21% of the tensors)"
     # inference never takes a training process's pool
     served = _estimate(catalog, "h200", gpus=1, method=Method.INFERENCE)
     assert _pool(served)[0] == "allocator pool (8% of the tensors)"

@@ -144,33 +144,68 @@ def test_accuracy_bench_compares_each_reading_with_its_own_figure() -> None:
 
 
 def test_the_distributed_pools_are_the_fit_of_the_seen_readings() -> None:
-    """catalog/software.toml's ``[[allocator_pool]] distributed``, ``param_offload`` and ``megatron``
-    are what bench/fit_allocator_pool.py computes from the seen sets (the median implied pool of
-    their rows of each kind): a change that moves the tensors of those rows, or the rows themselves,
-    shows here."""
+    """catalog/software.toml's ``[[allocator_pool]]`` for ``distributed``, ``param_offload`` and
+    ``megatron`` is what bench/fit_allocator_pool.py computes from the seen sets (each kind's form
+    chosen by leaving one set out): a change that moves the tensors of those rows, or the rows
+    themselves, shows here."""
     _load_bench("whole_gpu_accuracy")  # fit_allocator_pool imports it by name
     module = _load_bench("fit_allocator_pool")
     from hwdash.core.catalog import load_catalog
 
-    # every scored set, A to H
-    assert len(module.SEEN) == 15
+    # every scored set, A to L
+    assert len(module.SEEN) == 25
     rows = module.implied()
     counts = {kind: len([row for row in rows if row.kind == kind]) for kind in module.KINDS}
-    assert counts == {"distributed": 101, "param_offload": 27, "megatron": 43}
+    assert counts == {"distributed": 131, "param_offload": 39, "megatron": 71}
     assert all(row.measure in ("nvml", "reserved") for row in rows)
     # hwdash's 21 H100 runs of sets E, F and H3 vote once each (by their reserved reading)
     own = [row for row in rows if row.id.startswith("h100-")]
     assert len(own) == 21 and all(row.measure == "reserved" for row in own)
     software = load_catalog(include_user=False).software
     assert software is not None
-    pool = software.pool
-    assert module.fit(rows) == pool.distributed == 0.22
-    assert module.fit(rows, "param_offload") == pool.param_offload == 0.38
-    assert module.fit(rows, "megatron") == pool.megatron == 0.11
+    fitted = {kind: module.fit(rows, kind) for kind in module.KINDS}
+    held = {kind: (software.pool_base(kind), software.pool_fraction(kind)) for kind in module.KINDS}
+    assert held == {kind: (pool.base, pool.fraction) for kind, pool in fitted.items()}
+    assert {kind: pool.form for kind, pool in fitted.items()} == {
+        "distributed": "median",
+        "param_offload": "base+fraction",
+        "megatron": "fraction",
+    }
+    assert held["param_offload"] == (17 * module.QUARTER_GIB, 0.06)
     # the split the fit follows shows in hwdash's own runs, one setup: offloaded parameters pool more
     own_offloaded = statistics.median(row.fraction for row in own if row.kind == "param_offload")
     own_kept = statistics.median(row.fraction for row in own if row.kind == "distributed")
     assert own_offloaded > own_kept + 0.15
+
+
+def test_a_pool_form_is_kept_by_its_error_on_the_sets_left_out() -> None:
+    """bench/fit_allocator_pool.py keeps, for a kind, the form whose fit on the other sets scores a
+    left-out set best; built rows with a fixed pool pick the form with a base, and its fit finds
+    the base."""
+    _load_bench("whole_gpu_accuracy")
+    module = _load_bench("fit_allocator_pool")
+    gib = module.GIB
+    rows = [
+        module.Implied(
+            f"r{i}", "nvml", 2, alloc * gib, 3 * gib, (alloc + 4) * gib, "param_offload", t
+        )
+        for i, (alloc, t) in enumerate(
+            [(4, "a"), (8, "a"), (16, "b"), (32, "b"), (64, "c"), (128, "c"), (12, "d"), (48, "d")]
+        )
+    ]
+    pool = module.fit(rows, "param_offload")
+    assert (pool.form, pool.base, pool.fraction) == ("base+fraction", 3 * gib, 0.0)
+    assert module.leave_one_set_out(rows, "base+fraction") == 0.0
+    assert module.leave_one_set_out(rows, "median") > 0.1
+    # a pool proportional to the tensors keeps the median form (the first among equals)
+    proportional = [
+        module.Implied(
+            r.id, r.measure, 2, r.allocated, r.allocated // 5, r.reading, r.kind, r.table
+        )
+        for r in rows
+    ]
+    pool = module.fit(proportional, "param_offload")
+    assert (pool.form, pool.base, pool.fraction) == ("median", 0, 0.2)
 
 
 def test_sets_e_f_and_h3_are_what_the_table_writer_makes_of_the_raw_device_output() -> None:

@@ -117,6 +117,13 @@ class AllocatorPool(_Strict):
     """Reserved / allocated - 1 of a training process on the Megatron-LM path (its contiguous
     gradient buffer). None: the ``distributed`` fraction."""
     megatron_source: str = ""
+    distributed_base_bytes: int = Field(default=0, ge=0)
+    """Bytes the pool holds whatever the tensors, beside its ``distributed`` fraction (0: none)."""
+    param_offload_base_bytes: int = Field(default=0, ge=0)
+    """The same for ``param_offload``: the gathered parameters' blocks that come back at every
+    gather are sized by the layers, not by the tensors alive at the peak."""
+    megatron_base_bytes: int = Field(default=0, ge=0)
+    """The same for ``megatron``."""
     notes: str = ""
 
     @model_validator(mode="after")

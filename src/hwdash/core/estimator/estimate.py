@@ -110,6 +110,17 @@ def pool_kind(plan: Plan, dp: int) -> PoolKind:
     return "distributed"
 
 
+def _pool(software: Software, kind: PoolKind, allocated: int) -> tuple[str, int]:
+    """The caching allocator's pool beside ``allocated`` bytes of tensors, and its line: the
+    kind's base (where it has one) plus its fraction of the tensors."""
+    fraction = software.pool_fraction(kind)
+    base = software.pool_base(kind)
+    pool = base + round(fraction * allocated)
+    if not base:
+        return f"allocator pool ({fraction:.0%} of the tensors)", pool
+    return f"allocator pool ({base / 2**30:.2f} GiB + {fraction:.0%} of the tensors)", pool
+
+
 def estimate_memory(
     plan: Plan,
     model: ModelSpec,
@@ -363,8 +374,7 @@ def _memory_estimate(
     # (paged optimizer states, in the optimizer component wherever the phase holds them)
     managed = min(math.ceil(acc.managed), tensors.optimizer)
     allocated = tensors.total - managed
-    fraction = software.pool_fraction(pool_kind(plan, dp))
-    pool = round(fraction * allocated)
+    pool_label, pool = _pool(software, pool_kind(plan, dp), allocated)
     side_live = acc.side_stream_live if phase in (PHASE_BACKWARD, PHASE_BACKWARD_END) else 0.0
     side_cached = round(max(0.0, acc.side_stream_pool - side_live))
     context, context_label = software.context_for(accelerator)
@@ -375,7 +385,7 @@ def _memory_estimate(
         # NCCL is CUDA's: TPUs and Apple GPUs communicate otherwise (not counted)
         nccl, groups = nccl_bytes(plan, dp, link, software.nccl)
     details = _phase_details(acc, phase)
-    details.append((f"allocator pool ({fraction:.0%} of the tensors)", pool))
+    details.append((pool_label, pool))
     if side_cached:
         details.append(("FSDP1 side streams' cached blocks (reserved, not allocated)", side_cached))
     pool += side_cached

@@ -64,6 +64,17 @@ class Software:
         }.get(kind)
         return self.pool.distributed if own is None else own
 
+    def pool_base(self, kind: PoolKind) -> int:
+        """Bytes the allocator pool holds for a plan of this ``kind`` whatever its tensors
+        (``[[allocator_pool]]``'s ``*_base_bytes``; none for ``single_gpu``)."""
+        if kind == "single_gpu":
+            return 0
+        if kind == "param_offload" and self.pool.param_offload is not None:
+            return self.pool.param_offload_base_bytes
+        if kind == "megatron" and self.pool.megatron is not None:
+            return self.pool.megatron_base_bytes
+        return self.pool.distributed_base_bytes
+
     def context_for(self, accelerator: Accelerator | None) -> tuple[CudaContext, str]:
         """The row for this accelerator's compute capability (the default row without one), and
         the plan's label for it."""
