@@ -153,7 +153,9 @@ def test_deepspeed_round_trip(
 TRAINER_PLANS = [
     "--model qwen2.5-7b --method qlora --batch 2 --grad-accum 8 --grad-ckpt --lora-r 64 --seq 4096".split(),
     # issue 13: the savers the Trainer/TRL have a field for, and FSDP
-    "--model qwen2.5-3b --method lora --grad-ckpt --compile --loss fused-linear --activation-offload --optimizer adamw-8bit-paged".split(),
+    # (--liger: the Trainer's use_liger_kernel, its one switch for the fused loss, brings Liger's
+    # norms and SwiGLU too; a --loss fused-linear plan without --liger reads back with them)
+    "--model qwen2.5-3b --method lora --grad-ckpt --compile --liger --activation-offload --optimizer adamw-8bit-paged".split(),
     "--model qwen2.5-3b --method full --compile --optimizer adamw-8bit-paged".split(),
     "--model qwen2.5-3b --method full --fsdp full --gpus 4".split(),
     "--model qwen2.5-3b --method full --precision mixed --fsdp hybrid --fsdp-offload --gpus 8 --grad-ckpt".split(),

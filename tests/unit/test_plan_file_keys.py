@@ -42,6 +42,8 @@ KEYS_BEFORE: dict[str, dict[str, str]] = {
         "max_length": "seq",
         "num_train_epochs": "epochs",
         "gradient_checkpointing": "grad_ckpt",
+        # --liger (issue 29): the key once read as --loss fused-linear, now the kernels' own field
+        "use_liger_kernel": "liger",
     },
     "deepspeed": {
         "train_micro_batch_size_per_gpu": "batch",
@@ -64,6 +66,7 @@ KEYS_BEFORE: dict[str, dict[str, str]] = {
         "gradient_accumulation_steps": "grad_accum",
         "lora_dropout": "lora_dropout",
         "num_train_epochs": "epochs",
+        "enable_liger_kernel": "liger",  # added with --liger (issue 29), declared from the start
     },
     "peft": {"r": "lora_r", "lora_dropout": "lora_dropout"},
 }
@@ -144,7 +147,7 @@ def test_the_first_declared_key_wins(tmp_path: Path) -> None:
 
 
 PLAN = Plan(model="7B", method="lora", batch=3, grad_accum=5, seq=1536, epochs=2.5, gpus=6,
-            grad_ckpt=True)  # fmt: skip
+            grad_ckpt=True, liger=True)  # fmt: skip
 
 
 def _check_written(file_format: str, written: dict[str, Any]) -> None:

@@ -358,6 +358,8 @@ class Plan(BaseModel):
     """Saved activations go to host RAM (torchtune, Unsloth's offloaded checkpointing)."""
     tiled_mlp: bool | None = None
     """DeepSpeed's TiledMLP (ALST): each MLP runs in sequence tiles, recomputed in backward."""
+    liger: bool | None = None
+    """Liger-Kernel's fused RMSNorm and gated activation (and its fused loss unless --loss says)."""
     optimizer_in_backward: bool | None = None
     """Each gradient is stepped and freed as backward produces it (torchtune's
     ``optimizer_in_bwd``): no full gradient set. Needs ``grad_accum`` 1."""

@@ -54,7 +54,7 @@ from hwdash.core.plan_field_types import (
 from hwdash.core.plan_field_types import (
     member_docs as member_docs,
 )
-from hwdash.core.plan_fields_checkpointing import SELECTIVE_AC_FIELD, TILED_MLP_FIELD
+from hwdash.core.plan_fields_checkpointing import LIGER_FIELD, SELECTIVE_AC_FIELD, TILED_MLP_FIELD
 from hwdash.core.plan_fields_checkpointing import SHAPE as SHAPE
 from hwdash.core.plan_fields_fsdp import FSDP_VERSION_FIELDS
 from hwdash.core.plan_fields_fsdp import SHARDING as SHARDING
@@ -185,6 +185,7 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
     ),
     SELECTIVE_AC_FIELD,
     TILED_MLP_FIELD,
+    LIGER_FIELD,
     PlanField(
         "grad_accum", "--grad-accum", SHAPE,
         "gradient accumulation steps per optimizer step; above 1 the gradients stay alive "
@@ -516,6 +517,7 @@ ARGV_ORDER = (
     "grad_ckpt",
     "selective_ac",
     "tiled_mlp",
+    "liger",
     "fsdp_offload",
     "sequence_parallel",
     "selective_recompute",

@@ -21,6 +21,16 @@ TILED_MLP_FIELD = PlanField(
     kind="toggle", unset_unless_given=True, keys=FileKeys(axolotl=("tiled_mlp",)),
 )  # fmt: skip
 
+LIGER_FIELD = PlanField(
+    "liger", "--liger", SHAPE,
+    "Liger-Kernel (the Trainer's use_liger_kernel, LLaMA-Factory's enable_liger_kernel, "
+    "axolotl's liger_rms_norm + liger_glu_activation): fused RMSNorms keep their 16-bit input, "
+    "the fused SwiGLU/GeGLU keeps gate and up and recomputes the activation; the loss is "
+    "fused-linear unless --loss says otherwise (default off)",
+    kind="toggle", unset_unless_given=True,
+    keys=FileKeys(trainer=("use_liger_kernel",), llama_factory=("enable_liger_kernel",)),
+)  # fmt: skip
+
 SELECTIVE_AC_FIELD = PlanField(
     "selective_ac", "--selective-ac", SHAPE,
     "torchtitan's selective activation checkpointing instead of --grad-ckpt (not under "

@@ -40,6 +40,7 @@ TRAINING_ONLY_FIELDS = (
     "compile",
     "activation_offload",
     "tiled_mlp",
+    "liger",
     "optimizer_in_backward",
     "sync_each_batch",
 )
@@ -95,6 +96,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, "sequence parallelism splits over the TP group: --tp is 1"))
         elif name == "tiled_mlp" and plan.megatron:
             unused.append((name, "Megatron-LM runs its own MLP, not DeepSpeed's TiledMLP"))
+        elif name == "liger" and plan.megatron:
+            unused.append((name, "Megatron-LM runs its own kernels, not Liger's"))
         elif name == "sync_each_batch" and plan.fsdp is FsdpMode.NONE:
             unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:

@@ -441,6 +441,7 @@ def layer_activation_bytes(
     compiled: bool = False,
     adapter_casts: bool | None = None,
     tiled_mlp: bool = False,
+    liger: bool = False,
 ) -> int:
     """Bytes one decoder layer keeps for backward, without recomputation.
 
@@ -457,16 +458,17 @@ def layer_activation_bytes(
       the input gradient (2 bytes per linear parameter, frozen or not);
     * LoRA-style methods: the adapters' own tensors (:func:`_adapter_extras`);
     * ``tiled_mlp`` (DeepSpeed's TiledMLP): the MLP's intermediates of one tile instead of the
-      whole sequence's (:func:`tiled_mlp_bytes`).
+      whole sequence's (:func:`tiled_mlp_bytes`);
+    * ``liger`` (Liger-Kernel): fused norms as compiled ones, and the fused gated activation
+      (:func:`_mlp_kept_bytes`; under TiledMLP the tile recomputes the MLP, Liger or not).
     """
-    tokens = batch * seq
-    e = element_bytes
+    tokens, e = batch * seq, element_bytes
     w = element_bytes if weight_bytes is None else weight_bytes
     autocast_from_fp32 = w == 4 and e == 2
     frozen = bool(lora_targets)
-    norms = _layer_norm_bytes(arch, tokens, e, w, frozen, compiled)
+    norms = _layer_norm_bytes(arch, tokens, e, w, frozen, compiled or liger)
     attention_bytes = _attention_kept_bytes(arch, batch, seq, e, w, frozen, attention)
-    mlp = _mlp_kept_bytes(arch, tokens, e, frozen)
+    mlp = _mlp_kept_bytes(arch, tokens, e, frozen, fused_glu=liger)
     inputs = _input_copies_kept(
         arch, tokens, e, attention, lora_targets, autocast_from_fp32, adapter_casts, lora_dropout
     )
@@ -591,7 +593,9 @@ def _masked_kv_expanded(arch: Architecture) -> bool:
     return arch.kv_heads > 1
 
 
-def _mlp_kept_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> int:
+def _mlp_kept_bytes(
+    arch: Architecture, tokens: int, e: int, frozen: bool, *, fused_glu: bool = False
+) -> int:
     """What the MLP keeps besides its projections' inputs.
 
     * gated MLP (SwiGLU): gate and up outputs and SiLU(gate), 3 e t i (+ the product, kept by
@@ -601,10 +605,18 @@ def _mlp_kept_bytes(arch: Architecture, tokens: int, e: int, frozen: bool) -> in
       counted in :func:`layer_activation_bytes`);
     * MoE: every token goes through k experts, so the MLP terms count k times, plus the gathered
       expert inputs and the expert outputs weighted by the router (2 e t h per expert), plus the
-      router logits (4 t experts).
+      router logits (4 t experts);
+    * ``fused_glu`` (Liger-Kernel): ``LigerSiLUMulFunction`` (``LigerGELUMulFunction`` for GeGLU)
+      keeps only its two inputs, the gate and up outputs, and recomputes the activation in backward
+      (Liger-Kernel ``src/liger_kernel/ops/swiglu.py``, ``ctx.save_for_backward(a, b)``): a gated
+      MLP keeps 2 e t i, in every routed copy too (Liger patches Mixtral's and Qwen3-MoE's expert
+      MLPs). A plain MLP has no such kernel. Liger's RMSNorm keeps its input and reciprocal RMS
+      (``rms_norm.py``, ``ctx.save_for_backward(X, W, RSTD)``), what a compiled norm keeps
+      (:func:`~hwdash.core.estimator.savers.compiled_norm_saving`).
     """
     h = arch.hidden
-    mlp = (3 if arch.gated_mlp else 1) * e * tokens * arch.intermediate
+    gated = 2 if fused_glu else 3
+    mlp = (gated if arch.gated_mlp else 1) * e * tokens * arch.intermediate
     if arch.mlp_activation == "gelu_new":
         # the tanh-approximated GELU written out elementwise (transformers' NewGELUActivation,
         # ``activations.py``: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))): besides
@@ -674,6 +686,7 @@ def training_activation_bytes(
     compiled: bool = False,
     adapter_casts: bool | None = None,
     tiled_mlp: bool = False,
+    liger: bool = False,
 ) -> int:
     """Activations of all layers at the start of backward (logits excluded).
 
@@ -690,7 +703,7 @@ def training_activation_bytes(
     names = {linear.name for linear in lora_targets}
     settings: dict[str, Any] = {"weight_bytes": w, "lora_rank": lora_rank, "dora": dora}
     settings.update(lora_dropout=lora_dropout, compiled=compiled, adapter_casts=adapter_casts)
-    settings["tiled_mlp"] = tiled_mlp
+    settings.update(tiled_mlp=tiled_mlp, liger=liger)
     kinds = []
     for count, kind in arch.block_kinds:
         dense = kind.experts != arch.experts

@@ -605,6 +605,7 @@ def _layer_settings(
         "lora_dropout": bool(targets) and plan.lora_dropout > 0,
         "compiled": savers.compile,
         "tiled_mlp": bool(plan.tiled_mlp),
+        "liger": bool(plan.liger) and not plan.megatron,
         "adapter_casts": (
             False
             if targets and trained.state_layout.weight_bytes == layout.activation_bytes == 2
@@ -646,6 +647,23 @@ _TILED_EXPERTS = (
 )
 
 
+#: ``--liger`` on a model none of whose norms or MLPs Liger's kernels replace.
+_LIGER_NONE = (
+    "--liger counts Liger's RMSNorm and gated-activation kernels: this model has LayerNorms and "
+    "an ungated MLP, so it is planned without them"
+)
+
+
+def _kernel_warnings(plan: Plan, arch: Architecture) -> list[str]:
+    """What ``--tiled-mlp`` and ``--liger`` leave out for this model."""
+    warnings = []
+    if plan.tiled_mlp and arch.experts > 1:
+        warnings.append(_TILED_EXPERTS)
+    if plan.liger and not plan.megatron and not arch.gated_mlp and arch.norm_saves_input:
+        warnings.append(_LIGER_NONE)
+    return warnings
+
+
 def _add_activations(
     plan: Plan,
     arch: Architecture,
@@ -661,8 +679,8 @@ def _add_activations(
     recomputed), the logits and loss, and the first layer's backward at the end of backward."""
     element_bytes = layout.activation_bytes
     settings = _layer_settings(plan, method, layout, trained, savers)
-    if plan.tiled_mlp and arch.experts > 1 and label == "model":
-        acc.warnings.append(_TILED_EXPERTS)
+    if label == "model":
+        acc.warnings.extend(_kernel_warnings(plan, arch))
     activations = training_activation_bytes(
         arch,
         plan.batch,

@@ -257,7 +257,7 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
             missing.append("--activation-offload")
         if savers.optimizer_in_backward:
             missing.append("--optimizer-in-backward")
-        missing.extend(_uncarried_code_savers(plan))
+        missing.extend(_uncarried_code_savers(plan, kind))
         if trained in (Method.QLORA, Method.LORA_8BIT) and savers.qlora_frozen_bytes == 2:
             missing.append("--qlora-frozen-dtype bf16")
         if trained in (Method.LORA, Method.DORA, Method.QLORA, Method.LORA_8BIT) and (
@@ -300,15 +300,18 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
     return missing
 
 
-def _uncarried_code_savers(plan: Plan) -> list[str]:
+def _uncarried_code_savers(plan: Plan, kind: str) -> list[str]:
     """Savers applied in the training code that no export writes: torchtitan's selective
-    checkpointing (no export writes a torchtitan config) and DeepSpeed's TiledMLP (ArcticTraining
-    and axolotl patch the model's MLP)."""
+    checkpointing (no export writes a torchtitan config), DeepSpeed's TiledMLP (ArcticTraining
+    and axolotl patch the model's MLP) and Liger's kernels outside the Trainer's snippet (the
+    training code applies them: ``AutoLigerKernelForCausalLM``)."""
     missing = []
     if plan.selective_ac is not None:
         missing.append(f"--selective-ac {plan.selective_ac}")
     if plan.tiled_mlp:
         missing.append("--tiled-mlp")
+    if plan.liger and kind != "trainer":
+        missing.append("--liger")
     return missing
 
 
@@ -492,8 +495,10 @@ def _trainer_arguments(
     savers = resolve_savers(plan, framework)
     if savers.compile:
         arguments.append(("torch_compile", True))
-    if savers.loss is Loss.FUSED_LINEAR:
-        arguments.append(("use_liger_kernel", True))  # Liger's fused linear cross-entropy
+    if plan.liger or savers.loss is Loss.FUSED_LINEAR:
+        # Liger's kernels, its fused linear cross-entropy among them: the Trainer's one switch
+        # for a fused loss (which brings Liger's norms and SwiGLU too)
+        arguments.append((file_key("liger", "trainer"), True))
     if savers.activation_offload and config_class == "SFTConfig":
         arguments.append(("activation_offloading", True))
     fsdp = trainer_fsdp(plan)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hwdash.core.plan import Attention, Method, Precision
+from hwdash.core.plan import Attention, Loss, Method, Precision
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import (
     ConfigReader,
@@ -53,8 +53,29 @@ def read_axolotl(reader: ConfigReader, out: ImportedPlan) -> None:
     elif reader.flag("sdp_attention"):
         out.updates["attention"] = Attention.SDPA
     _axolotl_precision(reader, out, in_8bit=bool(in_8bit))
+    _axolotl_liger(reader, out)
     read_optimizer(reader, "optimizer", out)
     deepspeed_path(reader, "deepspeed", out)
+
+
+def _axolotl_liger(reader: ConfigReader, out: ImportedPlan) -> None:
+    """axolotl's LigerPlugin keys (axolotl/integrations/liger/args.py): ``liger_rms_norm`` and
+    ``liger_glu_activation`` are ``--liger``'s kernels (hwdash counts the two together),
+    ``liger_fused_linear_cross_entropy`` its fused loss."""
+    norm, glu = reader.flag("liger_rms_norm"), reader.flag("liger_glu_activation")
+    fused_loss = reader.flag("liger_fused_linear_cross_entropy")
+    reader.get("liger_rope")  # RoPE applied in place keeps nothing either way
+    if norm and glu:
+        out.updates["liger"] = True
+        out.updates["loss"] = Loss.FUSED_LINEAR if fused_loss else Loss.STANDARD
+    elif norm or glu:
+        one = "liger_rms_norm" if norm else "liger_glu_activation"
+        out.notes.append(
+            f"{one} alone is planned without Liger's kernels (--liger counts the fused norms and "
+            "the fused gated activation together): a little more memory than it needs"
+        )
+    if fused_loss and not (norm and glu):
+        out.updates["loss"] = Loss.FUSED_LINEAR
 
 
 _MISSING = object()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from hwdash.core.plan import FsdpMode, Loss, Optimizer, OptimizerImpl, Precision
+from hwdash.core.plan import FsdpMode, Optimizer, OptimizerImpl, Precision
 from hwdash.core.plans.from_accelerate import read_wrap_policy
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
@@ -103,8 +103,7 @@ def read_trainer_mapping(reader: ConfigReader, out: ImportedPlan) -> None:
     read_optimizer(reader, "optim", out)
     if reader.flag("torch_compile"):
         out.updates["compile"] = True
-    if reader.flag("use_liger_kernel"):
-        out.updates["loss"] = Loss.FUSED_LINEAR  # Liger's fused linear cross-entropy
+    # use_liger_kernel (a declared key: --liger) brings Liger's fused loss with its kernels
     if reader.flag("activation_offloading"):
         out.updates["activation_offload"] = True
     _trainer_fsdp(reader, out)
