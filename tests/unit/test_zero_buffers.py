@@ -210,6 +210,25 @@ def test_a_sub_group_bounds_stage_3s_fp32_gradients_at_the_step() -> None:
     assert _master_gradients(small) == pytest.approx(4 * (10**6 + EMBEDDING / 8))
 
 
+def test_a_sub_group_bounds_stage_3s_foreach_step_temporary() -> None:
+    # stage3.py's step hands torch's AdamW one sub-group's fp32 partition per call: foreach's
+    # state-sized temporary (4 bytes per element) is one sub-group's, as the fp32 gradients are
+    plan = Plan(
+        model="qwen2.5-0.5b",
+        method="full",
+        zero=3,
+        gpus=8,
+        precision="mixed",
+        optimizer_impl="foreach",
+    )
+    small = plan.with_changes({"ds_sub_group_size": 10**6})
+    assert _accumulated(plan).step_temporaries == pytest.approx(4 * N / 8)
+    assert _accumulated(small).step_temporaries == pytest.approx(4 * (10**6 + EMBEDDING / 8))
+    # ZeRO-1 and 2 step the whole partition in one call
+    stage2 = small.with_changes({"zero": 2})
+    assert _accumulated(stage2).step_temporaries == pytest.approx(4 * N / 8)
+
+
 def test_zero_settings_on_a_plan_without_zero_are_said_to_do_nothing() -> None:
     plan = Plan(model="qwen2.5-0.5b", method="full", zero=2)
     unused = dict(unused_settings(plan, ["ds_prefetch_bucket", "ds_reduce_bucket"]))

@@ -494,6 +494,15 @@ def _step_temporaries(
         dp,
         plan.optimizer_impl,
     )
+    if plan.zero == 3 and plan.optimizer_impl is OptimizerImpl.FOREACH:
+        # ZeRO-3 steps one sub-group at a time: _optimizer_step hands the torch optimizer one
+        # sub-group's fp32 partition per call (deepspeed/runtime/zero/stage3.py, step), so
+        # foreach's state-sized temporary is one sub-group's, as its fp32 gradients are
+        trainable = trained.trainable - trained.copy_params
+        partition = trainable / max(1, dp)
+        largest = _largest_trained_tensor(arch, method, trainable) / max(1, dp)
+        group = zero_buffers.zero3_sub_group_fp32_gradients(plan, arch, partition, largest)
+        step_temporaries = min(step_temporaries, group * trained.state_layout.state_bytes)
     if trained.copy_layout is not None:
         # the trained copies step in their own dtype, each a vocab x hidden matrix (as full
         # training's embedding: Method.FULL's largest tensor)
