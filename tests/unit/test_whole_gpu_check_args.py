@@ -143,6 +143,7 @@ SET_I = sorted(DATA.glob("whole_gpu_readings_i*.toml"))
 SET_J = sorted(DATA.glob("whole_gpu_readings_j*.toml"))
 SET_K = sorted(DATA.glob("whole_gpu_readings_k*.toml"))
 SET_L = sorted(DATA.glob("whole_gpu_readings_l*.toml"))
+SET_M = sorted(DATA.glob("whole_gpu_readings_m*.toml"))
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -224,6 +225,27 @@ def test_sets_k_and_l_are_held_out_new_and_every_row_plans(capsys) -> None:
     _check_new_held_out_set(SET_L, [*earlier, *SET_K], 53, capsys)
     measures = [row["measure"] for path in (*SET_K, *SET_L) for row in accuracy.load_rows(path)]
     assert measures.count("nvml") == 44
+
+
+def test_set_m_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # set M after sets K and L were scored (seven helpers, two waves): new against every set
+    earlier = [
+        *SETS_A_B,
+        *SET_C,
+        *SET_D,
+        *SET_E,
+        *SET_F,
+        *SET_G,
+        *SET_H,
+        *SET_I,
+        *SET_J,
+        *SET_K,
+        *SET_L,
+    ]
+    assert [path.name[-7:] for path in SET_M] == [f"m{n}.toml" for n in range(1, 8)]
+    _check_new_held_out_set(SET_M, earlier, 83, capsys)
+    measures = [row["measure"] for path in SET_M for row in accuracy.load_rows(path)]
+    assert measures.count("nvml") == 40
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
