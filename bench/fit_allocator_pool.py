@@ -4,7 +4,7 @@
     PYTHONPATH=src .venv/bin/python bench/fit_allocator_pool.py --check    # exit 1 if the catalog differs
 
 For every reserved or whole-GPU reading of the seen sets (every ``bench/data/whole_gpu_readings*.toml``
-that has been scored: A to L, public readings and hwdash's own H100 runs; a held-out set, collected
+that has been scored: A to M, public readings and hwdash's own H100 runs; a held-out set, collected
 after the fit, is never read here), the pool the reading implies is what it holds
 beyond hwdash's allocated tensors:
 
@@ -23,20 +23,24 @@ and three forms compete for each kind (:data:`FORMS`):
 * ``fraction``: no base, the fraction that minimises the median |error| of the rows' readings;
 * ``base+fraction``: both, minimising the same (base in quarter GiB up to 8 GiB).
 
-The form kept for a kind is the one with the smallest median |error| when each seen set in turn is
-left out of the fit and scored by the others (leave one set out: a held-out test inside the seen
-sets); its fit on every seen set goes to ``catalog/software.toml``'s ``[[allocator_pool]]``
+Every median here gives one vote to each source (:func:`source_of`: a repository or site), its
+rows sharing it, so that one benchmark table of many rows does not set a kind's pool alone. The form
+kept for a kind is the one with the smallest median |error| when each seen set in turn is left out of
+the fit and scored by the others (leave one set out: a held-out test inside the seen sets); its fit on
+every seen set goes to ``catalog/software.toml``'s ``[[allocator_pool]]``
 (fractions to a hundredth). Each fit's held-out test is a set collected after it and never read
 here: C and D for the first fit (0.14), F for the second (0.19), H for the third (0.24 and 0.35,
-commit c96669e), I to L for the fourth (A to H: 0.22, 0.38, 0.11, all medians); this fit, on A to L,
-has none yet.
+commit c96669e), I to L for the fourth (A to H: 0.22, 0.38, 0.11, all medians), M for the fifth (A to
+L: 0.22, 4.25 GiB + 0.06, 0.07); this fit, on A to M, has none yet.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +57,7 @@ SEEN = (
     *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("h1", "h2", "h3", "i1", "i2")),
     *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("j1", "j2", "k1", "k2", "k3")),
     *(DATA / f"whole_gpu_readings_{name}.toml" for name in ("l1", "l2", "l3")),
+    *(DATA / f"whole_gpu_readings_m{number}.toml" for number in range(1, 8)),
 )
 KINDS = ("distributed", "param_offload", "megatron")
 """The fitted kinds (``single_gpu`` keeps hwdash's own H200 measurement)."""
@@ -83,6 +88,8 @@ class Implied:
     """The plan's pool kind (``estimate.pool_kind``)."""
     table: str
     """The readings file's name: one seen set, left out as one by :func:`leave_one_set_out`."""
+    source: str = ""
+    """Where the reading comes from (:func:`source_of`): the rows of one source share one vote."""
 
     @property
     def fraction(self) -> float:
@@ -100,6 +107,36 @@ class Pool:
     def error(self, row: Implied) -> float:
         """The row's relative error with this pool: (estimate - reading) / reading."""
         return (self.base + self.fraction * row.allocated - row.pool) / row.reading
+
+
+def source_of(url: str) -> str:
+    """A reading's source as one vote: the GitHub or Hugging Face repository, else the site, else
+    the text (hwdash's own runs name the bench script and its data folder)."""
+    repository = re.match(
+        r"https?://(?:github\.com|huggingface\.co)/(?:datasets/)?([^/]+/[^/#?]+)", url
+    )
+    if repository:
+        return repository.group(1).lower()
+    site = re.match(r"https?://([^/]+)", url)
+    return site.group(1).lower() if site else url
+
+
+def _weights(rows: list[Implied]) -> list[float]:
+    """One vote per source: each row weighs 1 / the rows of its source among ``rows``."""
+    counts = Counter(row.source for row in rows)
+    return [1.0 / counts[row.source] for row in rows]
+
+
+def weighted_median(values: list[float], weights: list[float]) -> float:
+    """The smallest value at which the weights of the values up to it reach half of all."""
+    pairs = sorted(zip(values, weights, strict=True))
+    half = sum(weights) / 2
+    running = 0.0
+    for value, weight in pairs:
+        running += weight
+        if running >= half - 1e-12:
+            return value
+    return pairs[-1][0]
 
 
 def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
@@ -137,19 +174,22 @@ def implied(files: tuple[Path, ...] = SEEN) -> list[Implied]:
                     whole,
                     kind,
                     path.name,
+                    source_of(row["source"]),
                 )
             )
     return out
 
 
 def _median_error(pool: Pool, rows: list[Implied]) -> float:
-    return statistics.median(abs(pool.error(row)) for row in rows)
+    """The rows' median |error| with ``pool``, one vote per source."""
+    return weighted_median([abs(pool.error(row)) for row in rows], _weights(rows))
 
 
 def fit_form(rows: list[Implied], form: str) -> Pool:
     """The pool of ``form`` fitted on ``rows`` (the module's docstring)."""
     if form == "median":
-        return Pool(0, round(statistics.median(row.fraction for row in rows), 2), form)
+        median = weighted_median([row.fraction for row in rows], _weights(rows))
+        return Pool(0, round(median, 2), form)
     bases = BASES if form == "base+fraction" else (0,)
     candidates = (Pool(base, fraction, form) for base in bases for fraction in FRACTIONS)
     # the smallest error; among equals the smallest base, then the smallest fraction
@@ -157,13 +197,17 @@ def fit_form(rows: list[Implied], form: str) -> Pool:
 
 
 def leave_one_set_out(rows: list[Implied], form: str) -> float:
-    """The median |error| of every row when its set is left out of the fit of ``form``."""
-    errors = []
+    """The median |error| of every row (one vote per source) when its set is left out of the fit
+    of ``form``."""
+    errors: list[float] = []
+    scored: list[Implied] = []
     for table in sorted({row.table for row in rows}):
         kept = [row for row in rows if row.table != table]
         pool = fit_form(kept, form)
-        errors.extend(abs(pool.error(row)) for row in rows if row.table == table)
-    return statistics.median(errors)
+        left = [row for row in rows if row.table == table]
+        errors.extend(abs(pool.error(row)) for row in left)
+        scored.extend(left)
+    return weighted_median(errors, _weights(scored))
 
 
 def fit(rows: list[Implied], kind: str = "distributed") -> Pool:
@@ -189,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind in KINDS:
         own = [row for row in rows if row.kind == kind]
         print(
-            f"{kind} rows: {len(own)}, median implied pool {statistics.median(r.fraction for r in own):.2f}"
+            f"{kind} rows: {len(own)} of {len({r.source for r in own})} sources,"
+            f" median implied pool {weighted_median([r.fraction for r in own], _weights(own)):.2f}"
         )
         for form in FORMS:
             pool = fit_form(own, form)
