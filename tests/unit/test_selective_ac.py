@@ -1,4 +1,4 @@
-"""torchtitan's selective activation checkpointing (``--selective-ac op|N``), by hand for a
+"""Selective activation checkpointing (``--selective-ac op|N|K/N``), by hand for a
 Llama-3.1-8B block (32 layers, hidden 4096, 32 heads, 8 KV heads of 128, MLP 14336) in bf16.
 
 The op policy (``torchtitan/distributed/activation_checkpoint.py``) saves the odd ``aten.mm``
@@ -77,6 +77,23 @@ def test_every_nth_block_keeps_its_input_the_others_everything(llama) -> None:  
     assert _total(llama, "33") == _total(llama, None)
 
 
+def test_a_ratio_checkpoints_k_of_every_n_blocks_evenly_spaced(llama) -> None:  # type: ignore[no-untyped-def]
+    from hwdash.core.estimator.selective_ac import checkpointed_flags
+
+    # fms-fsdp's ac_handler docstring: 1/2 [ac, no-ac, ...], 1/3 [no-ac, ac, no-ac, ...],
+    # 2/3 [ac, no-ac, ac, ac, no-ac, ac, ...]
+    assert checkpointed_flags("1/2", 4) == [True, False, True, False]
+    assert checkpointed_flags("1/3", 6) == [False, True, False, False, True, False]
+    assert checkpointed_flags("2/3", 6) == [True, False, True, True, False, True]
+    one = layer_activation_bytes(llama, B, S, E, Attention.SDPA)
+    # 3/4 of 32 blocks: 24 checkpointed (blocks 1, 2, 4, 5, 6, 8...: block 32 among them, so one
+    # block is recomputed on top), 8 whole
+    assert _total(llama, "3/4") == 8 * one + 24 * INPUT + one
+    # 1/2: 16 checkpointed, block 32 is not: nothing on top
+    assert _total(llama, "1/2") == 16 * one + 16 * INPUT
+    assert _total(llama, "4/4") == _total(llama, None, grad_ckpt=True)
+
+
 def test_the_op_policy_refuses_a_mixture_of_experts() -> None:
     mixtral = architecture(load_catalog().models["mixtral-8x7b"])
     with pytest.raises(SelectiveAcError, match=r"--selective-ac op .* mixture of experts"):
@@ -88,7 +105,10 @@ def test_the_op_policy_refuses_a_mixture_of_experts() -> None:
     ("fields", "message"),
     [
         ({"selective_ac": "0"}, "N of at least 1"),
-        ({"selective_ac": "every"}, "neither op nor a whole number"),
+        ({"selective_ac": "every"}, "neither op, a whole number"),
+        ({"selective_ac": "5/4"}, "K from 1 to N"),
+        ({"selective_ac": "0/4"}, "K from 1 to N"),
+        ({"selective_ac": "1/2/3"}, "neither op, a whole number"),
         ({"selective_ac": "op", "grad_ckpt": True}, "exclude each other"),
         ({"selective_ac": "op", "tp": 2, "gpus": 2}, "--selective-recompute"),
         ({"selective_ac": "op", "method": "lora"}, "full training"),

@@ -215,6 +215,23 @@ class KvDtype(str, Enum):
     INT8 = "int8"
 
 
+def _check_layer_policy(value: str) -> None:
+    """``--selective-ac N`` (every N-th block) or ``K/N`` (K of every N blocks, fms-fsdp's ratio):
+    whole numbers, N at least 1, K from 1 to N."""
+    parts = value.split("/")
+    if len(parts) > 2 or not all(part.isascii() and part.isdigit() for part in parts):
+        raise ValueError(
+            f"--selective-ac: {value!r} is neither op, a whole number N (checkpoint every N-th "
+            "block) nor K/N (K of every N blocks)"
+        )
+    numbers = [int(part) for part in parts]
+    if numbers[-1] < 1 or (len(numbers) == 2 and not 1 <= numbers[0] <= numbers[1]):
+        raise ValueError(
+            f"--selective-ac: {value}: give N of at least 1 and K from 1 to N (N: every N-th block "
+            "checkpointed, 1 is --grad-ckpt; K/N: K of every N blocks)"
+        )
+
+
 class Plan(BaseModel):
     """Inputs of one estimate. Defaults are what a user gets when they pass nothing."""
 
@@ -467,21 +484,13 @@ class Plan(BaseModel):
         return self
 
     def _check_selective_ac(self) -> None:
-        """``--selective-ac op|N`` (torchtitan's ``activation_checkpoint.mode = "selective"``,
+        """``--selective-ac op|N|K/N`` (torchtitan's ``activation_checkpoint.mode = "selective"``,
         ``torchtitan/distributed/activation_checkpoint.py``): what it combines with."""
         value = self.selective_ac
         if value is None:
             return
-        if value != "op" and not (value.isascii() and value.isdigit()):
-            raise ValueError(
-                f"--selective-ac: {value!r} is neither op nor a whole number N (checkpoint every "
-                "N-th block)"
-            )
-        if value != "op" and int(value) < 1:
-            raise ValueError(
-                f"--selective-ac: {value} blocks: give N of at least 1 (every N-th block "
-                "checkpointed; 1 is --grad-ckpt)"
-            )
+        if value != "op":
+            _check_layer_policy(value)
         if self.megatron:
             raise ValueError(
                 f"--selective-ac with {self.megatron_flags}: on the Megatron path selective "

@@ -35,6 +35,7 @@ SELECTIVE_AC_FIELD = PlanField(
     "selective_ac", "--selective-ac", SHAPE,
     "torchtitan's selective activation checkpointing instead of --grad-ckpt (not under "
     "Megatron: --selective-recompute): op saves every second matmul's and SDPA's outputs "
-    "and recomputes the rest (full training); N checkpoints every N-th block (default off)",
-    metavar="op|N",
+    "and recomputes the rest (full training); N checkpoints every N-th block; K/N checkpoints "
+    "K of every N blocks, evenly spaced (fms-fsdp's ratio) (default off)",
+    metavar="op|N|K/N",
 )  # fmt: skip

@@ -1,4 +1,5 @@
-"""torchtitan-style selective activation checkpointing outside Megatron (``--selective-ac op|N``).
+"""Selective activation checkpointing outside Megatron (``--selective-ac op|N|K/N``): torchtitan's
+two policies and fms-fsdp's ratio.
 
 torchtitan (``torchtitan/distributed/activation_checkpoint.py``, ``_apply_ac_to_transformer_block``
 under ``activation_checkpoint.mode = "selective"``) wraps each transformer block one of two ways:
@@ -11,7 +12,14 @@ under ``activation_checkpoint.mode = "selective"``) wraps each transformer block
   counting them per block's forward (1st, 3rd, 5th..., "every second mm" recomputed);
 * ``selective_ac_option = "N"`` (``_apply_layer_sac``): full checkpointing
   (``checkpoint_wrapper``) on every N-th block (a global counter ``% N == 0``, so blocks N, 2N...,
-  counted from 1) and nothing on the others.
+  counted from 1) and nothing on the others;
+
+and IBM's fms-fsdp (``fms_fsdp/policies/ac_handler.py``, ``apply_fsdp_checkpointing``, copied by
+IDRIS's Jean Zay fine-tuning benchmark as ``--sac 3/4``) checkpoints a fraction ``p = K/N`` of the
+blocks, evenly spaced: counting blocks from 1, block ``i`` is checkpointed when ``i p`` reaches the
+next half-integer cut-off (0.5, 1.5, 2.5...), so ``round(layers x p)`` of them (1/2: the 1st, 3rd...;
+3/4: three of every four). ``K/N`` with ``K = 1`` is not torchtitan's ``N`` (which checkpoints the
+last block of each group, this the middle one): both are counted as written.
 
 What each block then keeps for backward, by hand (the checks are hand computations in
 ``tests/unit/test_selective_ac.py``; hwdash's tracer builds a Hugging Face model with
@@ -58,24 +66,35 @@ class SelectiveAcError(UsageError, ValueError):
     for the make-it-fit search, which skips it)."""
 
 
-def layer_frequency(value: str) -> int:
-    """``N`` of ``--selective-ac N`` (0 for ``op``)."""
-    return 0 if value == OP else int(value)
+def checkpointed_flags(value: str, layers: int) -> list[bool]:
+    """Which of ``layers`` blocks (in order) a layer policy checkpoints in full: ``N``, blocks N,
+    2N... (torchtitan); ``K/N``, block ``i`` (from 1) when ``i K / N`` reaches the next half-integer
+    cut-off (fms-fsdp; exact in integers: ``2 i K >= (2 m + 1) N`` for the m-th cut-off)."""
+    if "/" not in value:
+        n = int(value)
+        return [index % n == 0 for index in range(1, layers + 1)]
+    k, n = (int(part) for part in value.split("/"))
+    flags = []
+    cut = 0  # the cut-off is cut + 1/2
+    for index in range(1, layers + 1):
+        reached = 2 * index * k >= (2 * cut + 1) * n
+        cut += reached
+        flags.append(reached)
+    return flags
 
 
 def checkpointed_blocks(value: str, layers: int) -> int:
-    """How many blocks the layer policy checkpoints in full: blocks N, 2N... of ``layers``."""
-    return layers // layer_frequency(value)
+    """How many blocks the layer policy checkpoints in full (:func:`checkpointed_flags`)."""
+    return sum(checkpointed_flags(value, layers))
 
 
 def recomputes_last_block(value: str | None, layers: int) -> bool:
     """Whether backward recomputes a block on top of everything kept: full checkpointing
-    (``value`` None, ``--grad-ckpt``) and the op policy always; the layer policy when the last
+    (``value`` None, ``--grad-ckpt``) and the op policy always; a layer policy when the last
     block is a checkpointed one."""
-    if value is None:
+    if value is None or value == OP:
         return True
-    n = layer_frequency(value)
-    return n == 0 or layers % n == 0
+    return checkpointed_flags(value, layers)[-1]
 
 
 def check_op_policy(arch: Architecture) -> None:
