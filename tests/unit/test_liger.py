@@ -122,6 +122,14 @@ def test_axolotl_counts_the_norm_and_activation_kernels_together(tmp_path: Path)
 def test_megatron_and_inference_plans_say_the_flag_does_nothing() -> None:
     megatron = _plan(framework="megatron", tp=2, gpus=2, liger=True)
     assert [name for name, _ in unused_settings(megatron, ["liger"])] == ["liger"]
+    # and it changes nothing there, the loss included
+    assert (
+        resolve_savers(megatron).loss is resolve_savers(megatron.with_changes({"liger": None})).loss
+    )
+    assert (
+        estimate_memory(megatron, SMALL).per_gpu
+        == estimate_memory(megatron.with_changes({"liger": None}), SMALL).per_gpu
+    )
     served = _plan(method="inference", liger=True)
     assert [name for name, _ in unused_settings(served, ["liger"])] == ["liger"]
     assert unused_settings(_plan(liger=True), ["liger"]) == []

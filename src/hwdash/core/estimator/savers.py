@@ -133,11 +133,12 @@ def resolve_savers(plan: Plan, framework: Framework | None = None) -> Savers:
     in_backward = bool(pick("optimizer_in_backward", False))
     if in_backward and plan.optimizer_in_backward is None and plan.grad_accum > 1:
         in_backward = False  # a framework default the plan cannot use (torchtune refuses it)
-    # Liger's kernels bring its fused linear cross-entropy unless the plan names a loss
-    loss = plan.loss if plan.loss is not None or not plan.liger else Loss.FUSED_LINEAR
+    loss = Loss(pick("loss", Loss.STANDARD))
+    if plan.liger and plan.loss is None and not plan.megatron:
+        loss = Loss.FUSED_LINEAR  # Liger's kernels bring its fused linear cross-entropy
     return Savers(
         framework=plan.framework.value,
-        loss=Loss(pick("loss", Loss.STANDARD) if loss is None else loss),
+        loss=loss,
         compile=bool(pick("compile", False)),
         activation_offload=bool(pick("activation_offload", False)),
         optimizer_in_backward=in_backward,
