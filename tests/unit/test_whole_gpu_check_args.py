@@ -144,6 +144,7 @@ SET_J = sorted(DATA.glob("whole_gpu_readings_j*.toml"))
 SET_K = sorted(DATA.glob("whole_gpu_readings_k*.toml"))
 SET_L = sorted(DATA.glob("whole_gpu_readings_l*.toml"))
 SET_M = sorted(DATA.glob("whole_gpu_readings_m*.toml"))
+SET_N = sorted(DATA.glob("whole_gpu_readings_n*.toml"))
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -246,6 +247,29 @@ def test_set_m_is_held_out_new_and_every_row_plans(capsys) -> None:
     _check_new_held_out_set(SET_M, earlier, 83, capsys)
     measures = [row["measure"] for path in SET_M for row in accuracy.load_rows(path)]
     assert measures.count("nvml") == 40
+
+
+def test_set_n_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # set N after set M was scored (four helpers; two of them found no usable reading, and their
+    # tables keep the searched sources in their skipped lists)
+    earlier = [
+        *SETS_A_B,
+        *SET_C,
+        *SET_D,
+        *SET_E,
+        *SET_F,
+        *SET_G,
+        *SET_H,
+        *SET_I,
+        *SET_J,
+        *SET_K,
+        *SET_L,
+        *SET_M,
+    ]
+    assert [path.name[-7:] for path in SET_N] == [f"n{n}.toml" for n in range(1, 5)]
+    _check_new_held_out_set(SET_N, earlier, 45, capsys)
+    measures = [row["measure"] for path in SET_N for row in accuracy.load_rows(path)]
+    assert (measures.count("nvml"), measures.count("reserved")) == (2, 12)
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
