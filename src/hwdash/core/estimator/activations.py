@@ -487,6 +487,32 @@ def layer_activation_bytes(
     return norms + attention_bytes + mlp + inputs + weight_copies + adapters + masks
 
 
+#: Bytes per attention score that eager attention's backward holds on top of the layer's saved
+#: tensors: the probabilities' 16-bit gradient (the P @ V matmul's backward) and its fp32 copy
+#: (the backward of ``.to(query.dtype)`` after transformers' fp32 softmax, ``eager_attention_forward``
+#: in ``modeling_llama.py``), alive together while the softmax's backward runs. Fitted on two
+#: fake-tensor traces (``hwdash plan --trace``: Llama-2-7B LoRA, bf16, eager, checkpointing, batch
+#: 4 x 2048 and 2 x 4096 tokens: 2.05 and 5.08 GiB of backward temporaries beyond the recomputed
+#: layer's saved tensors, 4.1 and 5.1 bytes per score, i.e. 6 per score less the MLP's tensors
+#: already freed by then).
+EAGER_BACKWARD_SCORE_BYTES = 6
+
+
+def eager_backward_transient_bytes(
+    arch: Architecture, batch: int, seq: int, e: int, attention: Attention
+) -> int:
+    """What one layer's backward holds beyond its saved tensors with eager attention: the
+    score-sized gradients (:data:`EAGER_BACKWARD_SCORE_BYTES` per score), less the MLP's saved
+    tensors and down_proj's input, which the MLP's backward (before attention's, in the layer's
+    backward) has freed by then. SDPA and flash kernels recompute the scores block by block: 0."""
+    if attention is not Attention.EAGER:
+        return 0
+    tokens = batch * seq
+    scores = EAGER_BACKWARD_SCORE_BYTES * batch * arch.heads * seq * seq
+    freed = _mlp_kept_bytes(arch, tokens, e, frozen=False) + e * tokens * arch.intermediate
+    return max(0, scores - freed)
+
+
 def _layer_norm_bytes(
     arch: Architecture, tokens: int, e: int, w: int, frozen: bool, compiled: bool
 ) -> int:

@@ -31,6 +31,7 @@ from hwdash.core.estimator.activations import (
     DROPOUT_MASK_BYTES,
     _merged_expert_gradient_bytes,
     dora_weight_norm_transient_bytes,
+    eager_backward_transient_bytes,
     layer_activation_bytes,
     training_activation_bytes,
 )
@@ -708,22 +709,15 @@ def _add_activations(
         bool(settings["adapter_casts"] is not False) and element_bytes != 4,
     )
     logits = _logits_and_loss(plan, arch, method, layout, trained, savers) if with_logits else 0
-    # the first layer with its own attention kind: a sliding or chunked one keeps SDPA's mask
-    # past its span (activations._masked_sdpa)
-    one_layer = layer_activation_bytes(
-        arch.leading_block, plan.batch, plan.seq, element_bytes, plan.attention, **settings
+    one_layer, transient = _add_first_layer_backward(
+        plan, arch, layout, trained, acc, label, settings
     )
-    # The end of backward: the first layer's activations (recomputed, with checkpointing) while
-    # every other gradient exists. Traced: mixtral-8x7b LoRA with checkpointing peaks there
-    # (bench/data/calibration.csv, gradients 97% complete at the backward peak).
-    last_layer = one_layer + _merged_expert_gradient_bytes(trained.targets, layout.weight_bytes)
-    acc.last_layer_activations += last_layer
-    acc.note(f"{label} first layer's backward", last_layer, _BACKWARD_END_ONLY)
     if plan.grad_ckpt or plan.selective_ac is not None:
         # full or torchtitan's selective checkpointing (selective_ac.py): one block recomputed
         # on top of the rest where backward recomputes one before freeing any
         again = recomputes_last_block(plan.selective_ac, arch.layers)
-        _add_checkpointed(arch, activations, one_layer if again else 0, logits, acc, label, savers)
+        recomputed = (one_layer, transient) if again else (0, 0)
+        _add_checkpointed(arch, activations, recomputed, logits, acc, label, savers)
         return
     if savers.activation_offload:
         on_gpu, on_host = offloaded_activations(arch.layers, activations / arch.layers)
@@ -735,10 +729,37 @@ def _add_activations(
         acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
 
 
+def _add_first_layer_backward(
+    plan: Plan,
+    arch: Architecture,
+    layout: Layout,
+    trained: _Trained,
+    acc: _Accumulator,
+    label: str,
+    settings: dict[str, Any],
+) -> tuple[int, int]:
+    """The end of backward: the first layer's activations (recomputed, with checkpointing) while
+    every other gradient exists. Traced: mixtral-8x7b LoRA with checkpointing peaks there
+    (bench/data/calibration.csv, gradients 97% complete at the backward peak). Its backward holds
+    eager attention's score-sized gradients on top, as a recomputed layer's does
+    (:func:`eager_backward_transient_bytes`). Returns one layer's saved tensors and that transient.
+
+    The first layer has its own attention kind: a sliding or chunked one keeps SDPA's mask past
+    its span (activations._masked_sdpa)."""
+    block, e = arch.leading_block, layout.activation_bytes
+    one_layer = layer_activation_bytes(block, plan.batch, plan.seq, e, plan.attention, **settings)
+    transient = eager_backward_transient_bytes(block, plan.batch, plan.seq, e, plan.attention)
+    last_layer = one_layer + transient
+    last_layer += _merged_expert_gradient_bytes(trained.targets, layout.weight_bytes)
+    acc.last_layer_activations += last_layer
+    acc.note(f"{label} first layer's backward", last_layer, _BACKWARD_END_ONLY)
+    return one_layer, transient
+
+
 def _add_checkpointed(
     arch: Architecture,
     activations: int,
-    recomputed: int,
+    recomputed_layer: tuple[int, int],
     logits: int,
     acc: _Accumulator,
     label: str,
@@ -746,7 +767,8 @@ def _add_checkpointed(
 ) -> None:
     """Start of backward with gradient checkpointing: the checkpoints plus the larger of the
     logits and loss and the recomputed layer (``activations`` counts the checkpoints and one
-    layer, :func:`training_activation_bytes`).
+    layer, :func:`training_activation_bytes`; ``recomputed_layer``: that layer's saved tensors
+    and what its backward holds on top, :func:`eager_backward_transient_bytes`).
 
     With recomputation the loss's fp32 tensors and the recomputed layer are not alive at the same
     time: backward starts with the loss and the LM head (freed once the hidden state's gradient
@@ -754,7 +776,9 @@ def _add_checkpointed(
     bench/data/calibration.csv peaks at the start of backward (end of forward + 8 fp32 bytes per
     logit), without the recomputed layer on top.
     """
-    checkpoints = activations - recomputed
+    saved, transient = recomputed_layer
+    checkpoints = activations - saved
+    recomputed = saved + transient
     if savers.activation_offload:
         # the checkpoints go to host RAM, all but the layers in flight (savers.py)
         on_gpu, on_host = offloaded_activations(arch.layers, checkpoints / arch.layers)
