@@ -133,3 +133,14 @@ def test_megatron_and_inference_plans_say_the_flag_does_nothing() -> None:
     served = _plan(method="inference", liger=True)
     assert [name for name, _ in unused_settings(served, ["liger"])] == ["liger"]
     assert unused_settings(_plan(liger=True), ["liger"]) == []
+
+
+def test_an_encoder_is_planned_without_it_and_said_so() -> None:
+    from hwdash.core.models.config import model_from_config_file
+
+    root = Path(__file__).resolve().parents[2]
+    model = model_from_config_file(root / "bench/data/encoder_tuning_configs/tiny-bert/config.json")
+    plan = Plan(model="tiny-bert", method="full", seq=512)  # type: ignore[arg-type]
+    with_liger = estimate_memory(plan.with_changes({"liger": True}), model)
+    assert with_liger.per_gpu == estimate_memory(plan, model).per_gpu
+    assert any("--liger" in warning for warning in with_liger.warnings)

@@ -485,6 +485,11 @@ def encoder_warnings(plan: Plan, model: ModelSpec) -> list[str]:
             "FSDP sharding is not modelled for encoder-only models: counted unsharded, as on one "
             "GPU (an upper bound)"
         )
+    if plan.liger and plan.method is not Method.INFERENCE:
+        notes.append(
+            "--liger counts Liger-Kernel's decoder kernels (RMSNorm, gated activation, fused "
+            "loss): an encoder is planned without them"
+        )
     if plan.method is Method.INFERENCE:
         notes.append(
             f"{model.name} is an encoder: inference is one forward pass over --batch sequences of "
