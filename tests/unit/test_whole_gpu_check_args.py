@@ -228,48 +228,30 @@ def test_sets_k_and_l_are_held_out_new_and_every_row_plans(capsys) -> None:
     assert measures.count("nvml") == 44
 
 
-def test_set_m_is_held_out_new_and_every_row_plans(capsys) -> None:
-    # set M after sets K and L were scored (seven helpers, two waves): new against every set
-    earlier = [
-        *SETS_A_B,
-        *SET_C,
-        *SET_D,
-        *SET_E,
-        *SET_F,
-        *SET_G,
-        *SET_H,
-        *SET_I,
-        *SET_J,
-        *SET_K,
-        *SET_L,
-    ]
+def _sets_up_to(letter: str) -> list:
+    """Every readings table of the sets before ``letter`` (A and B together)."""
+    named = sorted(
+        path
+        for path in DATA.glob("whole_gpu_readings_*.toml")
+        if "c" <= path.name[len("whole_gpu_readings_")] < letter
+    )
+    return [*SETS_A_B, *named]
+
+
+def test_sets_m_and_n_are_held_out_new_and_every_row_plans(capsys) -> None:
+    # set M after sets K and L were scored (seven helpers, two waves); set N after set M was
+    # scored (four helpers; two found no usable reading, their tables keep the searched sources in
+    # their skipped lists): each new against every set before it
     assert [path.name[-7:] for path in SET_M] == [f"m{n}.toml" for n in range(1, 8)]
-    _check_new_held_out_set(SET_M, earlier, 83, capsys)
-    measures = [row["measure"] for path in SET_M for row in accuracy.load_rows(path)]
-    assert measures.count("nvml") == 40
-
-
-def test_set_n_is_held_out_new_and_every_row_plans(capsys) -> None:
-    # set N after set M was scored (four helpers; two of them found no usable reading, and their
-    # tables keep the searched sources in their skipped lists)
-    earlier = [
-        *SETS_A_B,
-        *SET_C,
-        *SET_D,
-        *SET_E,
-        *SET_F,
-        *SET_G,
-        *SET_H,
-        *SET_I,
-        *SET_J,
-        *SET_K,
-        *SET_L,
-        *SET_M,
-    ]
     assert [path.name[-7:] for path in SET_N] == [f"n{n}.toml" for n in range(1, 5)]
-    _check_new_held_out_set(SET_N, earlier, 45, capsys)
-    measures = [row["measure"] for path in SET_N for row in accuracy.load_rows(path)]
-    assert (measures.count("nvml"), measures.count("reserved")) == (2, 12)
+    assert _sets_up_to("m") == [*SETS_A_B, *SET_C, *SET_D, *SET_E, *SET_F, *SET_G, *SET_H,
+                                *SET_I, *SET_J, *SET_K, *SET_L]  # fmt: skip
+    _check_new_held_out_set(SET_M, _sets_up_to("m"), 83, capsys)
+    _check_new_held_out_set(SET_N, _sets_up_to("n"), 45, capsys)
+    m = [row["measure"] for path in SET_M for row in accuracy.load_rows(path)]
+    n = [row["measure"] for path in SET_N for row in accuracy.load_rows(path)]
+    assert m.count("nvml") == 40
+    assert (n.count("nvml"), n.count("reserved")) == (2, 12)
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
