@@ -210,13 +210,20 @@ def leave_one_set_out(rows: list[Implied], form: str) -> float:
     return weighted_median(errors, _weights(scored))
 
 
+def form_scores(own: list[Implied]) -> dict[str, float]:
+    """Each form's leave-one-set-out error on one kind's rows."""
+    return {form: leave_one_set_out(own, form) for form in FORMS}
+
+
 def fit(rows: list[Implied], kind: str = "distributed") -> Pool:
     """The kind's pool: the form with the smallest leave-one-set-out error (the first of
     :data:`FORMS` among equals), fitted on every row of the kind."""
     own = [row for row in rows if row.kind == kind]
-    scores = {form: leave_one_set_out(own, form) for form in FORMS}
-    form = min(FORMS, key=lambda name: scores[name])
-    return fit_form(own, form)
+    return _kept(own, form_scores(own))
+
+
+def _kept(own: list[Implied], scores: dict[str, float]) -> Pool:
+    return fit_form(own, min(FORMS, key=lambda name: scores[name]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,14 +243,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{kind} rows: {len(own)} of {len({r.source for r in own})} sources,"
             f" median implied pool {weighted_median([r.fraction for r in own], _weights(own)):.2f}"
         )
+        scores = form_scores(own)
         for form in FORMS:
             pool = fit_form(own, form)
             print(
                 f"    {form:14} base {pool.base / GIB:4.2f} GiB  fraction {pool.fraction:.2f}"
                 f"  seen median |err| {_median_error(pool, own):5.1%}"
-                f"  leave one set out {leave_one_set_out(own, form):5.1%}"
+                f"  leave one set out {scores[form]:5.1%}"
             )
-        fitted[kind] = fit(rows, kind)
+        fitted[kind] = _kept(own, scores)
         print(f"    kept: {fitted[kind]}")
     single = [row for row in rows if row.kind == "single_gpu"]
     print(
