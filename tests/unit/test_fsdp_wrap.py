@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_fsdp import GATHERED, SMALL, P, _plan
+from test_fsdp import BLOCK, GATHERED, SMALL, P, _plan
 from test_fsdp_versions import (
     ARCH,
+    TOP,
     _accelerate_file,
     _accumulated,
     _line,
@@ -161,3 +162,34 @@ def test_the_trainer_snippet_says_no_wrap_and_reads_back(tmp_path: Path) -> None
 def test_make_it_fit_offers_wrapping_the_blocks() -> None:
     assert offered_by_fit(_whole(), "fsdp_wrap") == [{"fsdp_wrap": FsdpWrap.TRANSFORMER}]
     assert offered_by_fit(_plan(), "fsdp_wrap") == []
+    # FSDP2 with the embedding and output layer in the root: their own units (accelerate 1.14)
+    root = _plan(fsdp_version=2, fsdp_wrap="transformer")
+    assert offered_by_fit(root, "fsdp_wrap") == [{"fsdp_wrap": FsdpWrap.TRANSFORMER_ENDS}]
+    assert offered_by_fit(_plan(fsdp_version=1), "fsdp_wrap") == []
+
+
+def test_fsdp2_with_its_ends_in_the_root_keeps_them_gathered_like_fsdp1() -> None:
+    # accelerate before 1.14 wraps the blocks, then the model (fsdp2_prepare_model at v1.13.0):
+    # the root unit holds the embedding, output layer and final norm from the first forward to
+    # the end of backward beside the running and prefetched blocks, (TOP + TOP + 1024) + 2 BLOCK
+    # parameters gathered against the neutral count's TOP + BLOCK + 1024
+    for precision, gathered in (("bf16", 2), ("mixed", 2), ("fp32", 4)):
+        root = _plan(precision=precision, fsdp_version=2, fsdp_wrap="transformer")
+        assert _line(_notes(root), "FSDP2 root unit") == gathered * (TOP + BLOCK)
+        default = _plan(precision=precision, fsdp_version=2)
+        assert not any("root unit" in label for label in _notes(default))
+        # FSDP2's default is transformer-ends, to the byte
+        ends = default.model_copy(update={"fsdp_wrap": FsdpWrap.TRANSFORMER_ENDS})
+        assert estimate_memory(ends, SMALL) == estimate_memory(default, SMALL)
+        # the same root term FSDP1 counts
+        fsdp1 = _plan(precision=precision, fsdp_version=1)
+        assert _line(_notes(fsdp1), "FSDP1 root unit") == gathered * (TOP + BLOCK)
+    # FSDP1 with the ends in their own units: no root unit, none in the all-gather stream's pool
+    ends1 = _plan(precision="bf16", fsdp_version=1, fsdp_wrap="transformer-ends")
+    assert not any("root unit" in label for label in _notes(ends1))
+    assert _accumulated(ends1).side_stream_pool == 3 * 2 * BLOCK
+    # the warning names the root layout only where the ends are counted in their own units
+    warned = estimate_memory(_plan(fsdp_version=2), SMALL).warnings
+    assert any("--fsdp-wrap transformer:" in warning for warning in warned)
+    kept = estimate_memory(_plan(fsdp_version=2, fsdp_wrap="transformer"), SMALL).warnings
+    assert not any("--fsdp-wrap transformer:" in warning for warning in kept)

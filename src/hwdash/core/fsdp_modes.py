@@ -38,8 +38,16 @@ class FsdpWrap(str, Enum):
     the Trainer's ``fsdp_config.auto_wrap_policy``)."""
 
     TRANSFORMER = "transformer"
-    """Each decoder block its own unit (``TRANSFORMER_BASED_WRAP``: the Trainer's default, and
-    what torchtune and torchtitan apply): one block gathered at a time."""
+    """Each decoder block its own unit, the embedding, output layer and final norm left in the root
+    unit, which stays gathered from the first forward to the end of backward
+    (``TRANSFORMER_BASED_WRAP``: the Trainer's default; FSDP1's ``_post_forward_reshard`` never
+    frees the root; accelerate's FSDP2 before 1.14 wraps the blocks, then ``fully_shard(model)``,
+    accelerate/utils/fsdp_utils.py ``fsdp2_prepare_model`` at v1.13.0). FSDP1's default."""
+    TRANSFORMER_ENDS = "transformer-ends"
+    """Each decoder block, the embedding and the output layer their own units, gathered one at a
+    time (torchtitan's ``apply_fsdp``; torchtune's ``custom_sharded_layers``; accelerate 1.14 and
+    later carve the embedding and ``[final norm, output layer]`` out of the root, huggingface/
+    accelerate PR 4015). FSDP2's default."""
     NONE = "none"
     """No auto-wrap policy (``NO_WRAP``: accelerate's default when its config says none, Lightning's
     ``FSDPStrategy`` default): the whole model is the root unit, gathered from the first forward to

@@ -43,9 +43,13 @@ FSDP_VERSION_FIELDS = (
     PlanField(
         "fsdp_wrap", "--fsdp-wrap", SHARDING,
         "how FSDP splits the model into units: transformer (each decoder block a unit, gathered "
-        "one at a time: the Trainer's default) or none (no auto-wrap policy, accelerate's NO_WRAP "
-        "and Lightning's default: the whole model is one unit, gathered from the first forward "
-        "to the end of backward, with its whole unsharded gradient) (default transformer)",
+        "one at a time; the embedding and output layer stay in the root unit, gathered from the "
+        "first forward to the end of backward: the Trainer's TRANSFORMER_BASED_WRAP under FSDP1, "
+        "and under FSDP2 with accelerate before 1.14), transformer-ends (the embedding and output "
+        "layer their own units too: torchtitan, torchtune, accelerate 1.14 and later) or none "
+        "(no auto-wrap policy, accelerate's NO_WRAP and Lightning's default: the whole model is "
+        "one unit, gathered from the first forward to the end of backward, with its whole "
+        "unsharded gradient) (default transformer with --fsdp-version 1, transformer-ends with 2)",
         choices=_values(FsdpWrap), unset_unless_given=True,
     ),
 )  # fmt: skip

@@ -80,6 +80,9 @@ class FsdpUnits:
     one_unit: bool = False
     """No auto-wrap policy (``--fsdp-wrap none``): the whole model is the root unit, gathered once
     and kept to the end of backward (``counted_gathered`` is all of it)."""
+    root_unit: bool = False
+    """The embedding, output layer and final norm left in the root unit (``--fsdp-wrap
+    transformer``, :func:`root_unit_bytes`)."""
 
 
 def state_dict_kind(plan: Plan) -> FsdpStateDict:
@@ -201,11 +204,7 @@ def _fsdp1_terms(
     acc.note(f"{label} {version} flat-parameter padding (to a multiple of {units.shard})", padding)
     if not plan.fsdp_offload:
         acc.weights += padding
-    root = fsdp1_root_unit_bytes(arch, units)
-    if root:
-        acc.activations += root
-        acc.last_layer_activations += root
-        acc.note(f"{label} {version} root unit (embedding, output layer) kept gathered", root, both)
+    root = _add_root_unit(arch, units, acc, f"{label} {version}")
     pool = fsdp1_all_gather_pool_bytes(arch, units)
     if pool:
         acc.side_stream_pool += pool
@@ -230,8 +229,9 @@ def _fsdp1_terms(
     return max(cat, staging + unit * reduce / units.shard)
 
 
-def fsdp1_root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
-    """FSDP1: what the root unit adds to the gathered units counted for every version.
+def root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
+    """What the root unit adds to the gathered units counted for every version, where it holds the
+    embedding, output layer and final norm (``units.root_unit``: ``--fsdp-wrap transformer``).
 
     FSDP1's auto-wrap as the FSDP1 recipes configure it wraps the decoder blocks only (accelerate's
     ``TRANSFORMER_BASED_WRAP`` with the model's ``_no_split_modules``, PEFT's
@@ -241,15 +241,31 @@ def fsdp1_root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
     root unit. ``_runtime_utils.py`` ``_post_forward_reshard`` never frees the root's unsharded
     flat parameter after forward (``free_unsharded_flat_param = not state._is_root and ...``): it
     stays gathered from the first forward to the end of backward, beside the running block and the
-    prefetched one. So FSDP1 holds ``(embedding + output + final norm) x root_bytes + 2 x block x
+    prefetched one. FSDP2 through accelerate before 1.14 wraps the blocks and then the model
+    (``fsdp2_prepare_model`` at v1.13.0: ``fully_shard(model)`` last), whose root unit FSDP2 either
+    never reshards after forward (``_fsdp_state.py`` ``_lazy_init``) or gathers again at the start
+    of backward, to be resharded only in its post-backward at the end. So the unit holds ``(embedding + output + final norm) x root_bytes + 2 x block x
     gathered_bytes``; the version-neutral count (``units.counted_gathered``) is subtracted.
     Nothing on one GPU (the parameters are their own gathered copy), nor with the whole model the
     one unit (the version-neutral count holds all of it)."""
-    if units.shard <= 1 or not units.counted_gathered or units.one_unit:
+    if units.shard <= 1 or not units.counted_gathered or units.one_unit or not units.root_unit:
         return 0.0
     root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
     fsdp1 = root + 2 * arch.block_params * units.gathered_bytes
     return max(0.0, fsdp1 - units.counted_gathered)
+
+
+def _add_root_unit(
+    arch: Architecture, units: FsdpUnits, acc: est_phases._Accumulator, label: str
+) -> float:
+    """Add the root unit kept gathered (:func:`root_unit_bytes`) to forward and backward; return it."""
+    root = root_unit_bytes(arch, units)
+    if root:
+        both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
+        acc.activations += root
+        acc.last_layer_activations += root
+        acc.note(f"{label} root unit (embedding, output layer) kept gathered", root, both)
+    return root
 
 
 def fsdp1_all_gather_pool_bytes(arch: Architecture, units: FsdpUnits) -> float:
@@ -273,7 +289,8 @@ def fsdp1_all_gather_pool_bytes(arch: Architecture, units: FsdpUnits) -> float:
         return 0.0
     if units.one_unit:
         return units.counted_gathered
-    root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
+    ends = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
+    root = ends * units.root_bytes if units.root_unit else 0.0
     blocks = FSDP1_INFLIGHT_ALL_GATHERS + 1
     return root + blocks * arch.block_params * units.gathered_bytes
 
@@ -292,6 +309,7 @@ def _fsdp2_terms(
     version = "FSDP2"
     padding = dim0_padding_elements(arch, units.shard) * units.sharded_bytes
     acc.note(f"{label} {version} dim-0 padding (to a multiple of {units.shard})", padding)
+    _add_root_unit(arch, units, acc, f"{label} {version}")
     if not plan.fsdp_offload:
         acc.weights += padding
     if units.one_unit:

@@ -127,6 +127,16 @@ def one_unit(plan: Plan) -> bool:
     return plan.fsdp_wrap is FsdpWrap.NONE
 
 
+def root_keeps_ends(plan: Plan) -> bool:
+    """Whether the embedding, output layer and final norm sit in the root unit, gathered from the
+    first forward to the end of backward (``--fsdp-wrap transformer``); unset, FSDP1 keeps them
+    there and FSDP2 gives them their own units (``transformer-ends``, :class:`FsdpWrap`)."""
+    wrap = plan.fsdp_wrap
+    if wrap is None:
+        wrap = FsdpWrap.TRANSFORMER if plan.fsdp_version == 1 else FsdpWrap.TRANSFORMER_ENDS
+    return wrap is FsdpWrap.TRANSFORMER
+
+
 def fsdp_gathered_params(arch: Architecture, *, whole: bool = False) -> int:
     """Parameters gathered at once: the running unit, the prefetched one, and the root.
 
@@ -231,8 +241,8 @@ def add_fsdp_training(
         acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
     else:
         _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
-    if plan.fsdp_version != 1 and not one_unit(plan):
-        # FSDP1 counts the root unit it keeps gathered (fsdp_versions.fsdp1_root_unit_bytes)
+    if not one_unit(plan) and not root_keeps_ends(plan):
+        # the root unit kept gathered is counted where it holds them (fsdp_versions.root_unit_bytes)
         acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
     units = _units(plan, arch, method, states, shard, savers, shared=shared)
     fsdp_versions.add_version_terms(plan, arch, method, units, acc, label)
@@ -275,6 +285,7 @@ def _units(
         counted_gathered=_gathered_bytes(arch, method, states, shard, whole=whole),
         root_bytes=root_bytes,
         one_unit=whole,
+        root_unit=root_keeps_ends(plan) and not whole,
     )
 
 
@@ -290,10 +301,11 @@ def _root_unit_warning(arch: Architecture, gathered_per_param: float) -> str:
     """What wrapping the embedding and output layer in the root unit would add."""
     root_extra = (arch.embedding_params + arch.lm_head_params) * gathered_per_param
     return (
-        "FSDP counted with the embedding and output layer as their own units (torchtune's "
-        "custom_sharded_layers); wrapped in the root unit (accelerate's transformer-layer "
-        f"auto-wrap) they stay gathered from forward through backward: up to {root_extra / GIB:.1f} "
-        "GiB more per GPU"
+        "FSDP counted with the embedding and output layer as their own units (--fsdp-wrap "
+        "transformer-ends: torchtitan, torchtune's custom_sharded_layers, accelerate 1.14 and "
+        "later); left in the root unit (--fsdp-wrap transformer: accelerate's FSDP2 before 1.14) "
+        f"they stay gathered from forward through backward: up to {root_extra / GIB:.1f} GiB "
+        "more per GPU"
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from hwdash.core.estimator import architecture, resolve_lora_targets
 from hwdash.core.estimator.fsdp_versions import state_dict_kind
+from hwdash.core.estimator.parallelism import root_keeps_ends
 from hwdash.core.estimator.savers import Savers, resolve_savers
 from hwdash.core.estimator.selective_ac import OP, SelectiveAcError, check_op_policy
 from hwdash.core.estimator.zero_buffers import zero_settings
@@ -614,6 +615,12 @@ def _fsdp_buffer_knobs(plan: Plan) -> list[Knob]:
         setting = Setting(
             {"fsdp_wrap": FsdpWrap.TRANSFORMER},
             "FSDP wraps each decoder block (one block gathered at a time)",
+        )
+        knobs.append(Knob("fsdp_wrap", True, (setting,)))
+    elif plan.fsdp_version != 1 and root_keeps_ends(plan):
+        setting = Setting(
+            {"fsdp_wrap": FsdpWrap.TRANSFORMER_ENDS},
+            "FSDP wraps the embedding and output layer too (torchtitan-style; accelerate 1.14+)",
         )
         knobs.append(Knob("fsdp_wrap", True, (setting,)))
     if plan.fsdp_version == 1 and plan.fsdp_limit_all_gathers is False:
