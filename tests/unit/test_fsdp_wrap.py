@@ -193,3 +193,35 @@ def test_fsdp2_with_its_ends_in_the_root_keeps_them_gathered_like_fsdp1() -> Non
     assert any("--fsdp-wrap transformer:" in warning for warning in warned)
     kept = estimate_memory(_plan(fsdp_version=2, fsdp_wrap="transformer"), SMALL).warnings
     assert not any("--fsdp-wrap transformer:" in warning for warning in kept)
+
+
+HEAD_GRADIENT = "model output layer's gradient (kept for the FSDP root unit's reduce-scatter)"
+
+
+def test_the_root_unit_keeps_the_output_layers_gradient_beside_the_recomputed_block() -> None:
+    # with checkpointing and a fused loss the recomputed last block outweighs the loss; where the
+    # root unit holds the output layer, its bf16 gradient (TOP parameters, made as backward
+    # starts) waits for the root's reduce-scatter at the end of backward, beside that block
+    fields = {
+        "precision": "bf16",
+        "grad_ckpt": True,
+        "loss": "fused-linear",
+        "grad_accum": 1,
+        "seq": 4096,
+    }
+    for version, wrap in ((1, None), (2, "transformer")):
+        notes = _notes(_plan(fsdp_version=version, fsdp_wrap=wrap, **fields))
+        assert notes[HEAD_GRADIENT] == 2 * TOP
+        assert "model recomputed layer" in notes
+        ends = _notes(_plan(fsdp_version=version, fsdp_wrap="transformer-ends", **fields))
+        assert HEAD_GRADIENT not in ends
+        # the start of backward grows by exactly the kept gradient beside the recomputed block (at
+        # 4096 tokens the block outweighs the fused loss, its hidden-state gradient and the
+        # output layer's fp32 gradient, either way)
+        kept = _accumulated(_plan(fsdp_version=version, fsdp_wrap=wrap, **fields))
+        own = _accumulated(_plan(fsdp_version=version, fsdp_wrap="transformer-ends", **fields))
+        root = _line(notes, "root unit (embedding")
+        assert kept.activations - own.activations == 2 * TOP + root
+    # LoRA trains no output layer: nothing kept
+    lora = _notes(_plan(fsdp_version=1, method="lora", lora_r=8, **fields))
+    assert HEAD_GRADIENT not in lora

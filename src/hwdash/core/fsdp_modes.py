@@ -52,3 +52,12 @@ class FsdpWrap(str, Enum):
     """No auto-wrap policy (``NO_WRAP``: accelerate's default when its config says none, Lightning's
     ``FSDPStrategy`` default): the whole model is the root unit, gathered from the first forward to
     the end of backward."""
+
+
+def keeps_ends_in_root(wrap: FsdpWrap | None, version: int) -> bool:
+    """Whether the embedding, output layer and final norm sit in FSDP's root unit, gathered from
+    the first forward to the end of backward (``--fsdp-wrap transformer``); unset, FSDP1 keeps them
+    there and FSDP2 gives them their own units (``transformer-ends``, :class:`FsdpWrap`)."""
+    if wrap is None:
+        wrap = FsdpWrap.TRANSFORMER if version == 1 else FsdpWrap.TRANSFORMER_ENDS
+    return wrap is FsdpWrap.TRANSFORMER

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hwdash.core.estimator import fsdp_versions, long_context
 from hwdash.core.estimator import phases as est_phases
@@ -73,6 +73,7 @@ from hwdash.core.estimator import states as est_states
 from hwdash.core.estimator.architecture import Architecture
 from hwdash.core.estimator.savers import Savers, resolve_savers
 from hwdash.core.estimator.states import LAYOUTS, Layout
+from hwdash.core.fsdp_modes import keeps_ends_in_root
 from hwdash.core.plan import Attention, FsdpMode, FsdpWrap, Method, Offload, Plan, Precision
 from hwdash.core.units import GIB
 
@@ -128,13 +129,9 @@ def one_unit(plan: Plan) -> bool:
 
 
 def root_keeps_ends(plan: Plan) -> bool:
-    """Whether the embedding, output layer and final norm sit in the root unit, gathered from the
-    first forward to the end of backward (``--fsdp-wrap transformer``); unset, FSDP1 keeps them
-    there and FSDP2 gives them their own units (``transformer-ends``, :class:`FsdpWrap`)."""
-    wrap = plan.fsdp_wrap
-    if wrap is None:
-        wrap = FsdpWrap.TRANSFORMER if plan.fsdp_version == 1 else FsdpWrap.TRANSFORMER_ENDS
-    return wrap is FsdpWrap.TRANSFORMER
+    """Whether the plan's FSDP root unit holds the embedding and output layer
+    (:func:`~hwdash.core.fsdp_modes.keeps_ends_in_root`)."""
+    return keeps_ends_in_root(plan.fsdp_wrap, plan.fsdp_version)
 
 
 def fsdp_gathered_params(arch: Architecture, *, whole: bool = False) -> int:
@@ -179,7 +176,12 @@ def _activations_only(
         }
     )
     scratch = est_phases._Accumulator()
-    trainable = train_one(plain, arch, method, layout, 1, scratch, label, with_logits=with_logits)
+    # the activations as the plain plan counts them, but with the output layer's gradient kept
+    # where the root unit holds it (training._kept_head_gradient)
+    savers = replace(resolve_savers(plain), fsdp_root_keeps_head=root_keeps_ends(plan))
+    trainable = train_one(
+        plain, arch, method, layout, 1, scratch, label, with_logits=with_logits, savers=savers
+    )
     acc.activations += scratch.activations
     acc.last_layer_activations += scratch.last_layer_activations
     activation_phases = (est_phases._BACKWARD_ONLY, est_phases._BACKWARD_END_ONLY)

@@ -63,6 +63,9 @@ class Savers:
     value_head: ValueHead
     fsdp1_adapters_share_units: bool = False
     """FSDP1 adapters in their block's unit: the block's whole flat parameter takes a gradient."""
+    fsdp_root_keeps_head: bool = False
+    """FSDP's root unit holds the output layer (``--fsdp-wrap transformer``): its gradient waits for
+    the root's reduce-scatter at the end of backward (set by the FSDP path, not a framework)."""
 
 
 @functools.cache

@@ -717,7 +717,8 @@ def _add_activations(
         # on top of the rest where backward recomputes one before freeing any
         again = recomputes_last_block(plan.selective_ac, arch.layers)
         recomputed = (one_layer, transient) if again else (0, 0)
-        _add_checkpointed(arch, activations, recomputed, logits, acc, label, savers)
+        kept = _kept_head_gradient(savers, arch, method, layout) if with_logits and again else 0
+        _add_checkpointed(arch, activations, recomputed, logits, acc, label, savers, kept)
         return
     if savers.activation_offload:
         on_gpu, on_host = offloaded_activations(arch.layers, activations / arch.layers)
@@ -756,6 +757,18 @@ def _add_first_layer_backward(
     return one_layer, transient
 
 
+def _kept_head_gradient(savers: Savers, arch: Architecture, method: Method, layout: Layout) -> int:
+    """The output layer's unsharded gradient where FSDP's root unit holds it to the end of backward
+    (``--fsdp-wrap transformer``, ``Savers.fsdp_root_keeps_head``): created as
+    backward starts (in the forward by a fused linear cross-entropy, Liger's ``grad_weight``), it is
+    reduce-scattered only in the root's post-backward, after the last block's recomputation
+    (``_fully_shard/_fsdp_state.py``: the root's post-backward runs in the final callback). The
+    tied embedding's gradient waits likewise. Full training only; in the gathered dtype."""
+    if not savers.fsdp_root_keeps_head or method is not Method.FULL:
+        return 0
+    return (arch.lm_head_params or arch.embedding_params) * layout.weight_bytes
+
+
 def _add_checkpointed(
     arch: Architecture,
     activations: int,
@@ -764,6 +777,7 @@ def _add_checkpointed(
     acc: _Accumulator,
     label: str,
     savers: Savers,
+    kept_head: int = 0,
 ) -> None:
     """Start of backward with gradient checkpointing: the checkpoints plus the larger of the
     logits and loss and the recomputed layer (``activations`` counts the checkpoints and one
@@ -774,11 +788,12 @@ def _add_checkpointed(
     time: backward starts with the loss and the LM head (freed once the hidden state's gradient
     exists), and only then recomputes the last block. Traced: every checkpointed row of
     bench/data/calibration.csv peaks at the start of backward (end of forward + 8 fp32 bytes per
-    logit), without the recomputed layer on top.
+    logit), without the recomputed layer on top. ``kept_head``: the output layer's gradient alive
+    beside the recomputed layer (:func:`_kept_head_gradient`).
     """
     saved, transient = recomputed_layer
     checkpoints = activations - saved
-    recomputed = saved + transient
+    recomputed = saved + transient + kept_head
     if savers.activation_offload:
         # the checkpoints go to host RAM, all but the layers in flight (savers.py)
         on_gpu, on_host = offloaded_activations(arch.layers, checkpoints / arch.layers)
@@ -788,5 +803,8 @@ def _add_checkpointed(
     acc.note(f"{label} activations (checkpoints)", checkpoints, _BACKWARD_ONLY)
     if logits >= recomputed:
         acc.note(f"{label} logits and loss", logits, _BACKWARD_ONLY)
-    else:
-        acc.note(f"{label} recomputed layer", recomputed, _BACKWARD_ONLY)
+        return
+    acc.note(f"{label} recomputed layer", recomputed - kept_head, _BACKWARD_ONLY)
+    if kept_head:
+        head = f"{label} output layer's gradient (kept for the FSDP root unit's reduce-scatter)"
+        acc.note(head, kept_head, _BACKWARD_ONLY)
