@@ -145,6 +145,7 @@ SET_K = sorted(DATA.glob("whole_gpu_readings_k*.toml"))
 SET_L = sorted(DATA.glob("whole_gpu_readings_l*.toml"))
 SET_M = sorted(DATA.glob("whole_gpu_readings_m*.toml"))
 SET_N = sorted(DATA.glob("whole_gpu_readings_n*.toml"))
+SET_O = sorted(DATA.glob("whole_gpu_readings_o*.toml"))
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -252,6 +253,15 @@ def test_sets_m_and_n_are_held_out_new_and_every_row_plans(capsys) -> None:
     n = [row["measure"] for path in SET_N for row in accuracy.load_rows(path)]
     assert m.count("nvml") == 40
     assert (n.count("nvml"), n.count("reserved")) == (2, 12)
+
+
+def test_set_o_is_held_out_new_and_every_row_plans(capsys) -> None:
+    # set O after set N was scored (three helpers, 9 readings: every one allocated, no whole-GPU
+    # reading left in their source families)
+    assert [path.name[-7:] for path in SET_O] == [f"o{n}.toml" for n in range(1, 4)]
+    _check_new_held_out_set(SET_O, _sets_up_to("o"), 9, capsys)
+    o = [row["measure"] for path in SET_O for row in accuracy.load_rows(path)]
+    assert o.count("allocated") == 9
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
