@@ -244,8 +244,9 @@ def root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
     prefetched one. FSDP2 through accelerate before 1.14 wraps the blocks and then the model
     (``fsdp2_prepare_model`` at v1.13.0: ``fully_shard(model)`` last), whose root unit FSDP2 either
     never reshards after forward (``_fsdp_state.py`` ``_lazy_init``) or gathers again at the start
-    of backward, to be resharded only in its post-backward at the end. So the unit holds ``(embedding + output + final norm) x root_bytes + 2 x block x
-    gathered_bytes``; the version-neutral count (``units.counted_gathered``) is subtracted.
+    of backward, to be resharded only in its post-backward at the end. So either version holds
+    ``(embedding + output + final norm) x root_bytes + 2 x block x gathered_bytes``; the
+    version-neutral count (``units.counted_gathered``) is subtracted.
     Nothing on one GPU (the parameters are their own gathered copy), nor with the whole model the
     one unit (the version-neutral count holds all of it)."""
     if units.shard <= 1 or not units.counted_gathered or units.one_unit or not units.root_unit:
@@ -258,7 +259,8 @@ def root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
 def _add_root_unit(
     arch: Architecture, units: FsdpUnits, acc: est_phases._Accumulator, label: str
 ) -> float:
-    """Add the root unit kept gathered (:func:`root_unit_bytes`) to forward and backward; return it."""
+    """Add the root unit kept gathered (:func:`root_unit_bytes`) to forward and backward; return
+    it."""
     root = root_unit_bytes(arch, units)
     if root:
         both = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
