@@ -225,3 +225,16 @@ def test_the_root_unit_keeps_the_output_layers_gradient_beside_the_recomputed_bl
     # LoRA trains no output layer: nothing kept
     lora = _notes(_plan(fsdp_version=1, method="lora", lora_r=8, **fields))
     assert HEAD_GRADIENT not in lora
+
+
+def test_exports_say_when_the_written_policy_gives_the_other_layout() -> None:
+    # accelerate's TRANSFORMER_BASED_WRAP gives FSDP1 the root layout and FSDP2 (accelerate 1.14+)
+    # the embedding and output layer as their own units: the other layout is not carried
+    for kind in ("accelerate", "trainer"):
+        root2 = uncarried_settings(_plan(fsdp_version=2, fsdp_wrap="transformer"), kind)
+        assert any(words.startswith("--fsdp-wrap transformer (") for words in root2)
+        ends1 = uncarried_settings(_plan(fsdp_version=1, fsdp_wrap="transformer-ends"), kind)
+        assert any(words.startswith("--fsdp-wrap transformer-ends (") for words in ends1)
+        for version, wrap in ((1, None), (1, "transformer"), (2, None), (2, "transformer-ends")):
+            carried = uncarried_settings(_plan(fsdp_version=version, fsdp_wrap=wrap), kind)
+            assert not any("--fsdp-wrap" in words for words in carried)

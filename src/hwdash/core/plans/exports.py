@@ -56,6 +56,7 @@ from hwdash.core.catalog import Catalog
 from hwdash.core.estimator.fsdp_versions import state_dict_kind
 from hwdash.core.estimator.savers import Savers, resolve_savers
 from hwdash.core.estimator.zero_buffers import zero_settings
+from hwdash.core.fsdp_modes import keeps_ends_in_root
 from hwdash.core.plan import (
     FsdpMode,
     FsdpWrap,
@@ -340,10 +341,32 @@ def _uncarried_fsdp(plan: Plan, kind: str) -> list[str]:
         missing.append("--fsdp-reduce-fp32")
     if plan.fsdp_wrap is FsdpWrap.NONE and kind not in ("accelerate", "trainer"):
         missing.append("--fsdp-wrap none")
+    if _wrap_not_written(plan):
+        # TRANSFORMER_BASED_WRAP, written for either layout, gives the version's default one
+        missing.append(_WRAP_WORDS[plan.fsdp_version == 1])
     default = plan.model_copy(update={"fsdp_state_dict": None})
     if kind != "accelerate" and state_dict_kind(plan) is not state_dict_kind(default):
         missing.append(f"--fsdp-state-dict {state_dict_kind(plan).value}")
     return missing
+
+
+#: The layout an explicit ``--fsdp-wrap`` asks for where accelerate's ``TRANSFORMER_BASED_WRAP``
+#: gives the other one, by FSDP version (True: FSDP1).
+_WRAP_WORDS = {
+    False: "--fsdp-wrap transformer (FSDP2 keeps the embedding and output layer in the root unit "
+    "only with accelerate before 1.14)",
+    True: "--fsdp-wrap transformer-ends (accelerate's FSDP1 auto-wrap leaves the embedding and "
+    "output layer in the root unit)",
+}
+
+
+def _wrap_not_written(plan: Plan) -> bool:
+    """Whether the plan's explicit unit layout differs from the one its FSDP version gets from
+    ``TRANSFORMER_BASED_WRAP`` with the current accelerate (fsdp_modes.keeps_ends_in_root)."""
+    if plan.fsdp_wrap in (None, FsdpWrap.NONE):
+        return False
+    asked = keeps_ends_in_root(plan.fsdp_wrap, plan.fsdp_version)
+    return asked != keeps_ends_in_root(None, plan.fsdp_version)
 
 
 def _flag_value(value: Any) -> str:
