@@ -78,7 +78,9 @@ def test_the_versions_differ_by_exactly_their_terms() -> None:
     # and the final norm: (2 TOP + 1024 + 2 BLOCK) - (TOP + BLOCK + 1024) = TOP + BLOCK, bf16
     assert v2.per_gpu.activations - v1.per_gpu.activations == 2 * BLOCK - 2 * (TOP + BLOCK)
     assert v2.per_gpu.weights == v1.per_gpu.weights  # 4 GPUs: no padding in either
-    one, two = _notes(_plan(fsdp_version=1)), _notes(_plan(fsdp_version=2))
+    # the same unit layout (the root holding the embedding and output layer) for both versions
+    one = _notes(_plan(fsdp_version=1))
+    two = _notes(_plan(fsdp_version=2, fsdp_wrap="transformer"))
     differing = {label for label in one.keys() ^ two.keys()} | {
         label for label in one.keys() & two.keys() if one[label] != two[label]
     }
@@ -88,17 +90,19 @@ def test_the_versions_differ_by_exactly_their_terms() -> None:
 
 def test_reduce_scatter_staging_by_version_and_reduce_dtype() -> None:
     n = 4
-    # FSDP1, bf16 reduce: the largest unit's flat gradient concatenated from its views' (split's
-    # backward, a second bf16 copy while the views' are held) outweighs the new 1/N shard
+    # FSDP1, bf16 reduce: the largest unit's flat gradient (the root's: embedding, output layer
+    # and final norm, 2 TOP + 1024) concatenated from its views' (split's backward, a second bf16
+    # copy while the views' are held) outweighs the new 1/N shard
+    root = 2 * TOP + 1024
     assert _line(_notes(_plan(precision="bf16", fsdp_version=1)), "FSDP1 flat gradient") == (
-        max(2 * TOP, 2 * TOP // n)
+        max(2 * root, 2 * root // n)
     )
     # FSDP1, fp32 reduce: the unsharded gradient cast to fp32 (the bf16 one kept until the hook
     # returns) and the fp32 shard, more than the concatenation's copy
     fp32 = _plan(precision="bf16", fsdp_version=1, fsdp_reduce_fp32=True)
     assert _line(
         _notes(fp32), "FSDP1 flat gradient's assembly or reduce-scatter staging (4-byte)"
-    ) == (4 * TOP + 4 * TOP // n)
+    ) == (4 * root + 4 * root // n)
     # FSDP2: the reduce-scatter input (the whole unit) and output (1/N), in the reduce dtype
     assert _line(_notes(_plan(precision="bf16")), "FSDP2 reduce-scatter") == 2 * TOP + 2 * TOP // n
     fp32_2 = _plan(precision="bf16", fsdp_reduce_fp32=True)

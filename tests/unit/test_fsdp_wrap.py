@@ -238,3 +238,15 @@ def test_exports_say_when_the_written_policy_gives_the_other_layout() -> None:
         for version, wrap in ((1, None), (1, "transformer"), (2, None), (2, "transformer-ends")):
             carried = uncarried_settings(_plan(fsdp_version=version, fsdp_wrap=wrap), kind)
             assert not any("--fsdp-wrap" in words for words in carried)
+
+
+def test_the_root_units_gradient_is_reduced_whole_at_the_end_of_backward() -> None:
+    # the root unit's post-backward reduce-scatters its embedding, output layer and final norm
+    # together (one flat parameter in FSDP1, one parameter group in FSDP2): 2 TOP + 1024
+    # parameters of bf16 gradient wait, against the larger of the two alone as their own units
+    unit = "model unsharded gradient of one unit (before reduce-scatter)"
+    for version, root in ((1, None), (2, "transformer")):
+        kept = _notes(_plan(precision="bf16", fsdp_version=version, fsdp_wrap=root, grad_accum=1))
+        assert kept[unit] == 2 * (2 * TOP + 1024)
+        own = _plan(precision="bf16", fsdp_version=version, fsdp_wrap="transformer-ends")
+        assert _notes(own.model_copy(update={"grad_accum": 1}))[unit] == 2 * TOP

@@ -296,6 +296,10 @@ def _largest_unit(plan: Plan, arch: Architecture) -> int:
     model with no auto-wrap policy (:func:`one_unit`)."""
     if one_unit(plan):
         return arch.total_params
+    if root_keeps_ends(plan):
+        # the root unit's flat gradient: the embedding, output layer and final norm together
+        ends = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
+        return max(arch.block_params, ends)
     return max(arch.block_params, arch.embedding_params, arch.lm_head_params)
 
 
