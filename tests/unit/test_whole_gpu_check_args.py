@@ -146,6 +146,7 @@ SET_L = sorted(DATA.glob("whole_gpu_readings_l*.toml"))
 SET_M = sorted(DATA.glob("whole_gpu_readings_m*.toml"))
 SET_N = sorted(DATA.glob("whole_gpu_readings_n*.toml"))
 SET_O = sorted(DATA.glob("whole_gpu_readings_o*.toml"))
+SET_P = sorted(DATA.glob("whole_gpu_readings_p*.toml"))
 
 
 def _check_new_held_out_set(tables, earlier_tables, at_least, capsys) -> None:
@@ -255,13 +256,17 @@ def test_sets_m_and_n_are_held_out_new_and_every_row_plans(capsys) -> None:
     assert (n.count("nvml"), n.count("reserved")) == (2, 12)
 
 
-def test_set_o_is_held_out_new_and_every_row_plans(capsys) -> None:
-    # set O after set N was scored (three helpers, 9 readings: every one allocated, no whole-GPU
-    # reading left in their source families)
+def test_sets_o_and_p_are_held_out_new_and_every_row_plans(capsys) -> None:
+    # set O after set N was scored, set P after set O (three helpers each): no whole-GPU reading
+    # was left in their source families; O's 9 and P's 42 allocated readings, P's 7 reserved
     assert [path.name[-7:] for path in SET_O] == [f"o{n}.toml" for n in range(1, 4)]
+    assert [path.name[-7:] for path in SET_P] == [f"p{n}.toml" for n in range(1, 4)]
     _check_new_held_out_set(SET_O, _sets_up_to("o"), 9, capsys)
+    _check_new_held_out_set(SET_P, _sets_up_to("p"), 49, capsys)
     o = [row["measure"] for path in SET_O for row in accuracy.load_rows(path)]
+    p = [row["measure"] for path in SET_P for row in accuracy.load_rows(path)]
     assert o.count("allocated") == 9
+    assert (p.count("allocated"), p.count("reserved"), p.count("nvml")) == (42, 7, 0)
 
 
 def test_one_id_in_two_tables_is_refused(tmp_path, capsys) -> None:
