@@ -292,8 +292,9 @@ def _units(
 
 
 def _largest_unit(plan: Plan, arch: Architecture) -> int:
-    """Parameters of the largest FSDP unit: a block, the embedding or the output layer; the whole
-    model with no auto-wrap policy (:func:`one_unit`)."""
+    """Parameters of the largest FSDP unit: a block, the embedding or the output layer (the root
+    holding both, with the final norm, under ``--fsdp-wrap transformer``: :func:`root_keeps_ends`);
+    the whole model with no auto-wrap policy (:func:`one_unit`)."""
     if one_unit(plan):
         return arch.total_params
     if root_keeps_ends(plan):
