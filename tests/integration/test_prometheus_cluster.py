@@ -13,7 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,23 +58,70 @@ power_w = 300
     return path
 
 
-def wait_until(check: object, timeout_s: float = 40.0) -> None:
+def wait_until(
+    check: Callable[[], object], timeout_s: float = 40.0, explain: Callable[[], str] | None = None
+) -> None:
+    """Poll ``check`` until it is true; on a timeout, ``explain`` says what the processes saw."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
         try:
-            if check():  # type: ignore[operator]
+            if check():
                 return
         except Exception as exc:  # the server is still starting
             last = exc
         time.sleep(0.5)
-    raise AssertionError(f"timed out waiting ({last})")
+    raise AssertionError(f"timed out waiting ({last}){explain() if explain else ''}")
 
 
-def start_exporter(host: str, scenario: str, port: int) -> subprocess.Popen[bytes]:
-    """``hwdash exporter`` for one fake node, sampling every half second."""
-    return subprocess.Popen(
-        [
+def answers(url: str) -> bool:
+    """True once ``url`` answers 200 (a server that is up and serving)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    text = path.read_text(errors="replace") if path.exists() else "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def start_serving(
+    command: Callable[[int], list[str]],
+    ready_path: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``command(port)`` on a free loopback port and wait until ``ready_path`` answers.
+
+    The port is probed free, then bound by the child a moment later; on a shared machine another
+    process can take it in between, and the child exits. Such a start is retried on a new port
+    (three tries), and a child that never serves fails the test with its own log, not a timeout
+    further on.
+    """
+    for attempt in range(3):
+        port = free_port()
+        with log.open("ab") as sink:
+            sink.write(f"--- try {attempt + 1} on port {port}\n".encode())
+            process = subprocess.Popen(
+                command(port), env=env, stdout=subprocess.DEVNULL, stderr=sink
+            )
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            if answers(f"http://127.0.0.1:{port}{ready_path}"):
+                return process, port
+            time.sleep(0.2)
+        stop([process])
+    raise AssertionError(f"{command(0)[0]} did not serve after three tries:\n{log_tail(log)}")
+
+
+def start_exporter(host: str, scenario: str, log_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``hwdash exporter`` for one fake node, sampling every half second, serving; (process, port)."""
+
+    def command(port: int) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "hwdash",
@@ -86,33 +134,53 @@ def start_exporter(host: str, scenario: str, port: int) -> subprocess.Popen[byte
             scenario,
             "--interval",
             "0.5",
-        ],
-        env=dict(os.environ, PYTHONPATH=SRC),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+        ]
+
+    env = dict(os.environ, PYTHONPATH=SRC)
+    return start_serving(command, "/metrics", log_dir / f"exporter-{host}.log", env)
 
 
 def start_prometheus(tmp_path: Path, targets: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    """A Prometheus server scraping ``targets`` every second; (the process, its URL)."""
+    """A Prometheus server scraping ``targets`` every second, ready; (the process, its URL)."""
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+        # The timeout is the whole interval: a 2-core CI machine can be slow to answer a scrape.
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
         "scrape_configs:\n  - job_name: hwdash\n    static_configs:\n"
         f"      - targets: {json.dumps(targets)}\n"
     )
-    port = free_port()
-    server = subprocess.Popen(
-        [
+
+    def command(port: int) -> list[str]:
+        return [
             PROMETHEUS or "prometheus",
             f"--config.file={config}",
             f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+        ]
+
+    server, port = start_serving(command, "/-/ready", tmp_path / "prometheus.log")
     return server, f"http://127.0.0.1:{port}"
+
+
+def targets_report(url: str, logs: Path) -> str:
+    """What the server says of each target, and the tail of every log: a timeout's explanation."""
+    lines = ["", "targets:"]
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/targets", timeout=5) as response:
+            body = json.loads(response.read())
+        active = body["data"]["activeTargets"]
+        if not active:  # the server adds its static targets some seconds after it starts
+            lines.append("  (none active yet)")
+        for target in active:
+            lines.append(
+                f"  {target['scrapeUrl']}: {target['health']} {target.get('lastError', '')!r}"
+                f" ({target.get('lastScrapeDuration')} s)"
+            )
+    except (OSError, ValueError, KeyError) as exc:
+        lines.append(f"  (not read: {exc})")
+    for log in sorted(logs.glob("*.log")):
+        lines += [f"{log.name}:", log_tail(log)]
+    return "\n".join(lines)
 
 
 def stop(processes: list[subprocess.Popen[bytes]]) -> None:
@@ -135,13 +203,16 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, object]]:
     }
     exporters: dict[str, subprocess.Popen[bytes]] = {}
     targets = []
-    for host, path in nodes.items():
-        port = free_port()
-        targets.append(f"127.0.0.1:{port}")
-        exporters[host] = start_exporter(host, str(path), port)
-    server, url = start_prometheus(tmp_path, targets)
     try:
-        yield {"url": url, "server": server, "exporters": exporters}
+        for host, path in nodes.items():
+            exporters[host], port = start_exporter(host, str(path), tmp_path)
+            targets.append(f"127.0.0.1:{port}")
+        server, url = start_prometheus(tmp_path, targets)
+    except BaseException:
+        stop(list(exporters.values()))
+        raise
+    try:
+        yield {"url": url, "server": server, "exporters": exporters, "logs": tmp_path}
     finally:
         stop([server, *exporters.values()])
 
@@ -151,7 +222,13 @@ def test_the_cluster_view_sees_every_gpu_alerts_on_the_right_one_and_says_when_i
 ) -> None:
     url = str(cluster["url"])
     sampler = PrometheusSampler(url)
-    wait_until(lambda: len(sampler.sample().gpus) == 6)
+    logs = cluster["logs"]
+    assert isinstance(logs, Path)
+    wait_until(
+        lambda: len(sampler.sample().gpus) == 6,
+        timeout_s=90,
+        explain=lambda: targets_report(url, logs),
+    )
     snapshot = sampler.sample()
     assert snapshot.nvml.available and not snapshot.stale
     where = sorted((gpu.host, gpu.host_gpu) for gpu in snapshot.gpus)
@@ -192,7 +269,7 @@ def test_the_cluster_view_sees_every_gpu_alerts_on_the_right_one_and_says_when_i
         stale = {(g.host, g.host_gpu) for g in gpus if any(f == "host" for f, _w in g.errors)}
         return stale == {("node-b", 0), ("node-b", 1)} and len(gpus) == 6
 
-    wait_until(node_b_stale, timeout_s=30)
+    wait_until(node_b_stale, timeout_s=30, explain=lambda: targets_report(url, logs))
 
     # The server stops: the view says so, in words, with the last values.
     server = cluster["server"]
@@ -218,9 +295,12 @@ def test_a_remote_hosts_health_readings_and_diagnoses_reach_the_cluster_view(
     # The packaged health scenario in real time: GPU 2 is power-capped and braked from the start
     # (throttled after 10 s of a minute), GPU 0 carries a stray context (after 5 s), GPU 1's
     # link stays at its maximum until 60 s.
-    port = free_port()
-    exporter = start_exporter("node-h", "health", port)
-    server, url = start_prometheus(tmp_path, [f"127.0.0.1:{port}"])
+    exporter, port = start_exporter("node-h", "health", tmp_path)
+    try:
+        server, url = start_prometheus(tmp_path, [f"127.0.0.1:{port}"])
+    except BaseException:
+        stop([exporter])
+        raise
     try:
         sampler = PrometheusSampler(url)
 
@@ -228,7 +308,7 @@ def test_a_remote_hosts_health_readings_and_diagnoses_reach_the_cluster_view(
             kinds = {(g.host_gpu, d.kind) for g in sampler.sample().gpus for d in g.diagnoses}
             return {(0, "stray-context"), (2, "throttled")} <= kinds
 
-        wait_until(diagnosed, timeout_s=60)
+        wait_until(diagnosed, timeout_s=60, explain=lambda: targets_report(url, tmp_path))
         gpus = {gpu.host_gpu: gpu for gpu in sampler.sample().gpus}
     finally:
         stop([server, exporter])
