@@ -101,14 +101,27 @@ SetEnv PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin
     )
 
 
-def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"sshd did not listen on {port}")
+def listening_sshd(home: Path, bin_dir: Path, keys: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """An sshd listening on a probed free port; (the server, its port).
+
+    The port is probed free, then bound by sshd a moment later; another process on a shared
+    machine can take it in between, and sshd exits. Such a start is retried on a new port (three
+    tries); a server that never listens fails the test with its own log.
+    """
+    log = home / "sshd.log"
+    for _attempt in range(3):
+        port = free_port()
+        server = start_sshd(home, port, bin_dir, keys)
+        deadline = time.monotonic() + 30
+        while server.poll() is None and time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return server, port
+            time.sleep(0.1)
+        kill_tree(server)
+    raise AssertionError(
+        f"sshd did not listen after three tries: {log.read_text(errors='replace')}"
+    )
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -162,9 +175,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
                 "this line is not a GPU\n"
             )
             (bin_dir / "apps.csv").write_text("GPU-b0, 4242, 40000, /usr/bin/python3 train.py\n")
-        port = free_port()
-        servers[alias] = start_sshd(home, port, bin_dir, keys)
-        wait_for_port(port)
+        servers[alias], port = listening_sshd(home, bin_dir, keys)
         client += f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n"
     client += (
         f"Host *\n  User {getpass.getuser()}\n  IdentityFile {keys / 'id_ed25519'}\n"
