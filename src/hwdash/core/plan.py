@@ -22,6 +22,9 @@ from pydantic import (
 from hwdash.core.fsdp_modes import FsdpMode as FsdpMode
 from hwdash.core.fsdp_modes import FsdpStateDict as FsdpStateDict
 from hwdash.core.fsdp_modes import FsdpWrap as FsdpWrap
+from hwdash.core.serving_kinds import Engine as Engine
+from hwdash.core.serving_kinds import EngineVersion as EngineVersion
+from hwdash.core.serving_kinds import KvDtype as KvDtype
 
 
 class Method(str, Enum):
@@ -185,34 +188,6 @@ class Quant(str, Enum):
     """A GPTQ 4-bit checkpoint, group size 128 (fp16 scales, 4-bit zeros, int32 ``g_idx``)."""
     AWQ_4 = "awq-4"
     """An AWQ 4-bit checkpoint, group size 128 (fp16 scales, 4-bit zeros)."""
-
-
-class Engine(str, Enum):
-    """What serves an inference plan (``--engine``; :mod:`hwdash.core.estimator.serving`)."""
-
-    HF = "hf"
-    """transformers' ``generate``: one call with one KV cache (the plan as before)."""
-    VLLM = "vllm"
-    """vLLM: paged KV blocks in what ``--gpu-memory-utilization`` leaves."""
-    SGLANG = "sglang"
-    """SGLang: a token pool in what ``mem_fraction_static`` leaves."""
-
-
-class EngineVersion(str, Enum):
-    """vLLM's engine (``--engine-version``): where the profile run's size changed."""
-
-    V1 = "v1"
-    """vLLM 0.8 on: profiles ``max_num_batched_tokens`` (chunked prefill)."""
-    V0 = "v0"
-    """The older engine: profiles the whole ``max_model_len``."""
-
-
-class KvDtype(str, Enum):
-    """The KV cache's element type (``--kv-dtype``): auto keeps the model's dtype."""
-
-    AUTO = "auto"
-    FP8 = "fp8"
-    INT8 = "int8"
 
 
 def _check_layer_policy(value: str) -> None:
@@ -385,6 +360,11 @@ class Plan(BaseModel):
     (accelerate's ``GradientAccumulationPlugin(sync_each_batch=True)``). Off, the Hugging Face
     Trainer runs every micro-batch but the last under ``no_sync``, and FSDP keeps the whole
     unsharded gradient until the last one (None: the framework's default)."""
+    ddp_bucket_view: bool | None = None
+    """Plain data parallelism: the gradients are views into DDP's reduce buckets
+    (``DistributedDataParallel(gradient_as_bucket_view=True)``), or the script all-reduces the
+    gradients itself without DDP: no second copy of them. Off, PyTorch's default, DDP's buckets
+    hold a copy of every trained gradient (None: the framework's default)."""
     qlora_frozen_dtype: StoreDtype | None = None
     """QLoRA / 8-bit LoRA: dtype of the unquantized base parts (embeddings, LM head, norms):
     fp32 as PEFT's ``prepare_model_for_kbit_training`` upcasts them, bf16 as torchtune, torchao

@@ -294,6 +294,13 @@ PLAN_FIELDS: tuple[PlanField, ...] = (
         kind="toggle",
     ),
     PlanField(
+        "ddp_bucket_view", "--ddp-bucket-view", SHARDING,
+        "plain data parallelism with --gpus: the gradients are views into DDP's buckets "
+        "(gradient_as_bucket_view=True), or the script all-reduces them itself: no second "
+        "gradient copy (default: the framework's; every packaged one off, PyTorch's default)",
+        kind="toggle",
+    ),
+    PlanField(
         "gpus_per_node", "--gpus-per-node", SHARDING,
         "GPUs per node for --fsdp hybrid (default: all --gpus are one node)",
         parse="whole", metavar="N",
@@ -527,6 +534,7 @@ ARGV_ORDER = (
     "activation_offload",
     "optimizer_in_backward",
     "sync_each_batch",
+    "ddp_bucket_view",
     "ds_reduce_bucket",
     "ds_allgather_bucket",
     "ds_overlap_comm",

@@ -43,11 +43,26 @@ TRAINING_ONLY_FIELDS = (
     "liger",
     "optimizer_in_backward",
     "sync_each_batch",
+    "ddp_bucket_view",
 )
 #: Settings that only adapters on a quantized base read.
 _QUANTIZED_BASE_FIELDS = ("qlora_frozen_dtype",)
 #: Settings that only PPO reads.
 _PPO_FIELDS = ("value_head",)
+
+
+#: Why ``--ddp-bucket-view`` does nothing outside PyTorch DDP.
+_DDP_ONLY = (
+    "only plain data parallelism over --gpus above 1 keeps DDP's gradient buckets (ZeRO, FSDP, "
+    "Megatron and the RL trainers reduce through their own buffers)"
+)
+
+
+def plain_data_parallel(plan: Plan) -> bool:
+    """Whether PyTorch DDP wraps the plan's model (the one place DDP's buckets are counted,
+    :func:`hwdash.core.estimator.collectives.ddp_bucket_bytes`)."""
+    sharded = plan.zero or plan.fsdp is not FsdpMode.NONE
+    return plan.gpus > 1 and not (sharded or plan.megatron or plan.is_rl)
 
 
 def _generates_with_transformers(plan: Plan) -> bool:
@@ -100,6 +115,8 @@ def unused_settings(plan: Plan, given: Iterable[str]) -> list[tuple[str, str]]:
             unused.append((name, "Megatron-LM runs its own kernels, not Liger's"))
         elif name == "sync_each_batch" and plan.fsdp is FsdpMode.NONE:
             unused.append((name, "only --fsdp keeps unsharded gradients between micro-batches"))
+        elif name == "ddp_bucket_view" and not plain_data_parallel(plan):
+            unused.append((name, _DDP_ONLY))
         elif name == "gpus_per_node" and plan.fsdp is not FsdpMode.HYBRID:
             unused.append((name, "only --fsdp hybrid shards within a node"))
         elif name == "generation" and not _generates_with_transformers(plan):

@@ -482,6 +482,8 @@ class FrameworkSettings(_Strict):
     """Optimizer step fused into backward by default."""
     sync_each_batch: bool | None = None
     """FSDP gradients reduce-scattered after every micro-batch by default (no ``no_sync``)."""
+    ddp_bucket_view: bool | None = None
+    """DDP's gradients are views into its reduce buckets by default (no second copy)."""
     qlora_frozen_dtype: Literal["fp32", "bf16"] | None = None
     """Dtype of a quantized base's unquantized parts."""
     adapter_dtype: Literal["fp32", "bf16"] | None = None

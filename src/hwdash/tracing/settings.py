@@ -66,8 +66,14 @@ def _savers_note(plan: Plan) -> str | None:
     """What the trace leaves out of the plan's memory savers (None when it runs them all: the
     Hugging Face stack's own)."""
     wanted, traced = resolve_savers(plan), resolve_savers(_on_hugging_face_stack(plan))
-    # sync_each_batch only changes what FSDP keeps between micro-batches: a trace runs one process
-    same = replace(wanted, framework=traced.framework, sync_each_batch=traced.sync_each_batch)
+    # sync_each_batch (what FSDP keeps between micro-batches) and ddp_bucket_view (DDP's bucket
+    # copy) change only multi-process runs: a trace runs one process
+    same = replace(
+        wanted,
+        framework=traced.framework,
+        sync_each_batch=traced.sync_each_batch,
+        ddp_bucket_view=traced.ddp_bucket_view,
+    )
     if same == traced:
         return None  # another framework's name, the same savers
     return (

@@ -203,7 +203,9 @@ def nccl_bytes(
     return total + (nccl.kernels_bytes if groups else 0), groups
 
 
-def ddp_bucket_bytes(plan: Plan, dp: int, trainable: int, gradient_bytes: int) -> float:
+def ddp_bucket_bytes(
+    plan: Plan, dp: int, trainable: int, gradient_bytes: int, bucket_view: bool = False
+) -> float:
     """PyTorch DDP's gradient buckets: a second copy of every trained parameter's gradient.
 
     ``torch/nn/parallel/distributed.py``: the ``Reducer`` groups the trained parameters into
@@ -211,24 +213,30 @@ def ddp_bucket_bytes(plan: Plan, dp: int, trainable: int, gradient_bytes: int) -
     ``_DEFAULT_FIRST_BUCKET_BYTES``) and allocates each bucket as one flat tensor at construction;
     the autograd hook copies each gradient into its bucket, which is all-reduced in place. The
     buckets together span every trained parameter whatever the cap, in the gradient's dtype, and
-    live as long as the DDP module. ``gradient_as_bucket_view=True`` makes the gradients views of
-    the buckets instead ("the saved memory size will be equal to the total gradients size", the
-    same file's docs); accelerate's ``DistributedDataParallelKwargs`` defaults it to ``False``
-    (``accelerate/utils/dataclasses.py``) and the Trainer does not set it. Plain data parallelism
-    only: DeepSpeed, FSDP and Megatron reduce through their own buffers (counted elsewhere); one
-    GPU has no DDP wrapper."""
+    live as long as the DDP module. ``gradient_as_bucket_view=True`` (``bucket_view``,
+    ``--ddp-bucket-view``) makes the gradients views of the buckets instead ("the saved memory
+    size will be equal to the total gradients size", the same file's docs), as does a script
+    that all-reduces its gradients itself without DDP: no copy. accelerate's
+    ``DistributedDataParallelKwargs`` defaults it to ``False`` (``accelerate/utils/dataclasses.py``)
+    and the Trainer does not set it. Plain data parallelism only: DeepSpeed, FSDP and Megatron
+    reduce through their own buffers (counted elsewhere); one GPU has no DDP wrapper."""
     if dp <= 1 or plan.zero or plan.fsdp is not FsdpMode.NONE or plan.megatron or plan.is_rl:
         return 0.0
-    if plan.method is Method.INFERENCE:
+    if plan.method is Method.INFERENCE or bucket_view:
         return 0.0
     return float(trainable * gradient_bytes)
 
 
 def add_ddp_buckets(
-    plan: Plan, dp: int, trainable: int, gradient_bytes: int, acc: est_phases._Accumulator
+    plan: Plan,
+    dp: int,
+    trainable: int,
+    gradient_bytes: int,
+    acc: est_phases._Accumulator,
+    bucket_view: bool = False,
 ) -> None:
     """Add :func:`ddp_bucket_bytes` as gradients alive in every phase, and its line."""
-    buckets = ddp_bucket_bytes(plan, dp, trainable, gradient_bytes)
+    buckets = ddp_bucket_bytes(plan, dp, trainable, gradient_bytes, bucket_view)
     if not buckets:
         return
     acc.persistent_gradients += buckets

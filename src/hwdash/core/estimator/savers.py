@@ -57,6 +57,8 @@ class Savers:
     optimizer_in_backward: bool
     sync_each_batch: bool
     """FSDP gradients reduce-scattered after every micro-batch (no ``no_sync``)."""
+    ddp_bucket_view: bool
+    """DDP's gradients are views into its buckets, or no DDP reduces them: no second copy."""
     qlora_frozen_bytes: int
     """Bytes per unquantized parameter of a QLoRA / 8-bit LoRA base (4: PEFT's fp32 upcast)."""
     adapter_dtype: StoreDtype
@@ -93,6 +95,7 @@ SAVER_FIELDS = (
     "activation_offload",
     "optimizer_in_backward",
     "sync_each_batch",
+    "ddp_bucket_view",
     "qlora_frozen_dtype",
     "adapter_dtype",
     "value_head",
@@ -146,6 +149,7 @@ def resolve_savers(plan: Plan, framework: Framework | None = None) -> Savers:
         activation_offload=bool(pick("activation_offload", False)),
         optimizer_in_backward=in_backward,
         sync_each_batch=bool(pick("sync_each_batch", False)),
+        ddp_bucket_view=bool(pick("ddp_bucket_view", False)),
         fsdp1_adapters_share_units=bool(defaults.get("fsdp1_adapters_share_units", False)),
         qlora_frozen_bytes=2 if frozen is StoreDtype.BF16 else 4,
         adapter_dtype=StoreDtype(pick("adapter_dtype", StoreDtype.FP32)),

@@ -201,22 +201,29 @@ def _train_one_model(
         plan, arch, method, trained, dp, acc, label, savers
     )
     _add_gradients(plan, arch, method, trained, gradients, dp, acc, label, savers)
-    # DeepSpeed's reduce buckets and offload staging, in the trained parameters' 16-bit dtype
-    zero_buffers.add_reduce_buckets(
-        plan,
-        arch,
-        trained.trainable,
-        _largest_trained_tensor(arch, method, trained.trainable),
-        trained.state_layout.gradient_bytes,
-        acc,
-    )
-    collectives.add_ddp_buckets(
-        plan, dp, trained.trainable, trained.state_layout.gradient_bytes, acc
-    )
+    _add_reduce_buffers(plan, arch, method, trained, dp, acc, savers)
     acc.step_temporaries += step_temporaries
     acc.note(f"{label} optimizer step temporaries", step_temporaries, _STEP_ONLY)
     _add_activations(plan, arch, method, layout, trained, acc, label, with_logits, savers)
     return trained.trainable
+
+
+def _add_reduce_buffers(
+    plan: Plan,
+    arch: Architecture,
+    method: Method,
+    trained: _Trained,
+    dp: int,
+    acc: _Accumulator,
+    savers: Savers,
+) -> None:
+    """The buffers the gradients are reduced through, in the trained parameters' 16-bit dtype:
+    DeepSpeed's reduce buckets and offload staging, or PyTorch DDP's buckets."""
+    largest = _largest_trained_tensor(arch, method, trained.trainable)
+    gradient_bytes = trained.state_layout.gradient_bytes
+    zero_buffers.add_reduce_buckets(plan, arch, trained.trainable, largest, gradient_bytes, acc)
+    bucket_view = savers.ddp_bucket_view
+    collectives.add_ddp_buckets(plan, dp, trained.trainable, gradient_bytes, acc, bucket_view)
 
 
 def _add_full_weights(

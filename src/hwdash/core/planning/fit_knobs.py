@@ -192,9 +192,12 @@ def _fused_optimizer_knobs(plan: Plan) -> list[Knob]:
 
 
 def _sharding_knobs(plan: Plan, gpu_count: int, savers: Savers, accumulates: bool) -> list[Knob]:
-    """DeepSpeed ZeRO, PyTorch FSDP (never both: :data:`EXCLUSIVE_KNOBS`), and FSDP's
-    reduce-scatter every micro-batch where the plan (or the micro-batch knob) accumulates."""
+    """DDP's gradients as views of its buckets, DeepSpeed ZeRO, PyTorch FSDP (never both:
+    :data:`EXCLUSIVE_KNOBS`), and FSDP's reduce-scatter every micro-batch where the plan (or the
+    micro-batch knob) accumulates."""
     knobs: list[Knob] = []
+    if _keeps_ddp_buckets(plan, gpu_count, savers):
+        knobs.append(_ddp_bucket_view_knob())
     zero_settings = _zero_settings(plan, gpu_count)
     if zero_settings:
         knobs.append(Knob("zero", True, tuple(zero_settings)))
@@ -474,6 +477,25 @@ def _optimizer_in_backward_knobs(plan: Plan, savers: Savers) -> list[Knob]:
         return []
     setting = Setting({"optimizer_in_backward": True}, "optimizer step fused into backward")
     return [Knob("optimizer_in_backward", True, (setting,))]
+
+
+def _keeps_ddp_buckets(plan: Plan, gpu_count: int, savers: Savers) -> bool:
+    """Whether PyTorch DDP's buckets hold a copy of the gradients on ``gpu_count`` GPUs
+    (:func:`hwdash.core.estimator.collectives.ddp_bucket_bytes`)."""
+    sharded = plan.zero or plan.fsdp is not FsdpMode.NONE or plan.megatron or plan.is_rl
+    return gpu_count > 1 and not sharded and not savers.ddp_bucket_view
+
+
+def _ddp_bucket_view_knob() -> Knob:
+    """Plain data parallelism: ``DistributedDataParallel(gradient_as_bucket_view=True)`` makes the
+    gradients views of DDP's buckets and drops their copy, one gradient set (PyTorch's
+    ``torch/nn/parallel/distributed.py`` docs). It keeps the experiment (the same all-reduce
+    into the same buckets) and the speed: the docs name no cost, so no catalog factor is applied.
+    One argument in the training code: no export writes it."""
+    setting = Setting(
+        {"ddp_bucket_view": True}, "DDP gradients as views of its buckets (gradient_as_bucket_view)"
+    )
+    return Knob("ddp_bucket_view", True, (setting,))
 
 
 def _sync_each_batch_knob() -> Knob:

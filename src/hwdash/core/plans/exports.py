@@ -71,6 +71,7 @@ from hwdash.core.plan import (
     ValueHead,
 )
 from hwdash.core.plan_fields import BY_NAME, ZERO_KEYS, file_key
+from hwdash.core.plan_unused import plain_data_parallel
 from hwdash.core.results import PlanReport
 from hwdash.core.specs import Flavor, Framework, Slowdown
 
@@ -304,9 +305,13 @@ def uncarried_settings(plan: Plan, kind: str, framework: Framework | None = None
 def _uncarried_code_savers(plan: Plan, kind: str) -> list[str]:
     """Savers applied in the training code that no export writes: torchtitan's selective
     checkpointing (no export writes a torchtitan config), DeepSpeed's TiledMLP (ArcticTraining
-    and axolotl patch the model's MLP) and Liger's kernels outside the Trainer's snippet (the
-    training code applies them: ``AutoLigerKernelForCausalLM``)."""
+    and axolotl patch the model's MLP), Liger's kernels outside the Trainer's snippet (the
+    training code applies them: ``AutoLigerKernelForCausalLM``) and DDP's gradients as bucket
+    views (``DistributedDataParallel(gradient_as_bucket_view=True)``, or accelerate's
+    ``DistributedDataParallelKwargs``; neither a config file nor the Trainer's arguments hold it)."""
     missing = []
+    if plan.ddp_bucket_view and plain_data_parallel(plan):
+        missing.append("--ddp-bucket-view")
     if plan.selective_ac is not None:
         missing.append(f"--selective-ac {plan.selective_ac}")
     if plan.tiled_mlp:
