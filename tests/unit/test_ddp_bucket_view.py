@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from test_cli_plan import _json
-from test_fit_options import all_options, knob_names, recheck
+from test_fit_options import _only_change, all_options, knob_names, recheck
 
 from hwdash.core.catalog import Catalog, load_catalog
 from hwdash.core.estimator import estimate_memory
@@ -116,11 +116,7 @@ def test_make_it_fit_offers_the_bucket_view_where_the_copy_is_what_does_not_fit(
         grad_ckpt=True,
         optimizer="adamw-8bit",
     )
-    alone = [
-        option
-        for option in all_options(catalog, plan, "local-2x-rtx-3090")
-        if [change.field for change in option.changes] == ["ddp_bucket_view"]
-    ]
+    alone = _only_change(all_options(catalog, plan, "local-2x-rtx-3090"), "ddp_bucket_view")
     assert len(alone) == 1
     option = alone[0]
     assert option.plan.ddp_bucket_view is True and option.keeps_experiment
