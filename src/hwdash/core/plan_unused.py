@@ -54,15 +54,19 @@ _PPO_FIELDS = ("value_head",)
 #: Why ``--ddp-bucket-view`` does nothing outside PyTorch DDP.
 _DDP_ONLY = (
     "only plain data parallelism over --gpus above 1 keeps DDP's gradient buckets (ZeRO, FSDP, "
-    "Megatron and the RL trainers reduce through their own buffers)"
+    "Megatron, a sequence split and the RL trainers reduce through their own buffers)"
 )
 
 
-def plain_data_parallel(plan: Plan) -> bool:
-    """Whether PyTorch DDP wraps the plan's model (the one place DDP's buckets are counted,
-    :func:`hwdash.core.estimator.collectives.ddp_bucket_bytes`)."""
-    sharded = plan.zero or plan.fsdp is not FsdpMode.NONE
-    return plan.gpus > 1 and not (sharded or plan.megatron or plan.is_rl)
+def plain_data_parallel(plan: Plan, gpus: int | None = None) -> bool:
+    """Whether PyTorch DDP wraps the plan's trained model on ``gpus`` GPUs (the plan's own by
+    default): training over more than one GPU that no ZeRO, FSDP, Megatron, sequence split or
+    RL trainer reduces through buffers of its own. The one test behind DDP's buckets
+    (:func:`hwdash.core.estimator.collectives.ddp_bucket_bytes`), ``--ddp-bucket-view``'s
+    warning, its make-it-fit knob and the exports."""
+    others = plan.zero or plan.fsdp is not FsdpMode.NONE or plan.megatron or plan.is_rl
+    split = plan.sequence_shards > 1 or plan.method is Method.INFERENCE
+    return (plan.gpus if gpus is None else gpus) > 1 and not (others or split)
 
 
 def _generates_with_transformers(plan: Plan) -> bool:

@@ -52,6 +52,7 @@ from typing import Literal
 from hwdash.core.estimator import phases as est_phases
 from hwdash.core.estimator.parallelism import fsdp_shard_size
 from hwdash.core.plan import FsdpMode, Method, Plan
+from hwdash.core.plan_unused import plain_data_parallel
 from hwdash.core.software_specs import Interconnect, NcclBuffers
 
 
@@ -220,9 +221,7 @@ def ddp_bucket_bytes(
     ``DistributedDataParallelKwargs`` defaults it to ``False`` (``accelerate/utils/dataclasses.py``)
     and the Trainer does not set it. Plain data parallelism only: DeepSpeed, FSDP and Megatron
     reduce through their own buffers (counted elsewhere); one GPU has no DDP wrapper."""
-    if dp <= 1 or plan.zero or plan.fsdp is not FsdpMode.NONE or plan.megatron or plan.is_rl:
-        return 0.0
-    if plan.method is Method.INFERENCE or bucket_view:
+    if bucket_view or not plain_data_parallel(plan, dp):
         return 0.0
     return float(trainable * gradient_bytes)
 

@@ -33,6 +33,7 @@ from hwdash.core.plan import (
     Precision,
     Quant,
 )
+from hwdash.core.plan_unused import plain_data_parallel
 from hwdash.core.specs import Framework, ModelSpec
 
 SHORTEST_SEQUENCE = 256
@@ -196,7 +197,7 @@ def _sharding_knobs(plan: Plan, gpu_count: int, savers: Savers, accumulates: boo
     :data:`EXCLUSIVE_KNOBS`), and FSDP's reduce-scatter every micro-batch where the plan (or the
     micro-batch knob) accumulates."""
     knobs: list[Knob] = []
-    if _keeps_ddp_buckets(plan, gpu_count, savers):
+    if plain_data_parallel(plan, gpu_count) and not savers.ddp_bucket_view:
         knobs.append(_ddp_bucket_view_knob())
     zero_settings = _zero_settings(plan, gpu_count)
     if zero_settings:
@@ -477,13 +478,6 @@ def _optimizer_in_backward_knobs(plan: Plan, savers: Savers) -> list[Knob]:
         return []
     setting = Setting({"optimizer_in_backward": True}, "optimizer step fused into backward")
     return [Knob("optimizer_in_backward", True, (setting,))]
-
-
-def _keeps_ddp_buckets(plan: Plan, gpu_count: int, savers: Savers) -> bool:
-    """Whether PyTorch DDP's buckets hold a copy of the gradients on ``gpu_count`` GPUs
-    (:func:`hwdash.core.estimator.collectives.ddp_bucket_bytes`)."""
-    sharded = plan.zero or plan.fsdp is not FsdpMode.NONE or plan.megatron or plan.is_rl
-    return gpu_count > 1 and not sharded and not savers.ddp_bucket_view
 
 
 def _ddp_bucket_view_knob() -> Knob:
