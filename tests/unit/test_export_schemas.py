@@ -87,6 +87,7 @@ TRAINER_PLANS = [
     "--method full --optimizer-impl fused --compile --loss fused-linear",
     "--method full --optimizer sgd --precision fp32",
     "--method full --optimizer adafactor --fsdp full --fsdp-offload --gpus 8",
+    "--method full --fsdp shard-grad-op --fsdp-version 1 --gpus 8",
     "--method full --precision mixed --zero 2 --offload optimizer --gpus 2",
     "--method lora --lora-targets q_proj,v_proj --activation-offload",
     "--method dora --optimizer adamw-8bit --lora-dropout 0",
@@ -277,6 +278,7 @@ FSDP_CHOICES = {
         "--method full --precision mixed --zero 3 --offload params --gpus 8",
         "--method full --fsdp full --fsdp-offload --gpus 8",
         "--method lora --fsdp hybrid --gpus 16 --gpus-per-node 8",
+        "--method full --fsdp shard-grad-op --gpus 8",
     ],
 )
 def test_accelerate_loads_its_config(

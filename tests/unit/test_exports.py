@@ -420,7 +420,12 @@ def test_fsdp_files_of_other_spellings(tmp_path: Path) -> None:
     grad_op.write_text(
         "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n"
     )
-    assert any("not modelled" in note for note in read_plan_file(grad_op).notes)
+    assert read_plan_file(grad_op).updates["fsdp"] is FsdpMode.SHARD_GRAD_OP
+    hybrid_zero2 = tmp_path / "hybrid_zero2.yaml"
+    hybrid_zero2.write_text(
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: _HYBRID_SHARD_ZERO2\n"
+    )
+    assert any("not modelled" in note for note in read_plan_file(hybrid_zero2).notes)
     broken = tmp_path / "broken.yaml"
     broken.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: maybe\n")
     with pytest.raises(UsageError, match="fsdp_offload_params"):

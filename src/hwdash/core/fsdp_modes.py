@@ -21,6 +21,21 @@ class FsdpMode(str, Enum):
     ``fully_shard``)."""
     HYBRID = "hybrid"
     """Sharded within a node of ``gpus_per_node`` GPUs, replicated across nodes (``HYBRID_SHARD``)."""
+    SHARD_GRAD_OP = "shard-grad-op"
+    """Sharded over every GPU like ``full``, but each unit stays gathered from its forward to its
+    backward (``ShardingStrategy.SHARD_GRAD_OP``, ZeRO-2's trade: PyTorch's FSDP docs, "does not
+    reshard them after the forward"; FSDP2 ``fully_shard(reshard_after_forward=False)``, which
+    accelerate's FSDP2 config writes as ``fsdp_reshard_after_forward: false``): at the start of
+    backward the whole model is gathered, and backward all-gathers nothing."""
+
+
+#: accelerate's ``fsdp_sharding_strategy`` (``torch.distributed.fsdp.ShardingStrategy``'s names) for
+#: each ``--fsdp`` mode, as the exports write it.
+SHARDING_STRATEGIES = {
+    FsdpMode.FULL: "FULL_SHARD",
+    FsdpMode.HYBRID: "HYBRID_SHARD",
+    FsdpMode.SHARD_GRAD_OP: "SHARD_GRAD_OP",
+}
 
 
 class FsdpStateDict(str, Enum):

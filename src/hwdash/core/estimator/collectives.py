@@ -102,7 +102,7 @@ def comm_groups(plan: Plan, gpus: int) -> tuple[CommGroup, ...]:
             groups.append(CommGroup("FSDP shard", shard, "ring"))
         if gpus // shard > 1:
             groups.append(CommGroup("FSDP replicate", gpus // shard, "ring"))
-    elif plan.fsdp is FsdpMode.FULL:
+    elif plan.fsdp in (FsdpMode.FULL, FsdpMode.SHARD_GRAD_OP):
         groups.append(CommGroup("FSDP shard", gpus, "ring"))
     elif plan.method is Method.INFERENCE:
         groups.append(CommGroup("tensor-parallel", gpus, "ring"))

@@ -83,6 +83,9 @@ class FsdpUnits:
     root_unit: bool = False
     """The embedding, output layer and final norm left in the root unit (``--fsdp-wrap
     transformer``, :func:`root_unit_bytes`)."""
+    kept_gathered: bool = False
+    """Every unit stays gathered from its forward to its backward (``--fsdp shard-grad-op``,
+    :func:`kept_gathered_bytes`)."""
 
 
 def state_dict_kind(plan: Plan) -> FsdpStateDict:
@@ -177,6 +180,7 @@ def add_version_terms(
             one = unit_params * units.sharded_bytes / units.shard
             acc.side_stream_pool += (flights + 1 - units.one_unit) * one
             acc.side_stream_live += flights * one
+    _add_kept_gathered(plan, arch, units, acc, label)
     if plan.fsdp_version == 1:
         _note_quant_state(plan, arch, method, units, acc, label)
     if state_dict_kind(plan) is FsdpStateDict.FULL and method is Method.FULL:
@@ -256,6 +260,55 @@ def root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
     return max(0.0, fsdp1 - units.counted_gathered)
 
 
+def _whole_model_gathered(arch: Architecture, units: FsdpUnits) -> float:
+    """Bytes of every unit gathered at once: the blocks in ``param_dtype``, the embedding, output
+    layer and final norm as :attr:`FsdpUnits.root_bytes` says."""
+    ends = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
+    return (arch.total_params - ends) * units.gathered_bytes + ends * units.root_bytes
+
+
+def kept_gathered_bytes(arch: Architecture, units: FsdpUnits) -> float:
+    """What ``--fsdp shard-grad-op`` adds at the start of backward to the gathered units counted
+    for every version (``units.counted_gathered``) and the root unit (:func:`root_unit_bytes`).
+
+    FSDP1 ``ShardingStrategy.SHARD_GRAD_OP``: ``_runtime_utils.py`` ``_post_forward_reshard``
+    frees a unit's unsharded flat parameter after forward only for the strategies in
+    ``RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES`` (``FULL_SHARD``, ``HYBRID_SHARD``), so each unit
+    gathered in forward stays until its post-backward reshards it; FSDP2 with
+    ``reshard_after_forward=False`` keeps the unsharded parameters between its post-forward and
+    its post-backward the same way (``_fsdp_param_group.py``). When forward ends every unit is
+    gathered, and the activations are all still held: the start of backward holds the whole
+    model gathered. Backward frees the units one by one, so the end of backward holds only the
+    units counted for every version. Nothing on one GPU, nor with the whole model one unit
+    (``units.counted_gathered`` holds all of it)."""
+    if not units.kept_gathered or units.shard <= 1 or not units.counted_gathered:
+        return 0.0
+    whole = _whole_model_gathered(arch, units)
+    return max(0.0, whole - units.counted_gathered - root_unit_bytes(arch, units))
+
+
+def _add_kept_gathered(
+    plan: Plan,
+    arch: Architecture,
+    units: FsdpUnits,
+    acc: est_phases._Accumulator,
+    label: str,
+) -> None:
+    """Add :func:`kept_gathered_bytes` to the start of backward (FSDP1's all-gather stream holds
+    them: its pool, :func:`fsdp1_all_gather_pool_bytes`, is the whole model)."""
+    kept = kept_gathered_bytes(arch, units)
+    if not kept:
+        return
+    acc.activations += kept
+    if plan.fsdp_version == 1:
+        acc.side_stream_live += kept
+    acc.note(
+        f"{label} FSDP{plan.fsdp_version} units kept gathered after forward (shard-grad-op)",
+        kept,
+        est_phases._BACKWARD_ONLY,
+    )
+
+
 def _add_root_unit(
     arch: Architecture, units: FsdpUnits, acc: est_phases._Accumulator, label: str
 ) -> float:
@@ -291,6 +344,8 @@ def fsdp1_all_gather_pool_bytes(arch: Architecture, units: FsdpUnits) -> float:
         return 0.0
     if units.one_unit:
         return units.counted_gathered
+    if units.kept_gathered:
+        return _whole_model_gathered(arch, units)  # every unit's block, kept to its backward
     ends = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
     root = ends * units.root_bytes if units.root_unit else 0.0
     blocks = FSDP1_INFLIGHT_ALL_GATHERS + 1

@@ -243,7 +243,7 @@ def add_fsdp_training(
         acc.note(f"{label} parameters, gradients, optimizer states: on the host", 0)
     else:
         _note_sharded_states(plan, arch, method, acc, label, states, shard, trainable, no_sync)
-    if not one_unit(plan) and not root_keeps_ends(plan):
+    if not (one_unit(plan) or root_keeps_ends(plan) or plan.fsdp is FsdpMode.SHARD_GRAD_OP):
         # the root unit kept gathered is counted where it holds them (fsdp_versions.root_unit_bytes)
         acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
     units = _units(plan, arch, method, states, shard, savers, shared=shared)
@@ -288,6 +288,7 @@ def _units(
         root_bytes=root_bytes,
         one_unit=whole,
         root_unit=root_keeps_ends(plan) and not whole,
+        kept_gathered=plan.fsdp is FsdpMode.SHARD_GRAD_OP and not whole,
     )
 
 

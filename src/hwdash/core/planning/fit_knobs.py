@@ -203,6 +203,9 @@ def _sharding_knobs(plan: Plan, gpu_count: int, savers: Savers, accumulates: boo
     if zero_settings:
         knobs.append(Knob("zero", True, tuple(zero_settings)))
     fsdp_settings = _fsdp_settings(plan, gpu_count)
+    if plan.fsdp is FsdpMode.SHARD_GRAD_OP and gpu_count > 1:
+        # FULL_SHARD frees each unit after its forward and gathers it again in backward
+        fsdp_settings = [Setting({"fsdp": FsdpMode.FULL}, "FSDP full shard, not shard-grad-op")]
     if fsdp_settings:
         knobs.append(Knob("fsdp", True, tuple(fsdp_settings)))
     sharded = plan.fsdp is not FsdpMode.NONE or bool(fsdp_settings)

@@ -32,7 +32,7 @@ the CLI writes it. What each field means in the target tool:
   ``AcceleratorConfig.gradient_accumulation_kwargs``).
 * accelerate config (``accelerate config`` writes it): ``distributed_type``, ``num_processes``,
   ``num_machines``, ``mixed_precision`` and a ``deepspeed_config`` or ``fsdp_config`` block
-  (``fsdp_sharding_strategy`` FULL_SHARD / HYBRID_SHARD, ``fsdp_offload_params``; accelerate's FSDP
+  (``fsdp_sharding_strategy`` FULL_SHARD / HYBRID_SHARD / SHARD_GRAD_OP, ``fsdp_offload_params``; accelerate's FSDP
   plugin takes its mixed-precision policy from ``mixed_precision``: docs "Fully Sharded Data
   Parallel", huggingface.co/docs/accelerate/usage_guides/fsdp). It has no key for
   ``sync_each_batch`` (accelerate/commands/config/config_args.py): the training script passes
@@ -56,7 +56,7 @@ from hwdash.core.catalog import Catalog
 from hwdash.core.estimator.fsdp_versions import state_dict_kind
 from hwdash.core.estimator.savers import Savers, resolve_savers
 from hwdash.core.estimator.zero_buffers import zero_settings
-from hwdash.core.fsdp_modes import keeps_ends_in_root
+from hwdash.core.fsdp_modes import SHARDING_STRATEGIES, keeps_ends_in_root
 from hwdash.core.plan import (
     FsdpMode,
     FsdpWrap,
@@ -175,16 +175,12 @@ def _config_class(plan: Plan) -> str:
     return "SFTConfig" if trained_method(plan) is not Method.FULL else "TrainingArguments"
 
 
-FSDP_STRATEGIES = {FsdpMode.FULL: "FULL_SHARD", FsdpMode.HYBRID: "HYBRID_SHARD"}
-"""accelerate's ``fsdp_sharding_strategy`` for each ``--fsdp`` mode."""
-
-
 def trainer_fsdp(plan: Plan) -> str | None:
     """The Trainer's ``fsdp`` option string (``"full_shard auto_wrap"``...), or None. Hybrid
     sharding is full sharding within a node: :func:`hybrid_mesh` adds the nodes."""
     if plan.fsdp is FsdpMode.NONE:
         return None
-    words = ["full_shard"]
+    words = ["shard_grad_op" if plan.fsdp is FsdpMode.SHARD_GRAD_OP else "full_shard"]
     if plan.fsdp_offload:
         words.append("offload")
     words.append("auto_wrap")
@@ -623,7 +619,9 @@ def accelerate_config(plan: Plan, gpus: int, *, bf16_hardware: bool = True) -> d
     if plan.fsdp is not FsdpMode.NONE:
         config["fsdp_config"] = {
             "fsdp_version": plan.fsdp_version,
-            "fsdp_sharding_strategy": FSDP_STRATEGIES[plan.fsdp],
+            "fsdp_sharding_strategy": SHARDING_STRATEGIES[plan.fsdp],
+            # what FSDP2 reads in place of the strategy (accelerate/utils/dataclasses.py)
+            "fsdp_reshard_after_forward": plan.fsdp is not FsdpMode.SHARD_GRAD_OP,
             "fsdp_offload_params": plan.fsdp_offload,
             # one unit per decoder layer, or the whole model one unit (--fsdp-wrap none)
             "fsdp_auto_wrap_policy": (

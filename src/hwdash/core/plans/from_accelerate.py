@@ -70,19 +70,38 @@ def read_accelerate(reader: ConfigReader, out: ImportedPlan) -> None:
 _FSDP_STRATEGIES = {
     "FULL_SHARD": FsdpMode.FULL,
     "1": FsdpMode.FULL,
+    "SHARD_GRAD_OP": FsdpMode.SHARD_GRAD_OP,
+    "2": FsdpMode.SHARD_GRAD_OP,
     "HYBRID_SHARD": FsdpMode.HYBRID,
     "4": FsdpMode.HYBRID,
 }
+
+
+def _reshard_strategy(reader: ConfigReader, value: object, fsdp2: bool) -> str:
+    """``fsdp_reshard_after_forward`` as a sharding strategy's name. FSDP2 reads it and not
+    ``fsdp_sharding_strategy`` (``FullyShardedDataParallelPlugin.__post_init__``,
+    accelerate/utils/dataclasses.py; ``accelerate launch`` passes it on as
+    ``FSDP_RESHARD_AFTER_FORWARD``): true is full shard, false keeps each unit gathered from its
+    forward to its backward (SHARD_GRAD_OP). FSDP1 configs may name a strategy there instead."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        value = value.strip().lower() == "true"
+    if isinstance(value, bool):
+        return "FULL_SHARD" if value else "SHARD_GRAD_OP"
+    if isinstance(value, str) and value.strip() and not fsdp2:
+        return value.strip()  # FULL_SHARD, SHARD_GRAD_OP or NO_RESHARD (FSDP1)
+    raise reader.bad("fsdp_config.fsdp_reshard_after_forward", "true or false", value)
 
 
 def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan) -> None:
     """accelerate's ``fsdp_config``: the sharding strategy, parameter offload and, for hybrid
     sharding, the GPUs of a node."""
     strategy = fsdp.get("fsdp_sharding_strategy")
-    if strategy is None:
-        # FSDP2 configs (fsdp_version: 2) say fsdp_reshard_after_forward instead: true is full
-        # shard, false keeps the gathered parameters as ZeRO-2 does (not modelled)
-        strategy = "FULL_SHARD" if fsdp.get("fsdp_reshard_after_forward", True) else "ZERO2"
+    fsdp2 = str(fsdp.get("fsdp_version", 1)).strip() == "2"
+    reshard = fsdp.get("fsdp_reshard_after_forward")
+    # FSDP2 takes full shard's resharding from fsdp_reshard_after_forward (hybrid: the mesh)
+    full = _FSDP_STRATEGIES.get(str(strategy).upper()) is FsdpMode.FULL
+    if strategy is None or (fsdp2 and full and reshard is not None):
+        strategy = _reshard_strategy(reader, True if reshard is None else reshard, fsdp2)
     key = str(strategy).upper()
     mode = _FSDP_STRATEGIES.get(key)
     if mode is None:

@@ -134,9 +134,11 @@ def _trainer_fsdp(reader: ConfigReader, out: ImportedPlan) -> None:
         out.updates["fsdp"] = FsdpMode.HYBRID
     elif "full_shard" in words:
         out.updates["fsdp"] = FsdpMode.FULL
+    elif "shard_grad_op" in words:
+        out.updates["fsdp"] = FsdpMode.SHARD_GRAD_OP
     else:
         out.notes.append(
-            f"fsdp {' '.join(words)!r} is not modelled (full or hybrid shard): ignored"
+            f"fsdp {' '.join(words)!r} is not modelled (full, hybrid or shard_grad_op): ignored"
         )
         return
     out.updates["fsdp_offload"] = "offload" in words
@@ -154,6 +156,13 @@ def _trainer_fsdp(reader: ConfigReader, out: ImportedPlan) -> None:
         for key in ("auto_wrap_policy", "fsdp_auto_wrap_policy"):
             if key in config:
                 read_wrap_policy(reader, f"fsdp_config.{key}", config[key], out)
+        # FSDP2's reshard_after_forward: false keeps the units gathered (SHARD_GRAD_OP)
+        for key in ("reshard_after_forward", "fsdp_reshard_after_forward"):
+            if key in config and out.updates["fsdp"] is FsdpMode.FULL:
+                if not isinstance(config[key], bool):
+                    raise reader.bad(f"fsdp_config.{key}", "true or false", config[key])
+                if not config[key]:
+                    out.updates["fsdp"] = FsdpMode.SHARD_GRAD_OP
 
 
 def _accelerator_config(reader: ConfigReader, out: ImportedPlan) -> None:
