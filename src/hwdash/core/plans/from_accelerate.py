@@ -158,7 +158,7 @@ def read_wrap_policy(reader: ConfigReader, key: str, policy: Any, out: ImportedP
 
 
 #: accelerate's ``fsdp_state_dict_type`` (accelerate/utils/constants.py ``FSDP_STATE_DICT_TYPE``).
-_STATE_DICTS = {
+STATE_DICTS = {
     "FULL_STATE_DICT": FsdpStateDict.FULL,
     "SHARDED_STATE_DICT": FsdpStateDict.SHARDED,
 }
@@ -176,7 +176,7 @@ def _fsdp_version_keys(reader: ConfigReader, fsdp: Mapping[str, Any], out: Impor
     kind = fsdp.get("fsdp_state_dict_type")
     if kind is None:
         return
-    state_dict = _STATE_DICTS.get(str(kind).upper())
+    state_dict = STATE_DICTS.get(str(kind).upper())
     if state_dict is None:
         out.notes.append(
             f"fsdp_state_dict_type {kind!r} is not modelled: saved as a sharded state dict"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hwdash.core.plan import Attention, Loss, Method, Precision
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import (
@@ -10,12 +12,12 @@ from hwdash.core.plans.from_reader import (
     copy_declared_keys,
     module_names,
 )
-from hwdash.core.plans.from_trainer import read_optimizer
+from hwdash.core.plans.from_trainer import read_fsdp_options, read_optimizer
 
 
 def read_axolotl(reader: ConfigReader, out: ImportedPlan) -> None:
     """An axolotl config: the model, the adapter (LoRA, QLoRA, DoRA) and its modules, the batch,
-    attention, precision, optimizer and DeepSpeed config."""
+    attention, precision, optimizer, DeepSpeed config and FSDP."""
     model = reader.text("base_model")
     if model:
         out.updates["model"] = model
@@ -56,6 +58,26 @@ def read_axolotl(reader: ConfigReader, out: ImportedPlan) -> None:
     _axolotl_liger(reader, out)
     read_optimizer(reader, "optimizer", out)
     deepspeed_path(reader, "deepspeed", out)
+    _axolotl_fsdp(reader, out)
+
+
+def _axolotl_fsdp(reader: ConfigReader, out: ImportedPlan) -> None:
+    """axolotl's FSDP: on with ``fsdp`` (the Trainer's words) or an ``fsdp_config`` block alone
+    (axolotl/utils/trainer.py ``prepare_optim_env``: ``cfg.fsdp or cfg.fsdp_config``), whose keys
+    come with or without accelerate's ``fsdp_`` prefix (``offload_params``,
+    ``reshard_after_forward``, ``auto_wrap_policy``, ``state_dict_type``:
+    axolotl/utils/schemas/fsdp.py), and the top-level ``fsdp_version`` of newer configs (absent
+    everywhere: FSDP1). Both reach the Trainer's ``fsdp`` and ``fsdp_config``
+    (:func:`read_fsdp_options`)."""
+    words, config = reader.get("fsdp"), reader.get("fsdp_config")
+    if not words and not config:
+        return
+    version = reader.get("fsdp_version")
+    block = config if isinstance(config, Mapping) else {}
+    if version is None and not any(str(key).removeprefix("fsdp_") == "version" for key in block):
+        # axolotl sets FSDP_VERSION only for 2 (setup_fsdp_envs); accelerate's default is 1
+        version = 1
+    read_fsdp_options(reader, out, words or True, config, version)
 
 
 def _axolotl_liger(reader: ConfigReader, out: ImportedPlan) -> None:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 
 from hwdash.core.plan import FsdpMode, Optimizer, OptimizerImpl, Precision
-from hwdash.core.plans.from_accelerate import read_wrap_policy
+from hwdash.core.plans.from_accelerate import STATE_DICTS, read_wrap_policy
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
@@ -118,51 +118,79 @@ def read_trainer_mapping(reader: ConfigReader, out: ImportedPlan) -> None:
     deepspeed_path(reader, "deepspeed", out)
 
 
+#: The Trainer's sharding words (``FSDPOption``, transformers/trainer_utils.py), first match wins.
+_FSDP_WORDS = (
+    ("hybrid_shard", FsdpMode.HYBRID),
+    ("full_shard", FsdpMode.FULL),
+    ("shard_grad_op", FsdpMode.SHARD_GRAD_OP),
+)
+
+
 def _trainer_fsdp(reader: ConfigReader, out: ImportedPlan) -> None:
-    """The Trainer's ``fsdp`` option: a string of words or a list of them (``full_shard``,
-    ``hybrid_shard``, ``offload``, ``auto_wrap``...)."""
-    value = reader.get("fsdp")
+    """The Trainer's ``fsdp`` option with its ``fsdp_config`` (:func:`read_fsdp_options`)."""
+    read_fsdp_options(reader, out, reader.get("fsdp"), reader.get("fsdp_config"))
+
+
+def read_fsdp_options(
+    reader: ConfigReader, out: ImportedPlan, value: object, config: object, version: object = None
+) -> None:
+    """The Trainer's ``fsdp`` words (a string or a list of them: ``full_shard``, ``hybrid_shard``,
+    ``shard_grad_op``, ``offload``, ``auto_wrap``...; True is full shard) and its ``fsdp_config``,
+    whose keys may carry accelerate's ``fsdp_`` prefix, which the Trainer drops
+    (transformers/training_args.py). ``version``: the FSDP version where the config holds it
+    outside the block (axolotl's top-level ``fsdp_version``); absent, the block's, else 2."""
     if value in (None, "", False, []):
         return
-    if isinstance(value, str):
+    if value is True:
+        words = ["full_shard"]
+    elif isinstance(value, str):
         words = value.split()
     elif isinstance(value, list) and all(isinstance(word, str) for word in value):
         words = list(value)
     else:
         raise reader.bad("fsdp", "FSDP options such as 'full_shard auto_wrap'", value)
-    if "hybrid_shard" in words:
-        out.updates["fsdp"] = FsdpMode.HYBRID
-    elif "full_shard" in words:
-        out.updates["fsdp"] = FsdpMode.FULL
-    elif "shard_grad_op" in words:
-        out.updates["fsdp"] = FsdpMode.SHARD_GRAD_OP
-    else:
+    if config is not None and not isinstance(config, Mapping):
+        raise reader.bad("fsdp_config", "a table of FSDP settings", config)
+    keys = {str(key).removeprefix("fsdp_"): str(key) for key in config or {}}
+    block = {name: (config or {})[key] for name, key in keys.items()}
+    mode = next((mode for word, mode in _FSDP_WORDS if word in words), None)
+    if mode is None:
         out.notes.append(
             f"fsdp {' '.join(words)!r} is not modelled (full, hybrid or shard_grad_op): ignored"
         )
         return
-    out.updates["fsdp_offload"] = "offload" in words
-    # fsdp_config's "version" (absent: 2, transformers/training_args.py ``fsdp_config``)
-    config = reader.get("fsdp_config")
-    version = config.get("version", 2) if isinstance(config, Mapping) else 2
+    out.updates["fsdp"] = mode
+    out.updates["fsdp_offload"] = "offload" in words or block.get("offload_params") is True
+    version = block.get("version", 2) if version is None else version
     if isinstance(version, str) and version.strip() in ("1", "2"):
         version = int(version)
     if isinstance(version, bool) or version not in (1, 2):
         raise reader.bad("fsdp_config.version", "1 or 2", version)
     out.updates["fsdp_version"] = version
-    if isinstance(config, Mapping):
-        # transformers/training_args.py: fsdp_config keys may carry accelerate's "fsdp_" prefix,
-        # which the Trainer drops; auto_wrap_policy absent is TRANSFORMER_BASED_WRAP
-        for key in ("auto_wrap_policy", "fsdp_auto_wrap_policy"):
-            if key in config:
-                read_wrap_policy(reader, f"fsdp_config.{key}", config[key], out)
-        # FSDP2's reshard_after_forward: false keeps the units gathered (SHARD_GRAD_OP)
-        for key in ("reshard_after_forward", "fsdp_reshard_after_forward"):
-            if key in config and out.updates["fsdp"] is FsdpMode.FULL:
-                if not isinstance(config[key], bool):
-                    raise reader.bad(f"fsdp_config.{key}", "true or false", config[key])
-                if not config[key]:
-                    out.updates["fsdp"] = FsdpMode.SHARD_GRAD_OP
+    if "auto_wrap_policy" in block:  # absent: TRANSFORMER_BASED_WRAP
+        policy_key = f"fsdp_config.{keys['auto_wrap_policy']}"
+        read_wrap_policy(reader, policy_key, block["auto_wrap_policy"], out)
+    if "reshard_after_forward" in block and mode is not FsdpMode.HYBRID:
+        _read_reshard(reader, f"fsdp_config.{keys['reshard_after_forward']}", block, out)
+    if isinstance(block.get("state_dict_type"), str):
+        state_dict = STATE_DICTS.get(block["state_dict_type"].upper())
+        if state_dict is not None:
+            out.updates["fsdp_state_dict"] = state_dict
+
+
+def _read_reshard(
+    reader: ConfigReader, key: str, block: Mapping[str, object], out: ImportedPlan
+) -> None:
+    """``reshard_after_forward``, which wins over the ``fsdp`` words (the Trainer fills it from
+    them only where it is absent): FSDP2's true or false, FSDP1's ``full_shard`` or
+    ``shard_grad_op``; false or ``shard_grad_op`` keeps the units gathered."""
+    reshard = str(block["reshard_after_forward"]).strip().lower()
+    if reshard in ("true", "full_shard"):
+        out.updates["fsdp"] = FsdpMode.FULL
+    elif reshard in ("false", "shard_grad_op"):
+        out.updates["fsdp"] = FsdpMode.SHARD_GRAD_OP
+    else:
+        raise reader.bad(key, "true or false", block["reshard_after_forward"])
 
 
 def _accelerator_config(reader: ConfigReader, out: ImportedPlan) -> None:
