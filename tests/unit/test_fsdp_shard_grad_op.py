@@ -160,3 +160,17 @@ def test_a_reshard_setting_that_is_not_true_or_false_is_named(tmp_path: Path) ->
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     with pytest.raises(UsageError, match="fsdp_reshard_after_forward"):
         read_plan_file(path)
+
+
+def test_fsdp1_under_no_sync_keeps_the_units_to_the_end_of_backward() -> None:
+    # _runtime_utils.py _should_free_in_backward: without gradient sync, a strategy that does not
+    # reshard after forward does not free in the post-backward either (FSDP1 only)
+    end = est_phases._BACKWARD_END_ONLY
+    for version, kept_at_end in ((1, True), (2, False)):
+        plan = _kept(precision="bf16", fsdp_version=version, sync_each_batch=False, grad_accum=4)
+        acc = _accumulated(plan)
+        (phases,) = [p for label, _value, p in acc.details if KEPT in label]
+        assert bool(phases & end) is kept_at_end, version
+        full = _accumulated(plan.model_copy(update={"fsdp": FsdpMode.FULL}))
+        extra = acc.last_layer_activations - full.last_layer_activations
+        assert extra == (_line(_notes(plan), KEPT) if kept_at_end else 0), version

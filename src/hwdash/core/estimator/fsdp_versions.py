@@ -86,6 +86,9 @@ class FsdpUnits:
     kept_gathered: bool = False
     """Every unit stays gathered from its forward to its backward (``--fsdp shard-grad-op``,
     :func:`kept_gathered_bytes`)."""
+    kept_to_the_end: bool = False
+    """FSDP1 under ``no_sync`` (accumulating unsharded gradients): a ``kept_gathered`` unit is not
+    freed in its post-backward either (:func:`kept_gathered_bytes`)."""
 
 
 def state_dict_kind(plan: Plan) -> FsdpStateDict:
@@ -279,7 +282,10 @@ def kept_gathered_bytes(arch: Architecture, units: FsdpUnits) -> float:
     its post-backward the same way (``_fsdp_param_group.py``). When forward ends every unit is
     gathered, and the activations are all still held: the start of backward holds the whole
     model gathered. Backward frees the units one by one, so the end of backward holds only the
-    units counted for every version. Nothing on one GPU, nor with the whole model one unit
+    units counted for every version; except FSDP1 under ``no_sync`` (``units.kept_to_the_end``):
+    ``_should_free_in_backward`` frees in the post-backward only when gradients are synced or the
+    strategy reshards after forward, so every unit stays gathered to the end of backward and
+    between micro-batches. Nothing on one GPU, nor with the whole model one unit
     (``units.counted_gathered`` holds all of it)."""
     if not units.kept_gathered or units.shard <= 1 or not units.counted_gathered:
         return 0.0
@@ -300,12 +306,16 @@ def _add_kept_gathered(
     if not kept:
         return
     acc.activations += kept
+    phases = est_phases._BACKWARD_ONLY
+    if units.kept_to_the_end:
+        acc.last_layer_activations += kept
+        phases = est_phases._BACKWARD_ONLY | est_phases._BACKWARD_END_ONLY
     if plan.fsdp_version == 1:
         acc.side_stream_live += kept
     acc.note(
         f"{label} FSDP{plan.fsdp_version} units kept gathered after forward (shard-grad-op)",
         kept,
-        est_phases._BACKWARD_ONLY,
+        phases,
     )
 
 

@@ -289,6 +289,7 @@ def _units(
         one_unit=whole,
         root_unit=root_keeps_ends(plan) and not whole,
         kept_gathered=plan.fsdp is FsdpMode.SHARD_GRAD_OP and not whole,
+        kept_to_the_end=plan.fsdp_version == 1 and keeps_unsharded_gradients(plan, savers, shard),
     )
 
 
