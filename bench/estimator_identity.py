@@ -4,7 +4,8 @@ Every catalog model and every model config under ``tests/data/model_configs`` (p
 checkpoint variants) x every method x precisions, batches, sequence lengths, attention kinds and
 checkpointing; then, on a handful of representative models, the settings that branch the
 estimator: ZeRO stages and offload, optimizers and their implementations, gradient accumulation,
-LoRA targets, ranks and dropout, FSDP (and with gradient accumulation, ``sync_each_batch``),
+LoRA targets, ranks and dropout, FSDP (and with gradient accumulation, ``sync_each_batch``;
+``shard-grad-op``), DDP's ``ddp_bucket_view``,
 Megatron TP/PP, quantized inference, framework presets and memory savers, RL (PPO/GRPO, reference,
 reward model, vLLM share) and accelerators.
 
@@ -287,6 +288,16 @@ def _sweeps() -> Iterator[dict[str, Any]]:
         if sync is not None:
             fields["sync_each_batch"] = sync
         yield fields
+    # FSDP's shard-grad-op (every unit kept gathered from forward to backward), both versions,
+    # with and without no_sync; plain DDP with its gradients as bucket views
+    for method, version, accum, sync in itertools.product(trained, (1, 2), (1, 4), (None, True)):
+        fields = {"method": method, "fsdp": FsdpMode.SHARD_GRAD_OP, "gpus": 8}
+        fields.update({"fsdp_version": version, "grad_accum": accum})
+        if sync is not None:
+            fields["sync_each_batch"] = sync
+        yield fields
+    for method, gpus, view in itertools.product(trained, (2, 8), (None, True)):
+        yield {"method": method, "gpus": gpus, "ddp_bucket_view": view}
 
 
 #: Accelerators the sweeps run under in turn (None: hardware-neutral; t4: no bf16; cpu: not a GPU),
