@@ -174,3 +174,20 @@ def test_fsdp1_under_no_sync_keeps_the_units_to_the_end_of_backward() -> None:
         full = _accumulated(plan.model_copy(update={"fsdp": FsdpMode.FULL}))
         extra = acc.last_layer_activations - full.last_layer_activations
         assert extra == (_line(_notes(plan), KEPT) if kept_at_end else 0), version
+
+
+def test_no_shard_is_plain_data_parallelism_without_the_bucket_copy(tmp_path: Path) -> None:
+    # NO_SHARD (accelerate's name or number 3, the Trainer's no_shard): nothing sharded, each
+    # unit's flat gradient all-reduced in place, no DDP bucket copy; before, planned as full shard
+    files = [
+        _accelerate_file(tmp_path / "a.yaml", fsdp_sharding_strategy="NO_SHARD"),
+        _accelerate_file(tmp_path / "b.yaml", fsdp_sharding_strategy=3),
+    ]
+    trainer = tmp_path / "args.yaml"
+    trainer.write_text(yaml.safe_dump({"per_device_train_batch_size": 1, "fsdp": "no_shard"}))
+    for path in [*files, trainer]:
+        imported = read_plan_file(path)
+        assert imported.updates["fsdp"] is FsdpMode.NONE, path.name
+        assert imported.updates["ddp_bucket_view"] is True
+        assert "fsdp_offload" not in imported.updates
+        assert any("NO_SHARD" in note for note in imported.notes)

@@ -77,6 +77,18 @@ _FSDP_STRATEGIES = {
 }
 
 
+def no_shard(out: ImportedPlan) -> None:
+    """FSDP's ``NO_SHARD``: every GPU holds the whole model and all-reduces each unit's flat
+    gradient in place, which is plain data parallelism without DDP's bucket copy
+    (``--ddp-bucket-view``)."""
+    out.updates["fsdp"] = FsdpMode.NONE
+    out.updates["ddp_bucket_view"] = True
+    out.notes.append(
+        "FSDP NO_SHARD planned as plain data parallelism whose gradients are reduced in place "
+        "(--fsdp none --ddp-bucket-view): nothing is sharded"
+    )
+
+
 def _reshard_strategy(reader: ConfigReader, value: object, fsdp2: bool) -> str:
     """``fsdp_reshard_after_forward`` as a sharding strategy's name. FSDP2 reads it and not
     ``fsdp_sharding_strategy`` (``FullyShardedDataParallelPlugin.__post_init__``,
@@ -103,6 +115,9 @@ def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan
     if strategy is None or (fsdp2 and full and reshard is not None):
         strategy = _reshard_strategy(reader, True if reshard is None else reshard, fsdp2)
     key = str(strategy).upper()
+    if key in ("NO_SHARD", "3"):
+        no_shard(out)
+        return
     mode = _FSDP_STRATEGIES.get(key)
     if mode is None:
         if isinstance(strategy, bool) or not isinstance(strategy, (str, int)):

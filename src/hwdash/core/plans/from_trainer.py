@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 
 from hwdash.core.plan import FsdpMode, Optimizer, OptimizerImpl, Precision
-from hwdash.core.plans.from_accelerate import STATE_DICTS, read_wrap_policy
+from hwdash.core.plans.from_accelerate import STATE_DICTS, no_shard, read_wrap_policy
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
@@ -154,6 +154,9 @@ def read_fsdp_options(
     keys = {str(key).removeprefix("fsdp_"): str(key) for key in config or {}}
     block = {name: (config or {})[key] for name, key in keys.items()}
     mode = next((mode for word, mode in _FSDP_WORDS if word in words), None)
+    if mode is None and "no_shard" in words:
+        no_shard(out)
+        return
     if mode is None:
         out.notes.append(
             f"fsdp {' '.join(words)!r} is not modelled (full, hybrid or shard_grad_op): ignored"
