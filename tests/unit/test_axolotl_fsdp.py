@@ -84,3 +84,11 @@ def test_a_block_that_is_not_a_table_or_a_bad_reshard_is_exit_2(
     bad = [*AXOLOTL, "fsdp_version: 2", "fsdp_config:", "  reshard_after_forward: sometimes"]
     status, _, err = plan_command(capsys, write_yaml(tmp_path / "b.yaml", bad))
     assert status == 2 and "fsdp_config.reshard_after_forward" in err
+
+
+def test_a_bad_top_level_version_is_named_as_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = [*AXOLOTL, "fsdp_version: 3", "fsdp_config:", "  offload_params: true"]
+    status, _, err = plan_command(capsys, write_yaml(tmp_path / "v.yaml", bad))
+    assert status == 2 and "'fsdp_version'" in err and "fsdp_config.version" not in err

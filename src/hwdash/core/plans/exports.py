@@ -32,9 +32,10 @@ the CLI writes it. What each field means in the target tool:
   ``AcceleratorConfig.gradient_accumulation_kwargs``).
 * accelerate config (``accelerate config`` writes it): ``distributed_type``, ``num_processes``,
   ``num_machines``, ``mixed_precision`` and a ``deepspeed_config`` or ``fsdp_config`` block
-  (``fsdp_sharding_strategy`` FULL_SHARD / HYBRID_SHARD / SHARD_GRAD_OP, ``fsdp_offload_params``; accelerate's FSDP
-  plugin takes its mixed-precision policy from ``mixed_precision``: docs "Fully Sharded Data
-  Parallel", huggingface.co/docs/accelerate/usage_guides/fsdp). It has no key for
+  (``fsdp_sharding_strategy`` FULL_SHARD / HYBRID_SHARD / SHARD_GRAD_OP, with
+  ``fsdp_reshard_after_forward``, what FSDP2 reads in its place; ``fsdp_offload_params``;
+  accelerate's FSDP plugin takes its mixed-precision policy from ``mixed_precision``: docs "Fully
+  Sharded Data Parallel", huggingface.co/docs/accelerate/usage_guides/fsdp). It has no key for
   ``sync_each_batch`` (accelerate/commands/config/config_args.py): the training script passes
   ``GradientAccumulationPlugin(sync_each_batch=True)`` to its ``Accelerator``.
 

@@ -164,11 +164,15 @@ def read_fsdp_options(
         return
     out.updates["fsdp"] = mode
     out.updates["fsdp_offload"] = "offload" in words or block.get("offload_params") is True
-    version = block.get("version", 2) if version is None else version
+    version_key = f"fsdp_config.{keys.get('version', 'version')}"
+    if version is None:
+        version = block.get("version", 2)
+    else:
+        version_key = "fsdp_version"  # given outside the block (axolotl's top-level key)
     if isinstance(version, str) and version.strip() in ("1", "2"):
         version = int(version)
     if isinstance(version, bool) or version not in (1, 2):
-        raise reader.bad("fsdp_config.version", "1 or 2", version)
+        raise reader.bad(version_key, "1 or 2", version)
     out.updates["fsdp_version"] = version
     if "auto_wrap_policy" in block:  # absent: TRANSFORMER_BASED_WRAP
         policy_key = f"fsdp_config.{keys['auto_wrap_policy']}"
