@@ -236,6 +236,12 @@ def _fsdp1_terms(
     return max(cat, staging + unit * reduce / units.shard)
 
 
+def root_end_params(arch: Architecture) -> int:
+    """The embedding, output layer and final norm: what the root unit holds under ``--fsdp-wrap
+    transformer``, and what a quantized plan keeps in :attr:`FsdpUnits.root_bytes`."""
+    return arch.embedding_params + arch.lm_head_params + arch.final_norm_params
+
+
 def root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
     """What the root unit adds to the gathered units counted for every version, where it holds the
     embedding, output layer and final norm (``units.root_unit``: ``--fsdp-wrap transformer``).
@@ -258,7 +264,7 @@ def root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
     one unit (the version-neutral count holds all of it)."""
     if units.shard <= 1 or not units.counted_gathered or units.one_unit or not units.root_unit:
         return 0.0
-    root = (arch.embedding_params + arch.lm_head_params + arch.final_norm_params) * units.root_bytes
+    root = root_end_params(arch) * units.root_bytes
     fsdp1 = root + 2 * arch.block_params * units.gathered_bytes
     return max(0.0, fsdp1 - units.counted_gathered)
 
@@ -266,7 +272,7 @@ def root_unit_bytes(arch: Architecture, units: FsdpUnits) -> float:
 def _whole_model_gathered(arch: Architecture, units: FsdpUnits) -> float:
     """Bytes of every unit gathered at once: the blocks in ``param_dtype``, the embedding, output
     layer and final norm as :attr:`FsdpUnits.root_bytes` says."""
-    ends = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
+    ends = root_end_params(arch)
     return (arch.total_params - ends) * units.gathered_bytes + ends * units.root_bytes
 
 
@@ -356,8 +362,7 @@ def fsdp1_all_gather_pool_bytes(arch: Architecture, units: FsdpUnits) -> float:
         return units.counted_gathered
     if units.kept_gathered:
         return _whole_model_gathered(arch, units)  # every unit's block, kept to its backward
-    ends = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
-    root = ends * units.root_bytes if units.root_unit else 0.0
+    root = root_end_params(arch) * units.root_bytes if units.root_unit else 0.0
     blocks = FSDP1_INFLIGHT_ALL_GATHERS + 1
     return root + blocks * arch.block_params * units.gathered_bytes
 

@@ -246,7 +246,7 @@ def add_fsdp_training(
     if not (one_unit(plan) or root_keeps_ends(plan) or plan.fsdp is FsdpMode.SHARD_GRAD_OP):
         # the root unit kept gathered is counted where it holds them (fsdp_versions.root_unit_bytes)
         acc.warnings.append(_root_unit_warning(arch, states.gathered_per_param))
-    units = _units(plan, arch, method, states, shard, savers, shared=shared)
+    units = _units(plan, arch, method, states, shard, savers, shared=shared, no_sync=no_sync)
     fsdp_versions.add_version_terms(plan, arch, method, units, acc, label)
     return trainable
 
@@ -260,9 +260,10 @@ def _units(
     savers: Savers,
     *,
     shared: bool,
+    no_sync: bool,
 ) -> fsdp_versions.FsdpUnits:
     """What the FSDP version's own terms (:mod:`.fsdp_versions`) need of the plan's units
-    (``shared``: :func:`_adapters_share_units`)."""
+    (``shared``: :func:`_adapters_share_units`; ``no_sync``: :func:`keeps_unsharded_gradients`)."""
     whole = one_unit(plan)
     largest_unit = _largest_unit(plan, arch)
     # the one unit's gradient is reduce-scattered whole when it has one (full training, or FSDP1's
@@ -289,7 +290,7 @@ def _units(
         one_unit=whole,
         root_unit=root_keeps_ends(plan) and not whole,
         kept_gathered=plan.fsdp is FsdpMode.SHARD_GRAD_OP and not whole,
-        kept_to_the_end=plan.fsdp_version == 1 and keeps_unsharded_gradients(plan, savers, shard),
+        kept_to_the_end=plan.fsdp_version == 1 and no_sync,
     )
 
 
@@ -301,8 +302,7 @@ def _largest_unit(plan: Plan, arch: Architecture) -> int:
         return arch.total_params
     if root_keeps_ends(plan):
         # the root unit's flat gradient: the embedding, output layer and final norm together
-        ends = arch.embedding_params + arch.lm_head_params + arch.final_norm_params
-        return max(arch.block_params, ends)
+        return max(arch.block_params, fsdp_versions.root_end_params(arch))
     return max(arch.block_params, arch.embedding_params, arch.lm_head_params)
 
 

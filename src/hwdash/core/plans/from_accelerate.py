@@ -67,7 +67,7 @@ def read_accelerate(reader: ConfigReader, out: ImportedPlan) -> None:
 #: accelerate's ``fsdp_sharding_strategy``, by name or by the number older configs wrote
 #: (torch.distributed.fsdp.ShardingStrategy: 1 FULL_SHARD, 2 SHARD_GRAD_OP, 3 NO_SHARD,
 #: 4 HYBRID_SHARD, 5 _HYBRID_SHARD_ZERO2).
-_FSDP_STRATEGIES = {
+FSDP_STRATEGIES = {
     "FULL_SHARD": FsdpMode.FULL,
     "1": FsdpMode.FULL,
     "SHARD_GRAD_OP": FsdpMode.SHARD_GRAD_OP,
@@ -89,8 +89,9 @@ def no_shard(out: ImportedPlan) -> None:
     )
 
 
-def _reshard_strategy(reader: ConfigReader, value: object, fsdp2: bool) -> str:
-    """``fsdp_reshard_after_forward`` as a sharding strategy's name. FSDP2 reads it and not
+def reshard_strategy(reader: ConfigReader, key: str, value: object, fsdp2: bool) -> str:
+    """``fsdp_reshard_after_forward`` (the Trainer's ``reshard_after_forward``, read at ``key``) as
+    a sharding strategy's name. FSDP2 reads it and not
     ``fsdp_sharding_strategy`` (``FullyShardedDataParallelPlugin.__post_init__``,
     accelerate/utils/dataclasses.py; ``accelerate launch`` passes it on as
     ``FSDP_RESHARD_AFTER_FORWARD``): true is full shard, false keeps each unit gathered from its
@@ -101,7 +102,7 @@ def _reshard_strategy(reader: ConfigReader, value: object, fsdp2: bool) -> str:
         return "FULL_SHARD" if value else "SHARD_GRAD_OP"
     if isinstance(value, str) and value.strip() and not fsdp2:
         return value.strip()  # FULL_SHARD, SHARD_GRAD_OP or NO_RESHARD (FSDP1)
-    raise reader.bad("fsdp_config.fsdp_reshard_after_forward", "true or false", value)
+    raise reader.bad(key, "true or false", value)
 
 
 def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan) -> None:
@@ -111,14 +112,15 @@ def _fsdp_block(reader: ConfigReader, fsdp: Mapping[str, Any], out: ImportedPlan
     fsdp2 = str(fsdp.get("fsdp_version", 1)).strip() == "2"
     reshard = fsdp.get("fsdp_reshard_after_forward")
     # FSDP2 takes full shard's resharding from fsdp_reshard_after_forward (hybrid: the mesh)
-    full = _FSDP_STRATEGIES.get(str(strategy).upper()) is FsdpMode.FULL
+    full = FSDP_STRATEGIES.get(str(strategy).upper()) is FsdpMode.FULL
     if strategy is None or (fsdp2 and full and reshard is not None):
-        strategy = _reshard_strategy(reader, True if reshard is None else reshard, fsdp2)
+        key = "fsdp_config.fsdp_reshard_after_forward"
+        strategy = reshard_strategy(reader, key, True if reshard is None else reshard, fsdp2)
     key = str(strategy).upper()
     if key in ("NO_SHARD", "3"):
         no_shard(out)
         return
-    mode = _FSDP_STRATEGIES.get(key)
+    mode = FSDP_STRATEGIES.get(key)
     if mode is None:
         if isinstance(strategy, bool) or not isinstance(strategy, (str, int)):
             raise reader.bad("fsdp_config.fsdp_sharding_strategy", "a sharding strategy", strategy)

@@ -9,7 +9,13 @@ import json
 from collections.abc import Mapping
 
 from hwdash.core.plan import FsdpMode, Optimizer, OptimizerImpl, Precision
-from hwdash.core.plans.from_accelerate import STATE_DICTS, no_shard, read_wrap_policy
+from hwdash.core.plans.from_accelerate import (
+    FSDP_STRATEGIES,
+    STATE_DICTS,
+    no_shard,
+    read_wrap_policy,
+    reshard_strategy,
+)
 from hwdash.core.plans.from_deepspeed import deepspeed_path
 from hwdash.core.plans.from_reader import ConfigReader, ImportedPlan, copy_declared_keys
 
@@ -190,14 +196,13 @@ def _read_reshard(
 ) -> None:
     """``reshard_after_forward``, which wins over the ``fsdp`` words (the Trainer fills it from
     them only where it is absent): FSDP2's true or false, FSDP1's ``full_shard`` or
-    ``shard_grad_op``; false or ``shard_grad_op`` keeps the units gathered."""
-    reshard = str(block["reshard_after_forward"]).strip().lower()
-    if reshard in ("true", "full_shard"):
-        out.updates["fsdp"] = FsdpMode.FULL
-    elif reshard in ("false", "shard_grad_op"):
-        out.updates["fsdp"] = FsdpMode.SHARD_GRAD_OP
-    else:
-        raise reader.bad(key, "true or false", block["reshard_after_forward"])
+    ``shard_grad_op`` (accelerate's reader, :func:`reshard_strategy`); false or
+    ``shard_grad_op`` keeps the units gathered."""
+    value = block["reshard_after_forward"]
+    mode = FSDP_STRATEGIES.get(reshard_strategy(reader, key, value, fsdp2=False).upper())
+    if mode not in (FsdpMode.FULL, FsdpMode.SHARD_GRAD_OP):
+        raise reader.bad(key, "true or false", value)
+    out.updates["fsdp"] = mode
 
 
 def _accelerator_config(reader: ConfigReader, out: ImportedPlan) -> None:
